@@ -1,0 +1,104 @@
+//! `rerank search`: index a JSONL corpus, run one query, print the hits.
+
+use std::path::PathBuf;
+
+use rerank::{Bm25Index, Document, Pipeline};
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line.
+    #[arg(long)]
+    corpus: PathBuf,
+    /// Number of hits.
+    #[arg(long, default_value_t = 10)]
+    top_k: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// The query.
+    query: String,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let docs = Document::read_jsonl(&args.corpus)?;
+    let index = Bm25Index::new();
+    index.add(docs);
+    let pipeline = Pipeline::builder()
+        .retriever(index)
+        .top_k(args.top_k)
+        .build()?;
+    let response = pipeline.search(&args.query)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&response_json(&response))?);
+    } else {
+        print_table(&response);
+    }
+    Ok(())
+}
+
+/// The JSON form: hits flattened with the document's fields.
+pub fn response_json(response: &rerank::SearchResponse) -> serde_json::Value {
+    let hits: Vec<serde_json::Value> = response
+        .hits
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            serde_json::json!({
+                "id": h.document.id,
+                "rank": i + 1,
+                "score": h.score,
+                "stage1_rank": h.stage1_rank,
+                "stage1_score": h.stage1_score,
+                "bm25_score": h.bm25_score,
+                "vector_score": h.vector_score,
+                "rerank_score": h.rerank_score,
+                "protected": h.protected,
+                "title": h.document.title,
+                "source": h.document.source,
+                "page": h.document.page,
+                "text": h.document.text,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "query": response.query,
+        "hits": hits,
+        "candidates": response.candidates,
+        "reranked": response.reranked,
+        "scorer": response.scorer,
+        "rerank_fallback": response.rerank_fallback,
+        "rerank_error": response.rerank_error,
+        "classification": response.classification,
+        "timings": response.timings,
+    })
+}
+
+/// A human-readable table of hits with their stage scores.
+pub fn print_table(response: &rerank::SearchResponse) {
+    println!("query: {}", response.query);
+    println!(
+        "{:>4}  {:>6}  {:>9}  {:>9}  {:>9}  {:<24}  text",
+        "rank", "stage1", "bm25", "vector", "rerank", "id"
+    );
+    let opt = |v: Option<f32>| v.map_or("-".to_string(), |s| format!("{s:.4}"));
+    for (i, h) in response.hits.iter().enumerate() {
+        let text: String = h.document.text.chars().take(60).collect();
+        println!(
+            "{:>4}  {:>6}  {:>9}  {:>9}  {:>9}  {:<24}  {}",
+            i + 1,
+            h.stage1_rank,
+            opt(h.bm25_score),
+            opt(h.vector_score),
+            opt(h.rerank_score),
+            h.document.id,
+            text
+        );
+    }
+    let t = &response.timings;
+    println!(
+        "({} candidates, scorer {}, retrieve {:.2} ms, total {:.2} ms)",
+        response.candidates, response.scorer, t.retrieve_ms, t.total_ms
+    );
+}

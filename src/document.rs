@@ -1,0 +1,178 @@
+//! Documents and the hits that retrieval and reranking produce.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// Free-form metadata attached to a [`Document`] (JSON values keyed by name).
+pub type Metadata = BTreeMap<String, serde_json::Value>;
+
+/// A document to index and retrieve.
+///
+/// The JSON form (one per line in a JSONL corpus) is
+/// `{"id", "text", "title"?, "source"?, "page"?, "metadata"?}`; unknown keys are ignored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    /// Unique identifier within an index.
+    pub id: String,
+    /// The body text.
+    pub text: String,
+    /// Optional title; indexed together with the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Where the document comes from (a file name, a URL); used for citations and dedup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Page number within the source, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
+    /// Free metadata (source type, language, path, ...), usable by filters.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: Metadata,
+}
+
+impl Document {
+    /// A document with an id and a text, and nothing else.
+    pub fn new(id: impl Into<String>, text: impl Into<String>) -> Self {
+        Document {
+            id: id.into(),
+            text: text.into(),
+            title: None,
+            source: None,
+            page: None,
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// Sets the title.
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Sets the source.
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the page.
+    pub fn with_page(mut self, page: u32) -> Self {
+        self.page = Some(page);
+        self
+    }
+
+    /// Adds one metadata entry.
+    pub fn with_metadata(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// The text a model or an analyzer sees: `title + " " + text` when there is a title.
+    pub fn full_text(&self) -> String {
+        match &self.title {
+            Some(title) if !title.is_empty() => format!("{title} {}", self.text),
+            _ => self.text.clone(),
+        }
+    }
+}
+
+/// One retrieved document with every score the stages gave it.
+///
+/// Retrievers return hits in descending `score` order. The pipeline then fills in the stage-1
+/// rank, the rerank score and the final score.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hit {
+    /// The document (shared with the index that holds it).
+    pub document: Arc<Document>,
+    /// The final score: the rerank score when the hit was reranked, else the stage-1 score.
+    pub score: f32,
+    /// 1-based rank in the stage-1 (recall) list; 0 before the pipeline assigns it.
+    pub stage1_rank: usize,
+    /// Score given by stage 1 (fused score for a hybrid retriever).
+    pub stage1_score: f32,
+    /// BM25 score, when a lexical retriever saw this document.
+    pub bm25_score: Option<f32>,
+    /// Cosine similarity, when a dense retriever saw this document.
+    pub vector_score: Option<f32>,
+    /// Score from the stage-2 reranker, when it ran.
+    pub rerank_score: Option<f32>,
+    /// True when the hit was kept on top by protected reranking (factual queries).
+    pub protected: bool,
+}
+
+impl Hit {
+    /// A stage-1 hit with its retriever score; the other fields are empty.
+    pub fn new(document: Arc<Document>, score: f32) -> Self {
+        Hit {
+            document,
+            score,
+            stage1_rank: 0,
+            stage1_score: score,
+            bm25_score: None,
+            vector_score: None,
+            rerank_score: None,
+            protected: false,
+        }
+    }
+
+    /// Sets the BM25 score (builder style).
+    pub fn with_bm25(mut self, score: f32) -> Self {
+        self.bm25_score = Some(score);
+        self
+    }
+
+    /// Sets the vector score (builder style).
+    pub fn with_vector(mut self, score: f32) -> Self {
+        self.vector_score = Some(score);
+        self
+    }
+
+    /// The document id.
+    pub fn id(&self) -> &str {
+        &self.document.id
+    }
+}
+
+/// Sorts hits by descending score; ties keep their current order (stable sort), and NaN scores
+/// sort last.
+pub fn sort_by_score_desc(hits: &mut [Hit]) {
+    hits.sort_by(|a, b| cmp_score_desc(a.score, b.score));
+}
+
+/// Ordering for descending scores with NaN last.
+pub(crate) fn cmp_score_desc(a: f32, b: f32) -> std::cmp::Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Greater,
+        (false, true) => std::cmp::Ordering::Less,
+        (false, false) => b.partial_cmp(&a).unwrap_or(std::cmp::Ordering::Equal),
+    }
+}
+
+impl Document {
+    /// Reads a JSONL corpus: one JSON document per line (blank lines skipped).
+    /// Errors name the file and the line.
+    pub fn read_jsonl(path: impl AsRef<std::path::Path>) -> crate::Result<Vec<Document>> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| crate::Error::io(path, e))?;
+        Document::parse_jsonl(&text, &path.display().to_string())
+    }
+
+    /// Parses JSONL text (see [`Document::read_jsonl`]); `origin` names the input in errors.
+    pub fn parse_jsonl(text: &str, origin: &str) -> crate::Result<Vec<Document>> {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, line)| {
+                serde_json::from_str::<Document>(line)
+                    .map_err(|e| crate::Error::parse(format!("{origin}:{}", i + 1), e))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,58 @@
+//! Text embeddings: the [`Embedder`] trait.
+
+use std::sync::Arc;
+
+use ndarray::Array2;
+
+use crate::Result;
+
+/// Turns texts into fixed-size vectors, one row per text, in input order.
+pub trait Embedder: Send + Sync {
+    /// Embeds `texts`; the result has shape `(texts.len(), self.dim())`.
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>>;
+
+    /// The embedding dimension.
+    fn dim(&self) -> usize;
+
+    /// Embeds one text.
+    fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
+        let m = self.embed(&[text])?;
+        Ok(m.row(0).to_vec())
+    }
+}
+
+impl<E: Embedder + ?Sized> Embedder for Arc<E> {
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        (**self).embed(texts)
+    }
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+}
+
+impl<E: Embedder + ?Sized> Embedder for Box<E> {
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        (**self).embed(texts)
+    }
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+}
+
+/// Cosine similarity of two vectors (0 when either has zero norm or lengths differ).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0f32, 0f32, 0f32);
+    for (x, y) in a.iter().zip(b) {
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}

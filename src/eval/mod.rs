@@ -1,0 +1,1 @@
+//! Evaluation: IR metrics with trec_eval conventions and a BEIR loader.

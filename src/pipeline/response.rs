@@ -1,0 +1,47 @@
+//! What a pipeline search returns.
+
+use serde::Serialize;
+
+use crate::{Classification, Hit};
+
+/// Milliseconds spent in each stage of one search. Stages that did not run are `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timings {
+    /// Query classification.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classify_ms: Option<f64>,
+    /// Stage 1 (recall).
+    pub retrieve_ms: f64,
+    /// Stage 2 (rerank), when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_ms: Option<f64>,
+    /// Threshold, dedup, filters and top-k.
+    pub postprocess_ms: f64,
+    /// The whole search.
+    pub total_ms: f64,
+}
+
+/// The result of [`Pipeline::search`](super::Pipeline::search).
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchResponse {
+    /// The query as given.
+    pub query: String,
+    /// The final hits, best first (at most `top_k`).
+    pub hits: Vec<Hit>,
+    /// How many candidates stage 1 returned.
+    pub candidates: usize,
+    /// Whether stage 2 reordered the candidates.
+    pub reranked: bool,
+    /// What produced the final order: the reranker's name, or `"stage1"`.
+    pub scorer: String,
+    /// True when the reranker failed and stage-1 order was kept.
+    pub rerank_fallback: bool,
+    /// The reranker's error message, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_error: Option<String>,
+    /// The query classification, when a classifier is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classification: Option<Classification>,
+    /// Per-stage timings.
+    pub timings: Timings,
+}
