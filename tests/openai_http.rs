@@ -407,3 +407,34 @@ fn the_api_key_comes_from_the_environment_when_not_configured() {
     g.generate(&request()).unwrap();
     assert_eq!(server.finish()[0].header("authorization"), None);
 }
+
+#[test]
+fn answers_through_the_pipeline_with_the_context_in_the_request() {
+    let server = Server::start(vec![Reply::Http(
+        200,
+        vec![],
+        completion("Revenue was $5M in 2023 [Source: report.pdf, Page 3]."),
+    )]);
+    let (g, _) = client(&server, 0);
+    let index = rerank::Bm25Index::new();
+    index.add(vec![rerank::Document::new(
+        "r1",
+        "Revenue was $5M in 2023.",
+    )
+    .with_source("report.pdf")
+    .with_page(3)]);
+    let p = rerank::Pipeline::builder()
+        .retriever(index)
+        .generator(g)
+        .build()
+        .unwrap();
+    let a = p.answer("What was the revenue?").unwrap();
+    assert_eq!(a.confidence, 1.0);
+    assert_eq!(a.generator.as_deref(), Some("openai-compatible"));
+    let seen = server.finish();
+    let user = seen[0].body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        user.contains("[1] [Source: report.pdf, Page 3]\nRevenue was $5M in 2023."),
+        "{user}"
+    );
+}

@@ -309,7 +309,8 @@ impl GroundingChecker {
                         .iter()
                         .enumerate()
                         .filter(|(_, s)| s.is_finite())
-                        .max_by(|a, b| a.1.total_cmp(b.1));
+                        // The best score; the better-ranked source on ties.
+                        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)));
                     match best {
                         Some((i, &s)) if s >= self.threshold => {
                             (SentenceStatus::Supported, s, Some(sources[i].number))
@@ -411,6 +412,77 @@ mod tests {
         );
         assert_eq!(strict.check("Alpha gamma.", &sources).unwrap().supported, 0);
         assert!(GroundingChecker::new().threshold(f32::NAN).is_err());
+    }
+
+    /// Embeds a text as (number of "alpha" words, number of "beta" words).
+    struct CountAb;
+    impl Embedder for CountAb {
+        fn embed(&self, texts: &[&str]) -> Result<ndarray::Array2<f32>> {
+            let mut m = ndarray::Array2::zeros((texts.len(), 2));
+            for (i, t) in texts.iter().enumerate() {
+                for w in t.split_whitespace() {
+                    match w.trim_matches('.') {
+                        "alpha" => m[[i, 0]] += 1.0,
+                        "beta" => m[[i, 1]] += 1.0,
+                        _ => {}
+                    }
+                }
+            }
+            Ok(m)
+        }
+        fn dim(&self) -> usize {
+            2
+        }
+    }
+
+    /// Scores a document 1 when it contains the query's first word, else 0.
+    struct FirstWord;
+    impl Reranker for FirstWord {
+        fn score(&self, q: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+            let first = q
+                .text
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_lowercase();
+            Ok(docs
+                .iter()
+                .map(|d| f32::from(u8::from(d.to_lowercase().contains(&first))))
+                .collect())
+        }
+    }
+
+    #[test]
+    fn embedding_and_reranker_scorers_plug_in() {
+        let sources = [
+            src(1, "x", None, "beta beta"),
+            src(2, "y", None, "alpha alpha"),
+        ];
+        let c = GroundingChecker::new()
+            .scorer(Arc::new(EmbeddingSupport::new(Arc::new(CountAb))))
+            .threshold(0.9)
+            .unwrap();
+        // "alpha beta" has cosine 1/sqrt(2) with both sources; "alpha" has cosine 1 with
+        // source 2.
+        let r = c.check("Zeta alpha beta. Zeta alpha.", &sources).unwrap();
+        assert_eq!(r.scorer, "embedding");
+        assert_eq!(r.sentences[0].status, SentenceStatus::Unsupported);
+        assert!((r.sentences[0].score - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+        assert_eq!(
+            r.sentences[0].best_source,
+            Some(1),
+            "ties go to the first source"
+        );
+        assert_eq!(r.sentences[1].status, SentenceStatus::Supported);
+        assert_eq!(r.sentences[1].best_source, Some(2));
+
+        let c = GroundingChecker::new().scorer(Arc::new(RerankerSupport::new(Arc::new(FirstWord))));
+        let r = c
+            .check("Gamma rays. Delta waves.", &[src(1, "x", None, "delta")])
+            .unwrap();
+        assert_eq!(r.scorer, "reranker");
+        assert_eq!((r.supported, r.counted), (1, 2));
+        assert_eq!(r.unsupported, ["Gamma rays."]);
     }
 
     #[test]

@@ -234,7 +234,7 @@ pub fn split_sentences(text: &str) -> Vec<String> {
             ']' => {
                 depth = depth.saturating_sub(1);
                 // A bracket group standing alone ("[Source: a.pdf]") is a piece of its own.
-                let next_is_space = chars.get(i + 1).is_none_or(|&(_, n)| n.is_whitespace());
+                let next_is_space = chars.get(i + 1).map_or(true, |&(_, n)| n.is_whitespace());
                 if depth == 0 && leading_group && next_is_space {
                     let end = pos + 1;
                     push(start, end, &mut out);
@@ -281,13 +281,6 @@ fn ends_with_abbreviation(before: &str) -> bool {
         .next()
         .unwrap_or("")
         .to_lowercase();
-    if word.is_empty() {
-        return false;
-    }
-    // A single letter ("J. Smith") is an initial.
-    if word.chars().count() == 1 && word.chars().all(char::is_alphabetic) {
-        return true;
-    }
     ABBREVIATIONS.contains(&word.as_str())
 }
 
@@ -300,6 +293,10 @@ mod tests {
         assert_eq!(
             split_sentences("One. Two? Three!  Four\n\nFive."),
             ["One.", "Two?", "Three!", "Four", "Five."]
+        );
+        assert_eq!(
+            split_sentences("Take vitamin C. It helps."),
+            ["Take vitamin C.", "It helps."]
         );
     }
 
