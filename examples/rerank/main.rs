@@ -3,10 +3,14 @@
 //! ```text
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
+//! cargo run --release --example rerank -- answer --corpus FILE.jsonl --json "question"
+//! cargo run --release --example rerank -- generate --model DIR --prompt "Hi" --greedy --json
 //! ```
 //! Errors go to stderr with a non-zero exit code.
 
+mod answer;
 mod beir;
+mod generate;
 mod search;
 
 use std::process::ExitCode;
@@ -29,8 +33,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Answer a question from a JSONL corpus, with citations and a grounding check.
+    Answer(answer::Args),
     /// Evaluate retrieval on a BEIR-layout collection.
     Beir(beir::Args),
+    /// Run the Qwen3 chat model on one prompt and print the new token ids.
+    Generate(generate::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
     Search(search::Args),
 }
@@ -38,7 +46,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Answer(args) => answer::run(args),
         Command::Beir(args) => beir::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::Search(args) => search::run(args),
     };
     match result {

@@ -1,5 +1,6 @@
 //! The [`Pipeline`]: recall, rerank, post-process, with per-stage timings.
 
+mod answer;
 mod config;
 mod options;
 mod response;
