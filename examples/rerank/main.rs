@@ -3,10 +3,12 @@
 //! ```text
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
+//! cargo run --release --example rerank -- classify --aliases aliases.json --json "Taylor's KTN"
 //! ```
 //! Errors go to stderr with a non-zero exit code.
 
 mod beir;
+mod classify;
 mod search;
 
 use std::process::ExitCode;
@@ -33,6 +35,8 @@ enum Command {
     Beir(beir::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
     Search(search::Args),
+    /// Classify a query: kind, intent, route, task type, confidence and signals.
+    Classify(classify::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Beir(args) => beir::run(args),
         Command::Search(args) => search::run(args),
+        Command::Classify(args) => classify::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
