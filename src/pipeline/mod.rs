@@ -298,7 +298,7 @@ impl Pipeline {
     fn postprocess(&self, hits: Vec<Hit>, top_k: usize) -> Vec<Hit> {
         let mut seen: HashSet<String> = HashSet::new();
         hits.into_iter()
-            .filter(|h| h.protected || self.options.score_threshold.map_or(true, |t| h.score >= t))
+            .filter(|h| h.protected || self.options.score_threshold.is_none_or(|t| h.score >= t))
             .filter(|h| match self.options.dedup.key_of(&h.document) {
                 Some(key) => seen.insert(key),
                 None => true,
