@@ -402,6 +402,9 @@ fn store_failures_are_misses_never_errors_or_stale_data() {
 
 #[test]
 fn concurrent_get_set_invalidate() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SemanticCache<rerank::SearchResponse>>();
+    assert_send_sync::<rerank::PiiGuard>();
     let cache: Arc<SemanticCache<String>> = Arc::new(SemanticCache::new());
     let threads = 8;
     let rounds = 200;

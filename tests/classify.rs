@@ -455,6 +455,22 @@ fn aliases_file() {
 }
 
 #[test]
+fn classifier_is_shareable() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<RuleClassifier>();
+    let c = std::sync::Arc::new(with_taylor());
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let c = c.clone();
+            std::thread::spawn(move || c.classify("Taylor's KTN").kind)
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), QueryKind::Factual);
+    }
+}
+
+#[test]
 fn json_shape_is_snake_case() {
     let out = with_taylor().classify("compare Taylor's passport and visa");
     let v = serde_json::to_value(&out).unwrap();

@@ -14,7 +14,8 @@ use crate::classify::text::plain_words;
 use crate::document::sort_by_score_desc;
 use crate::{Error, Hit, QueryKind, Result};
 
-/// Settings of protected reranking.
+/// Settings of protected reranking. In a [`Pipeline`](crate::Pipeline) it applies to queries
+/// the classifier calls factual; protected hits also survive the pipeline's score threshold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProtectPolicy {
