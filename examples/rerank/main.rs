@@ -5,12 +5,14 @@
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
 //! cargo run --release --example rerank -- answer --corpus FILE.jsonl --json "question"
 //! cargo run --release --example rerank -- generate --model DIR --prompt "Hi" --greedy --json
+//! cargo run --release --example rerank -- classify --aliases aliases.json --json "Taylor's KTN"
 //! ```
 //! Errors go to stderr with a non-zero exit code.
 
 mod answer;
 mod beir;
 mod generate;
+mod classify;
 mod search;
 
 use std::process::ExitCode;
@@ -41,6 +43,8 @@ enum Command {
     Generate(generate::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
     Search(search::Args),
+    /// Classify a query: kind, intent, route, task type, confidence and signals.
+    Classify(classify::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Command::Beir(args) => beir::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Search(args) => search::run(args),
+        Command::Classify(args) => classify::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

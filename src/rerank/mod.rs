@@ -1,6 +1,10 @@
 //! Stage 2 (precision): the [`Reranker`] trait and its implementations.
 
+mod protect;
+
 use std::sync::Arc;
+
+pub use protect::ProtectPolicy;
 
 use crate::Result;
 
