@@ -7,6 +7,7 @@
 //! Errors go to stderr with a non-zero exit code.
 
 mod beir;
+mod score;
 mod search;
 
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum Command {
     Beir(beir::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
     Search(search::Args),
+    /// Score (query, document) pairs from a JSONL file with a local model.
+    Score(score::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Beir(args) => beir::run(args),
         Command::Search(args) => search::run(args),
+        Command::Score(args) => score::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
