@@ -81,18 +81,13 @@ fn bench(c: &mut Criterion) {
         .sample_size(10)
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(DOCS as u64));
-    let configs: [(&str, usize, usize); 2] = [("default", 8192, 32), ("batch16k", 16384, 64)];
-    for (name, tokens, size) in configs {
-        let ce = CrossEncoder::builder(&model)
-            .threads(threads)
-            .batch_tokens(tokens)
-            .batch_size(size)
-            .build()
-            .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
-        group.bench_function(format!("scifact_100docs_{name}_t{threads}"), |b| {
-            b.iter(|| ce.score(&query, &docs).unwrap())
-        });
-    }
+    let ce = CrossEncoder::builder(&model)
+        .threads(threads)
+        .build()
+        .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
+    group.bench_function(format!("scifact_100docs_default_t{threads}"), |b| {
+        b.iter(|| ce.score(&query, &docs).unwrap())
+    });
     group.finish();
 }
 

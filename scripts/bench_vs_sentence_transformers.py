@@ -63,7 +63,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/ce-minilm-l6-random")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--candle-threads", type=int, default=None,
+                    help="CANDLE_NUM_THREADS for the Rust side: the size of candle's own pool for "
+                         "element-wise ops (default: --threads)")
     args = ap.parse_args()
     model = str((ROOT / args.model).resolve())
     query, docs = inputs()
@@ -71,7 +74,8 @@ def main():
 
     env = dict(os.environ)
     t = str(args.threads)
-    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t, CANDLE_NUM_THREADS=t)
+    candle_t = str(args.candle_threads or args.threads)
+    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t, CANDLE_NUM_THREADS=candle_t)
 
     # 1. Same computation on both sides: logits from the Rust CLI vs sentence-transformers.
     import torch
@@ -83,7 +87,7 @@ def main():
         for q, d in pairs:
             f.write(json.dumps({"query": q, "document": d}) + "\n")
         pairs_file = f.name
-    out = run(["cargo", "run", "--quiet", "--release", "--example", "rerank", "--", "score",
+    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "score",
                "--model", model, "--input", pairs_file, "--raw", "--threads", t], env)
     os.unlink(pairs_file)
     rust_logits = [json.loads(line)["logit"] for line in out.splitlines() if line.strip()]
@@ -96,7 +100,7 @@ def main():
         raise SystemExit("the two sides do not compute the same logits; not comparing speed")
 
     # 2. Rust throughput (criterion, bencher output: ns per iteration of 100 pairs).
-    out = run(["cargo", "bench", "--bench", "cross_encoder", "--", "--output-format", "bencher",
+    out = run(["cargo", "bench", "--all-features", "--bench", "cross_encoder", "--", "--output-format", "bencher",
                f"scifact_100docs_default_t{t}"], env)
     m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
     if not m:
@@ -116,7 +120,7 @@ def main():
 
     import sentence_transformers
 
-    print(f"threads {args.threads}; torch {torch.__version__}, sentence-transformers "
+    print(f"threads {args.threads} (CANDLE_NUM_THREADS {candle_t}); torch {torch.__version__}, sentence-transformers "
           f"{sentence_transformers.__version__}, torch threads {torch.get_num_threads()}")
     print(f"rust (candle)         : {rust_pps:8.1f} pairs/s  ({rust_s * 1e3:.0f} ms per 100 pairs)")
     print(f"sentence-transformers : {py_pps:8.1f} pairs/s  ({py_s * 1e3:.0f} ms per 100 pairs, "

@@ -515,3 +515,57 @@ fn a_pipeline_config_builds_the_cross_encoder() {
         .unwrap_err();
     assert!(matches!(e, Error::Model(_)), "{e}");
 }
+
+/// A tiny random XLMRobertaForSequenceClassification (tests/fixtures/xlmr_tiny, made by its
+/// make.py with transformers) with the ce_tiny_a WordPiece tokenizer.
+#[test]
+fn xlm_roberta_matches_transformers_single_and_batched() {
+    if cases().is_none() {
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/xlmr_tiny");
+    let dir = TempModel::copy("xlmr");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(here.join(f), dir.0.join(f)).unwrap();
+    }
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(here.join("expected.json")).unwrap())
+            .unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    let ce = CrossEncoder::from_dir(&dir.0).unwrap();
+    assert_eq!(
+        ce.architecture(),
+        &rerank::models::Architecture::XlmRobertaForSequenceClassification
+    );
+    // Positions start after the padding id: 514 positions hold 512 tokens.
+    assert_eq!(ce.max_length(), 512);
+    let ids = |c: &Value, k: &str| -> Vec<u32> {
+        c[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let pairs: Vec<(&str, &str)> = cases
+        .iter()
+        .map(|c| {
+            (
+                c["query"].as_str().unwrap(),
+                c["document"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for (c, p) in cases.iter().zip(&pairs) {
+        let enc = ce.encode_pair(p.0, p.1).unwrap();
+        assert_eq!(enc.input_ids, ids(c, "input_ids"));
+        assert_eq!(enc.token_type_ids, ids(c, "token_type_ids"));
+    }
+    let single: Vec<f32> = pairs
+        .iter()
+        .map(|p| ce.logits(std::slice::from_ref(p)).unwrap()[0])
+        .collect();
+    let want = |k: &'static str| cases.iter().map(move |c| c[k].as_f64().unwrap() as f32);
+    assert_close(&single, want("logit"), "xlm-r single");
+    let batched = ce.logits(&pairs).unwrap();
+    assert_close(&batched, want("logit_batched"), "xlm-r batched");
+}

@@ -80,6 +80,12 @@ impl SequenceClassifier {
                 )
             }
             _ => {
+                // transformers 5 no longer writes this key; candle requires it.
+                let mut value = value.clone();
+                if let Some(map) = value.as_object_mut() {
+                    map.entry("position_embedding_type")
+                        .or_insert_with(|| "absolute".into());
+                }
                 let cfg: xlm_roberta::Config = parse_config(&value, &config_path, "XLM-RoBERTa")?;
                 Inner::XlmRoberta(
                     xlm_roberta::XLMRobertaForSequenceClassification::new(
