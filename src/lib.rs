@@ -41,6 +41,8 @@ pub mod embed;
 mod error;
 pub mod eval;
 pub mod generate;
+#[cfg(feature = "models")]
+pub mod models;
 pub mod pipeline;
 pub mod query;
 pub mod rerank;

@@ -13,6 +13,7 @@ mod answer;
 mod beir;
 mod generate;
 mod classify;
+mod score;
 mod search;
 
 use std::process::ExitCode;
@@ -45,6 +46,8 @@ enum Command {
     Search(search::Args),
     /// Classify a query: kind, intent, route, task type, confidence and signals.
     Classify(classify::Args),
+    /// Score (query, document) pairs from a JSONL file with a local model.
+    Score(score::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Search(args) => search::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Score(args) => score::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -211,10 +211,15 @@ fn build_dense(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> 
 }
 
 fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
-    let _ = config;
-    Err(Error::Config(
-        "model-backed rerankers need the `models` feature of rerank".into(),
-    ))
+    match config {
+        #[cfg(feature = "models")]
+        RerankerConfig::CrossEncoder { model } => {
+            Ok(Box::new(crate::rerank::CrossEncoder::from_dir(model)?))
+        }
+        _ => Err(Error::Config(
+            "model-backed rerankers need the `models` feature of rerank".into(),
+        )),
+    }
 }
 
 #[cfg(test)]

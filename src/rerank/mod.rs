@@ -8,6 +8,14 @@ pub use protect::ProtectPolicy;
 
 use crate::Result;
 
+#[cfg(feature = "models")]
+mod cross_encoder;
+#[cfg(feature = "models")]
+pub use cross_encoder::{
+    Activation, CrossEncoder, CrossEncoderBuilder, PairScore, DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+};
+
 /// What a reranker scores documents against.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RerankQuery {
