@@ -174,3 +174,32 @@ fn config_mismatch_is_a_model_error_naming_the_file() {
     assert!(e.to_string().contains("tokenizer.json"), "{e}");
     std::fs::remove_dir_all(&bad).unwrap();
 }
+
+#[test]
+fn pipeline_config_builds_dense_hybrid_and_embedding_reranker() {
+    let dir = model_dir();
+    if !dir.join("model.safetensors").is_file() {
+        eprintln!("skipping: no model in {}", dir.display());
+        return;
+    }
+    let config = serde_json::json!({
+        "retriever": {"type": "hybrid", "retrievers": [
+            {"type": "bm25"}, {"type": "dense", "model": dir}]},
+        "reranker": {"type": "embedding", "model": dir},
+        "search": {"top_k": 2}
+    });
+    let config = rerank::pipeline::PipelineConfig::from_json_str(&config.to_string()).unwrap();
+    let docs = vec![
+        rerank::Document::new(
+            "berlin",
+            "Berlin is the capital and largest city of Germany.",
+        ),
+        rerank::Document::new("rust", "Rust is a systems programming language."),
+        rerank::Document::new("bake", "How to bake sourdough bread at home."),
+    ];
+    let pipeline = config.build(docs).unwrap();
+    let response = pipeline.search("What is the capital of Germany?").unwrap();
+    assert_eq!(response.hits[0].id(), "berlin");
+    assert!(response.hits[0].rerank_score.is_some());
+    assert!(response.hits[0].vector_score.is_some());
+}

@@ -1,6 +1,10 @@
 //! Stage 2 (precision): the [`Reranker`] trait and its implementations.
 
+mod embedding;
+
 use std::sync::Arc;
+
+pub use embedding::EmbeddingReranker;
 
 use crate::Result;
 
