@@ -7,6 +7,7 @@
 //! Errors go to stderr with a non-zero exit code.
 
 mod beir;
+mod embed;
 mod search;
 
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ struct Cli {
 enum Command {
     /// Evaluate retrieval on a BEIR-layout collection.
     Beir(beir::Args),
+    /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line.
+    Embed(embed::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
     Search(search::Args),
 }
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Beir(args) => beir::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Search(args) => search::run(args),
     };
     match result {
