@@ -34,6 +34,12 @@ struct Line {
     text: String,
 }
 
+#[cfg(feature = "models")]
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    embedding: &'a [f32],
+}
+
 /// Reads the `text` of each non-blank line.
 fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
     let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
@@ -74,7 +80,11 @@ pub fn run(args: Args) -> CliResult {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for row in embeddings.rows() {
-        let line = serde_json::json!({ "embedding": row.to_vec() });
+        // Serialized as f32 (shortest round-trip form), not widened to f64.
+        let embedding = row.to_vec();
+        let line = serde_json::to_string(&Output {
+            embedding: &embedding,
+        })?;
         writeln!(out, "{line}")?;
     }
     out.flush()?;
