@@ -44,11 +44,11 @@ pub struct Args {
     #[arg(long, default_value = "bm25")]
     retriever: RetrieverKind,
     /// BM25 term-frequency saturation.
-    #[arg(long, default_value_t = 0.9)]
-    k1: f32,
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
+    k1: f64,
     /// BM25 length normalization.
-    #[arg(long, default_value_t = 0.4)]
-    b: f32,
+    #[arg(long, default_value_t = 0.4, allow_negative_numbers = true)]
+    b: f64,
     /// The qrels split to evaluate (qrels/<split>.tsv).
     #[arg(long, default_value = "test")]
     split: String,
@@ -94,8 +94,8 @@ fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Box<dyn Retr
     match args.retriever {
         RetrieverKind::Bm25 => {
             let index = Bm25Index::with_params(Bm25Params {
-                k1: args.k1,
-                b: args.b,
+                k1: args.k1 as f32,
+                b: args.b as f32,
             })?;
             index.add(corpus);
             Ok(Box::new(index))
@@ -124,17 +124,19 @@ pub fn run(args: Args) -> CliResult {
         return Err("--depth must be at least 1".into());
     }
     let t = Instant::now();
-    let data = BeirDataset::load_split(&args.data, &args.split)?;
+    let mut data = BeirDataset::load_split(&args.data, &args.split)?;
     let load_seconds = t.elapsed().as_secs_f64();
     let docs = data.corpus.len();
-    let queries = data.judged_queries();
-    if queries.is_empty() {
-        return Err(format!("no judged query in split {:?}", args.split).into());
+    if data.qrels.is_empty() {
+        return Err(format!("no judgment in split {:?}", args.split).into());
     }
 
     let t = Instant::now();
-    let retriever = build_retriever(&args, data.corpus.clone())?;
+    let retriever = build_retriever(&args, std::mem::take(&mut data.corpus))?;
     let index_seconds = t.elapsed().as_secs_f64();
+
+    // the loader guarantees that every judged query has a text
+    let queries = data.judged_queries();
 
     let t = Instant::now();
     let run = run_queries(retriever.as_ref(), &queries, args.depth)?;
