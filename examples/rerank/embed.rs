@@ -8,7 +8,7 @@
 //! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, mean-pooled
 //! and L2-normalized.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use crate::CliResult;
@@ -63,6 +63,8 @@ fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
 
 #[cfg(feature = "models")]
 pub fn run(args: Args) -> CliResult {
+    use std::io::Write;
+
     use rerank::embed::BertEmbedder;
     use rerank::Embedder;
 
