@@ -42,8 +42,9 @@ const DEPTH: usize = 1000;
 ///
 /// Why (from `fusion_grid`, nDCG@10 on SciFact / Cranfield / CISI / Medline): RRF uses ranks
 /// only, so BM25's unbounded scores and cosines need no calibration; it is flat in its
-/// parameters: depth 100 vs 1000 moves no collection by more than 0.003, and any k in 30..100
-/// stays within 0.01 of k = 60 everywhere (k = 30 is 0.001 better on average, noise). Weighted
+/// parameters: for k >= 30, depth 100 vs 1000 moves no collection by more than 0.003, and any
+/// k in 30..100 stays within 0.01 of k = 60 everywhere (k = 30 is 0.001 better on average,
+/// noise). Weighted
 /// min-max fusion at dense weight 0.6 averages 0.005 more, but it is tuned on these very test
 /// sets and fragile: the min-max range depends on the list depth, and moving the weight by 0.2
 /// costs up to 0.03 (SciFact). k = 60 is the paper's value and `Hybrid`'s default, and it
