@@ -46,14 +46,16 @@ pub mod query;
 pub mod rerank;
 pub mod retrieve;
 
-pub use classify::{Classification, Intent, QueryClassifier, QueryKind, Route, TaskType};
+pub use classify::{
+    Classification, Intent, QueryClassifier, QueryKind, Route, RuleClassifier, TaskType,
+};
 pub use document::{sort_by_score_desc, Document, Hit, Metadata};
 pub use embed::Embedder;
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationRequest, Generator, Message, Role};
 pub use pipeline::{Pipeline, PipelineBuilder, SearchResponse};
-pub use query::PiiKind;
-pub use rerank::{RerankQuery, RerankScores, Reranker};
+pub use query::{PiiGuard, PiiKind, SemanticCache};
+pub use rerank::{ProtectPolicy, RerankQuery, RerankScores, Reranker};
 pub use retrieve::{
     Analyzer, Bm25Index, Bm25Params, DenseIndex, EnglishAnalyzer, Fusion, Hybrid, Retriever,
     SearchQuery,

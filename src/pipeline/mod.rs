@@ -1,7 +1,9 @@
 //! The [`Pipeline`]: recall, rerank, post-process, with per-stage timings.
 
+mod answer;
 mod config;
 mod options;
+mod query_stages;
 mod response;
 
 use std::collections::HashSet;
@@ -12,10 +14,12 @@ pub use config::{PipelineConfig, RerankerConfig, RetrieverConfig};
 pub use options::{DedupKey, Filter, SearchOptions};
 pub use response::{SearchResponse, Timings};
 
-use crate::document::sort_by_score_desc;
+use query_stages::QueryStages;
+
+use crate::query::{ExpansionConfig, HydeConfig, PiiGuard, SemanticCache};
 use crate::{
-    Classification, Embedder, Error, Generator, Hit, QueryClassifier, RerankQuery, Reranker,
-    Result, Retriever, SearchQuery,
+    Classification, Embedder, Error, Generator, Hit, ProtectPolicy, QueryClassifier, RerankQuery,
+    Reranker, Result, Retriever,
 };
 
 /// Per-call overrides for [`Pipeline::search_with`].
@@ -29,6 +33,9 @@ pub struct SearchRequest {
     pub filters: Vec<Filter>,
     /// An instruction for instruction-aware rerankers.
     pub instruction: Option<String>,
+    /// Query variants to retrieve as well, fused with the query's own hits by RRF
+    /// (multi-query expansion); the reranker still judges against the query.
+    pub variants: Vec<String>,
 }
 
 impl SearchRequest {
@@ -57,6 +64,12 @@ impl SearchRequest {
         self.instruction = Some(instruction.into());
         self
     }
+
+    /// Sets query variants for multi-query expansion.
+    pub fn variants<S: Into<String>>(mut self, variants: impl IntoIterator<Item = S>) -> Self {
+        self.variants = variants.into_iter().map(Into::into).collect();
+        self
+    }
 }
 
 /// A two-stage retrieval pipeline. Build it with [`Pipeline::builder`]; it is `Send + Sync`,
@@ -68,6 +81,7 @@ pub struct Pipeline {
     generator: Option<Arc<dyn Generator>>,
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
+    query: QueryStages,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -79,6 +93,7 @@ impl std::fmt::Debug for Pipeline {
             .field("generator", &self.generator.as_ref().map(|g| g.name()))
             .field("embedder", &self.embedder.is_some())
             .field("options", &self.options)
+            .field("query", &self.query)
             .finish()
     }
 }
@@ -112,6 +127,11 @@ impl Pipeline {
         self.embedder.as_ref()
     }
 
+    /// The semantic cache, when one is set (to invalidate entries or read its stats).
+    pub fn cache(&self) -> Option<&Arc<SemanticCache<SearchResponse>>> {
+        self.query.cache.as_ref()
+    }
+
     /// Searches with the pipeline's defaults.
     pub fn search(&self, query: &str) -> Result<SearchResponse> {
         self.search_with(&SearchRequest::new(query))
@@ -119,17 +139,22 @@ impl Pipeline {
 
     /// Searches with per-call overrides.
     ///
-    /// Steps: classify (when a classifier is set); stage 1 fetches
-    /// [`SearchOptions::candidates_for`]`(top_k)` candidates and numbers them (stage-1 rank);
+    /// Steps: the PII guard refuses a query (or variant) holding personal data with
+    /// [`Error::PiiRefused`] before anything else runs; classify (when a classifier is set);
+    /// the semantic cache answers when it holds a close enough query (when a cache is set);
+    /// stage 1 fetches [`SearchOptions::candidates_for`]`(top_k)` candidates (with HyDE and
+    /// query variants when configured) and numbers them (stage-1 rank);
     /// metadata filters drop candidates (before reranking, so no model time is spent on them);
     /// stage 2 reranks when a reranker is set and more than `top_k` candidates remain, falling
-    /// back to stage-1 order if it fails; then threshold, dedup and top-k.
+    /// back to stage-1 order if it fails, and keeps the top lexical matches of factual queries
+    /// first ([`ProtectPolicy`]); then threshold (protected hits are kept), dedup and top-k.
     pub fn search_with(&self, request: &SearchRequest) -> Result<SearchResponse> {
         let start = Instant::now();
         let query = request.query.trim();
         if query.is_empty() {
             return Err(Error::InvalidInput("the query is empty".into()));
         }
+        self.guard(request)?;
         let top_k = request.top_k.unwrap_or(self.options.top_k);
         if top_k == 0 {
             return Err(Error::InvalidInput("top_k must be at least 1".into()));
@@ -143,18 +168,32 @@ impl Pipeline {
             out
         });
 
-        let t = Instant::now();
+        let mut probe = self.cache_probe(query, request, top_k, &mut timings);
+        if let Some(cached) = probe.hit.take() {
+            timings.total_ms = ms(start);
+            return Ok(query_stages::from_cache(
+                cached,
+                request,
+                classification,
+                timings,
+            ));
+        }
+
         let n_candidates = self.options.candidates_for(top_k);
-        let mut hits = self
-            .retriever
-            .retrieve(&SearchQuery::new(query), n_candidates)?;
+        let recall = self.recall(
+            query,
+            request,
+            classification.as_ref(),
+            n_candidates,
+            &mut timings,
+        )?;
+        let mut hits = recall.hits;
         hits.truncate(n_candidates);
         for (i, h) in hits.iter_mut().enumerate() {
             h.stage1_rank = i + 1;
             h.stage1_score = h.score;
         }
         let candidates = hits.len();
-        timings.retrieve_ms = ms(t);
 
         let filters: Vec<&Filter> = self
             .options
@@ -178,7 +217,7 @@ impl Pipeline {
         timings.postprocess_ms = ms(t);
         timings.total_ms = ms(start);
 
-        Ok(SearchResponse {
+        let response = SearchResponse {
             query: request.query.clone(),
             hits,
             candidates,
@@ -188,7 +227,12 @@ impl Pipeline {
             rerank_error: stage2.error,
             classification,
             timings,
-        })
+            cache_hit: false,
+            hyde: recall.hyde,
+            variants: recall.variants,
+        };
+        self.cache_store(probe, query, &response);
+        Ok(response)
     }
 
     fn rerank_stage(
@@ -197,7 +241,7 @@ impl Pipeline {
         request: &SearchRequest,
         hits: Vec<Hit>,
         top_k: usize,
-        _classification: Option<&Classification>,
+        classification: Option<&Classification>,
         timings: &mut Timings,
     ) -> Stage2 {
         let stage1 = |hits, error| Stage2 {
@@ -239,7 +283,7 @@ impl Pipeline {
                     h.rerank_score = Some(s);
                     h.score = s;
                 }
-                sort_by_score_desc(&mut hits);
+                let hits = self.order_reranked(query, classification, hits);
                 Stage2 {
                     hits,
                     reranked: true,
@@ -255,7 +299,7 @@ impl Pipeline {
     fn postprocess(&self, hits: Vec<Hit>, top_k: usize) -> Vec<Hit> {
         let mut seen: HashSet<String> = HashSet::new();
         hits.into_iter()
-            .filter(|h| self.options.score_threshold.is_none_or(|t| h.score >= t))
+            .filter(|h| h.protected || self.options.score_threshold.is_none_or(|t| h.score >= t))
             .filter(|h| match self.options.dedup.key_of(&h.document) {
                 Some(key) => seen.insert(key),
                 None => true,
@@ -278,6 +322,7 @@ pub struct PipelineBuilder {
     generator: Option<Arc<dyn Generator>>,
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
+    query: QueryStages,
 }
 
 impl PipelineBuilder {
@@ -371,12 +416,53 @@ impl PipelineBuilder {
         self
     }
 
+    /// Sets the PII guard (default: every kind). `PiiGuard::disabled()` turns it off.
+    pub fn pii_guard(mut self, guard: PiiGuard) -> Self {
+        self.query.pii = guard;
+        self
+    }
+
+    /// Sets protected reranking for factual queries (default: up to 3 of the top 3 stage-1
+    /// hits). `ProtectPolicy::disabled()` turns it off. It needs a classifier to know which
+    /// queries are factual.
+    pub fn protection(mut self, policy: ProtectPolicy) -> Self {
+        self.query.protection = policy;
+        self
+    }
+
+    /// Sets a semantic cache of responses (needs an embedder).
+    pub fn cache(mut self, cache: SemanticCache<SearchResponse>) -> Self {
+        self.query.cache = Some(Arc::new(cache));
+        self
+    }
+
+    /// Sets a shared semantic cache of responses (needs an embedder).
+    pub fn cache_arc(mut self, cache: Arc<SemanticCache<SearchResponse>>) -> Self {
+        self.query.cache = Some(cache);
+        self
+    }
+
+    /// Turns HyDE on (needs a generator and an embedder; the routes come from the classifier).
+    pub fn hyde(mut self, config: HydeConfig) -> Self {
+        self.query.hyde = Some(config);
+        self
+    }
+
+    /// Turns multi-query expansion on: generated variants (needs a generator) or, with
+    /// `ExpansionConfig::host_variants_only()`, only those given in [`SearchRequest::variants`].
+    pub fn expansion(mut self, config: ExpansionConfig) -> Self {
+        self.query.expansion = Some(config);
+        self
+    }
+
     /// Checks the configuration and builds the pipeline.
     pub fn build(self) -> Result<Pipeline> {
         let retriever = self.retriever.ok_or_else(|| {
             Error::Config("a pipeline needs a retriever: call .retriever(...)".into())
         })?;
         self.options.validate()?;
+        self.query
+            .validate(self.generator.is_some(), self.embedder.is_some())?;
         Ok(Pipeline {
             retriever,
             reranker: self.reranker,
@@ -384,6 +470,7 @@ impl PipelineBuilder {
             generator: self.generator,
             embedder: self.embedder,
             options: self.options,
+            query: self.query,
         })
     }
 }
