@@ -11,9 +11,10 @@
 
 mod answer;
 mod beir;
-mod generate;
 mod classify;
 mod score;
+mod embed;
+mod generate;
 mod search;
 
 use std::process::ExitCode;
@@ -40,6 +41,8 @@ enum Command {
     Answer(answer::Args),
     /// Evaluate retrieval on a BEIR-layout collection.
     Beir(beir::Args),
+    /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line.
+    Embed(embed::Args),
     /// Run the Qwen3 chat model on one prompt and print the new token ids.
     Generate(generate::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Answer(args) => answer::run(args),
         Command::Beir(args) => beir::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Search(args) => search::run(args),
         Command::Classify(args) => classify::run(args),

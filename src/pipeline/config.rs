@@ -204,10 +204,11 @@ fn build_dense(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> 
 }
 
 #[cfg(feature = "models")]
-fn build_dense(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    Err(Error::Config(
-        "dense retrieval from a config is not available in this build".into(),
-    ))
+fn build_dense(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
+    let embedder = crate::embed::BertEmbedder::from_dir(model)?;
+    let index = crate::DenseIndex::new(std::sync::Arc::new(embedder));
+    index.add(docs.to_vec())?;
+    Ok(Box::new(index))
 }
 
 fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
@@ -216,8 +217,17 @@ fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
         RerankerConfig::CrossEncoder { model } => {
             Ok(Box::new(crate::rerank::CrossEncoder::from_dir(model)?))
         }
+        #[cfg(feature = "models")]
+        RerankerConfig::Embedding { model } => {
+            let embedder = crate::embed::BertEmbedder::from_dir(model)?;
+            Ok(Box::new(crate::rerank::EmbeddingReranker::new(
+                std::sync::Arc::new(embedder),
+            )))
+        }
         _ => Err(Error::Config(
-            "model-backed rerankers need the `models` feature of rerank".into(),
+            "this reranker is not available in this build (model-backed rerankers need the \
+             `models` feature of rerank)"
+                .into(),
         )),
     }
 }

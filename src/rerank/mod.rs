@@ -1,9 +1,11 @@
 //! Stage 2 (precision): the [`Reranker`] trait and its implementations.
 
+mod embedding;
 mod protect;
 
 use std::sync::Arc;
 
+pub use embedding::EmbeddingReranker;
 pub use protect::ProtectPolicy;
 
 use crate::Result;
