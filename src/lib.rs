@@ -52,8 +52,10 @@ pub use embed::Embedder;
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationRequest, Generator, Message, Role};
 pub use pipeline::{Pipeline, PipelineBuilder, SearchResponse};
-pub use query::PiiKind;
-pub use rerank::{RerankQuery, RerankScores, Reranker};
+pub use query::{PiiKind, TwoPhaseMode};
+#[cfg(feature = "models")]
+pub use rerank::Qwen3Reranker;
+pub use rerank::{FallbackReranker, RerankQuery, RerankScores, Reranker};
 pub use retrieve::{
     Analyzer, Bm25Index, Bm25Params, DenseIndex, EnglishAnalyzer, Fusion, Hybrid, Retriever,
     SearchQuery,

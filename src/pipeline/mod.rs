@@ -13,6 +13,7 @@ pub use options::{DedupKey, Filter, SearchOptions};
 pub use response::{SearchResponse, Timings};
 
 use crate::document::sort_by_score_desc;
+use crate::query::two_phase::{self, TwoPhaseMode};
 use crate::{
     Classification, Embedder, Error, Generator, Hit, QueryClassifier, RerankQuery, Reranker,
     Result, Retriever, SearchQuery,
@@ -68,6 +69,7 @@ pub struct Pipeline {
     generator: Option<Arc<dyn Generator>>,
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
+    two_phase: Option<TwoPhaseMode>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -79,6 +81,7 @@ impl std::fmt::Debug for Pipeline {
             .field("generator", &self.generator.as_ref().map(|g| g.name()))
             .field("embedder", &self.embedder.is_some())
             .field("options", &self.options)
+            .field("two_phase", &self.two_phase)
             .finish()
     }
 }
@@ -119,7 +122,8 @@ impl Pipeline {
 
     /// Searches with per-call overrides.
     ///
-    /// Steps: classify (when a classifier is set); stage 1 fetches
+    /// Steps: split a two-phase query (when [`PipelineBuilder::two_phase`] is on); classify
+    /// (when a classifier is set); stage 1 fetches
     /// [`SearchOptions::candidates_for`]`(top_k)` candidates and numbers them (stage-1 rank);
     /// metadata filters drop candidates (before reranking, so no model time is spent on them);
     /// stage 2 reranks when a reranker is set and more than `top_k` candidates remain, falling
@@ -135,6 +139,9 @@ impl Pipeline {
             return Err(Error::InvalidInput("top_k must be at least 1".into()));
         }
         let mut timings = Timings::default();
+        // Two-phase queries: the [SEARCH] phrase drives recall, the [TASK] context (and any
+        // [INSTRUCT]) drives the reranker; otherwise the query drives both.
+        let plan = two_phase::plan(query, self.two_phase, request.instruction.as_deref())?;
 
         let classification = self.classifier.as_ref().map(|c| {
             let t = Instant::now();
@@ -147,7 +154,7 @@ impl Pipeline {
         let n_candidates = self.options.candidates_for(top_k);
         let mut hits = self
             .retriever
-            .retrieve(&SearchQuery::new(query), n_candidates)?;
+            .retrieve(&SearchQuery::new(&plan.recall), n_candidates)?;
         hits.truncate(n_candidates);
         for (i, h) in hits.iter_mut().enumerate() {
             h.stage1_rank = i + 1;
@@ -165,8 +172,7 @@ impl Pipeline {
         hits.retain(|h| filters.iter().all(|f| f.matches(&h.document)));
 
         let stage2 = self.rerank_stage(
-            query,
-            request,
+            plan.rerank,
             hits,
             top_k,
             classification.as_ref(),
@@ -193,8 +199,7 @@ impl Pipeline {
 
     fn rerank_stage(
         &self,
-        query: &str,
-        request: &SearchRequest,
+        rq: RerankQuery,
         hits: Vec<Hit>,
         top_k: usize,
         _classification: Option<&Classification>,
@@ -213,10 +218,6 @@ impl Pipeline {
             return stage1(hits, None);
         }
         let t = Instant::now();
-        let rq = RerankQuery {
-            text: query.to_string(),
-            instruction: request.instruction.clone(),
-        };
         let texts: Vec<String> = hits.iter().map(|h| h.document.full_text()).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let result = reranker.score_detailed(&rq, &refs).and_then(|out| {
@@ -278,6 +279,7 @@ pub struct PipelineBuilder {
     generator: Option<Arc<dyn Generator>>,
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
+    two_phase: Option<TwoPhaseMode>,
 }
 
 impl PipelineBuilder {
@@ -371,6 +373,13 @@ impl PipelineBuilder {
         self
     }
 
+    /// Accepts two-phase queries (`[SEARCH] ... [TASK] ... [INSTRUCT] ...`), strictly or
+    /// leniently (default: off, the query drives both stages); see [`crate::query::two_phase`].
+    pub fn two_phase(mut self, mode: TwoPhaseMode) -> Self {
+        self.two_phase = Some(mode);
+        self
+    }
+
     /// Checks the configuration and builds the pipeline.
     pub fn build(self) -> Result<Pipeline> {
         let retriever = self.retriever.ok_or_else(|| {
@@ -384,6 +393,7 @@ impl PipelineBuilder {
             generator: self.generator,
             embedder: self.embedder,
             options: self.options,
+            two_phase: self.two_phase,
         })
     }
 }

@@ -4,6 +4,13 @@ use std::sync::Arc;
 
 use crate::Result;
 
+pub mod fallback;
+pub mod qwen3;
+
+pub use fallback::FallbackReranker;
+#[cfg(feature = "models")]
+pub use qwen3::Qwen3Reranker;
+
 /// What a reranker scores documents against.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RerankQuery {
