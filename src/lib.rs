@@ -60,3 +60,8 @@ pub use retrieve::{
     Analyzer, Bm25Index, Bm25Params, DenseIndex, EnglishAnalyzer, Fusion, Hybrid, Retriever,
     SearchQuery,
 };
+
+/// The README's code examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

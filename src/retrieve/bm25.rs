@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::{Analyzer, EnglishAnalyzer, Retriever, SearchQuery};
@@ -84,11 +85,15 @@ impl Inner {
         let slot = self.docs.len() as u32;
         let mut tf: HashMap<u32, u32> = HashMap::new();
         for term in terms.iter() {
-            let next = self.vocab.len() as u32;
-            let id = *self.vocab.entry(term.clone()).or_insert(next);
-            if id == next {
-                self.postings.push(Vec::new());
-            }
+            let id = match self.vocab.get(term.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = self.vocab.len() as u32;
+                    self.vocab.insert(term.clone(), id);
+                    self.postings.push(Vec::new());
+                    id
+                }
+            };
             *tf.entry(id).or_insert(0) += 1;
         }
         let mut distinct: Vec<u32> = tf.keys().copied().collect();
@@ -171,8 +176,9 @@ impl Bm25Index {
 
     /// Adds documents; a document whose id is already indexed replaces the old one.
     pub fn add(&self, docs: impl IntoIterator<Item = Document>) {
+        let docs: Vec<Document> = docs.into_iter().collect();
         let analyzed: Vec<(Document, Vec<String>)> = docs
-            .into_iter()
+            .into_par_iter()
             .map(|d| {
                 let terms = self.analyzer.analyze(&d.full_text());
                 (d, terms)
