@@ -614,7 +614,7 @@ fn weights_without_rows_for_the_tokens_are_refused_clearly() {
         let dir = temp_dir(&format!("vocab{i}"));
         let s = Shape {
             vocab,
-            tied: tied,
+            tied,
             ..base
         };
         let mut w = random_weights(&s, 1);
