@@ -2,9 +2,10 @@
 //!
 //! A batch is *packed*: the token ids of all its prompts are concatenated into one
 //! `(total_tokens, hidden)` matrix, so the projections and the MLP never touch a padding token.
-//! Attention is restricted to each prompt and made causal by candle-nn's variable-length CPU
-//! attention kernel (per-prompt lengths, grouped-query heads). Positions restart at 0 for every
-//! prompt, exactly as for a prompt scored alone. Only each prompt's last token is carried
+//! Attention is restricted to each prompt and causal: matrix products with a causal mask for
+//! prompts up to 2048 tokens, candle-nn's streaming variable-length CPU kernel for longer ones
+//! (both with grouped-query heads). Positions restart at 0 for every prompt, exactly as for a
+//! prompt scored alone. Only each prompt's last token is carried
 //! through the last layer's attention queries, output projection and MLP, and the output head
 //! is the single vector `W[yes] - W[no]`, so the result per prompt is `l_yes - l_no`.
 //!
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::attention::flash_attn_varlen_cpu;
-use candle_nn::ops::rms_norm;
+use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope_thd;
 
 use super::config::Qwen3Config;
@@ -158,7 +159,6 @@ fn map_files(paths: &[PathBuf]) -> Result<MmapedSafetensors> {
 }
 
 /// A linear layer without or with bias, weight stored as `(out, in)`.
-#[derive(Debug)]
 struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
@@ -186,7 +186,6 @@ impl Linear {
 }
 
 /// One decoder layer.
-#[derive(Debug)]
 struct Layer {
     input_norm: Tensor,
     q: Linear,
@@ -230,6 +229,8 @@ struct Packed {
     total: usize,
     /// The longest prompt.
     max_len: usize,
+    /// Per-prompt lengths.
+    lens: Vec<usize>,
     /// `(total, 1, head_dim / 2)` cos and sin at each token's position.
     cos: Tensor,
     sin: Tensor,
@@ -242,7 +243,6 @@ struct Packed {
 }
 
 /// The weights of a Qwen3 causal LM reduced to what yes/no scoring needs.
-#[derive(Debug)]
 pub(crate) struct Qwen3Scorer {
     cfg: Qwen3Config,
     embed: Tensor,
@@ -386,6 +386,7 @@ impl Qwen3Scorer {
         Ok(Packed {
             total,
             max_len,
+            lens: prompts.iter().map(|p| p.len()).collect(),
             cos,
             sin,
             seqlens: Tensor::from_vec(lens, n, dev)?,
@@ -433,29 +434,110 @@ impl Qwen3Scorer {
         let v = l.v.forward(&h)?.reshape((t, nkv, hd))?;
         let q = rope_thd(&q.reshape((t, 1, nh, hd))?, &p.cos, &p.sin)?.reshape((t, nh, hd))?;
         let k = rope_thd(&k.reshape((t, 1, nkv, hd))?, &p.cos, &p.sin)?.reshape((t, nkv, hd))?;
-        let (x, q, seqlens_q, max_q) = if last_layer {
-            (
-                x.index_select(&p.last, 0)?,
-                q.index_select(&p.last, 0)?,
-                &p.ones,
-                1,
-            )
-        } else {
-            (x.clone(), q, &p.seqlens, p.max_len)
-        };
-        let rows = q.dims3()?.0;
         let scale = 1.0 / (hd as f32).sqrt();
-        // Causal attention within each prompt; when a prompt has fewer queries than keys (the
-        // last layer), the queries are aligned to the end, i.e. the last query sees every key.
-        let ctx = flash_attn_varlen_cpu(
-            &q, &k, &v, None, seqlens_q, &p.seqlens, max_q, p.max_len, scale, true, None, None,
-        )?;
+        let (x, ctx) = if last_layer {
+            // One query per prompt (its last token) against all of the prompt's keys: the
+            // kernel aligns the queries to the end of each prompt.
+            let q = q.index_select(&p.last, 0)?;
+            let max_len = p.max_len;
+            let ctx = flash_attn_varlen_cpu(
+                &q, &k, &v, None, &p.ones, &p.seqlens, 1, max_len, scale, true, None, None,
+            )?;
+            (x.index_select(&p.last, 0)?, ctx)
+        } else {
+            (x.clone(), self.causal_attention(&q, &k, &v, p)?)
+        };
+        let rows = ctx.dims3()?.0;
         let x = (x + l.o.forward(&ctx.reshape((rows, nh * hd))?)?)?;
         let h = rms_norm(&x, &l.post_norm, eps)?;
         let act = (candle_nn::ops::silu(&l.gate.forward(&h)?)? * l.up.forward(&h)?)?;
         x + l.down.forward(&act)?
     }
 }
+
+impl Qwen3Scorer {
+    /// Causal attention within each prompt: `(total, heads, head_dim)` in and out.
+    ///
+    /// Prompts of at most [`MATMUL_ATTENTION_MAX_LEN`] tokens use matrix products (the scores,
+    /// `heads x len x len` floats, are materialized), which run at matrix-multiply speed;
+    /// longer prompts use candle-nn's streaming variable-length kernel, whose memory grows
+    /// linearly with the length.
+    fn causal_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        p: &Packed,
+    ) -> candle_core::Result<Tensor> {
+        let hd = self.cfg.head_dim;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut out = Vec::with_capacity(p.lens.len());
+        let mut start = 0;
+        for &len in &p.lens {
+            let (qs, ks, vs) = (
+                q.narrow(0, start, len)?,
+                k.narrow(0, start, len)?,
+                v.narrow(0, start, len)?,
+            );
+            out.push(if len <= MATMUL_ATTENTION_MAX_LEN {
+                self.matmul_attention(&qs, &ks, &vs, scale)?
+            } else {
+                let seqlen = Tensor::from_vec(vec![len as u32], 1, &Device::Cpu)?;
+                flash_attn_varlen_cpu(
+                    &qs, &ks, &vs, None, &seqlen, &seqlen, len, len, scale, true, None, None,
+                )?
+            });
+            start += len;
+        }
+        Tensor::cat(&out, 0)
+    }
+
+    /// Causal grouped-query attention for one prompt with matrix products: the query heads
+    /// that share a key/value head are stacked, so keys and values are never repeated.
+    fn matmul_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        scale: f32,
+    ) -> candle_core::Result<Tensor> {
+        let (nh, nkv, hd) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim,
+        );
+        let g = nh / nkv;
+        let len = q.dims3()?.0;
+        // Query head h uses key/value head h / g, as transformers' repeat_kv does.
+        let q = (q
+            .reshape((len, nkv, g, hd))?
+            .permute((1, 2, 0, 3))?
+            .contiguous()?
+            * scale as f64)?
+            .reshape((nkv, g * len, hd))?;
+        let k_t = k.permute((1, 2, 0))?.contiguous()?;
+        let v = v.transpose(0, 1)?.contiguous()?;
+        let mask: Vec<f32> = (0..len)
+            .flat_map(|i| (0..len).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = Tensor::from_vec(mask, (len, len), &Device::Cpu)?;
+        let scores = q
+            .matmul(&k_t)?
+            .reshape((nkv, g, len, len))?
+            .broadcast_add(&mask)?;
+        let probs = softmax_last_dim(&scores)?.reshape((nkv, g * len, len))?;
+        probs
+            .matmul(&v)?
+            .reshape((nkv, g, len, hd))?
+            .permute((2, 0, 1, 3))?
+            .contiguous()?
+            .reshape((len, nh, hd))
+    }
+}
+
+/// Prompts up to this many tokens use matrix-product attention (see
+/// `Qwen3Scorer::causal_attention`); at this length the scores of a 16-head model take 256 MiB.
+const MATMUL_ATTENTION_MAX_LEN: usize = 2048;
 
 /// RoPE cos/sin tables `(positions, head_dim / 2)`, computed like `transformers` in float32:
 /// `inv_freq = 1 / theta^(2i / d)`, angle `= position * inv_freq` rounded to f32, then cos/sin.

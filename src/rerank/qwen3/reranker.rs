@@ -89,7 +89,6 @@ fn sigmoid(x: f32) -> f32 {
 /// assert!(scores[0] > scores[1]);
 /// # Ok::<(), rerank::Error>(())
 /// ```
-#[derive(Debug)]
 pub struct Qwen3Reranker {
     scorer: Qwen3Scorer,
     encoder: PromptEncoder,
@@ -97,6 +96,23 @@ pub struct Qwen3Reranker {
     instructions: Instructions,
     token_budget: usize,
     pool: Option<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for Qwen3Reranker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qwen3Reranker")
+            .field("config", self.config())
+            .field("yes_id", &self.yes_id())
+            .field("no_id", &self.no_id())
+            .field("max_length", &self.scorer.max_positions())
+            .field("token_budget", &self.token_budget)
+            .field(
+                "threads",
+                &self.pool.as_ref().map(|p| p.current_num_threads()),
+            )
+            .field("default_instruction", &self.default_instruction)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Qwen3Reranker {

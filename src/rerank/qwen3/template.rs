@@ -43,7 +43,6 @@ mod encoder {
     use crate::{Error, Result};
 
     /// Tokenizes prompts the way the model card does.
-    #[derive(Debug)]
     pub(crate) struct PromptEncoder {
         tokenizer: Tokenizer,
         prefix: Vec<u32>,
