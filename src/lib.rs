@@ -56,8 +56,10 @@ pub use embed::Embedder;
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationRequest, Generator, Message, Role};
 pub use pipeline::{Pipeline, PipelineBuilder, SearchResponse};
-pub use query::{PiiGuard, PiiKind, SemanticCache};
-pub use rerank::{ProtectPolicy, RerankQuery, RerankScores, Reranker};
+pub use query::{PiiGuard, PiiKind, SemanticCache, TwoPhaseMode};
+#[cfg(feature = "models")]
+pub use rerank::Qwen3Reranker;
+pub use rerank::{FallbackReranker, ProtectPolicy, RerankQuery, RerankScores, Reranker};
 pub use retrieve::{
     Analyzer, Bm25Index, Bm25Params, DenseIndex, EnglishAnalyzer, Fusion, Hybrid, Retriever,
     SearchQuery,

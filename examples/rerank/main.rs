@@ -12,9 +12,9 @@
 mod answer;
 mod beir;
 mod classify;
-mod score;
 mod embed;
 mod generate;
+mod score;
 mod search;
 
 use std::process::ExitCode;

@@ -16,6 +16,7 @@ pub use response::{SearchResponse, Timings};
 
 use query_stages::QueryStages;
 
+use crate::query::two_phase::{self, TwoPhaseMode};
 use crate::query::{ExpansionConfig, HydeConfig, PiiGuard, SemanticCache};
 use crate::{
     Classification, Embedder, Error, Generator, Hit, ProtectPolicy, QueryClassifier, RerankQuery,
@@ -82,6 +83,7 @@ pub struct Pipeline {
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
     query: QueryStages,
+    two_phase: Option<TwoPhaseMode>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -94,6 +96,7 @@ impl std::fmt::Debug for Pipeline {
             .field("embedder", &self.embedder.is_some())
             .field("options", &self.options)
             .field("query", &self.query)
+            .field("two_phase", &self.two_phase)
             .finish()
     }
 }
@@ -139,7 +142,7 @@ impl Pipeline {
 
     /// Searches with per-call overrides.
     ///
-    /// Steps: the PII guard refuses a query (or variant) holding personal data with
+    /// Steps: split a two-phase query (when [`PipelineBuilder::two_phase`] is on); the PII guard refuses a query (or variant) holding personal data with
     /// [`Error::PiiRefused`] before anything else runs; classify (when a classifier is set);
     /// the semantic cache answers when it holds a close enough query (when a cache is set);
     /// stage 1 fetches [`SearchOptions::candidates_for`]`(top_k)` candidates (with HyDE and
@@ -160,6 +163,9 @@ impl Pipeline {
             return Err(Error::InvalidInput("top_k must be at least 1".into()));
         }
         let mut timings = Timings::default();
+        // Two-phase queries: the [SEARCH] phrase drives recall, the [TASK] context (and any
+        // [INSTRUCT]) drives the reranker; otherwise the query drives both.
+        let plan = two_phase::plan(query, self.two_phase, request.instruction.as_deref())?;
 
         let classification = self.classifier.as_ref().map(|c| {
             let t = Instant::now();
@@ -181,7 +187,7 @@ impl Pipeline {
 
         let n_candidates = self.options.candidates_for(top_k);
         let recall = self.recall(
-            query,
+            &plan.recall,
             request,
             classification.as_ref(),
             n_candidates,
@@ -204,8 +210,7 @@ impl Pipeline {
         hits.retain(|h| filters.iter().all(|f| f.matches(&h.document)));
 
         let stage2 = self.rerank_stage(
-            query,
-            request,
+            plan.rerank,
             hits,
             top_k,
             classification.as_ref(),
@@ -237,8 +242,7 @@ impl Pipeline {
 
     fn rerank_stage(
         &self,
-        query: &str,
-        request: &SearchRequest,
+        rq: RerankQuery,
         hits: Vec<Hit>,
         top_k: usize,
         classification: Option<&Classification>,
@@ -257,10 +261,6 @@ impl Pipeline {
             return stage1(hits, None);
         }
         let t = Instant::now();
-        let rq = RerankQuery {
-            text: query.to_string(),
-            instruction: request.instruction.clone(),
-        };
         let texts: Vec<String> = hits.iter().map(|h| h.document.full_text()).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let result = reranker.score_detailed(&rq, &refs).and_then(|out| {
@@ -283,7 +283,7 @@ impl Pipeline {
                     h.rerank_score = Some(s);
                     h.score = s;
                 }
-                let hits = self.order_reranked(query, classification, hits);
+                let hits = self.order_reranked(&rq.text, classification, hits);
                 Stage2 {
                     hits,
                     reranked: true,
@@ -323,6 +323,7 @@ pub struct PipelineBuilder {
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
     query: QueryStages,
+    two_phase: Option<TwoPhaseMode>,
 }
 
 impl PipelineBuilder {
@@ -455,6 +456,13 @@ impl PipelineBuilder {
         self
     }
 
+    /// Accepts two-phase queries (`[SEARCH] ... [TASK] ... [INSTRUCT] ...`), strictly or
+    /// leniently (default: off, the query drives both stages); see [`crate::query::two_phase`].
+    pub fn two_phase(mut self, mode: TwoPhaseMode) -> Self {
+        self.two_phase = Some(mode);
+        self
+    }
+
     /// Checks the configuration and builds the pipeline.
     pub fn build(self) -> Result<Pipeline> {
         let retriever = self.retriever.ok_or_else(|| {
@@ -471,6 +479,7 @@ impl PipelineBuilder {
             embedder: self.embedder,
             options: self.options,
             query: self.query,
+            two_phase: self.two_phase,
         })
     }
 }

@@ -6,6 +6,7 @@ mod expand;
 mod hyde;
 mod pii;
 mod pii_kind;
+pub mod two_phase;
 
 pub use cache::{
     may_share_answer, CacheConfig, CacheEntry, CacheStats, CacheStore, Clock, InsertOptions,
@@ -15,3 +16,4 @@ pub use expand::{clean_variants, generate_variants, retrieve_expanded, Expansion
 pub use hyde::{hyde_embedding, hypothetical_document, HydeConfig};
 pub use pii::{luhn_valid, PiiGuard};
 pub use pii_kind::PiiKind;
+pub use two_phase::{QueryPlan, TwoPhaseMode, TwoPhaseQuery};

@@ -17,6 +17,12 @@ pub use cross_encoder::{
     Activation, CrossEncoder, CrossEncoderBuilder, PairScore, DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TOKENS,
 };
+pub mod fallback;
+pub mod qwen3;
+
+pub use fallback::FallbackReranker;
+#[cfg(feature = "models")]
+pub use qwen3::Qwen3Reranker;
 
 /// What a reranker scores documents against.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,0 +1,148 @@
+//! Qwen3-Reranker throughput: 20 documents of ~300 tokens against one query, with a model of
+//! the Qwen3-Reranker-0.6B shape (28 layers, hidden 1024, 16/8 heads, head_dim 128, ffn 3072).
+//!
+//! The model comes from `scripts/make_qwen3_bench_model.py` (random weights, ~2.4 GB, written to
+//! `models/qwen3-0.6b-shape/`, or the directory in `RERANK_QWEN3_BENCH_MODEL`); the bench skips
+//! when it is absent. Threads: `RERANK_BENCH_THREADS` (default: all cores); set
+//! `RAYON_NUM_THREADS` to the same value so the matrix products split the work the same way.
+//!
+//! ```text
+//! cargo bench --bench qwen3                       # criterion (10 samples)
+//! RERANK_BENCH_JSON=1 cargo bench --bench qwen3   # a few timed runs, one JSON line
+//! ```
+//! `scripts/bench_qwen3_vs_transformers.py` runs the JSON mode next to transformers.
+
+#[cfg(feature = "models")]
+mod bench {
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    use criterion::{Criterion, Throughput};
+    use rerank::rerank::qwen3::Qwen3Reranker;
+    use rerank::RerankQuery;
+
+    /// The same recipe as `scripts/bench_qwen3_vs_transformers.py`.
+    const WORDS: &str = "the server process memory leak grows slowly over days until the kernel \
+        kills it because allocations in a cache are never released and references keep objects \
+        alive while background threads retain buffers connection pools hold sockets logs show \
+        garbage collection pauses heap profiles reveal fragmentation after deployments restart \
+        workers periodically";
+    const QUERY: &str = "What causes memory leaks in long-running server processes?";
+    const N_DOCS: usize = 20;
+    const N_WORDS: usize = 300;
+
+    /// Document `i`: 300 words (about 300 tokens) picked from `WORDS` by a fixed rule.
+    fn document(i: usize) -> String {
+        let words: Vec<&str> = WORDS.split_whitespace().collect();
+        let n = words.len();
+        let picked: Vec<&str> = (0..N_WORDS)
+            .map(|j| words[(i * 7 + j * 13 + (j * j) % 5) % n])
+            .collect();
+        format!("{}.", picked.join(" "))
+    }
+
+    fn env_usize(name: &str) -> Option<usize> {
+        std::env::var(name).ok().and_then(|v| v.parse().ok())
+    }
+
+    pub fn main() {
+        let dir = std::env::var("RERANK_QWEN3_BENCH_MODEL")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                PathBuf::from(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/models/qwen3-0.6b-shape"
+                ))
+            });
+        if !dir.join("model.safetensors").is_file() {
+            eprintln!(
+                "skipping: no model in {} (run scripts/make_qwen3_bench_model.py)",
+                dir.display()
+            );
+            return;
+        }
+        let threads = env_usize("RERANK_BENCH_THREADS")
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let t = Instant::now();
+        let reranker = match Qwen3Reranker::builder(&dir).threads(threads).build() {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("cannot load {}: {e}", dir.display());
+                std::process::exit(1);
+            }
+        };
+        let load_s = t.elapsed().as_secs_f64();
+        let docs: Vec<String> = (0..N_DOCS).map(document).collect();
+        let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let query = RerankQuery::new(QUERY);
+        let tokens: usize = refs
+            .iter()
+            .map(|d| reranker.encode(None, QUERY, d).map_or(0, |ids| ids.len()))
+            .sum();
+        let doc_tokens: Vec<usize> = refs
+            .iter()
+            .map(|d| {
+                reranker.encode(None, QUERY, d).map_or(0, |ids| ids.len())
+                    - reranker.encode(None, QUERY, "").map_or(0, |ids| ids.len())
+            })
+            .collect();
+        let score = || {
+            reranker
+                .score_with_logits(&query, &refs)
+                .expect("scoring the bench documents")
+        };
+
+        if std::env::var("RERANK_BENCH_JSON").is_ok() {
+            let repeats = env_usize("RERANK_BENCH_REPEATS").unwrap_or(3).max(1);
+            let first = score();
+            let mut seconds = Vec::new();
+            for _ in 0..repeats {
+                let t = Instant::now();
+                std::hint::black_box(score());
+                seconds.push(t.elapsed().as_secs_f64());
+            }
+            let mut sorted = seconds.clone();
+            sorted.sort_by(f64::total_cmp);
+            let median = sorted[sorted.len() / 2];
+            let logits: Vec<f32> = first.iter().map(|s| s.logit).collect();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "impl": "rerank (candle)",
+                    "threads": threads,
+                    "docs": N_DOCS,
+                    "prompt_tokens": tokens,
+                    "doc_tokens_min": doc_tokens.iter().min(),
+                    "doc_tokens_max": doc_tokens.iter().max(),
+                    "load_s": load_s,
+                    "seconds": seconds,
+                    "median_s": median,
+                    "tokens_per_s": tokens as f64 / median,
+                    "logits": logits,
+                })
+            );
+            return;
+        }
+
+        let mut c = Criterion::default()
+            .sample_size(10)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(60))
+            .configure_from_args();
+        let mut group = c.benchmark_group("qwen3_reranker_0.6b_shape");
+        group.throughput(Throughput::Elements(tokens as u64));
+        group.bench_function(
+            format!("score_{N_DOCS}_docs_x300_tokens_{threads}_threads"),
+            |b| b.iter(|| std::hint::black_box(score())),
+        );
+        group.finish();
+        c.final_summary();
+    }
+}
+
+fn main() {
+    #[cfg(feature = "models")]
+    bench::main();
+    #[cfg(not(feature = "models"))]
+    eprintln!("the qwen3 bench needs the `models` feature");
+}
