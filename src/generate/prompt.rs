@@ -302,7 +302,7 @@ impl PromptBuilder {
                     && text[i + c.len_utf8()..]
                         .chars()
                         .next()
-                        .map_or(true, char::is_whitespace)
+                        .is_none_or(char::is_whitespace)
             })
             .map(|(i, c)| i + c.len_utf8())
             .collect();

@@ -234,7 +234,7 @@ pub fn split_sentences(text: &str) -> Vec<String> {
             ']' => {
                 depth = depth.saturating_sub(1);
                 // A bracket group standing alone ("[Source: a.pdf]") is a piece of its own.
-                let next_is_space = chars.get(i + 1).map_or(true, |&(_, n)| n.is_whitespace());
+                let next_is_space = chars.get(i + 1).is_none_or(|&(_, n)| n.is_whitespace());
                 if depth == 0 && leading_group && next_is_space {
                     let end = pos + 1;
                     push(start, end, &mut out);

@@ -81,7 +81,7 @@ impl Pipeline {
         let hits: Vec<_> = response
             .hits
             .into_iter()
-            .filter(|h| options.relevance_threshold().map_or(true, |m| h.score >= m))
+            .filter(|h| options.relevance_threshold().is_none_or(|m| h.score >= m))
             .collect();
 
         let mut answer = Answer::bare(request.query.clone(), NOT_ENOUGH_INFORMATION);
