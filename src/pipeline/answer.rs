@@ -61,6 +61,8 @@ impl Pipeline {
         if query.is_empty() {
             return Err(Error::InvalidInput("the query is empty".into()));
         }
+        // Personal data is refused before anything else, chitchat included.
+        self.guard(request)?;
 
         let t = Instant::now();
         let classification = self.classifier.as_ref().map(|c| c.classify(query));
