@@ -41,21 +41,25 @@ pub mod embed;
 mod error;
 pub mod eval;
 pub mod generate;
+#[cfg(feature = "models")]
+pub mod models;
 pub mod pipeline;
 pub mod query;
 pub mod rerank;
 pub mod retrieve;
 
-pub use classify::{Classification, Intent, QueryClassifier, QueryKind, Route, TaskType};
+pub use classify::{
+    Classification, Intent, QueryClassifier, QueryKind, Route, RuleClassifier, TaskType,
+};
 pub use document::{sort_by_score_desc, Document, Hit, Metadata};
 pub use embed::Embedder;
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationRequest, Generator, Message, Role};
 pub use pipeline::{Pipeline, PipelineBuilder, SearchResponse};
-pub use query::{PiiKind, TwoPhaseMode};
+pub use query::{PiiGuard, PiiKind, SemanticCache, TwoPhaseMode};
 #[cfg(feature = "models")]
 pub use rerank::Qwen3Reranker;
-pub use rerank::{FallbackReranker, RerankQuery, RerankScores, Reranker};
+pub use rerank::{FallbackReranker, ProtectPolicy, RerankQuery, RerankScores, Reranker};
 pub use retrieve::{
     Analyzer, Bm25Index, Bm25Params, DenseIndex, EnglishAnalyzer, Fusion, Hybrid, Retriever,
     SearchQuery,

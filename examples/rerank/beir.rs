@@ -3,7 +3,13 @@
 //! ```text
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 [--k1 F] [--b F] \
 //!     [--split test] [--depth 1000] --json
+//! cargo run --release --example rerank -- beir --data DIR --retriever dense|hybrid \
+//!     --model models/all-MiniLM-L6-v2 [--rrf-k 60] [--threads N] --json
 //! ```
+//! `dense` embeds the corpus (`title + " " + text`) and the queries with the BERT bi-encoder in
+//! `--model` and ranks by cosine; `hybrid` fuses BM25 and dense by reciprocal rank
+//! (`1 / (rrf_k + rank)`, equal weights), each list `--depth` deep. Embedding the corpus counts
+//! in `index_seconds`, embedding the queries in `search_seconds`.
 //! Loads the collection, builds the stage-1 retriever (timed as `index_seconds`), runs every
 //! judged query in parallel down to `--depth` (timed as `search_seconds`) and evaluates the run
 //! with trec_eval conventions. `seconds` = index + search; loading the files is not counted.
@@ -14,11 +20,14 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
 use rerank::eval::{trec_order, BeirDataset, BeirQuery, Evaluation, Evaluator, Run};
-use rerank::{Bm25Index, Bm25Params, Document, Retriever, SearchQuery};
+use rerank::{
+    Bm25Index, Bm25Params, DenseIndex, Document, Embedder, Fusion, Hybrid, Retriever, SearchQuery,
+};
 
 use crate::CliResult;
 
@@ -40,9 +49,18 @@ pub struct Args {
     /// The collection folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).
     #[arg(long)]
     data: PathBuf,
-    /// Stage-1 retriever: bm25.
+    /// Stage-1 retriever: bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
     #[arg(long, default_value = "bm25")]
     retriever: RetrieverKind,
+    /// The embedding model directory for dense and hybrid (e.g. models/all-MiniLM-L6-v2).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// RRF damping constant for hybrid.
+    #[arg(long, default_value_t = 60.0)]
+    rrf_k: f32,
+    /// Threads for the embedding model (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
     /// BM25 term-frequency saturation.
     #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     k1: f64,
@@ -68,6 +86,10 @@ pub struct Args {
 pub enum RetrieverKind {
     /// In-memory BM25 with the default English analyzer.
     Bm25,
+    /// Exact cosine over BERT embeddings.
+    Dense,
+    /// Reciprocal rank fusion of BM25 and dense.
+    Hybrid,
 }
 
 impl FromStr for RetrieverKind {
@@ -76,7 +98,11 @@ impl FromStr for RetrieverKind {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "bm25" => Ok(RetrieverKind::Bm25),
-            other => Err(format!("unknown retriever {other:?} (available: bm25)")),
+            "dense" => Ok(RetrieverKind::Dense),
+            "hybrid" => Ok(RetrieverKind::Hybrid),
+            other => Err(format!(
+                "unknown retriever {other:?} (available: bm25, dense, hybrid)"
+            )),
         }
     }
 }
@@ -85,30 +111,120 @@ impl fmt::Display for RetrieverKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             RetrieverKind::Bm25 => "bm25",
+            RetrieverKind::Dense => "dense",
+            RetrieverKind::Hybrid => "hybrid",
         })
     }
 }
 
+/// The stage-1 retriever chosen by `args`, and the embedder for its queries (dense, hybrid).
+struct Stage1 {
+    retriever: Box<dyn Retriever>,
+    embedder: Option<Arc<dyn Embedder>>,
+}
+
+fn build_bm25(args: &Args, corpus: Vec<Document>) -> CliResult<Bm25Index> {
+    let index = Bm25Index::with_params(Bm25Params {
+        k1: args.k1 as f32,
+        b: args.b as f32,
+    })?;
+    index.add(corpus);
+    Ok(index)
+}
+
 /// Builds and fills the stage-1 retriever chosen by `args`.
-fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Box<dyn Retriever>> {
+fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Stage1> {
     match args.retriever {
-        RetrieverKind::Bm25 => {
-            let index = Bm25Index::with_params(Bm25Params {
-                k1: args.k1 as f32,
-                b: args.b as f32,
-            })?;
-            index.add(corpus);
-            Ok(Box::new(index))
+        RetrieverKind::Bm25 => Ok(Stage1 {
+            retriever: Box::new(build_bm25(args, corpus)?),
+            embedder: None,
+        }),
+        RetrieverKind::Dense => {
+            let embedder = load_embedder(args)?;
+            let dense = build_dense(embedder.clone(), corpus)?;
+            Ok(Stage1 {
+                retriever: Box::new(dense),
+                embedder: Some(embedder),
+            })
+        }
+        RetrieverKind::Hybrid => {
+            if !(args.rrf_k.is_finite() && args.rrf_k > 0.0) {
+                return Err(format!("--rrf-k must be > 0, got {}", args.rrf_k).into());
+            }
+            let embedder = load_embedder(args)?;
+            let dense = build_dense(embedder.clone(), corpus.clone())?;
+            let bm25 = build_bm25(args, corpus)?;
+            let hybrid = Hybrid::new(Fusion::Rrf { k: args.rrf_k })
+                .with(bm25, 1.0)
+                .with(dense, 1.0)
+                .depth(args.depth);
+            Ok(Stage1 {
+                retriever: Box::new(hybrid),
+                embedder: Some(embedder),
+            })
         }
     }
 }
 
+/// Embeds the whole corpus in one call (so the embedder can batch by length), then indexes it.
+fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<DenseIndex> {
+    let texts: Vec<String> = corpus.iter().map(Document::full_text).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let embeddings = embedder.embed(&refs)?;
+    Ok(DenseIndex::from_embeddings(embedder, corpus, embeddings)?)
+}
+
+#[cfg(feature = "models")]
+fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
+    let Some(model) = &args.model else {
+        return Err(format!("--retriever {} needs --model DIR", args.retriever).into());
+    };
+    let mut builder = rerank::embed::BertEmbedder::builder(model);
+    if let Some(n) = args.threads {
+        builder = builder.threads(n);
+    }
+    Ok(Arc::new(builder.build()?))
+}
+
+#[cfg(not(feature = "models"))]
+fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
+    Err(format!(
+        "--retriever {} needs the `models` feature of rerank",
+        args.retriever
+    )
+    .into())
+}
+
+/// The queries to run: text, plus the query embedding when the retriever is dense or hybrid
+/// (all queries embedded in one call).
+fn search_queries(
+    queries: &[&BeirQuery],
+    embedder: Option<&Arc<dyn Embedder>>,
+) -> CliResult<Vec<SearchQuery>> {
+    let plain = queries.iter().map(|q| SearchQuery::new(q.text.as_str()));
+    let Some(embedder) = embedder else {
+        return Ok(plain.collect());
+    };
+    let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
+    let embeddings = embedder.embed(&texts)?;
+    Ok(plain
+        .zip(embeddings.rows())
+        .map(|(q, e)| q.with_embedding(e.to_vec()))
+        .collect())
+}
+
 /// Runs every query through `retriever` (in parallel) and collects the run.
-fn run_queries(retriever: &dyn Retriever, queries: &[&BeirQuery], depth: usize) -> CliResult<Run> {
+fn run_queries(
+    retriever: &dyn Retriever,
+    queries: &[&BeirQuery],
+    search: &[SearchQuery],
+    depth: usize,
+) -> CliResult<Run> {
     let results: Vec<(String, Vec<(String, f64)>)> = queries
         .par_iter()
-        .map(|q| {
-            let hits = retriever.retrieve(&SearchQuery::new(q.text.as_str()), depth)?;
+        .zip(search)
+        .map(|(q, search)| {
+            let hits = retriever.retrieve(search, depth)?;
             let scored = hits
                 .iter()
                 .map(|h| (h.id().to_string(), f64::from(h.score)))
@@ -132,14 +248,15 @@ pub fn run(args: Args) -> CliResult {
     }
 
     let t = Instant::now();
-    let retriever = build_retriever(&args, std::mem::take(&mut data.corpus))?;
+    let stage1 = build_retriever(&args, std::mem::take(&mut data.corpus))?;
     let index_seconds = t.elapsed().as_secs_f64();
 
     // the loader guarantees that every judged query has a text
     let queries = data.judged_queries();
 
     let t = Instant::now();
-    let run = run_queries(retriever.as_ref(), &queries, args.depth)?;
+    let search = search_queries(&queries, stage1.embedder.as_ref())?;
+    let run = run_queries(stage1.retriever.as_ref(), &queries, &search, args.depth)?;
     let search_seconds = t.elapsed().as_secs_f64();
 
     if let Some(path) = &args.save_run {
@@ -202,6 +319,8 @@ impl Report<'_> {
             "dataset": dataset,
             "split": self.args.split,
             "retriever": self.args.retriever.to_string(),
+            "model": self.args.model,
+            "rrf_k": (self.args.retriever == RetrieverKind::Hybrid).then_some(self.args.rrf_k),
             "k1": self.args.k1,
             "b": self.args.b,
             "depth": self.args.depth,
@@ -231,6 +350,13 @@ impl Report<'_> {
             self.evaluation.queries(),
             a.depth
         );
+        match (a.retriever, &a.model) {
+            (RetrieverKind::Dense, Some(model)) => println!("  model {}", model.display()),
+            (RetrieverKind::Hybrid, Some(model)) => {
+                println!("  model {} | rrf k {}", model.display(), a.rrf_k)
+            }
+            _ => {}
+        }
         for (name, value) in self.evaluation.means() {
             println!("  {name:<12} {value:.4}");
         }

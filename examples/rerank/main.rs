@@ -3,10 +3,18 @@
 //! ```text
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
+//! cargo run --release --example rerank -- answer --corpus FILE.jsonl --json "question"
+//! cargo run --release --example rerank -- generate --model DIR --prompt "Hi" --greedy --json
+//! cargo run --release --example rerank -- classify --aliases aliases.json --json "Taylor's KTN"
 //! ```
 //! Errors go to stderr with a non-zero exit code.
 
+mod answer;
 mod beir;
+mod classify;
+mod embed;
+mod generate;
+mod score;
 mod search;
 
 use std::process::ExitCode;
@@ -29,17 +37,32 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Answer a question from a JSONL corpus, with citations and a grounding check.
+    Answer(answer::Args),
     /// Evaluate retrieval on a BEIR-layout collection.
     Beir(beir::Args),
+    /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line.
+    Embed(embed::Args),
+    /// Run the Qwen3 chat model on one prompt and print the new token ids.
+    Generate(generate::Args),
     /// Index a JSONL corpus and run one query through the pipeline.
     Search(search::Args),
+    /// Classify a query: kind, intent, route, task type, confidence and signals.
+    Classify(classify::Args),
+    /// Score (query, document) pairs from a JSONL file with a local model.
+    Score(score::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Answer(args) => answer::run(args),
         Command::Beir(args) => beir::run(args),
+        Command::Embed(args) => embed::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::Search(args) => search::run(args),
+        Command::Classify(args) => classify::run(args),
+        Command::Score(args) => score::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

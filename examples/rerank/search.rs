@@ -17,6 +17,9 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// JSON file of known people for the query classifier: {"alias": "Canonical Name", ...}.
+    #[arg(long)]
+    aliases: Option<PathBuf>,
     /// The query.
     query: String,
 }
@@ -25,8 +28,12 @@ pub fn run(args: Args) -> CliResult {
     let docs = Document::read_jsonl(&args.corpus)?;
     let index = Bm25Index::new();
     index.add(docs);
+    // The PII guard (on by default) refuses a query with personal data before retrieval; the
+    // classifier makes factual queries keep their top lexical matches first when reranked.
     let pipeline = Pipeline::builder()
         .retriever(index)
+        .classifier(crate::classify::classifier(args.aliases.as_ref())?)
+        .pii_guard(rerank::PiiGuard::default())
         .top_k(args.top_k)
         .build()?;
     let response = pipeline.search(&args.query)?;
@@ -71,6 +78,7 @@ pub fn response_json(response: &rerank::SearchResponse) -> serde_json::Value {
         "rerank_fallback": response.rerank_fallback,
         "rerank_error": response.rerank_error,
         "classification": response.classification,
+        "cache_hit": response.cache_hit,
         "timings": response.timings,
     })
 }

@@ -1,7 +1,12 @@
 //! Query intelligence: the [`QueryClassifier`] trait and the [`Classification`] it returns.
 
+pub mod lexicon;
+mod rules;
+pub(crate) mod text;
+
 use std::sync::Arc;
 
+pub use rules::{read_aliases, RuleClassifier, RuleClassifierBuilder, RuleConfig};
 use serde::{Deserialize, Serialize};
 
 /// Whether a query looks up a fact or explores a topic.

@@ -1,10 +1,16 @@
-//! Text embeddings: the [`Embedder`] trait.
+//! Text embeddings: the [`Embedder`] trait, and [`BertEmbedder`] with the `models` feature.
+
+#[cfg(feature = "models")]
+mod bert;
 
 use std::sync::Arc;
 
 use ndarray::Array2;
 
 use crate::Result;
+
+#[cfg(feature = "models")]
+pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 
 /// Turns texts into fixed-size vectors, one row per text, in input order.
 pub trait Embedder: Send + Sync {

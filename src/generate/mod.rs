@@ -1,6 +1,39 @@
-//! Answers: the [`Generator`] trait and the request and result it works with.
+//! Answers: the [`Generator`] trait and the request and result it works with; prompt
+//! building with numbered, labelled context; generators ([`Extractive`], `Qwen3Chat` with the
+//! `models` feature, `OpenAiCompatible` with the `http` feature); the grounding check.
+
+mod answer;
+mod citation;
+mod extractive;
+mod grounding;
+#[cfg(feature = "http")]
+mod openai;
+mod prompt;
+#[cfg(feature = "models")]
+mod qwen3_chat;
+mod text;
 
 use std::sync::Arc;
+
+pub use answer::{
+    canned_chitchat_reply, distinct_citations, is_not_enough_information, strip_thinking, Answer,
+    AnswerFlags, AnswerOptions, AnswerTimings, ChitchatMode, CHITCHAT_SYSTEM_PROMPT,
+};
+pub use citation::Citation;
+pub use extractive::Extractive;
+pub use grounding::{
+    EmbeddingSupport, GroundingChecker, GroundingReport, LexicalSupport, RerankerSupport,
+    SentenceCheck, SentenceStatus, SupportScorer, DEFAULT_META_PREFIXES,
+};
+#[cfg(feature = "http")]
+pub use openai::{OpenAiCompatible, OpenAiCompatibleBuilder};
+pub use prompt::{
+    parse_prompt, ApproxTokenCounter, ContextBudget, ContextSource, ParsedBlock, ParsedPrompt,
+    Prompt, PromptBuilder, TokenCounter, NOT_ENOUGH_INFORMATION, SYSTEM_PROMPT,
+};
+#[cfg(feature = "models")]
+pub use qwen3_chat::{DecodeParams, Decoded, Qwen3Chat, Qwen3ChatBuilder};
+pub use text::{content_tokens, split_sentences};
 
 use serde::{Deserialize, Serialize};
 

@@ -204,17 +204,32 @@ fn build_dense(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> 
 }
 
 #[cfg(feature = "models")]
-fn build_dense(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    Err(Error::Config(
-        "dense retrieval from a config is not available in this build".into(),
-    ))
+fn build_dense(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
+    let embedder = crate::embed::BertEmbedder::from_dir(model)?;
+    let index = crate::DenseIndex::new(std::sync::Arc::new(embedder));
+    index.add(docs.to_vec())?;
+    Ok(Box::new(index))
 }
 
 fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
-    let _ = config;
-    Err(Error::Config(
-        "model-backed rerankers need the `models` feature of rerank".into(),
-    ))
+    match config {
+        #[cfg(feature = "models")]
+        RerankerConfig::CrossEncoder { model } => {
+            Ok(Box::new(crate::rerank::CrossEncoder::from_dir(model)?))
+        }
+        #[cfg(feature = "models")]
+        RerankerConfig::Embedding { model } => {
+            let embedder = crate::embed::BertEmbedder::from_dir(model)?;
+            Ok(Box::new(crate::rerank::EmbeddingReranker::new(
+                std::sync::Arc::new(embedder),
+            )))
+        }
+        _ => Err(Error::Config(
+            "this reranker is not available in this build (model-backed rerankers need the \
+             `models` feature of rerank)"
+                .into(),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The [`Pipeline`]: recall, rerank, post-process, with per-stage timings.
 
+mod answer;
 mod config;
 mod options;
+mod query_stages;
 mod response;
 
 use std::collections::HashSet;
@@ -12,11 +14,13 @@ pub use config::{PipelineConfig, RerankerConfig, RetrieverConfig};
 pub use options::{DedupKey, Filter, SearchOptions};
 pub use response::{SearchResponse, Timings};
 
-use crate::document::sort_by_score_desc;
+use query_stages::QueryStages;
+
 use crate::query::two_phase::{self, TwoPhaseMode};
+use crate::query::{ExpansionConfig, HydeConfig, PiiGuard, SemanticCache};
 use crate::{
-    Classification, Embedder, Error, Generator, Hit, QueryClassifier, RerankQuery, Reranker,
-    Result, Retriever, SearchQuery,
+    Classification, Embedder, Error, Generator, Hit, ProtectPolicy, QueryClassifier, RerankQuery,
+    Reranker, Result, Retriever,
 };
 
 /// Per-call overrides for [`Pipeline::search_with`].
@@ -30,6 +34,9 @@ pub struct SearchRequest {
     pub filters: Vec<Filter>,
     /// An instruction for instruction-aware rerankers.
     pub instruction: Option<String>,
+    /// Query variants to retrieve as well, fused with the query's own hits by RRF
+    /// (multi-query expansion); the reranker still judges against the query.
+    pub variants: Vec<String>,
 }
 
 impl SearchRequest {
@@ -58,6 +65,12 @@ impl SearchRequest {
         self.instruction = Some(instruction.into());
         self
     }
+
+    /// Sets query variants for multi-query expansion.
+    pub fn variants<S: Into<String>>(mut self, variants: impl IntoIterator<Item = S>) -> Self {
+        self.variants = variants.into_iter().map(Into::into).collect();
+        self
+    }
 }
 
 /// A two-stage retrieval pipeline. Build it with [`Pipeline::builder`]; it is `Send + Sync`,
@@ -69,6 +82,7 @@ pub struct Pipeline {
     generator: Option<Arc<dyn Generator>>,
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
+    query: QueryStages,
     two_phase: Option<TwoPhaseMode>,
 }
 
@@ -81,6 +95,7 @@ impl std::fmt::Debug for Pipeline {
             .field("generator", &self.generator.as_ref().map(|g| g.name()))
             .field("embedder", &self.embedder.is_some())
             .field("options", &self.options)
+            .field("query", &self.query)
             .field("two_phase", &self.two_phase)
             .finish()
     }
@@ -115,6 +130,11 @@ impl Pipeline {
         self.embedder.as_ref()
     }
 
+    /// The semantic cache, when one is set (to invalidate entries or read its stats).
+    pub fn cache(&self) -> Option<&Arc<SemanticCache<SearchResponse>>> {
+        self.query.cache.as_ref()
+    }
+
     /// Searches with the pipeline's defaults.
     pub fn search(&self, query: &str) -> Result<SearchResponse> {
         self.search_with(&SearchRequest::new(query))
@@ -122,25 +142,29 @@ impl Pipeline {
 
     /// Searches with per-call overrides.
     ///
-    /// Steps: split a two-phase query (when [`PipelineBuilder::two_phase`] is on); classify
-    /// (when a classifier is set); stage 1 fetches
-    /// [`SearchOptions::candidates_for`]`(top_k)` candidates and numbers them (stage-1 rank);
+    /// Steps: the PII guard refuses a query (or variant) holding personal data with
+    /// [`Error::PiiRefused`] before anything else runs; a two-phase query is split (when
+    /// [`PipelineBuilder::two_phase`] is on: the `[SEARCH]` phrase drives recall and lexical
+    /// protection, the `[TASK]` context and `[INSTRUCT]` the reranker); classify (when a classifier is set);
+    /// the semantic cache answers when it holds a close enough query (when a cache is set);
+    /// stage 1 fetches [`SearchOptions::candidates_for`]`(top_k)` candidates (with HyDE and
+    /// query variants when configured) and numbers them (stage-1 rank);
     /// metadata filters drop candidates (before reranking, so no model time is spent on them);
     /// stage 2 reranks when a reranker is set and more than `top_k` candidates remain, falling
-    /// back to stage-1 order if it fails; then threshold, dedup and top-k.
+    /// back to stage-1 order if it fails, and keeps the top lexical matches of factual queries
+    /// first ([`ProtectPolicy`]); then threshold (protected hits are kept), dedup and top-k.
     pub fn search_with(&self, request: &SearchRequest) -> Result<SearchResponse> {
         let start = Instant::now();
         let query = request.query.trim();
         if query.is_empty() {
             return Err(Error::InvalidInput("the query is empty".into()));
         }
+        self.guard(request)?;
         let top_k = request.top_k.unwrap_or(self.options.top_k);
         if top_k == 0 {
             return Err(Error::InvalidInput("top_k must be at least 1".into()));
         }
         let mut timings = Timings::default();
-        // Two-phase queries: the [SEARCH] phrase drives recall, the [TASK] context (and any
-        // [INSTRUCT]) drives the reranker; otherwise the query drives both.
         let plan = two_phase::plan(query, self.two_phase, request.instruction.as_deref())?;
 
         let classification = self.classifier.as_ref().map(|c| {
@@ -150,18 +174,32 @@ impl Pipeline {
             out
         });
 
-        let t = Instant::now();
+        let mut probe = self.cache_probe(query, request, top_k, &mut timings);
+        if let Some(cached) = probe.hit.take() {
+            timings.total_ms = ms(start);
+            return Ok(query_stages::from_cache(
+                cached,
+                request,
+                classification,
+                timings,
+            ));
+        }
+
         let n_candidates = self.options.candidates_for(top_k);
-        let mut hits = self
-            .retriever
-            .retrieve(&SearchQuery::new(&plan.recall), n_candidates)?;
+        let recall = self.recall(
+            &plan.recall,
+            request,
+            classification.as_ref(),
+            n_candidates,
+            &mut timings,
+        )?;
+        let mut hits = recall.hits;
         hits.truncate(n_candidates);
         for (i, h) in hits.iter_mut().enumerate() {
             h.stage1_rank = i + 1;
             h.stage1_score = h.score;
         }
         let candidates = hits.len();
-        timings.retrieve_ms = ms(t);
 
         let filters: Vec<&Filter> = self
             .options
@@ -172,6 +210,7 @@ impl Pipeline {
         hits.retain(|h| filters.iter().all(|f| f.matches(&h.document)));
 
         let stage2 = self.rerank_stage(
+            &plan.recall,
             plan.rerank,
             hits,
             top_k,
@@ -184,7 +223,7 @@ impl Pipeline {
         timings.postprocess_ms = ms(t);
         timings.total_ms = ms(start);
 
-        Ok(SearchResponse {
+        let response = SearchResponse {
             query: request.query.clone(),
             hits,
             candidates,
@@ -194,15 +233,21 @@ impl Pipeline {
             rerank_error: stage2.error,
             classification,
             timings,
-        })
+            cache_hit: false,
+            hyde: recall.hyde,
+            variants: recall.variants,
+        };
+        self.cache_store(probe, query, &response);
+        Ok(response)
     }
 
     fn rerank_stage(
         &self,
+        query: &str,
         rq: RerankQuery,
         hits: Vec<Hit>,
         top_k: usize,
-        _classification: Option<&Classification>,
+        classification: Option<&Classification>,
         timings: &mut Timings,
     ) -> Stage2 {
         let stage1 = |hits, error| Stage2 {
@@ -240,7 +285,7 @@ impl Pipeline {
                     h.rerank_score = Some(s);
                     h.score = s;
                 }
-                sort_by_score_desc(&mut hits);
+                let hits = self.order_reranked(query, classification, hits);
                 Stage2 {
                     hits,
                     reranked: true,
@@ -256,7 +301,7 @@ impl Pipeline {
     fn postprocess(&self, hits: Vec<Hit>, top_k: usize) -> Vec<Hit> {
         let mut seen: HashSet<String> = HashSet::new();
         hits.into_iter()
-            .filter(|h| self.options.score_threshold.is_none_or(|t| h.score >= t))
+            .filter(|h| h.protected || self.options.score_threshold.is_none_or(|t| h.score >= t))
             .filter(|h| match self.options.dedup.key_of(&h.document) {
                 Some(key) => seen.insert(key),
                 None => true,
@@ -279,6 +324,7 @@ pub struct PipelineBuilder {
     generator: Option<Arc<dyn Generator>>,
     embedder: Option<Arc<dyn Embedder>>,
     options: SearchOptions,
+    query: QueryStages,
     two_phase: Option<TwoPhaseMode>,
 }
 
@@ -373,6 +419,45 @@ impl PipelineBuilder {
         self
     }
 
+    /// Sets the PII guard (default: every kind). `PiiGuard::disabled()` turns it off.
+    pub fn pii_guard(mut self, guard: PiiGuard) -> Self {
+        self.query.pii = guard;
+        self
+    }
+
+    /// Sets protected reranking for factual queries (default: up to 3 of the top 3 stage-1
+    /// hits). `ProtectPolicy::disabled()` turns it off. It needs a classifier to know which
+    /// queries are factual.
+    pub fn protection(mut self, policy: ProtectPolicy) -> Self {
+        self.query.protection = policy;
+        self
+    }
+
+    /// Sets a semantic cache of responses (needs an embedder).
+    pub fn cache(mut self, cache: SemanticCache<SearchResponse>) -> Self {
+        self.query.cache = Some(Arc::new(cache));
+        self
+    }
+
+    /// Sets a shared semantic cache of responses (needs an embedder).
+    pub fn cache_arc(mut self, cache: Arc<SemanticCache<SearchResponse>>) -> Self {
+        self.query.cache = Some(cache);
+        self
+    }
+
+    /// Turns HyDE on (needs a generator and an embedder; the routes come from the classifier).
+    pub fn hyde(mut self, config: HydeConfig) -> Self {
+        self.query.hyde = Some(config);
+        self
+    }
+
+    /// Turns multi-query expansion on: generated variants (needs a generator) or, with
+    /// `ExpansionConfig::host_variants_only()`, only those given in [`SearchRequest::variants`].
+    pub fn expansion(mut self, config: ExpansionConfig) -> Self {
+        self.query.expansion = Some(config);
+        self
+    }
+
     /// Accepts two-phase queries (`[SEARCH] ... [TASK] ... [INSTRUCT] ...`), strictly or
     /// leniently (default: off, the query drives both stages); see [`crate::query::two_phase`].
     pub fn two_phase(mut self, mode: TwoPhaseMode) -> Self {
@@ -386,6 +471,8 @@ impl PipelineBuilder {
             Error::Config("a pipeline needs a retriever: call .retriever(...)".into())
         })?;
         self.options.validate()?;
+        self.query
+            .validate(self.generator.is_some(), self.embedder.is_some())?;
         Ok(Pipeline {
             retriever,
             reranker: self.reranker,
@@ -393,6 +480,7 @@ impl PipelineBuilder {
             generator: self.generator,
             embedder: self.embedder,
             options: self.options,
+            query: self.query,
             two_phase: self.two_phase,
         })
     }

@@ -10,6 +10,12 @@ pub struct Timings {
     /// Query classification.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classify_ms: Option<f64>,
+    /// Semantic cache lookup (embedding the query included), when a cache is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_ms: Option<f64>,
+    /// HyDE and query-variant generation, when they ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expand_ms: Option<f64>,
     /// Stage 1 (recall).
     pub retrieve_ms: f64,
     /// Stage 2 (rerank), when it ran.
@@ -44,4 +50,11 @@ pub struct SearchResponse {
     pub classification: Option<Classification>,
     /// Per-stage timings.
     pub timings: Timings,
+    /// True when the response came from the semantic cache.
+    pub cache_hit: bool,
+    /// True when dense recall used a HyDE embedding.
+    pub hyde: bool,
+    /// The query variants retrieved and fused with the query (multi-query expansion).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
 }

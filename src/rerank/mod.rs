@@ -1,8 +1,22 @@
 //! Stage 2 (precision): the [`Reranker`] trait and its implementations.
 
+mod embedding;
+mod protect;
+
 use std::sync::Arc;
 
+pub use embedding::EmbeddingReranker;
+pub use protect::ProtectPolicy;
+
 use crate::Result;
+
+#[cfg(feature = "models")]
+mod cross_encoder;
+#[cfg(feature = "models")]
+pub use cross_encoder::{
+    Activation, CrossEncoder, CrossEncoderBuilder, PairScore, DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TOKENS,
+};
 
 pub mod fallback;
 pub mod qwen3;

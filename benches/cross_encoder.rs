@@ -1,0 +1,95 @@
+//! Cross-encoder throughput: rerank 100 SciFact documents for one query with a
+//! MiniLM-L6-shaped cross-encoder (the real all-MiniLM-L6-v2 encoder with a seeded random
+//! head, built by `scripts/make_ce_minilm.py`).
+//!
+//! Inputs: the first SciFact query judged in `qrels/test.tsv`, and the first 100 corpus
+//! documents as `title + " " + text` (scripts/bench_vs_sentence_transformers.py feeds
+//! sentence-transformers the same). Threads: `RERANK_BENCH_THREADS` (default: 2).
+//!
+//! ```text
+//! python scripts/make_ce_minilm.py
+//! cargo bench --bench cross_encoder
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+
+use rerank::{rerank::CrossEncoder, RerankQuery, Reranker};
+
+const SCIFACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/scifact");
+const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/ce-minilm-l6-random");
+const DOCS: usize = 100;
+
+/// The query and documents, or `None` when the data is not there.
+fn inputs() -> Option<(String, Vec<String>)> {
+    let dir = Path::new(SCIFACT);
+    let qrels = std::fs::read_to_string(dir.join("qrels/test.tsv")).ok()?;
+    let judged: std::collections::HashSet<&str> = qrels
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    let queries = std::fs::read_to_string(dir.join("queries.jsonl")).ok()?;
+    let query = queries.lines().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        let id = v["_id"].as_str()?;
+        judged
+            .contains(id)
+            .then(|| v["text"].as_str().map(str::to_string))?
+    })?;
+    let corpus = std::fs::read_to_string(dir.join("corpus.jsonl")).ok()?;
+    let docs: Vec<String> = corpus
+        .lines()
+        .take(DOCS)
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            let title = v["title"].as_str().unwrap_or("");
+            let text = v["text"].as_str().unwrap_or("");
+            Some(format!("{title} {text}"))
+        })
+        .collect();
+    (docs.len() == DOCS).then_some((query, docs))
+}
+
+fn threads() -> usize {
+    std::env::var("RERANK_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(2)
+}
+
+fn bench(c: &mut Criterion) {
+    let model = PathBuf::from(MODEL);
+    if !model.join("model.safetensors").is_file() {
+        eprintln!(
+            "skipping: {} not found (run scripts/fetch_minilm.sh, then scripts/make_ce_minilm.py)",
+            model.display()
+        );
+        return;
+    }
+    let Some((query, docs)) = inputs() else {
+        eprintln!("skipping: SciFact not found under {SCIFACT}");
+        return;
+    };
+    let threads = threads();
+    let query = RerankQuery::new(query);
+    let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let mut group = c.benchmark_group("cross_encoder");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .throughput(Throughput::Elements(DOCS as u64));
+    let ce = CrossEncoder::builder(&model)
+        .threads(threads)
+        .build()
+        .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
+    group.bench_function(format!("scifact_100docs_default_t{threads}"), |b| {
+        b.iter(|| ce.score(&query, &docs).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

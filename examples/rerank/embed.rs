@@ -1,0 +1,106 @@
+//! `rerank embed`: embed texts with a BERT bi-encoder (e.g. all-MiniLM-L6-v2).
+//!
+//! ```text
+//! cargo run --release --example rerank -- embed --model models/all-MiniLM-L6-v2 \
+//!     --input texts.jsonl [--threads N] [--max-length N] > embeddings.jsonl
+//! ```
+//! Input: one `{"text": ...}` object per line (`--input -` reads stdin; blank lines are
+//! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, mean-pooled
+//! and L2-normalized.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model directory (config.json, tokenizer.json, model.safetensors).
+    #[arg(long)]
+    model: PathBuf,
+    /// JSONL input, one {"text": ...} per line; `-` for stdin.
+    #[arg(long)]
+    input: PathBuf,
+    /// Threads for the model (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Longest input in tokens, [CLS] and [SEP] included (default: sentence_bert_config.json).
+    #[arg(long)]
+    max_length: Option<usize>,
+}
+
+#[derive(serde::Deserialize)]
+struct Line {
+    text: String,
+}
+
+#[cfg(feature = "models")]
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    embedding: &'a [f32],
+}
+
+/// Reads the `text` of each non-blank line.
+fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
+    let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
+        Box::new(BufReader::new(std::io::stdin()))
+    } else {
+        let file = std::fs::File::open(path).map_err(|e| rerank::Error::io(path, e))?;
+        Box::new(BufReader::new(file))
+    };
+    let mut texts = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| rerank::Error::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: Line = serde_json::from_str(&line)
+            .map_err(|e| rerank::Error::parse(format!("{}:{}", path.display(), i + 1), e))?;
+        texts.push(parsed.text);
+    }
+    Ok(texts)
+}
+
+#[cfg(feature = "models")]
+pub fn run(args: Args) -> CliResult {
+    use std::io::Write;
+
+    use rerank::embed::BertEmbedder;
+    use rerank::Embedder;
+
+    let texts = read_texts(&args.input)?;
+    let mut builder = BertEmbedder::builder(&args.model);
+    if let Some(n) = args.threads {
+        builder = builder.threads(n);
+    }
+    if let Some(n) = args.max_length {
+        builder = builder.max_seq_length(n);
+    }
+    let embedder = builder.build()?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let embeddings = embedder.embed(&refs)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for row in embeddings.rows() {
+        // Serialized as f32 (shortest round-trip form), not widened to f64.
+        let embedding = row.to_vec();
+        let line = serde_json::to_string(&Output {
+            embedding: &embedding,
+        })?;
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(not(feature = "models"))]
+pub fn run(args: Args) -> CliResult {
+    let _ = (
+        read_texts,
+        args.model,
+        args.input,
+        args.threads,
+        args.max_length,
+    );
+    Err("the embed subcommand needs the `models` feature of rerank".into())
+}

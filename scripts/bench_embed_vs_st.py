@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Embedding throughput, Rust (candle) vs sentence-transformers, side by side in one run.
+
+Both embed the same 256 SciFact documents (the first 256 lines of corpus.jsonl as
+`title + " " + text`) with all-MiniLM-L6-v2 from the same directory and the same thread count,
+on this machine, one after the other:
+
+  - Rust: `cargo bench --bench embed` (criterion, release build), read in bencher format;
+  - Python: `SentenceTransformer(model).encode(docs)` (batch_size 32, its default; it also sorts
+    by length), median of --rounds timed calls after a warm-up.
+
+Before timing it checks that both sides compute the same embeddings (the `rerank embed` CLI on
+the same texts, cosine >= 0.9999 for every document), so the comparison is between equal
+computations.
+
+Usage (from the repository root, with torch + sentence-transformers installed, e.g. in
+./.venv-bench):
+  scripts/fetch_minilm.sh                   # once: models/all-MiniLM-L6-v2
+  python scripts/bench_embed_vs_st.py [--threads 2] [--rounds 5]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+DOCS = 256
+
+
+def documents():
+    docs = []
+    with open(SCIFACT / "corpus.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            docs.append(f"{d.get('title', '')} {d.get('text', '')}")
+            if len(docs) == DOCS:
+                break
+    return docs
+
+
+def run(cmd, env):
+    print("+", " ".join(cmd), file=sys.stderr)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
+        raise SystemExit(f"command failed ({res.returncode}): {' '.join(cmd)}")
+    return res.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default_models = os.environ.get("RERANK_MODELS_DIR", "models")
+    ap.add_argument("--model", default=f"{default_models}/all-MiniLM-L6-v2")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    model = str((ROOT / args.model).resolve())
+    docs = documents()
+
+    env = dict(os.environ)
+    t = str(args.threads)
+    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t, CANDLE_NUM_THREADS=t)
+
+    # 1. Same computation on both sides: embeddings from the Rust CLI vs sentence-transformers.
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(args.threads)
+    st = SentenceTransformer(model, device="cpu")
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+        texts_file = f.name
+    out = run(["cargo", "run", "--quiet", "--release", "--example", "rerank", "--", "embed",
+               "--model", model, "--input", texts_file, "--threads", t], env)
+    os.unlink(texts_file)
+    rust = np.array([json.loads(line)["embedding"] for line in out.splitlines() if line.strip()])
+    py = st.encode(docs, batch_size=32, convert_to_numpy=True)
+    if rust.shape != py.shape:
+        raise SystemExit(f"shapes differ: rust {rust.shape}, python {py.shape}")
+    cos = (rust * py).sum(1) / (np.linalg.norm(rust, axis=1) * np.linalg.norm(py, axis=1))
+    print(f"min cosine(rust, sentence-transformers) over {len(docs)} documents: {cos.min():.7f}")
+    if cos.min() < 0.9999:
+        raise SystemExit("the two sides do not compute the same embeddings; not comparing speed")
+
+    # 2. Rust throughput (criterion, bencher output: ns per iteration of DOCS documents).
+    out = run(["cargo", "bench", "--bench", "embed", "--", "--output-format", "bencher",
+               f"scifact_{DOCS}docs_default_t{t}"], env)
+    m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
+    if not m:
+        raise SystemExit(f"no criterion result in:\n{out}")
+    rust_s = int(m.group(1).replace(",", "")) / 1e9
+    rust_dps = DOCS / rust_s
+
+    # 3. sentence-transformers throughput.
+    st.encode(docs, batch_size=32)  # warm-up
+    times = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        st.encode(docs, batch_size=32)
+        times.append(time.perf_counter() - start)
+    py_s = statistics.median(times)
+    py_dps = DOCS / py_s
+
+    import sentence_transformers
+
+    print(f"threads {args.threads}; torch {torch.__version__}, sentence-transformers "
+          f"{sentence_transformers.__version__}, torch threads {torch.get_num_threads()}")
+    print(f"rust (candle)         : {rust_dps:8.1f} docs/s  ({rust_s:.2f} s per {DOCS} docs)")
+    print(f"sentence-transformers : {py_dps:8.1f} docs/s  ({py_s:.2f} s per {DOCS} docs, "
+          f"median of {args.rounds})")
+    print(f"ratio rust / python   : {rust_dps / py_dps:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Cross-encoder throughput, Rust (candle) vs sentence-transformers, side by side in one run.
+
+Both rerank the same 100 SciFact documents for one query (the first query judged in
+qrels/test.tsv; documents = the first 100 corpus lines as `title + " " + text`) with the same
+model directory and the same thread count, on this machine, one after the other:
+
+  - Rust: `cargo bench --bench cross_encoder` (criterion, release build), read in bencher format;
+  - Python: `CrossEncoder(model).predict(pairs)` (batch_size 32, sentence-transformers' default),
+    median of --rounds timed calls after a warm-up.
+
+Before timing it checks that both sides compute the same logits (the `rerank score` CLI on the
+same pairs), so the comparison is between equal computations.
+
+Usage (from the repository root, with torch + sentence-transformers installed, e.g. in
+./.venv-bench):
+  python scripts/make_ce_minilm.py            # once: models/ce-minilm-l6-random
+  python scripts/bench_vs_sentence_transformers.py [--threads 2] [--rounds 10]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+DOCS = 100
+
+
+def inputs():
+    judged = {line.split("\t")[0] for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]}
+    query = next(
+        q["text"]
+        for q in map(json.loads, (SCIFACT / "queries.jsonl").read_text().splitlines())
+        if q["_id"] in judged
+    )
+    docs = []
+    with open(SCIFACT / "corpus.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            docs.append(f"{d.get('title', '')} {d.get('text', '')}")
+            if len(docs) == DOCS:
+                break
+    return query, docs
+
+
+def run(cmd, env):
+    print("+", " ".join(cmd), file=sys.stderr)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
+        raise SystemExit(f"command failed ({res.returncode}): {' '.join(cmd)}")
+    return res.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="models/ce-minilm-l6-random")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--candle-threads", type=int, default=None,
+                    help="CANDLE_NUM_THREADS for the Rust side: the size of candle's own pool for "
+                         "element-wise ops (default: --threads)")
+    args = ap.parse_args()
+    model = str((ROOT / args.model).resolve())
+    query, docs = inputs()
+    pairs = [(query, d) for d in docs]
+
+    env = dict(os.environ)
+    t = str(args.threads)
+    candle_t = str(args.candle_threads or args.threads)
+    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t, CANDLE_NUM_THREADS=candle_t)
+
+    # 1. Same computation on both sides: logits from the Rust CLI vs sentence-transformers.
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.set_num_threads(args.threads)
+    ce = CrossEncoder(model, device="cpu")
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for q, d in pairs:
+            f.write(json.dumps({"query": q, "document": d}) + "\n")
+        pairs_file = f.name
+    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "score",
+               "--model", model, "--input", pairs_file, "--raw", "--threads", t], env)
+    os.unlink(pairs_file)
+    rust_logits = [json.loads(line)["logit"] for line in out.splitlines() if line.strip()]
+    import torch.nn as nn
+
+    py_logits = ce.predict(pairs, activation_fn=nn.Identity(), batch_size=32)
+    diff = max(abs(a - float(b)) for a, b in zip(rust_logits, py_logits))
+    print(f"max |logit(rust) - logit(sentence-transformers)| over {len(pairs)} pairs: {diff:.2e}")
+    if len(rust_logits) != len(pairs) or diff > 1e-3:
+        raise SystemExit("the two sides do not compute the same logits; not comparing speed")
+
+    # 2. Rust throughput (criterion, bencher output: ns per iteration of 100 pairs).
+    out = run(["cargo", "bench", "--all-features", "--bench", "cross_encoder", "--", "--output-format", "bencher",
+               f"scifact_100docs_default_t{t}"], env)
+    m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
+    if not m:
+        raise SystemExit(f"no criterion result in:\n{out}")
+    rust_s = int(m.group(1).replace(",", "")) / 1e9
+    rust_pps = DOCS / rust_s
+
+    # 3. sentence-transformers throughput.
+    ce.predict(pairs, batch_size=32)  # warm-up
+    times = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        ce.predict(pairs, batch_size=32)
+        times.append(time.perf_counter() - start)
+    py_s = statistics.median(times)
+    py_pps = DOCS / py_s
+
+    import sentence_transformers
+
+    print(f"threads {args.threads} (CANDLE_NUM_THREADS {candle_t}); torch {torch.__version__}, sentence-transformers "
+          f"{sentence_transformers.__version__}, torch threads {torch.get_num_threads()}")
+    print(f"rust (candle)         : {rust_pps:8.1f} pairs/s  ({rust_s * 1e3:.0f} ms per 100 pairs)")
+    print(f"sentence-transformers : {py_pps:8.1f} pairs/s  ({py_s * 1e3:.0f} ms per 100 pairs, "
+          f"median of {args.rounds})")
+    print(f"ratio rust / python   : {rust_pps / py_pps:.2f}")
+
+
+if __name__ == "__main__":
+    main()

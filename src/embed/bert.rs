@@ -1,0 +1,567 @@
+//! BERT sentence embeddings on candle (sentence-transformers bi-encoders such as
+//! all-MiniLM-L6-v2): mean pooling over the attention mask, then L2 normalization.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use ndarray::Array2;
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use super::Embedder;
+use crate::{Error, Result};
+
+/// Default number of tokens (padded batch size x longest sequence) per forward pass.
+pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
+
+/// Default largest number of texts per forward pass.
+pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
+
+/// `max_seq_length` when the directory has no `sentence_bert_config.json`.
+const FALLBACK_MAX_SEQ_LENGTH: usize = 512;
+
+/// Torch's `F.normalize` epsilon: norms below it are clamped.
+const NORMALIZE_EPS: f32 = 1e-12;
+
+/// A BERT bi-encoder loaded from a local sentence-transformers directory.
+///
+/// The directory holds `config.json` (a BERT config), `tokenizer.json`, `model.safetensors`
+/// (memory-mapped while loading), and optionally `sentence_bert_config.json`
+/// (`max_seq_length`) and `1_Pooling/config.json` (must ask for mean pooling).
+///
+/// Each text is tokenized as `[CLS] text [SEP]`, truncated on the right to `max_seq_length`
+/// tokens (the truncation and padding baked into `tokenizer.json` are ignored, as
+/// sentence-transformers does), run through the encoder, mean-pooled over its real tokens and
+/// L2-normalized. Texts are sorted by length and grouped into batches under a token budget,
+/// so little compute goes to padding; rows come back in input order.
+///
+/// One instance can be shared (`Arc`) and called from many threads at once. With
+/// [`BertEmbedderBuilder::threads`] the work runs in a dedicated thread pool of that size;
+/// otherwise in the caller's rayon pool (the global one by default).
+///
+/// ```no_run
+/// use rerank::embed::BertEmbedder;
+/// use rerank::Embedder;
+/// let embedder = BertEmbedder::builder("models/all-MiniLM-L6-v2").threads(4).build()?;
+/// let m = embedder.embed(&["hello world", "BM25 is a ranking function"])?;
+/// assert_eq!(m.shape(), &[2, 384]);
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub struct BertEmbedder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dim: usize,
+    pad_id: u32,
+    max_seq_length: usize,
+    token_budget: usize,
+    max_batch_size: usize,
+    pool: Option<rayon::ThreadPool>,
+}
+
+/// Options for [`BertEmbedder`]; checked by [`BertEmbedderBuilder::build`].
+#[derive(Debug, Clone)]
+pub struct BertEmbedderBuilder {
+    dir: PathBuf,
+    threads: Option<usize>,
+    max_seq_length: Option<usize>,
+    token_budget: usize,
+    max_batch_size: usize,
+}
+
+impl BertEmbedderBuilder {
+    /// Runs the model in a dedicated pool of `n` threads (default: the caller's rayon pool).
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = Some(n);
+        self
+    }
+
+    /// Overrides `max_seq_length` (default: `sentence_bert_config.json`, else
+    /// `min(512, max_position_embeddings)`). Counts `[CLS]` and `[SEP]`.
+    pub fn max_seq_length(mut self, n: usize) -> Self {
+        self.max_seq_length = Some(n);
+        self
+    }
+
+    /// Largest `batch size x longest sequence` per forward pass (default
+    /// [`DEFAULT_TOKEN_BUDGET`]). A text longer than the budget still runs, alone.
+    pub fn token_budget(mut self, tokens: usize) -> Self {
+        self.token_budget = tokens;
+        self
+    }
+
+    /// Largest number of texts per forward pass (default [`DEFAULT_MAX_BATCH_SIZE`]).
+    pub fn max_batch_size(mut self, n: usize) -> Self {
+        self.max_batch_size = n;
+        self
+    }
+
+    /// Checks the options, then loads the model directory.
+    pub fn build(self) -> Result<BertEmbedder> {
+        if self.threads == Some(0) {
+            return Err(Error::Config("BertEmbedder: threads must be >= 1".into()));
+        }
+        if self.token_budget == 0 || self.max_batch_size == 0 {
+            return Err(Error::Config(
+                "BertEmbedder: token_budget and max_batch_size must be >= 1".into(),
+            ));
+        }
+        if self.max_seq_length.is_some_and(|n| n < 2) {
+            return Err(Error::Config(
+                "BertEmbedder: max_seq_length must be >= 2 ([CLS] and [SEP])".into(),
+            ));
+        }
+        BertEmbedder::load(self)
+    }
+}
+
+/// The fields of `sentence_bert_config.json` this embedder reads.
+#[derive(Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: Option<usize>,
+}
+
+/// The fields of `1_Pooling/config.json` this embedder reads.
+#[derive(Deserialize)]
+struct PoolingConfig {
+    word_embedding_dimension: Option<usize>,
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+}
+
+/// The architecture fields of `config.json`, read before the full BERT config.
+#[derive(Deserialize)]
+struct ArchitectureFields {
+    model_type: Option<String>,
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    if !path.is_file() {
+        return Err(Error::Model(format!(
+            "{} is missing; a BERT embedder directory needs config.json, tokenizer.json and \
+             model.safetensors",
+            path.display()
+        )));
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = read_text(path)?;
+    serde_json::from_str(&text).map_err(|e| Error::Model(format!("{}: {e}", path.display())))
+}
+
+fn model_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Model(format!("{}: {e}", path.display()))
+}
+
+/// Memory-maps the safetensors file and loads a BERT encoder with `config`'s shapes.
+#[allow(unsafe_code)]
+fn load_weights(path: &Path, config: &BertConfig, device: &Device) -> Result<BertModel> {
+    if !path.is_file() {
+        return Err(Error::Model(format!("{} is missing", path.display())));
+    }
+    // SAFETY: the file is mapped read-only and only read while the weights are copied into
+    // candle's own buffers during `BertModel::load`; like every memory-mapped model loader,
+    // this assumes no other process truncates or rewrites the file during that time.
+    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], DType::F32, device) }
+        .map_err(|e| model_err(path, e))?;
+    BertModel::load(vb, config).map_err(|e| {
+        Error::Model(format!(
+            "{}: the weights do not match config.json ({e})",
+            path.display()
+        ))
+    })
+}
+
+impl BertEmbedder {
+    /// Loads a model directory with default options (see [`BertEmbedder::builder`]).
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::builder(dir).build()
+    }
+
+    /// A builder for a model directory.
+    pub fn builder(dir: impl AsRef<Path>) -> BertEmbedderBuilder {
+        BertEmbedderBuilder {
+            dir: dir.as_ref().to_path_buf(),
+            threads: None,
+            max_seq_length: None,
+            token_budget: DEFAULT_TOKEN_BUDGET,
+            max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+        }
+    }
+
+    fn load(options: BertEmbedderBuilder) -> Result<Self> {
+        let dir = &options.dir;
+        if !dir.is_dir() {
+            return Err(Error::Model(format!(
+                "{} is not a directory (expected a BERT embedder directory; \
+                 scripts/fetch_minilm.sh fetches all-MiniLM-L6-v2)",
+                dir.display()
+            )));
+        }
+        let config_path = dir.join("config.json");
+        let arch: ArchitectureFields = read_json(&config_path)?;
+        if let Some(model_type) = arch.model_type.as_deref() {
+            if model_type != "bert" {
+                return Err(Error::Model(format!(
+                    "{}: unsupported model_type {model_type:?}; BertEmbedder loads BERT models",
+                    config_path.display()
+                )));
+            }
+        }
+        let config: BertConfig = read_json(&config_path)?;
+        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+            return Err(Error::Model(format!(
+                "{}: hidden_size {} is not a multiple of num_attention_heads {}",
+                config_path.display(),
+                config.hidden_size,
+                config.num_attention_heads
+            )));
+        }
+
+        let pooling_path = dir.join("1_Pooling").join("config.json");
+        if pooling_path.is_file() {
+            let pooling: PoolingConfig = read_json(&pooling_path)?;
+            let mean_only = pooling.pooling_mode_mean_tokens
+                && !pooling.pooling_mode_cls_token
+                && !pooling.pooling_mode_max_tokens
+                && !pooling.pooling_mode_mean_sqrt_len_tokens;
+            if !mean_only {
+                return Err(Error::Model(format!(
+                    "{}: only mean pooling (pooling_mode_mean_tokens alone) is supported",
+                    pooling_path.display()
+                )));
+            }
+            if let Some(d) = pooling.word_embedding_dimension {
+                if d != config.hidden_size {
+                    return Err(Error::Model(format!(
+                        "{}: word_embedding_dimension {d} does not match hidden_size {} in \
+                         config.json",
+                        pooling_path.display(),
+                        config.hidden_size
+                    )));
+                }
+            }
+        }
+
+        let st_path = dir.join("sentence_bert_config.json");
+        let from_st = if st_path.is_file() {
+            read_json::<SentenceBertConfig>(&st_path)?.max_seq_length
+        } else {
+            None
+        };
+        let max_seq_length = options
+            .max_seq_length
+            .or(from_st)
+            .unwrap_or(FALLBACK_MAX_SEQ_LENGTH.min(config.max_position_embeddings));
+        if max_seq_length > config.max_position_embeddings || max_seq_length < 2 {
+            return Err(Error::Model(format!(
+                "max_seq_length {max_seq_length} must be between 2 and max_position_embeddings \
+                 {} ({})",
+                config.max_position_embeddings,
+                config_path.display()
+            )));
+        }
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer = load_tokenizer(&tokenizer_path, max_seq_length, config.vocab_size)?;
+
+        let device = Device::Cpu;
+        let model = load_weights(&dir.join("model.safetensors"), &config, &device)?;
+
+        let pool = match options.threads {
+            Some(n) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("rerank-bert-{i}"))
+                    .build()
+                    .map_err(|e| Error::Config(format!("BertEmbedder thread pool: {e}")))?,
+            ),
+            None => None,
+        };
+
+        let pad_id = u32::try_from(config.pad_token_id).map_err(|_| {
+            Error::Model(format!(
+                "{}: pad_token_id out of range",
+                config_path.display()
+            ))
+        })?;
+        Ok(BertEmbedder {
+            model,
+            tokenizer,
+            device,
+            dim: config.hidden_size,
+            pad_id,
+            max_seq_length,
+            token_budget: options.token_budget,
+            max_batch_size: options.max_batch_size,
+            pool,
+        })
+    }
+
+    /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
+    pub fn max_seq_length(&self) -> usize {
+        self.max_seq_length
+    }
+
+    /// The number of threads of the dedicated pool, if one was configured.
+    pub fn threads(&self) -> Option<usize> {
+        self.pool
+            .as_ref()
+            .map(rayon::ThreadPool::current_num_threads)
+    }
+
+    /// The token ids the model sees for `text` (`[CLS] ... [SEP]`, truncated).
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .tokenizer
+            .encode_fast(text, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+
+    fn embed_in_pool(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        let mut out = Array2::zeros((texts.len(), self.dim));
+        if texts.is_empty() {
+            return Ok(out);
+        }
+        let encodings = self
+            .tokenizer
+            .encode_batch_fast(texts.to_vec(), true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
+        for batch in plan_batches(&ids, self.token_budget, self.max_batch_size) {
+            let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i]).collect();
+            let pooled = self.forward(&rows)?;
+            for (row, &i) in pooled.iter().zip(&batch) {
+                out.row_mut(i)
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(o, v)| *o = *v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One padded forward pass; returns one normalized embedding per row.
+    fn forward(&self, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let tensor_err = |e: candle_core::Error| Error::Model(format!("BERT forward pass: {e}"));
+        let n = rows.len();
+        let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let mut ids = vec![self.pad_id; n * len];
+        let mut mask = vec![0u32; n * len];
+        for (r, row) in rows.iter().enumerate() {
+            ids[r * len..r * len + row.len()].copy_from_slice(row);
+            mask[r * len..r * len + row.len()].fill(1);
+        }
+        let ids = Tensor::from_vec(ids, (n, len), &self.device).map_err(tensor_err)?;
+        let mask = Tensor::from_vec(mask, (n, len), &self.device).map_err(tensor_err)?;
+        let type_ids = ids.zeros_like().map_err(tensor_err)?;
+        let hidden = self
+            .model
+            .forward(&ids, &type_ids, Some(&mask))
+            .map_err(tensor_err)?;
+        let pooled = mean_pool(&hidden, &mask).map_err(tensor_err)?;
+        let mut pooled = pooled.to_vec2::<f32>().map_err(tensor_err)?;
+        for row in &mut pooled {
+            l2_normalize(row);
+        }
+        Ok(pooled)
+    }
+}
+
+/// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
+/// `max_seq_length` tokens (special tokens included), on the right.
+fn load_tokenizer(path: &Path, max_seq_length: usize, vocab_size: usize) -> Result<Tokenizer> {
+    if !path.is_file() {
+        return Err(Error::Model(format!("{} is missing", path.display())));
+    }
+    let mut tokenizer = Tokenizer::from_file(path)
+        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: max_seq_length,
+            strategy: TruncationStrategy::LongestFirst,
+            direction: TruncationDirection::Right,
+            stride: 0,
+        }))
+        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    let n = tokenizer.get_vocab_size(true);
+    if n > vocab_size {
+        return Err(Error::Model(format!(
+            "{}: {n} tokens, more than vocab_size {vocab_size} in config.json",
+            path.display()
+        )));
+    }
+    Ok(tokenizer)
+}
+
+/// Mean of `hidden` (batch, seq, dim) over the positions where `mask` (batch, seq) is 1.
+fn mean_pool(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    let mask = mask.to_dtype(hidden.dtype())?.unsqueeze(2)?;
+    let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+    let counts = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
+    summed.broadcast_div(&counts)
+}
+
+/// Divides `v` by its L2 norm (clamped below at [`NORMALIZE_EPS`], as torch does).
+fn l2_normalize(v: &mut [f32]) {
+    let norm = v
+        .iter()
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt()
+        .max(NORMALIZE_EPS);
+    v.iter_mut().for_each(|x| *x /= norm);
+}
+
+/// Groups sequence indices into batches: longest first, each batch's
+/// `size x longest` within `token_budget` (a lone over-long sequence forms its own batch) and
+/// at most `max_batch` long.
+fn plan_batches(seqs: &[&[u32]], token_budget: usize, max_batch: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..seqs.len()).collect();
+    order.sort_by(|&a, &b| seqs[b].len().cmp(&seqs[a].len()).then(a.cmp(&b)));
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut longest = 0;
+    for i in order {
+        let fits = current.len() < max_batch && (current.len() + 1) * longest <= token_budget;
+        if !current.is_empty() && !fits {
+            batches.push(std::mem::take(&mut current));
+        }
+        if current.is_empty() {
+            longest = seqs[i].len().max(1);
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+impl Embedder for BertEmbedder {
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        self.run(|| self.embed_in_pool(texts))
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+}
+
+impl std::fmt::Debug for BertEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BertEmbedder")
+            .field("dim", &self.dim)
+            .field("max_seq_length", &self.max_seq_length)
+            .field("token_budget", &self.token_budget)
+            .field("max_batch_size", &self.max_batch_size)
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_budget_and_cover_every_index_once() {
+        let lens = [5usize, 1, 9, 9, 3, 7, 2, 20, 4];
+        let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![0; n]).collect();
+        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+        let batches = plan_batches(&refs, 18, 3);
+        // longest first: 20 alone (over budget), then 9+9 (2x9 = 18), 7+5 (3x7 = 21 > 18),
+        // 4+3+2 (3x4 = 12, then max_batch), 1
+        assert_eq!(
+            batches,
+            vec![vec![7], vec![2, 3], vec![5, 0], vec![8, 4, 6], vec![1]]
+        );
+        let mut seen: Vec<usize> = batches.concat();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..lens.len()).collect::<Vec<_>>());
+        for b in &batches {
+            let longest = b.iter().map(|&i| lens[i]).max().unwrap();
+            assert!(b.len() == 1 || b.len() * longest <= 18);
+            assert!(b.len() <= 3);
+        }
+    }
+
+    #[test]
+    fn no_batches_for_no_input() {
+        assert!(plan_batches(&[], 10, 10).is_empty());
+    }
+
+    #[test]
+    fn normalize_matches_torch_eps() {
+        let mut v = [3.0f32, 4.0];
+        l2_normalize(&mut v);
+        assert_eq!(v, [0.6, 0.8]);
+        let mut z = [0.0f32, 0.0];
+        l2_normalize(&mut z);
+        assert_eq!(z, [0.0, 0.0]);
+    }
+
+    #[test]
+    fn mean_pool_ignores_padding() {
+        let hidden = Tensor::new(
+            &[
+                [[1f32, 2.0], [3.0, 4.0], [100.0, 100.0]],
+                [[5.0, 6.0], [7.0, 8.0], [9.0, 10.0]],
+            ],
+            &Device::Cpu,
+        )
+        .unwrap();
+        let mask = Tensor::new(&[[1u32, 1, 0], [1, 1, 1]], &Device::Cpu).unwrap();
+        let pooled = mean_pool(&hidden, &mask).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(pooled, vec![vec![2.0, 3.0], vec![7.0, 8.0]]);
+    }
+
+    #[test]
+    fn missing_directory_and_files_are_named() {
+        let e = BertEmbedder::from_dir("does/not/exist").unwrap_err();
+        assert!(matches!(e, Error::Model(_)));
+        assert!(e.to_string().contains("does/not/exist"), "{e}");
+        let dir = std::env::temp_dir().join(format!("rerank-bert-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = BertEmbedder::from_dir(&dir).unwrap_err();
+        assert!(e.to_string().contains("config.json"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn builder_rejects_bad_options() {
+        for b in [
+            BertEmbedder::builder(".").threads(0),
+            BertEmbedder::builder(".").token_budget(0),
+            BertEmbedder::builder(".").max_batch_size(0),
+            BertEmbedder::builder(".").max_seq_length(1),
+        ] {
+            assert!(matches!(b.build(), Err(Error::Config(_))));
+        }
+    }
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<BertEmbedder>();
+    }
+}

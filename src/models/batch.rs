@@ -1,0 +1,178 @@
+//! Length batching: group inputs of similar length so that padding stays small, under a budget
+//! of padded tokens per batch.
+
+use candle_core::{Device, Tensor};
+
+use super::pair::PairEncoding;
+use crate::{Error, Result};
+
+/// Inputs run through the model together: their indices in the caller's order, and the padded
+/// length (the longest of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Positions of the inputs in the caller's slice.
+    pub indices: Vec<usize>,
+    /// Padded sequence length of the batch.
+    pub seq_len: usize,
+}
+
+impl Batch {
+    /// Padded tokens this batch computes (`indices.len() * seq_len`).
+    pub fn padded_tokens(&self) -> usize {
+        self.indices.len() * self.seq_len
+    }
+}
+
+/// Splits inputs of the given `lengths` into batches: longest first, each batch at most
+/// `max_batch_size` inputs and at most `max_tokens` padded tokens (an input longer than the
+/// budget gets a batch of its own). Every index appears exactly once.
+pub fn plan_batches(lengths: &[usize], max_tokens: usize, max_batch_size: usize) -> Vec<Batch> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    // Longest first; ties keep input order, so plans are deterministic.
+    order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));
+    let max_batch_size = max_batch_size.max(1);
+    let mut batches = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut seq_len = 0;
+    for i in order {
+        // Inputs arrive longest first, so the batch's padded length is its first input's.
+        let fits = current.len() < max_batch_size && (current.len() + 1) * seq_len <= max_tokens;
+        if !current.is_empty() && !fits {
+            batches.push(Batch {
+                indices: std::mem::take(&mut current),
+                seq_len,
+            });
+        }
+        if current.is_empty() {
+            seq_len = lengths[i];
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(Batch {
+            indices: current,
+            seq_len,
+        });
+    }
+    batches
+}
+
+/// The model inputs of one batch, right-padded, as `(batch, seq_len)` u32 tensors.
+#[derive(Debug, Clone)]
+pub struct PaddedBatch {
+    /// Input ids; padding holds `pad_id`.
+    pub input_ids: Tensor,
+    /// Token type ids; padding holds 0.
+    pub token_type_ids: Tensor,
+    /// 1 for real tokens, 0 for padding.
+    pub attention_mask: Tensor,
+}
+
+impl PaddedBatch {
+    /// Pads the encodings of `batch` (indices into `encodings`) to `batch.seq_len`.
+    pub fn new(
+        encodings: &[PairEncoding],
+        batch: &Batch,
+        pad_id: u32,
+        device: &Device,
+    ) -> Result<Self> {
+        let rows = batch.indices.len();
+        let cols = batch.seq_len;
+        let mut ids = vec![pad_id; rows * cols];
+        let mut types = vec![0u32; rows * cols];
+        let mut mask = vec![0u32; rows * cols];
+        for (r, &i) in batch.indices.iter().enumerate() {
+            let enc = encodings.get(i).ok_or_else(|| {
+                Error::InvalidInput(format!("batch index {i} out of {}", encodings.len()))
+            })?;
+            let n = enc.input_ids.len().min(cols);
+            let row = r * cols;
+            ids[row..row + n].copy_from_slice(&enc.input_ids[..n]);
+            types[row..row + n].copy_from_slice(&enc.token_type_ids[..n]);
+            mask[row..row + n].fill(1);
+        }
+        let t = |v: Vec<u32>| {
+            Tensor::from_vec(v, (rows, cols), device).map_err(|e| Error::Model(e.to_string()))
+        };
+        Ok(PaddedBatch {
+            input_ids: t(ids)?,
+            token_type_ids: t(types)?,
+            attention_mask: t(mask)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn groups_similar_lengths_under_the_budget() {
+        let lengths = [10, 300, 12, 290, 11, 5];
+        let plan = plan_batches(&lengths, 600, 32);
+        // 300 and 290 fill 600; the short ones go together.
+        assert_eq!(plan[0].indices, vec![1, 3]);
+        assert_eq!(plan[0].seq_len, 300);
+        assert_eq!(plan[1].indices, vec![2, 4, 0, 5]);
+        assert_eq!(plan[1].seq_len, 12);
+        // An input over the budget runs alone.
+        let plan = plan_batches(&[50, 700, 40], 90, 32);
+        assert_eq!(plan[0].indices, vec![1]);
+        assert_eq!(plan[1].indices, vec![0]);
+        assert_eq!(plan[2].indices, vec![2]);
+        // The batch size caps too.
+        let plan = plan_batches(&[3; 5], 1000, 2);
+        assert_eq!(plan.len(), 3);
+        assert!(plan_batches(&[], 10, 2).is_empty());
+    }
+
+    #[test]
+    fn pads_rows_with_the_pad_id_and_a_zero_mask() {
+        let encs = vec![
+            PairEncoding {
+                input_ids: vec![101, 7, 102],
+                token_type_ids: vec![0, 0, 0],
+            },
+            PairEncoding {
+                input_ids: vec![101, 8, 102, 9, 102],
+                token_type_ids: vec![0, 0, 0, 1, 1],
+            },
+        ];
+        let plan = plan_batches(&[3, 5], 100, 8);
+        let b = PaddedBatch::new(&encs, &plan[0], 1, &Device::Cpu).unwrap();
+        let ids: Vec<Vec<u32>> = b.input_ids.to_vec2().unwrap();
+        assert_eq!(
+            ids,
+            vec![vec![101, 8, 102, 9, 102], vec![101, 7, 102, 1, 1]]
+        );
+        let mask: Vec<Vec<u32>> = b.attention_mask.to_vec2().unwrap();
+        assert_eq!(mask, vec![vec![1, 1, 1, 1, 1], vec![1, 1, 1, 0, 0]]);
+        let types: Vec<Vec<u32>> = b.token_type_ids.to_vec2().unwrap();
+        assert_eq!(types, vec![vec![0, 0, 0, 1, 1], vec![0, 0, 0, 0, 0]]);
+    }
+
+    proptest! {
+        #[test]
+        fn every_input_once_and_within_limits(
+            lengths in proptest::collection::vec(1usize..600, 0..200),
+            max_tokens in 1usize..5000,
+            max_batch in 1usize..64,
+        ) {
+            let plan = plan_batches(&lengths, max_tokens, max_batch);
+            let mut seen: Vec<usize> = plan.iter().flat_map(|b| b.indices.clone()).collect();
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
+            for b in &plan {
+                prop_assert!(!b.indices.is_empty());
+                prop_assert!(b.indices.len() <= max_batch);
+                prop_assert_eq!(b.seq_len, b.indices.iter().map(|&i| lengths[i]).max().unwrap());
+                prop_assert!(b.indices.len() == 1 || b.padded_tokens() <= max_tokens);
+            }
+            // Sorted by length: a later batch never holds a longer input than an earlier one.
+            for w in plan.windows(2) {
+                prop_assert!(w[1].seq_len <= w[0].seq_len);
+            }
+        }
+    }
+}

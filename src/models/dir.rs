@@ -1,0 +1,137 @@
+//! A local model directory: `config.json`, `tokenizer.json`, `model.safetensors`.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+use candle_nn::VarBuilder;
+use serde_json::Value;
+
+use super::config::Architecture;
+use crate::{Error, Result};
+
+/// The configuration file name.
+pub const CONFIG_FILE: &str = "config.json";
+/// The tokenizer file name.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// The weights file name.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// A model directory on disk. Opening it only checks that it is a directory; each file is
+/// looked up when needed, and a missing one gives an [`Error::Model`] naming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelDir {
+    root: PathBuf,
+}
+
+impl ModelDir {
+    /// Opens `path`, which must be an existing directory.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let root = path.as_ref().to_path_buf();
+        if !root.is_dir() {
+            return Err(Error::Model(format!(
+                "{}: not a model directory (expected a folder with {CONFIG_FILE}, \
+                 {TOKENIZER_FILE} and {WEIGHTS_FILE})",
+                root.display()
+            )));
+        }
+        Ok(ModelDir { root })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path of `name` inside the directory, or an error naming the missing file.
+    pub fn file(&self, name: &str) -> Result<PathBuf> {
+        let path = self.root.join(name);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(Error::Model(format!(
+                "{}: missing file (the model directory needs {name})",
+                path.display()
+            )))
+        }
+    }
+
+    /// Parses `config.json`.
+    pub fn config(&self) -> Result<Value> {
+        self.json(CONFIG_FILE)
+    }
+
+    /// Parses a JSON file of the directory.
+    pub fn json(&self, name: &str) -> Result<Value> {
+        let path = self.file(name)?;
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        serde_json::from_str(&text).map_err(|e| Error::parse(path.display().to_string(), e))
+    }
+
+    /// Parses an optional JSON file: `None` when it does not exist.
+    pub fn optional_json(&self, name: &str) -> Result<Option<Value>> {
+        if self.root.join(name).is_file() {
+            self.json(name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The architecture named in `config.json`.
+    pub fn architecture(&self) -> Result<Architecture> {
+        let path = self.root.join(CONFIG_FILE);
+        Architecture::from_config(&self.config()?, &path)
+    }
+
+    /// Loads `tokenizer.json` as is (callers decide truncation and padding).
+    pub fn tokenizer(&self) -> Result<tokenizers::Tokenizer> {
+        let path = self.file(TOKENIZER_FILE)?;
+        tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+    }
+
+    /// Memory-maps `model.safetensors` into a [`VarBuilder`] producing `dtype` tensors on
+    /// `device`.
+    pub fn weights(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
+        let path = self.file(WEIGHTS_FILE)?;
+        mmap_safetensors(&path, dtype, device)
+    }
+}
+
+#[allow(unsafe_code)]
+fn mmap_safetensors(path: &Path, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
+    // SAFETY: the file is mapped read-only; candle copies each tensor out of the mapping when
+    // the model is built. The file must not be truncated or rewritten while it is being loaded,
+    // which is the usual contract for model files.
+    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], dtype, device) };
+    vb.map_err(|e| Error::Model(format!("{}: cannot read weights: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_things_are_named() {
+        let e = ModelDir::open("/nonexistent/model")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/model"), "{e}");
+        let dir = std::env::temp_dir().join(format!("rerank-modeldir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = ModelDir::open(&dir).unwrap();
+        let e = m.config().unwrap_err();
+        assert!(matches!(e, Error::Model(_)));
+        assert!(e.to_string().contains("config.json"), "{e}");
+        std::fs::write(dir.join(CONFIG_FILE), "{not json").unwrap();
+        let e = m.config().unwrap_err();
+        assert!(matches!(e, Error::Parse { .. }), "{e}");
+        std::fs::write(dir.join(WEIGHTS_FILE), b"garbage").unwrap();
+        let Err(e) = m.weights(DType::F32, &Device::Cpu) else {
+            panic!("garbage weights loaded")
+        };
+        let e = e.to_string();
+        assert!(e.contains(WEIGHTS_FILE), "{e}");
+        assert!(m.optional_json("nope.json").unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

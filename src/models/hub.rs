@@ -1,0 +1,196 @@
+//! Model directories from the Hugging Face hub (the `hf-hub` feature).
+//!
+//! Files are resolved through the standard hub cache (`$HF_HUB_CACHE`, else `$HF_HOME/hub`,
+//! else `~/.cache/huggingface/hub`), so a model downloaded once, by this crate or by Python,
+//! is found again without network. With `HF_HUB_OFFLINE=1` (or [`HubModel::offline`]) only
+//! the cache is read and a miss is an error that says what to do.
+
+use std::path::{Path, PathBuf};
+
+use hf_hub::api::sync::ApiBuilder;
+use hf_hub::{Cache, Repo, RepoType};
+
+use super::dir::{ModelDir, CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE};
+use crate::{Error, Result};
+
+/// A model repository on the hub, at a revision (branch, tag or commit hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubModel {
+    id: String,
+    revision: String,
+    cache_dir: Option<PathBuf>,
+    offline: bool,
+}
+
+impl HubModel {
+    /// The model `id` (e.g. `cross-encoder/ms-marco-MiniLM-L-6-v2`) at revision `main`; offline
+    /// when the `HF_HUB_OFFLINE` environment variable is `1`/`true`/`yes`/`on`.
+    pub fn new(id: impl Into<String>) -> Self {
+        HubModel {
+            id: id.into(),
+            revision: "main".to_string(),
+            cache_dir: None,
+            offline: offline_flag(std::env::var("HF_HUB_OFFLINE").ok().as_deref()),
+        }
+    }
+
+    /// Sets the revision: a branch, a tag or a full commit hash.
+    pub fn revision(mut self, revision: impl Into<String>) -> Self {
+        self.revision = revision.into();
+        self
+    }
+
+    /// Uses `dir` as the hub cache instead of the one the environment names.
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Reads only the local cache (`true`) or downloads what is missing (`false`).
+    pub fn offline(mut self, offline: bool) -> Self {
+        self.offline = offline;
+        self
+    }
+
+    /// The model id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Resolves `config.json`, `tokenizer.json` and `model.safetensors` (downloading them
+    /// unless offline) and returns the cache snapshot directory holding them. Optional extra
+    /// files (e.g. `tokenizer_config.json`) are fetched when they exist.
+    pub fn fetch(&self, optional: &[&str]) -> Result<ModelDir> {
+        if self.id.trim().is_empty() {
+            return Err(Error::Config("hub model id is empty".into()));
+        }
+        let cache_path = match &self.cache_dir {
+            Some(dir) => dir.clone(),
+            None => default_cache_dir().ok_or_else(|| {
+                Error::Model(
+                    "cannot locate the hub cache: set HF_HUB_CACHE or HF_HOME (no home \
+                     directory)"
+                        .into(),
+                )
+            })?,
+        };
+        let cache = Cache::new(cache_path.clone());
+        let repo = Repo::with_revision(self.id.clone(), RepoType::Model, self.revision.clone());
+        let required = [CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE];
+        let mut paths = Vec::new();
+        if self.offline {
+            for name in required {
+                let path = cached_file(&cache, &repo, &cache_path, name).ok_or_else(|| {
+                    Error::Model(format!(
+                        "{}@{}: {name} is not in the hub cache at {} and offline mode is on \
+                         (HF_HUB_OFFLINE); download the model once with network, or point \
+                         HF_HUB_CACHE / HF_HOME at a cache that has it",
+                        self.id,
+                        self.revision,
+                        cache_path.display()
+                    ))
+                })?;
+                paths.push(path);
+            }
+        } else {
+            let mut builder = ApiBuilder::from_cache(cache).with_progress(false);
+            if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
+                builder = builder.with_endpoint(endpoint);
+            }
+            let api = builder
+                .build()
+                .map_err(|e| Error::Model(format!("hub client: {e}")))?;
+            let api_repo = api.repo(repo);
+            for name in required {
+                let path = api_repo.get(name).map_err(|e| {
+                    Error::Model(format!(
+                        "{}@{}: cannot fetch {name}: {e}",
+                        self.id, self.revision
+                    ))
+                })?;
+                paths.push(path);
+            }
+            for name in optional {
+                // Optional files may legitimately not exist in the repository.
+                let _ = api_repo.get(name);
+            }
+        }
+        let dir = common_parent(&paths).ok_or_else(|| {
+            Error::Model(format!(
+                "{}@{}: the cached files are not in one snapshot directory",
+                self.id, self.revision
+            ))
+        })?;
+        ModelDir::open(dir)
+    }
+}
+
+/// Whether an `HF_HUB_OFFLINE` value turns offline mode on.
+fn offline_flag(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(dir) = env("HF_HUB_CACHE") {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(home) = env("HF_HOME") {
+        return Some(PathBuf::from(home).join("hub"));
+    }
+    env("HOME").map(|h| {
+        PathBuf::from(h)
+            .join(".cache")
+            .join("huggingface")
+            .join("hub")
+    })
+}
+
+/// A file of the cache: through `refs/<revision>` for a branch or tag, or directly under
+/// `snapshots/<revision>` for a commit hash.
+fn cached_file(cache: &Cache, repo: &Repo, cache_path: &Path, name: &str) -> Option<PathBuf> {
+    if let Some(path) = cache.repo(repo.clone()).get(name) {
+        return Some(path);
+    }
+    let rev = repo.revision();
+    if rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let path = cache_path
+            .join(repo.folder_name())
+            .join("snapshots")
+            .join(rev)
+            .join(name);
+        if path.is_file() {
+            return Some(path);
+        }
+    }
+    None
+}
+
+fn common_parent(paths: &[PathBuf]) -> Option<PathBuf> {
+    let first = paths.first()?.parent()?.to_path_buf();
+    paths
+        .iter()
+        .all(|p| p.parent() == Some(first.as_path()))
+        .then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offline_flag_values() {
+        for v in ["1", "true", "TRUE", " yes ", "on"] {
+            assert!(offline_flag(Some(v)), "{v}");
+        }
+        for v in ["0", "false", "", "nope"] {
+            assert!(!offline_flag(Some(v)), "{v}");
+        }
+        assert!(!offline_flag(None));
+    }
+}

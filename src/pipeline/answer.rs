@@ -1,0 +1,171 @@
+//! [`Pipeline::answer`]: search, build a cited prompt, generate, check grounding.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Pipeline, SearchRequest};
+use crate::generate::{
+    canned_chitchat_reply, distinct_citations, is_not_enough_information, strip_thinking, Answer,
+    AnswerOptions, ChitchatMode, Extractive, CHITCHAT_SYSTEM_PROMPT, NOT_ENOUGH_INFORMATION,
+};
+use crate::{Error, GenerationRequest, Generator, Intent, Result};
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+impl Pipeline {
+    /// Answers `query` from the indexed documents with the default [`AnswerOptions`].
+    ///
+    /// ```
+    /// use rerank::{Bm25Index, Document, Pipeline};
+    /// let index = Bm25Index::new();
+    /// index.add(vec![
+    ///     Document::new("1", "Revenue was $5M in 2023. The office is in Oslo.")
+    ///         .with_source("report.pdf").with_page(3),
+    ///     Document::new("2", "Cats sleep a lot.").with_source("cats.md"),
+    /// ]);
+    /// let pipeline = Pipeline::builder().retriever(index).build()?;
+    /// let answer = pipeline.answer("What was the revenue in 2023?")?;
+    /// assert_eq!(answer.text, "Revenue was $5M in 2023 [Source: report.pdf, Page 3].");
+    /// assert_eq!(answer.confidence, 1.0);
+    ///
+    /// let none = pipeline.answer("Who won the 1998 World Cup?")?;
+    /// assert!(none.flags.not_enough_information);
+    /// # Ok::<(), rerank::Error>(())
+    /// ```
+    pub fn answer(&self, query: &str) -> Result<Answer> {
+        self.answer_with(&SearchRequest::new(query), &AnswerOptions::default())
+    }
+
+    /// Answers with per-call search overrides and answer options.
+    ///
+    /// Steps:
+    /// 1. classify (when a classifier is set); chitchat is answered right away, without
+    ///    retrieval and without sources ([`ChitchatMode`]);
+    /// 2. search with [`Pipeline::search_with`] (its errors, such as a refused query, are
+    ///    returned as they are);
+    /// 3. keep the hits at or above [`AnswerOptions::min_score`]; when none is left, the answer is
+    ///    [`NOT_ENOUGH_INFORMATION`] with confidence 0, and the generator is not called;
+    /// 4. build the prompt: numbered `[Source: file, Page N]` blocks, best first, within the
+    ///    context budget;
+    /// 5. generate with the pipeline's generator ([`Extractive`] when none is set); `<think>`
+    ///    blocks are removed;
+    /// 6. check grounding: confidence = supported / counted sentences (0 when the reply is the
+    ///    not-enough-information sentence); unsupported sentences and citations that point at
+    ///    no source are listed.
+    pub fn answer_with(&self, request: &SearchRequest, options: &AnswerOptions) -> Result<Answer> {
+        options.validate()?;
+        let start = Instant::now();
+        let query = request.query.trim();
+        if query.is_empty() {
+            return Err(Error::InvalidInput("the query is empty".into()));
+        }
+
+        let t = Instant::now();
+        let classification = self.classifier.as_ref().map(|c| c.classify(query));
+        let classify_ms = classification.as_ref().map(|_| ms(t));
+        let intent = classification.as_ref().map(|c| c.intent);
+
+        if intent == Some(Intent::Chitchat) {
+            let mut answer = self.chitchat(query, options)?;
+            answer.query = request.query.clone();
+            answer.intent = intent;
+            answer.classification = classification;
+            answer.timings.classify_ms = classify_ms;
+            answer.timings.total_ms = ms(start);
+            return Ok(answer);
+        }
+
+        let response = self.search_with(request)?;
+        let hits: Vec<_> = response
+            .hits
+            .into_iter()
+            .filter(|h| options.relevance_threshold().map_or(true, |m| h.score >= m))
+            .collect();
+
+        let mut answer = Answer::bare(request.query.clone(), NOT_ENOUGH_INFORMATION);
+        answer.intent = intent;
+        answer.classification = classification;
+        answer.flags.rerank_fallback = response.rerank_fallback;
+        answer.flags.not_enough_information = true;
+        answer.timings.classify_ms = classify_ms;
+        answer.timings.search = Some(response.timings);
+
+        let t = Instant::now();
+        let prompt = options.prompt_builder().build(query, &hits)?;
+        answer.timings.prompt_ms = Some(ms(t));
+        if prompt.sources.is_empty() {
+            answer.timings.total_ms = ms(start);
+            return Ok(answer);
+        }
+        let mut generation_request = prompt.request;
+        options.apply_to(&mut generation_request);
+
+        let generator: Arc<dyn Generator> = match self.generator() {
+            Some(g) => g.clone(),
+            None => Arc::new(Extractive::default()),
+        };
+        let t = Instant::now();
+        let generation = generator.generate(&generation_request)?;
+        answer.timings.generate_ms = Some(ms(t));
+        let text = strip_thinking(&generation.text);
+        if text.is_empty() {
+            return Err(Error::Generation(format!(
+                "{} returned an empty answer (finish reason: {})",
+                generator.name(),
+                generation.finish_reason.as_deref().unwrap_or("unknown")
+            )));
+        }
+
+        let t = Instant::now();
+        let report = options.grounding_checker().check(&text, &prompt.sources)?;
+        answer.timings.grounding_ms = Some(ms(t));
+
+        let nei = is_not_enough_information(&text);
+        answer.citations = distinct_citations(&text);
+        answer.text = text;
+        answer.confidence = if nei { 0.0 } else { report.confidence };
+        answer.unsupported = report.unsupported.clone();
+        answer.invalid_citations = report.invalid_citations.clone();
+        answer.flags.not_enough_information = nei;
+        answer.flags.invalid_citations = !report.invalid_citations.is_empty();
+        answer.flags.context_truncated = prompt.sources.iter().any(|s| s.truncated);
+        answer.sources = prompt.sources;
+        answer.grounding = Some(report);
+        answer.generator = Some(generator.name().to_string());
+        answer.finish_reason = generation.finish_reason;
+        answer.timings.total_ms = ms(start);
+        Ok(answer)
+    }
+
+    /// The reply to chitchat: canned, or from the generator when asked for and set.
+    fn chitchat(&self, query: &str, options: &AnswerOptions) -> Result<Answer> {
+        let generator = match options.chitchat_mode() {
+            ChitchatMode::Generator => self.generator(),
+            ChitchatMode::Canned => None,
+        };
+        let mut answer = match generator {
+            None => Answer::bare(query, canned_chitchat_reply(query)),
+            Some(g) => {
+                let mut request = GenerationRequest::new(CHITCHAT_SYSTEM_PROMPT, query);
+                options.apply_to(&mut request);
+                let t = Instant::now();
+                let generation = g.generate(&request)?;
+                let text = strip_thinking(&generation.text);
+                let text = if text.is_empty() {
+                    canned_chitchat_reply(query).to_string()
+                } else {
+                    text
+                };
+                let mut a = Answer::bare(query, text);
+                a.timings.generate_ms = Some(ms(t));
+                a.generator = Some(g.name().to_string());
+                a.finish_reason = generation.finish_reason;
+                a
+            }
+        };
+        answer.flags.chitchat = true;
+        Ok(answer)
+    }
+}

@@ -1,0 +1,245 @@
+//! The query-side stages of a search: PII guard, semantic cache, HyDE, multi-query expansion,
+//! and protected ordering of reranked hits.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{ms, Pipeline, SearchRequest, SearchResponse, Timings};
+use crate::query::{
+    generate_variants, hyde_embedding, retrieve_expanded, ExpansionConfig, HydeConfig, PiiGuard,
+    SemanticCache,
+};
+use crate::{
+    Classification, Error, Hit, PiiKind, ProtectPolicy, QueryKind, Result, Route, SearchQuery,
+};
+
+/// Settings of the query-side stages (held by the pipeline and its builder).
+#[derive(Debug, Clone, Default)]
+pub(super) struct QueryStages {
+    /// Refuses queries with personal data (default: every kind).
+    pub(super) pii: PiiGuard,
+    /// Protected reranking for factual queries (default: up to 3 of the top 3).
+    pub(super) protection: ProtectPolicy,
+    /// The semantic cache, when set (needs an embedder).
+    pub(super) cache: Option<Arc<SemanticCache<SearchResponse>>>,
+    /// HyDE, when set (needs a generator and an embedder).
+    pub(super) hyde: Option<HydeConfig>,
+    /// Generated query variants, when set.
+    pub(super) expansion: Option<ExpansionConfig>,
+}
+
+impl QueryStages {
+    /// Checks the settings against the components the pipeline has.
+    pub(super) fn validate(&self, has_generator: bool, has_embedder: bool) -> Result<()> {
+        self.protection.validate()?;
+        if self.cache.is_some() && !has_embedder {
+            return Err(Error::Config(
+                "the semantic cache needs an embedder: call .embedder(...)".into(),
+            ));
+        }
+        if let Some(hyde) = &self.hyde {
+            hyde.validate()?;
+            if !has_generator || !has_embedder {
+                return Err(Error::Config(
+                    "HyDE needs a generator and an embedder: call .generator(...) and .embedder(...)"
+                        .into(),
+                ));
+            }
+        }
+        if let Some(expansion) = &self.expansion {
+            expansion.validate()?;
+            if expansion.generate && !has_generator {
+                return Err(Error::Config(
+                    "generated query variants need a generator: call .generator(...), or use \
+                     ExpansionConfig::host_variants_only()"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cache lookup: the query embedding and scope to store the response under afterwards.
+pub(super) struct CacheProbe {
+    embedding: Option<Vec<f32>>,
+    scope: String,
+    /// The cached response, on a hit.
+    pub(super) hit: Option<SearchResponse>,
+}
+
+/// Stage-1 hits and what recall did beyond plain retrieval.
+pub(super) struct Recall {
+    pub(super) hits: Vec<Hit>,
+    pub(super) hyde: bool,
+    pub(super) variants: Vec<String>,
+}
+
+impl Pipeline {
+    /// Refuses the request when the query or a host variant holds personal data.
+    pub(super) fn guard(&self, request: &SearchRequest) -> Result<()> {
+        let mut kinds: Vec<PiiKind> = std::iter::once(&request.query)
+            .chain(&request.variants)
+            .flat_map(|text| self.query.pii.detect(text))
+            .collect();
+        if kinds.is_empty() {
+            return Ok(());
+        }
+        kinds.sort();
+        kinds.dedup();
+        Err(Error::PiiRefused { kinds })
+    }
+
+    /// Looks the query up in the semantic cache (when one is set and the embedder works).
+    pub(super) fn cache_probe(
+        &self,
+        query: &str,
+        request: &SearchRequest,
+        top_k: usize,
+        timings: &mut Timings,
+    ) -> CacheProbe {
+        let (Some(cache), Some(embedder)) = (&self.query.cache, &self.embedder) else {
+            return CacheProbe {
+                embedding: None,
+                scope: String::new(),
+                hit: None,
+            };
+        };
+        let t = Instant::now();
+        let scope = cache_scope(request, top_k);
+        let embedding = embedder.embed_one(query).ok();
+        let hit = embedding
+            .as_ref()
+            .and_then(|e| cache.get_scoped(&scope, query, e));
+        timings.cache_ms = Some(ms(t));
+        CacheProbe {
+            embedding,
+            scope,
+            hit,
+        }
+    }
+
+    /// Stores a fresh response in the cache, tagged with its hits' sources; a degraded response
+    /// (reranker fallback) gets the short TTL.
+    pub(super) fn cache_store(&self, probe: CacheProbe, query: &str, response: &SearchResponse) {
+        let (Some(cache), Some(embedding)) = (&self.query.cache, probe.embedding) else {
+            return;
+        };
+        let mut tags: Vec<String> = response
+            .hits
+            .iter()
+            .filter_map(|h| h.document.source.clone())
+            .collect();
+        tags.sort();
+        tags.dedup();
+        let options = crate::query::InsertOptions {
+            scope: probe.scope,
+            tags,
+            short_ttl: response.rerank_fallback,
+            ttl: None,
+        };
+        cache.insert_with(query, embedding, response.clone(), &options);
+    }
+
+    /// Stage 1: HyDE (dense recall with a hypothetical answer's embedding) and multi-query
+    /// expansion (variants retrieved separately, fused by RRF) when configured.
+    pub(super) fn recall(
+        &self,
+        query: &str,
+        request: &SearchRequest,
+        classification: Option<&Classification>,
+        k: usize,
+        timings: &mut Timings,
+    ) -> Result<Recall> {
+        let t = Instant::now();
+        let route = classification.map(|c| c.route).unwrap_or(Route::Standard);
+        let mut search_query = SearchQuery::new(query);
+        let mut hyde = false;
+        if let (Some(config), Some(generator), Some(embedder)) =
+            (&self.query.hyde, &self.generator, &self.embedder)
+        {
+            if config.applies_to(route) {
+                // A failure falls back to the original query.
+                if let Ok(e) = hyde_embedding(generator.as_ref(), embedder.as_ref(), query, config)
+                {
+                    search_query = search_query.with_embedding(e);
+                    hyde = true;
+                }
+            }
+        }
+        let default_expansion = ExpansionConfig::host_variants_only();
+        let expansion = self.query.expansion.as_ref().unwrap_or(&default_expansion);
+        let variants = if !request.variants.is_empty() {
+            crate::query::clean_variants(&request.variants, query, expansion.max_variants)
+        } else {
+            match (&self.generator, self.query.expansion.as_ref()) {
+                (Some(generator), Some(config)) if config.generate => {
+                    generate_variants(generator.as_ref(), query, config)
+                        .unwrap_or_default()
+                        .into_iter()
+                        // A generated variant never carries personal data to a retriever.
+                        .filter(|v| self.query.pii.detect(v).is_empty())
+                        .collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        if hyde || !variants.is_empty() {
+            timings.expand_ms = Some(ms(t));
+        }
+        let t = Instant::now();
+        let hits = retrieve_expanded(
+            self.retriever.as_ref(),
+            &search_query,
+            &variants,
+            k,
+            expansion,
+        )?;
+        timings.retrieve_ms = ms(t);
+        Ok(Recall {
+            hits,
+            hyde,
+            variants,
+        })
+    }
+
+    /// Orders reranked hits (stage-1 order in, rerank score in `score`): protected reranking
+    /// for factual queries, plain score order otherwise.
+    pub(super) fn order_reranked(
+        &self,
+        query: &str,
+        classification: Option<&Classification>,
+        hits: Vec<Hit>,
+    ) -> Vec<Hit> {
+        let kind = match classification {
+            Some(c) => c.kind,
+            // Without a classifier nothing is known to be factual.
+            None => QueryKind::Semantic,
+        };
+        self.query.protection.order(query, kind, hits)
+    }
+}
+
+/// What else a cached response depends on besides the query.
+fn cache_scope(request: &SearchRequest, top_k: usize) -> String {
+    let filters = serde_json::to_string(&request.filters).unwrap_or_default();
+    format!(
+        "top_k={top_k}\u{1f}filters={filters}\u{1f}instruction={}\u{1f}variants={}",
+        request.instruction.as_deref().unwrap_or(""),
+        request.variants.join("\u{1e}")
+    )
+}
+
+/// A cached response re-labelled for this request.
+pub(super) fn from_cache(
+    mut cached: SearchResponse,
+    request: &SearchRequest,
+    classification: Option<Classification>,
+    timings: Timings,
+) -> SearchResponse {
+    cached.query = request.query.clone();
+    cached.cache_hit = true;
+    cached.classification = classification;
+    cached.timings = timings;
+    cached
+}
