@@ -10,6 +10,8 @@
 //! cargo bench --bench qwen3                       # criterion (10 samples)
 //! RERANK_BENCH_JSON=1 cargo bench --bench qwen3   # a few timed runs, one JSON line
 //! ```
+//! JSON mode: `RERANK_BENCH_REPEATS` timed runs (default 3) after `RERANK_BENCH_WARMUP`
+//! untimed ones (default 1).
 //! `scripts/bench_qwen3_vs_transformers.py` runs the JSON mode next to transformers.
 
 #[cfg(feature = "models")]
@@ -94,17 +96,22 @@ mod bench {
 
         if std::env::var("RERANK_BENCH_JSON").is_ok() {
             let repeats = env_usize("RERANK_BENCH_REPEATS").unwrap_or(3).max(1);
-            let first = score();
+            let warmup = env_usize("RERANK_BENCH_WARMUP").unwrap_or(1);
+            for _ in 0..warmup {
+                std::hint::black_box(score());
+            }
             let mut seconds = Vec::new();
+            let mut last = Vec::new();
             for _ in 0..repeats {
                 let t = Instant::now();
-                std::hint::black_box(score());
+                let out = std::hint::black_box(score());
                 seconds.push(t.elapsed().as_secs_f64());
+                last = out;
             }
             let mut sorted = seconds.clone();
             sorted.sort_by(f64::total_cmp);
             let median = sorted[sorted.len() / 2];
-            let logits: Vec<f32> = first.iter().map(|s| s.logit).collect();
+            let logits: Vec<f32> = last.iter().map(|s| s.logit).collect();
             println!(
                 "{}",
                 serde_json::json!({

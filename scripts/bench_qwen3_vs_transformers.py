@@ -6,12 +6,15 @@ Scores 20 documents of ~300 tokens against one query with the Qwen3-Reranker pro
   - "model card": the official Qwen3-Reranker code path (left padding, full logits, then [:, -1, [no, yes]]);
   - "last logits only": the same with logits_to_keep=1 (no full-vocabulary projection at every position),
     the fairest baseline for the Rust scorer, which projects only the last position onto W[yes] - W[no].
-Then it runs `cargo bench --bench qwen3` in its JSON mode (RERANK_BENCH_JSON=1) with the same thread
-count, checks that both sides saw the same token counts and close logits, and prints tokens/s and ratios.
+The Rust side is `cargo bench --bench qwen3` in its JSON mode (RERANK_BENCH_JSON=1), one timed call per
+process, with the same thread count (RAYON_NUM_THREADS too). The three are interleaved round by round so
+that a change in machine load hits all of them; the speed-up is the median over rounds of
+(transformers seconds / rust seconds). It checks that both sides saw the same token counts and close
+logits, and prints seconds, tokens/s and speed-ups.
 
 Usage:
   python scripts/bench_qwen3_vs_transformers.py --threads 2 [--model models/qwen3-0.6b-shape]
-      [--repeats 3] [--skip-rust]
+      [--rounds 2] [--skip-model-card]
 Needs torch and transformers (CPU is enough). Times include tokenization on both sides.
 """
 import argparse
@@ -44,66 +47,64 @@ def document(i):
     return " ".join(WORDS[(i * 7 + j * 13 + (j * j) % 5) % n] for j in range(N_WORDS)) + "."
 
 
-def transformers_side(model_dir, threads, repeats):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+class Transformers:
+    """The transformers side: the model loaded once, one timed call per `run`."""
 
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
-    tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    t = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    load_s = time.perf_counter() - t
-    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
-    prefix = tok.encode(PREFIX, add_special_tokens=False)
-    suffix = tok.encode(SUFFIX, add_special_tokens=False)
-    docs = [document(i) for i in range(N_DOCS)]
+    def __init__(self, model_dir, threads):
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    def score(last_only):
+        self.torch = torch
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass
+        self.tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+        t = time.perf_counter()
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.load_s = time.perf_counter() - t
+        self.yes = self.tok.convert_tokens_to_ids("yes")
+        self.no = self.tok.convert_tokens_to_ids("no")
+        self.prefix = self.tok.encode(PREFIX, add_special_tokens=False)
+        self.suffix = self.tok.encode(SUFFIX, add_special_tokens=False)
+        self.versions = {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "torch_threads": torch.get_num_threads()}
+
+    def score(self, docs, last_only):
+        """The model-card procedure; returns (l_yes - l_no per doc, real tokens, padded tokens)."""
+        tok, torch = self.tok, self.torch
         bodies = [f"<Instruct>: {INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {d}" for d in docs]
         enc = tok(bodies, padding=False, truncation="longest_first", return_attention_mask=False,
-                  max_length=MAX_LENGTH - len(prefix) - len(suffix))
-        enc["input_ids"] = [prefix + ids + suffix for ids in enc["input_ids"]]
+                  max_length=MAX_LENGTH - len(self.prefix) - len(self.suffix))
+        enc["input_ids"] = [self.prefix + ids + self.suffix for ids in enc["input_ids"]]
         enc = tok.pad(enc, padding=True, return_tensors="pt")
         with torch.inference_mode():
             if last_only:
-                logits = model(**enc, logits_to_keep=1).logits[:, -1, :]
+                logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]
             else:
-                logits = model(**enc).logits[:, -1, :]
-        diff = logits[:, yes] - logits[:, no]
-        return diff, int(enc["attention_mask"].sum()), int(enc["input_ids"].numel())
+                logits = self.model(**enc).logits[:, -1, :]
+        diff = logits[:, self.yes] - logits[:, self.no]
+        return [float(x) for x in diff], int(enc["attention_mask"].sum()), int(enc["input_ids"].numel())
 
-    results = {}
-    for name, last_only in [("model card", False), ("last logits only", True)]:
-        diff, tokens, padded = score(last_only)  # warm-up
-        seconds = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            score(last_only)
-            seconds.append(time.perf_counter() - t)
-        median = statistics.median(seconds)
-        results[name] = {
-            "impl": f"transformers ({name})", "threads": threads, "docs": N_DOCS, "prompt_tokens": tokens,
-            "padded_tokens": padded, "load_s": load_s, "seconds": seconds, "median_s": median,
-            "tokens_per_s": tokens / median, "logits": [float(x) for x in diff],
-        }
-    import transformers
-    versions = {"torch": torch.__version__, "transformers": transformers.__version__,
-                "torch_threads": torch.get_num_threads()}
-    return results, versions
+    def run(self, last_only):
+        docs = [document(i) for i in range(N_DOCS)]
+        t = time.perf_counter()
+        logits, tokens, padded = self.score(docs, last_only)
+        return time.perf_counter() - t, logits, tokens, padded
 
 
-def rust_side(model_dir, threads, repeats):
+def rust_run(model_dir, threads):
+    """One timed Rust call (a fresh process, no warm-up: nothing in it is compiled at run time)."""
     env = dict(os.environ)
     env.update({
-        "RERANK_BENCH_JSON": "1", "RERANK_BENCH_REPEATS": str(repeats), "RERANK_BENCH_THREADS": str(threads),
-        "RAYON_NUM_THREADS": str(threads), "RERANK_QWEN3_BENCH_MODEL": str(Path(model_dir).resolve()),
+        "RERANK_BENCH_JSON": "1", "RERANK_BENCH_REPEATS": "1", "RERANK_BENCH_WARMUP": "0",
+        "RERANK_BENCH_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads),
+        "RERANK_QWEN3_BENCH_MODEL": str(Path(model_dir).resolve()),
     })
     out = subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3"], cwd=ROOT, env=env,
-                         check=True, stdout=subprocess.PIPE, text=True).stdout
+                         check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if not lines:
         sys.exit(f"no JSON line from the Rust bench; its output was:\n{out}")
@@ -114,28 +115,51 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(ROOT / "models" / "qwen3-0.6b-shape"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--skip-rust", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of (transformers last-logits, transformers model card, rust), interleaved")
+    ap.add_argument("--skip-model-card", action="store_true")
     args = ap.parse_args()
+    args.rounds = max(1, args.rounds)
 
-    py, versions = transformers_side(args.model, args.threads, args.repeats)
-    rows = list(py.values())
-    if not args.skip_rust:
-        rust = rust_side(args.model, args.threads, args.repeats)
-        rows.append(rust)
-    for r in rows:
-        print(json.dumps({k: v for k, v in r.items() if k != "logits"}))
-    print(json.dumps(versions))
-    if not args.skip_rust:
-        ref = py["last logits only"]
-        if rust["prompt_tokens"] != ref["prompt_tokens"]:
-            print(f"WARNING: token counts differ: rust {rust['prompt_tokens']} vs python {ref['prompt_tokens']}")
-        worst = max(abs(a - b) for a, b in zip(rust["logits"], ref["logits"]))
-        print(f"max |logit difference| rust vs transformers: {worst:.2e}")
-        print(f"{'implementation':40} {'median s':>9} {'tokens/s':>10} {'rust / this':>12}")
-        for r in rows:
-            ratio = rust["tokens_per_s"] / r["tokens_per_s"]
-            print(f"{r['impl']:40} {r['median_s']:9.2f} {r['tokens_per_s']:10.1f} {ratio:12.2f}")
+    # Build the Rust bench first, outside any timing.
+    subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3", "--no-run"], cwd=ROOT, check=True)
+    hf = Transformers(args.model, args.threads)
+    warm = [document(i) for i in range(2)]
+    hf.score(warm, True)
+    hf.score(warm, False)
+
+    variants = [("transformers (last logits only)", True)]
+    if not args.skip_model_card:
+        variants.append(("transformers (model card)", False))
+    times = {name: [] for name, _ in variants}
+    times["rerank (candle)"] = []
+    ratios = {name: [] for name, _ in variants}
+    logits = {}
+    tokens = {}
+    for r in range(args.rounds):
+        for name, last_only in variants:
+            sec, lg, tok, padded = hf.run(last_only)
+            times[name].append(sec)
+            logits[name], tokens[name] = lg, tok
+        rust = rust_run(args.model, args.threads)
+        times["rerank (candle)"].append(rust["median_s"])
+        logits["rerank (candle)"], tokens["rerank (candle)"] = rust["logits"], rust["prompt_tokens"]
+        for name, _ in variants:
+            ratios[name].append(times[name][-1] / rust["median_s"])
+        print(json.dumps({"round": r, **{k: v[-1] for k, v in times.items()}}), flush=True)
+
+    print(json.dumps({**hf.versions, "threads": args.threads, "docs": N_DOCS, "rounds": args.rounds,
+                      "padded_tokens": padded, "tokens": tokens}))
+    ref = "transformers (last logits only)"
+    if tokens["rerank (candle)"] != tokens[ref]:
+        print(f"WARNING: token counts differ: {tokens}")
+    worst = max(abs(a - b) for a, b in zip(logits["rerank (candle)"], logits[ref]))
+    print(f"max |logit difference| rust vs transformers: {worst:.2e}")
+    print(f"{'implementation':34} {'median s':>9} {'tokens/s':>9} {'rust speed-up (median of rounds)':>34}")
+    for name, secs in times.items():
+        med = statistics.median(secs)
+        speedup = statistics.median(ratios[name]) if name in ratios else 1.0
+        print(f"{name:34} {med:9.2f} {tokens[name] / med:9.1f} {speedup:34.2f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 //! `rerank score`: score (query, document) pairs from a JSONL file with a local model.
 //!
-//! Input lines `{"query": ..., "document": ...}`; output one line per input line, in input
-//! order: `{"score": f, "logit": f}` (score after the model's activation, logit raw).
-//! The model kind comes from `architectures` in the model's `config.json`.
+//! Input lines `{"query": ..., "document": ...}` (plus `"instruction"` for Qwen3-Reranker);
+//! output one line per input line, in input order: `{"score": f, "logit": f}` (score after the
+//! model's activation, logit raw; for Qwen3-Reranker `logit = l_yes - l_no` and
+//! `score = sigmoid(logit)`). The model kind comes from `architectures` in the model's
+//! `config.json`: cross-encoders (BERT, XLM-RoBERTa) or `Qwen3ForCausalLM`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -29,6 +31,12 @@ pub struct Args {
     /// Inference threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Qwen3-Reranker: tokenizer.json to use when the model directory has none.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Qwen3-Reranker: most tokens per forward pass (default 8192).
+    #[arg(long)]
+    token_budget: Option<usize>,
 }
 
 /// One output line (fields in this order).
@@ -39,9 +47,13 @@ struct Out {
 }
 
 #[derive(serde::Deserialize)]
+#[cfg_attr(not(feature = "models"), allow(dead_code))]
 struct Line {
     query: String,
     document: String,
+    /// Qwen3-Reranker only: the instruction (default: the model card's).
+    #[serde(default)]
+    instruction: Option<String>,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -56,11 +68,7 @@ pub fn run(args: Args) -> CliResult {
             .map_err(|e| format!("{}:{}: {e}", args.input.display(), i + 1))?;
         lines.push(parsed);
     }
-    let pairs: Vec<(&str, &str)> = lines
-        .iter()
-        .map(|l| (l.query.as_str(), l.document.as_str()))
-        .collect();
-    let scores = score_pairs(&args, &pairs)?;
+    let scores = score_lines(&args, &lines)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (score, logit) in scores {
         writeln!(out, "{}", serde_json::to_string(&Out { score, logit })?)?;
@@ -69,13 +77,18 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Loads the scorer that `config.json` calls for and returns (score, logit) per pair, in
+/// Loads the scorer that `config.json` calls for and returns (score, logit) per line, in
 /// input order.
 #[cfg(feature = "models")]
-fn score_pairs(args: &Args, pairs: &[(&str, &str)]) -> CliResult<Vec<(f32, f32)>> {
+fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::models::{Architecture, ModelDir};
     use rerank::rerank::CrossEncoder;
 
+    let pairs: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l.query.as_str(), l.document.as_str()))
+        .collect();
+    let pairs = pairs.as_slice();
     let dir = ModelDir::open(&args.model)?;
     match dir.architecture()? {
         Architecture::BertForSequenceClassification
@@ -96,21 +109,53 @@ fn score_pairs(args: &Args, pairs: &[(&str, &str)]) -> CliResult<Vec<(f32, f32)>
             let scores = builder.build()?.predict(pairs)?;
             Ok(scores.into_iter().map(|s| (s.score, s.logit)).collect())
         }
-        Architecture::Qwen3ForCausalLm => Err(format!(
-            "{}: Qwen3ForCausalLM (Qwen3-Reranker) is not supported by `score` yet",
-            args.model.display()
-        )
-        .into()),
+        Architecture::Qwen3ForCausalLm => score_qwen3(args, lines),
         other => Err(format!(
             "{}: unsupported architecture {other} (supported: BertForSequenceClassification, \
-             XLMRobertaForSequenceClassification)",
+             XLMRobertaForSequenceClassification, Qwen3ForCausalLM)",
             args.model.display()
         )
         .into()),
     }
 }
 
+/// Qwen3-Reranker: each line with its own instruction; `--raw` makes the score the logit.
+#[cfg(feature = "models")]
+fn score_qwen3(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
+    use rerank::rerank::qwen3::{Qwen3Reranker, ScoreInput};
+
+    if args.batch_size.is_some() {
+        return Err("--batch-size is for cross-encoders; Qwen3 batches by --token-budget".into());
+    }
+    let mut builder = Qwen3Reranker::builder(&args.model);
+    if let Some(path) = &args.tokenizer {
+        builder = builder.tokenizer(path);
+    }
+    if let Some(n) = args.max_length {
+        builder = builder.max_length(n);
+    }
+    if let Some(n) = args.token_budget {
+        builder = builder.token_budget(n);
+    }
+    if let Some(n) = args.threads {
+        builder = builder.threads(n);
+    }
+    let inputs: Vec<ScoreInput<'_>> = lines
+        .iter()
+        .map(|l| ScoreInput {
+            instruction: l.instruction.as_deref(),
+            query: &l.query,
+            document: &l.document,
+        })
+        .collect();
+    let scores = builder.build()?.score_inputs(&inputs)?;
+    Ok(scores
+        .into_iter()
+        .map(|s| (if args.raw { s.logit } else { s.score }, s.logit))
+        .collect())
+}
+
 #[cfg(not(feature = "models"))]
-fn score_pairs(_args: &Args, _pairs: &[(&str, &str)]) -> CliResult<Vec<(f32, f32)>> {
+fn score_lines(_args: &Args, _lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     Err("`score` needs the `models` feature of rerank".into())
 }

@@ -142,8 +142,10 @@ impl Pipeline {
 
     /// Searches with per-call overrides.
     ///
-    /// Steps: split a two-phase query (when [`PipelineBuilder::two_phase`] is on); the PII guard refuses a query (or variant) holding personal data with
-    /// [`Error::PiiRefused`] before anything else runs; classify (when a classifier is set);
+    /// Steps: the PII guard refuses a query (or variant) holding personal data with
+    /// [`Error::PiiRefused`] before anything else runs; a two-phase query is split (when
+    /// [`PipelineBuilder::two_phase`] is on: the `[SEARCH]` phrase drives recall and lexical
+    /// protection, the `[TASK]` context and `[INSTRUCT]` the reranker); classify (when a classifier is set);
     /// the semantic cache answers when it holds a close enough query (when a cache is set);
     /// stage 1 fetches [`SearchOptions::candidates_for`]`(top_k)` candidates (with HyDE and
     /// query variants when configured) and numbers them (stage-1 rank);
@@ -163,8 +165,6 @@ impl Pipeline {
             return Err(Error::InvalidInput("top_k must be at least 1".into()));
         }
         let mut timings = Timings::default();
-        // Two-phase queries: the [SEARCH] phrase drives recall, the [TASK] context (and any
-        // [INSTRUCT]) drives the reranker; otherwise the query drives both.
         let plan = two_phase::plan(query, self.two_phase, request.instruction.as_deref())?;
 
         let classification = self.classifier.as_ref().map(|c| {
@@ -210,6 +210,7 @@ impl Pipeline {
         hits.retain(|h| filters.iter().all(|f| f.matches(&h.document)));
 
         let stage2 = self.rerank_stage(
+            &plan.recall,
             plan.rerank,
             hits,
             top_k,
@@ -242,6 +243,7 @@ impl Pipeline {
 
     fn rerank_stage(
         &self,
+        query: &str,
         rq: RerankQuery,
         hits: Vec<Hit>,
         top_k: usize,

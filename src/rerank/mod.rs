@@ -17,6 +17,7 @@ pub use cross_encoder::{
     Activation, CrossEncoder, CrossEncoderBuilder, PairScore, DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TOKENS,
 };
+
 pub mod fallback;
 pub mod qwen3;
 
