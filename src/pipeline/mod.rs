@@ -285,7 +285,7 @@ impl Pipeline {
                     h.rerank_score = Some(s);
                     h.score = s;
                 }
-                let hits = self.order_reranked(&rq.text, classification, hits);
+                let hits = self.order_reranked(query, classification, hits);
                 Stage2 {
                     hits,
                     reranked: true,
