@@ -11,6 +11,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::Embedder;
+use crate::models::plan_batches;
 use crate::{Error, Result};
 
 /// Default number of tokens (padded batch size x longest sequence) per forward pass.
@@ -346,10 +347,11 @@ impl BertEmbedder {
             .encode_batch_fast(texts.to_vec(), true)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
-        for batch in plan_batches(&ids, self.token_budget, self.max_batch_size) {
-            let rows: Vec<&[u32]> = batch.iter().map(|&i| ids[i]).collect();
+        let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
+        for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
+            let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
             let pooled = self.forward(&rows)?;
-            for (row, &i) in pooled.iter().zip(&batch) {
+            for (row, &i) in pooled.iter().zip(&batch.indices) {
                 out.row_mut(i)
                     .iter_mut()
                     .zip(row)
@@ -432,31 +434,6 @@ fn l2_normalize(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x /= norm);
 }
 
-/// Groups sequence indices into batches: longest first, each batch's
-/// `size x longest` within `token_budget` (a lone over-long sequence forms its own batch) and
-/// at most `max_batch` long.
-fn plan_batches(seqs: &[&[u32]], token_budget: usize, max_batch: usize) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..seqs.len()).collect();
-    order.sort_by(|&a, &b| seqs[b].len().cmp(&seqs[a].len()).then(a.cmp(&b)));
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    let mut longest = 0;
-    for i in order {
-        let fits = current.len() < max_batch && (current.len() + 1) * longest <= token_budget;
-        if !current.is_empty() && !fits {
-            batches.push(std::mem::take(&mut current));
-        }
-        if current.is_empty() {
-            longest = seqs[i].len().max(1);
-        }
-        current.push(i);
-    }
-    if !current.is_empty() {
-        batches.push(current);
-    }
-    batches
-}
-
 impl Embedder for BertEmbedder {
     fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
         self.run(|| self.embed_in_pool(texts))
@@ -486,9 +463,10 @@ mod tests {
     #[test]
     fn batches_respect_budget_and_cover_every_index_once() {
         let lens = [5usize, 1, 9, 9, 3, 7, 2, 20, 4];
-        let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![0; n]).collect();
-        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
-        let batches = plan_batches(&refs, 18, 3);
+        let batches: Vec<Vec<usize>> = plan_batches(&lens, 18, 3)
+            .into_iter()
+            .map(|b| b.indices)
+            .collect();
         // longest first: 20 alone (over budget), then 9+9 (2x9 = 18), 7+5 (3x7 = 21 > 18),
         // 4+3+2 (3x4 = 12, then max_batch), 1
         assert_eq!(
