@@ -461,16 +461,17 @@ fn a_shared_pipeline_answers_from_many_threads() {
 
 #[test]
 fn pii_in_a_chitchat_query_is_refused_before_answering() {
+    let query = "hi there, my email is someone@example.com";
+    // The classifier alone would answer this as chitchat, without any search.
+    assert_eq!(ToyClassifier.classify(query).intent, Intent::Chitchat);
     let index = rerank::Bm25Index::new();
     index.add(vec![rerank::Document::new("1", "hello world")]);
     let pipeline = rerank::Pipeline::builder()
         .retriever(index)
-        .classifier(rerank::RuleClassifier::default())
+        .classifier(ToyClassifier)
         .build()
         .unwrap();
-    let err = pipeline
-        .answer("hi, my email is someone@example.com")
-        .unwrap_err();
+    let err = pipeline.answer(query).unwrap_err();
     assert!(matches!(err, rerank::Error::PiiRefused { .. }), "{err}");
     assert!(!err.to_string().contains("someone@example.com"));
 }
