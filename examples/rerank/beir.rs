@@ -5,17 +5,25 @@
 //!     [--split test] [--depth 1000] --json
 //! cargo run --release --example rerank -- beir --data DIR --retriever dense|hybrid \
 //!     --model models/all-MiniLM-L6-v2 [--rrf-k 60] [--threads N] --json
+//! cargo run --release --example rerank -- beir --data DIR --retriever bm25 \
+//!     --reranker models/ce-minilm [--rerank-depth 100] [--threads N] --json
 //! ```
 //! `dense` embeds the corpus (`title + " " + text`) and the queries with the BERT bi-encoder in
 //! `--model` and ranks by cosine; `hybrid` fuses BM25 and dense by reciprocal rank
 //! (`1 / (rrf_k + rank)`, equal weights), each list `--depth` deep. Embedding the corpus counts
 //! in `index_seconds`, embedding the queries in `search_seconds`.
+//!
+//! `--reranker DIR` adds stage 2: the top `--rerank-depth` hits of every query are rescored by
+//! the model in DIR (chosen by its `config.json`: a cross-encoder, Qwen3-Reranker, or embedding
+//! cosine for a `BertModel` bi-encoder) and put first in that order; the hits below keep their
+//! stage-1 order. Queries are reranked one after the other, each as one batched call, timed as
+//! `rerank_seconds`.
 //! Loads the collection, builds the stage-1 retriever (timed as `index_seconds`), runs every
 //! judged query in parallel down to `--depth` (timed as `search_seconds`) and evaluates the run
-//! with trec_eval conventions. `seconds` = index + search; loading the files is not counted.
+//! with trec_eval conventions. `seconds` = index + search + rerank; loading the files is not counted.
 //!
 //! To add a retriever: a variant in [`RetrieverKind`] and an arm in [`build_retriever`].
-//! A stage-2 reranker would go in [`run_queries`], after `retrieve`.
+//! Stage 2 is [`rerank_run`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -26,7 +34,8 @@ use std::time::Instant;
 use rayon::prelude::*;
 use rerank::eval::{trec_order, BeirDataset, BeirQuery, Evaluation, Evaluator, Run};
 use rerank::{
-    Bm25Index, Bm25Params, DenseIndex, Document, Embedder, Fusion, Hybrid, Retriever, SearchQuery,
+    Bm25Index, Bm25Params, DenseIndex, Document, Embedder, Fusion, Hit, Hybrid, RerankQuery,
+    Reranker, Retriever, SearchQuery,
 };
 
 use crate::CliResult;
@@ -58,7 +67,14 @@ pub struct Args {
     /// RRF damping constant for hybrid.
     #[arg(long, default_value_t = 60.0)]
     rrf_k: f32,
-    /// Threads for the embedding model (default: all cores).
+    /// Stage 2: rerank each query's top hits with the model in DIR (a cross-encoder,
+    /// Qwen3-Reranker or BERT bi-encoder directory).
+    #[arg(long, value_name = "DIR")]
+    reranker: Option<PathBuf>,
+    /// Hits per query rescored by --reranker.
+    #[arg(long, default_value_t = 100)]
+    rerank_depth: usize,
+    /// Threads for the embedding model and the reranker (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
     /// BM25 term-frequency saturation.
@@ -213,32 +229,90 @@ fn search_queries(
         .collect())
 }
 
-/// Runs every query through `retriever` (in parallel) and collects the run.
+/// Runs every query through `retriever` (in parallel): the hits of each query, in order.
 fn run_queries(
     retriever: &dyn Retriever,
-    queries: &[&BeirQuery],
     search: &[SearchQuery],
     depth: usize,
-) -> CliResult<Run> {
-    let results: Vec<(String, Vec<(String, f64)>)> = queries
+) -> CliResult<Vec<Vec<Hit>>> {
+    Ok(search
         .par_iter()
-        .zip(search)
-        .map(|(q, search)| {
-            let hits = retriever.retrieve(search, depth)?;
+        .map(|search| retriever.retrieve(search, depth))
+        .collect::<rerank::Result<_>>()?)
+}
+
+/// Stage 2: rescores the top `depth` hits of each query with `reranker` and puts them first,
+/// best first; the hits below keep their stage-1 order, scored below every reranked hit.
+fn rerank_run(
+    reranker: &dyn Reranker,
+    queries: &[&BeirQuery],
+    hits: &mut [Vec<Hit>],
+    depth: usize,
+) -> CliResult {
+    for (query, hits) in queries.iter().zip(hits.iter_mut()) {
+        let n = depth.min(hits.len());
+        if n == 0 {
+            continue;
+        }
+        let texts: Vec<String> = hits[..n].iter().map(|h| h.document.full_text()).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let scores = reranker.score(&RerankQuery::new(query.text.as_str()), &refs)?;
+        if scores.len() != n {
+            let got = scores.len();
+            return Err(format!("the reranker returned {got} scores for {n} documents").into());
+        }
+        for (hit, score) in hits.iter_mut().zip(&scores) {
+            hit.score = *score;
+        }
+        // Stable: equal scores keep the stage-1 order.
+        hits[..n].sort_by(|a, b| b.score.total_cmp(&a.score));
+        let floor = scores.iter().copied().fold(f32::INFINITY, f32::min);
+        for (i, hit) in hits[n..].iter_mut().enumerate() {
+            hit.score = floor - 1.0 - i as f32;
+        }
+    }
+    Ok(())
+}
+
+/// The run to evaluate: each query's hits as (doc id, score).
+fn to_run(queries: &[&BeirQuery], hits: &[Vec<Hit>]) -> Run {
+    queries
+        .iter()
+        .zip(hits)
+        .map(|(q, hits)| {
             let scored = hits
                 .iter()
                 .map(|h| (h.id().to_string(), f64::from(h.score)))
                 .collect();
-            Ok((q.id.clone(), scored))
+            (q.id.clone(), scored)
         })
-        .collect::<rerank::Result<_>>()?;
-    Ok(results.into_iter().collect())
+        .collect()
+}
+
+#[cfg(feature = "models")]
+fn load_reranker(args: &Args) -> CliResult<Option<Box<dyn Reranker>>> {
+    match &args.reranker {
+        Some(dir) => Ok(Some(rerank::rerank::load_reranker(dir, args.threads)?)),
+        None => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "models"))]
+fn load_reranker(args: &Args) -> CliResult<Option<Box<dyn Reranker>>> {
+    match &args.reranker {
+        Some(_) => Err("--reranker needs the `models` feature of rerank".into()),
+        None => Ok(None),
+    }
 }
 
 pub fn run(args: Args) -> CliResult {
     if args.depth == 0 {
         return Err("--depth must be at least 1".into());
     }
+    if args.reranker.is_some() && args.rerank_depth == 0 {
+        return Err("--rerank-depth must be at least 1".into());
+    }
+    let reranker = load_reranker(&args)?;
     let t = Instant::now();
     let mut data = BeirDataset::load_split(&args.data, &args.split)?;
     let load_seconds = t.elapsed().as_secs_f64();
@@ -256,11 +330,22 @@ pub fn run(args: Args) -> CliResult {
 
     let t = Instant::now();
     let search = search_queries(&queries, stage1.embedder.as_ref())?;
-    let run = run_queries(stage1.retriever.as_ref(), &queries, &search, args.depth)?;
+    let mut hits = run_queries(stage1.retriever.as_ref(), &search, args.depth)?;
     let search_seconds = t.elapsed().as_secs_f64();
 
+    let t = Instant::now();
+    if let Some(reranker) = &reranker {
+        rerank_run(reranker.as_ref(), &queries, &mut hits, args.rerank_depth)?;
+    }
+    let rerank_seconds = t.elapsed().as_secs_f64();
+    let run = to_run(&queries, &hits);
+
     if let Some(path) = &args.save_run {
-        write_trec_run(path, &run, &args.retriever.to_string())?;
+        let tag = match &args.reranker {
+            Some(_) => format!("{}+rerank", args.retriever),
+            None => args.retriever.to_string(),
+        };
+        write_trec_run(path, &run, &tag)?;
     }
     let evaluation = Evaluator::from_names(&METRICS)?.evaluate(&run, &data.qrels);
     let report = Report {
@@ -270,6 +355,7 @@ pub fn run(args: Args) -> CliResult {
         load_seconds,
         index_seconds,
         search_seconds,
+        rerank_seconds,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report.json())?);
@@ -302,6 +388,7 @@ struct Report<'a> {
     load_seconds: f64,
     index_seconds: f64,
     search_seconds: f64,
+    rerank_seconds: f64,
 }
 
 impl Report<'_> {
@@ -324,12 +411,15 @@ impl Report<'_> {
             "k1": self.args.k1,
             "b": self.args.b,
             "depth": self.args.depth,
+            "reranker": self.args.reranker,
+            "rerank_depth": self.args.reranker.as_ref().map(|_| self.args.rerank_depth),
             "docs": self.docs,
             "queries": self.evaluation.queries(),
             "load_seconds": self.load_seconds,
             "index_seconds": self.index_seconds,
             "search_seconds": self.search_seconds,
-            "seconds": self.index_seconds + self.search_seconds,
+            "rerank_seconds": self.rerank_seconds,
+            "seconds": self.index_seconds + self.search_seconds + self.rerank_seconds,
         });
         if let serde_json::Value::Object(extra) = extra {
             out.extend(extra);
@@ -356,6 +446,14 @@ impl Report<'_> {
                 println!("  model {} | rrf k {}", model.display(), a.rrf_k)
             }
             _ => {}
+        }
+        if let Some(reranker) = &a.reranker {
+            println!(
+                "  reranker {} | rerank depth {} | {:.3} s",
+                reranker.display(),
+                a.rerank_depth,
+                self.rerank_seconds
+            );
         }
         for (name, value) in self.evaluation.means() {
             println!("  {name:<12} {value:.4}");

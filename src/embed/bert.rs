@@ -1,20 +1,19 @@
-//! BERT sentence embeddings on candle (sentence-transformers bi-encoders such as
-//! all-MiniLM-L6-v2): mean pooling over the attention mask, then L2 normalization.
+//! BERT sentence embeddings (sentence-transformers bi-encoders such as all-MiniLM-L6-v2) on the
+//! packed encoder: mean pooling over each text's tokens, then L2 normalization.
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use candle_core::{DType, Device};
 use ndarray::Array2;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::Embedder;
-use crate::models::plan_batches;
+use crate::models::encoder::{mean_pool, Encoder, EncoderConfig, Output, Sequence};
+use crate::models::{candle_message, plan_batches, ModelDir, CONFIG_FILE, WEIGHTS_FILE};
 use crate::{Error, Result};
 
-/// Default number of tokens (padded batch size x longest sequence) per forward pass.
+/// Default token budget per forward pass (texts x longest text; no padding is computed).
 pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
 
 /// Default largest number of texts per forward pass.
@@ -35,8 +34,9 @@ const NORMALIZE_EPS: f32 = 1e-12;
 /// Each text is tokenized as `[CLS] text [SEP]`, truncated on the right to `max_seq_length`
 /// tokens (the truncation and padding baked into `tokenizer.json` are ignored, as
 /// sentence-transformers does), run through the encoder, mean-pooled over its real tokens and
-/// L2-normalized. Texts are sorted by length and grouped into batches under a token budget,
-/// so little compute goes to padding; rows come back in input order.
+/// L2-normalized. Texts are sorted by length and grouped into batches under a token budget;
+/// each batch runs *packed* (the texts' tokens concatenated, attention within each text), so
+/// no compute goes to padding. Rows come back in input order.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once. With
 /// [`BertEmbedderBuilder::threads`] the work runs in a dedicated thread pool of that size;
@@ -51,11 +51,9 @@ const NORMALIZE_EPS: f32 = 1e-12;
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct BertEmbedder {
-    model: BertModel,
+    encoder: Encoder,
     tokenizer: Tokenizer,
-    device: Device,
     dim: usize,
-    pad_id: u32,
     max_seq_length: usize,
     token_budget: usize,
     max_batch_size: usize,
@@ -138,49 +136,14 @@ struct PoolingConfig {
     pooling_mode_mean_sqrt_len_tokens: bool,
 }
 
-/// The architecture fields of `config.json`, read before the full BERT config.
-#[derive(Deserialize)]
-struct ArchitectureFields {
-    model_type: Option<String>,
-}
+/// sentence-transformers' pooling settings, relative to the model directory.
+const POOLING_FILE: &str = "1_Pooling/config.json";
+/// sentence-transformers' `max_seq_length`, relative to the model directory.
+const SENTENCE_BERT_FILE: &str = "sentence_bert_config.json";
 
-fn read_text(path: &Path) -> Result<String> {
-    if !path.is_file() {
-        return Err(Error::Model(format!(
-            "{} is missing; a BERT embedder directory needs config.json, tokenizer.json and \
-             model.safetensors",
-            path.display()
-        )));
-    }
-    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = read_text(path)?;
-    serde_json::from_str(&text).map_err(|e| Error::Model(format!("{}: {e}", path.display())))
-}
-
-fn model_err(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Model(format!("{}: {e}", path.display()))
-}
-
-/// Memory-maps the safetensors file and loads a BERT encoder with `config`'s shapes.
-#[allow(unsafe_code)]
-fn load_weights(path: &Path, config: &BertConfig, device: &Device) -> Result<BertModel> {
-    if !path.is_file() {
-        return Err(Error::Model(format!("{} is missing", path.display())));
-    }
-    // SAFETY: the file is mapped read-only and only read while the weights are copied into
-    // candle's own buffers during `BertModel::load`; like every memory-mapped model loader,
-    // this assumes no other process truncates or rewrites the file during that time.
-    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], DType::F32, device) }
-        .map_err(|e| model_err(path, e))?;
-    BertModel::load(vb, config).map_err(|e| {
-        Error::Model(format!(
-            "{}: the weights do not match config.json ({e})",
-            path.display()
-        ))
-    })
+/// Reads the fields of `T` from a parsed JSON file (`path` names it in errors).
+fn from_value<T: serde::de::DeserializeOwned>(v: serde_json::Value, path: &Path) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error::Model(format!("{}: {e}", path.display())))
 }
 
 impl BertEmbedder {
@@ -201,17 +164,11 @@ impl BertEmbedder {
     }
 
     fn load(options: BertEmbedderBuilder) -> Result<Self> {
-        let dir = &options.dir;
-        if !dir.is_dir() {
-            return Err(Error::Model(format!(
-                "{} is not a directory (expected a BERT embedder directory; \
-                 scripts/fetch_minilm.sh fetches all-MiniLM-L6-v2)",
-                dir.display()
-            )));
-        }
-        let config_path = dir.join("config.json");
-        let arch: ArchitectureFields = read_json(&config_path)?;
-        if let Some(model_type) = arch.model_type.as_deref() {
+        let model_dir = ModelDir::open(&options.dir)?;
+        let dir = model_dir.path();
+        let config_path = dir.join(CONFIG_FILE);
+        let value = model_dir.config()?;
+        if let Some(model_type) = value.get("model_type").and_then(|v| v.as_str()) {
             if model_type != "bert" {
                 return Err(Error::Model(format!(
                     "{}: unsupported model_type {model_type:?}; BertEmbedder loads BERT models",
@@ -219,19 +176,11 @@ impl BertEmbedder {
                 )));
             }
         }
-        let config: BertConfig = read_json(&config_path)?;
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
-            return Err(Error::Model(format!(
-                "{}: hidden_size {} is not a multiple of num_attention_heads {}",
-                config_path.display(),
-                config.hidden_size,
-                config.num_attention_heads
-            )));
-        }
+        let config = EncoderConfig::from_value(&value, &config_path, false)?;
 
-        let pooling_path = dir.join("1_Pooling").join("config.json");
-        if pooling_path.is_file() {
-            let pooling: PoolingConfig = read_json(&pooling_path)?;
+        let pooling_path = dir.join(POOLING_FILE);
+        if let Some(pooling) = model_dir.optional_json(POOLING_FILE)? {
+            let pooling: PoolingConfig = from_value(pooling, &pooling_path)?;
             let mean_only = pooling.pooling_mode_mean_tokens
                 && !pooling.pooling_mode_cls_token
                 && !pooling.pooling_mode_max_tokens
@@ -243,41 +192,52 @@ impl BertEmbedder {
                 )));
             }
             if let Some(d) = pooling.word_embedding_dimension {
-                if d != config.hidden_size {
+                if d != config.hidden {
                     return Err(Error::Model(format!(
                         "{}: word_embedding_dimension {d} does not match hidden_size {} in \
                          config.json",
                         pooling_path.display(),
-                        config.hidden_size
+                        config.hidden
                     )));
                 }
             }
         }
 
-        let st_path = dir.join("sentence_bert_config.json");
-        let from_st = if st_path.is_file() {
-            read_json::<SentenceBertConfig>(&st_path)?.max_seq_length
-        } else {
-            None
+        let from_st = match model_dir.optional_json(SENTENCE_BERT_FILE)? {
+            Some(v) => {
+                from_value::<SentenceBertConfig>(v, &dir.join(SENTENCE_BERT_FILE))?.max_seq_length
+            }
+            None => None,
         };
         let max_seq_length = options
             .max_seq_length
             .or(from_st)
-            .unwrap_or(FALLBACK_MAX_SEQ_LENGTH.min(config.max_position_embeddings));
-        if max_seq_length > config.max_position_embeddings || max_seq_length < 2 {
+            .unwrap_or(FALLBACK_MAX_SEQ_LENGTH.min(config.max_length()));
+        if max_seq_length > config.max_length() || max_seq_length < 2 {
             return Err(Error::Model(format!(
                 "max_seq_length {max_seq_length} must be between 2 and max_position_embeddings \
                  {} ({})",
-                config.max_position_embeddings,
+                config.max_length(),
                 config_path.display()
             )));
         }
 
-        let tokenizer_path = dir.join("tokenizer.json");
-        let tokenizer = load_tokenizer(&tokenizer_path, max_seq_length, config.vocab_size)?;
-
-        let device = Device::Cpu;
-        let model = load_weights(&dir.join("model.safetensors"), &config, &device)?;
+        let tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
+        let weights_path = dir.join(WEIGHTS_FILE);
+        let vb = model_dir.weights(DType::F32, &Device::Cpu)?;
+        let encoder_vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        let dim = config.hidden;
+        let encoder = Encoder::load(&encoder_vb, config).map_err(|e| {
+            Error::Model(format!(
+                "{}: the weights do not match config.json ({})",
+                weights_path.display(),
+                candle_message(&e)
+            ))
+        })?;
 
         let pool = match options.threads {
             Some(n) => Some(
@@ -290,18 +250,10 @@ impl BertEmbedder {
             None => None,
         };
 
-        let pad_id = u32::try_from(config.pad_token_id).map_err(|_| {
-            Error::Model(format!(
-                "{}: pad_token_id out of range",
-                config_path.display()
-            ))
-        })?;
         Ok(BertEmbedder {
-            model,
+            encoder,
             tokenizer,
-            device,
-            dim: config.hidden_size,
-            pad_id,
+            dim,
             max_seq_length,
             token_budget: options.token_budget,
             max_batch_size: options.max_batch_size,
@@ -361,26 +313,20 @@ impl BertEmbedder {
         Ok(out)
     }
 
-    /// One padded forward pass; returns one normalized embedding per row.
+    /// One packed forward pass; returns one normalized embedding per row.
     fn forward(&self, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let tensor_err = |e: candle_core::Error| Error::Model(format!("BERT forward pass: {e}"));
-        let n = rows.len();
-        let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let mut ids = vec![self.pad_id; n * len];
-        let mut mask = vec![0u32; n * len];
-        for (r, row) in rows.iter().enumerate() {
-            ids[r * len..r * len + row.len()].copy_from_slice(row);
-            mask[r * len..r * len + row.len()].fill(1);
-        }
-        let ids = Tensor::from_vec(ids, (n, len), &self.device).map_err(tensor_err)?;
-        let mask = Tensor::from_vec(mask, (n, len), &self.device).map_err(tensor_err)?;
-        let type_ids = ids.zeros_like().map_err(tensor_err)?;
-        let hidden = self
-            .model
-            .forward(&ids, &type_ids, Some(&mask))
-            .map_err(tensor_err)?;
-        let pooled = mean_pool(&hidden, &mask).map_err(tensor_err)?;
-        let mut pooled = pooled.to_vec2::<f32>().map_err(tensor_err)?;
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let zeros = vec![0u32; longest];
+        let seqs: Vec<Sequence<'_>> = rows
+            .iter()
+            .map(|ids| Sequence {
+                ids,
+                types: &zeros[..ids.len()],
+            })
+            .collect();
+        let hidden = self.encoder.forward(&seqs, Output::AllTokens)?;
+        let lens: Vec<usize> = rows.iter().map(|r| r.len()).collect();
+        let mut pooled = mean_pool(&hidden, &lens, self.dim);
         for row in &mut pooled {
             l2_normalize(row);
         }
@@ -390,12 +336,9 @@ impl BertEmbedder {
 
 /// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
 /// `max_seq_length` tokens (special tokens included), on the right.
-fn load_tokenizer(path: &Path, max_seq_length: usize, vocab_size: usize) -> Result<Tokenizer> {
-    if !path.is_file() {
-        return Err(Error::Model(format!("{} is missing", path.display())));
-    }
-    let mut tokenizer = Tokenizer::from_file(path)
-        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+fn load_tokenizer(dir: &ModelDir, max_seq_length: usize, vocab_size: usize) -> Result<Tokenizer> {
+    let path = dir.path().join(crate::models::TOKENIZER_FILE);
+    let mut tokenizer = dir.tokenizer()?;
     tokenizer.with_padding(None);
     tokenizer
         .with_truncation(Some(TruncationParams {
@@ -413,14 +356,6 @@ fn load_tokenizer(path: &Path, max_seq_length: usize, vocab_size: usize) -> Resu
         )));
     }
     Ok(tokenizer)
-}
-
-/// Mean of `hidden` (batch, seq, dim) over the positions where `mask` (batch, seq) is 1.
-fn mean_pool(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-    let mask = mask.to_dtype(hidden.dtype())?.unsqueeze(2)?;
-    let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-    let counts = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
-    summed.broadcast_div(&counts)
 }
 
 /// Divides `v` by its L2 norm (clamped below at [`NORMALIZE_EPS`], as torch does).
@@ -499,17 +434,10 @@ mod tests {
     }
 
     #[test]
-    fn mean_pool_ignores_padding() {
-        let hidden = Tensor::new(
-            &[
-                [[1f32, 2.0], [3.0, 4.0], [100.0, 100.0]],
-                [[5.0, 6.0], [7.0, 8.0], [9.0, 10.0]],
-            ],
-            &Device::Cpu,
-        )
-        .unwrap();
-        let mask = Tensor::new(&[[1u32, 1, 0], [1, 1, 1]], &Device::Cpu).unwrap();
-        let pooled = mean_pool(&hidden, &mask).unwrap().to_vec2::<f32>().unwrap();
+    fn mean_pool_averages_each_sequence_of_a_packed_batch() {
+        // Two sequences of 2 and 3 rows, width 2.
+        let hidden = [1f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        let pooled = mean_pool(&hidden, &[2, 3], 2);
         assert_eq!(pooled, vec![vec![2.0, 3.0], vec![7.0, 8.0]]);
     }
 

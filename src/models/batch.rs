@@ -1,10 +1,5 @@
-//! Length batching: group inputs of similar length so that padding stays small, under a budget
-//! of padded tokens per batch.
-
-use candle_core::{Device, Tensor};
-
-use super::pair::PairEncoding;
-use crate::{Error, Result};
+//! Length batching: group inputs of similar length under a budget of `inputs x longest` tokens
+//! per batch (the padded size; for the packed encoder an upper bound of the tokens computed).
 
 /// Inputs run through the model together: their indices in the caller's order, and the padded
 /// length (the longest of them).
@@ -57,51 +52,6 @@ pub fn plan_batches(lengths: &[usize], max_tokens: usize, max_batch_size: usize)
     batches
 }
 
-/// The model inputs of one batch, right-padded, as `(batch, seq_len)` u32 tensors.
-#[derive(Debug, Clone)]
-pub struct PaddedBatch {
-    /// Input ids; padding holds `pad_id`.
-    pub input_ids: Tensor,
-    /// Token type ids; padding holds 0.
-    pub token_type_ids: Tensor,
-    /// 1 for real tokens, 0 for padding.
-    pub attention_mask: Tensor,
-}
-
-impl PaddedBatch {
-    /// Pads the encodings of `batch` (indices into `encodings`) to `batch.seq_len`.
-    pub fn new(
-        encodings: &[PairEncoding],
-        batch: &Batch,
-        pad_id: u32,
-        device: &Device,
-    ) -> Result<Self> {
-        let rows = batch.indices.len();
-        let cols = batch.seq_len;
-        let mut ids = vec![pad_id; rows * cols];
-        let mut types = vec![0u32; rows * cols];
-        let mut mask = vec![0u32; rows * cols];
-        for (r, &i) in batch.indices.iter().enumerate() {
-            let enc = encodings.get(i).ok_or_else(|| {
-                Error::InvalidInput(format!("batch index {i} out of {}", encodings.len()))
-            })?;
-            let n = enc.input_ids.len().min(cols);
-            let row = r * cols;
-            ids[row..row + n].copy_from_slice(&enc.input_ids[..n]);
-            types[row..row + n].copy_from_slice(&enc.token_type_ids[..n]);
-            mask[row..row + n].fill(1);
-        }
-        let t = |v: Vec<u32>| {
-            Tensor::from_vec(v, (rows, cols), device).map_err(|e| Error::Model(e.to_string()))
-        };
-        Ok(PaddedBatch {
-            input_ids: t(ids)?,
-            token_type_ids: t(types)?,
-            attention_mask: t(mask)?,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,31 +75,6 @@ mod tests {
         let plan = plan_batches(&[3; 5], 1000, 2);
         assert_eq!(plan.len(), 3);
         assert!(plan_batches(&[], 10, 2).is_empty());
-    }
-
-    #[test]
-    fn pads_rows_with_the_pad_id_and_a_zero_mask() {
-        let encs = vec![
-            PairEncoding {
-                input_ids: vec![101, 7, 102],
-                token_type_ids: vec![0, 0, 0],
-            },
-            PairEncoding {
-                input_ids: vec![101, 8, 102, 9, 102],
-                token_type_ids: vec![0, 0, 0, 1, 1],
-            },
-        ];
-        let plan = plan_batches(&[3, 5], 100, 8);
-        let b = PaddedBatch::new(&encs, &plan[0], 1, &Device::Cpu).unwrap();
-        let ids: Vec<Vec<u32>> = b.input_ids.to_vec2().unwrap();
-        assert_eq!(
-            ids,
-            vec![vec![101, 8, 102, 9, 102], vec![101, 7, 102, 1, 1]]
-        );
-        let mask: Vec<Vec<u32>> = b.attention_mask.to_vec2().unwrap();
-        assert_eq!(mask, vec![vec![1, 1, 1, 1, 1], vec![1, 1, 1, 0, 0]]);
-        let types: Vec<Vec<u32>> = b.token_type_ids.to_vec2().unwrap();
-        assert_eq!(types, vec![vec![0, 0, 0, 1, 1], vec![0, 0, 0, 0, 0]]);
     }
 
     proptest! {

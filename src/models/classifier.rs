@@ -1,28 +1,25 @@
-//! Sequence classification models loaded from a [`ModelDir`]: BERT (our head on candle's
-//! encoder) and XLM-RoBERTa (candle's own head).
+//! Sequence classification models loaded from a [`ModelDir`]: `BertForSequenceClassification`
+//! and `XLMRobertaForSequenceClassification`, on the packed [`Encoder`](super::encoder).
+//!
+//! Both heads read the first token (`[CLS]` / `<s>`): `logits = W2 tanh(W1 h + b1) + b2`, with
+//! `W1` the BERT pooler (`bert.pooler.dense`) or the RoBERTa head's `classifier.dense`, and `W2`
+//! `classifier` or `classifier.out_proj`.
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::{bert, xlm_roberta};
-use serde_json::Value;
+use candle_core::{DType, Device};
 
-use super::batch::PaddedBatch;
-use super::bert_head::BertForSequenceClassification;
 use super::config::{Architecture, ClassifierConfig};
 use super::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
-use super::{candle_message, model_error};
+use super::encoder::{read_linear, Encoder, EncoderConfig, Output, Sequence};
+use super::kernels::Linear;
+use super::{candle_message, PairEncoding};
 use crate::{Error, Result};
-
-enum Inner {
-    Bert(BertForSequenceClassification),
-    XlmRoberta(xlm_roberta::XLMRobertaForSequenceClassification),
-}
 
 /// A transformer encoder with a sequence-classification head, on the CPU in float32.
 pub struct SequenceClassifier {
-    inner: Inner,
+    encoder: Encoder,
+    dense: Linear,
+    out: Linear,
     config: ClassifierConfig,
-    vocab_size: usize,
 }
 
 impl std::fmt::Debug for SequenceClassifier {
@@ -35,16 +32,15 @@ impl std::fmt::Debug for SequenceClassifier {
 
 impl SequenceClassifier {
     /// Loads a `BertForSequenceClassification` or `XLMRobertaForSequenceClassification` from
-    /// `dir`. Any other architecture, a config candle cannot read, or weights that do not match
-    /// the config give an [`Error::Model`] naming the file.
+    /// `dir`. Any other architecture, an unsupported config, or weights that do not match the
+    /// config give an [`Error::Model`] naming the file.
     pub fn load(dir: &ModelDir) -> Result<Self> {
         let config_path = dir.path().join(CONFIG_FILE);
         let value = dir.config()?;
         let config = ClassifierConfig::from_value(&value, &config_path)?;
-        let shape = Shape::from_value(&value, &config_path)?;
-        match &config.architecture {
-            Architecture::BertForSequenceClassification
-            | Architecture::XlmRobertaForSequenceClassification => {}
+        let roberta = match &config.architecture {
+            Architecture::BertForSequenceClassification => false,
+            Architecture::XlmRobertaForSequenceClassification => true,
             other => {
                 return Err(Error::Model(format!(
                     "{}: unsupported architecture {other} for a cross-encoder (supported: \
@@ -52,9 +48,9 @@ impl SequenceClassifier {
                     config_path.display()
                 )))
             }
-        }
-        let device = Device::Cpu;
-        let vb = dir.weights(DType::F32, &device)?;
+        };
+        let enc_config = EncoderConfig::from_value(&value, &config_path, roberta)?;
+        let vb = dir.weights(DType::F32, &Device::Cpu)?;
         let weights_path = dir.path().join(WEIGHTS_FILE);
         let mismatch = |e: candle_core::Error| {
             Error::Model(format!(
@@ -64,43 +60,37 @@ impl SequenceClassifier {
                 candle_message(&e)
             ))
         };
-        let inner = match config.architecture {
-            Architecture::BertForSequenceClassification => {
-                let cfg: bert::Config = parse_config(&value, &config_path, "BERT")?;
-                let prefix = bert_prefix(&vb).ok_or_else(|| {
-                    Error::Model(format!(
-                        "{}: no BERT encoder tensors (expected \
-                         bert.embeddings.word_embeddings.weight)",
-                        weights_path.display()
-                    ))
-                })?;
-                Inner::Bert(
-                    BertForSequenceClassification::load(vb, &cfg, prefix, config.num_labels)
-                        .map_err(mismatch)?,
-                )
-            }
-            _ => {
-                // transformers 5 no longer writes this key; candle requires it.
-                let mut value = value.clone();
-                if let Some(map) = value.as_object_mut() {
-                    map.entry("position_embedding_type")
-                        .or_insert_with(|| "absolute".into());
-                }
-                let cfg: xlm_roberta::Config = parse_config(&value, &config_path, "XLM-RoBERTa")?;
-                Inner::XlmRoberta(
-                    xlm_roberta::XLMRobertaForSequenceClassification::new(
-                        config.num_labels,
-                        &cfg,
-                        vb,
-                    )
-                    .map_err(mismatch)?,
-                )
-            }
+        let (h, labels) = (enc_config.hidden, config.num_labels);
+        let prefix = if roberta { "roberta" } else { "bert" };
+        let encoder_vb =
+            if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+                vb.pp(prefix)
+            } else if vb.contains_tensor("embeddings.word_embeddings.weight") {
+                vb.clone()
+            } else {
+                return Err(Error::Model(format!(
+                    "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
+                    weights_path.display()
+                )));
+            };
+        let encoder = Encoder::load(&encoder_vb, enc_config).map_err(mismatch)?;
+        let (dense, out) = if roberta {
+            let head = vb.pp("classifier");
+            (
+                read_linear(&head.pp("dense"), h, h),
+                read_linear(&head.pp("out_proj"), labels, h),
+            )
+        } else {
+            (
+                read_linear(&encoder_vb.pp("pooler.dense"), h, h),
+                read_linear(&vb.pp("classifier"), labels, h),
+            )
         };
         Ok(SequenceClassifier {
-            inner,
+            encoder,
+            dense: dense.map_err(mismatch)?,
+            out: out.map_err(mismatch)?,
             config,
-            vocab_size: shape.vocab_size,
         })
     }
 
@@ -111,90 +101,33 @@ impl SequenceClassifier {
 
     /// `vocab_size` from `config.json`.
     pub fn vocab_size(&self) -> usize {
-        self.vocab_size
+        self.encoder.config().vocab
     }
 
-    /// Logits of shape `(batch, num_labels)`.
-    pub fn forward(&self, batch: &PaddedBatch) -> Result<Tensor> {
-        let out = match &self.inner {
-            Inner::Bert(m) => m.forward(
-                &batch.input_ids,
-                &batch.token_type_ids,
-                &batch.attention_mask,
-            ),
-            Inner::XlmRoberta(m) => m.forward(
-                &batch.input_ids,
-                &batch.attention_mask,
-                &batch.token_type_ids,
-            ),
-        };
-        out.map_err(model_error)
+    /// The longest input the position embeddings cover (RoBERTa-style models lose
+    /// `pad_token_id + 1` positions).
+    pub fn max_length(&self) -> usize {
+        self.encoder.config().max_length()
     }
 
-    /// Logits as rows, one per batch input: `(batch, num_labels)`.
-    pub fn logits(&self, batch: &PaddedBatch) -> Result<Vec<Vec<f32>>> {
-        self.forward(batch)?
-            .to_dtype(DType::F32)
-            .and_then(|t| t.to_vec2::<f32>())
-            .map_err(model_error)
-    }
-}
-
-/// The sizes every encoder config must have, checked before any weight is read.
-struct Shape {
-    vocab_size: usize,
-}
-
-impl Shape {
-    fn from_value(value: &Value, path: &std::path::Path) -> Result<Self> {
-        let get = |key: &str| -> Result<usize> {
-            value
-                .get(key)
-                .and_then(Value::as_u64)
-                .filter(|&v| v > 0)
-                .map(|v| v as usize)
-                .ok_or_else(|| {
-                    Error::Model(format!(
-                        "{}: missing or invalid `{key}` (a positive integer)",
-                        path.display()
-                    ))
-                })
-        };
-        let hidden = get("hidden_size")?;
-        let heads = get("num_attention_heads")?;
-        if hidden % heads != 0 {
-            return Err(Error::Model(format!(
-                "{}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}",
-                path.display()
-            )));
-        }
-        Ok(Shape {
-            vocab_size: get("vocab_size")?,
-        })
-    }
-}
-
-fn parse_config<T: serde::de::DeserializeOwned>(
-    value: &Value,
-    path: &std::path::Path,
-    what: &str,
-) -> Result<T> {
-    serde_json::from_value(value.clone()).map_err(|e| {
-        Error::Model(format!(
-            "{}: not a valid {what} config: {e}",
-            path.display()
-        ))
-    })
-}
-
-/// Where the BERT encoder sits in the weights: under `bert.` (transformers' sequence
-/// classification layout) or at the root.
-fn bert_prefix(vb: &VarBuilder) -> Option<&'static str> {
-    if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-        Some("bert")
-    } else if vb.contains_tensor("embeddings.word_embeddings.weight") {
-        Some("")
-    } else {
-        None
+    /// Logits, one row of `num_labels` per encoding, for encodings run as one packed batch.
+    pub fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
+        let seqs: Vec<Sequence<'_>> = encodings
+            .iter()
+            .map(|e| Sequence {
+                ids: &e.input_ids,
+                types: &e.token_type_ids,
+            })
+            .collect();
+        let first = self.encoder.forward(&seqs, Output::FirstToken)?;
+        let n = seqs.len();
+        let h = self.dense.outputs;
+        let mut pooled = vec![0.0; n * h];
+        self.dense.forward(&first, n, &mut pooled);
+        pooled.iter_mut().for_each(|v| *v = v.tanh());
+        let labels = self.out.outputs;
+        let mut logits = vec![0.0; n * labels];
+        self.out.forward(&pooled, n, &mut logits);
+        Ok(logits.chunks_exact(labels).map(<[f32]>::to_vec).collect())
     }
 }

@@ -5,20 +5,21 @@
 //!   one from the Hugging Face hub cache;
 //! - [`Architecture`]: which model a `config.json` describes, to dispatch on;
 //! - [`PairTokenizer`]: (query, document) tokenization as sentence-transformers does it;
-//! - [`plan_batches`] / [`PaddedBatch`]: length batching under a padded-token budget;
-//! - [`SequenceClassifier`]: BERT and XLM-RoBERTa sequence classification on candle.
+//! - [`plan_batches`]: length batching under a token budget;
+//! - [`SequenceClassifier`]: BERT and XLM-RoBERTa sequence classification on a packed
+//!   (padding-free) encoder forward pass with its own CPU kernels (`encoder`, `kernels`).
 
 mod batch;
-mod bert_head;
 mod classifier;
 mod config;
 mod dir;
+pub(crate) mod encoder;
 #[cfg(feature = "hf-hub")]
 mod hub;
+pub(crate) mod kernels;
 mod pair;
 
-pub use batch::{plan_batches, Batch, PaddedBatch};
-pub use bert_head::BertForSequenceClassification;
+pub use batch::{plan_batches, Batch};
 pub use classifier::SequenceClassifier;
 pub use config::{Activation, Architecture, ClassifierConfig};
 pub use dir::{ModelDir, CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE};
@@ -39,9 +40,4 @@ pub fn candle_message(e: &candle_core::Error) -> String {
         }
         other => other.to_string(),
     }
-}
-
-/// An [`Error::Model`](crate::Error::Model) from a candle error.
-pub(crate) fn model_error(e: candle_core::Error) -> crate::Error {
-    crate::Error::Model(candle_message(&e))
 }

@@ -218,12 +218,17 @@ fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
             Ok(Box::new(crate::rerank::CrossEncoder::from_dir(model)?))
         }
         #[cfg(feature = "models")]
+        RerankerConfig::Qwen3 { model } => {
+            Ok(Box::new(crate::rerank::Qwen3Reranker::from_dir(model)?))
+        }
+        #[cfg(feature = "models")]
         RerankerConfig::Embedding { model } => {
             let embedder = crate::embed::BertEmbedder::from_dir(model)?;
             Ok(Box::new(crate::rerank::EmbeddingReranker::new(
                 std::sync::Arc::new(embedder),
             )))
         }
+        #[cfg(not(feature = "models"))]
         _ => Err(Error::Config(
             "this reranker is not available in this build (model-backed rerankers need the \
              `models` feature of rerank)"

@@ -1,27 +1,24 @@
-//! [`CrossEncoder`]: a candle cross-encoder reranker (BERT or XLM-RoBERTa sequence
+//! [`CrossEncoder`]: a cross-encoder reranker (BERT or XLM-RoBERTa sequence
 //! classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
 
 use std::path::{Path, PathBuf};
 
-use candle_core::Device;
 use serde::Serialize;
 
 pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ModelDir, PaddedBatch, PairEncoding, PairTokenizer,
-    SequenceClassifier,
+    plan_batches, Architecture, ModelDir, PairEncoding, PairTokenizer, SequenceClassifier,
 };
 use crate::{Error, RerankQuery, Reranker, Result};
 
 /// The longest input sentence-transformers uses by default (further capped by the model).
 const DEFAULT_MAX_LENGTH: usize = 512;
-/// Default padded-token budget per batch. Small batches keep candle's intermediate buffers
-/// (attention scores grow with `batch * seq_len^2`) small enough for the allocator to reuse:
-/// on a 2-core machine, 100 SciFact pairs (346 tokens on average) took about 20% less CPU time
-/// at 1024-2048 tokens per batch than at 8192.
-pub const DEFAULT_BATCH_TOKENS: usize = 2048;
+/// Default token budget per batch (`pairs x longest pair`). Batches are packed (no padding is
+/// computed) and attention runs per pair, so the budget only bounds the workspace
+/// (`tokens x (intermediate_size + 6 x hidden_size)` floats, 64 MiB for a MiniLM-L6).
+pub const DEFAULT_BATCH_TOKENS: usize = 8192;
 /// Default maximum number of pairs per batch (sentence-transformers' default batch size).
 pub const DEFAULT_BATCH_SIZE: usize = 32;
 
@@ -34,14 +31,15 @@ pub struct PairScore {
     pub logit: f32,
 }
 
-/// A cross-encoder reranker on candle (CPU, float32).
+/// A cross-encoder reranker (CPU, float32; weights read with candle, forward pass on the
+/// crate's packed encoder).
 ///
 /// Loads `BertForSequenceClassification` (ms-marco-MiniLM style) or
 /// `XLMRobertaForSequenceClassification` (bge-reranker style) from a directory with
 /// `config.json`, `tokenizer.json` and `model.safetensors` (memory-mapped). Pairs are built as
 /// sentence-transformers builds them (`[CLS] q [SEP] d [SEP]`, `longest_first` truncation to
-/// `max_length`), run in length-sorted batches under a padded-token budget, and returned in
-/// input order. One instance can be shared by many threads (`&self` everywhere).
+/// `max_length`), run in length-sorted batches under a token budget, each batch packed (no
+/// padding is computed), and returned in input order. One instance can be shared by many threads (`&self` everywhere).
 ///
 /// ```no_run
 /// use rerank::rerank::CrossEncoder;
@@ -133,11 +131,11 @@ impl CrossEncoder {
         self.in_pool(|| {
             let encodings = self.tokenizer.encode_all(pairs)?;
             let lengths: Vec<usize> = encodings.iter().map(PairEncoding::len).collect();
-            let pad_id = self.model.config().pad_token_id;
             let mut out = vec![0f32; pairs.len()];
             for batch in plan_batches(&lengths, self.batch_tokens, self.batch_size) {
-                let padded = PaddedBatch::new(&encodings, &batch, pad_id, &Device::Cpu)?;
-                let rows = self.model.logits(&padded)?;
+                let inputs: Vec<&PairEncoding> =
+                    batch.indices.iter().map(|&i| &encodings[i]).collect();
+                let rows = self.model.logits(&inputs)?;
                 if rows.len() != batch.indices.len() {
                     return Err(Error::Model(format!(
                         "model returned {} rows for a batch of {}",
@@ -245,11 +243,8 @@ impl CrossEncoderBuilder {
     }
 
     /// Runs inference on a private rayon pool of `threads` threads (default: the caller's
-    /// pool, i.e. rayon's global one). Matrix products, softmax and layer norms use this
-    /// pool; candle runs large element-wise ops on its own spin-waiting pool, sized by the
-    /// `CANDLE_NUM_THREADS` environment variable (default: the number of physical cores). On a
-    /// busy or oversubscribed machine `CANDLE_NUM_THREADS=1` avoids that spinning (it saved a
-    /// quarter of the CPU time on a loaded 2-core machine).
+    /// pool, i.e. rayon's global one). Every step of the forward pass (matrix products,
+    /// attention, layer norms, activations) runs on that pool.
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads);
         self
@@ -295,7 +290,7 @@ impl CrossEncoderBuilder {
                 model.vocab_size()
             )));
         }
-        let limit = position_limit(&config);
+        let limit = model.max_length();
         let max_length = match self.max_length {
             Some(n) if n > limit => {
                 return Err(Error::Config(format!(
@@ -333,17 +328,6 @@ impl CrossEncoderBuilder {
             pool,
             path: dir.path().to_path_buf(),
         })
-    }
-}
-
-/// The longest sequence the position embeddings cover. RoBERTa-style models number positions
-/// from `pad_token_id + 1`, so they lose that many.
-fn position_limit(config: &crate::models::ClassifierConfig) -> usize {
-    match config.architecture {
-        Architecture::XlmRobertaForSequenceClassification => config
-            .max_position_embeddings
-            .saturating_sub(config.pad_token_id as usize + 1),
-        _ => config.max_position_embeddings,
     }
 }
 

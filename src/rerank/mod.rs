@@ -13,6 +13,8 @@ use crate::Result;
 #[cfg(feature = "models")]
 mod cross_encoder;
 #[cfg(feature = "models")]
+mod load;
+#[cfg(feature = "models")]
 pub use cross_encoder::{
     Activation, CrossEncoder, CrossEncoderBuilder, PairScore, DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TOKENS,
@@ -22,6 +24,8 @@ pub mod fallback;
 pub mod qwen3;
 
 pub use fallback::FallbackReranker;
+#[cfg(feature = "models")]
+pub use load::load_reranker;
 #[cfg(feature = "models")]
 pub use qwen3::Qwen3Reranker;
 

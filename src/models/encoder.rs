@@ -1,0 +1,506 @@
+//! A packed BERT-family encoder forward pass (BERT, and RoBERTa/XLM-R position numbering) for
+//! inference on the CPU.
+//!
+//! A batch is *packed*: the tokens of all its sequences are concatenated into one
+//! `(tokens, hidden)` matrix, so the projections and the feed-forward layers never compute a
+//! padding token, and attention runs within each sequence (no mask is needed). Per layer, as in
+//! `transformers`' `BertLayer` (post-norm):
+//! `x = LN(x + O · attention(Q x, K x, V x))`, then `x = LN(x + W2 · act(W1 · x))`.
+//!
+//! When only each sequence's first token is wanted (classification heads read `[CLS]`), the
+//! last layer computes queries, the attention output and the feed-forward part for those rows
+//! only. Workspace buffers are allocated once per batch and reused by every layer.
+
+use std::cell::RefCell;
+
+use candle_core::DType;
+use candle_nn::VarBuilder;
+use rayon::prelude::*;
+use serde_json::Value;
+
+use super::kernels::{
+    add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
+};
+use crate::{Error, Result};
+
+/// The shape and options of an encoder, read from `config.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EncoderConfig {
+    pub hidden: usize,
+    pub heads: usize,
+    pub layers: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub positions: usize,
+    pub type_vocab: usize,
+    pub eps: f32,
+    pub act: Act,
+    /// The position id of the first token: 0 for BERT, `pad_token_id + 1` for RoBERTa-style
+    /// models (which number positions after the padding index).
+    pub position_offset: usize,
+}
+
+impl EncoderConfig {
+    /// Reads a BERT (`roberta_positions = false`) or RoBERTa/XLM-R config; `file` names the
+    /// file in errors.
+    pub fn from_value(v: &Value, file: &std::path::Path, roberta_positions: bool) -> Result<Self> {
+        let err = |msg: String| Error::Model(format!("{}: {msg}", file.display()));
+        let get = |key: &str| -> Result<usize> {
+            v.get(key)
+                .and_then(Value::as_u64)
+                .filter(|&n| n > 0)
+                .map(|n| n as usize)
+                .ok_or_else(|| err(format!("missing or invalid `{key}` (a positive integer)")))
+        };
+        let hidden = get("hidden_size")?;
+        let heads = get("num_attention_heads")?;
+        if hidden % heads != 0 {
+            return Err(err(format!(
+                "hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+            )));
+        }
+        let act_name = v
+            .get("hidden_act")
+            .and_then(Value::as_str)
+            .unwrap_or("gelu");
+        let act = Act::from_name(act_name).ok_or_else(|| {
+            err(format!(
+                "unsupported hidden_act {act_name:?} (supported: gelu, gelu_new, \
+                 gelu_pytorch_tanh, relu)"
+            ))
+        })?;
+        match v.get("position_embedding_type").and_then(Value::as_str) {
+            None | Some("absolute") => {}
+            Some(other) => {
+                return Err(err(format!(
+                    "unsupported position_embedding_type {other:?} (only \"absolute\")"
+                )))
+            }
+        }
+        let pad = v.get("pad_token_id").and_then(Value::as_u64).unwrap_or(0) as usize;
+        Ok(EncoderConfig {
+            hidden,
+            heads,
+            layers: get("num_hidden_layers")?,
+            intermediate: get("intermediate_size")?,
+            vocab: get("vocab_size")?,
+            positions: get("max_position_embeddings")?,
+            type_vocab: v
+                .get("type_vocab_size")
+                .and_then(Value::as_u64)
+                .unwrap_or(2) as usize,
+            eps: v
+                .get("layer_norm_eps")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-12) as f32,
+            act,
+            position_offset: if roberta_positions { pad + 1 } else { 0 },
+        })
+    }
+
+    /// The longest sequence the position embeddings cover.
+    pub fn max_length(&self) -> usize {
+        self.positions.saturating_sub(self.position_offset)
+    }
+
+    fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+}
+
+/// A layer norm's scale and shift.
+#[derive(Debug, Clone)]
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+/// One encoder layer; `qkv` holds the query, key and value projections stacked (`3 * hidden`
+/// outputs), so one product computes all three.
+#[derive(Debug, Clone)]
+struct Layer {
+    qkv: Linear,
+    out: Linear,
+    attn_norm: Norm,
+    ff_in: Linear,
+    ff_out: Linear,
+    ff_norm: Norm,
+}
+
+/// Which rows of the last layer the caller needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// Every token (mean pooling).
+    AllTokens,
+    /// The first token of each sequence (`[CLS]` / `<s>` heads).
+    FirstToken,
+}
+
+/// One sequence of a batch: token ids and token type ids of equal length.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sequence<'a> {
+    pub ids: &'a [u32],
+    pub types: &'a [u32],
+}
+
+/// A BERT-family encoder's weights in float32.
+#[derive(Debug, Clone)]
+pub(crate) struct Encoder {
+    cfg: EncoderConfig,
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Vec<f32>,
+    embed_norm: Norm,
+    layers: Vec<Layer>,
+}
+
+/// Reads a tensor of the given shape as a flat `Vec<f32>`.
+pub(crate) fn read(vb: &VarBuilder, shape: &[usize], name: &str) -> candle_core::Result<Vec<f32>> {
+    vb.get(shape, name)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()
+}
+
+/// Reads a linear layer `(outputs, inputs)` with bias under `vb`.
+pub(crate) fn read_linear(
+    vb: &VarBuilder,
+    outputs: usize,
+    inputs: usize,
+) -> candle_core::Result<Linear> {
+    Ok(Linear {
+        weight: read(vb, &[outputs, inputs], "weight")?,
+        bias: read(vb, &[outputs], "bias")?,
+        inputs,
+        outputs,
+    })
+}
+
+/// A layer norm under `vb`: `weight`/`bias`, or the older `gamma`/`beta` names.
+fn read_norm(vb: &VarBuilder, n: usize) -> candle_core::Result<Norm> {
+    let (w, b) = if vb.contains_tensor("weight") {
+        ("weight", "bias")
+    } else {
+        ("gamma", "beta")
+    };
+    Ok(Norm {
+        weight: read(vb, &[n], w)?,
+        bias: read(vb, &[n], b)?,
+    })
+}
+
+impl Encoder {
+    /// Loads the encoder weights under `vb` (`embeddings.*`, `encoder.layer.N.*`), with the
+    /// shapes `cfg` implies; a missing tensor or a wrong shape is a candle error naming it.
+    pub fn load(vb: &VarBuilder, cfg: EncoderConfig) -> candle_core::Result<Self> {
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let emb = vb.pp("embeddings");
+        let word = read(&emb, &[cfg.vocab, h], "word_embeddings.weight")?;
+        let position = read(&emb, &[cfg.positions, h], "position_embeddings.weight")?;
+        let token_type = read(&emb, &[cfg.type_vocab, h], "token_type_embeddings.weight")?;
+        let embed_norm = read_norm(&emb.pp("LayerNorm"), h)?;
+        let layers = (0..cfg.layers)
+            .map(|n| {
+                let l = vb.pp(format!("encoder.layer.{n}"));
+                let att = l.pp("attention");
+                let q = read_linear(&att.pp("self.query"), h, h)?;
+                let k = read_linear(&att.pp("self.key"), h, h)?;
+                let v = read_linear(&att.pp("self.value"), h, h)?;
+                let qkv = Linear {
+                    weight: [q.weight, k.weight, v.weight].concat(),
+                    bias: [q.bias, k.bias, v.bias].concat(),
+                    inputs: h,
+                    outputs: 3 * h,
+                };
+                Ok(Layer {
+                    qkv,
+                    out: read_linear(&att.pp("output.dense"), h, h)?,
+                    attn_norm: read_norm(&att.pp("output.LayerNorm"), h)?,
+                    ff_in: read_linear(&l.pp("intermediate.dense"), i, h)?,
+                    ff_out: read_linear(&l.pp("output.dense"), h, i)?,
+                    ff_norm: read_norm(&l.pp("output.LayerNorm"), h)?,
+                })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Encoder {
+            cfg,
+            word,
+            position,
+            token_type,
+            embed_norm,
+            layers,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EncoderConfig {
+        &self.cfg
+    }
+
+    /// Checks that every sequence can be encoded: non-empty, no longer than the position
+    /// table, ids inside the vocabularies.
+    fn check(&self, seqs: &[Sequence<'_>]) -> Result<()> {
+        for s in seqs {
+            if s.ids.is_empty() || s.ids.len() != s.types.len() {
+                return Err(Error::InvalidInput(
+                    "an encoder input must be non-empty, with one token type per token".into(),
+                ));
+            }
+            if s.ids.len() > self.cfg.max_length() {
+                return Err(Error::InvalidInput(format!(
+                    "a sequence of {} tokens is longer than the model's {} positions",
+                    s.ids.len(),
+                    self.cfg.max_length()
+                )));
+            }
+            if let Some(id) = s.ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
+                return Err(Error::Model(format!(
+                    "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
+                     does not belong to these weights",
+                    self.cfg.vocab
+                )));
+            }
+            if let Some(t) = s.types.iter().find(|&&t| t as usize >= self.cfg.type_vocab) {
+                return Err(Error::Model(format!(
+                    "token type {t} is outside the token type embeddings ({} rows)",
+                    self.cfg.type_vocab
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the encoder on `seqs` packed together. Returns the last hidden states, row-major
+    /// with `hidden` columns: one row per token for [`Output::AllTokens`] (sequences in order),
+    /// one row per sequence for [`Output::FirstToken`].
+    pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
+        self.check(seqs)?;
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let h = self.cfg.hidden;
+        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let total: usize = lens.iter().sum();
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |acc, &l| {
+                let s = *acc;
+                *acc += l;
+                Some(s)
+            })
+            .collect();
+        let mut ws = Workspace::new(total, &self.cfg);
+        self.embed(seqs, &mut ws.x);
+        let n_layers = self.layers.len();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let first_only = output == Output::FirstToken && i + 1 == n_layers;
+            self.layer(layer, &mut ws, &lens, &starts, first_only);
+        }
+        if output == Output::FirstToken {
+            if n_layers == 0 {
+                let mut out = Vec::with_capacity(seqs.len() * h);
+                for &s in &starts {
+                    out.extend_from_slice(&ws.x[s * h..(s + 1) * h]);
+                }
+                return Ok(out);
+            }
+            ws.x.truncate(seqs.len() * h);
+        }
+        Ok(ws.x)
+    }
+
+    /// Word + position + token type embeddings, then layer norm, into `x`.
+    fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
+        let h = self.cfg.hidden;
+        let offset = self.cfg.position_offset;
+        let rows: Vec<(u32, usize, u32)> = seqs
+            .iter()
+            .flat_map(|s| {
+                s.ids
+                    .iter()
+                    .zip(s.types)
+                    .enumerate()
+                    .map(move |(p, (&id, &t))| (id, p + offset, t))
+            })
+            .collect();
+        x.par_chunks_mut(h)
+            .zip(rows.par_iter())
+            .for_each(|(row, &(id, pos, t))| {
+                let w = &self.word[id as usize * h..][..h];
+                let p = &self.position[pos * h..][..h];
+                let tt = &self.token_type[t as usize * h..][..h];
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = w[j] + p[j] + tt[j];
+                }
+                layer_norm_row(
+                    row,
+                    &self.embed_norm.weight,
+                    &self.embed_norm.bias,
+                    self.cfg.eps,
+                );
+            });
+    }
+
+    /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
+    /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
+    fn layer(
+        &self,
+        l: &Layer,
+        ws: &mut Workspace,
+        lens: &[usize],
+        starts: &[usize],
+        first_only: bool,
+    ) {
+        let cfg = &self.cfg;
+        let (h, heads, d) = (cfg.hidden, cfg.heads, cfg.head_dim());
+        let total: usize = lens.iter().sum();
+        let scale = 1.0 / (d as f32).sqrt();
+        let qkv = &mut ws.qkv[..total * 3 * h];
+        l.qkv.forward(&ws.x[..total * h], total, qkv);
+        // With `first_only`, attention keeps one query row per sequence, and so does the rest.
+        let rows = if first_only { starts.len() } else { total };
+        let ctx = &mut ws.ctx[..rows * h];
+        attention(qkv, ctx, lens, starts, h, heads, d, scale, first_only);
+        // Residual rows: all of x, or the first row of each sequence.
+        if first_only {
+            let mut firsts = Vec::with_capacity(rows * h);
+            for &s in starts {
+                firsts.extend_from_slice(&ws.x[s * h..(s + 1) * h]);
+            }
+            ws.x[..rows * h].copy_from_slice(&firsts);
+        }
+        let x = &mut ws.x[..rows * h];
+        let proj = &mut ws.proj[..rows * h];
+        l.out.forward(ctx, rows, proj);
+        // x = LN(proj + x): the sum is symmetric, so normalize `proj` in place and swap.
+        add_layer_norm(proj, x, &l.attn_norm.weight, &l.attn_norm.bias, cfg.eps);
+        x.copy_from_slice(proj);
+        let ff = &mut ws.ff[..rows * cfg.intermediate];
+        l.ff_in.forward(x, rows, ff);
+        cfg.act.apply(ff);
+        l.ff_out.forward(ff, rows, proj);
+        add_layer_norm(proj, x, &l.ff_norm.weight, &l.ff_norm.bias, cfg.eps);
+        x.copy_from_slice(proj);
+    }
+}
+
+/// The buffers of one batch, sized for its tokens.
+struct Workspace {
+    /// Hidden states `(tokens, hidden)`.
+    x: Vec<f32>,
+    /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
+    qkv: Vec<f32>,
+    /// Attention context `(tokens, hidden)`.
+    ctx: Vec<f32>,
+    /// Projection outputs `(tokens, hidden)`.
+    proj: Vec<f32>,
+    /// Feed-forward activations `(tokens, intermediate)`.
+    ff: Vec<f32>,
+}
+
+impl Workspace {
+    fn new(tokens: usize, cfg: &EncoderConfig) -> Self {
+        let h = cfg.hidden;
+        Workspace {
+            x: vec![0.0; tokens * h],
+            qkv: vec![0.0; tokens * 3 * h],
+            ctx: vec![0.0; tokens * h],
+            proj: vec![0.0; tokens * h],
+            ff: vec![0.0; tokens * cfg.intermediate],
+        }
+    }
+}
+
+thread_local! {
+    /// Attention scores of one (sequence, head), reused across calls on this thread.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Scaled dot-product attention within each sequence, all heads, into `ctx`: one row per token
+/// (or per sequence with `first_only`, whose query is the sequence's first token).
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    qkv: &[f32],
+    ctx: &mut [f32],
+    lens: &[usize],
+    starts: &[usize],
+    h: usize,
+    heads: usize,
+    d: usize,
+    scale: f32,
+    first_only: bool,
+) {
+    let all = Mat {
+        data: qkv,
+        rows: lens.iter().sum(),
+        cols: 3 * h,
+        row_stride: 3 * h,
+        col_stride: 1,
+    };
+    // Each task computes one (sequence, head) into its own `(queries, d)` block; the blocks are
+    // then scattered into the `(rows, h)` context.
+    let tasks: Vec<(usize, usize)> = (0..lens.len())
+        .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
+        .collect();
+    let queries = |s: usize| if first_only { 1 } else { lens[s] };
+    let blocks: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(s, hd)| {
+            let (start, len, nq) = (starts[s], lens[s], queries(s));
+            let q = all.block(start, nq, hd * d, d);
+            let k = all.block(start, len, h + hd * d, d);
+            let v = all.block(start, len, 2 * h + hd * d, d);
+            let mut out = vec![0.0f32; nq * d];
+            SCORES.with(|cell| {
+                let mut scores = cell.borrow_mut();
+                scores.clear();
+                scores.resize(nq * len, 0.0);
+                matmul(q, k.t(), &mut scores, len, scale, false, Threads::One);
+                softmax_rows(&mut scores, len);
+                matmul(
+                    Mat::new(&scores, nq, len),
+                    v,
+                    &mut out,
+                    d,
+                    1.0,
+                    false,
+                    Threads::One,
+                );
+            });
+            out
+        })
+        .collect();
+    // Scatter: row r of sequence s, head hd <- blocks[s * heads + hd][r].
+    let mut per_seq: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
+    let mut rest = ctx;
+    for s in 0..lens.len() {
+        let (mine, tail) = rest.split_at_mut(queries(s) * h);
+        per_seq.push(mine);
+        rest = tail;
+    }
+    per_seq.into_par_iter().enumerate().for_each(|(s, out)| {
+        for (r, row) in out.chunks_exact_mut(h).enumerate() {
+            for hd in 0..heads {
+                let block = &blocks[s * heads + hd];
+                row[hd * d..(hd + 1) * d].copy_from_slice(&block[r * d..(r + 1) * d]);
+            }
+        }
+    });
+}
+
+/// Mean of each sequence's rows of `hidden` (`(tokens, width)`, sequences in order).
+pub(crate) fn mean_pool(hidden: &[f32], lens: &[usize], width: usize) -> Vec<Vec<f32>> {
+    let mut out = Vec::with_capacity(lens.len());
+    let mut start = 0;
+    for &len in lens {
+        let mut sum = vec![0.0f32; width];
+        for row in hidden[start * width..(start + len) * width].chunks_exact(width) {
+            sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+        }
+        let n = len.max(1) as f32;
+        sum.iter_mut().for_each(|s| *s /= n);
+        out.push(sum);
+        start += len;
+    }
+    out
+}

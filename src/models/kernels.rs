@@ -1,0 +1,542 @@
+//! CPU kernels for the packed encoder: matrix products on the `gemm` crate (the one candle
+//! uses), and the row-wise and element-wise steps fused so that each touches memory once.
+//!
+//! Matrices are row-major `f32` slices. Every function checks its slice lengths against the
+//! shapes it is given and panics on a mismatch: those are programming errors inside this crate,
+//! never a consequence of user input.
+
+use gemm::Parallelism;
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+/// A strided read-only matrix: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A dense `(rows, cols)` row-major matrix.
+    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Mat {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// Columns `start..start + cols` of rows `row..row + rows`, keeping the strides.
+    pub fn block(self, row: usize, rows: usize, start: usize, cols: usize) -> Self {
+        assert!(row + rows <= self.rows && start + cols <= self.cols);
+        let offset = row * self.row_stride + start * self.col_stride;
+        Mat {
+            data: &self.data[offset.min(self.data.len())..],
+            rows,
+            cols,
+            ..self
+        }
+    }
+
+    /// The transpose (no copy).
+    pub fn t(self) -> Self {
+        Mat {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    /// Whether every element lies inside `data`.
+    fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride
+                < self.data.len()
+    }
+}
+
+/// How a matrix product may use threads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Threads {
+    /// On the calling thread only (the caller already runs products in parallel).
+    One,
+    /// On the current rayon pool.
+    Pool,
+}
+
+/// `out = scale * a · b` (or `out += scale * a · b` when `accumulate`), with `out` a
+/// `(a.rows, b.cols)` block of row stride `out_stride`.
+pub(crate) fn matmul(
+    a: Mat<'_>,
+    b: Mat<'_>,
+    out: &mut [f32],
+    out_stride: usize,
+    scale: f32,
+    accumulate: bool,
+    threads: Threads,
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(b.rows, k, "inner dimensions differ");
+    assert!(a.in_bounds() && b.in_bounds(), "matrix view out of bounds");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        out_stride >= n && (m - 1) * out_stride + n <= out.len(),
+        "output block out of bounds"
+    );
+    if k == 0 {
+        if !accumulate {
+            for row in out.chunks_mut(out_stride).take(m) {
+                row[..n].fill(0.0);
+            }
+        }
+        return;
+    }
+    let parallelism = match threads {
+        // Small products are not worth waking the pool for.
+        Threads::Pool if m * n * k >= 1 << 18 => Parallelism::Rayon(rayon::current_num_threads()),
+        _ => Parallelism::None,
+    };
+    // SAFETY: the asserts above keep every element gemm reads or writes inside `a.data`,
+    // `b.data` and `out`: gemm touches `a(i, l)`, `b(l, j)` and `out(i, j)` for i < m, l < k,
+    // j < n only, at the strides given. `out` is borrowed mutably, so it overlaps neither input.
+    #[allow(unsafe_code)]
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            out_stride as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.col_stride as isize,
+            a.row_stride as isize,
+            b.data.as_ptr(),
+            b.col_stride as isize,
+            b.row_stride as isize,
+            1.0,
+            scale,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// A linear layer as stored by torch: `weight` is `(out, in)`, `bias` is `(out)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub inputs: usize,
+    pub outputs: usize,
+}
+
+impl Linear {
+    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`.
+    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        self.forward_cols(x, rows, 0, self.outputs, out);
+    }
+
+    /// Outputs `start..start + n` only: `out (rows, n) = x · weight[start..start + n]ᵀ + bias`.
+    pub fn forward_cols(&self, x: &[f32], rows: usize, start: usize, n: usize, out: &mut [f32]) {
+        let out = &mut out[..rows * n];
+        let bias = &self.bias[start..start + n];
+        for row in out.chunks_exact_mut(n) {
+            row.copy_from_slice(bias);
+        }
+        let w = Mat::new(&self.weight, self.outputs, self.inputs).block(start, n, 0, self.inputs);
+        matmul(
+            Mat::new(x, rows, self.inputs),
+            w.t(),
+            out,
+            n,
+            1.0,
+            true,
+            Threads::Pool,
+        );
+    }
+}
+
+/// Runs `op` compiled for the widest vector instructions this CPU has (AVX-512 or AVX2 on
+/// x86-64, detected at run time): the loops of its `with_simd`, and the `#[inline(always)]`
+/// functions they call, are vectorized for that set.
+#[inline(always)]
+fn simd<Op: WithSimd>(op: Op) -> Op::Output {
+    pulp::Arch::new().dispatch(op)
+}
+
+/// `rows = layer_norm(rows + residual)`, row by row.
+struct AddNorm<'a> {
+    rows: &'a mut [f32],
+    residual: &'a [f32],
+    weight: &'a [f32],
+    bias: &'a [f32],
+    eps: f32,
+}
+
+impl WithSimd for AddNorm<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let width = self.weight.len();
+        let rows = self.rows.chunks_exact_mut(width);
+        for (row, res) in rows.zip(self.residual.chunks_exact(width)) {
+            row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
+            layer_norm_row(row, self.weight, self.bias, self.eps);
+        }
+    }
+}
+
+/// An activation over a slice.
+struct Activate<'a> {
+    act: Act,
+    x: &'a mut [f32],
+}
+
+impl WithSimd for Activate<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        match self.act {
+            Act::Gelu => self.x.iter_mut().for_each(|v| *v = gelu(*v)),
+            Act::GeluTanh => self.x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+            Act::Relu => self.x.iter_mut().for_each(|v| *v = v.max(0.0)),
+        }
+    }
+}
+
+/// Softmax of every `width`-long row.
+struct Softmax<'a> {
+    rows: &'a mut [f32],
+    width: usize,
+}
+
+impl WithSimd for Softmax<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        for row in self.rows.chunks_exact_mut(self.width) {
+            softmax_row(row);
+        }
+    }
+}
+
+/// Rows per parallel task of the row-wise kernels.
+const ROWS_PER_TASK: usize = 16;
+
+/// `x[i] = layer_norm(x[i] + residual[i])` for every row of width `weight.len()`, as torch's
+/// `LayerNorm` (biased variance, `eps` inside the square root).
+pub(crate) fn add_layer_norm(
+    x: &mut [f32],
+    residual: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    eps: f32,
+) {
+    let width = weight.len();
+    assert_eq!(x.len(), residual.len());
+    x.par_chunks_mut(width * ROWS_PER_TASK)
+        .zip(residual.par_chunks(width * ROWS_PER_TASK))
+        .for_each(|(rows, residual)| {
+            simd(AddNorm {
+                rows,
+                residual,
+                weight,
+                bias,
+                eps,
+            })
+        });
+}
+
+/// Layer norm of one row in place.
+#[inline(always)]
+pub(crate) fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let n = row.len() as f32;
+    let mean = sum_by(row, |v| v) / n;
+    let var = sum_by(row, |v| (v - mean) * (v - mean)) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((v, w), b) in row.iter_mut().zip(weight).zip(bias) {
+        *v = (*v - mean) * inv * w + b;
+    }
+}
+
+/// The element-wise activation between the two feed-forward layers (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Act {
+    /// `x Φ(x)` with the exact normal CDF (`"gelu"`).
+    Gelu,
+    /// The tanh approximation of GELU (`"gelu_new"`, `"gelu_pytorch_tanh"`).
+    GeluTanh,
+    /// `max(x, 0)`.
+    Relu,
+}
+
+impl Act {
+    /// The activation named by `hidden_act`, if supported.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "gelu" => Some(Act::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Some(Act::GeluTanh),
+            "relu" => Some(Act::Relu),
+            _ => None,
+        }
+    }
+
+    /// Applies the activation to every element, in parallel.
+    pub fn apply(self, x: &mut [f32]) {
+        x.par_chunks_mut(1 << 14)
+            .for_each(|x| simd(Activate { act: self, x }));
+    }
+}
+
+/// `0.5 x (1 + erf(x / √2))`.
+#[inline(always)]
+pub(crate) fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+#[inline(always)]
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    let u = C * (x + 0.044_715 * x * x * x);
+    // tanh(u) = 1 - 2 / (e^{2u} + 1), stable at both ends with `exp` clamped.
+    let t = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    0.5 * x * (1.0 + t)
+}
+
+/// The error function with an absolute error below 1e-6: Abramowitz & Stegun 7.1.26 (bound
+/// 1.5e-7 in exact arithmetic), evaluated in float32, which adds up to 5e-7 near 0 where the
+/// result comes from `1 - poly * e^{-x^2}`. That is below what float32 GELU inputs can tell
+/// apart once multiplied by `x / 2`. Branch-free so that loops over it vectorize.
+#[inline(always)]
+pub(crate) fn erf(x: f32) -> f32 {
+    const P: f32 = 0.327_591_1;
+    const A1: f32 = 0.254_829_6;
+    const A2: f32 = -0.284_496_72;
+    const A3: f32 = 1.421_413_7;
+    const A4: f32 = -1.453_152_1;
+    const A5: f32 = 1.061_405_4;
+    let a = x.abs();
+    let t = 1.0 / (1.0 + P * a);
+    let poly = ((((A5 * t + A4) * t + A3) * t + A2) * t + A1) * t;
+    let y = 1.0 - poly * exp(-a * a);
+    y.copysign(x)
+}
+
+/// `e^x` in float32 with a relative error below 2e-7 over the normal range; inputs are clamped
+/// to `[-87, 88]`, so very negative inputs give about 1.6e-38 rather than 0. Branch-free (it
+/// vectorizes), unlike the libm call.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split in a part exact in float32 and the rest (Cody & Waite).
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    // t = 1.5 * 2^23 + n: its mantissa holds the integer n (|n| <= 127) in its low bits.
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    // Taylor series of e^r for |r| <= ln2 / 2, to r^7 / 7!.
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+    // 2^n from the bits of t (no float-to-int conversion, which would not vectorize).
+    let biased = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
+    let scale = f32::from_bits(biased << 23);
+    p * scale
+}
+
+/// Softmax of every `width`-long row of `rows`, in place.
+pub(crate) fn softmax_rows(rows: &mut [f32], width: usize) {
+    simd(Softmax { rows, width })
+}
+
+/// Softmax of one row in place.
+#[inline(always)]
+pub(crate) fn softmax_row(row: &mut [f32]) {
+    let max = max_of(row);
+    row.iter_mut().for_each(|v| *v = exp(*v - max));
+    let inv = 1.0 / sum_by(row, |v| v);
+    row.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Lanes of the partial sums below: float additions are not reassociated by the compiler, so
+/// independent partial sums are what lets these loops use vector instructions.
+const LANES: usize = 8;
+
+/// `Σ f(x)` over `xs`, in [`LANES`] partial sums.
+#[inline(always)]
+fn sum_by(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v);
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().map(|&v| f(v)).sum::<f32>()
+}
+
+/// The largest element (`-inf` for an empty slice), in [`LANES`] partial maxima.
+#[inline(always)]
+fn max_of(xs: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    acc.iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// erf in float64 by its Taylor series (|x| < 3) or the continued fraction of erfc.
+    fn erf64(x: f64) -> f64 {
+        if x.abs() < 3.0 {
+            let mut sum = 0.0;
+            let mut term = x;
+            let mut n = 0.0;
+            while term.abs() > 1e-17 {
+                sum += term / (2.0 * n + 1.0);
+                n += 1.0;
+                term *= -x * x / n;
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            let a = x.abs();
+            // Lentz-free backward evaluation of the continued fraction.
+            let mut f = 0.0;
+            for k in (1..60).rev() {
+                f = k as f64 / 2.0 / (a + f);
+            }
+            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f);
+            (1.0 - erfc).copysign(x)
+        }
+    }
+
+    #[test]
+    fn erf_is_within_its_bound() {
+        let mut worst = 0.0f64;
+        for i in -60_000..=60_000 {
+            let x = i as f32 * 1e-4;
+            worst = worst.max((erf(x) as f64 - erf64(x as f64)).abs());
+        }
+        assert!(worst < 1e-6, "max |erf error| {worst:e}");
+        assert!(erf(0.0).abs() < 1e-6);
+        assert_eq!(erf(10.0), 1.0);
+        assert_eq!(erf(-10.0), -1.0);
+    }
+
+    #[test]
+    fn exp_is_accurate_and_finite() {
+        let mut worst = 0.0f64;
+        // Inside the clamp range [-87, 88].
+        for i in -86_999..=87_999 {
+            let x = i as f32 * 1e-3;
+            let want = (x as f64).exp();
+            worst = worst.max(((exp(x) as f64) - want).abs() / want);
+        }
+        assert!(worst < 2e-7, "max relative exp error {worst:e}");
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(-1000.0) >= 0.0 && exp(-1000.0) < 1e-37);
+        assert!(exp(1000.0).is_finite());
+    }
+
+    #[test]
+    fn gelu_variants_match_their_definitions() {
+        for i in -800..=800 {
+            let x = i as f32 * 0.01;
+            let x64 = x as f64;
+            let exact = 0.5 * x64 * (1.0 + erf64(x64 / 2f64.sqrt()));
+            assert!((gelu(x) as f64 - exact).abs() < 1e-6, "gelu({x})");
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let tanh = 0.5 * x64 * (1.0 + (c * (x64 + 0.044715 * x64.powi(3))).tanh());
+            assert!((gelu_tanh(x) as f64 - tanh).abs() < 1e-6, "gelu_tanh({x})");
+        }
+    }
+
+    #[test]
+    fn softmax_and_layer_norm_rows() {
+        let mut row = [1.0f32, 2.0, 3.0, -1000.0];
+        softmax_row(&mut row);
+        let z: f64 = [1.0f64, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+        for (got, want) in row.iter().zip([1.0f64, 2.0, 3.0]) {
+            assert!((*got as f64 - want.exp() / z).abs() < 1e-7);
+        }
+        assert!(row[3] < 1e-30);
+
+        let mut x = [1.0f32, 2.0, 3.0, 4.0];
+        layer_norm_row(&mut x, &[1.0, 1.0, 2.0, 1.0], &[0.0, 0.0, 0.0, 0.5], 0.0);
+        let sd = 1.25f32.sqrt();
+        let want = [-1.5 / sd, -0.5 / sd, 2.0 * 0.5 / sd, 1.5 / sd + 0.5];
+        for (g, w) in x.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{x:?}");
+        }
+    }
+
+    /// The product of strided views against a naive triple loop.
+    #[test]
+    fn matmul_handles_strides_blocks_and_accumulation() {
+        let a: Vec<f32> = (0..4 * 6).map(|v| (v as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..5 * 6).map(|v| (v as f32 * 0.11).cos()).collect();
+        // a: rows 1..4, cols 2..5 of a (4, 6) matrix; b: the transpose of (5, 6) cols 1..4.
+        let av = Mat::new(&a, 4, 6).block(1, 3, 2, 3);
+        let bv = Mat::new(&b, 5, 6).block(0, 5, 1, 3).t();
+        let mut out = vec![1.0f32; 3 * 7];
+        matmul(av, bv, &mut out, 7, 0.5, true, Threads::Pool);
+        for i in 0..3 {
+            for j in 0..5 {
+                let dot: f32 = (0..3)
+                    .map(|l| a[(1 + i) * 6 + 2 + l] * b[j * 6 + 1 + l])
+                    .sum();
+                assert!((out[i * 7 + j] - (1.0 + 0.5 * dot)).abs() < 1e-5);
+            }
+            assert_eq!(&out[i * 7 + 5..i * 7 + 7], &[1.0, 1.0]);
+        }
+        let lin = Linear {
+            weight: b.clone(),
+            bias: (0..5).map(|v| v as f32).collect(),
+            inputs: 6,
+            outputs: 5,
+        };
+        let x = &a[..2 * 6];
+        let mut y = vec![0.0; 2 * 2];
+        lin.forward_cols(x, 2, 3, 2, &mut y);
+        for i in 0..2 {
+            for j in 0..2 {
+                let dot: f32 = (0..6).map(|l| x[i * 6 + l] * b[(3 + j) * 6 + l]).sum();
+                assert!((y[i * 2 + j] - (dot + 3.0 + j as f32)).abs() < 1e-5);
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! [`load_reranker`]: the reranker a local model directory holds, chosen by its `config.json`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{CrossEncoder, EmbeddingReranker, Qwen3Reranker};
+use crate::embed::BertEmbedder;
+use crate::models::{Architecture, ModelDir};
+use crate::{Error, Reranker, Result};
+
+/// Loads the reranker in `dir`, chosen by `architectures` in its `config.json`:
+///
+/// | architecture | reranker |
+/// |---|---|
+/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification` | [`CrossEncoder`] |
+/// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
+/// | `BertModel` (a sentence-transformers bi-encoder) | [`EmbeddingReranker`] over a [`BertEmbedder`] |
+///
+/// Every model gets its default options; `threads` sets the size of its private thread pool
+/// (`None`: the caller's rayon pool). Any other architecture is an [`Error::Model`] that names
+/// the file and the supported ones.
+///
+/// ```no_run
+/// use rerank::{rerank::load_reranker, RerankQuery};
+///
+/// let reranker = load_reranker("models/ms-marco-MiniLM-L-6-v2", Some(2))?;
+/// let scores = reranker.score(&RerankQuery::new("what is bm25"), &["BM25 ranks", "cats"])?;
+/// assert_eq!(scores.len(), 2);
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub fn load_reranker(dir: impl AsRef<Path>, threads: Option<usize>) -> Result<Box<dyn Reranker>> {
+    let dir = dir.as_ref();
+    let model = ModelDir::open(dir)?;
+    match model.architecture()? {
+        Architecture::BertForSequenceClassification
+        | Architecture::XlmRobertaForSequenceClassification => {
+            let mut builder = CrossEncoder::builder(dir);
+            if let Some(n) = threads {
+                builder = builder.threads(n);
+            }
+            Ok(Box::new(builder.build()?))
+        }
+        Architecture::Qwen3ForCausalLm => {
+            let mut builder = Qwen3Reranker::builder(dir);
+            if let Some(n) = threads {
+                builder = builder.threads(n);
+            }
+            Ok(Box::new(builder.build()?))
+        }
+        Architecture::BertModel => {
+            let mut builder = BertEmbedder::builder(dir);
+            if let Some(n) = threads {
+                builder = builder.threads(n);
+            }
+            Ok(Box::new(EmbeddingReranker::new(Arc::new(builder.build()?))))
+        }
+        other => Err(Error::Model(format!(
+            "{}: unsupported architecture {other} for a reranker (supported: \
+             BertForSequenceClassification, XLMRobertaForSequenceClassification, \
+             Qwen3ForCausalLM, BertModel)",
+            dir.join(crate::models::CONFIG_FILE).display()
+        ))),
+    }
+}
