@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Embedding throughput, Rust (candle) vs sentence-transformers, side by side in one run.
+"""Embedding throughput, Rust vs sentence-transformers, side by side in one run.
 
 Both embed the same 256 SciFact documents (the first 256 lines of corpus.jsonl as
 `title + " " + text`) with all-MiniLM-L6-v2 from the same directory and the same thread count,
@@ -13,10 +13,14 @@ Before timing it checks that both sides compute the same embeddings (the `rerank
 the same texts, cosine >= 0.9999 for every document), so the comparison is between equal
 computations.
 
+With --corpus it then embeds the whole SciFact corpus (5,183 documents) once on each side:
+Rust as `rerank beir --retriever dense` does it (its `index_seconds`: one `embed` call over the
+corpus, plus building the index), Python as one `encode` call over the same texts.
+
 Usage (from the repository root, with torch + sentence-transformers installed, e.g. in
 ./.venv-bench):
   scripts/fetch_minilm.sh                   # once: models/all-MiniLM-L6-v2
-  python scripts/bench_embed_vs_st.py [--threads 2] [--rounds 5]
+  python scripts/bench_embed_vs_st.py [--threads 2] [--rounds 5] [--corpus]
 """
 import argparse
 import json
@@ -60,6 +64,8 @@ def main():
     ap.add_argument("--model", default=f"{default_models}/all-MiniLM-L6-v2")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--corpus", action="store_true",
+                    help="also embed the whole SciFact corpus once on each side")
     args = ap.parse_args()
     model = str((ROOT / args.model).resolve())
     docs = documents()
@@ -79,7 +85,7 @@ def main():
         for d in docs:
             f.write(json.dumps({"text": d}) + "\n")
         texts_file = f.name
-    out = run(["cargo", "run", "--quiet", "--release", "--example", "rerank", "--", "embed",
+    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "embed",
                "--model", model, "--input", texts_file, "--threads", t], env)
     os.unlink(texts_file)
     rust = np.array([json.loads(line)["embedding"] for line in out.splitlines() if line.strip()])
@@ -92,7 +98,7 @@ def main():
         raise SystemExit("the two sides do not compute the same embeddings; not comparing speed")
 
     # 2. Rust throughput (criterion, bencher output: ns per iteration of DOCS documents).
-    out = run(["cargo", "bench", "--bench", "embed", "--", "--output-format", "bencher",
+    out = run(["cargo", "bench", "--all-features", "--bench", "embed", "--", "--output-format", "bencher",
                f"scifact_{DOCS}docs_default_t{t}"], env)
     m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
     if not m:
@@ -114,10 +120,35 @@ def main():
 
     print(f"threads {args.threads}; torch {torch.__version__}, sentence-transformers "
           f"{sentence_transformers.__version__}, torch threads {torch.get_num_threads()}")
-    print(f"rust (candle)         : {rust_dps:8.1f} docs/s  ({rust_s:.2f} s per {DOCS} docs)")
+    print(f"rust                  : {rust_dps:8.1f} docs/s  ({rust_s:.2f} s per {DOCS} docs)")
     print(f"sentence-transformers : {py_dps:8.1f} docs/s  ({py_s:.2f} s per {DOCS} docs, "
           f"median of {args.rounds})")
     print(f"ratio rust / python   : {rust_dps / py_dps:.2f}")
+
+    if args.corpus:
+        corpus(model, t, st, env)
+
+
+def corpus(model, threads, st, env):
+    """One pass over the whole SciFact corpus on each side."""
+    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "beir",
+               "--data", str(SCIFACT), "--retriever", "dense", "--model", model, "--threads", threads,
+               "--json"], env)
+    report = json.loads(out.strip().splitlines()[-1])
+    n, rust_s = report["docs"], report["index_seconds"]
+    texts = []
+    with open(SCIFACT / "corpus.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            texts.append(f"{d.get('title', '')} {d.get('text', '')}")
+    start = time.perf_counter()
+    st.encode(texts, batch_size=32)
+    py_s = time.perf_counter() - start
+    print(f"whole corpus ({n} docs), one pass each:")
+    print(f"rust                  : {n / rust_s:8.1f} docs/s  ({rust_s:.1f} s, index_seconds of "
+          f"beir --retriever dense; nDCG@10 {report['ndcg@10']:.4f})")
+    print(f"sentence-transformers : {len(texts) / py_s:8.1f} docs/s  ({py_s:.1f} s)")
+    print(f"ratio rust / python   : {(n / rust_s) / (len(texts) / py_s):.2f}")
 
 
 if __name__ == "__main__":

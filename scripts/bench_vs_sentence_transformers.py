@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cross-encoder throughput, Rust (candle) vs sentence-transformers, side by side in one run.
+"""Cross-encoder throughput, Rust vs sentence-transformers, side by side in one run.
 
 Both rerank the same 100 SciFact documents for one query (the first query judged in
 qrels/test.tsv; documents = the first 100 corpus lines as `title + " " + text`) with the same
@@ -122,7 +122,7 @@ def main():
 
     print(f"threads {args.threads} (CANDLE_NUM_THREADS {candle_t}); torch {torch.__version__}, sentence-transformers "
           f"{sentence_transformers.__version__}, torch threads {torch.get_num_threads()}")
-    print(f"rust (candle)         : {rust_pps:8.1f} pairs/s  ({rust_s * 1e3:.0f} ms per 100 pairs)")
+    print(f"rust                  : {rust_pps:8.1f} pairs/s  ({rust_s * 1e3:.0f} ms per 100 pairs)")
     print(f"sentence-transformers : {py_pps:8.1f} pairs/s  ({py_s * 1e3:.0f} ms per 100 pairs, "
           f"median of {args.rounds})")
     print(f"ratio rust / python   : {rust_pps / py_pps:.2f}")
