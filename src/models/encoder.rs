@@ -297,13 +297,7 @@ impl Encoder {
             self.layer(layer, &mut ws, &lens, &starts, first_only);
         }
         if output == Output::FirstToken {
-            if n_layers == 0 {
-                let mut out = Vec::with_capacity(seqs.len() * h);
-                for &s in &starts {
-                    out.extend_from_slice(&ws.x[s * h..(s + 1) * h]);
-                }
-                return Ok(out);
-            }
+            // The last layer left one row per sequence at the front (configs have >= 1 layer).
             ws.x.truncate(seqs.len() * h);
         }
         Ok(ws.x)
@@ -363,24 +357,25 @@ impl Encoder {
         attention(qkv, ctx, lens, starts, h, heads, d, scale, first_only);
         // Residual rows: all of x, or the first row of each sequence.
         if first_only {
-            let mut firsts = Vec::with_capacity(rows * h);
-            for &s in starts {
-                firsts.extend_from_slice(&ws.x[s * h..(s + 1) * h]);
+            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
+            for (i, &s) in starts.iter().enumerate() {
+                ws.x.copy_within(s * h..(s + 1) * h, i * h);
             }
-            ws.x[..rows * h].copy_from_slice(&firsts);
         }
-        let x = &mut ws.x[..rows * h];
-        let proj = &mut ws.proj[..rows * h];
-        l.out.forward(ctx, rows, proj);
-        // x = LN(proj + x): the sum is symmetric, so normalize `proj` in place and swap.
-        add_layer_norm(proj, x, &l.attn_norm.weight, &l.attn_norm.bias, cfg.eps);
-        x.copy_from_slice(proj);
+        // x = LN(x + O ctx), computed in `proj`, which then becomes `x`.
+        let n = rows * h;
+        l.out.forward(ctx, rows, &mut ws.proj[..n]);
+        let (w, b) = (&l.attn_norm.weight, &l.attn_norm.bias);
+        add_layer_norm(&mut ws.proj[..n], &ws.x[..n], w, b, cfg.eps);
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+        // x = LN(x + W2 act(W1 x)), the same way.
         let ff = &mut ws.ff[..rows * cfg.intermediate];
-        l.ff_in.forward(x, rows, ff);
+        l.ff_in.forward(&ws.x[..n], rows, ff);
         cfg.act.apply(ff);
-        l.ff_out.forward(ff, rows, proj);
-        add_layer_norm(proj, x, &l.ff_norm.weight, &l.ff_norm.bias, cfg.eps);
-        x.copy_from_slice(proj);
+        l.ff_out.forward(ff, rows, &mut ws.proj[..n]);
+        let (w, b) = (&l.ff_norm.weight, &l.ff_norm.bias);
+        add_layer_norm(&mut ws.proj[..n], &ws.x[..n], w, b, cfg.eps);
+        std::mem::swap(&mut ws.x, &mut ws.proj);
     }
 }
 

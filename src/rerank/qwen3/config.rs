@@ -149,14 +149,14 @@ impl Qwen3Config {
                 return Err(Error::Model(format!("{name} must be at least 1")));
             }
         }
-        if heads % kv_heads != 0 {
+        if !heads.is_multiple_of(kv_heads) {
             return Err(Error::Model(format!(
                 "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
             )));
         }
         let head_dim = match raw.head_dim {
             Some(d) => d,
-            None if raw.hidden_size % heads == 0 => raw.hidden_size / heads,
+            None if raw.hidden_size.is_multiple_of(heads) => raw.hidden_size / heads,
             None => {
                 return Err(Error::Model(format!(
                     "no head_dim, and hidden_size {} is not a multiple of num_attention_heads \
