@@ -3,14 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
 use ndarray::Array2;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::Embedder;
-use crate::models::encoder::{mean_pool, Encoder, EncoderConfig, Output, Sequence};
-use crate::models::{candle_message, plan_batches, ModelDir, CONFIG_FILE, WEIGHTS_FILE};
+use crate::models::encoder::{mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
+use crate::models::{plan_batches, ModelDir, CONFIG_FILE, TOKENIZER_FILE};
 use crate::{Error, Result};
 
 /// Default token budget per forward pass (texts x longest text; no padding is computed).
@@ -223,21 +222,9 @@ impl BertEmbedder {
         }
 
         let tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
-        let weights_path = dir.join(WEIGHTS_FILE);
-        let vb = model_dir.weights(DType::F32, &Device::Cpu)?;
-        let encoder_vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
-        } else {
-            vb
-        };
+        let weights = EncoderWeights::open(&model_dir, "bert")?;
         let dim = config.hidden;
-        let encoder = Encoder::load(&encoder_vb, config).map_err(|e| {
-            Error::Model(format!(
-                "{}: the weights do not match config.json ({})",
-                weights_path.display(),
-                candle_message(&e)
-            ))
-        })?;
+        let encoder = Encoder::load(&weights.encoder, config).map_err(|e| weights.mismatch(e))?;
 
         let pool = match options.threads {
             Some(n) => Some(
@@ -337,8 +324,8 @@ impl BertEmbedder {
 /// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
 /// `max_seq_length` tokens (special tokens included), on the right.
 fn load_tokenizer(dir: &ModelDir, max_seq_length: usize, vocab_size: usize) -> Result<Tokenizer> {
-    let path = dir.path().join(crate::models::TOKENIZER_FILE);
-    let mut tokenizer = dir.tokenizer()?;
+    let path = dir.path().join(TOKENIZER_FILE);
+    let mut tokenizer = dir.tokenizer_within(vocab_size)?;
     tokenizer.with_padding(None);
     tokenizer
         .with_truncation(Some(TruncationParams {
@@ -348,13 +335,6 @@ fn load_tokenizer(dir: &ModelDir, max_seq_length: usize, vocab_size: usize) -> R
             stride: 0,
         }))
         .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-    let n = tokenizer.get_vocab_size(true);
-    if n > vocab_size {
-        return Err(Error::Model(format!(
-            "{}: {n} tokens, more than vocab_size {vocab_size} in config.json",
-            path.display()
-        )));
-    }
     Ok(tokenizer)
 }
 

@@ -5,13 +5,11 @@
 //! `W1` the BERT pooler (`bert.pooler.dense`) or the RoBERTa head's `classifier.dense`, and `W2`
 //! `classifier` or `classifier.out_proj`.
 
-use candle_core::{DType, Device};
-
 use super::config::{Architecture, ClassifierConfig};
-use super::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
-use super::encoder::{read_linear, Encoder, EncoderConfig, Output, Sequence};
+use super::dir::{ModelDir, CONFIG_FILE};
+use super::encoder::{read_linear, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use super::kernels::Linear;
-use super::{candle_message, PairEncoding};
+use super::PairEncoding;
 use crate::{Error, Result};
 
 /// A transformer encoder with a sequence-classification head, on the CPU in float32.
@@ -50,40 +48,20 @@ impl SequenceClassifier {
             }
         };
         let enc_config = EncoderConfig::from_value(&value, &config_path, roberta)?;
-        let vb = dir.weights(DType::F32, &Device::Cpu)?;
-        let weights_path = dir.path().join(WEIGHTS_FILE);
-        let mismatch = |e: candle_core::Error| {
-            Error::Model(format!(
-                "{}: weights do not match {}: {}",
-                weights_path.display(),
-                config_path.display(),
-                candle_message(&e)
-            ))
-        };
         let (h, labels) = (enc_config.hidden, config.num_labels);
-        let prefix = if roberta { "roberta" } else { "bert" };
-        let encoder_vb =
-            if vb.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
-                vb.pp(prefix)
-            } else if vb.contains_tensor("embeddings.word_embeddings.weight") {
-                vb.clone()
-            } else {
-                return Err(Error::Model(format!(
-                    "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
-                    weights_path.display()
-                )));
-            };
-        let encoder = Encoder::load(&encoder_vb, enc_config).map_err(mismatch)?;
+        let w = EncoderWeights::open(dir, if roberta { "roberta" } else { "bert" })?;
+        let mismatch = |e| w.mismatch(e);
+        let encoder = Encoder::load(&w.encoder, enc_config).map_err(mismatch)?;
         let (dense, out) = if roberta {
-            let head = vb.pp("classifier");
+            let head = w.root.pp("classifier");
             (
                 read_linear(&head.pp("dense"), h, h),
                 read_linear(&head.pp("out_proj"), labels, h),
             )
         } else {
             (
-                read_linear(&encoder_vb.pp("pooler.dense"), h, h),
-                read_linear(&vb.pp("classifier"), labels, h),
+                read_linear(&w.encoder.pp("pooler.dense"), h, h),
+                read_linear(&w.root.pp("classifier"), labels, h),
             )
         };
         Ok(SequenceClassifier {

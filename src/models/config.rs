@@ -121,10 +121,6 @@ pub struct ClassifierConfig {
     pub architecture: Architecture,
     /// Number of output labels (`len(id2label)`, else `num_labels`, else 2 as in transformers).
     pub num_labels: usize,
-    /// `max_position_embeddings`.
-    pub max_position_embeddings: usize,
-    /// `pad_token_id` (0 when absent).
-    pub pad_token_id: u32,
     /// The activation `config.json` asks for, if any (`None`: the default for the label count).
     pub activation: Option<Activation>,
 }
@@ -140,19 +136,6 @@ impl ClassifierConfig {
                 .and_then(Value::as_u64)
                 .map_or(2, |n| n as usize),
         };
-        let max_position_embeddings = config
-            .get("max_position_embeddings")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| {
-                Error::Model(format!(
-                    "{}: missing or invalid `max_position_embeddings`",
-                    file.display()
-                ))
-            })? as usize;
-        let pad_token_id = config
-            .get("pad_token_id")
-            .and_then(Value::as_u64)
-            .unwrap_or(0) as u32;
         let activation_name = config
             .get("sentence_transformers")
             .and_then(|st| st.get("activation_fn"))
@@ -171,8 +154,6 @@ impl ClassifierConfig {
         Ok(ClassifierConfig {
             architecture,
             num_labels,
-            max_position_embeddings,
-            pad_token_id,
             activation,
         })
     }

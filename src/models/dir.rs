@@ -89,6 +89,20 @@ impl ModelDir {
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
     }
 
+    /// Loads `tokenizer.json` as is, refusing a tokenizer with more tokens than the model's
+    /// `vocab_size` (it would produce ids outside the embedding matrix).
+    pub fn tokenizer_within(&self, vocab_size: usize) -> Result<tokenizers::Tokenizer> {
+        let tokenizer = self.tokenizer()?;
+        let n = tokenizer.get_vocab_size(true);
+        if n > vocab_size {
+            return Err(Error::Model(format!(
+                "{}: {n} tokens, more than vocab_size {vocab_size} in {CONFIG_FILE}",
+                self.root.join(TOKENIZER_FILE).display()
+            )));
+        }
+        Ok(tokenizer)
+    }
+
     /// Memory-maps `model.safetensors` into a [`VarBuilder`] producing `dtype` tensors on
     /// `device`.
     pub fn weights(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {

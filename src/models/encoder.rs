@@ -12,12 +12,15 @@
 //! only. Workspace buffers are allocated once per batch and reused by every layer.
 
 use std::cell::RefCell;
+use std::path::PathBuf;
 
-use candle_core::DType;
+use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use rayon::prelude::*;
 use serde_json::Value;
 
+use super::candle_message;
+use super::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
 use super::kernels::{
     add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
 };
@@ -152,6 +155,55 @@ pub(crate) struct Encoder {
     token_type: Vec<f32>,
     embed_norm: Norm,
     layers: Vec<Layer>,
+}
+
+/// The weights of a BERT-family checkpoint, memory-mapped: the file's root (where task heads
+/// sit) and the encoder's own root, under `bert.` / `roberta.` in transformers' task-model
+/// layout or at the file's root for a bare encoder.
+pub(crate) struct EncoderWeights {
+    /// The file's root.
+    pub root: VarBuilder<'static>,
+    /// Where `embeddings.*` and `encoder.layer.N.*` sit.
+    pub encoder: VarBuilder<'static>,
+    weights_path: PathBuf,
+    config_path: PathBuf,
+}
+
+impl EncoderWeights {
+    /// Maps `model.safetensors` of `dir` and finds the encoder under `prefix` or at the root;
+    /// weights with neither are an [`Error::Model`] naming the file.
+    pub fn open(dir: &ModelDir, prefix: &str) -> Result<Self> {
+        let root = dir.weights(DType::F32, &Device::Cpu)?;
+        let weights_path = dir.path().join(WEIGHTS_FILE);
+        let encoder =
+            if root.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+                root.pp(prefix)
+            } else if root.contains_tensor("embeddings.word_embeddings.weight") {
+                root.clone()
+            } else {
+                return Err(Error::Model(format!(
+                    "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
+                    weights_path.display()
+                )));
+            };
+        Ok(EncoderWeights {
+            root,
+            encoder,
+            weights_path,
+            config_path: dir.path().join(CONFIG_FILE),
+        })
+    }
+
+    /// The error for a tensor that is missing or whose shape differs from what `config.json`
+    /// implies.
+    pub fn mismatch(&self, e: candle_core::Error) -> Error {
+        Error::Model(format!(
+            "{}: weights do not match {}: {}",
+            self.weights_path.display(),
+            self.config_path.display(),
+            candle_message(&e)
+        ))
+    }
 }
 
 /// Reads a tensor of the given shape as a flat `Vec<f32>`.

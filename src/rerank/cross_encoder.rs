@@ -281,15 +281,7 @@ impl CrossEncoderBuilder {
                 config.num_labels
             )));
         }
-        let tokenizer = dir.tokenizer()?;
-        let vocab = tokenizer.get_vocab_size(true);
-        if vocab > model.vocab_size() {
-            return Err(Error::Model(format!(
-                "{}: {vocab} tokens, more than vocab_size {} in config.json",
-                dir.path().join(crate::models::TOKENIZER_FILE).display(),
-                model.vocab_size()
-            )));
-        }
+        let tokenizer = dir.tokenizer_within(model.vocab_size())?;
         let limit = model.max_length();
         let max_length = match self.max_length {
             Some(n) if n > limit => {
