@@ -11,53 +11,23 @@
 //! cargo bench --bench cross_encoder
 //! ```
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 
 use rerank::{rerank::CrossEncoder, RerankQuery, Reranker};
 
-const SCIFACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/scifact");
 const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/ce-minilm-l6-random");
 const DOCS: usize = 100;
 
 /// The query and documents, or `None` when the data is not there.
 fn inputs() -> Option<(String, Vec<String>)> {
-    let dir = Path::new(SCIFACT);
-    let qrels = std::fs::read_to_string(dir.join("qrels/test.tsv")).ok()?;
-    let judged: std::collections::HashSet<&str> = qrels
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split('\t').next())
-        .collect();
-    let queries = std::fs::read_to_string(dir.join("queries.jsonl")).ok()?;
-    let query = queries.lines().find_map(|l| {
-        let v: serde_json::Value = serde_json::from_str(l).ok()?;
-        let id = v["_id"].as_str()?;
-        judged
-            .contains(id)
-            .then(|| v["text"].as_str().map(str::to_string))?
-    })?;
-    let corpus = std::fs::read_to_string(dir.join("corpus.jsonl")).ok()?;
-    let docs: Vec<String> = corpus
-        .lines()
-        .take(DOCS)
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            let title = v["title"].as_str().unwrap_or("");
-            let text = v["text"].as_str().unwrap_or("");
-            Some(format!("{title} {text}"))
-        })
-        .collect();
-    (docs.len() == DOCS).then_some((query, docs))
-}
-
-fn threads() -> usize {
-    std::env::var("RERANK_BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(2)
+    Some((
+        common::scifact_first_judged_query()?,
+        common::scifact_documents(DOCS)?,
+    ))
 }
 
 fn bench(c: &mut Criterion) {
@@ -70,10 +40,10 @@ fn bench(c: &mut Criterion) {
         return;
     }
     let Some((query, docs)) = inputs() else {
-        eprintln!("skipping: SciFact not found under {SCIFACT}");
+        eprintln!("skipping: SciFact not found under {}", common::SCIFACT);
         return;
     };
-    let threads = threads();
+    let threads = common::threads();
     let query = RerankQuery::new(query);
     let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
     let mut group = c.benchmark_group("cross_encoder");

@@ -11,7 +11,10 @@
 //! ```
 
 #[cfg(feature = "models")]
-use std::path::{Path, PathBuf};
+mod common;
+
+#[cfg(feature = "models")]
+use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 #[cfg(feature = "models")]
@@ -19,9 +22,6 @@ use criterion::{SamplingMode, Throughput};
 
 #[cfg(feature = "models")]
 use rerank::{embed::BertEmbedder, Embedder};
-
-#[cfg(feature = "models")]
-const SCIFACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/scifact");
 
 /// Documents per iteration.
 #[cfg(feature = "models")]
@@ -36,32 +36,6 @@ fn model_dir() -> PathBuf {
         .join("all-MiniLM-L6-v2")
 }
 
-/// The first `DOCS` SciFact documents, or `None` when the data is not there.
-#[cfg(feature = "models")]
-fn documents() -> Option<Vec<String>> {
-    let corpus = std::fs::read_to_string(Path::new(SCIFACT).join("corpus.jsonl")).ok()?;
-    let docs: Vec<String> = corpus
-        .lines()
-        .take(DOCS)
-        .filter_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            let title = v["title"].as_str().unwrap_or("");
-            let text = v["text"].as_str().unwrap_or("");
-            Some(format!("{title} {text}"))
-        })
-        .collect();
-    (docs.len() == DOCS).then_some(docs)
-}
-
-#[cfg(feature = "models")]
-fn threads() -> usize {
-    std::env::var("RERANK_BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(2)
-}
-
 #[cfg(feature = "models")]
 fn bench(c: &mut Criterion) {
     let model = model_dir();
@@ -72,11 +46,11 @@ fn bench(c: &mut Criterion) {
         );
         return;
     }
-    let Some(docs) = documents() else {
-        eprintln!("skipping: SciFact not found under {SCIFACT}");
+    let Some(docs) = common::scifact_documents(DOCS) else {
+        eprintln!("skipping: SciFact not found under {}", common::SCIFACT);
         return;
     };
-    let threads = threads();
+    let threads = common::threads();
     let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
     let mut group = c.benchmark_group("embed");
     group

@@ -25,37 +25,12 @@ Usage (from the repository root, with torch + sentence-transformers installed, e
 import argparse
 import json
 import os
-import re
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+from bench_common import ROOT, SCIFACT, criterion_seconds, median_seconds, run, scifact_documents
+
 DOCS = 256
-
-
-def documents():
-    docs = []
-    with open(SCIFACT / "corpus.jsonl") as f:
-        for line in f:
-            d = json.loads(line)
-            docs.append(f"{d.get('title', '')} {d.get('text', '')}")
-            if len(docs) == DOCS:
-                break
-    return docs
-
-
-def run(cmd, env):
-    print("+", " ".join(cmd), file=sys.stderr)
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if res.returncode != 0:
-        sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
-        raise SystemExit(f"command failed ({res.returncode}): {' '.join(cmd)}")
-    return res.stdout
 
 
 def main():
@@ -68,7 +43,7 @@ def main():
                     help="also embed the whole SciFact corpus once on each side")
     args = ap.parse_args()
     model = str((ROOT / args.model).resolve())
-    docs = documents()
+    docs = scifact_documents(DOCS)
 
     env = dict(os.environ)
     t = str(args.threads)
@@ -97,23 +72,12 @@ def main():
     if cos.min() < 0.9999:
         raise SystemExit("the two sides do not compute the same embeddings; not comparing speed")
 
-    # 2. Rust throughput (criterion, bencher output: ns per iteration of DOCS documents).
-    out = run(["cargo", "bench", "--all-features", "--bench", "embed", "--", "--output-format", "bencher",
-               f"scifact_{DOCS}docs_default_t{t}"], env)
-    m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
-    if not m:
-        raise SystemExit(f"no criterion result in:\n{out}")
-    rust_s = int(m.group(1).replace(",", "")) / 1e9
+    # 2. Rust throughput (criterion: seconds per iteration of DOCS documents).
+    rust_s = criterion_seconds("embed", f"scifact_{DOCS}docs_default_t{t}", env)
     rust_dps = DOCS / rust_s
 
     # 3. sentence-transformers throughput.
-    st.encode(docs, batch_size=32)  # warm-up
-    times = []
-    for _ in range(args.rounds):
-        start = time.perf_counter()
-        st.encode(docs, batch_size=32)
-        times.append(time.perf_counter() - start)
-    py_s = statistics.median(times)
+    py_s = median_seconds(lambda: st.encode(docs, batch_size=32), args.rounds)
     py_dps = DOCS / py_s
 
     import sentence_transformers
@@ -136,11 +100,7 @@ def corpus(model, threads, st, env):
                "--json"], env)
     report = json.loads(out.strip().splitlines()[-1])
     n, rust_s = report["docs"], report["index_seconds"]
-    texts = []
-    with open(SCIFACT / "corpus.jsonl") as f:
-        for line in f:
-            d = json.loads(line)
-            texts.append(f"{d.get('title', '')} {d.get('text', '')}")
+    texts = scifact_documents()
     start = time.perf_counter()
     st.encode(texts, batch_size=32)
     py_s = time.perf_counter() - start

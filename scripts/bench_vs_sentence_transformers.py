@@ -20,43 +20,11 @@ Usage (from the repository root, with torch + sentence-transformers installed, e
 import argparse
 import json
 import os
-import re
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+from bench_common import ROOT, criterion_seconds, median_seconds, run, scifact_documents, scifact_first_judged_query
+
 DOCS = 100
-
-
-def inputs():
-    judged = {line.split("\t")[0] for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]}
-    query = next(
-        q["text"]
-        for q in map(json.loads, (SCIFACT / "queries.jsonl").read_text().splitlines())
-        if q["_id"] in judged
-    )
-    docs = []
-    with open(SCIFACT / "corpus.jsonl") as f:
-        for line in f:
-            d = json.loads(line)
-            docs.append(f"{d.get('title', '')} {d.get('text', '')}")
-            if len(docs) == DOCS:
-                break
-    return query, docs
-
-
-def run(cmd, env):
-    print("+", " ".join(cmd), file=sys.stderr)
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if res.returncode != 0:
-        sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
-        raise SystemExit(f"command failed ({res.returncode}): {' '.join(cmd)}")
-    return res.stdout
 
 
 def main():
@@ -69,7 +37,7 @@ def main():
                          "element-wise ops (default: --threads)")
     args = ap.parse_args()
     model = str((ROOT / args.model).resolve())
-    query, docs = inputs()
+    query, docs = scifact_first_judged_query(), scifact_documents(DOCS)
     pairs = [(query, d) for d in docs]
 
     env = dict(os.environ)
@@ -99,23 +67,12 @@ def main():
     if len(rust_logits) != len(pairs) or diff > 1e-3:
         raise SystemExit("the two sides do not compute the same logits; not comparing speed")
 
-    # 2. Rust throughput (criterion, bencher output: ns per iteration of 100 pairs).
-    out = run(["cargo", "bench", "--all-features", "--bench", "cross_encoder", "--", "--output-format", "bencher",
-               f"scifact_100docs_default_t{t}"], env)
-    m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
-    if not m:
-        raise SystemExit(f"no criterion result in:\n{out}")
-    rust_s = int(m.group(1).replace(",", "")) / 1e9
+    # 2. Rust throughput (criterion: seconds per iteration of 100 pairs).
+    rust_s = criterion_seconds("cross_encoder", f"scifact_100docs_default_t{t}", env)
     rust_pps = DOCS / rust_s
 
     # 3. sentence-transformers throughput.
-    ce.predict(pairs, batch_size=32)  # warm-up
-    times = []
-    for _ in range(args.rounds):
-        start = time.perf_counter()
-        ce.predict(pairs, batch_size=32)
-        times.append(time.perf_counter() - start)
-    py_s = statistics.median(times)
+    py_s = median_seconds(lambda: ce.predict(pairs, batch_size=32), args.rounds)
     py_pps = DOCS / py_s
 
     import sentence_transformers

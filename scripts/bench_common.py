@@ -1,0 +1,66 @@
+"""Pieces shared by the side-by-side benchmark scripts (bench_vs_sentence_transformers.py,
+bench_embed_vs_st.py): the SciFact inputs, running cargo, and the two timers."""
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+
+
+def scifact_documents(limit=None):
+    """The first `limit` SciFact documents (all with None) as `title + " " + text`, as the Rust
+    benches and `Document::full_text` build them."""
+    docs = []
+    with open(SCIFACT / "corpus.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            docs.append(f"{d.get('title', '')} {d.get('text', '')}")
+            if len(docs) == limit:
+                break
+    return docs
+
+
+def scifact_first_judged_query():
+    """The text of the first SciFact query judged in qrels/test.tsv."""
+    judged = {line.split("\t")[0] for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]}
+    return next(
+        q["text"]
+        for q in map(json.loads, (SCIFACT / "queries.jsonl").read_text().splitlines())
+        if q["_id"] in judged
+    )
+
+
+def run(cmd, env):
+    """Runs `cmd` in the repository root; its stdout, or exit with its output on failure."""
+    print("+", " ".join(cmd), file=sys.stderr)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
+        raise SystemExit(f"command failed ({res.returncode}): {' '.join(cmd)}")
+    return res.stdout
+
+
+def criterion_seconds(bench, name, env):
+    """Seconds per iteration of criterion benchmark `name` in `benches/{bench}.rs` (release)."""
+    out = run(["cargo", "bench", "--all-features", "--bench", bench, "--", "--output-format", "bencher", name],
+              env)
+    m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
+    if not m:
+        raise SystemExit(f"no criterion result in:\n{out}")
+    return int(m.group(1).replace(",", "")) / 1e9
+
+
+def median_seconds(call, rounds):
+    """The median time of `rounds` calls of `call()`, after one warm-up call."""
+    call()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
