@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rerank::eval::BeirDataset;
-use rerank::retrieve::{rrf_fuse, weighted_fuse};
+use rerank::recall::{rrf_fuse, weighted_fuse};
 use rerank::{Bm25Index, Document, Hit};
 
 fn scifact() -> Option<BeirDataset> {

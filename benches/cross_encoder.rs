@@ -17,7 +17,9 @@ use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 
-use rerank::{rerank::CrossEncoder, RerankQuery, Reranker};
+use rerank::models::ModelOptions;
+use rerank::rerankers::RerankQuery;
+use rerank::{CrossEncoder, Reranker};
 
 const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/ce-minilm-l6-random");
 const DOCS: usize = 100;
@@ -52,7 +54,7 @@ fn bench(c: &mut Criterion) {
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(DOCS as u64));
     let ce = CrossEncoder::builder(&model)
-        .threads(threads)
+        .options(ModelOptions::default().threads(threads))
         .build()
         .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
     group.bench_function(format!("scifact_100docs_default_t{threads}"), |b| {

@@ -21,6 +21,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use criterion::{SamplingMode, Throughput};
 
 #[cfg(feature = "models")]
+use rerank::models::ModelOptions;
+#[cfg(feature = "models")]
 use rerank::{embed::BertEmbedder, Embedder};
 
 /// Documents per iteration.
@@ -69,9 +71,12 @@ fn bench(c: &mut Criterion) {
     ];
     for (name, tokens, size) in configs {
         let embedder = BertEmbedder::builder(&model)
-            .threads(threads)
-            .token_budget(tokens)
-            .max_batch_size(size)
+            .options(
+                ModelOptions::default()
+                    .threads(threads)
+                    .token_budget(tokens)
+                    .max_batch_size(size),
+            )
             .build()
             .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
         group.bench_function(format!("scifact_{DOCS}docs_{name}_t{threads}"), |b| {

@@ -20,8 +20,9 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use criterion::{Criterion, Throughput};
-    use rerank::rerank::qwen3::Qwen3Reranker;
-    use rerank::RerankQuery;
+    use rerank::models::ModelOptions;
+    use rerank::rerankers::qwen3::Qwen3Reranker;
+    use rerank::rerankers::RerankQuery;
 
     /// The same recipe as `scripts/bench_qwen3_vs_transformers.py`.
     const WORDS: &str = "the server process memory leak grows slowly over days until the kernel \
@@ -66,7 +67,10 @@ mod bench {
         let threads = env_usize("RERANK_BENCH_THREADS")
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let t = Instant::now();
-        let reranker = match Qwen3Reranker::builder(&dir).threads(threads).build() {
+        let reranker = match Qwen3Reranker::builder(&dir)
+            .options(ModelOptions::default().threads(threads))
+            .build()
+        {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("cannot load {}: {e}", dir.display());

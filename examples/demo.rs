@@ -1,11 +1,21 @@
-//! The main job, fully offline: index the small handbook corpus shipped in `examples/data/`,
-//! run a few queries through a pipeline, and print the ranked hits with their stage scores.
+//! The main job, offline: a two-stage pipeline over the handbook shipped in `examples/data/`.
+//!
+//! For each query it prints the classification, then the hits with their stage-1 (BM25) and
+//! stage-2 (rerank) scores side by side, protected exact matches marked; then it answers one
+//! question with citations and its grounding confidence.
+//!
+//! Stage 2 uses all-MiniLM-L6-v2 embedding cosine when the model is fetched
+//! (`scripts/fetch_models.sh`, into `models/` or `$RERANK_MODELS_DIR`) and the crate has the
+//! `models` feature; otherwise the model-free `LexicalReranker`.
 //!
 //! ```text
-//! cargo run --all-features --example demo
+//! cargo run --release --example demo
 //! ```
 
-use rerank::{Bm25Index, Document, Pipeline, SearchResponse};
+use rerank::rerankers::LexicalReranker;
+use rerank::{
+    Bm25Index, Document, Pipeline, Reranker, RuleClassifier, SearchRequest, SearchResponse,
+};
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
 
@@ -16,42 +26,98 @@ const QUERIES: [&str; 4] = [
     "can I bring my dog on a business trip",
 ];
 
+const QUESTION: &str = "How many days before departure must business flights be booked?";
+
 fn main() -> rerank::Result<()> {
     let docs = Document::read_jsonl(CORPUS)?;
     println!(
-        "indexed {} documents from examples/data/handbook.jsonl\n",
+        "indexed {} documents from examples/data/handbook.jsonl",
         docs.len()
     );
     let index = Bm25Index::new();
     index.add(docs);
-    let pipeline = Pipeline::builder().retriever(index).top_k(3).build()?;
+
+    let (reranker, about) = reranker()?;
+    println!("stage 2: {about}\n");
+    let pipeline = Pipeline::builder()
+        .retriever(index)
+        .reranker(reranker)
+        .classifier(RuleClassifier::default())
+        .top_k(3)
+        .candidate_multiplier(3)
+        .build()?;
+
     for query in QUERIES {
-        print_response(&pipeline.search(query)?);
+        print_response(&pipeline.search_with(&SearchRequest::new(query))?);
     }
+
+    let answer = pipeline.answer(QUESTION)?;
+    println!("question: {QUESTION}");
+    println!("answer:   {}", answer.text);
+    for c in &answer.citations {
+        println!("  cites {}", c.label());
+    }
+    println!("grounding confidence: {:.2}", answer.confidence);
     Ok(())
+}
+
+/// The reranker for stage 2, and a line saying which one it is.
+fn reranker() -> rerank::Result<(Box<dyn Reranker>, String)> {
+    #[cfg(feature = "models")]
+    {
+        let base = std::env::var_os("RERANK_MODELS_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/models").into());
+        let dir = base.join("all-MiniLM-L6-v2");
+        if dir.join("model.safetensors").is_file() {
+            let embedder = rerank::BertEmbedder::from_dir(&dir)?;
+            let about = format!("all-MiniLM-L6-v2 embedding cosine ({})", dir.display());
+            return Ok((Box::new(rerank::EmbeddingReranker::new(embedder)), about));
+        }
+    }
+    Ok((
+        Box::new(LexicalReranker),
+        "LexicalReranker (model-free; run scripts/fetch_models.sh for all-MiniLM-L6-v2)".into(),
+    ))
 }
 
 fn print_response(response: &SearchResponse) {
     println!("query: {}", response.query);
+    if let Some(c) = &response.classification {
+        let signals = if c.signals.is_empty() {
+            "-".to_string()
+        } else {
+            c.signals.join(", ")
+        };
+        println!(
+            "  classified: {:?}, intent {:?}, route {:?}, confidence {:.1} (signals: {signals})",
+            c.kind, c.intent, c.route, c.confidence
+        );
+    }
     println!(
-        "  {:>4} {:>7} {:>8} {:>8} {:>8}  {:<28} source",
-        "rank", "stage1", "bm25", "vector", "rerank", "id"
+        "  {:>4}  {:>6} {:>8}  {:>8}  {:<14} source",
+        "rank", "stage1", "bm25", "rerank", "id"
     );
     let opt = |v: Option<f32>| v.map_or("-".to_string(), |s| format!("{s:.3}"));
     for (i, h) in response.hits.iter().enumerate() {
+        let mark = if h.protected { "*" } else { " " };
         println!(
-            "  {:>4} {:>7} {:>8} {:>8} {:>8}  {:<28} {}",
+            "  {:>3}{mark}  {:>6} {:>8}  {:>8}  {:<14} {}",
             i + 1,
             h.stage1_rank,
-            opt(h.bm25_score),
-            opt(h.vector_score),
+            format!("{:.3}", h.stage1_score),
             opt(h.rerank_score),
             h.document.id,
             h.document.source.as_deref().unwrap_or("-"),
         );
     }
+    let note = if response.hits.iter().any(|h| h.protected) {
+        "; * = exact match kept on top (factual query)"
+    } else {
+        ""
+    };
     println!(
-        "  scorer: {}; {} candidates; {:.2} ms\n",
+        "  scorer: {}; {} candidates; {:.2} ms{note}\n",
         response.scorer, response.candidates, response.timings.total_ms
     );
 }

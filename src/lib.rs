@@ -2,14 +2,25 @@
 //!
 //! Query-aware two-stage retrieval and grounded answers, embeddable in a Rust application.
 //!
-//! Build a [`Pipeline`] once, share it behind an `Arc`, and call it from any thread:
+//! Build a [`Pipeline`] once, share it behind an `Arc`, and call it from any thread. A query
+//! flows through these stages, each a folder of the crate, each optional but recall:
 //!
-//! - **recall** (stage 1): [`Bm25Index`], [`DenseIndex`], and [`Hybrid`] fusion (RRF or weighted);
-//! - **precision** (stage 2): any [`Reranker`] — candle cross-encoders and Qwen3-Reranker with the
-//!   `models` feature, embedding cosine, or your own;
-//! - **query intelligence**: a [`QueryClassifier`] (factual vs semantic, intent, route, task type);
-//! - **answers**: a [`Generator`] with citations and a grounding check;
-//! - **evaluation**: IR metrics and a BEIR loader in [`eval`].
+//! 1. [`guard`]: the PII guard refuses a query holding personal data;
+//! 2. [`parse`]: a two-phase `[SEARCH] ... [TASK] ...` query is split into its recall and
+//!    rerank parts;
+//! 3. [`classify`]: a [`QueryClassifier`] says factual or semantic, intent, route, task type;
+//! 4. [`cache`]: the [`SemanticCache`] answers a query close enough to an earlier one;
+//! 5. [`expand`]: HyDE and multi-query expansion;
+//! 6. [`recall`] (stage 1): a [`Retriever`] — [`Bm25Index`], [`DenseIndex`], [`Hybrid`] fusion;
+//! 7. [`rerankers`] (stage 2): a [`Reranker`] — [`CrossEncoder`] and [`Qwen3Reranker`] with the
+//!    `models` feature, [`EmbeddingReranker`], [`FallbackReranker`]; exact matches of factual
+//!    queries stay on top;
+//! 8. [`pipeline`]: post-processing (threshold, dedup, top-k) into a [`SearchResponse`];
+//! 9. [`answer`]: a [`Generator`] writes an [`Answer`] with citations and a grounding check.
+//!
+//! Shared by all: [`text`] (analysis), [`embed`] ([`Embedder`]s), [`Document`] and [`Hit`],
+//! one [`Error`]. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
+//! walks a query through these folders.
 //!
 //! ```
 //! use rerank::{Bm25Index, Document, Pipeline};
@@ -34,36 +45,58 @@
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod classify;
 mod document;
-pub mod embed;
 mod error;
+
+pub mod text;
+
+pub mod answer;
+pub mod cache;
+pub mod classify;
+pub mod expand;
+pub mod guard;
+pub mod parse;
+pub mod pipeline;
+pub mod recall;
+pub mod rerankers;
+
+pub mod embed;
 pub mod eval;
-pub mod generate;
 #[cfg(feature = "models")]
 pub mod models;
-pub mod pipeline;
-pub mod query;
-pub mod rerank;
-pub mod retrieve;
 
-pub use classify::{
-    Classification, Intent, QueryClassifier, QueryKind, Route, RuleClassifier, TaskType,
-};
-pub use document::{sort_by_score_desc, Document, Hit, Metadata};
+pub use document::{Document, Hit, Metadata};
+pub use error::{BoxError, Error, Result};
+
+// The five traits.
+pub use answer::Generator;
+pub use classify::QueryClassifier;
 pub use embed::Embedder;
-pub use error::{Error, Result};
-pub use generate::{Generation, GenerationRequest, Generator, Message, Role};
-pub use pipeline::{Pipeline, PipelineBuilder, SearchResponse};
-pub use query::{PiiGuard, PiiKind, SemanticCache, TwoPhaseMode};
-#[cfg(feature = "models")]
-pub use rerank::Qwen3Reranker;
-pub use rerank::{FallbackReranker, ProtectPolicy, RerankQuery, RerankScores, Reranker};
-pub use retrieve::{
-    Analyzer, Bm25Index, Bm25Params, DenseIndex, EnglishAnalyzer, Fusion, Hybrid, Retriever,
-    SearchQuery,
+pub use recall::Retriever;
+pub use rerankers::Reranker;
+
+// The pipeline and what goes in and out of it.
+pub use pipeline::{
+    Answer, Pipeline, PipelineBuilder, PipelineConfig, SearchRequest, SearchResponse,
 };
+
+// The concrete stages a host builds.
+pub use answer::Extractive;
+#[cfg(feature = "http")]
+pub use answer::OpenAiCompatible;
+#[cfg(feature = "models")]
+pub use answer::Qwen3Chat;
+pub use cache::SemanticCache;
+pub use classify::RuleClassifier;
+#[cfg(feature = "models")]
+pub use embed::BertEmbedder;
+pub use guard::PiiGuard;
+pub use recall::{Bm25Index, DenseIndex, Hybrid};
+#[cfg(feature = "models")]
+pub use rerankers::{CrossEncoder, Qwen3Reranker};
+pub use rerankers::{EmbeddingReranker, FallbackReranker};
 
 /// The README's code examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rerank::generate::{AnswerOptions, ContextBudget, Extractive, PromptBuilder};
+use rerank::answer::{ContextBudget, Extractive, PromptBuilder};
+use rerank::pipeline::AnswerOptions;
 use rerank::pipeline::SearchRequest;
 use rerank::{Bm25Index, Document, Generator, Pipeline};
 
@@ -69,7 +70,7 @@ fn qwen3(args: &Args) -> CliResult<Arc<dyn Generator>> {
         .model
         .as_ref()
         .ok_or("--generator qwen3 needs --model DIR")?;
-    let mut builder = rerank::generate::Qwen3Chat::builder(dir);
+    let mut builder = rerank::answer::Qwen3Chat::builder(dir);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
     }
@@ -88,7 +89,7 @@ fn openai(args: &Args) -> CliResult<Arc<dyn Generator>> {
         .as_ref()
         .ok_or("--generator openai needs --model NAME")?;
     Ok(Arc::new(
-        rerank::generate::OpenAiCompatible::builder()
+        rerank::answer::OpenAiCompatible::builder()
             .base_url(&args.base_url)
             .model(model)
             .build()?,
@@ -107,7 +108,7 @@ pub fn run(args: Args) -> CliResult {
     let pipeline = Pipeline::builder()
         .retriever(index)
         .top_k(args.top_k)
-        .generator_arc(generator(&args)?)
+        .generator(generator(&args)?)
         .build()?;
     let mut options = AnswerOptions::new()
         .prompt(PromptBuilder::new().budget(ContextBudget::Chars(args.budget_chars)))

@@ -33,10 +33,9 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use rerank::eval::{trec_order, BeirDataset, BeirQuery, Evaluation, Evaluator, Run};
-use rerank::{
-    Bm25Index, Bm25Params, DenseIndex, Document, Embedder, Fusion, Hit, Hybrid, RerankQuery,
-    Reranker, Retriever, SearchQuery,
-};
+use rerank::recall::{Bm25Params, Fusion, SearchQuery};
+use rerank::rerankers::RerankQuery;
+use rerank::{Bm25Index, DenseIndex, Document, Embedder, Hit, Hybrid, Reranker, Retriever};
 
 use crate::CliResult;
 
@@ -195,11 +194,15 @@ fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
     let Some(model) = &args.model else {
         return Err(format!("--retriever {} needs --model DIR", args.retriever).into());
     };
-    let mut builder = rerank::embed::BertEmbedder::builder(model);
-    if let Some(n) = args.threads {
-        builder = builder.threads(n);
-    }
-    Ok(Arc::new(builder.build()?))
+    let options = rerank::models::ModelOptions {
+        threads: args.threads,
+        ..Default::default()
+    };
+    Ok(Arc::new(
+        rerank::BertEmbedder::builder(model)
+            .options(options)
+            .build()?,
+    ))
 }
 
 #[cfg(not(feature = "models"))]
@@ -292,7 +295,13 @@ fn to_run(queries: &[&BeirQuery], hits: &[Vec<Hit>]) -> Run {
 #[cfg(feature = "models")]
 fn load_reranker(args: &Args) -> CliResult<Option<Box<dyn Reranker>>> {
     match &args.reranker {
-        Some(dir) => Ok(Some(rerank::rerank::load_reranker(dir, args.threads)?)),
+        Some(dir) => {
+            let options = rerank::models::ModelOptions {
+                threads: args.threads,
+                ..Default::default()
+            };
+            Ok(Some(rerank::rerankers::load_reranker(dir, &options)?))
+        }
         None => Ok(None),
     }
 }

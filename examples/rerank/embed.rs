@@ -65,18 +65,18 @@ fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
 pub fn run(args: Args) -> CliResult {
     use std::io::Write;
 
-    use rerank::embed::BertEmbedder;
-    use rerank::Embedder;
+    use rerank::models::ModelOptions;
+    use rerank::{BertEmbedder, Embedder};
 
     let texts = read_texts(&args.input)?;
-    let mut builder = BertEmbedder::builder(&args.model);
-    if let Some(n) = args.threads {
-        builder = builder.threads(n);
-    }
-    if let Some(n) = args.max_length {
-        builder = builder.max_seq_length(n);
-    }
-    let embedder = builder.build()?;
+    let options = ModelOptions {
+        threads: args.threads,
+        max_length: args.max_length,
+        ..ModelOptions::default()
+    };
+    let embedder = BertEmbedder::builder(&args.model)
+        .options(options)
+        .build()?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let embeddings = embedder.embed(&refs)?;
     let stdout = std::io::stdout();

@@ -49,8 +49,8 @@ pub struct Args {
 
 #[cfg(feature = "models")]
 pub fn run(args: Args) -> CliResult {
-    use rerank::generate::{DecodeParams, Qwen3Chat};
-    use rerank::{Message, Role};
+    use rerank::answer::{DecodeParams, Qwen3Chat};
+    use rerank::answer::{Message, Role};
 
     let mut builder = Qwen3Chat::builder(&args.model);
     if let Some(t) = &args.tokenizer {

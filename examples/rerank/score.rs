@@ -22,7 +22,7 @@ pub struct Args {
     /// Scores are raw logits (no activation).
     #[arg(long)]
     raw: bool,
-    /// Maximum pairs per batch.
+    /// Maximum inputs per forward pass (`ModelOptions::max_batch_size`).
     #[arg(long)]
     batch_size: Option<usize>,
     /// Maximum tokens per pair, special tokens included.
@@ -34,7 +34,7 @@ pub struct Args {
     /// Qwen3-Reranker: tokenizer.json to use when the model directory has none.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Qwen3-Reranker: most tokens per forward pass (default 8192).
+    /// Most tokens per forward pass (`ModelOptions::token_budget`).
     #[arg(long)]
     token_budget: Option<usize>,
 }
@@ -82,7 +82,7 @@ pub fn run(args: Args) -> CliResult {
 #[cfg(feature = "models")]
 fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::models::{Architecture, ModelDir};
-    use rerank::rerank::CrossEncoder;
+    use rerank::rerankers::CrossEncoder;
 
     let pairs: Vec<(&str, &str)> = lines
         .iter()
@@ -93,18 +93,9 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     match dir.architecture()? {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification => {
-            let mut builder = CrossEncoder::builder(dir.path());
+            let mut builder = CrossEncoder::builder(dir.path()).options(model_options(args));
             if args.raw {
                 builder = builder.raw_logits();
-            }
-            if let Some(n) = args.batch_size {
-                builder = builder.batch_size(n);
-            }
-            if let Some(n) = args.max_length {
-                builder = builder.max_length(n);
-            }
-            if let Some(n) = args.threads {
-                builder = builder.threads(n);
             }
             let scores = builder.build()?.predict(pairs)?;
             Ok(scores.into_iter().map(|s| (s.score, s.logit)).collect())
@@ -119,26 +110,26 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     }
 }
 
+/// The model options the flags ask for.
+#[cfg(feature = "models")]
+fn model_options(args: &Args) -> rerank::models::ModelOptions {
+    rerank::models::ModelOptions {
+        max_length: args.max_length,
+        token_budget: args.token_budget,
+        max_batch_size: args.batch_size,
+        threads: args.threads,
+        ..Default::default()
+    }
+}
+
 /// Qwen3-Reranker: each line with its own instruction; `--raw` makes the score the logit.
 #[cfg(feature = "models")]
 fn score_qwen3(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
-    use rerank::rerank::qwen3::{Qwen3Reranker, ScoreInput};
+    use rerank::rerankers::qwen3::{Qwen3Reranker, ScoreInput};
 
-    if args.batch_size.is_some() {
-        return Err("--batch-size is for cross-encoders; Qwen3 batches by --token-budget".into());
-    }
-    let mut builder = Qwen3Reranker::builder(&args.model);
+    let mut builder = Qwen3Reranker::builder(&args.model).options(model_options(args));
     if let Some(path) = &args.tokenizer {
         builder = builder.tokenizer(path);
-    }
-    if let Some(n) = args.max_length {
-        builder = builder.max_length(n);
-    }
-    if let Some(n) = args.token_budget {
-        builder = builder.token_budget(n);
-    }
-    if let Some(n) = args.threads {
-        builder = builder.threads(n);
     }
     let inputs: Vec<ScoreInput<'_>> = lines
         .iter()

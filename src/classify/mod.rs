@@ -2,7 +2,6 @@
 
 pub mod lexicon;
 mod rules;
-pub(crate) mod text;
 
 use std::sync::Arc;
 

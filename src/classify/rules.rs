@@ -7,9 +7,10 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::lexicon;
-use super::text::{contains_phrase, is_form_of, phrase_words, words, Word};
 use super::{Classification, Intent, QueryClassifier, QueryKind, Route, TaskType};
-use crate::{Analyzer, EnglishAnalyzer, Error, Result};
+use crate::text::{contains_phrase, is_form_of, phrase_words, words, Word};
+use crate::text::{Analyzer, EnglishAnalyzer};
+use crate::{Error, Result};
 
 /// Confidence when a pattern decided.
 const PATTERN: f32 = 1.0;
@@ -89,7 +90,7 @@ impl Default for RuleConfig {
             possessive_window: 3,
             chitchat_phrases: owned(lexicon::CHITCHAT_PHRASES),
             chitchat_fillers: owned(lexicon::CHITCHAT_FILLERS),
-            stopwords: owned(lexicon::STOPWORDS),
+            stopwords: owned(crate::text::QUERY_STOPWORDS),
             back_reference_patterns: owned(lexicon::BACK_REFERENCE_PATTERNS),
             domain_vocabulary: Vec::new(),
             simple_patterns: owned(lexicon::SIMPLE_PATTERNS),
@@ -146,7 +147,8 @@ pub fn read_aliases(path: impl AsRef<Path>) -> Result<BTreeMap<String, String>> 
 ///
 /// ```
 /// use rerank::classify::RuleClassifier;
-/// use rerank::{QueryClassifier, QueryKind, Intent};
+/// use rerank::QueryClassifier;
+/// use rerank::classify::{QueryKind, Intent};
 ///
 /// let classifier = RuleClassifier::builder().alias("Tay", "Taylor Smith").build()?;
 /// let c = classifier.classify("Taylor's KTN");

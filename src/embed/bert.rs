@@ -9,13 +9,13 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 
 use super::Embedder;
 use crate::models::encoder::{mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
-use crate::models::{plan_batches, ModelDir, CONFIG_FILE, TOKENIZER_FILE};
+use crate::models::{plan_batches, ModelDir, ModelOptions, CONFIG_FILE, TOKENIZER_FILE};
 use crate::{Error, Result};
 
-/// Default token budget per forward pass (texts x longest text; no padding is computed).
+/// Default [`ModelOptions::token_budget`] (texts x longest text; no padding is computed).
 pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
 
-/// Default largest number of texts per forward pass.
+/// Default [`ModelOptions::max_batch_size`].
 pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 
 /// `max_seq_length` when the directory has no `sentence_bert_config.json`.
@@ -38,13 +38,15 @@ const NORMALIZE_EPS: f32 = 1e-12;
 /// no compute goes to padding. Rows come back in input order.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once. With
-/// [`BertEmbedderBuilder::threads`] the work runs in a dedicated thread pool of that size;
+/// [`ModelOptions::threads`] the work runs in a dedicated thread pool of that size;
 /// otherwise in the caller's rayon pool (the global one by default).
 ///
 /// ```no_run
-/// use rerank::embed::BertEmbedder;
-/// use rerank::Embedder;
-/// let embedder = BertEmbedder::builder("models/all-MiniLM-L6-v2").threads(4).build()?;
+/// use rerank::models::ModelOptions;
+/// use rerank::{BertEmbedder, Embedder};
+/// let embedder = BertEmbedder::builder("models/all-MiniLM-L6-v2")
+///     .options(ModelOptions::default().options(ModelOptions::default().threads(4)))
+///     .build()?;
 /// let m = embedder.embed(&["hello world", "BM25 is a ranking function"])?;
 /// assert_eq!(m.shape(), &[2, 384]);
 /// # Ok::<(), rerank::Error>(())
@@ -63,54 +65,22 @@ pub struct BertEmbedder {
 #[derive(Debug, Clone)]
 pub struct BertEmbedderBuilder {
     dir: PathBuf,
-    threads: Option<usize>,
-    max_seq_length: Option<usize>,
-    token_budget: usize,
-    max_batch_size: usize,
+    options: ModelOptions,
 }
 
 impl BertEmbedderBuilder {
-    /// Runs the model in a dedicated pool of `n` threads (default: the caller's rayon pool).
-    pub fn threads(mut self, n: usize) -> Self {
-        self.threads = Some(n);
-        self
-    }
-
-    /// Overrides `max_seq_length` (default: `sentence_bert_config.json`, else
-    /// `min(512, max_position_embeddings)`). Counts `[CLS]` and `[SEP]`.
-    pub fn max_seq_length(mut self, n: usize) -> Self {
-        self.max_seq_length = Some(n);
-        self
-    }
-
-    /// Largest `batch size x longest sequence` per forward pass (default
-    /// [`DEFAULT_TOKEN_BUDGET`]). A text longer than the budget still runs, alone.
-    pub fn token_budget(mut self, tokens: usize) -> Self {
-        self.token_budget = tokens;
-        self
-    }
-
-    /// Largest number of texts per forward pass (default [`DEFAULT_MAX_BATCH_SIZE`]).
-    pub fn max_batch_size(mut self, n: usize) -> Self {
-        self.max_batch_size = n;
+    /// Sets the [`ModelOptions`]. For an embedder, `max_length` is the longest text, `[CLS]`
+    /// and `[SEP]` included (default: `max_seq_length` in `sentence_bert_config.json`, else
+    /// `min(512, max_position_embeddings)`); `token_budget` defaults to
+    /// [`DEFAULT_TOKEN_BUDGET`] and `max_batch_size` to [`DEFAULT_MAX_BATCH_SIZE`].
+    pub fn options(mut self, options: ModelOptions) -> Self {
+        self.options = options;
         self
     }
 
     /// Checks the options, then loads the model directory.
     pub fn build(self) -> Result<BertEmbedder> {
-        if self.threads == Some(0) {
-            return Err(Error::Config("BertEmbedder: threads must be >= 1".into()));
-        }
-        if self.token_budget == 0 || self.max_batch_size == 0 {
-            return Err(Error::Config(
-                "BertEmbedder: token_budget and max_batch_size must be >= 1".into(),
-            ));
-        }
-        if self.max_seq_length.is_some_and(|n| n < 2) {
-            return Err(Error::Config(
-                "BertEmbedder: max_seq_length must be >= 2 ([CLS] and [SEP])".into(),
-            ));
-        }
+        self.options.validate("BertEmbedder", 2)?;
         BertEmbedder::load(self)
     }
 }
@@ -142,7 +112,7 @@ const SENTENCE_BERT_FILE: &str = "sentence_bert_config.json";
 
 /// Reads the fields of `T` from a parsed JSON file (`path` names it in errors).
 fn from_value<T: serde::de::DeserializeOwned>(v: serde_json::Value, path: &Path) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::Model(format!("{}: {e}", path.display())))
+    serde_json::from_value(v).map_err(|e| Error::model(format!("{}: {e}", path.display())))
 }
 
 impl BertEmbedder {
@@ -155,21 +125,19 @@ impl BertEmbedder {
     pub fn builder(dir: impl AsRef<Path>) -> BertEmbedderBuilder {
         BertEmbedderBuilder {
             dir: dir.as_ref().to_path_buf(),
-            threads: None,
-            max_seq_length: None,
-            token_budget: DEFAULT_TOKEN_BUDGET,
-            max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+            options: ModelOptions::default(),
         }
     }
 
-    fn load(options: BertEmbedderBuilder) -> Result<Self> {
-        let model_dir = ModelDir::open(&options.dir)?;
+    fn load(builder: BertEmbedderBuilder) -> Result<Self> {
+        let options = builder.options;
+        let model_dir = ModelDir::open(&builder.dir)?;
         let dir = model_dir.path();
         let config_path = dir.join(CONFIG_FILE);
         let value = model_dir.config()?;
         if let Some(model_type) = value.get("model_type").and_then(|v| v.as_str()) {
             if model_type != "bert" {
-                return Err(Error::Model(format!(
+                return Err(Error::model(format!(
                     "{}: unsupported model_type {model_type:?}; BertEmbedder loads BERT models",
                     config_path.display()
                 )));
@@ -185,14 +153,14 @@ impl BertEmbedder {
                 && !pooling.pooling_mode_max_tokens
                 && !pooling.pooling_mode_mean_sqrt_len_tokens;
             if !mean_only {
-                return Err(Error::Model(format!(
+                return Err(Error::model(format!(
                     "{}: only mean pooling (pooling_mode_mean_tokens alone) is supported",
                     pooling_path.display()
                 )));
             }
             if let Some(d) = pooling.word_embedding_dimension {
                 if d != config.hidden {
-                    return Err(Error::Model(format!(
+                    return Err(Error::model(format!(
                         "{}: word_embedding_dimension {d} does not match hidden_size {} in \
                          config.json",
                         pooling_path.display(),
@@ -209,12 +177,12 @@ impl BertEmbedder {
             None => None,
         };
         let max_seq_length = options
-            .max_seq_length
+            .max_length
             .or(from_st)
             .unwrap_or(FALLBACK_MAX_SEQ_LENGTH.min(config.max_length()));
         if max_seq_length > config.max_length() || max_seq_length < 2 {
-            return Err(Error::Model(format!(
-                "max_seq_length {max_seq_length} must be between 2 and max_position_embeddings \
+            return Err(Error::model(format!(
+                "max_length {max_seq_length} must be between 2 and max_position_embeddings \
                  {} ({})",
                 config.max_length(),
                 config_path.display()
@@ -226,30 +194,21 @@ impl BertEmbedder {
         let dim = config.hidden;
         let encoder = Encoder::load(&weights.encoder, config).map_err(|e| weights.mismatch(e))?;
 
-        let pool = match options.threads {
-            Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("rerank-bert-{i}"))
-                    .build()
-                    .map_err(|e| Error::Config(format!("BertEmbedder thread pool: {e}")))?,
-            ),
-            None => None,
-        };
+        let pool = options.thread_pool("bert")?;
 
         Ok(BertEmbedder {
             encoder,
             tokenizer,
             dim,
             max_seq_length,
-            token_budget: options.token_budget,
-            max_batch_size: options.max_batch_size,
+            token_budget: options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
+            max_batch_size: options.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
             pool,
         })
     }
 
     /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
-    pub fn max_seq_length(&self) -> usize {
+    pub fn max_length(&self) -> usize {
         self.max_seq_length
     }
 
@@ -265,7 +224,7 @@ impl BertEmbedder {
         let enc = self
             .tokenizer
             .encode_fast(text, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -284,7 +243,7 @@ impl BertEmbedder {
         let encodings = self
             .tokenizer
             .encode_batch_fast(texts.to_vec(), true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
         for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
@@ -334,7 +293,7 @@ fn load_tokenizer(dir: &ModelDir, max_seq_length: usize, vocab_size: usize) -> R
             direction: TruncationDirection::Right,
             stride: 0,
         }))
-        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
     Ok(tokenizer)
 }
 
@@ -363,7 +322,7 @@ impl std::fmt::Debug for BertEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BertEmbedder")
             .field("dim", &self.dim)
-            .field("max_seq_length", &self.max_seq_length)
+            .field("max_length", &self.max_seq_length)
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
             .field("threads", &self.threads())
@@ -424,7 +383,7 @@ mod tests {
     #[test]
     fn missing_directory_and_files_are_named() {
         let e = BertEmbedder::from_dir("does/not/exist").unwrap_err();
-        assert!(matches!(e, Error::Model(_)));
+        assert!(matches!(e, Error::Model { .. }));
         assert!(e.to_string().contains("does/not/exist"), "{e}");
         let dir = std::env::temp_dir().join(format!("rerank-bert-empty-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -436,10 +395,10 @@ mod tests {
     #[test]
     fn builder_rejects_bad_options() {
         for b in [
-            BertEmbedder::builder(".").threads(0),
-            BertEmbedder::builder(".").token_budget(0),
-            BertEmbedder::builder(".").max_batch_size(0),
-            BertEmbedder::builder(".").max_seq_length(1),
+            BertEmbedder::builder(".").options(ModelOptions::default().threads(0)),
+            BertEmbedder::builder(".").options(ModelOptions::default().token_budget(0)),
+            BertEmbedder::builder(".").options(ModelOptions::default().max_batch_size(0)),
+            BertEmbedder::builder(".").options(ModelOptions::default().max_length(1)),
         ] {
             assert!(matches!(b.build(), Err(Error::Config(_))));
         }

@@ -7,7 +7,8 @@
 //! ```no_run
 //! use std::collections::HashMap;
 //! use rerank::eval::{BeirDataset, Evaluator, Run};
-//! use rerank::{Bm25Index, Retriever, SearchQuery};
+//! use rerank::{Bm25Index, Retriever};
+//! use rerank::recall::SearchQuery;
 //!
 //! let data = BeirDataset::load("datasets/scifact")?;
 //! let index = Bm25Index::new();

@@ -13,6 +13,7 @@ pub struct Batch {
 
 impl Batch {
     /// Padded tokens this batch computes (`indices.len() * seq_len`).
+    #[cfg(test)]
     pub fn padded_tokens(&self) -> usize {
         self.indices.len() * self.seq_len
     }

@@ -40,7 +40,7 @@ impl SequenceClassifier {
             Architecture::BertForSequenceClassification => false,
             Architecture::XlmRobertaForSequenceClassification => true,
             other => {
-                return Err(Error::Model(format!(
+                return Err(Error::model(format!(
                     "{}: unsupported architecture {other} for a cross-encoder (supported: \
                      BertForSequenceClassification, XLMRobertaForSequenceClassification)",
                     config_path.display()

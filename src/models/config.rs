@@ -61,7 +61,7 @@ impl Architecture {
             .and_then(|a| a.first())
             .and_then(Value::as_str)
             .ok_or_else(|| {
-                Error::Model(format!(
+                Error::model(format!(
                     "{}: no `architectures` entry; cannot tell which model this is",
                     file.display()
                 ))
@@ -144,7 +144,7 @@ impl ClassifierConfig {
         let activation = match activation_name {
             None => None,
             Some(name) => Some(Activation::from_torch_name(name).ok_or_else(|| {
-                Error::Model(format!(
+                Error::model(format!(
                     "{}: unsupported activation_fn {name:?} (supported: Sigmoid, Identity, \
                      Tanh); override it with the builder's `activation`",
                     file.display()

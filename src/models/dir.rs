@@ -28,7 +28,7 @@ impl ModelDir {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let root = path.as_ref().to_path_buf();
         if !root.is_dir() {
-            return Err(Error::Model(format!(
+            return Err(Error::model(format!(
                 "{}: not a model directory (expected a folder with {CONFIG_FILE}, \
                  {TOKENIZER_FILE} and {WEIGHTS_FILE})",
                 root.display()
@@ -48,7 +48,7 @@ impl ModelDir {
         if path.is_file() {
             Ok(path)
         } else {
-            Err(Error::Model(format!(
+            Err(Error::model(format!(
                 "{}: missing file (the model directory needs {name})",
                 path.display()
             )))
@@ -86,7 +86,7 @@ impl ModelDir {
     pub fn tokenizer(&self) -> Result<tokenizers::Tokenizer> {
         let path = self.file(TOKENIZER_FILE)?;
         tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+            .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))
     }
 
     /// Loads `tokenizer.json` as is, refusing a tokenizer with more tokens than the model's
@@ -95,7 +95,7 @@ impl ModelDir {
         let tokenizer = self.tokenizer()?;
         let n = tokenizer.get_vocab_size(true);
         if n > vocab_size {
-            return Err(Error::Model(format!(
+            return Err(Error::model(format!(
                 "{}: {n} tokens, more than vocab_size {vocab_size} in {CONFIG_FILE}",
                 self.root.join(TOKENIZER_FILE).display()
             )));
@@ -117,7 +117,7 @@ fn mmap_safetensors(path: &Path, dtype: DType, device: &Device) -> Result<VarBui
     // the model is built. The file must not be truncated or rewritten while it is being loaded,
     // which is the usual contract for model files.
     let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], dtype, device) };
-    vb.map_err(|e| Error::Model(format!("{}: cannot read weights: {e}", path.display())))
+    vb.map_err(|e| Error::model(format!("{}: cannot read weights: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -134,7 +134,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let m = ModelDir::open(&dir).unwrap();
         let e = m.config().unwrap_err();
-        assert!(matches!(e, Error::Model(_)));
+        assert!(matches!(e, Error::Model { .. }));
         assert!(e.to_string().contains("config.json"), "{e}");
         std::fs::write(dir.join(CONFIG_FILE), "{not json").unwrap();
         let e = m.config().unwrap_err();

@@ -47,7 +47,7 @@ impl EncoderConfig {
     /// Reads a BERT (`roberta_positions = false`) or RoBERTa/XLM-R config; `file` names the
     /// file in errors.
     pub fn from_value(v: &Value, file: &std::path::Path, roberta_positions: bool) -> Result<Self> {
-        let err = |msg: String| Error::Model(format!("{}: {msg}", file.display()));
+        let err = |msg: String| Error::model(format!("{}: {msg}", file.display()));
         let get = |key: &str| -> Result<usize> {
             v.get(key)
                 .and_then(Value::as_u64)
@@ -181,7 +181,7 @@ impl EncoderWeights {
             } else if root.contains_tensor("embeddings.word_embeddings.weight") {
                 root.clone()
             } else {
-                return Err(Error::Model(format!(
+                return Err(Error::model(format!(
                     "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
                     weights_path.display()
                 )));
@@ -197,7 +197,7 @@ impl EncoderWeights {
     /// The error for a tensor that is missing or whose shape differs from what `config.json`
     /// implies.
     pub fn mismatch(&self, e: candle_core::Error) -> Error {
-        Error::Model(format!(
+        Error::model(format!(
             "{}: weights do not match {}: {}",
             self.weights_path.display(),
             self.config_path.display(),
@@ -306,14 +306,14 @@ impl Encoder {
                 )));
             }
             if let Some(id) = s.ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
-                return Err(Error::Model(format!(
+                return Err(Error::model(format!(
                     "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
                      does not belong to these weights",
                     self.cfg.vocab
                 )));
             }
             if let Some(t) = s.types.iter().find(|&&t| t as usize >= self.cfg.type_vocab) {
-                return Err(Error::Model(format!(
+                return Err(Error::model(format!(
                     "token type {t} is outside the token type embeddings ({} rows)",
                     self.cfg.type_vocab
                 )));

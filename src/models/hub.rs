@@ -67,10 +67,9 @@ impl HubModel {
         let cache_path = match &self.cache_dir {
             Some(dir) => dir.clone(),
             None => default_cache_dir().ok_or_else(|| {
-                Error::Model(
+                Error::model(
                     "cannot locate the hub cache: set HF_HUB_CACHE or HF_HOME (no home \
-                     directory)"
-                        .into(),
+                     directory)",
                 )
             })?,
         };
@@ -81,7 +80,7 @@ impl HubModel {
         if self.offline {
             for name in required {
                 let path = cached_file(&cache, &repo, &cache_path, name).ok_or_else(|| {
-                    Error::Model(format!(
+                    Error::model(format!(
                         "{}@{}: {name} is not in the hub cache at {} and offline mode is on \
                          (HF_HUB_OFFLINE); download the model once with network, or point \
                          HF_HUB_CACHE / HF_HOME at a cache that has it",
@@ -99,11 +98,11 @@ impl HubModel {
             }
             let api = builder
                 .build()
-                .map_err(|e| Error::Model(format!("hub client: {e}")))?;
+                .map_err(|e| Error::model(format!("hub client: {e}")))?;
             let api_repo = api.repo(repo);
             for name in required {
                 let path = api_repo.get(name).map_err(|e| {
-                    Error::Model(format!(
+                    Error::model(format!(
                         "{}@{}: cannot fetch {name}: {e}",
                         self.id, self.revision
                     ))
@@ -116,7 +115,7 @@ impl HubModel {
             }
         }
         let dir = common_parent(&paths).ok_or_else(|| {
-            Error::Model(format!(
+            Error::model(format!(
                 "{}@{}: the cached files are not in one snapshot directory",
                 self.id, self.revision
             ))

@@ -1,13 +1,14 @@
-//! Candle model internals shared by the model-backed stages (needs the `models` feature).
+//! Loading and running models (feature `models`).
 //!
-//! - [`ModelDir`]: a local model directory (`config.json`, `tokenizer.json`,
-//!   `model.safetensors`, memory-mapped), and with the `hf-hub` feature [`HubModel`] to fetch
-//!   one from the Hugging Face hub cache;
-//! - [`Architecture`]: which model a `config.json` describes, to dispatch on;
-//! - [`PairTokenizer`]: (query, document) tokenization as sentence-transformers does it;
-//! - [`plan_batches`]: length batching under a token budget;
-//! - [`SequenceClassifier`]: BERT and XLM-RoBERTa sequence classification on a packed
-//!   (padding-free) encoder forward pass with its own CPU kernels (`encoder`, `kernels`).
+//! The public part is small: [`ModelOptions`] (one set of options for every model builder),
+//! [`ModelDir`] (a local model directory: `config.json`, `tokenizer.json`, memory-mapped
+//! `model.safetensors`), [`Architecture`] (what a `config.json` describes, to dispatch on) and,
+//! with the `hf-hub` feature, [`HubModel`] to fetch a directory from the Hugging Face hub.
+//!
+//! The rest is internal: (query, document) tokenization as sentence-transformers does it
+//! (`pair`), length batching under a token budget (`batch`), BERT / XLM-R sequence
+//! classification (`classifier`) on a packed (padding-free) encoder (`encoder`) with its own
+//! CPU kernels (`kernels`).
 
 mod batch;
 mod classifier;
@@ -17,19 +18,24 @@ pub(crate) mod encoder;
 #[cfg(feature = "hf-hub")]
 mod hub;
 pub(crate) mod kernels;
+mod options;
 mod pair;
 
-pub use batch::{plan_batches, Batch};
-pub use classifier::SequenceClassifier;
-pub use config::{Activation, Architecture, ClassifierConfig};
-pub use dir::{ModelDir, CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE};
+pub(crate) use batch::plan_batches;
+pub(crate) use classifier::SequenceClassifier;
+pub use config::{Activation, Architecture};
+pub use dir::{ModelDir, WEIGHTS_FILE};
+pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
-pub use pair::{PairEncoding, PairTokenizer};
+pub use options::{ModelOptions, Precision};
+#[doc(hidden)]
+pub use pair::PairEncoding;
+pub(crate) use pair::PairTokenizer;
 
 /// The message of a candle error without the backtrace candle attaches when `RUST_BACKTRACE`
 /// is set.
-pub fn candle_message(e: &candle_core::Error) -> String {
+pub(crate) fn candle_message(e: &candle_core::Error) -> String {
     match e {
         candle_core::Error::WithBacktrace { inner, .. } => candle_message(inner),
         candle_core::Error::WithPath { inner, path } => {

@@ -71,7 +71,7 @@ impl PairTokenizer {
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
         Ok(PairTokenizer {
             tokenizer,
             max_length,
@@ -96,14 +96,9 @@ impl PairTokenizer {
         self.max_length
     }
 
-    /// The underlying tokenizer (no truncation, no padding).
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
-
     /// Encodes one pair. An empty `document` still yields the pair form (`[CLS] q [SEP] [SEP]`).
     pub fn encode(&self, query: &str, document: &str) -> Result<PairEncoding> {
-        let err = |e: tokenizers::Error| Error::Tokenizer(e.to_string());
+        let err = |e: tokenizers::Error| Error::tokenizer(e.to_string());
         let q = self.tokenizer.encode_fast(query, false).map_err(err)?;
         let d = self.tokenizer.encode_fast(document, false).map_err(err)?;
         let (q, d) = truncate_encodings(q, Some(d), &self.content).map_err(err)?;

@@ -3,16 +3,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Pipeline, SearchRequest};
-use crate::generate::{
-    canned_chitchat_reply, distinct_citations, is_not_enough_information, strip_thinking, Answer,
-    AnswerOptions, ChitchatMode, Extractive, CHITCHAT_SYSTEM_PROMPT, NOT_ENOUGH_INFORMATION,
+use super::{canned_chitchat_reply, Answer, AnswerOptions, ChitchatMode, CHITCHAT_SYSTEM_PROMPT};
+use super::{ms, Pipeline, SearchRequest};
+use crate::answer::{
+    distinct_citations, is_not_enough_information, strip_thinking, Extractive, GenerationRequest,
+    NOT_ENOUGH_INFORMATION,
 };
-use crate::{Error, GenerationRequest, Generator, Intent, Result};
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
-}
+use crate::classify::Intent;
+use crate::{Error, Generator, Result};
 
 impl Pipeline {
     /// Answers `query` from the indexed documents with the default [`AnswerOptions`].
@@ -113,7 +111,7 @@ impl Pipeline {
         answer.timings.generate_ms = Some(ms(t));
         let text = strip_thinking(&generation.text);
         if text.is_empty() {
-            return Err(Error::Generation(format!(
+            return Err(Error::generation(format!(
                 "{} returned an empty answer (finish reason: {})",
                 generator.name(),
                 generation.finish_reason.as_deref().unwrap_or("unknown")

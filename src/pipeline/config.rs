@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{PipelineBuilder, SearchOptions};
-use crate::{Bm25Index, Bm25Params, Document, Error, Fusion, Hybrid, Pipeline, Result, Retriever};
+use crate::recall::{Bm25Params, Fusion};
+use crate::{Bm25Index, Document, Error, Hybrid, Pipeline, Result, Retriever};
 
 /// A whole pipeline as data.
 ///
@@ -134,7 +135,7 @@ impl PipelineConfig {
             }
         };
         parsed.map_err(|e| match e {
-            Error::Parse { message, .. } => Error::parse(path.display().to_string(), message),
+            Error::Parse { source, .. } => Error::parse(path.display().to_string(), source),
             e => e,
         })
     }
@@ -147,10 +148,10 @@ impl PipelineConfig {
         }
         let retriever = build_retriever(&self.retriever, &docs)?;
         let mut builder = Pipeline::builder()
-            .retriever_boxed(retriever)
+            .retriever(retriever)
             .options(self.search.clone());
         if let Some(r) = &self.reranker {
-            builder = builder.reranker_boxed(build_reranker(r)?);
+            builder = builder.reranker(build_reranker(r)?);
         }
         Ok(builder)
     }
@@ -185,7 +186,7 @@ fn build_retriever(config: &RetrieverConfig, docs: &[Document]) -> Result<Box<dy
             let mut hybrid = Hybrid::new(*fusion);
             for (i, r) in retrievers.iter().enumerate() {
                 let w = weights.get(i).copied().unwrap_or(1.0);
-                hybrid = hybrid.with_boxed(build_retriever(r, docs)?, w);
+                hybrid = hybrid.with(build_retriever(r, docs)?, w);
             }
             if let Some(d) = depth {
                 hybrid = hybrid.depth(*d);
@@ -215,16 +216,16 @@ fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
     match config {
         #[cfg(feature = "models")]
         RerankerConfig::CrossEncoder { model } => {
-            Ok(Box::new(crate::rerank::CrossEncoder::from_dir(model)?))
+            Ok(Box::new(crate::rerankers::CrossEncoder::from_dir(model)?))
         }
         #[cfg(feature = "models")]
         RerankerConfig::Qwen3 { model } => {
-            Ok(Box::new(crate::rerank::Qwen3Reranker::from_dir(model)?))
+            Ok(Box::new(crate::rerankers::Qwen3Reranker::from_dir(model)?))
         }
         #[cfg(feature = "models")]
         RerankerConfig::Embedding { model } => {
             let embedder = crate::embed::BertEmbedder::from_dir(model)?;
-            Ok(Box::new(crate::rerank::EmbeddingReranker::new(
+            Ok(Box::new(crate::rerankers::EmbeddingReranker::new(
                 std::sync::Arc::new(embedder),
             )))
         }

@@ -5,13 +5,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{ms, Pipeline, SearchRequest, SearchResponse, Timings};
-use crate::query::{
-    generate_variants, hyde_embedding, retrieve_expanded, ExpansionConfig, HydeConfig, PiiGuard,
-    SemanticCache,
+use crate::cache::SemanticCache;
+use crate::classify::{Classification, QueryKind, Route};
+use crate::expand::{
+    generate_variants, hyde_embedding, retrieve_expanded, ExpansionConfig, HydeConfig,
 };
-use crate::{
-    Classification, Error, Hit, PiiKind, ProtectPolicy, QueryKind, Result, Route, SearchQuery,
-};
+use crate::guard::PiiGuard;
+use crate::guard::PiiKind;
+use crate::recall::SearchQuery;
+use crate::rerankers::ProtectPolicy;
+use crate::{Error, Hit, Result};
 
 /// Settings of the query-side stages (held by the pipeline and its builder).
 #[derive(Debug, Clone, Default)]
@@ -132,7 +135,7 @@ impl Pipeline {
             .collect();
         tags.sort();
         tags.dedup();
-        let options = crate::query::InsertOptions {
+        let options = crate::cache::InsertOptions {
             scope: probe.scope,
             tags,
             short_ttl: response.rerank_fallback,
@@ -170,7 +173,7 @@ impl Pipeline {
         let default_expansion = ExpansionConfig::host_variants_only();
         let expansion = self.query.expansion.as_ref().unwrap_or(&default_expansion);
         let variants = if !request.variants.is_empty() {
-            crate::query::clean_variants(&request.variants, query, expansion.max_variants)
+            crate::expand::clean_variants(&request.variants, query, expansion.max_variants)
         } else {
             match (&self.generator, self.query.expansion.as_ref()) {
                 (Some(generator), Some(config)) if config.generate => {

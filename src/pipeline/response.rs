@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 
-use crate::{Classification, Hit};
+use crate::classify::Classification;
+use crate::Hit;
 
 /// Milliseconds spent in each stage of one search. Stages that did not run are `None`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -1,0 +1,175 @@
+//! Step 9: answers. The [`Generator`] trait with the request and result it works with;
+//! generators; prompts with numbered, labelled context; citations; the grounding check.
+//!
+//! - generators: [`Extractive`] (`extractive`, model-free), `Qwen3Chat` (`qwen3_chat`, feature
+//!   `models`), `OpenAiCompatible` (`openai`, feature `http`);
+//! - [`PromptBuilder`] (`prompt`): the context block with `[Source: file, Page N]` labels under a
+//!   token budget;
+//! - [`Citation`] (`citation`) and reading a generator's output (`output`);
+//! - [`GroundingChecker`] (`grounding`): the share of an answer's sentences a source supports.
+//!
+//! [`Pipeline::answer`](crate::Pipeline::answer) puts these together.
+
+mod citation;
+mod extractive;
+mod grounding;
+#[cfg(feature = "http")]
+mod openai;
+mod output;
+mod prompt;
+#[cfg(feature = "models")]
+mod qwen3_chat;
+
+use std::sync::Arc;
+
+pub use citation::Citation;
+pub use extractive::Extractive;
+pub use grounding::{
+    EmbeddingSupport, GroundingChecker, GroundingReport, LexicalSupport, RerankerSupport,
+    SentenceCheck, SentenceStatus, SupportScorer, DEFAULT_META_PREFIXES,
+};
+#[cfg(feature = "http")]
+pub use openai::{OpenAiCompatible, OpenAiCompatibleBuilder};
+pub use output::{distinct_citations, is_not_enough_information, strip_thinking};
+pub use prompt::{
+    parse_prompt, ApproxTokenCounter, ContextBudget, ContextSource, ParsedBlock, ParsedPrompt,
+    Prompt, PromptBuilder, TokenCounter, NOT_ENOUGH_INFORMATION, SYSTEM_PROMPT,
+};
+#[cfg(feature = "models")]
+pub use qwen3_chat::{DecodeParams, Decoded, Qwen3Chat, Qwen3ChatBuilder};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+
+/// Who said a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The system prompt.
+    System,
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with `role` and `content`.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: content.into(),
+        }
+    }
+}
+
+/// What a generator is asked to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationRequest {
+    /// The conversation so far (system prompt first, when any).
+    pub messages: Vec<Message>,
+    /// Upper bound on new tokens.
+    pub max_new_tokens: usize,
+    /// Sampling temperature; `0.0` means greedy decoding.
+    pub temperature: f32,
+    /// Nucleus sampling mass (used when `temperature > 0`).
+    pub top_p: f32,
+    /// Seed for sampling.
+    pub seed: u64,
+    /// Strings that end generation when produced (not included in the output).
+    pub stop: Vec<String>,
+}
+
+impl Default for GenerationRequest {
+    fn default() -> Self {
+        GenerationRequest {
+            messages: Vec::new(),
+            max_new_tokens: 256,
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 42,
+            stop: Vec::new(),
+        }
+    }
+}
+
+impl GenerationRequest {
+    /// A request with a system prompt and one user message, greedy by default.
+    pub fn new(system: impl Into<String>, user: impl Into<String>) -> Self {
+        GenerationRequest {
+            messages: vec![
+                Message::new(Role::System, system),
+                Message::new(Role::User, user),
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// The content of the last user message, or `""`.
+    pub fn last_user(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.content.as_str())
+            .unwrap_or("")
+    }
+
+    /// The content of the system message, or `""`.
+    pub fn system(&self) -> &str {
+        self.messages
+            .iter()
+            .find(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .unwrap_or("")
+    }
+}
+
+/// What a generator produced.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Generation {
+    /// The generated text.
+    pub text: String,
+    /// Why generation stopped (e.g. `"stop"`, `"length"`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+}
+
+/// Writes text from a chat request: answers, hypothetical documents (HyDE), query variants.
+pub trait Generator: Send + Sync {
+    /// Generates a reply to `request`.
+    fn generate(&self, request: &GenerationRequest) -> Result<Generation>;
+
+    /// A short name for responses (e.g. `"extractive"`).
+    fn name(&self) -> &str {
+        "generator"
+    }
+}
+
+impl<G: Generator + ?Sized> Generator for Arc<G> {
+    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+        (**self).generate(request)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}
+
+impl<G: Generator + ?Sized> Generator for Box<G> {
+    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+        (**self).generate(request)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}

@@ -1,0 +1,17 @@
+//! Step 4: the semantic query cache.
+//!
+//! - [`SemanticCache`] (`semantic`): answers keyed by query embedding, with TTLs, tags, stats;
+//! - [`may_share_answer`] (`guard`): the guard against near-identical queries that mean
+//!   different things;
+//! - [`CacheStore`] (`store`): where entries live; [`MemoryStore`] is the default;
+//! - [`Clock`] (`clock`): time for TTLs, [`ManualClock`] for tests.
+
+mod clock;
+mod guard;
+mod semantic;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use guard::may_share_answer;
+pub use semantic::{CacheConfig, CacheStats, InsertOptions, SemanticCache, SemanticCacheBuilder};
+pub use store::{CacheEntry, CacheStore, MemoryStore};

@@ -1,0 +1,142 @@
+//! [`ModelOptions`]: the options every model builder takes, with one name each.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// The number format a model computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Precision {
+    /// 32-bit floats, the reference models' own format (the default; exact to the fixtures).
+    #[default]
+    F32,
+}
+
+/// Options shared by every model builder ([`CrossEncoder`](crate::CrossEncoder),
+/// [`BertEmbedder`](crate::BertEmbedder), [`Qwen3Reranker`](crate::Qwen3Reranker)): one name
+/// per option whatever the model. `None` means the model's own default, which each builder
+/// documents.
+///
+/// ```no_run
+/// use rerank::models::ModelOptions;
+/// use rerank::CrossEncoder;
+///
+/// let options = ModelOptions::default().threads(2).max_length(256);
+/// let model = CrossEncoder::builder("models/ms-marco-MiniLM-L-6-v2").options(options).build()?;
+/// # Ok::<(), rerank::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelOptions {
+    /// Longest input in tokens, special tokens included: a (query, document) pair for a
+    /// cross-encoder, a text for an embedder, a whole prompt for Qwen3-Reranker. Longer inputs
+    /// are truncated the way the reference implementation truncates them.
+    pub max_length: Option<usize>,
+    /// Largest number of tokens in one forward pass (batches are packed: no padding is
+    /// computed). An input longer than the budget still runs, alone.
+    pub token_budget: Option<usize>,
+    /// Largest number of inputs in one forward pass.
+    pub max_batch_size: Option<usize>,
+    /// Runs the model on a private pool of this many threads (default: the caller's rayon pool).
+    pub threads: Option<usize>,
+    /// The number format (default [`Precision::F32`]).
+    pub precision: Precision,
+}
+
+impl ModelOptions {
+    /// Sets [`ModelOptions::max_length`].
+    pub fn max_length(mut self, tokens: usize) -> Self {
+        self.max_length = Some(tokens);
+        self
+    }
+
+    /// Sets [`ModelOptions::token_budget`].
+    pub fn token_budget(mut self, tokens: usize) -> Self {
+        self.token_budget = Some(tokens);
+        self
+    }
+
+    /// Sets [`ModelOptions::max_batch_size`].
+    pub fn max_batch_size(mut self, inputs: usize) -> Self {
+        self.max_batch_size = Some(inputs);
+        self
+    }
+
+    /// Sets [`ModelOptions::threads`].
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// Sets [`ModelOptions::precision`].
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// Checks the values for `model` (named in the message): every count at least 1, and
+    /// `max_length` at least `min_length` (the special tokens the model adds).
+    pub(crate) fn validate(&self, model: &str, min_length: usize) -> Result<()> {
+        let positive = [
+            ("token_budget", self.token_budget),
+            ("max_batch_size", self.max_batch_size),
+            ("threads", self.threads),
+        ];
+        for (name, value) in positive {
+            if value == Some(0) {
+                return Err(Error::Config(format!("{model}: {name} must be at least 1")));
+            }
+        }
+        if let Some(n) = self.max_length.filter(|&n| n < min_length) {
+            return Err(Error::Config(format!(
+                "{model}: max_length {n} is too short; it must be at least {min_length} \
+                 (the special tokens the model adds)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The private thread pool asked for by [`ModelOptions::threads`], if any; its threads are
+    /// named `rerank-{name}-{i}`.
+    pub(crate) fn thread_pool(&self, name: &str) -> Result<Option<rayon::ThreadPool>> {
+        let Some(n) = self.threads else {
+            return Ok(None);
+        };
+        let name = name.to_string();
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(move |i| format!("rerank-{name}-{i}"))
+            .build()
+            .map(Some)
+            .map_err(|e| Error::Config(format!("cannot start {n} threads: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_counts_and_short_lengths_are_refused() {
+        assert!(ModelOptions::default().validate("m", 2).is_ok());
+        for bad in [
+            ModelOptions::default().threads(0),
+            ModelOptions::default().token_budget(0),
+            ModelOptions::default().max_batch_size(0),
+            ModelOptions::default().max_length(1),
+        ] {
+            let e = bad.validate("m", 2).unwrap_err().to_string();
+            assert!(e.starts_with("invalid configuration: m: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn round_trips_through_serde_and_refuses_unknown_keys() {
+        let o = ModelOptions::default().threads(2).max_length(256);
+        let json = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<ModelOptions>(&json).unwrap(), o);
+        assert!(serde_json::from_str::<ModelOptions>(r#"{"batch_size": 3}"#).is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! [`PipelineBuilder`]: the components and options of a [`Pipeline`], checked at `build()`.
+
+use std::sync::Arc;
+
+use super::query_stages::QueryStages;
+use super::{DedupKey, Filter, Pipeline, SearchOptions, SearchResponse};
+use crate::cache::SemanticCache;
+use crate::expand::{ExpansionConfig, HydeConfig};
+use crate::guard::PiiGuard;
+use crate::parse::TwoPhaseMode;
+use crate::rerankers::ProtectPolicy;
+use crate::{Embedder, Error, Generator, QueryClassifier, Reranker, Result, Retriever};
+
+/// Builds a [`Pipeline`]; [`PipelineBuilder::build`] checks the configuration.
+#[derive(Default)]
+pub struct PipelineBuilder {
+    retriever: Option<Box<dyn Retriever>>,
+    reranker: Option<Box<dyn Reranker>>,
+    classifier: Option<Box<dyn QueryClassifier>>,
+    generator: Option<Arc<dyn Generator>>,
+    embedder: Option<Arc<dyn Embedder>>,
+    options: SearchOptions,
+    query: QueryStages,
+    two_phase: Option<TwoPhaseMode>,
+}
+
+impl PipelineBuilder {
+    /// Sets the stage-1 retriever (required). A `Box<dyn Retriever>` or an `Arc<dyn Retriever>`
+    /// is a retriever too.
+    pub fn retriever(mut self, retriever: impl Retriever + 'static) -> Self {
+        self.retriever = Some(Box::new(retriever));
+        self
+    }
+
+    /// Sets the stage-2 reranker (a `Box<dyn Reranker>` or an `Arc<dyn Reranker>` is one too).
+    pub fn reranker(mut self, reranker: impl Reranker + 'static) -> Self {
+        self.reranker = Some(Box::new(reranker));
+        self
+    }
+
+    /// Sets the query classifier.
+    pub fn classifier(mut self, classifier: impl QueryClassifier + 'static) -> Self {
+        self.classifier = Some(Box::new(classifier));
+        self
+    }
+
+    /// Sets the generator (answers, HyDE, query variants).
+    pub fn generator(mut self, generator: impl Generator + 'static) -> Self {
+        self.generator = Some(Arc::new(generator));
+        self
+    }
+
+    /// Sets the embedder (semantic cache, HyDE). Pass an `Arc` to share one embedder with a
+    /// dense index.
+    pub fn embedder(mut self, embedder: impl Embedder + 'static) -> Self {
+        self.embedder = Some(Arc::new(embedder));
+        self
+    }
+
+    /// Replaces all search options.
+    pub fn options(mut self, options: SearchOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Hits returned (default 10).
+    pub fn top_k(mut self, top_k: usize) -> Self {
+        self.options.top_k = top_k;
+        self
+    }
+
+    /// Stage-1 depth multiplier (default 10).
+    pub fn candidate_multiplier(mut self, multiplier: usize) -> Self {
+        self.options.candidate_multiplier = multiplier;
+        self
+    }
+
+    /// Cap on stage-1 depth (default 100).
+    pub fn max_candidates(mut self, cap: usize) -> Self {
+        self.options.max_candidates = cap;
+        self
+    }
+
+    /// Drops hits whose final score is below `threshold`.
+    pub fn score_threshold(mut self, threshold: f32) -> Self {
+        self.options.score_threshold = Some(threshold);
+        self
+    }
+
+    /// Sets the dedup key (default source + page).
+    pub fn dedup(mut self, key: DedupKey) -> Self {
+        self.options.dedup = key;
+        self
+    }
+
+    /// Adds a metadata filter applied to every search.
+    pub fn filter(mut self, filter: Filter) -> Self {
+        self.options.filters.push(filter);
+        self
+    }
+
+    /// Sets the PII guard (default: every kind). `PiiGuard::disabled()` turns it off.
+    pub fn pii_guard(mut self, guard: PiiGuard) -> Self {
+        self.query.pii = guard;
+        self
+    }
+
+    /// Sets protected reranking for factual queries (default: up to 3 of the top 3 stage-1
+    /// hits). `ProtectPolicy::disabled()` turns it off. It needs a classifier to know which
+    /// queries are factual.
+    pub fn protection(mut self, policy: ProtectPolicy) -> Self {
+        self.query.protection = policy;
+        self
+    }
+
+    /// Sets a semantic cache of responses (needs an embedder); pass an `Arc` to keep a handle.
+    pub fn cache(mut self, cache: impl Into<Arc<SemanticCache<SearchResponse>>>) -> Self {
+        self.query.cache = Some(cache.into());
+        self
+    }
+
+    /// Turns HyDE on (needs a generator and an embedder; the routes come from the classifier).
+    pub fn hyde(mut self, config: HydeConfig) -> Self {
+        self.query.hyde = Some(config);
+        self
+    }
+
+    /// Turns multi-query expansion on: generated variants (needs a generator) or, with
+    /// `ExpansionConfig::host_variants_only()`, only those given in [`SearchRequest::variants`].
+    pub fn expansion(mut self, config: ExpansionConfig) -> Self {
+        self.query.expansion = Some(config);
+        self
+    }
+
+    /// Accepts two-phase queries (`[SEARCH] ... [TASK] ... [INSTRUCT] ...`), strictly or
+    /// leniently (default: off, the query drives both stages); see [`crate::parse`].
+    pub fn two_phase(mut self, mode: TwoPhaseMode) -> Self {
+        self.two_phase = Some(mode);
+        self
+    }
+
+    /// Checks the configuration and builds the pipeline.
+    pub fn build(self) -> Result<Pipeline> {
+        let retriever = self.retriever.ok_or_else(|| {
+            Error::Config("a pipeline needs a retriever: call .retriever(...)".into())
+        })?;
+        self.options.validate()?;
+        self.query
+            .validate(self.generator.is_some(), self.embedder.is_some())?;
+        Ok(Pipeline {
+            retriever,
+            reranker: self.reranker,
+            classifier: self.classifier,
+            generator: self.generator,
+            embedder: self.embedder,
+            options: self.options,
+            query: self.query,
+            two_phase: self.two_phase,
+        })
+    }
+}

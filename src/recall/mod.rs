@@ -1,0 +1,79 @@
+//! Step 6, stage 1 (recall): the [`Retriever`] trait and its implementations.
+//!
+//! - [`Bm25Index`] (`bm25`): in-memory Lucene-style BM25 over an
+//!   [`Analyzer`](crate::text::Analyzer) you can replace;
+//! - [`DenseIndex`] (`dense`): exact cosine top-k over embeddings from any
+//!   [`Embedder`](crate::Embedder);
+//! - [`Hybrid`] (`fusion`): fusion of any number of retrievers, by reciprocal rank
+//!   ([`Fusion::Rrf`]) or by weighted min-max normalized scores ([`Fusion::Weighted`]).
+
+mod bm25;
+mod dense;
+mod fusion;
+
+use std::sync::Arc;
+
+pub use bm25::{Bm25Index, Bm25Params};
+pub use dense::DenseIndex;
+pub use fusion::{normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
+
+use crate::{Hit, Result};
+
+/// What a retriever is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct SearchQuery {
+    /// The query text (for BM25 and for embedding when no `embedding` is given).
+    pub text: String,
+    /// A precomputed query embedding for dense retrieval (e.g. a HyDE embedding). When set,
+    /// dense retrievers use it instead of embedding `text`; lexical retrievers ignore it.
+    pub embedding: Option<Arc<Vec<f32>>>,
+}
+
+impl SearchQuery {
+    /// A query with text only.
+    pub fn new(text: impl Into<String>) -> Self {
+        SearchQuery {
+            text: text.into(),
+            embedding: None,
+        }
+    }
+
+    /// Sets the embedding to use for dense recall.
+    pub fn with_embedding(mut self, embedding: Vec<f32>) -> Self {
+        self.embedding = Some(Arc::new(embedding));
+        self
+    }
+}
+
+/// A stage-1 retriever: returns up to `k` hits in descending score order.
+///
+/// Implement it to plug in your own store (Qdrant, Elasticsearch, Postgres, ...).
+/// Implementations set [`Hit::score`] (and [`Hit::bm25_score`] / [`Hit::vector_score`] where
+/// they apply); the pipeline assigns the stage-1 ranks.
+pub trait Retriever: Send + Sync {
+    /// Retrieves up to `k` hits for `query`, best first.
+    fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>>;
+
+    /// A short name for logs and responses (e.g. `"bm25"`).
+    fn name(&self) -> &str {
+        "retriever"
+    }
+}
+
+impl<R: Retriever + ?Sized> Retriever for Arc<R> {
+    fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
+        (**self).retrieve(query, k)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}
+
+impl<R: Retriever + ?Sized> Retriever for Box<R> {
+    fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
+        (**self).retrieve(query, k)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}

@@ -1,0 +1,297 @@
+//! [`CrossEncoder`]: a cross-encoder reranker (BERT or XLM-RoBERTa sequence
+//! classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use crate::models::Activation;
+#[cfg(feature = "hf-hub")]
+use crate::models::HubModel;
+use crate::models::{
+    plan_batches, Architecture, ModelDir, ModelOptions, PairEncoding, PairTokenizer,
+    SequenceClassifier, CONFIG_FILE,
+};
+use crate::rerankers::RerankQuery;
+use crate::{Error, Reranker, Result};
+
+/// The longest input sentence-transformers uses by default (further capped by the model).
+const DEFAULT_MAX_LENGTH: usize = 512;
+/// Default [`ModelOptions::token_budget`] (`pairs x longest pair`) (`pairs x longest pair`). Batches are packed (no padding is
+/// computed) and attention runs per pair, so the budget only bounds the workspace
+/// (`tokens x (intermediate_size + 6 x hidden_size)` floats, 64 MiB for a MiniLM-L6).
+pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
+/// Default [`ModelOptions::max_batch_size`] (sentence-transformers' default batch size).
+pub const DEFAULT_MAX_BATCH_SIZE: usize = 32;
+
+/// The score of one (query, document) pair.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PairScore {
+    /// The logit after the cross-encoder's [`Activation`].
+    pub score: f32,
+    /// The raw logit.
+    pub logit: f32,
+}
+
+/// A cross-encoder reranker (CPU, float32; weights read with candle, forward pass on the
+/// crate's packed encoder).
+///
+/// Loads `BertForSequenceClassification` (ms-marco-MiniLM style) or
+/// `XLMRobertaForSequenceClassification` (bge-reranker style) from a directory with
+/// `config.json`, `tokenizer.json` and `model.safetensors` (memory-mapped). Pairs are built as
+/// sentence-transformers builds them (`[CLS] q [SEP] d [SEP]`, `longest_first` truncation to
+/// `max_length`), run in length-sorted batches under a token budget, each batch packed (no
+/// padding is computed), and returned in input order. One instance can be shared by many threads (`&self` everywhere).
+///
+/// ```no_run
+/// use rerank::models::ModelOptions;
+/// use rerank::rerankers::RerankQuery;
+/// use rerank::{CrossEncoder, Reranker};
+///
+/// let ce = CrossEncoder::builder("models/ms-marco-MiniLM-L-6-v2")
+///     .options(ModelOptions::default().threads(2))
+///     .build()?;
+/// let scores = ce.score(&RerankQuery::new("what is bm25"), &["BM25 ranks documents", "cats"])?;
+/// assert_eq!(scores.len(), 2);
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub struct CrossEncoder {
+    model: SequenceClassifier,
+    tokenizer: PairTokenizer,
+    activation: Activation,
+    token_budget: usize,
+    max_batch_size: usize,
+    pool: Option<rayon::ThreadPool>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for CrossEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrossEncoder")
+            .field("path", &self.path)
+            .field("architecture", &self.model.config().architecture)
+            .field("activation", &self.activation)
+            .field("max_length", &self.tokenizer.max_length())
+            .field("token_budget", &self.token_budget)
+            .field("max_batch_size", &self.max_batch_size)
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+impl CrossEncoder {
+    /// Loads the model in `dir` with default options.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::builder(dir).build()
+    }
+
+    /// A builder for the model in `dir`.
+    pub fn builder(dir: impl AsRef<Path>) -> CrossEncoderBuilder {
+        CrossEncoderBuilder::new(Source::Dir(dir.as_ref().to_path_buf()))
+    }
+
+    /// A builder for a model from the Hugging Face hub (the `hf-hub` feature).
+    #[cfg(feature = "hf-hub")]
+    pub fn builder_from_hub(model: HubModel) -> CrossEncoderBuilder {
+        CrossEncoderBuilder::new(Source::Hub(model))
+    }
+
+    /// The model directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The model architecture.
+    pub fn architecture(&self) -> &Architecture {
+        &self.model.config().architecture
+    }
+
+    /// The activation applied to logits to get scores.
+    pub fn activation(&self) -> Activation {
+        self.activation
+    }
+
+    /// The maximum pair length in tokens, special tokens included.
+    pub fn max_length(&self) -> usize {
+        self.tokenizer.max_length()
+    }
+
+    /// The size of the private thread pool, or `None` when running on the caller's pool.
+    pub fn threads(&self) -> Option<usize> {
+        self.pool
+            .as_ref()
+            .map(rayon::ThreadPool::current_num_threads)
+    }
+
+    /// The model input for one pair, exactly as it is fed to the model (a parity-test hook).
+    #[doc(hidden)]
+    pub fn encode_pair(&self, query: &str, document: &str) -> Result<PairEncoding> {
+        self.tokenizer.encode(query, document)
+    }
+
+    /// Raw logits, one per pair, in input order.
+    pub fn logits(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.in_pool(|| {
+            let encodings = self.tokenizer.encode_all(pairs)?;
+            let lengths: Vec<usize> = encodings.iter().map(PairEncoding::len).collect();
+            let mut out = vec![0f32; pairs.len()];
+            for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
+                let inputs: Vec<&PairEncoding> =
+                    batch.indices.iter().map(|&i| &encodings[i]).collect();
+                let rows = self.model.logits(&inputs)?;
+                if rows.len() != batch.indices.len() {
+                    return Err(Error::model(format!(
+                        "model returned {} rows for a batch of {}",
+                        rows.len(),
+                        batch.indices.len()
+                    )));
+                }
+                for (row, &i) in rows.iter().zip(&batch.indices) {
+                    out[i] = row.first().copied().unwrap_or(f32::NAN);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Score (after the activation) and raw logit for each pair, in input order.
+    pub fn predict(&self, pairs: &[(&str, &str)]) -> Result<Vec<PairScore>> {
+        Ok(self
+            .logits(pairs)?
+            .into_iter()
+            .map(|logit| PairScore {
+                score: self.activation.apply(logit),
+                logit,
+            })
+            .collect())
+    }
+
+    fn in_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+}
+
+impl Reranker for CrossEncoder {
+    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+        let pairs: Vec<(&str, &str)> = docs.iter().map(|d| (query.text.as_str(), *d)).collect();
+        Ok(self.predict(&pairs)?.into_iter().map(|s| s.score).collect())
+    }
+
+    fn name(&self) -> &str {
+        "cross-encoder"
+    }
+}
+
+enum Source {
+    Dir(PathBuf),
+    #[cfg(feature = "hf-hub")]
+    Hub(HubModel),
+}
+
+/// Options for a [`CrossEncoder`], checked at [`CrossEncoderBuilder::build`].
+pub struct CrossEncoderBuilder {
+    source: Source,
+    options: ModelOptions,
+    activation: Option<Activation>,
+}
+
+impl CrossEncoderBuilder {
+    fn new(source: Source) -> Self {
+        CrossEncoderBuilder {
+            source,
+            options: ModelOptions::default(),
+            activation: None,
+        }
+    }
+
+    /// Sets the [`ModelOptions`]. For a cross-encoder, `max_length` is the longest (query,
+    /// document) pair (default: 512, capped by the model's position embeddings and
+    /// `model_max_length` in `tokenizer_config.json`), `token_budget` defaults to
+    /// [`DEFAULT_TOKEN_BUDGET`] and `max_batch_size` to [`DEFAULT_MAX_BATCH_SIZE`]; with
+    /// `threads`, every step of the forward pass runs on a private pool of that many threads.
+    pub fn options(mut self, options: ModelOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The activation from logit to score (default: what `config.json` asks for, else sigmoid
+    /// for one label).
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = Some(activation);
+        self
+    }
+
+    /// Scores are raw logits (the same as `activation(Activation::Identity)`).
+    pub fn raw_logits(self) -> Self {
+        self.activation(Activation::Identity)
+    }
+
+    /// Validates the options, loads the model and returns the cross-encoder.
+    pub fn build(self) -> Result<CrossEncoder> {
+        self.options.validate("cross-encoder", 3)?;
+        let dir = match &self.source {
+            Source::Dir(path) => ModelDir::open(path)?,
+            #[cfg(feature = "hf-hub")]
+            Source::Hub(model) => model.fetch(&["tokenizer_config.json"])?,
+        };
+        let model = SequenceClassifier::load(&dir)?;
+        let config = model.config().clone();
+        if config.num_labels != 1 {
+            return Err(Error::model(format!(
+                "{}: the model has {} labels; a reranking cross-encoder needs exactly one",
+                dir.path().join(CONFIG_FILE).display(),
+                config.num_labels
+            )));
+        }
+        let tokenizer = dir.tokenizer_within(model.vocab_size())?;
+        let limit = model.max_length();
+        let max_length = match self.options.max_length {
+            Some(n) if n > limit => {
+                return Err(Error::Config(format!(
+                    "max_length {n} exceeds what the model can encode ({limit} positions)"
+                )))
+            }
+            Some(n) => n,
+            None => {
+                let tokenizer_max = dir
+                    .optional_json("tokenizer_config.json")?
+                    .and_then(|v| v.get("model_max_length").and_then(|m| m.as_u64()))
+                    .map_or(usize::MAX, |m| m as usize);
+                DEFAULT_MAX_LENGTH.min(limit).min(tokenizer_max)
+            }
+        };
+        let tokenizer = PairTokenizer::new(tokenizer, max_length)?;
+        let pool = self.options.thread_pool("ce")?;
+        Ok(CrossEncoder {
+            activation: self
+                .activation
+                .unwrap_or_else(|| config.default_activation()),
+            model,
+            tokenizer,
+            token_budget: self.options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
+            max_batch_size: self
+                .options
+                .max_batch_size
+                .unwrap_or(DEFAULT_MAX_BATCH_SIZE),
+            pool,
+            path: dir.path().to_path_buf(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<CrossEncoder>();
+    }
+}

@@ -1,0 +1,283 @@
+//! `config.json` of a `Qwen3ForCausalLM` checkpoint: the keys the forward pass needs.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// The architecture hyper-parameters of a Qwen3 causal LM, read from `config.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qwen3Config {
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU feed-forward layer.
+    pub intermediate_size: usize,
+    /// Number of decoder layers.
+    pub num_hidden_layers: usize,
+    /// Number of query heads.
+    pub num_attention_heads: usize,
+    /// Number of key/value heads (grouped-query attention); divides `num_attention_heads`.
+    pub num_key_value_heads: usize,
+    /// Width of one head (independent of `hidden_size / num_attention_heads` in Qwen3).
+    pub head_dim: usize,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// Epsilon of every RMSNorm.
+    pub rms_norm_eps: f64,
+    /// Whether the output head shares the input embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// Whether q/k/v/o projections have biases.
+    pub attention_bias: bool,
+    /// The vocabulary size the config announces (the weights decide the real row count).
+    pub vocab_size: Option<usize>,
+}
+
+/// The raw JSON, with the optional keys optional.
+#[derive(Debug, Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    #[serde(default)]
+    model_type: Option<String>,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    #[serde(default)]
+    num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    head_dim: Option<usize>,
+    #[serde(default)]
+    rope_theta: Option<f64>,
+    #[serde(default)]
+    rope_parameters: Option<RopeParameters>,
+    #[serde(default)]
+    rope_scaling: Option<RopeParameters>,
+    #[serde(default)]
+    rms_norm_eps: Option<f64>,
+    #[serde(default)]
+    tie_word_embeddings: Option<bool>,
+    #[serde(default)]
+    attention_bias: Option<bool>,
+    #[serde(default)]
+    hidden_act: Option<String>,
+    #[serde(default)]
+    use_sliding_window: Option<bool>,
+    #[serde(default)]
+    vocab_size: Option<usize>,
+}
+
+/// `rope_parameters` (newer configs) or `rope_scaling` (older ones).
+#[derive(Debug, Deserialize)]
+struct RopeParameters {
+    #[serde(default)]
+    rope_type: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    rope_theta: Option<f64>,
+}
+
+impl RopeParameters {
+    fn is_default(&self) -> bool {
+        let kind = self.rope_type.as_deref().or(self.kind.as_deref());
+        matches!(kind, None | Some("default"))
+    }
+}
+
+/// The architecture name this module loads.
+pub const ARCHITECTURE: &str = "Qwen3ForCausalLM";
+
+impl Qwen3Config {
+    /// Reads and checks `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::from_json_str(&text).map_err(|e| match e {
+            Error::Parse { source, .. } => Error::parse(path.display().to_string(), source),
+            Error::Model { message, source } => Error::Model {
+                message: format!("{}: {message}", path.display()),
+                source,
+            },
+            e => e,
+        })
+    }
+
+    /// Parses and checks the JSON text of a `config.json`.
+    pub fn from_json_str(text: &str) -> Result<Self> {
+        let raw: RawConfig =
+            serde_json::from_str(text).map_err(|e| Error::parse("config.json", e))?;
+        let is_qwen3 = raw.architectures.iter().any(|a| a == ARCHITECTURE)
+            || (raw.architectures.is_empty() && raw.model_type.as_deref() == Some("qwen3"));
+        if !is_qwen3 {
+            return Err(Error::model(format!(
+                "architectures {:?} (model_type {:?}) is not {ARCHITECTURE}",
+                raw.architectures, raw.model_type
+            )));
+        }
+        if let Some(act) = raw.hidden_act.as_deref() {
+            if act != "silu" {
+                return Err(Error::model(format!(
+                    "hidden_act {act:?} is not supported (Qwen3 uses \"silu\")"
+                )));
+            }
+        }
+        if raw.use_sliding_window == Some(true) {
+            return Err(Error::model(
+                "use_sliding_window is true: sliding-window attention is not supported",
+            ));
+        }
+        for rope in [&raw.rope_parameters, &raw.rope_scaling]
+            .into_iter()
+            .flatten()
+        {
+            if !rope.is_default() {
+                return Err(Error::model(format!(
+                    "RoPE scaling {:?} is not supported (only the default RoPE)",
+                    rope.rope_type.as_deref().or(rope.kind.as_deref())
+                )));
+            }
+        }
+        let heads = raw.num_attention_heads;
+        let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+        let positive = [
+            ("hidden_size", raw.hidden_size),
+            ("intermediate_size", raw.intermediate_size),
+            ("num_hidden_layers", raw.num_hidden_layers),
+            ("num_attention_heads", heads),
+            ("num_key_value_heads", kv_heads),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(Error::model(format!("{name} must be at least 1")));
+            }
+        }
+        if !heads.is_multiple_of(kv_heads) {
+            return Err(Error::model(format!(
+                "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+            )));
+        }
+        let head_dim = match raw.head_dim {
+            Some(d) => d,
+            None if raw.hidden_size.is_multiple_of(heads) => raw.hidden_size / heads,
+            None => {
+                return Err(Error::model(format!(
+                    "no head_dim, and hidden_size {} is not a multiple of num_attention_heads \
+                     {heads}",
+                    raw.hidden_size
+                )))
+            }
+        };
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(Error::model(format!(
+                "head_dim {head_dim} must be even and positive (RoPE rotates halves)"
+            )));
+        }
+        let rope_theta = raw
+            .rope_theta
+            .or_else(|| raw.rope_parameters.as_ref().and_then(|r| r.rope_theta))
+            .unwrap_or(10_000.0);
+        if !(rope_theta.is_finite() && rope_theta > 0.0) {
+            return Err(Error::model(format!(
+                "rope_theta {rope_theta} must be positive"
+            )));
+        }
+        let rms_norm_eps = raw.rms_norm_eps.unwrap_or(1e-6);
+        if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
+            return Err(Error::model(format!(
+                "rms_norm_eps {rms_norm_eps} must be finite and non-negative"
+            )));
+        }
+        Ok(Qwen3Config {
+            hidden_size: raw.hidden_size,
+            intermediate_size: raw.intermediate_size,
+            num_hidden_layers: raw.num_hidden_layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            rope_theta,
+            rms_norm_eps,
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+            attention_bias: raw.attention_bias.unwrap_or(false),
+            vocab_size: raw.vocab_size,
+        })
+    }
+
+    /// Whether a `config.json` text names the `Qwen3ForCausalLM` architecture (for detection,
+    /// e.g. by a CLI choosing between model kinds).
+    pub fn is_qwen3_causal_lm(text: &str) -> bool {
+        #[derive(Deserialize)]
+        struct Arch {
+            #[serde(default)]
+            architectures: Vec<String>,
+        }
+        serde_json::from_str::<Arch>(text)
+            .map(|a| a.architectures.iter().any(|a| a == ARCHITECTURE))
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": true, "vocab_size": 151936, "hidden_act": "silu"}"#;
+
+    #[test]
+    fn reads_the_usual_keys() {
+        let c = Qwen3Config::from_json_str(TINY).unwrap();
+        assert_eq!(
+            (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+            (4, 2, 8)
+        );
+        assert_eq!(c.rope_theta, 1e6);
+        assert!(c.tie_word_embeddings);
+        assert!(Qwen3Config::is_qwen3_causal_lm(TINY));
+    }
+
+    #[test]
+    fn defaults_and_rope_parameters() {
+        let c = Qwen3Config::from_json_str(
+            r#"{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 4,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.num_key_value_heads, c.head_dim), (4, 16));
+        assert_eq!(c.rope_theta, 5000.0);
+        assert!(!c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run() {
+        let bad = [
+            (
+                TINY.replace("Qwen3ForCausalLM", "BertModel"),
+                "architectures",
+            ),
+            (
+                TINY.replace("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"),
+                "multiple",
+            ),
+            (TINY.replace("\"head_dim\": 8", "\"head_dim\": 7"), "even"),
+            (TINY.replace("silu", "gelu"), "hidden_act"),
+            (
+                TINY.replace(
+                    "\"vocab_size\"",
+                    "\"rope_scaling\": {\"rope_type\": \"yarn\"}, \"vocab_size\"",
+                ),
+                "RoPE scaling",
+            ),
+        ];
+        for (text, needle) in bad {
+            let e = Qwen3Config::from_json_str(&text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        assert!(!Qwen3Config::is_qwen3_causal_lm(
+            "{\"architectures\": [\"BertModel\"]}"
+        ));
+    }
+}

@@ -1,0 +1,409 @@
+//! [`Qwen3Reranker`]: loading, batching by length, and the [`Reranker`] implementation.
+
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use super::config::Qwen3Config;
+use super::forward::Qwen3Scorer;
+use super::instructions::Instructions;
+use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
+use crate::models::ModelOptions;
+use crate::rerankers::RerankQuery;
+use crate::{Error, Reranker, Result};
+
+/// The default number of tokens packed into one forward pass.
+pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
+
+/// One (instruction, query, document) triple to score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScoreInput<'a> {
+    /// The instruction; `None` means the reranker's default (an empty string is kept as is).
+    pub instruction: Option<&'a str>,
+    /// The query.
+    pub query: &'a str,
+    /// The document.
+    pub document: &'a str,
+}
+
+impl<'a> ScoreInput<'a> {
+    /// A triple without an explicit instruction.
+    pub fn new(query: &'a str, document: &'a str) -> Self {
+        ScoreInput {
+            instruction: None,
+            query,
+            document,
+        }
+    }
+
+    /// Sets the instruction.
+    pub fn with_instruction(mut self, instruction: &'a str) -> Self {
+        self.instruction = Some(instruction);
+        self
+    }
+}
+
+/// The relevance of one document: `score = sigmoid(logit)`, `logit = l_yes - l_no`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Qwen3Score {
+    /// Probability-like relevance in `[0, 1]`: the softmax of `[l_no, l_yes]` at `yes`.
+    pub score: f32,
+    /// `l_yes - l_no` at the last prompt position.
+    pub logit: f32,
+}
+
+impl Qwen3Score {
+    fn from_logit(logit: f32) -> Self {
+        Qwen3Score {
+            score: sigmoid(logit),
+            logit,
+        }
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Qwen3-Reranker on candle: the official yes/no prompt, packed batches, CPU.
+///
+/// Loads a local `Qwen3ForCausalLM` directory (`config.json`, `model.safetensors` or a sharded
+/// index, and `tokenizer.json` unless one is given). Each document is judged with the model
+/// card's prompt; the score is `sigmoid(l_yes - l_no)` at the last position, computed with the
+/// single vector `W[yes] - W[no]` instead of a full-vocabulary projection. Prompts are sorted
+/// by length and packed into forward passes of at most `token_budget` tokens (no padding, no
+/// KV cache).
+///
+/// ```no_run
+/// use rerank::models::ModelOptions;
+/// use rerank::rerankers::RerankQuery;
+/// use rerank::{Qwen3Reranker, Reranker};
+///
+/// let reranker = Qwen3Reranker::builder("models/Qwen3-Reranker-0.6B")
+///     .options(ModelOptions::default().threads(4))
+///     .build()?;
+/// let query = RerankQuery::new("What is the capital of China?");
+/// let scores = reranker.score(&query, &["The capital of China is Beijing.", "Gravity."])?;
+/// assert!(scores[0] > scores[1]);
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub struct Qwen3Reranker {
+    scorer: Qwen3Scorer,
+    encoder: PromptEncoder,
+    default_instruction: String,
+    instructions: Instructions,
+    token_budget: usize,
+    max_batch_size: usize,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for Qwen3Reranker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qwen3Reranker")
+            .field("config", self.config())
+            .field("yes_id", &self.yes_id())
+            .field("no_id", &self.no_id())
+            .field("max_length", &self.scorer.max_positions())
+            .field("token_budget", &self.token_budget)
+            .field("max_batch_size", &self.max_batch_size)
+            .field(
+                "threads",
+                &self.pool.as_ref().map(|p| p.current_num_threads()),
+            )
+            .field("default_instruction", &self.default_instruction)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Qwen3Reranker {
+    /// A builder for the model directory `dir`.
+    pub fn builder(dir: impl Into<PathBuf>) -> Qwen3RerankerBuilder {
+        Qwen3RerankerBuilder {
+            dir: dir.into(),
+            tokenizer: None,
+            options: ModelOptions::default(),
+            instructions: Instructions::default(),
+            entity_type: None,
+        }
+    }
+
+    /// Loads `dir` with the defaults.
+    pub fn from_dir(dir: impl Into<PathBuf>) -> Result<Self> {
+        Self::builder(dir).build()
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Qwen3Config {
+        self.scorer.config()
+    }
+
+    /// The token id of `"yes"` (9693 in the Qwen3 tokenizer).
+    pub fn yes_id(&self) -> u32 {
+        self.encoder.yes_id()
+    }
+
+    /// The token id of `"no"` (2152 in the Qwen3 tokenizer).
+    pub fn no_id(&self) -> u32 {
+        self.encoder.no_id()
+    }
+
+    /// The instruction used when a query has none.
+    pub fn default_instruction(&self) -> &str {
+        &self.default_instruction
+    }
+
+    /// The instruction registry (task-type and entity-type instructions).
+    pub fn instructions(&self) -> &Instructions {
+        &self.instructions
+    }
+
+    /// The prompt's token ids for one triple: prefix, body cut to fit `max_length`, suffix.
+    pub fn encode(
+        &self,
+        instruction: Option<&str>,
+        query: &str,
+        document: &str,
+    ) -> Result<Vec<u32>> {
+        let instruction = instruction.unwrap_or(&self.default_instruction);
+        self.encoder.encode(instruction, query, document)
+    }
+
+    /// Scores triples (each with its own instruction and query), in input order.
+    pub fn score_inputs(&self, inputs: &[ScoreInput<'_>]) -> Result<Vec<Qwen3Score>> {
+        self.run(|| {
+            let prompts = inputs
+                .par_iter()
+                .map(|i| self.encode(i.instruction, i.query, i.document))
+                .collect::<Result<Vec<_>>>()?;
+            self.score_batched(&prompts)
+        })
+    }
+
+    /// Scores `docs` against one query, returning both the score and the logit per document.
+    pub fn score_with_logits(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<Qwen3Score>> {
+        let inputs: Vec<ScoreInput<'_>> = docs
+            .iter()
+            .map(|d| ScoreInput {
+                instruction: query.instruction.as_deref(),
+                query: &query.text,
+                document: d,
+            })
+            .collect();
+        self.score_inputs(&inputs)
+    }
+
+    /// Scores already-tokenized prompts in exactly one packed forward pass (no budget split).
+    pub fn score_token_ids(&self, prompts: &[&[u32]]) -> Result<Vec<Qwen3Score>> {
+        let logits = self.run(|| self.scorer.logits(prompts))?;
+        Ok(logits.into_iter().map(Qwen3Score::from_logit).collect())
+    }
+
+    /// Sorts prompts by length, packs them into forward passes of at most `token_budget` tokens
+    /// (a longer prompt goes alone), and returns the scores in input order.
+    fn score_batched(&self, prompts: &[Vec<u32>]) -> Result<Vec<Qwen3Score>> {
+        let mut order: Vec<usize> = (0..prompts.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+        let mut out = vec![None; prompts.len()];
+        for batch in batches_by_budget(
+            &order,
+            |i| prompts[i].len(),
+            self.token_budget,
+            self.max_batch_size,
+        ) {
+            let refs: Vec<&[u32]> = batch.iter().map(|&i| prompts[i].as_slice()).collect();
+            let logits = self.scorer.logits(&refs)?;
+            for (&i, logit) in batch.iter().zip(logits) {
+                out[i] = Some(Qwen3Score::from_logit(logit));
+            }
+        }
+        out.into_iter()
+            .map(|s| s.ok_or_else(|| Error::model("a prompt was left unscored")))
+            .collect()
+    }
+
+    /// Runs `f` on the reranker's thread pool, if it has one.
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+}
+
+/// Groups `order` (already sorted) into consecutive batches whose lengths sum to at most
+/// `budget`; an item longer than the budget forms a batch of its own.
+fn batches_by_budget(
+    order: &[usize],
+    len: impl Fn(usize) -> usize,
+    budget: usize,
+    max_batch_size: usize,
+) -> Vec<Vec<usize>> {
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut tokens = 0;
+    for &i in order {
+        let n = len(i);
+        if !current.is_empty() && (tokens + n > budget || current.len() >= max_batch_size) {
+            batches.push(std::mem::take(&mut current));
+            tokens = 0;
+        }
+        current.push(i);
+        tokens += n;
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+impl Reranker for Qwen3Reranker {
+    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+        Ok(self
+            .score_with_logits(query, docs)?
+            .into_iter()
+            .map(|s| s.score)
+            .collect())
+    }
+
+    fn name(&self) -> &str {
+        "qwen3-reranker"
+    }
+}
+
+/// Configures and loads a [`Qwen3Reranker`]; [`Qwen3RerankerBuilder::build`] checks everything.
+#[derive(Debug, Clone)]
+pub struct Qwen3RerankerBuilder {
+    dir: PathBuf,
+    tokenizer: Option<PathBuf>,
+    options: ModelOptions,
+    instructions: Instructions,
+    entity_type: Option<String>,
+}
+
+impl Qwen3RerankerBuilder {
+    /// Uses this `tokenizer.json` (needed when the model directory has none, e.g. the one
+    /// `scripts/fetch_qwen3_tokenizer.sh` downloads).
+    pub fn tokenizer(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tokenizer = Some(path.into());
+        self
+    }
+
+    /// Sets the [`ModelOptions`]. For Qwen3-Reranker, `max_length` is the longest prompt,
+    /// prefix and suffix included (default 8192; only the `<Instruct>/<Query>/<Document>` body
+    /// is cut to fit), `token_budget` the most tokens packed into one forward pass (default
+    /// 8192), `max_batch_size` the most prompts in one (default: no limit but the budget); with
+    /// `threads`, tokenization and the forward passes run on a private pool of that size
+    /// (default: the global rayon pool).
+    pub fn options(mut self, options: ModelOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Replaces the instruction registry.
+    pub fn instructions(mut self, instructions: Instructions) -> Self {
+        self.instructions = instructions;
+        self
+    }
+
+    /// Declares what the reranked documents are (a key of the registry's entity instructions,
+    /// e.g. `"manual"`); its instruction becomes the default for queries without one.
+    pub fn entity_type(mut self, entity: impl Into<String>) -> Self {
+        self.entity_type = Some(entity.into());
+        self
+    }
+
+    /// Checks the options, loads the tokenizer and the weights.
+    pub fn build(self) -> Result<Qwen3Reranker> {
+        self.options.validate("Qwen3-Reranker", 1)?;
+        let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
+        let default_instruction = match &self.entity_type {
+            Some(entity) => self
+                .instructions
+                .for_entity(entity)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "no instruction for entity type {entity:?}; known: {:?}",
+                        self.instructions.entities.keys().collect::<Vec<_>>()
+                    ))
+                })?
+                .to_string(),
+            None => self.instructions.default_instruction().to_string(),
+        };
+        let dir = self.dir.as_path();
+        let config = Qwen3Config::from_file(&require_file(dir, "config.json")?)?;
+        let tokenizer = match &self.tokenizer {
+            Some(path) => path.clone(),
+            None => dir.join("tokenizer.json"),
+        };
+        if !tokenizer.is_file() {
+            return Err(Error::tokenizer(format!(
+                "{} not found: pass a Qwen3 tokenizer.json with .tokenizer(path) \
+                 (scripts/fetch_qwen3_tokenizer.sh downloads the official one)",
+                tokenizer.display()
+            )));
+        }
+        let encoder = PromptEncoder::from_file(&tokenizer, max_length)?;
+        let scorer = Qwen3Scorer::load(dir, config, encoder.yes_id(), encoder.no_id(), max_length)?;
+        let rows = scorer.vocab_rows();
+        if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
+            return Err(Error::model(format!(
+                "the prompt's token id {id} is outside the embedding matrix ({rows} rows): \
+                 the tokenizer does not belong to these weights"
+            )));
+        }
+        let pool = self.options.thread_pool("qwen3-reranker")?;
+        Ok(Qwen3Reranker {
+            scorer,
+            encoder,
+            default_instruction,
+            instructions: self.instructions,
+            token_budget: self.options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
+            max_batch_size: self.options.max_batch_size.unwrap_or(usize::MAX),
+            pool,
+        })
+    }
+}
+
+fn require_file(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::model(format!(
+            "{}: no {name} (expected a local Qwen3ForCausalLM directory)",
+            dir.display()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_the_budget_and_keep_long_items_alone() {
+        let lens = [50, 40, 30, 200, 10];
+        let mut order: Vec<usize> = (0..lens.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
+        let batches = batches_by_budget(&order, |i| lens[i], 80, usize::MAX);
+        assert_eq!(batches, vec![vec![3], vec![0], vec![1, 2, 4]]);
+        let all = batches_by_budget(&order, |i| lens[i], usize::MAX, usize::MAX);
+        assert_eq!(all, vec![vec![3, 0, 1, 2, 4]]);
+        assert!(batches_by_budget(&[], |i| lens[i], 10, usize::MAX).is_empty());
+        let pairs = batches_by_budget(&order, |i| lens[i], usize::MAX, 2);
+        assert_eq!(pairs, vec![vec![3, 0], vec![1, 2], vec![4]]);
+    }
+
+    #[test]
+    fn sigmoid_is_stable_at_the_extremes() {
+        assert_eq!(sigmoid(0.0), 0.5);
+        assert!((sigmoid(2.0) - 0.880_797).abs() < 1e-6);
+        assert!(sigmoid(-200.0) >= 0.0 && sigmoid(-200.0) < 1e-30);
+        assert_eq!(sigmoid(200.0), 1.0);
+    }
+}

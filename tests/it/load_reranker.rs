@@ -1,0 +1,155 @@
+//! `load_reranker` picks the reranker from `config.json`, and `PipelineConfig` builds every
+//! reranker kind: each gives the scores of the model it stands for.
+#![cfg(feature = "models")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rerank::embed::BertEmbedder;
+use rerank::models::ModelOptions;
+use rerank::pipeline::PipelineConfig;
+use rerank::rerankers::RerankQuery;
+use rerank::rerankers::{load_reranker, CrossEncoder, EmbeddingReranker, Qwen3Reranker};
+use rerank::{Document, Error, Reranker};
+
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
+
+fn fixture(name: &str) -> Option<PathBuf> {
+    let dir = Path::new(SHARED).join(name).join("model");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        crate::common::skip(&format!("skipping: {} not found", dir.display()));
+        None
+    }
+}
+
+fn minilm() -> Option<PathBuf> {
+    let base = std::env::var_os("RERANK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")));
+    let dir = base.join("all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        crate::common::skip(&format!("skipping: {} has no model", dir.display()));
+        None
+    }
+}
+
+const QUERY: &str = "how do vaccines train the immune system";
+const DOCS: [&str; 3] = [
+    "Vaccines expose the immune system to a harmless antigen so it learns to respond.",
+    "The recipe needs two cups of flour and a pinch of salt.",
+    "",
+];
+
+fn scores(r: &dyn Reranker) -> Vec<f32> {
+    r.score(&RerankQuery::new(QUERY), &DOCS).unwrap()
+}
+
+#[test]
+fn a_cross_encoder_directory_gives_the_cross_encoder() {
+    let Some(dir) = fixture("ce_tiny_a") else {
+        return;
+    };
+    let loaded = load_reranker(&dir, &ModelOptions::default().threads(1)).unwrap();
+    assert_eq!(loaded.name(), "cross-encoder");
+    let direct = CrossEncoder::from_dir(&dir).unwrap();
+    assert_eq!(scores(loaded.as_ref()), scores(&direct));
+}
+
+#[test]
+fn a_qwen3_directory_gives_the_qwen3_reranker() {
+    let Some(dir) = fixture("qwen3_tiny_a") else {
+        return;
+    };
+    let loaded = load_reranker(&dir, &ModelOptions::default()).unwrap();
+    assert_eq!(loaded.name(), "qwen3-reranker");
+    let direct = Qwen3Reranker::from_dir(&dir).unwrap();
+    assert_eq!(scores(loaded.as_ref()), scores(&direct));
+}
+
+#[test]
+fn a_bert_model_directory_gives_embedding_cosine() {
+    let Some(dir) = minilm() else {
+        return;
+    };
+    let loaded = load_reranker(&dir, &ModelOptions::default().threads(2)).unwrap();
+    assert_eq!(loaded.name(), "embedding");
+    let direct = EmbeddingReranker::new(Arc::new(BertEmbedder::from_dir(&dir).unwrap()));
+    let got = scores(loaded.as_ref());
+    assert_eq!(got, scores(&direct));
+    // A real bi-encoder: the on-topic document beats the recipe.
+    assert!(got[0] > got[1] + 0.2, "{got:?}");
+}
+
+#[test]
+fn other_architectures_and_missing_directories_are_errors() {
+    let Some(src) = fixture("ce_tiny_a") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rerank-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["tokenizer.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures": ["GPT2LMHeadModel"]}"#,
+    )
+    .unwrap();
+    let Err(e) = load_reranker(&dir, &ModelOptions::default()) else {
+        panic!("a GPT-2 directory loaded as a reranker");
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    match e {
+        Error::Model { message: m, .. } => {
+            assert!(
+                m.contains("GPT2LMHeadModel") && m.contains("config.json"),
+                "{m}"
+            );
+            assert!(
+                m.contains("Qwen3ForCausalLM") && m.contains("BertModel"),
+                "{m}"
+            );
+        }
+        other => panic!("expected Error::Model, got {other:?}"),
+    }
+    assert!(load_reranker("/nonexistent/reranker", &ModelOptions::default()).is_err());
+}
+
+#[test]
+fn a_pipeline_config_builds_the_qwen3_reranker() {
+    let Some(dir) = fixture("qwen3_tiny_a") else {
+        return;
+    };
+    let json = serde_json::json!({
+        "retriever": {"type": "bm25"},
+        "reranker": {"type": "qwen3", "model": dir},
+        "search": {"top_k": 1},
+    });
+    let config = PipelineConfig::from_json_str(&json.to_string()).unwrap();
+    let texts = [
+        "Vaccines train the immune system to fight infection.",
+        "Exercise helps the immune system and the heart.",
+    ];
+    let docs: Vec<Document> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Document::new(i.to_string(), *d))
+        .collect();
+    let pipeline = config.build(docs).unwrap();
+    let query = "immune system";
+    let response = pipeline.search(query).unwrap();
+    assert_eq!(response.scorer, "qwen3-reranker");
+    let want = Qwen3Reranker::from_dir(&dir)
+        .unwrap()
+        .score(&RerankQuery::new(query), &texts)
+        .unwrap();
+    let best = if want[0] >= want[1] { 0 } else { 1 };
+    assert_eq!(response.hits.len(), 1);
+    assert_eq!(response.hits[0].document.id, best.to_string());
+    let got = response.hits[0].rerank_score.unwrap();
+    assert!((got - want[best]).abs() < 1e-6, "{got} vs {}", want[best]);
+}

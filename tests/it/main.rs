@@ -1,0 +1,25 @@
+//! The integration tests, as one test binary (one link instead of one per file).
+//!
+//! Each module is one area; `common` holds what they share: where the fixtures and models are,
+//! and [`common::skip`], which fails instead of skipping when `RERANK_REQUIRE_FIXTURES=1` (CI).
+
+mod answer;
+mod beir_bm25;
+mod cache;
+mod cases;
+mod classify;
+mod common;
+mod cross_encoder_parity;
+mod dense_beir;
+mod embed_parity;
+mod fallback;
+mod hyde;
+mod load_reranker;
+mod openai_http;
+mod pii;
+mod pipeline;
+mod protected;
+mod qwen3_greedy;
+mod qwen3_parity;
+mod trec_eval_parity;
+mod two_phase;

@@ -1,0 +1,217 @@
+//! Qwen3Chat parity with the transformers reference (`qwen3_tiny_a/greedy.json`): prompt
+//! tokenization, first-step logits, 24 greedy ids per prompt; KV cache vs none; seeded sampling;
+//! stop tokens; the chat template.
+#![cfg(feature = "models")]
+
+use std::path::Path;
+
+use rerank::answer::{DecodeParams, Qwen3Chat};
+use rerank::answer::{GenerationRequest, Message, Role};
+use rerank::Generator;
+use serde_json::Value;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/qwen3_tiny_a"
+);
+
+struct Case {
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    new_ids: Vec<u32>,
+    margins: Vec<f64>,
+    top5_ids: Vec<u32>,
+    top5_logits: Vec<f32>,
+}
+
+fn load() -> Option<(Qwen3Chat, Vec<Case>)> {
+    let dir = Path::new(FIXTURE);
+    if !dir.join("model/model.safetensors").is_file() || !dir.join("greedy.json").is_file() {
+        crate::common::skip(&format!("skipping: {FIXTURE} is absent"));
+        return None;
+    }
+    let model = Qwen3Chat::from_dir(dir.join("model")).unwrap();
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("greedy.json")).unwrap()).unwrap();
+    let u32s = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let cases = json["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| Case {
+            prompt: c["prompt"].as_str().unwrap().to_string(),
+            prompt_ids: u32s(&c["prompt_ids"]),
+            new_ids: u32s(&c["greedy_new_ids"]),
+            margins: c["step_top1_top2_margin"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect(),
+            top5_ids: u32s(&c["first_step_top5_ids"]),
+            top5_logits: c["first_step_top5_logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect(),
+        })
+        .collect();
+    Some((model, cases))
+}
+
+fn greedy(n: usize) -> DecodeParams {
+    DecodeParams {
+        max_new_tokens: n,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn tokenizes_raw_prompts_like_the_reference() {
+    let Some((model, cases)) = load() else { return };
+    assert_eq!(cases.len(), 4);
+    for c in &cases {
+        assert_eq!(
+            model.encode(&c.prompt, false).unwrap(),
+            c.prompt_ids,
+            "{:?}",
+            c.prompt
+        );
+    }
+}
+
+#[test]
+fn first_step_logits_match_the_reference() {
+    let Some((model, cases)) = load() else { return };
+    for c in &cases {
+        let logits = model.next_token_logits(&c.prompt_ids).unwrap();
+        assert_eq!(logits.len(), 151936);
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let top5: Vec<u32> = order[..5].iter().map(|&i| i as u32).collect();
+        assert_eq!(top5, c.top5_ids, "{:?}", c.prompt);
+        for (id, want) in c.top5_ids.iter().zip(&c.top5_logits) {
+            let got = logits[*id as usize];
+            assert!((got - want).abs() < 1e-4, "id {id}: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn greedy_decoding_reproduces_the_reference_ids() {
+    let Some((model, cases)) = load() else { return };
+    for c in &cases {
+        let out = model.generate_ids(&c.prompt_ids, &greedy(24)).unwrap();
+        assert_eq!(out.ids.len(), 24);
+        assert!(!out.stopped);
+        for (step, (got, want)) in out.ids.iter().zip(&c.new_ids).enumerate() {
+            if c.margins[step] < 1e-3 {
+                // A near-tie in the reference: this step and the rest are not comparable.
+                eprintln!("{:?}: near-tie at step {step}, stopped comparing", c.prompt);
+                break;
+            }
+            assert_eq!(got, want, "{:?}: step {step}", c.prompt);
+        }
+    }
+}
+
+#[test]
+fn decoding_without_the_kv_cache_gives_the_same_ids() {
+    let Some((model, cases)) = load() else { return };
+    for c in &cases {
+        let cached = model.generate_ids(&c.prompt_ids, &greedy(24)).unwrap();
+        let uncached = model
+            .generate_ids(
+                &c.prompt_ids,
+                &DecodeParams {
+                    use_kv_cache: false,
+                    ..greedy(24)
+                },
+            )
+            .unwrap();
+        assert_eq!(cached.ids, uncached.ids, "{:?}", c.prompt);
+    }
+}
+
+#[test]
+fn sampling_is_reproducible_with_a_seed() {
+    let Some((model, cases)) = load() else { return };
+    let sample = |seed: u64| {
+        let p = DecodeParams {
+            max_new_tokens: 24,
+            temperature: 0.8,
+            top_p: 0.9,
+            seed,
+            ..Default::default()
+        };
+        model.generate_ids(&cases[0].prompt_ids, &p).unwrap().ids
+    };
+    let a = sample(7);
+    assert_eq!(a.len(), 24);
+    assert_eq!(a, sample(7));
+    assert_ne!(a, sample(8));
+    assert_ne!(a, cases[0].new_ids, "sampling differs from greedy decoding");
+}
+
+#[test]
+fn stop_tokens_and_max_new_tokens_end_decoding() {
+    let Some((model, cases)) = load() else { return };
+    let c = &cases[0];
+    // Stop at the 6th greedy id (first occurrence): the first five come out, stopped = true.
+    let stop = c.new_ids[5];
+    let first = c.new_ids.iter().position(|&x| x == stop).unwrap();
+    let out = model
+        .generate_ids(
+            &c.prompt_ids,
+            &DecodeParams {
+                stop_ids: vec![stop],
+                ..greedy(24)
+            },
+        )
+        .unwrap();
+    assert!(out.stopped);
+    assert_eq!(out.ids, c.new_ids[..first]);
+
+    let out = model.generate_ids(&c.prompt_ids, &greedy(3)).unwrap();
+    assert_eq!(out.ids, c.new_ids[..3]);
+    assert!(!out.stopped);
+    assert!(model.generate_ids(&[], &greedy(3)).is_err());
+    assert!(model.generate_ids(&[u32::MAX], &greedy(3)).is_err());
+}
+
+#[test]
+fn the_generator_uses_the_chat_template_without_thinking() {
+    let Some((model, cases)) = load() else { return };
+    // Case 0 is the chat template applied to one user message; case 1 to system + user.
+    let user_only = [Message::new(Role::User, "What is Taylor's KTN?")];
+    assert_eq!(Qwen3Chat::chat_prompt(&user_only), cases[0].prompt);
+    let with_system = [
+        Message::new(Role::System, "Answer only from the context."),
+        Message::new(
+            Role::User,
+            "Context:\n[1] report.pdf p.3: Revenue was $5M in 2023.\n\nQuestion: What was the revenue?",
+        ),
+    ];
+    assert_eq!(Qwen3Chat::chat_prompt(&with_system), cases[1].prompt);
+
+    let request = GenerationRequest {
+        messages: with_system.to_vec(),
+        max_new_tokens: 24,
+        ..Default::default()
+    };
+    let g = model.generate(&request).unwrap();
+    // The reference ids contain no stop token, so all 24 are decoded.
+    assert!(cases[1]
+        .new_ids
+        .iter()
+        .all(|id| !model.stop_ids().contains(id)));
+    assert_eq!(g.text, model.decode(&cases[1].new_ids).unwrap());
+    assert_eq!(g.finish_reason.as_deref(), Some("length"));
+}
