@@ -13,7 +13,7 @@ pub struct CacheEntry<V> {
     /// What else the answer depends on (e.g. `top_k` and filters); entries only match lookups
     /// with the same scope.
     pub scope: String,
-    /// The normalized query text ([`SemanticCache::key_for`]).
+    /// The normalized query text ([`SemanticCache::key_for`](super::SemanticCache::key_for)).
     pub key: String,
     /// The query as given.
     pub query: String,
@@ -23,7 +23,7 @@ pub struct CacheEntry<V> {
     pub value: V,
     /// Tags for invalidation (e.g. a source file or an act name).
     pub tags: Vec<String>,
-    /// When it was inserted ([`Clock::now`]).
+    /// When it was inserted ([`Clock::now`](super::Clock::now)).
     pub inserted_at: Duration,
     /// When it expires, if ever.
     pub expires_at: Option<Duration>,
@@ -36,7 +36,7 @@ impl<V> CacheEntry<V> {
     }
 }
 
-/// Where a [`SemanticCache`] keeps its entries. Implement it to back the cache with Redis or
+/// Where a [`SemanticCache`](super::SemanticCache) keeps its entries. Implement it to back the cache with Redis or
 /// another shared store; every error is treated by the cache as a miss (or a no-op write).
 pub trait CacheStore<V>: Send + Sync {
     /// Inserts an entry, replacing any entry with the same scope and key.

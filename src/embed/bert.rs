@@ -45,7 +45,7 @@ const NORMALIZE_EPS: f32 = 1e-12;
 /// use rerank::models::ModelOptions;
 /// use rerank::{BertEmbedder, Embedder};
 /// let embedder = BertEmbedder::builder("models/all-MiniLM-L6-v2")
-///     .options(ModelOptions::default().options(ModelOptions::default().threads(4)))
+///     .options(ModelOptions::default().threads(4))
 ///     .build()?;
 /// let m = embedder.embed(&["hello world", "BM25 is a ranking function"])?;
 /// assert_eq!(m.shape(), &[2, 384]);

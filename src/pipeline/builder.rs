@@ -126,7 +126,7 @@ impl PipelineBuilder {
     }
 
     /// Turns multi-query expansion on: generated variants (needs a generator) or, with
-    /// `ExpansionConfig::host_variants_only()`, only those given in [`SearchRequest::variants`].
+    /// `ExpansionConfig::host_variants_only()`, only those given in [`SearchRequest::variants`](super::SearchRequest::variants).
     pub fn expansion(mut self, config: ExpansionConfig) -> Self {
         self.query.expansion = Some(config);
         self

@@ -120,7 +120,7 @@ impl Pipeline {
     /// metadata filters drop candidates (before reranking, so no model time is spent on them);
     /// stage 2 reranks when a reranker is set and more than `top_k` candidates remain, falling
     /// back to stage-1 order if it fails, and keeps the top lexical matches of factual queries
-    /// first ([`ProtectPolicy`]); then threshold (protected hits are kept), dedup and top-k.
+    /// first ([`ProtectPolicy`](crate::rerankers::ProtectPolicy)); then threshold (protected hits are kept), dedup and top-k.
     pub fn search_with(&self, request: &SearchRequest) -> Result<SearchResponse> {
         let start = Instant::now();
         let query = request.query.trim();

@@ -2,7 +2,7 @@
 
 use super::Filter;
 
-/// Per-call overrides for [`Pipeline::search_with`].
+/// Per-call overrides for [`Pipeline::search_with`](super::Pipeline::search_with).
 #[derive(Debug, Clone, Default)]
 pub struct SearchRequest {
     /// The query text.
