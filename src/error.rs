@@ -128,6 +128,34 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// The SQLite store failed: the file cannot be opened or written, or its content is not
+    /// what the crate expects.
+    #[error("store {}: {message}{}", path.display(), suffix(.source))]
+    Store {
+        /// The store's file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+        /// SQLite's error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// The store's file was written by a newer version of the crate; nothing was changed in it.
+    #[error(
+        "store {}: schema version {found} is newer than this crate knows ({supported}); \
+         open it with a newer rerank",
+        path.display()
+    )]
+    UnsupportedSchema {
+        /// The store's file.
+        path: PathBuf,
+        /// The schema version found in the file.
+        found: i64,
+        /// The newest schema version this crate reads and writes.
+        supported: i64,
+    },
+
     /// A component the host plugged in (a retriever, reranker, generator, embedder or cache
     /// store of its own) failed; its error is kept as the source.
     #[error("{component} failed: {source}")]

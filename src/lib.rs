@@ -19,7 +19,8 @@
 //! 9. [`answer`]: a [`Generator`] writes an [`Answer`] with citations and a grounding check.
 //!
 //! Shared by all: [`text`] (analysis), [`embed`] ([`Embedder`]s), [`Document`] and [`Hit`],
-//! one [`Error`]. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
+//! one [`Error`]. With the `sqlite` feature (default), `store` keeps a corpus, its indexes,
+//! embeddings and cache entries in one SQLite file. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
 //! walks a query through these folders.
 //!
 //! ```
@@ -39,6 +40,7 @@
 //! ## Features
 //! - `models` (default): candle-backed models (cross-encoder, BERT embedder, Qwen3).
 //! - `hf-hub` (opt-in): download model directories from the Hugging Face hub.
+//! - `sqlite` (default): the persistent `Store` (bundled SQLite).
 //! - `http` (opt-in): an OpenAI-compatible chat-completions generator.
 //!
 //! Without default features the crate has no candle or tokenizers dependency.
@@ -66,6 +68,8 @@ pub mod embed;
 pub mod eval;
 #[cfg(feature = "models")]
 pub mod models;
+#[cfg(feature = "sqlite")]
+pub mod store;
 
 pub use document::{Document, Hit, Metadata};
 pub use error::{BoxError, Error, Result};
@@ -97,6 +101,8 @@ pub use recall::{Bm25Index, DenseIndex, Hybrid};
 #[cfg(feature = "models")]
 pub use rerankers::{CrossEncoder, Qwen3Reranker};
 pub use rerankers::{EmbeddingReranker, FallbackReranker};
+#[cfg(feature = "sqlite")]
+pub use store::Store;
 
 /// The README's code examples, compiled and run as doctests.
 #[cfg(doctest)]

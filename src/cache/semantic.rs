@@ -228,6 +228,13 @@ impl<V: Clone + Send + Sync + 'static> SemanticCache<V> {
             &self.misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        // A store that keeps counters (persistent or shared) gets them too; a failure there
+        // costs only the count.
+        let _ = if found.is_some() {
+            self.store.record(1, 0)
+        } else {
+            self.store.record(0, 1)
+        };
         found
     }
 
@@ -334,10 +341,16 @@ impl<V: Clone + Send + Sync + 'static> SemanticCache<V> {
         self.store.remove_expired(self.clock.now()).unwrap_or(0)
     }
 
-    /// Hits, misses, entries and hit rate.
+    /// Hits, misses, entries and hit rate. With a store that keeps counters (the SQLite store
+    /// does), the counts are the store's: they survive restarts and cover every process.
     pub fn stats(&self) -> CacheStats {
-        let hits = self.hits.load(Ordering::Relaxed);
-        let misses = self.misses.load(Ordering::Relaxed);
+        let (hits, misses) = match self.store.recorded() {
+            Ok(Some(counts)) => counts,
+            _ => (
+                self.hits.load(Ordering::Relaxed),
+                self.misses.load(Ordering::Relaxed),
+            ),
+        };
         let total = hits + misses;
         CacheStats {
             hits,

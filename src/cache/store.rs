@@ -72,6 +72,19 @@ pub trait CacheStore<V>: Send + Sync {
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
     }
+
+    /// Adds to the hit and miss counters a persistent or shared store keeps (the default keeps
+    /// none: the cache's own in-process counters are then the stats).
+    fn record(&self, hits: u64, misses: u64) -> Result<()> {
+        let _ = (hits, misses);
+        Ok(())
+    }
+
+    /// The hit and miss counters the store keeps, if it keeps any (they then replace the
+    /// cache's in-process counters in [`SemanticCache::stats`](super::SemanticCache::stats)).
+    fn recorded(&self) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
 }
 
 impl<V, S: CacheStore<V> + ?Sized> CacheStore<V> for Arc<S> {
@@ -102,6 +115,12 @@ impl<V, S: CacheStore<V> + ?Sized> CacheStore<V> for Arc<S> {
     }
     fn len(&self) -> Result<usize> {
         (**self).len()
+    }
+    fn record(&self, hits: u64, misses: u64) -> Result<()> {
+        (**self).record(hits, misses)
+    }
+    fn recorded(&self) -> Result<Option<(u64, u64)>> {
+        (**self).recorded()
     }
 }
 

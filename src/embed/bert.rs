@@ -59,6 +59,10 @@ pub struct BertEmbedder {
     token_budget: usize,
     max_batch_size: usize,
     pool: Option<rayon::ThreadPool>,
+    /// The model directory, for [`Embedder::id`].
+    dir: PathBuf,
+    /// [`Embedder::id`], computed on first use (it reads the weights once).
+    id: std::sync::OnceLock<Option<String>>,
 }
 
 /// Options for [`BertEmbedder`]; checked by [`BertEmbedderBuilder::build`].
@@ -204,6 +208,8 @@ impl BertEmbedder {
             token_budget: options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
             max_batch_size: options.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
             pool,
+            dir: dir.to_path_buf(),
+            id: std::sync::OnceLock::new(),
         })
     }
 
@@ -315,6 +321,26 @@ impl Embedder for BertEmbedder {
 
     fn dim(&self) -> usize {
         self.dim
+    }
+
+    /// `bert-` and the first 16 bytes (hex) of the SHA-256 of `config.json`, `tokenizer.json`,
+    /// `model.safetensors` and `max_length`: the same for the same model and settings on any
+    /// machine. `None` when a file cannot be read.
+    fn id(&self) -> Option<String> {
+        self.id
+            .get_or_init(|| {
+                use sha2::{Digest, Sha256};
+                let mut hash = Sha256::new();
+                for file in [CONFIG_FILE, TOKENIZER_FILE, crate::models::WEIGHTS_FILE] {
+                    let mut f = std::fs::File::open(self.dir.join(file)).ok()?;
+                    std::io::copy(&mut f, &mut hash).ok()?;
+                }
+                hash.update((self.max_seq_length as u64).to_le_bytes());
+                let digest = hash.finalize();
+                let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+                Some(format!("bert-{hex}"))
+            })
+            .clone()
     }
 }
 

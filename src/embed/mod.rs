@@ -20,6 +20,14 @@ pub trait Embedder: Send + Sync {
     /// The embedding dimension.
     fn dim(&self) -> usize;
 
+    /// A stable identifier of the model and its settings (for a [`BertEmbedder`], a hash of its
+    /// config, weights and `max_length`), so that stored vectors are never mixed across models.
+    /// `None` (the default) means the embedder cannot say; the SQLite store then refuses to keep
+    /// its vectors.
+    fn id(&self) -> Option<String> {
+        None
+    }
+
     /// Embeds one text.
     fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
         let m = self.embed(&[text])?;
@@ -34,6 +42,9 @@ impl<E: Embedder + ?Sized> Embedder for Arc<E> {
     fn dim(&self) -> usize {
         (**self).dim()
     }
+    fn id(&self) -> Option<String> {
+        (**self).id()
+    }
 }
 
 impl<E: Embedder + ?Sized> Embedder for Box<E> {
@@ -42,6 +53,9 @@ impl<E: Embedder + ?Sized> Embedder for Box<E> {
     }
     fn dim(&self) -> usize {
         (**self).dim()
+    }
+    fn id(&self) -> Option<String> {
+        (**self).id()
     }
 }
 

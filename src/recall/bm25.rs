@@ -45,6 +45,62 @@ impl Bm25Params {
     }
 }
 
+/// Lucene's BM25 for one collection: the statistics every term score needs. The in-memory
+/// index and the SQLite store both score through it, so their floats agree to the last bit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scorer {
+    params: Bm25Params,
+    n: f32,
+    avgdl: f32,
+}
+
+impl Scorer {
+    /// The scorer for `live` documents of `total_len` analyzed terms in all.
+    pub(crate) fn new(params: Bm25Params, live: usize, total_len: u64) -> Self {
+        let n = live as f32;
+        Scorer {
+            params,
+            n,
+            avgdl: total_len as f32 / n,
+        }
+    }
+
+    /// `ln(1 + (N - df + 0.5) / (df + 0.5))`.
+    pub(crate) fn idf(&self, df: usize) -> f32 {
+        let df = df as f32;
+        (1.0 + (self.n - df + 0.5) / (df + 0.5)).ln()
+    }
+
+    /// One term's contribution to a document of analyzed length `dl` holding it `tf` times.
+    pub(crate) fn term(&self, idf: f32, tf: u32, dl: u32) -> f32 {
+        let Bm25Params { k1, b } = self.params;
+        let tf = tf as f32;
+        let norm = if self.avgdl > 0.0 {
+            k1 * (1.0 - b + b * dl as f32 / self.avgdl)
+        } else {
+            k1
+        };
+        idf * tf / (tf + norm)
+    }
+}
+
+/// The best `k` of the `touched` slots by score, best first; ties go to the lower slot (the
+/// document added first). Slots whose score is not positive are dropped.
+pub(crate) fn top_slots(scores: &[f32], mut touched: Vec<u32>, k: usize) -> Vec<u32> {
+    touched.retain(|&s| scores[s as usize] > 0.0);
+    let by_score =
+        |a: &u32, b: &u32| cmp_score_desc(scores[*a as usize], scores[*b as usize]).then(a.cmp(b));
+    if k == 0 {
+        return Vec::new();
+    }
+    if k < touched.len() {
+        touched.select_nth_unstable_by(k - 1, by_score);
+        touched.truncate(k);
+    }
+    touched.sort_by(by_score);
+    touched
+}
+
 #[derive(Default)]
 struct Inner {
     /// Document slots; removed documents leave `None`.
@@ -226,9 +282,7 @@ impl Bm25Index {
         if k == 0 || inner.live == 0 || terms.is_empty() {
             return Vec::new();
         }
-        let n = inner.live as f32;
-        let avgdl = inner.total_len as f32 / n;
-        let Bm25Params { k1, b } = self.params;
+        let scorer = Scorer::new(self.params, inner.live, inner.total_len);
         let mut scores = vec![0f32; inner.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
         for term in &terms {
@@ -236,36 +290,16 @@ impl Bm25Index {
                 continue;
             };
             let postings = &inner.postings[t as usize];
-            if postings.is_empty() {
-                continue;
-            }
-            let df = postings.len() as f32;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            let idf = scorer.idf(postings.len());
             for &(slot, tf) in postings {
-                let tf = tf as f32;
-                let dl = inner.lengths[slot as usize] as f32;
-                let norm = if avgdl > 0.0 {
-                    k1 * (1.0 - b + b * dl / avgdl)
-                } else {
-                    k1
-                };
                 let s = &mut scores[slot as usize];
                 if *s == 0.0 {
                     touched.push(slot);
                 }
-                *s += idf * tf / (tf + norm);
+                *s += scorer.term(idf, tf, inner.lengths[slot as usize]);
             }
         }
-        touched.retain(|&s| scores[s as usize] > 0.0);
-        let by_score = |a: &u32, b: &u32| {
-            cmp_score_desc(scores[*a as usize], scores[*b as usize]).then(a.cmp(b))
-        };
-        if k < touched.len() {
-            touched.select_nth_unstable_by(k - 1, by_score);
-            touched.truncate(k);
-        }
-        touched.sort_by(by_score);
-        touched
+        top_slots(&scores, touched, k)
             .into_iter()
             .filter_map(|slot| {
                 let doc = inner.docs[slot as usize].clone()?;

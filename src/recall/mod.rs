@@ -13,6 +13,8 @@ mod fusion;
 
 use std::sync::Arc;
 
+#[cfg(feature = "sqlite")]
+pub(crate) use bm25::{top_slots, Scorer};
 pub use bm25::{Bm25Index, Bm25Params};
 pub use dense::DenseIndex;
 pub use fusion::{normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};

@@ -21,5 +21,6 @@ mod pipeline;
 mod protected;
 mod qwen3_greedy;
 mod qwen3_parity;
+mod store;
 mod trec_eval_parity;
 mod two_phase;

@@ -1,0 +1,483 @@
+//! The SQLite store: exact BM25 parity with a fresh in-memory index (also under random
+//! upsert/remove sequences), incremental indexing, vectors per (content, model), the cache
+//! surviving a reopen, a newer schema refused, readers beside a writer, and a writer killed with
+//! SIGKILL in the middle of indexing.
+#![cfg(feature = "sqlite")]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndarray::Array2;
+use proptest::prelude::*;
+use rerank::cache::{InsertOptions, ManualClock, SemanticCache};
+use rerank::recall::SearchQuery;
+use rerank::store::Store;
+use rerank::{Bm25Index, DenseIndex, Document, Embedder, Error, Result, Retriever};
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
+
+/// A fresh file path; the file and its WAL side files are removed on drop.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "rerank-store-{name}-{}-{:?}.db",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let db = TempDb(path);
+        db.clean();
+        db
+    }
+    fn clean(&self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+/// Letter counts, L2-normalized by the index: a deterministic embedder that says its id and
+/// counts how many texts it embedded.
+struct Letters {
+    calls: AtomicUsize,
+}
+
+impl Letters {
+    fn new() -> Arc<Self> {
+        Arc::new(Letters {
+            calls: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl Embedder for Letters {
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        self.calls.fetch_add(texts.len(), Ordering::SeqCst);
+        Ok(Array2::from_shape_fn((texts.len(), 26), |(i, j)| {
+            let c = (b'a' + j as u8) as char;
+            texts[i].to_lowercase().matches(c).count() as f32
+        }))
+    }
+    fn dim(&self) -> usize {
+        26
+    }
+    fn id(&self) -> Option<String> {
+        Some("letters-v1".into())
+    }
+}
+
+fn corpus() -> Vec<Document> {
+    Document::read_jsonl(CORPUS).unwrap()
+}
+
+const QUERIES: [&str; 6] = [
+    "Taylor's KTN",
+    "roll back a failed deployment",
+    "2023 revenue",
+    "dog business trip pets",
+    "hotel receipt per diem",
+    "the the the",
+];
+
+/// Hits as (id, score bits), so equality is exact.
+fn exact(hits: &[rerank::Hit]) -> Vec<(String, u32)> {
+    hits.iter()
+        .map(|h| (h.id().to_string(), h.score.to_bits()))
+        .collect()
+}
+
+/// The store's BM25 against a fresh in-memory index over the store's documents, in its order.
+fn assert_bm25_parity(store: &Arc<Store>, queries: &[&str]) {
+    let fresh = Bm25Index::new();
+    fresh.add(store.documents().unwrap());
+    let bm25 = store.bm25();
+    for q in queries {
+        for k in [1, 3, 10, 100] {
+            let want = fresh.search(q, k);
+            let got = bm25.search(q, k).unwrap();
+            assert_eq!(exact(&got), exact(&want), "{q:?} top {k}");
+        }
+    }
+}
+
+#[test]
+fn reopened_store_ranks_exactly_like_a_fresh_index() {
+    let db = TempDb::new("parity");
+    {
+        let store = Store::open(&db.0).unwrap();
+        let report = store.upsert(corpus()).unwrap();
+        assert_eq!(report.added, corpus().len());
+    }
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    assert_eq!(store.len().unwrap(), corpus().len());
+    assert_eq!(store.documents().unwrap(), corpus());
+    assert_bm25_parity(&store, &QUERIES);
+    store.integrity_check().unwrap();
+}
+
+#[test]
+fn upserts_are_incremental_and_vectors_are_computed_once_per_content_and_model() {
+    let db = TempDb::new("incremental");
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    let letters = Letters::new();
+    let docs = corpus();
+    let first = store.upsert_embedded(docs.clone(), &*letters).unwrap();
+    assert_eq!((first.added, first.embedded), (docs.len(), docs.len()));
+    // The same corpus again: nothing to do, nothing embedded.
+    let again = store.upsert_embedded(docs.clone(), &*letters).unwrap();
+    assert_eq!((again.unchanged, again.embedded), (docs.len(), 0));
+    assert_eq!(letters.calls.load(Ordering::SeqCst), docs.len());
+
+    // A metadata-only change updates the row without re-embedding.
+    let mut moved = docs[0].clone();
+    moved.page = Some(99);
+    let r = store.upsert_embedded([moved.clone()], &*letters).unwrap();
+    assert_eq!((r.updated, r.embedded), (1, 0));
+    assert_eq!(store.get(&moved.id).unwrap().unwrap().page, Some(99));
+
+    // New text is re-analyzed and re-embedded once; a copy of existing content is not.
+    let mut changed = docs[1].clone();
+    changed.text.push_str(" Updated for 2026.");
+    let copy =
+        Document::new("copy-of-0", docs[0].text.clone()).with_title(docs[0].title.clone().unwrap());
+    let r = store.upsert_embedded([changed, copy], &*letters).unwrap();
+    assert_eq!((r.updated, r.added, r.embedded), (1, 1, 1));
+    assert_bm25_parity(&store, &QUERIES);
+
+    // Removing a document whose content another shares keeps the vector: dense recall still
+    // finds both, and nothing is re-embedded.
+    assert_eq!(store.remove([docs[0].id.as_str(), "not-there"]).unwrap(), 1);
+    let dense = store.dense(letters.clone()).unwrap();
+    let hits = dense.retrieve(&SearchQuery::new(&docs[0].text), 3).unwrap();
+    assert_eq!(hits[0].id(), "copy-of-0");
+    assert_eq!(store.embed_missing(&*letters).unwrap(), 0);
+    store.integrity_check().unwrap();
+}
+
+#[test]
+fn dense_recall_from_the_store_equals_a_dense_index() {
+    let db = TempDb::new("dense");
+    let letters = Letters::new();
+    {
+        let store = Store::open(&db.0).unwrap();
+        store.upsert_embedded(corpus(), &*letters).unwrap();
+    }
+    let before = letters.calls.load(Ordering::SeqCst);
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    let dense = store.dense(letters.clone()).unwrap();
+    let index = DenseIndex::new(letters.clone());
+    index.add(store.documents().unwrap()).unwrap();
+    let after_index = letters.calls.load(Ordering::SeqCst);
+    for q in QUERIES {
+        let query = SearchQuery::new(q);
+        let got = dense.retrieve(&query, 5).unwrap();
+        let want = index.retrieve(&query, 5).unwrap();
+        assert_eq!(exact(&got), exact(&want), "{q}");
+    }
+    // Only the queries were embedded by the store's retriever.
+    assert_eq!(
+        letters.calls.load(Ordering::SeqCst) - after_index,
+        2 * QUERIES.len()
+    );
+    assert!(after_index - before == corpus().len());
+
+    // A document without a vector for this model is an error, not a silent gap.
+    store.upsert([Document::new("plain", "no vector")]).unwrap();
+    let e = dense.retrieve(&SearchQuery::new("vector"), 3).unwrap_err();
+    assert!(
+        e.to_string().contains("no vector from embedder letters-v1"),
+        "{e}"
+    );
+    assert_eq!(store.embed_missing(&*letters).unwrap(), 1);
+    assert!(dense.retrieve(&SearchQuery::new("vector"), 3).is_ok());
+}
+
+#[test]
+fn cache_entries_survive_a_reopen_with_their_ttls_tags_and_stats() {
+    let db = TempDb::new("cache");
+    let clock = Arc::new(ManualClock::new());
+    clock.set(Duration::from_secs(1_000));
+    let open = |clock: &Arc<ManualClock>| {
+        let store = Arc::new(Store::open(&db.0).unwrap());
+        SemanticCache::<String>::builder()
+            .store(store.cache_store())
+            .clock(clock.clone())
+            .ttl(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    };
+    {
+        let cache = open(&clock);
+        cache.insert_with(
+            "refund policy for flights",
+            vec![1.0, 0.0],
+            "30 days".into(),
+            &InsertOptions::tagged(["policies.md"]),
+        );
+        cache.insert("office address", vec![0.0, 1.0], "Oslo".into());
+        assert_eq!(
+            cache
+                .get("refund policy for flights", &[1.0, 0.0])
+                .as_deref(),
+            Some("30 days")
+        );
+        assert_eq!(cache.get("something else", &[0.7, 0.7]), None);
+    }
+    let cache = open(&clock);
+    let stats = cache.stats();
+    assert_eq!((stats.hits, stats.misses, stats.entries), (1, 1, 2));
+    assert_eq!(
+        cache
+            .get("refund policy for flights", &[1.0, 0.0])
+            .as_deref(),
+        Some("30 days")
+    );
+    assert_eq!(cache.invalidate_tag("policies.md"), 1);
+    assert_eq!(cache.get("refund policy for flights", &[1.0, 0.0]), None);
+    // The TTL keeps running across the reopen.
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(cache.get("office address", &[0.0, 1.0]), None);
+    drop(cache);
+    let cache = open(&clock);
+    assert_eq!(cache.purge_expired(), 1);
+    assert_eq!(cache.stats().entries, 0);
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_left_untouched() {
+    let db = TempDb::new("schema");
+    drop(Store::open(&db.0).unwrap());
+    let python = |code: &str| {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .arg(&db.0)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Another client reads the file: the schema version and the tables.
+    let seen = python(
+        "import sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         print(c.execute('PRAGMA user_version').fetchone()[0])\n\
+         print(sorted(r[0] for r in c.execute(\"SELECT name FROM sqlite_master WHERE type='table'\")))",
+    );
+    assert_eq!(
+        seen,
+        "1\n['cache_counters', 'cache_entries', 'cache_tags', 'documents', 'embeddings', 'meta', 'postings']\n"
+    );
+    python("import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('PRAGMA user_version = 7')\nc.commit()");
+    let bytes = std::fs::read(&db.0).unwrap();
+    match Store::open(&db.0) {
+        Err(Error::UnsupportedSchema {
+            found: 7,
+            supported: 1,
+            ..
+        }) => {}
+        other => panic!("expected UnsupportedSchema, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&db.0).unwrap(), bytes, "the file was changed");
+
+    // An SQLite file that is not a store is refused too.
+    let other = TempDb::new("foreign");
+    let out = Command::new("python3")
+        .args(["-c", "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('CREATE TABLE t (x)')\nc.commit()"])
+        .arg(&other.0)
+        .status()
+        .unwrap();
+    assert!(out.success());
+    let e = Store::open(&other.0).unwrap_err();
+    assert!(e.to_string().contains("not a rerank store"), "{e}");
+}
+
+#[test]
+fn readers_run_beside_a_writer() {
+    let db = TempDb::new("concurrent");
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    let docs = corpus();
+    store.upsert(docs[..5].to_vec()).unwrap();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for (i, chunk) in docs[5..].chunks(4).enumerate() {
+                store.upsert(chunk.to_vec()).unwrap();
+                if i % 2 == 1 {
+                    store.remove([chunk[0].id.as_str()]).unwrap();
+                }
+            }
+        });
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let bm25 = store.bm25();
+                    for i in 0..60 {
+                        let hits = bm25.search(QUERIES[i % QUERIES.len()], 5).unwrap();
+                        assert!(hits.len() <= 5);
+                        assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+                    }
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+    assert_bm25_parity(&store, &QUERIES);
+    store.integrity_check().unwrap();
+}
+
+/// Batches the child writes; each is one transaction.
+const BATCH: usize = 40;
+
+/// Not a test on its own: the child process of `a_writer_killed_mid_indexing_loses_no_committed_batch`
+/// (it runs only when that test starts it).
+#[test]
+#[ignore = "child process of the kill -9 test"]
+fn child_process_writer_for_the_kill_test() {
+    let Some(path) = std::env::var_os("RERANK_STORE_CHILD") else {
+        return;
+    };
+    let store = Store::open(Path::new(&path)).unwrap();
+    for batch in 0.. {
+        let docs: Vec<Document> = (0..BATCH)
+            .map(|i| {
+                Document::new(
+                    format!("b{batch}-d{i}"),
+                    format!("batch {batch} document {i} about topic{} and words", i % 7),
+                )
+            })
+            .collect();
+        store.upsert(docs).unwrap();
+        println!("committed {batch}");
+    }
+}
+
+#[test]
+fn a_writer_killed_mid_indexing_loses_no_committed_batch() {
+    let db = TempDb::new("kill");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store::child_process_writer_for_the_kill_test",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RERANK_STORE_CHILD", &db.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut committed = 0usize;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("committed ") {
+            committed = n.trim().parse::<usize>().unwrap() + 1;
+            if committed >= 8 {
+                break;
+            }
+        }
+    }
+    assert!(committed >= 8, "the child stopped early");
+    // Mid-batch: the child is writing its next transaction now.
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    store.integrity_check().unwrap();
+    let ids = store.ids().unwrap();
+    assert_eq!(ids.len() % BATCH, 0, "a batch was half written");
+    let batches = ids.len() / BATCH;
+    assert!(
+        batches >= committed,
+        "{batches} batches stored, {committed} committed"
+    );
+    for b in 0..batches {
+        for i in 0..BATCH {
+            assert!(
+                store.get(&format!("b{b}-d{i}")).unwrap().is_some(),
+                "b{b}-d{i}"
+            );
+        }
+    }
+    assert_bm25_parity(&store, &["topic3 words", "batch 2 document 5"]);
+    // The file takes writes again.
+    store
+        .upsert([Document::new("after", "written after the crash")])
+        .unwrap();
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Upsert(usize, usize, Option<u32>),
+    Remove(usize),
+}
+
+const WORDS: [&str; 8] = [
+    "alpha", "beta", "gamma", "delta", "rust", "search", "rank", "store",
+];
+
+fn text_of(seed: usize) -> String {
+    (0..1 + seed % 5)
+        .map(|i| WORDS[(seed * 7 + i * 3) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0usize..12, 0usize..40, proptest::option::of(0u32..3))
+            .prop_map(|(d, t, p)| Op::Upsert(d, t, p)),
+        (0usize..12).prop_map(Op::Remove),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// After any sequence of upserts and removes, the store ranks exactly like a fresh index
+    /// over its documents, and holds what a map of the same operations holds.
+    #[test]
+    fn any_upsert_remove_sequence_matches_a_fresh_index(ops in proptest::collection::vec(op(), 1..30)) {
+        let db = TempDb::new("prop");
+        let store = Arc::new(Store::open(&db.0).unwrap());
+        let mut model: std::collections::BTreeMap<String, Document> = Default::default();
+        for op in &ops {
+            match *op {
+                Op::Upsert(d, t, page) => {
+                    let mut doc = Document::new(format!("d{d}"), text_of(t));
+                    doc.page = page;
+                    model.insert(doc.id.clone(), doc.clone());
+                    store.upsert([doc]).unwrap();
+                }
+                Op::Remove(d) => {
+                    let id = format!("d{d}");
+                    let was = model.remove(&id).is_some();
+                    prop_assert_eq!(store.remove([id.as_str()]).unwrap(), usize::from(was));
+                }
+            }
+        }
+        let mut stored = store.documents().unwrap();
+        stored.sort_by(|a, b| a.id.cmp(&b.id));
+        prop_assert_eq!(stored, model.into_values().collect::<Vec<_>>());
+        assert_bm25_parity(&store, &["alpha rust", "search rank store", "gamma gamma beta"]);
+    }
+}
