@@ -22,6 +22,10 @@
 //! judged query in parallel down to `--depth` (timed as `search_seconds`) and evaluates the run
 //! with trec_eval conventions. `seconds` = index + search + rerank; loading the files is not counted.
 //!
+//! With `--db FILE` the collection is upserted into an SQLite store first (a second run over
+//! the same file analyzes and embeds nothing) and recall reads the file; `indexed` in the JSON
+//! says what the upsert did.
+//!
 //! To add a retriever: a variant in [`RetrieverKind`] and an arm in [`build_retriever`].
 //! Stage 2 is [`rerank_run`].
 
@@ -94,6 +98,11 @@ pub struct Args {
     /// Also write the run to this file in TREC format (`qid Q0 docid rank score tag`).
     #[arg(long, value_name = "FILE")]
     save_run: Option<PathBuf>,
+    /// Recall from this SQLite store instead of memory: the collection is upserted into it
+    /// first (only what is missing is analyzed and embedded), then every query is answered
+    /// from the file (BM25 k1 0.9, b 0.4).
+    #[arg(long, value_name = "FILE")]
+    db: Option<PathBuf>,
 }
 
 /// The stage-1 retrievers this command can build.
@@ -136,6 +145,8 @@ impl fmt::Display for RetrieverKind {
 struct Stage1 {
     retriever: Box<dyn Retriever>,
     embedder: Option<Arc<dyn Embedder>>,
+    /// What indexing into the store did (with `--db`).
+    indexed: Option<rerank::store::UpsertReport>,
 }
 
 fn build_bm25(args: &Args, corpus: Vec<Document>) -> CliResult<Bm25Index> {
@@ -153,6 +164,7 @@ fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Stage1> {
         RetrieverKind::Bm25 => Ok(Stage1 {
             retriever: Box::new(build_bm25(args, corpus)?),
             embedder: None,
+            indexed: None,
         }),
         RetrieverKind::Dense => {
             let embedder = load_embedder(args)?;
@@ -160,6 +172,7 @@ fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Stage1> {
             Ok(Stage1 {
                 retriever: Box::new(dense),
                 embedder: Some(embedder),
+                indexed: None,
             })
         }
         RetrieverKind::Hybrid => {
@@ -176,9 +189,41 @@ fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Stage1> {
             Ok(Stage1 {
                 retriever: Box::new(hybrid),
                 embedder: Some(embedder),
+                indexed: None,
             })
         }
     }
+}
+
+/// Upserts the collection into the store at `path` and recalls from it.
+fn build_from_store(args: &Args, path: &Path, corpus: Vec<Document>) -> CliResult<Stage1> {
+    if args.k1 != 0.9 || args.b != 0.4 {
+        return Err("--db scores BM25 with k1 0.9 and b 0.4; drop --k1 / --b".into());
+    }
+    let store = Arc::new(rerank::Store::open(path)?);
+    let embedder = match args.retriever {
+        RetrieverKind::Bm25 => None,
+        RetrieverKind::Dense | RetrieverKind::Hybrid => Some(load_embedder(args)?),
+    };
+    let indexed = match &embedder {
+        Some(e) => store.upsert_embedded(corpus, e.as_ref())?,
+        None => store.upsert(corpus)?,
+    };
+    let retriever: Box<dyn Retriever> = match (args.retriever, &embedder) {
+        (RetrieverKind::Dense, Some(e)) => Box::new(store.dense(e.clone())?),
+        (RetrieverKind::Hybrid, Some(e)) => Box::new(
+            Hybrid::new(Fusion::Rrf { k: args.rrf_k })
+                .with(store.bm25(), 1.0)
+                .with(store.dense(e.clone())?, 1.0)
+                .depth(args.depth),
+        ),
+        _ => Box::new(store.bm25()),
+    };
+    Ok(Stage1 {
+        retriever,
+        embedder,
+        indexed: Some(indexed),
+    })
 }
 
 /// Embeds the whole corpus in one call (so the embedder can batch by length), then indexes it.
@@ -189,29 +234,12 @@ fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<
     Ok(DenseIndex::from_embeddings(embedder, corpus, embeddings)?)
 }
 
-#[cfg(feature = "models")]
+/// The embedding model `--model` names (dense and hybrid).
 fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
-    let Some(model) = &args.model else {
-        return Err(format!("--retriever {} needs --model DIR", args.retriever).into());
-    };
-    let options = rerank::models::ModelOptions {
-        threads: args.threads,
-        ..Default::default()
-    };
-    Ok(Arc::new(
-        rerank::BertEmbedder::builder(model)
-            .options(options)
-            .build()?,
-    ))
-}
-
-#[cfg(not(feature = "models"))]
-fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
-    Err(format!(
-        "--retriever {} needs the `models` feature of rerank",
-        args.retriever
-    )
-    .into())
+    match &args.model {
+        Some(model) => crate::search::load_embedder(model, args.threads),
+        None => Err(format!("--retriever {} needs --model DIR", args.retriever).into()),
+    }
 }
 
 /// The queries to run: text, plus the query embedding when the retriever is dense or hybrid
@@ -331,7 +359,11 @@ pub fn run(args: Args) -> CliResult {
     }
 
     let t = Instant::now();
-    let stage1 = build_retriever(&args, std::mem::take(&mut data.corpus))?;
+    let corpus = std::mem::take(&mut data.corpus);
+    let stage1 = match &args.db {
+        Some(path) => build_from_store(&args, path, corpus)?,
+        None => build_retriever(&args, corpus)?,
+    };
     let index_seconds = t.elapsed().as_secs_f64();
 
     // the loader guarantees that every judged query has a text
@@ -365,6 +397,7 @@ pub fn run(args: Args) -> CliResult {
         index_seconds,
         search_seconds,
         rerank_seconds,
+        indexed: stage1.indexed,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report.json())?);
@@ -398,6 +431,7 @@ struct Report<'a> {
     index_seconds: f64,
     search_seconds: f64,
     rerank_seconds: f64,
+    indexed: Option<rerank::store::UpsertReport>,
 }
 
 impl Report<'_> {
@@ -429,6 +463,8 @@ impl Report<'_> {
             "search_seconds": self.search_seconds,
             "rerank_seconds": self.rerank_seconds,
             "seconds": self.index_seconds + self.search_seconds + self.rerank_seconds,
+            "db": self.args.db,
+            "indexed": self.indexed,
         });
         if let serde_json::Value::Object(extra) = extra {
             out.extend(extra);

@@ -1,7 +1,9 @@
 //! `rerank`: a command-line front end to the crate.
 //!
 //! ```text
+//! cargo run --release --example rerank -- index --db FILE.db --corpus FILE.jsonl [--model DIR] --json
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
+//! cargo run --release --example rerank -- search --db FILE.db --json "query"
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
 //! cargo run --release --example rerank -- answer --corpus FILE.jsonl --json "question"
 //! cargo run --release --example rerank -- generate --model DIR --prompt "Hi" --greedy --json
@@ -14,6 +16,7 @@ mod beir;
 mod classify;
 mod embed;
 mod generate;
+mod index;
 mod score;
 mod search;
 
@@ -45,7 +48,9 @@ enum Command {
     Embed(embed::Args),
     /// Run the Qwen3 chat model on one prompt and print the new token ids.
     Generate(generate::Args),
-    /// Index a JSONL corpus and run one query through the pipeline.
+    /// Upsert a JSONL corpus into an SQLite store (documents, BM25, embeddings).
+    Index(index::Args),
+    /// Run one query over a JSONL corpus or an SQLite store.
     Search(search::Args),
     /// Classify a query: kind, intent, route, task type, confidence and signals.
     Classify(classify::Args),
@@ -60,6 +65,7 @@ fn main() -> ExitCode {
         Command::Beir(args) => beir::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Index(args) => index::run(args),
         Command::Search(args) => search::run(args),
         Command::Classify(args) => classify::run(args),
         Command::Score(args) => score::run(args),

@@ -1,0 +1,135 @@
+//! `rerank index`: upsert a JSONL corpus into an SQLite store.
+//!
+//! ```text
+//! cargo run --release --example rerank -- index --db notes.db --corpus notes.jsonl \
+//!     [--model models/all-MiniLM-L6-v2] [--batch 512] [--json]
+//! ```
+//! The store ends up holding exactly the corpus: new and changed documents are (re)analyzed,
+//! and with `--model` embedded when no vector for their content and model is stored;
+//! unchanged ones cost a hash; documents no longer in the corpus are removed. Each batch is one
+//! transaction, so an interrupted run keeps every batch it finished. Prints one JSON object
+//! (`documents`, `added`, `updated`, `unchanged`, `removed`, `embedded`, `seconds`), or a line
+//! without `--json`. A progress bar goes to stderr when the run is long and stderr is a terminal.
+
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rerank::store::UpsertReport;
+use rerank::{Document, Embedder, Store};
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The store's SQLite file (created if missing).
+    #[arg(long, value_name = "FILE")]
+    db: PathBuf,
+    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line.
+    #[arg(long, value_name = "FILE")]
+    corpus: PathBuf,
+    /// Also store embeddings from this BERT bi-encoder directory (for dense and hybrid recall).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// Threads for the embedding model (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Documents per transaction.
+    #[arg(long, default_value_t = 512)]
+    batch: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    if args.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    let start = Instant::now();
+    let docs = Document::read_jsonl(&args.corpus)?;
+    let embedder = match &args.model {
+        Some(dir) => Some(crate::search::load_embedder(dir, args.threads)?),
+        None => None,
+    };
+    let store = Arc::new(Store::open(&args.db)?);
+    let keep: HashSet<&str> = docs.iter().map(|d| d.id.as_str()).collect();
+    let gone: Vec<String> = store
+        .ids()?
+        .into_iter()
+        .filter(|id| !keep.contains(id.as_str()))
+        .collect();
+
+    let bar = progress(docs.len() as u64);
+    let mut total = UpsertReport::default();
+    for chunk in docs.chunks(args.batch) {
+        let r = match &embedder {
+            Some(e) => store.upsert_embedded(chunk.to_vec(), e.as_ref() as &dyn Embedder)?,
+            None => store.upsert(chunk.to_vec())?,
+        };
+        total.added += r.added;
+        total.updated += r.updated;
+        total.unchanged += r.unchanged;
+        total.embedded += r.embedded;
+        bar.inc(chunk.len() as u64);
+    }
+    let removed = store.remove(&gone)?;
+    bar.finish_and_clear();
+    let out = serde_json::json!({
+        "db": args.db,
+        "documents": store.len()?,
+        "added": total.added,
+        "updated": total.updated,
+        "unchanged": total.unchanged,
+        "removed": removed,
+        "embedded": total.embedded,
+        "seconds": start.elapsed().as_secs_f64(),
+    });
+    if args.json {
+        println!("{out}");
+    } else {
+        println!(
+            "{}: {} documents ({} added, {} updated, {} unchanged, {} removed; {} embedded) in {:.2} s",
+            args.db.display(),
+            out["documents"],
+            total.added,
+            total.updated,
+            total.unchanged,
+            removed,
+            total.embedded,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// A progress bar on stderr that shows itself only after a second, and never when stderr is
+/// not a terminal (stdout stays clean for the JSON).
+fn progress(len: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr_with_hz(4),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "indexing {bar:40} {pos}/{len} docs {per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    // indicatif draws at the first tick after this delay, so short runs print nothing.
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    let shown = bar.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        if !shown.is_finished() {
+            shown.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
+        }
+    });
+    bar
+}
