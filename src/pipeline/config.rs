@@ -36,6 +36,20 @@ pub struct PipelineConfig {
     /// A JSONL corpus to index when building (see [`Document`] for the line format).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corpus: Option<PathBuf>,
+    /// Keep the corpus in an SQLite store (feature `sqlite`): documents given to
+    /// [`PipelineConfig::build`] (and the `corpus` file) are upserted into it, vectors are
+    /// computed only for content the store has none for, and recall reads the file. BM25 over
+    /// a store uses k1 0.9 and b 0.4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreConfig>,
+}
+
+/// Where the pipeline's store lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The SQLite file (created if missing).
+    pub path: PathBuf,
 }
 
 /// A stage-1 retriever as data.
@@ -146,7 +160,10 @@ impl PipelineConfig {
         if let Some(path) = &self.corpus {
             docs.extend(Document::read_jsonl(path)?);
         }
-        let retriever = build_retriever(&self.retriever, &docs)?;
+        let retriever = match &self.store {
+            Some(store) => store_recall::build(&store.path, &self.retriever, docs)?,
+            None => build_retriever(&self.retriever, &docs)?,
+        };
         let mut builder = Pipeline::builder()
             .retriever(retriever)
             .options(self.search.clone());
@@ -176,13 +193,7 @@ fn build_retriever(config: &RetrieverConfig, docs: &[Document]) -> Result<Box<dy
             weights,
             depth,
         } => {
-            if !weights.is_empty() && weights.len() != retrievers.len() {
-                return Err(Error::Config(format!(
-                    "hybrid: {} weights for {} retrievers",
-                    weights.len(),
-                    retrievers.len()
-                )));
-            }
+            check_weights(weights, retrievers)?;
             let mut hybrid = Hybrid::new(*fusion);
             for (i, r) in retrievers.iter().enumerate() {
                 let w = weights.get(i).copied().unwrap_or(1.0);
@@ -195,6 +206,18 @@ fn build_retriever(config: &RetrieverConfig, docs: &[Document]) -> Result<Box<dy
             Ok(Box::new(hybrid))
         }
     }
+}
+
+/// A hybrid's weights: none (all 1) or one per retriever.
+fn check_weights(weights: &[f32], retrievers: &[RetrieverConfig]) -> Result<()> {
+    if !weights.is_empty() && weights.len() != retrievers.len() {
+        return Err(Error::Config(format!(
+            "hybrid: {} weights for {} retrievers",
+            weights.len(),
+            retrievers.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(not(feature = "models"))]
@@ -319,5 +342,94 @@ filters = [ { op = "prefix", field = "source", prefix = "docs/" } ]
         .unwrap_err();
         assert!(matches!(e, Error::Config(_)));
         assert!(PipelineConfig::from_path("/nonexistent/x.yaml").is_err());
+    }
+}
+
+#[cfg(not(feature = "sqlite"))]
+mod store_recall {
+    use std::path::Path;
+
+    use super::RetrieverConfig;
+    use crate::{Document, Error, Result, Retriever};
+
+    pub(super) fn build(
+        _path: &Path,
+        _config: &RetrieverConfig,
+        _docs: Vec<Document>,
+    ) -> Result<Box<dyn Retriever>> {
+        Err(Error::Config(
+            "a `store` section needs the `sqlite` feature of rerank".into(),
+        ))
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod store_recall {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::RetrieverConfig;
+    use crate::recall::Bm25Params;
+    use crate::store::Store;
+    use crate::{Document, Error, Hybrid, Result, Retriever};
+
+    /// Upserts `docs` into the store at `path`, fills in the vectors every dense retriever of
+    /// `config` needs, and builds the recall `config` describes over the store.
+    pub(super) fn build(
+        path: &Path,
+        config: &RetrieverConfig,
+        docs: Vec<Document>,
+    ) -> Result<Box<dyn Retriever>> {
+        let store = Arc::new(Store::open(path)?);
+        store.upsert(docs)?;
+        over(&store, config)
+    }
+
+    fn over(store: &Arc<Store>, config: &RetrieverConfig) -> Result<Box<dyn Retriever>> {
+        match config {
+            RetrieverConfig::Bm25 { k1, b } => {
+                let default = Bm25Params::default();
+                if *k1 != default.k1 || *b != default.b {
+                    return Err(Error::Config(format!(
+                        "BM25 over a store uses k1 {} and b {}; remove k1 and b from the \
+                         retriever",
+                        default.k1, default.b
+                    )));
+                }
+                Ok(Box::new(store.bm25()))
+            }
+            RetrieverConfig::Dense { model } => dense(store, model),
+            RetrieverConfig::Hybrid {
+                fusion,
+                retrievers,
+                weights,
+                depth,
+            } => {
+                super::check_weights(weights, retrievers)?;
+                let mut hybrid = Hybrid::new(*fusion);
+                for (i, r) in retrievers.iter().enumerate() {
+                    hybrid = hybrid.with(over(store, r)?, weights.get(i).copied().unwrap_or(1.0));
+                }
+                if let Some(d) = depth {
+                    hybrid = hybrid.depth(*d);
+                }
+                hybrid.validate()?;
+                Ok(Box::new(hybrid))
+            }
+        }
+    }
+
+    #[cfg(feature = "models")]
+    fn dense(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
+        let embedder: Arc<dyn crate::Embedder> = Arc::new(crate::BertEmbedder::from_dir(model)?);
+        store.embed_missing(&*embedder)?;
+        Ok(Box::new(store.dense(embedder)?))
+    }
+
+    #[cfg(not(feature = "models"))]
+    fn dense(_store: &Arc<Store>, _model: &Path) -> Result<Box<dyn Retriever>> {
+        Err(Error::Config(
+            "a dense retriever needs the `models` feature of rerank".into(),
+        ))
     }
 }

@@ -27,7 +27,7 @@ pub use answer_response::{
     CHITCHAT_SYSTEM_PROMPT,
 };
 pub use builder::PipelineBuilder;
-pub use config::{PipelineConfig, RerankerConfig, RetrieverConfig};
+pub use config::{PipelineConfig, RerankerConfig, RetrieverConfig, StoreConfig};
 pub use options::{DedupKey, Filter, SearchOptions};
 pub use request::SearchRequest;
 pub use response::{SearchResponse, Timings};

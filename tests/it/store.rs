@@ -481,3 +481,28 @@ proptest! {
         assert_bm25_parity(&store, &["alpha rust", "search rank store", "gamma gamma beta"]);
     }
 }
+
+#[test]
+fn a_pipeline_config_with_a_store_section_recalls_from_the_file() {
+    let db = TempDb::new("config");
+    let yaml = format!(
+        "retriever: {{ type: bm25 }}\nstore: {{ path: {:?} }}\nsearch: {{ top_k: 3 }}\n",
+        db.0.display().to_string()
+    );
+    let config = rerank::PipelineConfig::from_yaml_str(&yaml).unwrap();
+    let first = config.build(corpus()).unwrap();
+    let want = first.search("Taylor's KTN").unwrap();
+    drop(first);
+    // Built again without documents: the store still holds them.
+    let again = config.build(Vec::new()).unwrap();
+    let got = again.search("Taylor's KTN").unwrap();
+    assert_eq!(exact(&got.hits), exact(&want.hits));
+    assert!(!got.hits.is_empty());
+
+    let bad = yaml.replace("type: bm25", "type: bm25, k1: 1.2");
+    let e = rerank::PipelineConfig::from_yaml_str(&bad)
+        .unwrap()
+        .build(Vec::new())
+        .unwrap_err();
+    assert!(e.to_string().contains("k1 0.9"), "{e}");
+}
