@@ -3,10 +3,11 @@
 //!
 //! ```text
 //! cargo run --release --example store_reopen -- build  /tmp/reopen.db 100000
+//! cargo run --release --example store_reopen -- reopen-bm25 /tmp/reopen.db 100000
 //! cargo run --release --example store_reopen -- reopen /tmp/reopen.db 100000
 //! cargo run --release --example store_reopen -- memory /tmp/reopen.db 100000
 //! ```
-//! `build` writes the store; `reopen` opens it and answers the first hybrid query (BM25 + dense,
+//! `build` writes the store; `reopen-bm25` opens it and answers the first BM25 query; `reopen` opens it and answers the first hybrid query (BM25 + dense,
 //! RRF); `memory` builds a `Bm25Index` and a `DenseIndex` from the same documents and vectors
 //! (what a host without a store does at every start, minus embedding the corpus, which costs
 //! far more with a real model) and answers the same query. Each prints one JSON line with the
@@ -100,7 +101,7 @@ fn peak_rss_mb() -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(step), Some(path), n) = (args.get(1), args.get(2), args.get(3)) else {
-        return Err("usage: store_reopen build|reopen|memory FILE [N]".into());
+        return Err("usage: store_reopen build|reopen-bm25|reopen|memory FILE [N]".into());
     };
     let n: usize = n.map_or(Ok(100_000), |s| s.parse())?;
     let embedder: Arc<dyn Embedder> = Arc::new(Hashed);
@@ -141,6 +142,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "top": hits.first().map(|h| h.id().to_string()),
                     "same_top10": again.iter().map(|h| h.id()).eq(hits.iter().map(|h| h.id())),
                     "peak_rss_mb": peak_rss_mb()})
+            );
+        }
+        "reopen-bm25" => {
+            let t = Instant::now();
+            let store = Arc::new(Store::open(path)?);
+            let hits = store.bm25().search(QUERY, 10)?;
+            println!(
+                "{}",
+                serde_json::json!({"step": "reopen-bm25", "first_bm25_query_seconds": t.elapsed().as_secs_f64(),
+                    "hits": hits.len(), "peak_rss_mb": peak_rss_mb()})
             );
         }
         "memory" => {

@@ -165,7 +165,46 @@ impl Inner {
         self.total_len += terms.len() as u64;
         self.live += 1;
     }
+
+    /// Drops the slots of removed and replaced documents once they outnumber the live ones
+    /// (and a small floor), renumbering the rest in order: updates never grow the index
+    /// without bound, and the tie order (slot order) is kept.
+    fn compact_if_sparse(&mut self) {
+        let dead = self.docs.len() - self.live;
+        if dead < COMPACT_MIN_DEAD || dead <= self.live {
+            return;
+        }
+        let mut renumber = vec![u32::MAX; self.docs.len()];
+        let mut next = 0u32;
+        for (old, doc) in self.docs.iter().enumerate() {
+            if doc.is_some() {
+                renumber[old] = next;
+                next += 1;
+            }
+        }
+        let old_docs = std::mem::take(&mut self.docs);
+        let old_lengths = std::mem::take(&mut self.lengths);
+        let old_terms = std::mem::take(&mut self.doc_terms);
+        for ((doc, len), terms) in old_docs.into_iter().zip(old_lengths).zip(old_terms) {
+            if doc.is_some() {
+                self.docs.push(doc);
+                self.lengths.push(len);
+                self.doc_terms.push(terms);
+            }
+        }
+        for list in &mut self.postings {
+            for p in list.iter_mut() {
+                p.0 = renumber[p.0 as usize];
+            }
+        }
+        for slot in self.slots.values_mut() {
+            *slot = renumber[*slot as usize];
+        }
+    }
 }
+
+/// Removed slots below this count are never compacted (compaction rewrites every posting).
+const COMPACT_MIN_DEAD: usize = 1024;
 
 /// An in-memory BM25 index with Lucene's scoring.
 ///
@@ -246,6 +285,7 @@ impl Bm25Index {
         for (doc, terms) in analyzed {
             inner.insert(doc, terms);
         }
+        inner.compact_if_sparse();
     }
 
     /// Replaces (or adds) one document.
@@ -255,7 +295,17 @@ impl Bm25Index {
 
     /// Removes a document by id; returns whether it was present.
     pub fn remove(&self, id: &str) -> bool {
-        self.write().remove(id)
+        let mut inner = self.write();
+        let removed = inner.remove(id);
+        inner.compact_if_sparse();
+        removed
+    }
+
+    /// Slots held, live or not (a test hook: compaction keeps it within twice the live count
+    /// plus a small floor).
+    #[doc(hidden)]
+    pub fn slots(&self) -> usize {
+        self.read().docs.len()
     }
 
     /// The document with this id, if indexed.

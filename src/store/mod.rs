@@ -444,6 +444,16 @@ pub(crate) fn doc_from_row_at(
     })
 }
 
+/// A stored document's content hash, text, title, source, page and metadata JSON.
+type StoredFields = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    String,
+);
+
 enum Change {
     Added,
     Updated,
@@ -459,14 +469,7 @@ fn upsert_document(
 ) -> rusqlite::Result<Change> {
     let doc = &row.doc;
     let metadata = serde_json::to_string(&doc.metadata).unwrap_or_else(|_| "{}".into());
-    let stored: Option<(
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-        String,
-    )> = tx
+    let stored: Option<StoredFields> = tx
         .query_row(
             "SELECT content_hash, text, title, source, page, metadata FROM documents WHERE id = ?1",
             [&doc.id],
