@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::guarded::Guarded;
 use super::query_stages::QueryStages;
 use super::{DedupKey, Filter, Pipeline, SearchOptions, SearchResponse};
 use crate::cache::SemanticCache;
@@ -147,12 +148,23 @@ impl PipelineBuilder {
         self.options.validate()?;
         self.query
             .validate(self.generator.is_some(), self.embedder.is_some())?;
+        // The host's components run behind the panic boundary (`guarded`).
+        let generator = self
+            .generator
+            .map(|g| Arc::new(Guarded::<dyn Generator>(Box::new(g))) as Arc<dyn Generator>);
+        let embedder = self
+            .embedder
+            .map(|e| Arc::new(Guarded::<dyn Embedder>(Box::new(e))) as Arc<dyn Embedder>);
         Ok(Pipeline {
-            retriever,
-            reranker: self.reranker,
-            classifier: self.classifier,
-            generator: self.generator,
-            embedder: self.embedder,
+            retriever: Box::new(Guarded(retriever)),
+            reranker: self
+                .reranker
+                .map(|r| Box::new(Guarded(r)) as Box<dyn Reranker>),
+            classifier: self
+                .classifier
+                .map(|c| Box::new(Guarded(c)) as Box<dyn QueryClassifier>),
+            generator,
+            embedder,
             options: self.options,
             query: self.query,
             two_phase: self.two_phase,

@@ -6,6 +6,7 @@
 //!   settings; [`Filter`] and [`DedupKey`];
 //! - the query-side steps (`query_stages`): guard, cache, HyDE and expansion, protected order;
 //! - post-processing (`postprocess`): threshold, dedup, top-k;
+//! - the panic boundary around the host's components (`guarded`);
 //! - [`SearchResponse`] (`response`) with per-stage [`Timings`];
 //! - [`Pipeline::answer`] (`answer`) and its [`Answer`] (`answer_response`).
 
@@ -13,6 +14,7 @@ mod answer;
 mod answer_response;
 mod builder;
 mod config;
+mod guarded;
 mod options;
 mod postprocess;
 mod query_stages;
@@ -251,7 +253,9 @@ impl Pipeline {
                 let mut hits = hits;
                 for (h, s) in hits.iter_mut().zip(out.scores) {
                     h.rerank_score = Some(s);
-                    h.score = s;
+                    // A NaN or infinite score (a host reranker's bug) ranks below every real
+                    // score instead of above it; `rerank_score` keeps what the reranker said.
+                    h.score = if s.is_finite() { s } else { f32::NEG_INFINITY };
                 }
                 let hits = self.order_reranked(query, classification, hits);
                 Stage2 {

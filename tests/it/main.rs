@@ -23,6 +23,7 @@ mod properties;
 mod protected;
 mod qwen3_greedy;
 mod qwen3_parity;
+mod reliability;
 mod store;
 mod trec_eval_parity;
 mod two_phase;

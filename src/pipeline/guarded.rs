@@ -1,0 +1,102 @@
+//! The pipeline boundary: a panic in a component the host plugged in becomes an error (or, for
+//! a classifier, a default classification that says so), and the pipeline stays usable.
+//!
+//! Every component a [`PipelineBuilder`](super::PipelineBuilder) receives is wrapped here at
+//! `build()`. The crate's own components do not panic on input; the wrappers are for the host's.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ndarray::Array2;
+
+use crate::answer::{Generation, GenerationRequest, Generator};
+use crate::classify::{Classification, QueryClassifier};
+use crate::recall::{Retriever, SearchQuery};
+use crate::rerankers::{RerankQuery, RerankScores, Reranker};
+use crate::{Embedder, Error, Hit, Result};
+
+/// The text of a panic's payload.
+fn message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Runs `f`; a panic becomes an [`Error::Backend`] naming `component`.
+pub(crate) fn catch<T>(component: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(Error::backend(
+            component,
+            format!("panicked: {}", message(payload.as_ref())),
+        ))
+    })
+}
+
+/// A retriever whose panics are errors.
+pub(crate) struct Guarded<C: ?Sized>(pub(crate) Box<C>);
+
+impl Retriever for Guarded<dyn Retriever> {
+    fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
+        catch(&format!("retriever {}", self.0.name()), || {
+            self.0.retrieve(query, k)
+        })
+    }
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl Reranker for Guarded<dyn Reranker> {
+    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+        catch(&format!("reranker {}", self.0.name()), || {
+            self.0.score(query, docs)
+        })
+    }
+    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
+        catch(&format!("reranker {}", self.0.name()), || {
+            self.0.score_detailed(query, docs)
+        })
+    }
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl Generator for Guarded<dyn Generator> {
+    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+        catch(&format!("generator {}", self.0.name()), || {
+            self.0.generate(request)
+        })
+    }
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl Embedder for Guarded<dyn Embedder> {
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        catch("embedder", || self.0.embed(texts))
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn id(&self) -> Option<String> {
+        self.0.id()
+    }
+}
+
+impl QueryClassifier for Guarded<dyn QueryClassifier> {
+    /// A panicking classifier gives the default classification with confidence 0 and the
+    /// signal `classifier_panicked`.
+    fn classify(&self, query: &str) -> Classification {
+        catch_unwind(AssertUnwindSafe(|| self.0.classify(query))).unwrap_or_else(|_| {
+            Classification {
+                confidence: 0.0,
+                signals: vec!["classifier_panicked".into()],
+                ..Classification::default()
+            }
+        })
+    }
+}
