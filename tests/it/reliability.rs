@@ -209,3 +209,66 @@ fn a_ten_megabyte_document_is_indexed_and_found() {
     // The short document that is mostly needle ranks first.
     assert_eq!(hits[0].id(), "small");
 }
+
+#[test]
+fn an_empty_query_to_the_classifier_gets_low_confidence_defaults() {
+    let c = rerank::RuleClassifier::default().classify("");
+    assert_eq!(c.intent, rerank::classify::Intent::Clarification, "{c:?}");
+    assert!(c.confidence <= 1.0);
+}
+
+#[test]
+fn the_same_id_twice_in_one_batch_keeps_the_last() {
+    let index = Bm25Index::new();
+    index.add([
+        Document::new("a", "first version about apples"),
+        Document::new("a", "second version about pears"),
+    ]);
+    assert_eq!(index.len(), 1);
+    assert!(index.search("apples", 5).is_empty());
+    assert_eq!(index.search("pears", 5)[0].id(), "a");
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn store_batches_refuse_empty_ids_and_keep_the_last_duplicate() {
+    let path = std::env::temp_dir().join(format!("rerank-reliability-{}.db", std::process::id()));
+    let clean = || {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    };
+    clean();
+    let store = rerank::Store::open(&path).unwrap();
+    let e = store
+        .upsert([Document::new("ok", "fine"), Document::new("", "no id")])
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
+    assert_eq!(
+        store.len().unwrap(),
+        0,
+        "nothing of the refused batch was written"
+    );
+    let r = store
+        .upsert([Document::new("a", "first"), Document::new("a", "second")])
+        .unwrap();
+    assert_eq!(r.added, 1);
+    assert_eq!(store.get("a").unwrap().unwrap().text, "second");
+
+    /// An embedder that cannot name its model.
+    struct Anonymous;
+    impl rerank::Embedder for Anonymous {
+        fn embed(&self, texts: &[&str]) -> Result<ndarray::Array2<f32>> {
+            Ok(ndarray::Array2::ones((texts.len(), 2)))
+        }
+        fn dim(&self) -> usize {
+            2
+        }
+    }
+    let e = store
+        .upsert_embedded([Document::new("b", "x")], &Anonymous)
+        .unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    drop(store);
+    clean();
+}
