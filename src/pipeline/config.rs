@@ -180,32 +180,47 @@ impl PipelineConfig {
 }
 
 fn build_retriever(config: &RetrieverConfig, docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    match config {
+    build_tree(config, &|leaf| match leaf {
         RetrieverConfig::Bm25 { k1, b } => {
             let index = Bm25Index::with_params(Bm25Params { k1: *k1, b: *b })?;
             index.add(docs.iter().cloned());
             Ok(Box::new(index))
         }
         RetrieverConfig::Dense { model } => build_dense(model, docs),
-        RetrieverConfig::Hybrid {
-            fusion,
-            retrievers,
-            weights,
-            depth,
-        } => {
-            check_weights(weights, retrievers)?;
-            let mut hybrid = Hybrid::new(*fusion);
-            for (i, r) in retrievers.iter().enumerate() {
-                let w = weights.get(i).copied().unwrap_or(1.0);
-                hybrid = hybrid.with(build_retriever(r, docs)?, w);
-            }
-            if let Some(d) = depth {
-                hybrid = hybrid.depth(*d);
-            }
-            hybrid.validate()?;
-            Ok(Box::new(hybrid))
-        }
+        RetrieverConfig::Hybrid { .. } => unreachable_leaf(),
+    })
+}
+
+/// Builds `config`: a hybrid is assembled here, every other retriever by `leaf`.
+fn build_tree(
+    config: &RetrieverConfig,
+    leaf: &dyn Fn(&RetrieverConfig) -> Result<Box<dyn Retriever>>,
+) -> Result<Box<dyn Retriever>> {
+    let RetrieverConfig::Hybrid {
+        fusion,
+        retrievers,
+        weights,
+        depth,
+    } = config
+    else {
+        return leaf(config);
+    };
+    check_weights(weights, retrievers)?;
+    let mut hybrid = Hybrid::new(*fusion);
+    for (i, r) in retrievers.iter().enumerate() {
+        let w = weights.get(i).copied().unwrap_or(1.0);
+        hybrid = hybrid.with(build_tree(r, leaf)?, w);
     }
+    if let Some(d) = depth {
+        hybrid = hybrid.depth(*d);
+    }
+    hybrid.validate()?;
+    Ok(Box::new(hybrid))
+}
+
+/// `build_tree` never hands a hybrid to a leaf builder.
+fn unreachable_leaf() -> Result<Box<dyn Retriever>> {
+    Err(Error::Config("a hybrid is not a leaf retriever".into()))
 }
 
 /// A hybrid's weights: none (all 1) or one per retriever.
@@ -371,7 +386,7 @@ mod store_recall {
     use super::RetrieverConfig;
     use crate::recall::Bm25Params;
     use crate::store::Store;
-    use crate::{Document, Error, Hybrid, Result, Retriever};
+    use crate::{Document, Error, Result, Retriever};
 
     /// Upserts `docs` into the store at `path`, fills in the vectors every dense retriever of
     /// `config` needs, and builds the recall `config` describes over the store.
@@ -386,7 +401,7 @@ mod store_recall {
     }
 
     fn over(store: &Arc<Store>, config: &RetrieverConfig) -> Result<Box<dyn Retriever>> {
-        match config {
+        super::build_tree(config, &|leaf| match leaf {
             RetrieverConfig::Bm25 { k1, b } => {
                 let default = Bm25Params::default();
                 if *k1 != default.k1 || *b != default.b {
@@ -399,24 +414,8 @@ mod store_recall {
                 Ok(Box::new(store.bm25()))
             }
             RetrieverConfig::Dense { model } => dense(store, model),
-            RetrieverConfig::Hybrid {
-                fusion,
-                retrievers,
-                weights,
-                depth,
-            } => {
-                super::check_weights(weights, retrievers)?;
-                let mut hybrid = Hybrid::new(*fusion);
-                for (i, r) in retrievers.iter().enumerate() {
-                    hybrid = hybrid.with(over(store, r)?, weights.get(i).copied().unwrap_or(1.0));
-                }
-                if let Some(d) = depth {
-                    hybrid = hybrid.depth(*d);
-                }
-                hybrid.validate()?;
-                Ok(Box::new(hybrid))
-            }
-        }
+            RetrieverConfig::Hybrid { .. } => super::unreachable_leaf(),
+        })
     }
 
     #[cfg(feature = "models")]
