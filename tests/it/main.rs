@@ -14,6 +14,7 @@ mod cross_encoder_parity;
 mod dense_beir;
 mod embed_parity;
 mod fallback;
+mod fuzz;
 mod hyde;
 mod load_reranker;
 mod openai_http;
