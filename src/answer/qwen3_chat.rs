@@ -221,17 +221,7 @@ fn load_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> 
     let files: Vec<PathBuf> = if single.is_file() {
         vec![single]
     } else if index.is_file() {
-        let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::parse(index.display().to_string(), e))?;
-        let map = value
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| Error::parse(index.display().to_string(), "no \"weight_map\" object"))?;
-        let mut names: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        names.into_iter().map(|n| dir.join(n)).collect()
+        crate::models::shard_paths(dir, &index)?
     } else {
         return Err(Error::model(format!(
             "{}: no model.safetensors or model.safetensors.index.json",

@@ -24,8 +24,8 @@ mod pair;
 pub(crate) use batch::plan_batches;
 pub(crate) use classifier::SequenceClassifier;
 pub use config::{Activation, Architecture};
+pub(crate) use dir::{shard_paths, CONFIG_FILE, TOKENIZER_FILE};
 pub use dir::{ModelDir, WEIGHTS_FILE};
-pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
 pub use options::{ModelOptions, Precision};

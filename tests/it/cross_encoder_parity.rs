@@ -12,7 +12,8 @@ use rerank::{Error, Reranker};
 use serde_json::Value;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/ce_tiny_a");
-const TOL: f32 = 1e-4;
+/// The fixtures' logits and ours agree to better than 1e-6; 1e-5 leaves room for kernels.
+const TOL: f32 = 1e-5;
 
 struct Case {
     query: String,
@@ -72,6 +73,14 @@ fn pairs(cases: &[Case]) -> Vec<(&str, &str)> {
 }
 
 fn assert_close(got: &[f32], want: impl Iterator<Item = f32>, what: &str) {
+    let want: Vec<f32> = want.collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: {} values for {} references",
+        got.len(),
+        want.len()
+    );
     let mut worst = 0f32;
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let d = (g - w).abs();
@@ -199,7 +208,7 @@ fn raw_logits_on_request_and_activation_from_config() {
             .iter()
             .map(|s| s.score)
             .collect();
-        assert_close(&scores, cases.iter().map(|c| c.predict_identity), key);
+        assert_close(&scores, cases[..3].iter().map(|c| c.predict_identity), key);
         // An explicit choice wins over the config.
         let ce = CrossEncoder::builder(&dir.0)
             .activation(Activation::Sigmoid)
@@ -211,7 +220,7 @@ fn raw_logits_on_request_and_activation_from_config() {
             .iter()
             .map(|s| s.score)
             .collect();
-        assert_close(&scores, cases.iter().map(|c| c.predict_default), key);
+        assert_close(&scores, cases[..3].iter().map(|c| c.predict_default), key);
     }
 }
 
@@ -469,7 +478,7 @@ mod hub {
                 .offline(true);
             let ce = CrossEncoder::builder_from_hub(model).build().unwrap();
             let got = ce.logits(&pairs(&cases[..5])).unwrap();
-            assert_close(&got, cases.iter().map(|c| c.logit), "hub cache");
+            assert_close(&got, cases[..5].iter().map(|c| c.logit), "hub cache");
         }
         let model = HubModel::new("test-org/absent")
             .cache_dir(&root)
@@ -567,6 +576,7 @@ fn xlm_roberta_matches_transformers_single_and_batched() {
             )
         })
         .collect();
+    assert_eq!(cases.len(), pairs.len());
     for (c, p) in cases.iter().zip(&pairs) {
         let enc = ce.encode_pair(p.0, p.1).unwrap();
         assert_eq!(enc.input_ids, ids(c, "input_ids"));

@@ -59,6 +59,7 @@ fn setup() -> Option<(Fixture, BertEmbedder)> {
 
 /// Cosine in f64 (both sides are already close to unit norm).
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "dimensions differ");
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
@@ -118,6 +119,7 @@ fn embeddings_batched_in_input_order() {
         .build()
         .unwrap();
     let got_small = small.embed(&texts).unwrap();
+    assert_eq!(got_small.nrows(), fixture.cases.len());
     for (case, row) in fixture.cases.iter().zip(got_small.rows()) {
         check(case, row.as_slice().unwrap(), "small batches");
     }
@@ -135,6 +137,7 @@ fn shared_across_threads() {
             s.spawn(move || {
                 let texts: Vec<&str> = chunk.iter().map(|c| c.text.as_str()).collect();
                 let got = embedder.embed(&texts).unwrap();
+                assert_eq!(got.nrows(), chunk.len());
                 for (case, row) in chunk.iter().zip(got.rows()) {
                     check(case, row.as_slice().unwrap(), "threads");
                 }

@@ -97,6 +97,7 @@ fn first_step_logits_match_the_reference() {
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
         let top5: Vec<u32> = order[..5].iter().map(|&i| i as u32).collect();
         assert_eq!(top5, c.top5_ids, "{:?}", c.prompt);
+        assert_eq!(c.top5_ids.len(), c.top5_logits.len());
         for (id, want) in c.top5_ids.iter().zip(&c.top5_logits) {
             let got = logits[*id as usize];
             assert!((got - want).abs() < 1e-4, "id {id}: {got} vs {want}");
@@ -111,6 +112,7 @@ fn greedy_decoding_reproduces_the_reference_ids() {
         let out = model.generate_ids(&c.prompt_ids, &greedy(24)).unwrap();
         assert_eq!(out.ids.len(), 24);
         assert!(!out.stopped);
+        assert_eq!(out.ids.len(), c.new_ids.len());
         for (step, (got, want)) in out.ids.iter().zip(&c.new_ids).enumerate() {
             if c.margins[step] < 1e-3 {
                 // A near-tie in the reference: this step and the rest are not comparable.

@@ -165,6 +165,10 @@ fn scores_match_in_the_mixed_length_batches() {
         let from_ids = one_pass.score_token_ids(&ids).unwrap();
         let inputs: Vec<ScoreInput<'_>> = members.iter().map(|c| input(c)).collect();
         let from_text = one_pass.score_inputs(&inputs).unwrap();
+        assert_eq!(
+            (from_ids.len(), from_text.len()),
+            (members.len(), members.len())
+        );
         for ((c, a), t) in members.iter().zip(&from_ids).zip(&from_text) {
             for s in [a, t] {
                 assert!((s.score as f64 - c.score_batched).abs() < TOL, "batch {b}");
@@ -177,6 +181,7 @@ fn scores_match_in_the_mixed_length_batches() {
     let default = Qwen3Reranker::from_dir(&model).unwrap();
     let inputs: Vec<ScoreInput<'_>> = cases.iter().map(input).collect();
     let all = default.score_inputs(&inputs).unwrap();
+    assert_eq!(all.len(), cases.len());
     for (i, (c, s)) in cases.iter().zip(&all).enumerate() {
         assert!((s.score as f64 - c.score).abs() < TOL, "case {i}");
     }
@@ -585,6 +590,7 @@ fn other_shapes_match_a_float64_reference() {
             .unwrap();
         let q = RerankQuery::new("What is the capital of China?");
         let got = r.score_with_logits(&q, &docs).unwrap();
+        assert_eq!(got.len(), docs.len());
         for (d, g) in docs.iter().zip(&got) {
             let ids = r.encode(None, &q.text, d).unwrap();
             let want = reference_logit(s, &w, &ids, r.yes_id(), r.no_id());

@@ -43,7 +43,7 @@ impl WeightFiles {
         let paths = if single.is_file() {
             vec![single]
         } else if index.is_file() {
-            shard_paths(dir, &index)?
+            crate::models::shard_paths(dir, &index)?
         } else {
             return Err(Error::model(format!(
                 "{}: no model.safetensors (nor model.safetensors.index.json)",
@@ -123,21 +123,6 @@ impl WeightFiles {
         }
         Tensor::cat(&out, 0).map_err(candle_err("reading output-head rows"))
     }
-}
-
-/// Reads the shard file names of a sharded checkpoint.
-fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::parse(index.display().to_string(), e))?;
-    let map = json
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| Error::parse(index.display().to_string(), "no \"weight_map\" object"))?;
-    let mut names: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
-    names.sort_unstable();
-    names.dedup();
-    Ok(names.into_iter().map(|n| dir.join(n)).collect())
 }
 
 /// Memory-maps the weight files.
