@@ -171,13 +171,13 @@ proptest! {
         area in 1u32..900,
         group in 1u32..100,
         serial in 1u32..10000,
-        user in "[a-z][a-z0-9.]{0,10}[a-z0-9]",
+        user in "[a-z][a-z0-9]{0,5}(\\.[a-z0-9]{1,5})?",
         host in "[a-z]{1,10}",
     ) {
-        prop_assume!(area != 666);
+        // 666 is never a valid area.
+        let area = if area == 666 { 665 } else { area };
         let ssn = format!("ssn {area:03}-{group:02}-{serial:04}");
         prop_assert_eq!(PiiGuard::default().detect(&ssn), [PiiKind::Ssn]);
-        prop_assume!(!user.contains(".."));
         let email = format!("mail {user}@{host}.com now");
         prop_assert_eq!(PiiGuard::default().detect(&email), [PiiKind::Email]);
     }
