@@ -4,9 +4,11 @@
 //! stage-2 (rerank) scores side by side, protected exact matches marked; then it answers one
 //! question with citations and its grounding confidence.
 //!
-//! Stage 2 uses all-MiniLM-L6-v2 embedding cosine when the model is fetched
-//! (`scripts/fetch_models.sh`, into `models/` or `$RERANK_MODELS_DIR`) and the crate has the
-//! `models` feature; otherwise the model-free `LexicalReranker`.
+//! When all-MiniLM-L6-v2 is fetched (`scripts/fetch_models.sh`, into `models/` or
+//! `$RERANK_MODELS_DIR`) and the crate has the `models` feature, stage 1 is hybrid (BM25 + dense,
+//! reciprocal rank fusion) and stage 2 reranks by embedding cosine; otherwise stage 1 is BM25 and
+//! stage 2 the model-free `LexicalReranker`. Stage 2 runs when stage 1 found more candidates than
+//! the hits shown.
 //!
 //! ```text
 //! cargo run --release --example demo
@@ -14,7 +16,8 @@
 
 use rerank::rerankers::LexicalReranker;
 use rerank::{
-    Bm25Index, Document, Pipeline, Reranker, RuleClassifier, SearchRequest, SearchResponse,
+    Bm25Index, Document, Pipeline, Reranker, Retriever, RuleClassifier, SearchRequest,
+    SearchResponse,
 };
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
@@ -34,16 +37,13 @@ fn main() -> rerank::Result<()> {
         "indexed {} documents from examples/data/handbook.jsonl",
         docs.len()
     );
-    let index = Bm25Index::new();
-    index.add(docs);
-
-    let (reranker, about) = reranker()?;
-    println!("stage 2: {about}\n");
+    let stages = stages(docs)?;
+    println!("{}\n", stages.about);
     let pipeline = Pipeline::builder()
-        .retriever(index)
-        .reranker(reranker)
+        .retriever(stages.retriever)
+        .reranker(stages.reranker)
         .classifier(RuleClassifier::default())
-        .top_k(3)
+        .top_k(stages.top_k)
         .candidate_multiplier(3)
         .build()?;
 
@@ -61,24 +61,53 @@ fn main() -> rerank::Result<()> {
     Ok(())
 }
 
-/// The reranker for stage 2, and a line saying which one it is.
-fn reranker() -> rerank::Result<(Box<dyn Reranker>, String)> {
+/// The two stages, the hits shown per query, and a line saying what they are.
+struct Stages {
+    retriever: Box<dyn Retriever>,
+    reranker: Box<dyn Reranker>,
+    top_k: usize,
+    about: String,
+}
+
+fn stages(docs: Vec<Document>) -> rerank::Result<Stages> {
+    let bm25 = Bm25Index::new();
+    bm25.add(docs.clone());
     #[cfg(feature = "models")]
     {
+        use std::sync::Arc;
+
         let base = std::env::var_os("RERANK_MODELS_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/models").into());
         let dir = base.join("all-MiniLM-L6-v2");
         if dir.join("model.safetensors").is_file() {
-            let embedder = rerank::BertEmbedder::from_dir(&dir)?;
-            let about = format!("all-MiniLM-L6-v2 embedding cosine ({})", dir.display());
-            return Ok((Box::new(rerank::EmbeddingReranker::new(embedder)), about));
+            let embedder = Arc::new(rerank::BertEmbedder::from_dir(&dir)?);
+            let dense = rerank::DenseIndex::new(embedder.clone());
+            dense.add(docs)?;
+            let hybrid = rerank::Hybrid::rrf([
+                Box::new(bm25) as Box<dyn Retriever>,
+                Box::new(dense) as Box<dyn Retriever>,
+            ]);
+            return Ok(Stages {
+                retriever: Box::new(hybrid),
+                reranker: Box::new(rerank::EmbeddingReranker::new(embedder)),
+                top_k: 3,
+                about: format!(
+                    "stage 1: BM25 + all-MiniLM-L6-v2 dense, RRF; stage 2: embedding cosine ({})",
+                    dir.display()
+                ),
+            });
         }
     }
-    Ok((
-        Box::new(LexicalReranker),
-        "LexicalReranker (model-free; run scripts/fetch_models.sh for all-MiniLM-L6-v2)".into(),
-    ))
+    let _ = docs;
+    Ok(Stages {
+        retriever: Box::new(bm25),
+        reranker: Box::new(LexicalReranker),
+        top_k: 2,
+        about: "stage 1: BM25; stage 2: LexicalReranker (model-free; run scripts/fetch_models.sh \
+                for all-MiniLM-L6-v2)"
+            .into(),
+    })
 }
 
 fn print_response(response: &SearchResponse) {
