@@ -23,6 +23,7 @@ mod properties;
 mod protected;
 mod qwen3_greedy;
 mod qwen3_parity;
+mod redis_cache;
 mod store;
 mod trec_eval_parity;
 mod two_phase;
