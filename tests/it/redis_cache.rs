@@ -559,3 +559,35 @@ fn two_processes_share_one_redis() {
     assert_eq!((parent.stats().hits, parent.stats().misses), (2, 1));
     let _ = TcpStream::connect(("127.0.0.1", server.port)); // still up
 }
+
+#[test]
+fn one_store_serves_many_threads() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let cache = Arc::new(server.cache("threads"));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let mut emb = vec![0.0; 16];
+                    emb[t] = 1.0;
+                    emb[8 + i % 8] = 1.0;
+                    let query = format!("thread {t} question {i}");
+                    let opts = InsertOptions::default().scope(format!("t{t}-{i}"));
+                    assert!(cache.insert_with(&query, emb.clone(), format!("{t}/{i}"), &opts));
+                    assert_eq!(
+                        cache.get_scoped(&format!("t{t}-{i}"), &query, &emb),
+                        Some(format!("{t}/{i}"))
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let stats = cache.stats();
+    assert_eq!((stats.hits, stats.misses, stats.entries), (200, 0, 200));
+}
