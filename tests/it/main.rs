@@ -24,6 +24,7 @@ mod properties;
 mod protected;
 mod qwen3_greedy;
 mod qwen3_parity;
+mod redis_cache;
 mod reliability;
 mod store;
 mod trec_eval_parity;
