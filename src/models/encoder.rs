@@ -80,13 +80,22 @@ impl EncoderConfig {
                 )))
             }
         }
-        let pad = v.get("pad_token_id").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let vocab = get("vocab_size")?;
+        let pad = v.get("pad_token_id").and_then(Value::as_u64).unwrap_or(0);
+        let pad = match usize::try_from(pad) {
+            Ok(p) if p < vocab => p,
+            _ => {
+                return Err(err(format!(
+                    "pad_token_id {pad} is not a token id (vocab_size is {vocab})"
+                )))
+            }
+        };
         Ok(EncoderConfig {
             hidden,
             heads,
             layers: get("num_hidden_layers")?,
             intermediate: get("intermediate_size")?,
-            vocab: get("vocab_size")?,
+            vocab,
             positions: get("max_position_embeddings")?,
             type_vocab: v
                 .get("type_vocab_size")

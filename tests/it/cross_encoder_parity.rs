@@ -376,6 +376,25 @@ fn unsupported_architectures_are_refused() {
 }
 
 #[test]
+fn a_pad_token_id_outside_the_vocabulary_is_refused() {
+    if cases().is_none() {
+        return;
+    }
+    for pad in [
+        serde_json::json!(1_000_000_000u64),
+        serde_json::json!(u64::MAX),
+    ] {
+        let dir = TempModel::copy("bad-pad");
+        dir.edit_config(|c| c["pad_token_id"] = pad.clone());
+        let e = model_err(&dir.0);
+        assert!(
+            e.contains("pad_token_id") && e.contains("vocab_size"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn config_that_does_not_match_the_weights_is_refused() {
     if cases().is_none() {
         return;
