@@ -2,10 +2,10 @@
 //! 384-dimensional vectors. Each step runs in its own process so its peak memory is its own:
 //!
 //! ```text
-//! cargo run --release --example store_reopen -- build  /tmp/reopen.db 100000
-//! cargo run --release --example store_reopen -- reopen-bm25 /tmp/reopen.db 100000
-//! cargo run --release --example store_reopen -- reopen /tmp/reopen.db 100000
-//! cargo run --release --example store_reopen -- memory /tmp/reopen.db 100000
+//! cargo run --release --example store_reopen -- build  reopen.db 100000
+//! cargo run --release --example store_reopen -- reopen-bm25 reopen.db 100000
+//! cargo run --release --example store_reopen -- reopen reopen.db 100000
+//! cargo run --release --example store_reopen -- memory reopen.db 100000
 //! ```
 //! `build` writes the store; `reopen-bm25` opens it and answers the first BM25 query; `reopen` opens it and answers the first hybrid query (BM25 + dense,
 //! RRF); `memory` builds a `Bm25Index` and a `DenseIndex` from the same documents and vectors
