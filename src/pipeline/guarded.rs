@@ -24,11 +24,15 @@ fn message(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
-/// Runs `f`; a panic becomes an [`Error::Backend`] naming `component`.
-pub(crate) fn catch<T>(component: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+/// Runs `f`; a panic becomes an [`Error::Backend`] naming the component (`component` is only
+/// called then, so the hot path formats nothing).
+pub(crate) fn catch<T>(
+    component: impl FnOnce() -> String,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
         Err(Error::backend(
-            component,
+            component(),
             format!("panicked: {}", message(payload.as_ref())),
         ))
     })
@@ -39,9 +43,10 @@ pub(crate) struct Guarded<C: ?Sized>(pub(crate) Box<C>);
 
 impl Retriever for Guarded<dyn Retriever> {
     fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
-        catch(&format!("retriever {}", self.0.name()), || {
-            self.0.retrieve(query, k)
-        })
+        catch(
+            || format!("retriever {}", self.0.name()),
+            || self.0.retrieve(query, k),
+        )
     }
     fn name(&self) -> &str {
         self.0.name()
@@ -50,14 +55,16 @@ impl Retriever for Guarded<dyn Retriever> {
 
 impl Reranker for Guarded<dyn Reranker> {
     fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
-        catch(&format!("reranker {}", self.0.name()), || {
-            self.0.score(query, docs)
-        })
+        catch(
+            || format!("reranker {}", self.0.name()),
+            || self.0.score(query, docs),
+        )
     }
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        catch(&format!("reranker {}", self.0.name()), || {
-            self.0.score_detailed(query, docs)
-        })
+        catch(
+            || format!("reranker {}", self.0.name()),
+            || self.0.score_detailed(query, docs),
+        )
     }
     fn name(&self) -> &str {
         self.0.name()
@@ -66,9 +73,10 @@ impl Reranker for Guarded<dyn Reranker> {
 
 impl Generator for Guarded<dyn Generator> {
     fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
-        catch(&format!("generator {}", self.0.name()), || {
-            self.0.generate(request)
-        })
+        catch(
+            || format!("generator {}", self.0.name()),
+            || self.0.generate(request),
+        )
     }
     fn name(&self) -> &str {
         self.0.name()
@@ -77,7 +85,7 @@ impl Generator for Guarded<dyn Generator> {
 
 impl Embedder for Guarded<dyn Embedder> {
     fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        catch("embedder", || self.0.embed(texts))
+        catch(|| "embedder".into(), || self.0.embed(texts))
     }
     fn dim(&self) -> usize {
         self.0.dim()

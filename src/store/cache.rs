@@ -8,7 +8,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{vector_from_blob, Store};
+use super::{vector_from_blob, vector_to_blob, Store};
 use crate::cache::{CacheEntry, CacheStore};
 use crate::embed::cosine;
 use crate::{Error, Result};
@@ -55,11 +55,7 @@ impl<V: Serialize + DeserializeOwned + Send + Sync> CacheStore<V> for SqliteCach
     fn put(&self, entry: CacheEntry<V>) -> Result<()> {
         let value = serde_json::to_string(&entry.value)
             .map_err(|e| Error::parse("a cache value (to JSON)", e))?;
-        let blob: Vec<u8> = entry
-            .embedding
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
+        let blob = vector_to_blob(&entry.embedding);
         self.store.write_cache(|tx| {
             tx.execute(
                 "INSERT OR REPLACE INTO cache_entries \

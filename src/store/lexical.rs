@@ -59,14 +59,14 @@ impl StoreBm25 {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let (lengths, ranked) = self.store.read(|tx| {
+        let (lengths, (ranked, rows)) = self.store.read(|tx| {
             let generation = Store::generation(tx)?;
             let lengths = match cached {
                 Some(l) if l.generation == generation => l,
                 _ => Arc::new(load_lengths(tx, generation)?),
             };
             if lengths.slots.is_empty() {
-                return Ok((lengths, Vec::new()));
+                return Ok((lengths, (Vec::new(), Vec::new())));
             }
             let scorer = Scorer::new(self.params, lengths.slots.len(), lengths.total);
             let mut scores = vec![0f32; lengths.slots.len()];
@@ -102,30 +102,11 @@ impl StoreBm25 {
                 .into_iter()
                 .map(|i| (lengths.slots[i as usize], scores[i as usize]))
                 .collect();
-            Ok((lengths, ranked))
+            // The documents come from the same snapshot as the scores.
+            let rows = documents_of(tx, &ranked)?;
+            Ok((lengths, (ranked, rows)))
         })?;
         *self.lengths.write().unwrap_or_else(|e| e.into_inner()) = Some(lengths);
-        self.hits(&ranked)
-    }
-
-    /// The documents of `ranked` (slot, score), as hits in that order.
-    fn hits(&self, ranked: &[(i64, f32)]) -> Result<Vec<Hit>> {
-        if ranked.is_empty() {
-            return Ok(Vec::new());
-        }
-        let marks = vec!["?"; ranked.len()].join(", ");
-        let slots = ranked.iter().map(|(s, _)| *s);
-        let rows = self.store.read(|tx| {
-            let mut stmt = tx.prepare(&format!(
-                "SELECT slot, {DOC_COLUMNS} FROM documents WHERE slot IN ({marks})"
-            ))?;
-            let rows = stmt.query_map(params_from_iter(slots), |r| {
-                let slot: i64 = r.get(0)?;
-                let doc = doc_from_row_at(r, 1)?;
-                Ok((slot, doc))
-            })?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-        })?;
         let mut docs: HashMap<i64, _> = HashMap::new();
         for (slot, doc) in rows {
             docs.insert(slot, Arc::new(doc?));
@@ -138,6 +119,24 @@ impl StoreBm25 {
             })
             .collect())
     }
+}
+
+/// The stored documents of `ranked` (slot, score), keyed by slot.
+fn documents_of(
+    tx: &rusqlite::Transaction<'_>,
+    ranked: &[(i64, f32)],
+) -> rusqlite::Result<Vec<(i64, Result<crate::Document>)>> {
+    if ranked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; ranked.len()].join(", ");
+    let mut stmt = tx.prepare(&format!(
+        "SELECT slot, {DOC_COLUMNS} FROM documents WHERE slot IN ({marks})"
+    ))?;
+    let rows = stmt.query_map(params_from_iter(ranked.iter().map(|(s, _)| *s)), |r| {
+        Ok((r.get::<_, i64>(0)?, doc_from_row_at(r, 1)?))
+    })?;
+    rows.collect()
 }
 
 fn load_lengths(tx: &rusqlite::Transaction<'_>, generation: i64) -> rusqlite::Result<Lengths> {

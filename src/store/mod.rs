@@ -609,10 +609,14 @@ fn store_vectors(
     )?;
     let mut n = 0;
     for (hash, v) in vectors {
-        let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        n += insert.execute(params![hash, embedder, dim as i64, blob])?;
+        n += insert.execute(params![hash, embedder, dim as i64, vector_to_blob(v)])?;
     }
     Ok(n)
+}
+
+/// A vector as a little-endian f32 blob (how the store keeps embeddings).
+pub(crate) fn vector_to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// A vector from a little-endian f32 blob.
