@@ -42,6 +42,8 @@
 //! - `hf-hub` (opt-in): download model directories from the Hugging Face hub.
 //! - `sqlite` (default): the persistent `Store` (bundled SQLite).
 //! - `http` (opt-in): an OpenAI-compatible chat-completions generator.
+//! - `milvus` (opt-in): `recall::MilvusRetriever`, dense recall from a Milvus cluster.
+//! - `redis` (opt-in): `cache::RedisCacheStore`, a semantic cache shared by many processes.
 //!
 //! Without default features the crate has no candle or tokenizers dependency.
 
@@ -51,6 +53,8 @@
 
 mod document;
 mod error;
+#[cfg(any(feature = "http", feature = "milvus"))]
+mod http;
 
 pub mod text;
 

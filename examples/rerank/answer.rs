@@ -1,4 +1,5 @@
-//! `rerank answer`: index a JSONL corpus with BM25 and answer one question with citations.
+//! `rerank answer`: answer one question with citations from a JSONL corpus, an SQLite store
+//! or a Milvus collection (the recall flags of `search`), optionally reranked and cached.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -6,8 +7,9 @@ use std::sync::Arc;
 use rerank::answer::{ContextBudget, Extractive, PromptBuilder};
 use rerank::pipeline::AnswerOptions;
 use rerank::pipeline::SearchRequest;
-use rerank::{Bm25Index, Document, Generator, Pipeline};
+use rerank::Generator;
 
+use crate::recall::RecallArgs;
 use crate::CliResult;
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -22,15 +24,14 @@ enum GeneratorKind {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line.
-    #[arg(long)]
-    corpus: PathBuf,
+    #[command(flatten)]
+    recall: RecallArgs,
     /// Which generator writes the answer.
     #[arg(long, value_enum, default_value = "extractive")]
     generator: GeneratorKind,
     /// Qwen3: the model directory. OpenAI: the model name.
     #[arg(long)]
-    model: Option<String>,
+    generator_model: Option<String>,
     /// Qwen3: a tokenizer.json to use instead of the one in the model directory.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -67,9 +68,9 @@ fn generator(args: &Args) -> CliResult<Arc<dyn Generator>> {
 #[cfg(feature = "models")]
 fn qwen3(args: &Args) -> CliResult<Arc<dyn Generator>> {
     let dir = args
-        .model
+        .generator_model
         .as_ref()
-        .ok_or("--generator qwen3 needs --model DIR")?;
+        .ok_or("--generator qwen3 needs --generator-model DIR")?;
     let mut builder = rerank::answer::Qwen3Chat::builder(dir);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
@@ -85,9 +86,9 @@ fn qwen3(_args: &Args) -> CliResult<Arc<dyn Generator>> {
 #[cfg(feature = "http")]
 fn openai(args: &Args) -> CliResult<Arc<dyn Generator>> {
     let model = args
-        .model
+        .generator_model
         .as_ref()
-        .ok_or("--generator openai needs --model NAME")?;
+        .ok_or("--generator openai needs --generator-model NAME")?;
     Ok(Arc::new(
         rerank::answer::OpenAiCompatible::builder()
             .base_url(&args.base_url)
@@ -102,11 +103,9 @@ fn openai(_args: &Args) -> CliResult<Arc<dyn Generator>> {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let docs = Document::read_jsonl(&args.corpus)?;
-    let index = Bm25Index::new();
-    index.add(docs);
-    let pipeline = Pipeline::builder()
-        .retriever(index)
+    let pipeline = args
+        .recall
+        .builder()?
         .top_k(args.top_k)
         .generator(generator(&args)?)
         .build()?;
@@ -123,6 +122,9 @@ pub fn run(args: Args) -> CliResult {
     }
     println!("{}\n", answer.text);
     println!("confidence: {:.2}", answer.confidence);
+    if answer.flags.cache_hit {
+        println!("(from the cache)");
+    }
     for s in &answer.sources {
         let page = s.page.map(|p| format!(", page {p}")).unwrap_or_default();
         println!(

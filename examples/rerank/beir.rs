@@ -22,6 +22,10 @@
 //! judged query in parallel down to `--depth` (timed as `search_seconds`) and evaluates the run
 //! with trec_eval conventions. `seconds` = index + search + rerank; loading the files is not counted.
 //!
+//! With `--vector-store milvus://HOST:PORT/COLLECTION` (feature `milvus`) the dense side is a
+//! Milvus collection: the corpus documents it lacks are embedded and written first (counted in
+//! `index_seconds`; a second run embeds nothing), then every query searches it.
+//!
 //! With `--db FILE` the collection is upserted into an SQLite store first (a second run over
 //! the same file analyzes and embeds nothing) and recall reads the file; `indexed` in the JSON
 //! says what the upsert did.
@@ -103,6 +107,11 @@ pub struct Args {
     /// from the file (BM25 k1 0.9, b 0.4).
     #[arg(long, value_name = "FILE")]
     db: Option<PathBuf>,
+    /// The dense side of dense and hybrid recall from Milvus: milvus://HOST:PORT/COLLECTION.
+    /// Corpus documents the collection lacks (all of them the first time) are embedded and
+    /// written first; the hybrid's BM25 side stays in memory.
+    #[arg(long, value_name = "URL", conflicts_with = "db")]
+    vector_store: Option<String>,
 }
 
 /// The stage-1 retrievers this command can build.
@@ -168,9 +177,9 @@ fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Stage1> {
         }),
         RetrieverKind::Dense => {
             let embedder = load_embedder(args)?;
-            let dense = build_dense(embedder.clone(), corpus)?;
+            let dense = dense_side(args, embedder.clone(), corpus)?;
             Ok(Stage1 {
-                retriever: Box::new(dense),
+                retriever: dense,
                 embedder: Some(embedder),
                 indexed: None,
             })
@@ -180,7 +189,7 @@ fn build_retriever(args: &Args, corpus: Vec<Document>) -> CliResult<Stage1> {
                 return Err(format!("--rrf-k must be > 0, got {}", args.rrf_k).into());
             }
             let embedder = load_embedder(args)?;
-            let dense = build_dense(embedder.clone(), corpus.clone())?;
+            let dense = dense_side(args, embedder.clone(), corpus.clone())?;
             let bm25 = build_bm25(args, corpus)?;
             let hybrid = Hybrid::new(Fusion::Rrf { k: args.rrf_k })
                 .with(bm25, 1.0)
@@ -226,6 +235,79 @@ fn build_from_store(args: &Args, path: &Path, corpus: Vec<Document>) -> CliResul
     })
 }
 
+/// The dense retriever: in memory, or the Milvus collection of `--vector-store` (filled with
+/// what it lacks).
+fn dense_side(
+    args: &Args,
+    embedder: Arc<dyn Embedder>,
+    corpus: Vec<Document>,
+) -> CliResult<Box<dyn Retriever>> {
+    let Some(uri) = &args.vector_store else {
+        return Ok(Box::new(build_dense(embedder, corpus)?));
+    };
+    from_milvus(uri, embedder, corpus)
+}
+
+#[cfg(feature = "milvus")]
+fn from_milvus(
+    uri: &str,
+    embedder: Arc<dyn Embedder>,
+    corpus: Vec<Document>,
+) -> CliResult<Box<dyn Retriever>> {
+    let (url, collection) = crate::recall::parse_milvus_uri(uri)?;
+    // Hits carry ids only; the documents come from the corpus in memory (faster replies).
+    let milvus = rerank::recall::MilvusRetriever::builder(url, collection, embedder)
+        .store_text(false, 0)
+        .build()?;
+    let written = milvus.add_missing(&corpus, std::time::Duration::from_secs(120))?;
+    eprintln!(
+        "milvus {uri}: wrote {written} of {} documents",
+        corpus.len()
+    );
+    let docs = corpus
+        .into_iter()
+        .map(|d| (d.id.clone(), Arc::new(d)))
+        .collect();
+    Ok(Box::new(WithCorpusDocs {
+        inner: milvus,
+        docs,
+    }))
+}
+
+#[cfg(not(feature = "milvus"))]
+fn from_milvus(
+    uri: &str,
+    _embedder: Arc<dyn Embedder>,
+    _corpus: Vec<Document>,
+) -> CliResult<Box<dyn Retriever>> {
+    crate::recall::parse_milvus_uri(uri)?;
+    Err("--vector-store milvus:// needs the `milvus` feature".into())
+}
+
+/// A retriever whose hits get their documents from the corpus by id.
+#[cfg(feature = "milvus")]
+struct WithCorpusDocs<R> {
+    inner: R,
+    docs: std::collections::HashMap<String, Arc<Document>>,
+}
+
+#[cfg(feature = "milvus")]
+impl<R: Retriever> Retriever for WithCorpusDocs<R> {
+    fn retrieve(&self, query: &SearchQuery, k: usize) -> rerank::Result<Vec<Hit>> {
+        let mut hits = self.inner.retrieve(query, k)?;
+        for h in &mut hits {
+            if let Some(doc) = self.docs.get(h.id()) {
+                h.document = doc.clone();
+            }
+        }
+        Ok(hits)
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
 /// Embeds the whole corpus in one call (so the embedder can batch by length), then indexes it.
 fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<DenseIndex> {
     let texts: Vec<String> = corpus.iter().map(Document::full_text).collect();
@@ -237,7 +319,7 @@ fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<
 /// The embedding model `--model` names (dense and hybrid).
 fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
     match &args.model {
-        Some(model) => crate::search::load_embedder(model, args.threads),
+        Some(model) => crate::recall::load_embedder(model, args.threads),
         None => Err(format!("--retriever {} needs --model DIR", args.retriever).into()),
     }
 }

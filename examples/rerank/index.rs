@@ -51,7 +51,7 @@ pub fn run(args: Args) -> CliResult {
     let start = Instant::now();
     let docs = Document::read_jsonl(&args.corpus)?;
     let embedder = match &args.model {
-        Some(dir) => Some(crate::search::load_embedder(dir, args.threads)?),
+        Some(dir) => Some(crate::recall::load_embedder(dir, args.threads)?),
         None => None,
     };
     let store = Arc::new(Store::open(&args.db)?);

@@ -6,6 +6,7 @@
 //! cargo run --release --example rerank -- search --db FILE.db --json "query"
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
 //! cargo run --release --example rerank -- answer --corpus FILE.jsonl --json "question"
+//! cargo run --release --example rerank --features redis -- cache stats --cache redis://127.0.0.1:6379
 //! cargo run --release --example rerank -- generate --model DIR --prompt "Hi" --greedy --json
 //! cargo run --release --example rerank -- classify --aliases aliases.json --json "Taylor's KTN"
 //! ```
@@ -13,10 +14,12 @@
 
 mod answer;
 mod beir;
+mod cache;
 mod classify;
 mod embed;
 mod generate;
 mod index;
+mod recall;
 mod score;
 mod search;
 
@@ -44,6 +47,8 @@ enum Command {
     Answer(answer::Args),
     /// Evaluate retrieval on a BEIR-layout collection.
     Beir(beir::Args),
+    /// Stats, invalidation and clearing of the semantic cache shared through Redis.
+    Cache(cache::Args),
     /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line.
     Embed(embed::Args),
     /// Run the Qwen3 chat model on one prompt and print the new token ids.
@@ -63,6 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Answer(args) => answer::run(args),
         Command::Beir(args) => beir::run(args),
+        Command::Cache(args) => cache::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Index(args) => index::run(args),

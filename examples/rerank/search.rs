@@ -1,43 +1,24 @@
-//! `rerank search`: run one query over a JSONL corpus (indexed in memory) or an SQLite store
-//! (`rerank index`), print the hits.
+//! `rerank search`: run one query over a JSONL corpus (indexed in memory), an SQLite store
+//! (`rerank index`) or a Milvus collection, optionally reranked and cached; print the hits.
 //!
 //! ```text
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
 //! cargo run --release --example rerank -- search --db notes.db [--retriever hybrid \
 //!     --model models/all-MiniLM-L6-v2] --json "query"
+//! cargo run --release --example rerank --features milvus,redis -- search --corpus FILE.jsonl \
+//!     --retriever hybrid --model DIR --vector-store milvus://127.0.0.1:19530/notes \
+//!     --reranker DIR --cache redis://127.0.0.1:6379 --json "query"
 //! ```
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use rerank::recall::Fusion;
-use rerank::{Bm25Index, Document, Embedder, Hybrid, Pipeline, Retriever, Store};
-
+use crate::recall::RecallArgs;
 use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line
-    /// (indexed in memory for BM25).
-    #[arg(
-        long,
-        value_name = "FILE",
-        conflicts_with = "db",
-        required_unless_present = "db"
-    )]
-    corpus: Option<PathBuf>,
-    /// An SQLite store filled by `rerank index`: queried without re-indexing.
-    #[arg(long, value_name = "FILE")]
-    db: Option<PathBuf>,
-    /// With --db: bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
-    #[arg(long, default_value = "bm25")]
-    retriever: String,
-    /// With --db and a dense or hybrid retriever: the embedding model the store was indexed with.
-    #[arg(long, value_name = "DIR")]
-    model: Option<PathBuf>,
-    /// Threads for the embedding model (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    recall: RecallArgs,
     /// Number of hits.
     #[arg(long, default_value_t = 10)]
     top_k: usize,
@@ -52,19 +33,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let retriever: Box<dyn Retriever> = match (&args.db, &args.corpus) {
-        (Some(db), _) => store_retriever(&args, db)?,
-        (None, Some(corpus)) => {
-            let index = Bm25Index::new();
-            index.add(Document::read_jsonl(corpus)?);
-            Box::new(index)
-        }
-        (None, None) => return Err("give --corpus FILE or --db FILE".into()),
-    };
     // The PII guard (on by default) refuses a query with personal data before retrieval; the
     // classifier makes factual queries keep their top lexical matches first when reranked.
-    let pipeline = Pipeline::builder()
-        .retriever(retriever)
+    let pipeline = args
+        .recall
+        .builder()?
         .classifier(crate::classify::classifier(args.aliases.as_ref())?)
         .pii_guard(rerank::PiiGuard::default())
         .top_k(args.top_k)
@@ -76,63 +49,6 @@ pub fn run(args: Args) -> CliResult {
         print_table(&response);
     }
     Ok(())
-}
-
-/// The recall `--retriever` asks for, over the store in `db`.
-fn store_retriever(args: &Args, db: &Path) -> CliResult<Box<dyn Retriever>> {
-    if !db.is_file() {
-        return Err(format!(
-            "{}: no such store (fill one with `rerank index`)",
-            db.display()
-        )
-        .into());
-    }
-    let store = Arc::new(Store::open(db)?);
-    let embedder = || -> CliResult<Arc<dyn Embedder>> {
-        match &args.model {
-            Some(dir) => load_embedder(dir, args.threads),
-            None => Err(format!("--retriever {} needs --model DIR", args.retriever).into()),
-        }
-    };
-    Ok(match args.retriever.as_str() {
-        "bm25" => Box::new(store.bm25()),
-        "dense" => Box::new(store.dense(embedder()?)?),
-        "hybrid" => Box::new(
-            Hybrid::new(Fusion::Rrf { k: 60.0 })
-                .with(store.bm25(), 1.0)
-                .with(store.dense(embedder()?)?, 1.0)
-                .depth(100),
-        ),
-        other => {
-            return Err(
-                format!("unknown retriever {other:?} (available: bm25, dense, hybrid)").into(),
-            )
-        }
-    })
-}
-
-/// The BERT bi-encoder in `dir`.
-#[cfg(feature = "models")]
-pub fn load_embedder(dir: &Path, threads: Option<usize>) -> CliResult<Arc<dyn Embedder>> {
-    let options = rerank::models::ModelOptions {
-        threads,
-        ..Default::default()
-    };
-    Ok(Arc::new(
-        rerank::BertEmbedder::builder(dir)
-            .options(options)
-            .build()?,
-    ))
-}
-
-/// Without the `models` feature there is no embedder.
-#[cfg(not(feature = "models"))]
-pub fn load_embedder(dir: &Path, _threads: Option<usize>) -> CliResult<Arc<dyn Embedder>> {
-    Err(format!(
-        "{}: embedding models need the `models` feature",
-        dir.display()
-    )
-    .into())
 }
 
 /// The JSON form: hits flattened with the document's fields.

@@ -1,19 +1,18 @@
 //! [`OpenAiCompatible`]: chat completions over HTTP (OpenAI, vLLM, llama.cpp server, Ollama,
 //! ...), with timeouts and retries.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::{Generation, GenerationRequest, Generator};
+use crate::http::{self, Attempt, RetryPolicy};
 use crate::{Error, Result};
 
 /// The environment variable read for the API key by default.
 pub const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
 
-/// Sleeps between retries; replaceable so tests need not wait.
-pub type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
+pub use crate::http::Sleeper;
 
 /// A generator that calls an OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
 ///
@@ -38,10 +37,7 @@ pub struct OpenAiCompatible {
     model: String,
     api_key: Option<String>,
     api_key_source: String,
-    max_retries: u32,
-    initial_backoff: Duration,
-    max_backoff: Duration,
-    sleeper: Sleeper,
+    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for OpenAiCompatible {
@@ -50,9 +46,7 @@ impl std::fmt::Debug for OpenAiCompatible {
             .field("url", &self.url)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
-            .field("max_retries", &self.max_retries)
-            .field("initial_backoff", &self.initial_backoff)
-            .field("max_backoff", &self.max_backoff)
+            .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
@@ -176,12 +170,13 @@ impl OpenAiCompatibleBuilder {
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::Config("timeouts must be above zero".into()));
         }
-        if self.initial_backoff > self.max_backoff {
-            return Err(Error::Config(format!(
-                "the initial backoff ({:?}) is longer than the maximum ({:?})",
-                self.initial_backoff, self.max_backoff
-            )));
-        }
+        let retry = RetryPolicy {
+            max_retries: self.max_retries,
+            initial_backoff: self.initial_backoff,
+            max_backoff: self.max_backoff,
+            sleeper: self.sleeper.unwrap_or_else(http::thread_sleeper),
+        };
+        retry.validate()?;
         let (api_key, api_key_source) = match self.api_key {
             Some(k) => (Some(k), "the configured API key".to_string()),
             None => (
@@ -191,32 +186,15 @@ impl OpenAiCompatibleBuilder {
                 format!("the {} environment variable", self.api_key_env),
             ),
         };
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(self.timeout))
-            .timeout_connect(Some(self.connect_timeout))
-            .build();
         Ok(OpenAiCompatible {
-            agent: ureq::Agent::new_with_config(config),
+            agent: http::agent(self.timeout, self.connect_timeout),
             url: format!("{base}/chat/completions"),
             model,
             api_key,
             api_key_source,
-            max_retries: self.max_retries,
-            initial_backoff: self.initial_backoff,
-            max_backoff: self.max_backoff,
-            sleeper: self.sleeper.unwrap_or_else(|| Arc::new(std::thread::sleep)),
+            retry,
         })
     }
-}
-
-/// What one attempt gave.
-enum Attempt {
-    Done(Generation),
-    /// Worth another try: why, the response status (when one came back), and the server's
-    /// `Retry-After`, when given.
-    Retry(String, Option<u16>, Option<Duration>),
-    Fail(Error),
 }
 
 impl OpenAiCompatible {
@@ -232,11 +210,7 @@ impl OpenAiCompatible {
 
     /// The delay before retry number `retry` (0-based): `initial * 2^retry`, capped.
     pub fn backoff_delay(&self, retry: u32) -> Duration {
-        let factor = 2u32.checked_pow(retry).unwrap_or(u32::MAX);
-        self.initial_backoff
-            .checked_mul(factor)
-            .unwrap_or(self.max_backoff)
-            .min(self.max_backoff)
+        self.retry.delay(retry)
     }
 
     /// The JSON body for `request`.
@@ -256,38 +230,34 @@ impl OpenAiCompatible {
         body
     }
 
-    fn attempt(&self, body: &Value) -> Attempt {
-        let mut call = self
-            .agent
-            .post(&self.url)
-            .header("Content-Type", "application/json");
-        if let Some(key) = &self.api_key {
-            call = call.header("Authorization", format!("Bearer {key}"));
-        }
-        let mut response = match call.send_json(body) {
+    fn attempt(&self, body: &Value) -> Attempt<Generation> {
+        let bearer = self.api_key.as_ref().map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| ("Authorization", b))
+            .into_iter()
+            .collect();
+        let reply = match http::post_json(&self.agent, &self.url, &headers, body) {
             Ok(r) => r,
-            Err(e) => return self.transport_failure(e),
-        };
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let text = match response.body_mut().read_to_string() {
-            Ok(t) => t,
-            Err(e) => {
-                return match self.transport_failure(e) {
-                    Attempt::Retry(m, _, _) => {
-                        Attempt::Retry(format!("reading the body: {m}"), Some(status), None)
-                    }
-                    other => other,
+            Err(t) if t.retryable => {
+                return Attempt::Retry {
+                    reason: t.message,
+                    status: None,
+                    retry_after: None,
                 }
             }
+            Err(t) => return Attempt::Fail(self.http_error(None, t.message, Some(t.source))),
+        };
+        let status = reply.status;
+        let detail = || {
+            format!(
+                "{} ({})",
+                http::status_line(status),
+                http::server_message(&reply.text)
+            )
         };
         match status {
-            200..=299 => match parse_completion(&text) {
+            200..=299 => match parse_completion(&reply.text) {
                 Ok(g) => Attempt::Done(g),
                 Err(m) => Attempt::Fail(self.http_error(
                     Some(status),
@@ -297,42 +267,18 @@ impl OpenAiCompatible {
             },
             401 | 403 => Attempt::Fail(self.http_error(
                 Some(status),
-                format!(
-                    "{} ({}); check {} (not retried)",
-                    status_line(status),
-                    server_message(&text),
-                    self.api_key_source
-                ),
+                format!("{}; check {} (not retried)", detail(), self.api_key_source),
                 None,
             )),
-            408 | 429 | 500..=599 => Attempt::Retry(
-                format!("{} ({})", status_line(status), server_message(&text)),
-                Some(status),
-                retry_after,
-            ),
+            _ if reply.is_retryable() => Attempt::Retry {
+                reason: detail(),
+                status: Some(status),
+                retry_after: reply.retry_after,
+            },
             _ => Attempt::Fail(self.http_error(
                 Some(status),
-                format!(
-                    "{} ({}) (not retried)",
-                    status_line(status),
-                    server_message(&text)
-                ),
+                format!("{} (not retried)", detail()),
                 None,
-            )),
-        }
-    }
-
-    fn transport_failure(&self, e: ureq::Error) -> Attempt {
-        match e {
-            ureq::Error::Io(_)
-            | ureq::Error::Timeout(_)
-            | ureq::Error::ConnectionFailed
-            | ureq::Error::Protocol(_)
-            | ureq::Error::BodyStalled => Attempt::Retry(format!("network error: {e}"), None, None),
-            other => Attempt::Fail(self.http_error(
-                None,
-                format!("request failed: {other}"),
-                Some(other.into()),
             )),
         }
     }
@@ -351,48 +297,6 @@ impl OpenAiCompatible {
             source,
         }
     }
-}
-
-fn status_line(status: u16) -> String {
-    let reason = match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "",
-    };
-    if reason.is_empty() {
-        format!("HTTP {status}")
-    } else {
-        format!("HTTP {status} {reason}")
-    }
-}
-
-/// The server's error message: `error.message` from a JSON body, else the body's start.
-fn server_message(body: &str) -> String {
-    let from_json = serde_json::from_str::<Value>(body).ok().and_then(|v| {
-        let e = v.get("error")?;
-        e.get("message")
-            .and_then(Value::as_str)
-            .or_else(|| e.as_str())
-            .map(str::to_string)
-    });
-    let message = from_json.unwrap_or_else(|| body.trim().to_string());
-    if message.is_empty() {
-        return "empty body".into();
-    }
-    let mut short: String = message.chars().take(300).collect();
-    if short.len() < message.len() {
-        short.push_str("...");
-    }
-    short
 }
 
 fn parse_completion(text: &str) -> std::result::Result<Generation, String> {
@@ -422,30 +326,10 @@ fn parse_completion(text: &str) -> std::result::Result<Generation, String> {
 impl Generator for OpenAiCompatible {
     fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
         let body = self.body(request);
-        let mut retry = 0u32;
-        loop {
-            match self.attempt(&body) {
-                Attempt::Done(g) => return Ok(g),
-                Attempt::Fail(e) => return Err(e),
-                Attempt::Retry(reason, status, retry_after) => {
-                    if retry >= self.max_retries {
-                        return Err(self.http_error(
-                            status,
-                            format!(
-                                "{reason}; gave up after {} attempt{}",
-                                retry + 1,
-                                if retry == 0 { "" } else { "s" }
-                            ),
-                            None,
-                        ));
-                    }
-                    let delay = retry_after
-                        .map_or_else(|| self.backoff_delay(retry), |d| d.min(self.max_backoff));
-                    (self.sleeper)(delay);
-                    retry += 1;
-                }
-            }
-        }
+        self.retry.run(
+            || self.attempt(&body),
+            |status, message| self.http_error(status, message, None),
+        )
     }
 
     fn name(&self) -> &str {
@@ -492,7 +376,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_completions_and_server_messages() {
+    fn parses_completions() {
         let g = parse_completion(
             r#"{"choices":[{"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}]}"#,
         )
@@ -501,11 +385,5 @@ mod tests {
         assert_eq!(g.finish_reason.as_deref(), Some("stop"));
         assert!(parse_completion(r#"{"choices":[]}"#).is_err());
         assert!(parse_completion("<html>").is_err());
-        assert_eq!(
-            server_message(r#"{"error":{"message":"bad key"}}"#),
-            "bad key"
-        );
-        assert_eq!(server_message(""), "empty body");
-        assert_eq!(server_message("oops"), "oops");
     }
 }

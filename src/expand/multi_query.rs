@@ -152,7 +152,10 @@ pub fn retrieve_expanded(
     let mut lists = vec![first];
     let mut weights = vec![config.original_weight];
     for v in variants {
-        if let Ok(hits) = retriever.retrieve(&SearchQuery::new(v.as_str()), k) {
+        if let Ok(hits) = retriever.retrieve(
+            &SearchQuery::new(v.as_str()).with_filters(original.filters.clone()),
+            k,
+        ) {
             lists.push(hits);
             weights.push(1.0);
         }

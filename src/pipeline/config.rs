@@ -71,6 +71,17 @@ pub enum RetrieverConfig {
         /// The embedding model directory.
         model: PathBuf,
     },
+    /// Dense recall from a Milvus collection (`MilvusRetriever`; needs the `milvus` and
+    /// `models` features). Documents given to the build that the collection lacks are embedded
+    /// and written first.
+    Milvus {
+        /// The REST endpoint, e.g. `http://127.0.0.1:19530`.
+        url: String,
+        /// The collection (created when missing, with the model's dimension).
+        collection: String,
+        /// The embedding model directory (BERT bi-encoder).
+        model: PathBuf,
+    },
     /// A [`Hybrid`] fusion of several retrievers.
     Hybrid {
         /// RRF (default, k 60) or weighted.
@@ -187,8 +198,39 @@ fn build_retriever(config: &RetrieverConfig, docs: &[Document]) -> Result<Box<dy
             Ok(Box::new(index))
         }
         RetrieverConfig::Dense { model } => build_dense(model, docs),
+        RetrieverConfig::Milvus {
+            url,
+            collection,
+            model,
+        } => build_milvus(url, collection, model, docs),
         RetrieverConfig::Hybrid { .. } => unreachable_leaf(),
     })
+}
+
+/// A Milvus retriever holding at least `docs` (those it lacks are written, then visible).
+#[cfg(all(feature = "milvus", feature = "models"))]
+fn build_milvus(
+    url: &str,
+    collection: &str,
+    model: &Path,
+    docs: &[Document],
+) -> Result<Box<dyn Retriever>> {
+    let embedder = std::sync::Arc::new(crate::embed::BertEmbedder::from_dir(model)?);
+    let milvus = crate::recall::MilvusRetriever::builder(url, collection, embedder).build()?;
+    milvus.add_missing(docs, std::time::Duration::from_secs(60))?;
+    Ok(Box::new(milvus))
+}
+
+#[cfg(not(all(feature = "milvus", feature = "models")))]
+fn build_milvus(
+    _url: &str,
+    _collection: &str,
+    _model: &Path,
+    _docs: &[Document],
+) -> Result<Box<dyn Retriever>> {
+    Err(Error::Config(
+        "a milvus retriever needs the `milvus` and `models` features of rerank".into(),
+    ))
 }
 
 /// Builds `config`: a hybrid is assembled here, every other retriever by `leaf`.
@@ -279,6 +321,38 @@ fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_milvus_retriever_is_described_by_url_collection_and_model() {
+        let yaml = "
+retriever:
+  type: hybrid
+  retrievers:
+    - { type: bm25 }
+    - { type: milvus, url: 'http://127.0.0.1:19530', collection: notes, model: models/minilm }
+";
+        let config = PipelineConfig::from_yaml_str(yaml).unwrap();
+        let RetrieverConfig::Hybrid { retrievers, .. } = &config.retriever else {
+            panic!("{config:?}")
+        };
+        assert_eq!(
+            retrievers[1],
+            RetrieverConfig::Milvus {
+                url: "http://127.0.0.1:19530".into(),
+                collection: "notes".into(),
+                model: "models/minilm".into(),
+            }
+        );
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(PipelineConfig::from_json_str(&json).unwrap(), config);
+        let typo = "retriever: { type: milvus, url: u, collection: c, model: m, colection: d }";
+        let e = PipelineConfig::from_yaml_str(typo).unwrap_err();
+        assert!(e.to_string().contains("colection"), "{e}");
+        // Building needs the model (and the features): a clear error, never a panic.
+        let missing = "retriever: { type: milvus, url: 'http://127.0.0.1:9', collection: c, model: no/such/dir }";
+        let config = PipelineConfig::from_yaml_str(missing).unwrap();
+        assert!(config.build(Vec::new()).is_err());
+    }
 
     #[test]
     fn the_three_formats_give_the_same_config() {
@@ -414,6 +488,12 @@ mod store_recall {
                 Ok(Box::new(store.bm25()))
             }
             RetrieverConfig::Dense { model } => dense(store, model),
+            // The vectors live in Milvus; the store keeps the documents.
+            RetrieverConfig::Milvus {
+                url,
+                collection,
+                model,
+            } => super::build_milvus(url, collection, model, &store.documents()?),
             RetrieverConfig::Hybrid { .. } => super::unreachable_leaf(),
         })
     }

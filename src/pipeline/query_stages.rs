@@ -156,7 +156,8 @@ impl Pipeline {
     ) -> Result<Recall> {
         let t = Instant::now();
         let route = classification.map(|c| c.route).unwrap_or(Route::Standard);
-        let mut search_query = SearchQuery::new(query);
+        let filters = self.options.filters.iter().chain(&request.filters);
+        let mut search_query = SearchQuery::new(query).with_filters(filters.cloned().collect());
         let mut hyde = false;
         if let (Some(config), Some(generator), Some(embedder)) =
             (&self.query.hyde, &self.generator, &self.embedder)

@@ -1,12 +1,13 @@
 //! What a pipeline search returns.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::classify::Classification;
 use crate::Hit;
 
 /// Milliseconds spent in each stage of one search. Stages that did not run are `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Timings {
     /// Query classification.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -28,8 +29,9 @@ pub struct Timings {
     pub total_ms: f64,
 }
 
-/// The result of [`Pipeline::search`](super::Pipeline::search).
-#[derive(Debug, Clone, Serialize)]
+/// The result of [`Pipeline::search`](super::Pipeline::search). It reads back from its JSON, so
+/// a cache can keep it outside the process (Redis, SQLite).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SearchResponse {
     /// The query as given.
     pub query: String,
@@ -44,10 +46,10 @@ pub struct SearchResponse {
     /// True when the reranker failed and stage-1 order was kept.
     pub rerank_fallback: bool,
     /// The reranker's error message, when it failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank_error: Option<String>,
     /// The query classification, when a classifier is set.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classification: Option<Classification>,
     /// Per-stage timings.
     pub timings: Timings,
@@ -56,6 +58,6 @@ pub struct SearchResponse {
     /// True when dense recall used a HyDE embedding.
     pub hyde: bool,
     /// The query variants retrieved and fused with the query (multi-query expansion).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<String>,
 }

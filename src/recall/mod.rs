@@ -5,11 +5,17 @@
 //! - [`DenseIndex`] (`dense`): exact cosine top-k over embeddings from any
 //!   [`Embedder`](crate::Embedder);
 //! - [`Hybrid`] (`fusion`): fusion of any number of retrievers, by reciprocal rank
-//!   ([`Fusion::Rrf`]) or by weighted min-max normalized scores ([`Fusion::Weighted`]).
+//!   ([`Fusion::Rrf`]) or by weighted min-max normalized scores ([`Fusion::Weighted`]);
+//! - [`FallbackRetriever`] (`fallback`): recall from a second retriever when the first fails;
+//! - `MilvusRetriever` (`milvus`, feature `milvus`): dense recall from a Milvus collection over
+//!   its REST API, with the request's filters evaluated by Milvus.
 
 mod bm25;
 mod dense;
+mod fallback;
 mod fusion;
+#[cfg(feature = "milvus")]
+mod milvus;
 
 use std::sync::Arc;
 
@@ -17,8 +23,12 @@ use std::sync::Arc;
 pub(crate) use bm25::{top_slots, Scorer};
 pub use bm25::{Bm25Index, Bm25Params};
 pub use dense::DenseIndex;
+pub use fallback::FallbackRetriever;
 pub use fusion::{normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
+#[cfg(feature = "milvus")]
+pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};
 
+use crate::pipeline::Filter;
 use crate::{Hit, Result};
 
 /// What a retriever is asked for.
@@ -29,6 +39,10 @@ pub struct SearchQuery {
     /// A precomputed query embedding for dense retrieval (e.g. a HyDE embedding). When set,
     /// dense retrievers use it instead of embedding `text`; lexical retrievers ignore it.
     pub embedding: Option<Arc<Vec<f32>>>,
+    /// The request's metadata filters. A retriever that can evaluate them at the source (a
+    /// vector database) does, so its `k` hits all pass; the pipeline applies them to every
+    /// hit again, so retrievers may ignore them.
+    pub filters: Vec<Filter>,
 }
 
 impl SearchQuery {
@@ -37,12 +51,19 @@ impl SearchQuery {
         SearchQuery {
             text: text.into(),
             embedding: None,
+            filters: Vec::new(),
         }
     }
 
     /// Sets the embedding to use for dense recall.
     pub fn with_embedding(mut self, embedding: Vec<f32>) -> Self {
         self.embedding = Some(Arc::new(embedding));
+        self
+    }
+
+    /// Sets the filters (see [`SearchQuery::filters`]).
+    pub fn with_filters(mut self, filters: Vec<Filter>) -> Self {
+        self.filters = filters;
         self
     }
 }

@@ -36,7 +36,7 @@ use rerank::recall::{Fusion, SearchQuery};
 use rerank::{Bm25Index, DenseIndex, Embedder, Hit, Hybrid, Retriever};
 
 /// Hits per query and per retriever.
-const DEPTH: usize = 1000;
+pub(crate) const DEPTH: usize = 1000;
 
 /// The fusion the hybrid tests use: reciprocal rank fusion, k = 60, equal weights, each list
 /// fused to full depth (1000).
@@ -50,7 +50,7 @@ const DEPTH: usize = 1000;
 /// sets and fragile: the min-max range depends on the list depth, and moving the weight by 0.2
 /// costs up to 0.03 (SciFact). k = 60 is the paper's value and `Hybrid`'s default, and it
 /// reproduces the Python reference (0.714 / 0.413).
-const HYBRID_FUSION: Fusion = Fusion::Rrf { k: 60.0 };
+pub(crate) const HYBRID_FUSION: Fusion = Fusion::Rrf { k: 60.0 };
 
 fn model_dir() -> PathBuf {
     models_dir().join("all-MiniLM-L6-v2")
@@ -150,16 +150,20 @@ fn corpus_embeddings(embedder: &BertEmbedder, name: &str, data: &BeirDataset) ->
     m
 }
 
-/// Everything one collection needs: data, BM25, dense index, query embeddings.
-struct Setup {
-    data: BeirDataset,
-    bm25: Arc<Bm25Index>,
-    dense: Arc<DenseIndex>,
+/// Everything one collection needs: data, BM25, dense index, query embeddings (shared with the
+/// Milvus tests).
+pub(crate) struct Setup {
+    pub(crate) data: BeirDataset,
+    pub(crate) embedder: Arc<BertEmbedder>,
+    pub(crate) bm25: Arc<Bm25Index>,
+    pub(crate) dense: Arc<DenseIndex>,
+    /// The corpus embeddings, row `i` for `data.corpus[i]`.
+    pub(crate) corpus_embeddings: Array2<f32>,
     /// Judged queries with their text and embedding.
-    queries: Vec<(String, SearchQuery)>,
+    pub(crate) queries: Vec<(String, SearchQuery)>,
 }
 
-fn setup(name: &str) -> Option<Setup> {
+pub(crate) fn setup(name: &str) -> Option<Setup> {
     let dir = dataset_dir(name);
     if !dir.join("corpus.jsonl").is_file() {
         crate::common::skip(&format!("skipping {name}: {} not found", dir.display()));
@@ -175,7 +179,8 @@ fn setup(name: &str) -> Option<Setup> {
     let data = BeirDataset::load(&dir).unwrap();
     let embedder = Arc::new(BertEmbedder::from_dir(model_dir()).unwrap());
     let emb = corpus_embeddings(&embedder, name, &data);
-    let dense = DenseIndex::from_embeddings(embedder.clone(), data.corpus.clone(), emb).unwrap();
+    let dense =
+        DenseIndex::from_embeddings(embedder.clone(), data.corpus.clone(), emb.clone()).unwrap();
     let bm25 = Bm25Index::new();
     bm25.add(data.corpus.clone());
     let judged = data.judged_queries();
@@ -193,15 +198,17 @@ fn setup(name: &str) -> Option<Setup> {
         .collect();
     Some(Setup {
         data,
+        embedder,
         bm25: Arc::new(bm25),
         dense: Arc::new(dense),
+        corpus_embeddings: emb,
         queries,
     })
 }
 
 impl Setup {
     /// Runs `retriever` over every judged query.
-    fn run(&self, retriever: &dyn Retriever) -> Run {
+    pub(crate) fn run(&self, retriever: &dyn Retriever) -> Run {
         self.queries
             .par_iter()
             .map(|(id, q)| {
@@ -211,7 +218,7 @@ impl Setup {
             .collect()
     }
 
-    fn ndcg10(&self, run: &Run) -> f64 {
+    pub(crate) fn ndcg10(&self, run: &Run) -> f64 {
         Evaluator::from_names(&["ndcg@10"])
             .unwrap()
             .evaluate(run, &self.data.qrels)
@@ -219,7 +226,7 @@ impl Setup {
             .unwrap()
     }
 
-    fn hybrid(&self) -> Hybrid {
+    pub(crate) fn hybrid(&self) -> Hybrid {
         Hybrid::new(HYBRID_FUSION)
             .with(self.bm25.clone(), 1.0)
             .with(self.dense.clone(), 1.0)

@@ -17,6 +17,7 @@ mod fallback;
 mod fuzz;
 mod hyde;
 mod load_reranker;
+mod milvus;
 mod openai_http;
 mod pii;
 mod pipeline;

@@ -591,3 +591,74 @@ fn one_store_serves_many_threads() {
     let stats = cache.stats();
     assert_eq!((stats.hits, stats.misses, stats.entries), (200, 0, 200));
 }
+
+/// Words hashed into 32 buckets, L2-normalized (the pipelines' cache embedder).
+struct Words;
+impl rerank::Embedder for Words {
+    fn embed(&self, texts: &[&str]) -> rerank::Result<ndarray::Array2<f32>> {
+        let mut m = ndarray::Array2::<f32>::zeros((texts.len(), 32));
+        for (i, t) in texts.iter().enumerate() {
+            for w in t.split_whitespace() {
+                let h = w
+                    .bytes()
+                    .fold(7u32, |h, b| h.wrapping_mul(31) ^ u32::from(b));
+                m[[i, (h % 32) as usize]] += 1.0;
+            }
+            let norm = m.row(i).dot(&m.row(i)).sqrt().max(1e-6);
+            m.row_mut(i).mapv_inplace(|x| x / norm);
+        }
+        Ok(m)
+    }
+    fn dim(&self) -> usize {
+        32
+    }
+}
+
+/// A replica: a pipeline whose response cache lives in the shared Redis.
+fn replica(server: &Server) -> rerank::Pipeline {
+    let index = rerank::Bm25Index::new();
+    let _ = index.add(vec![
+        rerank::Document::new("1", "refunds are paid within 14 days").with_source("refunds.md"),
+        rerank::Document::new("2", "baggage allowance is 23 kg").with_source("baggage.md"),
+    ]);
+    let store = RedisCacheStore::<rerank::SearchResponse>::builder(server.url())
+        .namespace("pipelines")
+        .timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let cache = SemanticCache::builder().store(store).build().unwrap();
+    rerank::Pipeline::builder()
+        .retriever(index)
+        .embedder(Words)
+        .cache(cache)
+        .top_k(2)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn two_pipelines_share_cached_responses_and_invalidations_through_redis() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let (a, b) = (replica(&server), replica(&server));
+    let first = a.search("when are refunds paid").unwrap();
+    assert!(!first.cache_hit);
+    assert_eq!(first.hits[0].id(), "1");
+    // The other replica gets the same response from Redis, hits and scores included.
+    let second = b.search("when are refunds paid").unwrap();
+    assert!(
+        second.cache_hit,
+        "a response cached by one replica is a hit in the other"
+    );
+    assert_eq!(second.hits.len(), first.hits.len());
+    for (x, y) in first.hits.iter().zip(&second.hits) {
+        assert_eq!((x.id(), x.score), (y.id(), y.score));
+        assert_eq!(x.document, y.document);
+    }
+    // Responses are tagged with their hits' sources: invalidating one in B is seen by A.
+    let stats = b.cache().unwrap().stats();
+    assert_eq!((stats.hits, stats.misses), (1, 1));
+    assert_eq!(b.cache().unwrap().invalidate_tag("refunds.md"), 1);
+    assert!(!a.search("when are refunds paid").unwrap().cache_hit);
+}

@@ -1,0 +1,97 @@
+//! `rerank cache`: the shared semantic cache of `search --cache` and `answer --cache`, seen from
+//! any process: its stats, invalidation by tag (a source the cached responses cite) or by
+//! query, and clearing. Prints one JSON object.
+//!
+//! ```text
+//! cargo run --release --example rerank --features redis -- cache stats --cache redis://127.0.0.1:6379
+//! cargo run --release --example rerank --features redis -- cache invalidate --tag notes/a.md --cache URL
+//! cargo run --release --example rerank --features redis -- cache invalidate --key "the query" --cache URL
+//! cargo run --release --example rerank --features redis -- cache clear --cache URL
+//! ```
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+    /// The cache: redis://HOST:PORT[/DB].
+    #[arg(long, value_name = "URL", global = true)]
+    cache: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum Action {
+    /// Entries, hits, misses and hit rate (shared by every process using the cache).
+    Stats,
+    /// Removes the entries with a tag (`--tag`: responses citing that source) or of a query
+    /// (`--key`).
+    Invalidate {
+        /// A tag: the source of a document the cached responses cite.
+        #[arg(long, conflicts_with = "key", required_unless_present = "key")]
+        tag: Option<String>,
+        /// A query, as it was asked.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Removes every entry.
+    Clear,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let url = args
+        .cache
+        .as_deref()
+        .ok_or("give the cache with --cache redis://HOST:PORT[/DB]")?;
+    reachable(url)?;
+    let cache = crate::recall::redis_cache(url)?;
+    let out = match args.action {
+        Action::Stats => {
+            let stats = cache.stats();
+            serde_json::json!({
+                "cache": url,
+                "entries": stats.entries,
+                "hits": stats.hits,
+                "misses": stats.misses,
+                "hit_rate": stats.hit_rate,
+            })
+        }
+        Action::Invalidate { tag, key } => {
+            let (by, value, removed) = match (tag, key) {
+                (Some(tag), _) => {
+                    let n = cache.invalidate_tag(&tag);
+                    ("tag", tag, n)
+                }
+                (None, Some(key)) => {
+                    let n = cache.invalidate_key(&key);
+                    ("key", key, n)
+                }
+                (None, None) => return Err("give --tag T or --key QUERY".into()),
+            };
+            serde_json::json!({ "cache": url, "invalidated": { by: value }, "removed": removed })
+        }
+        Action::Clear => {
+            cache.clear();
+            serde_json::json!({ "cache": url, "cleared": true, "entries": cache.stats().entries })
+        }
+    };
+    println!("{out}");
+    Ok(())
+}
+
+/// Fails unless Redis answers a PING: the cache itself treats a Redis that is down as empty,
+/// which would make this command print zeros and invalidate nothing, silently.
+#[cfg(feature = "redis")]
+fn reachable(url: &str) -> CliResult {
+    let client = redis::Client::open(url)?;
+    let mut connection = client.get_connection_with_timeout(std::time::Duration::from_secs(2))?;
+    redis::cmd("PING")
+        .query::<String>(&mut connection)
+        .map_err(|e| format!("{url}: Redis does not answer ({e})"))?;
+    Ok(())
+}
+
+#[cfg(not(feature = "redis"))]
+fn reachable(url: &str) -> CliResult {
+    Err(format!("--cache {url}: needs the `redis` feature").into())
+}

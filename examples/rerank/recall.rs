@@ -1,0 +1,267 @@
+//! The flags `search` and `answer` share: where stage 1 reads (a JSONL corpus in memory, an
+//! SQLite store, a Milvus collection for the dense side), which embedding model, which
+//! reranker, and a semantic cache shared through Redis.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rerank::recall::Fusion;
+use rerank::{
+    Bm25Index, DenseIndex, Document, Embedder, Hybrid, PipelineBuilder, Retriever, Store,
+};
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct RecallArgs {
+    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line
+    /// (indexed in memory; embedded at each call for a dense or hybrid retriever without
+    /// --vector-store).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "db",
+        required_unless_present = "db"
+    )]
+    pub corpus: Option<PathBuf>,
+    /// An SQLite store filled by `rerank index`: queried without re-indexing.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
+    #[arg(long, default_value = "bm25")]
+    pub retriever: String,
+    /// The embedding model (a BERT bi-encoder directory) of dense and hybrid recall and of the
+    /// semantic cache.
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+    /// The dense side in Milvus: milvus://HOST:PORT/COLLECTION. With --corpus, documents the
+    /// collection lacks are embedded and written first.
+    #[arg(long, value_name = "URL")]
+    pub vector_store: Option<String>,
+    /// A reranker directory (cross-encoder or Qwen3-Reranker, detected from its config).
+    #[arg(long, value_name = "DIR")]
+    pub reranker: Option<PathBuf>,
+    /// A semantic cache of responses shared through Redis: redis://HOST:PORT[/DB] (needs
+    /// --model for the query embeddings).
+    #[arg(long, value_name = "URL")]
+    pub cache: Option<String>,
+    /// Threads for the models (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// `milvus://HOST:PORT/COLLECTION` as the REST URL and the collection.
+pub fn parse_milvus_uri(uri: &str) -> CliResult<(String, String)> {
+    let rest = uri
+        .strip_prefix("milvus://")
+        .ok_or_else(|| format!("--vector-store {uri:?}: expected milvus://HOST:PORT/COLLECTION"))?;
+    match rest.split_once('/') {
+        Some((host, collection)) if !host.is_empty() && !collection.is_empty() => {
+            Ok((format!("http://{host}"), collection.to_string()))
+        }
+        _ => Err(format!("--vector-store {uri:?}: expected milvus://HOST:PORT/COLLECTION").into()),
+    }
+}
+
+/// A Milvus retriever for `uri` holding `embedder`'s vectors.
+#[cfg(feature = "milvus")]
+pub fn milvus(
+    uri: &str,
+    embedder: Arc<dyn Embedder>,
+) -> CliResult<rerank::recall::MilvusRetriever> {
+    let (url, collection) = parse_milvus_uri(uri)?;
+    Ok(rerank::recall::MilvusRetriever::builder(url, collection, embedder).build()?)
+}
+
+/// Without the `milvus` feature there is no Milvus retriever.
+#[cfg(not(feature = "milvus"))]
+pub fn milvus(uri: &str, _embedder: Arc<dyn Embedder>) -> CliResult<NoMilvus> {
+    parse_milvus_uri(uri)?;
+    Err("--vector-store milvus:// needs the `milvus` feature".into())
+}
+
+/// Stands in for the Milvus retriever without the `milvus` feature.
+#[cfg(not(feature = "milvus"))]
+pub struct NoMilvus;
+
+#[cfg(not(feature = "milvus"))]
+impl NoMilvus {
+    pub fn add_missing(&self, _: &[Document], _: Duration) -> rerank::Result<usize> {
+        Ok(0)
+    }
+}
+
+#[cfg(not(feature = "milvus"))]
+impl Retriever for NoMilvus {
+    fn retrieve(
+        &self,
+        _: &rerank::recall::SearchQuery,
+        _: usize,
+    ) -> rerank::Result<Vec<rerank::Hit>> {
+        Ok(Vec::new())
+    }
+}
+
+impl RecallArgs {
+    fn embedder(&self) -> CliResult<Arc<dyn Embedder>> {
+        match &self.model {
+            Some(dir) => load_embedder(dir, self.threads),
+            None => Err(format!(
+                "--retriever {}, --vector-store and --cache need --model DIR (the embedding model)",
+                self.retriever
+            )
+            .into()),
+        }
+    }
+
+    /// A pipeline builder with the retriever, reranker, embedder and cache these flags ask
+    /// for.
+    pub fn builder(&self) -> CliResult<PipelineBuilder> {
+        let wants_embedder = self.retriever != "bm25" || self.cache.is_some();
+        let embedder = if wants_embedder {
+            Some(self.embedder()?)
+        } else {
+            None
+        };
+        let mut builder =
+            rerank::Pipeline::builder().retriever(self.retriever_box(embedder.clone())?);
+        if let Some(dir) = &self.reranker {
+            builder = builder.reranker(load_reranker(dir, self.threads)?);
+        }
+        if let Some(embedder) = embedder {
+            builder = builder.embedder(embedder);
+        }
+        if let Some(url) = &self.cache {
+            builder = builder.cache(redis_cache(url)?);
+        }
+        Ok(builder)
+    }
+
+    fn retriever_box(&self, embedder: Option<Arc<dyn Embedder>>) -> CliResult<Box<dyn Retriever>> {
+        let kind = self.retriever.as_str();
+        if !matches!(kind, "bm25" | "dense" | "hybrid") {
+            return Err(
+                format!("unknown retriever {kind:?} (available: bm25, dense, hybrid)").into(),
+            );
+        }
+        let docs = match &self.corpus {
+            Some(path) => Some(Document::read_jsonl(path)?),
+            None => None,
+        };
+        let store = match &self.db {
+            Some(db) if !db.is_file() => {
+                return Err(format!(
+                    "{}: no such store (fill one with `rerank index`)",
+                    db.display()
+                )
+                .into())
+            }
+            Some(db) => Some(Arc::new(Store::open(db)?)),
+            None => None,
+        };
+        let lexical = || -> Box<dyn Retriever> {
+            match (&store, &docs) {
+                (Some(store), _) => Box::new(store.bm25()),
+                (None, Some(docs)) => {
+                    let index = Bm25Index::new();
+                    index.add(docs.clone());
+                    Box::new(index)
+                }
+                (None, None) => unreachable!("clap requires --corpus or --db"),
+            }
+        };
+        if kind == "bm25" {
+            if self.vector_store.is_some() {
+                return Err(
+                    "--vector-store is the dense side: use --retriever dense or hybrid".into(),
+                );
+            }
+            return Ok(lexical());
+        }
+        let embedder = embedder.ok_or("--retriever dense or hybrid needs --model DIR")?;
+        let dense: Box<dyn Retriever> = match (&self.vector_store, &store, &docs) {
+            (Some(uri), _, _) => {
+                let m = milvus(uri, embedder)?;
+                if let Some(docs) = &docs {
+                    m.add_missing(docs, Duration::from_secs(60))?;
+                }
+                Box::new(m)
+            }
+            (None, Some(store), _) => Box::new(store.dense(embedder)?),
+            (None, None, Some(docs)) => {
+                let index = DenseIndex::new(embedder);
+                index.add(docs.clone())?;
+                Box::new(index)
+            }
+            (None, None, None) => unreachable!("clap requires --corpus or --db"),
+        };
+        Ok(match kind {
+            "dense" => dense,
+            _ => Box::new(
+                Hybrid::new(Fusion::Rrf { k: 60.0 })
+                    .with(lexical(), 1.0)
+                    .with(dense, 1.0)
+                    .depth(100),
+            ),
+        })
+    }
+}
+
+/// The BERT bi-encoder in `dir`.
+#[cfg(feature = "models")]
+pub fn load_embedder(dir: &Path, threads: Option<usize>) -> CliResult<Arc<dyn Embedder>> {
+    let options = rerank::models::ModelOptions {
+        threads,
+        ..Default::default()
+    };
+    Ok(Arc::new(
+        rerank::BertEmbedder::builder(dir)
+            .options(options)
+            .build()?,
+    ))
+}
+
+/// Without the `models` feature there is no embedder.
+#[cfg(not(feature = "models"))]
+pub fn load_embedder(dir: &Path, _threads: Option<usize>) -> CliResult<Arc<dyn Embedder>> {
+    Err(format!(
+        "{}: embedding models need the `models` feature",
+        dir.display()
+    )
+    .into())
+}
+
+/// The reranker in `dir` (cross-encoder or Qwen3-Reranker).
+#[cfg(feature = "models")]
+fn load_reranker(dir: &Path, threads: Option<usize>) -> CliResult<Box<dyn rerank::Reranker>> {
+    let options = rerank::models::ModelOptions {
+        threads,
+        ..Default::default()
+    };
+    Ok(rerank::rerankers::load_reranker(dir, &options)?)
+}
+
+/// Without the `models` feature there is no model reranker.
+#[cfg(not(feature = "models"))]
+fn load_reranker(dir: &Path, _threads: Option<usize>) -> CliResult<Box<dyn rerank::Reranker>> {
+    Err(format!("{}: rerankers need the `models` feature", dir.display()).into())
+}
+
+/// The response cache shared through Redis at `url`.
+#[cfg(feature = "redis")]
+pub fn redis_cache(url: &str) -> CliResult<rerank::SemanticCache<rerank::SearchResponse>> {
+    if !url.starts_with("redis://") {
+        return Err(format!("--cache {url:?}: expected redis://HOST:PORT[/DB]").into());
+    }
+    let store = rerank::cache::RedisCacheStore::builder(url)
+        .timeout(Duration::from_millis(200))
+        .build()?;
+    Ok(rerank::SemanticCache::builder().store(store).build()?)
+}
+
+/// Without the `redis` feature there is no shared cache.
+#[cfg(not(feature = "redis"))]
+pub fn redis_cache(url: &str) -> CliResult<rerank::SemanticCache<rerank::SearchResponse>> {
+    Err(format!("--cache {url}: needs the `redis` feature").into())
+}

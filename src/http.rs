@@ -1,0 +1,368 @@
+//! The crate's HTTP client pieces, shared by the components that call a server (the
+//! OpenAI-compatible generator, the Milvus retriever): one JSON POST with timeouts, and one
+//! retry loop with capped exponential backoff.
+//!
+//! What is retried is the same everywhere: a connection that fails or times out, 408, 429 and
+//! 5xx answers. Any other 4xx fails at once: asking again would get the same answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{BoxError, Error, Result};
+
+/// Sleeps between retries; replaceable so tests need not wait.
+pub type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
+
+/// The default sleeper: [`std::thread::sleep`].
+pub(crate) fn thread_sleeper() -> Sleeper {
+    Arc::new(std::thread::sleep)
+}
+
+/// A `ureq` agent with a whole-call timeout and a connect timeout; non-2xx statuses come back
+/// as responses (not errors) so callers can read the server's message.
+pub(crate) fn agent(timeout: Duration, connect_timeout: Duration) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(connect_timeout))
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
+/// When to try again and how long to wait first.
+#[derive(Clone)]
+pub(crate) struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first delay.
+    pub initial_backoff: Duration,
+    /// The longest delay.
+    pub max_backoff: Duration,
+    /// How to wait.
+    pub sleeper: Sleeper,
+}
+
+impl RetryPolicy {
+    /// Checks the delays: the first may not be longer than the cap.
+    pub fn validate(&self) -> Result<()> {
+        if self.initial_backoff > self.max_backoff {
+            return Err(Error::Config(format!(
+                "the initial backoff ({:?}) is longer than the maximum ({:?})",
+                self.initial_backoff, self.max_backoff
+            )));
+        }
+        Ok(())
+    }
+
+    /// The delay before retry number `retry` (0-based): `initial * 2^retry`, capped.
+    pub fn delay(&self, retry: u32) -> Duration {
+        let factor = 2u32.checked_pow(retry).unwrap_or(u32::MAX);
+        self.initial_backoff
+            .checked_mul(factor)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+
+    /// Runs `attempt` until it is done, fails, or the retries are spent. `error` turns the last
+    /// retryable failure (its reason and status) into the error returned.
+    pub fn run<T>(
+        &self,
+        mut attempt: impl FnMut() -> Attempt<T>,
+        error: impl Fn(Option<u16>, String) -> Error,
+    ) -> Result<T> {
+        let mut retry = 0u32;
+        loop {
+            match attempt() {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry {
+                    reason,
+                    status,
+                    retry_after,
+                } => {
+                    if retry >= self.max_retries {
+                        let attempts = retry + 1;
+                        let plural = if attempts == 1 { "" } else { "s" };
+                        return Err(error(
+                            status,
+                            format!("{reason}; gave up after {attempts} attempt{plural}"),
+                        ));
+                    }
+                    let delay =
+                        retry_after.map_or_else(|| self.delay(retry), |d| d.min(self.max_backoff));
+                    (self.sleeper)(delay);
+                    retry += 1;
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryPolicy")
+            .field("max_retries", &self.max_retries)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one attempt gave.
+pub(crate) enum Attempt<T> {
+    /// Success.
+    Done(T),
+    /// Worth another try: why, the response status (when one came back), and the server's
+    /// `Retry-After`, when given.
+    Retry {
+        reason: String,
+        status: Option<u16>,
+        retry_after: Option<Duration>,
+    },
+    /// Not worth another try.
+    Fail(Error),
+}
+
+/// A response read to its end.
+pub(crate) struct Reply {
+    /// The HTTP status.
+    pub status: u16,
+    /// The body.
+    pub text: String,
+    /// The `Retry-After` header in seconds, when sent.
+    pub retry_after: Option<Duration>,
+}
+
+impl Reply {
+    /// Whether the status asks for another try (408, 429, 5xx).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.status, 408 | 429 | 500..=599)
+    }
+}
+
+/// A failed exchange: retryable (connection, timeout) or not, with the client's error.
+pub(crate) struct Transport {
+    /// Whether another try might work.
+    pub retryable: bool,
+    /// What happened.
+    pub message: String,
+    /// The client's error.
+    pub source: BoxError,
+}
+
+/// One POST of `body` as JSON to `url` (with extra `headers`), read to its end.
+pub(crate) fn post_json(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> std::result::Result<Reply, Transport> {
+    let mut call = agent.post(url).header("Content-Type", "application/json");
+    for (name, value) in headers {
+        call = call.header(*name, *value);
+    }
+    let response = call.send_json(body).map_err(transport)?;
+    read(response)
+}
+
+/// One GET of `url`, read to its end.
+pub(crate) fn get(agent: &ureq::Agent, url: &str) -> std::result::Result<Reply, Transport> {
+    let response = agent.get(url).call().map_err(transport)?;
+    read(response)
+}
+
+fn read(mut response: ureq::http::Response<ureq::Body>) -> std::result::Result<Reply, Transport> {
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let text = response.body_mut().read_to_string().map_err(|e| {
+        let mut t = transport(e);
+        t.message = format!("reading the body: {}", t.message);
+        t
+    })?;
+    Ok(Reply {
+        status,
+        text,
+        retry_after,
+    })
+}
+
+fn transport(e: ureq::Error) -> Transport {
+    let retryable = matches!(
+        e,
+        ureq::Error::Io(_)
+            | ureq::Error::Timeout(_)
+            | ureq::Error::ConnectionFailed
+            | ureq::Error::Protocol(_)
+            | ureq::Error::BodyStalled
+    );
+    let message = if retryable {
+        format!("network error: {e}")
+    } else {
+        format!("request failed: {e}")
+    };
+    Transport {
+        retryable,
+        message,
+        source: e.into(),
+    }
+}
+
+/// `HTTP 503 Service Unavailable`, or `HTTP 599` for a status without a known reason.
+pub(crate) fn status_line(status: u16) -> String {
+    let reason = match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    };
+    if reason.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status} {reason}")
+    }
+}
+
+/// The server's error message: `error.message` (or `message`) from a JSON body, else the
+/// body's start; at most 300 characters.
+pub(crate) fn server_message(body: &str) -> String {
+    let from_json = serde_json::from_str::<Value>(body).ok().and_then(|v| {
+        if let Some(e) = v.get("error") {
+            return e
+                .get("message")
+                .and_then(Value::as_str)
+                .or_else(|| e.as_str())
+                .map(str::to_string);
+        }
+        v.get("message").and_then(Value::as_str).map(str::to_string)
+    });
+    let message = from_json.unwrap_or_else(|| body.trim().to_string());
+    if message.is_empty() {
+        return "empty body".into();
+    }
+    let mut short: String = message.chars().take(300).collect();
+    if short.len() < message.len() {
+        short.push_str("...");
+    }
+    short
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    fn policy(max_retries: u32, slept: Arc<Mutex<Vec<Duration>>>) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(350),
+            sleeper: Arc::new(move |d| slept.lock().unwrap().push(d)),
+        }
+    }
+
+    #[test]
+    fn delays_double_up_to_the_cap() {
+        let p = policy(0, Arc::default());
+        let ms: Vec<u128> = (0..4).map(|r| p.delay(r).as_millis()).collect();
+        assert_eq!(ms, [100, 200, 350, 350]);
+        assert_eq!(p.delay(40), Duration::from_millis(350));
+    }
+
+    #[test]
+    fn retries_stop_after_the_budget_and_say_how_many_attempts() {
+        let slept = Arc::new(Mutex::new(Vec::new()));
+        let p = policy(2, slept.clone());
+        let mut calls = 0;
+        let e = p
+            .run::<()>(
+                || {
+                    calls += 1;
+                    Attempt::Retry {
+                        reason: "HTTP 503".into(),
+                        status: Some(503),
+                        retry_after: None,
+                    }
+                },
+                |status, message| Error::Http {
+                    url: "u".into(),
+                    status,
+                    message,
+                    source: None,
+                },
+            )
+            .unwrap_err();
+        assert_eq!(calls, 3);
+        assert_eq!(slept.lock().unwrap().len(), 2);
+        assert!(e.to_string().contains("gave up after 3 attempts"), "{e}");
+        assert!(e.to_string().contains("status 503"), "{e}");
+    }
+
+    #[test]
+    fn a_failure_is_not_retried() {
+        let p = policy(5, Arc::default());
+        let mut calls = 0;
+        let r = p.run::<()>(
+            || {
+                calls += 1;
+                Attempt::Fail(Error::Config("no".into()))
+            },
+            |_, m| Error::Config(m),
+        );
+        assert!(r.is_err());
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn retry_after_is_honoured_up_to_the_cap() {
+        let slept = Arc::new(Mutex::new(Vec::new()));
+        let p = policy(1, slept.clone());
+        let mut first = true;
+        let r = p.run(
+            || {
+                if std::mem::take(&mut first) {
+                    Attempt::Retry {
+                        reason: "429".into(),
+                        status: Some(429),
+                        retry_after: Some(Duration::from_secs(30)),
+                    }
+                } else {
+                    Attempt::Done(7)
+                }
+            },
+            |_, m| Error::Config(m),
+        );
+        assert_eq!(r.unwrap(), 7);
+        assert_eq!(*slept.lock().unwrap(), [Duration::from_millis(350)]);
+    }
+
+    #[test]
+    fn server_messages_come_from_json_or_the_body() {
+        assert_eq!(
+            server_message(r#"{"error":{"message":"bad key"}}"#),
+            "bad key"
+        );
+        assert_eq!(
+            server_message(r#"{"code":100,"message":"collection not found"}"#),
+            "collection not found"
+        );
+        assert_eq!(server_message("  oops "), "oops");
+        assert_eq!(server_message(""), "empty body");
+        assert_eq!(server_message(&"x".repeat(400)).chars().count(), 303);
+    }
+}
