@@ -86,7 +86,7 @@ impl Document {
 ///
 /// Retrievers return hits in descending `score` order. The pipeline then fills in the stage-1
 /// rank, the rerank score and the final score.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Hit {
     /// The document (shared with the index that holds it).
     pub document: Arc<Document>,

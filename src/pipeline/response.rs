@@ -1,12 +1,13 @@
 //! What a pipeline search returns.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::UsedInstruction;
 use crate::classify::Classification;
 use crate::Hit;
 
 /// Milliseconds spent in each stage of one search. Stages that did not run are `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
     /// Query classification.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -18,18 +19,22 @@ pub struct Timings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expand_ms: Option<f64>,
     /// Stage 1 (recall).
+    #[serde(default)]
     pub retrieve_ms: f64,
     /// Stage 2 (rerank), when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank_ms: Option<f64>,
     /// Threshold, dedup, filters and top-k.
+    #[serde(default)]
     pub postprocess_ms: f64,
     /// The whole search.
     pub total_ms: f64,
 }
 
 /// The result of [`Pipeline::search`](super::Pipeline::search).
-#[derive(Debug, Clone, Serialize)]
+///
+/// It reads back from its JSON (`Deserialize`), so a persistent cache store can keep it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SearchResponse {
     /// The query as given.
     pub query: String,
@@ -44,10 +49,10 @@ pub struct SearchResponse {
     /// True when the reranker failed and stage-1 order was kept.
     pub rerank_fallback: bool,
     /// The reranker's error message, when it failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank_error: Option<String>,
     /// The query classification, when a classifier is set.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classification: Option<Classification>,
     /// Per-stage timings.
     pub timings: Timings,
@@ -56,6 +61,16 @@ pub struct SearchResponse {
     /// True when dense recall used a HyDE embedding.
     pub hyde: bool,
     /// The query variants retrieved and fused with the query (multi-query expansion).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<String>,
+    /// The recall mode the request used (`None`: the pipeline's default retriever).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// How many candidates the reranker scored (at most the rerank depth).
+    #[serde(default)]
+    pub reranked_candidates: usize,
+    /// The reranker instructions used, with where each came from and for how many candidates
+    /// (empty when no instruction was passed on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions: Vec<UsedInstruction>,
 }

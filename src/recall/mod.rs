@@ -5,11 +5,17 @@
 //! - [`DenseIndex`] (`dense`): exact cosine top-k over embeddings from any
 //!   [`Embedder`](crate::Embedder);
 //! - [`Hybrid`] (`fusion`): fusion of any number of retrievers, by reciprocal rank
-//!   ([`Fusion::Rrf`]) or by weighted min-max normalized scores ([`Fusion::Weighted`]).
+//!   ([`Fusion::Rrf`]), by weighted min-max normalized scores ([`Fusion::Weighted`]), or
+//!   linearly over raw scores ([`Fusion::Linear`]);
+//! - [`KeywordOverlap`] (`keyword`): the share of the query's content words a document has;
+//! - [`MatryoshkaIndex`] (`matryoshka`): coarse search over truncated vectors, rescored with
+//!   the full ones.
 
 mod bm25;
 mod dense;
 mod fusion;
+mod keyword;
+mod matryoshka;
 
 use std::sync::Arc;
 
@@ -17,7 +23,9 @@ use std::sync::Arc;
 pub(crate) use bm25::{top_slots, Scorer};
 pub use bm25::{Bm25Index, Bm25Params};
 pub use dense::DenseIndex;
-pub use fusion::{normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
+pub use fusion::{linear_fuse, normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
+pub use keyword::{keyword_overlap, KeywordOverlap};
+pub use matryoshka::MatryoshkaIndex;
 
 use crate::{Hit, Result};
 
