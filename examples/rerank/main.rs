@@ -17,6 +17,7 @@ mod classify;
 mod embed;
 mod generate;
 mod index;
+mod query;
 mod score;
 mod search;
 
@@ -54,6 +55,8 @@ enum Command {
     Search(search::Args),
     /// Classify a query: kind, intent, route, task type, confidence and signals.
     Classify(classify::Args),
+    /// The query layer of a pipeline config: answer, --classify-only, --dry-run, --cache-stats, --invalidate-act.
+    Query(query::Args),
     /// Score (query, document) pairs from a JSONL file with a local model.
     Score(score::Args),
 }
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Index(args) => index::run(args),
         Command::Search(args) => search::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Query(args) => query::run(args),
         Command::Score(args) => score::run(args),
     };
     match result {

@@ -133,7 +133,7 @@ pub const BACK_REFERENCE_PATTERNS: &[&str] = &[
 pub const SIMPLE_PATTERNS: &[&str] = &[
     r"(?i)^\s*define\s+\S",
     r"(?i)\bdefinition of\s+\S",
-    r"(?i)\bwhat (does|do) (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\S+\s+(say|state|provide|mean)\b",
+    r"(?i)\bwhat (does|do) (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\S+(\s+of\s+(the\s+)?[\w'.,]+(\s+[\w'.,]+){0,5}?)?\s+(say|state|provide|mean)\b",
     r"(?i)\b(text|wording) of (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
     r"(?i)\bshow me (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
     r"(?i)^\s*what is (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",

@@ -92,6 +92,7 @@ impl Pipeline {
         answer.intent = intent;
         answer.classification = classification;
         answer.flags.rerank_fallback = response.rerank_fallback;
+        answer.flags.cache_hit = response.cache_hit;
         answer.flags.not_enough_information = true;
         answer.timings.classify_ms = classify_ms;
         answer.timings.search = Some(response.timings);

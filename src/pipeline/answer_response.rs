@@ -206,6 +206,9 @@ pub struct AnswerFlags {
     pub not_enough_information: bool,
     /// The reranker failed and stage-1 order was used.
     pub rerank_fallback: bool,
+    /// The search came from the semantic cache.
+    #[serde(default)]
+    pub cache_hit: bool,
     /// At least one source was cut to fit the context budget.
     pub context_truncated: bool,
     /// The answer cites something that is not among the sources.

@@ -191,12 +191,12 @@ mod tests {
         let a = assign(Some(&policy), None, Some("instruct"), c, &hits);
         assert_eq!(all(&a), [InstructionSource::TwoPhase; 3]);
         let a = assign(Some(&policy), None, None, c, &hits);
-        use InstructionSource::*;
-        assert_eq!(all(&a), [Entity, TaskType, TaskType]);
+        use InstructionSource as S;
+        assert_eq!(all(&a), [S::Entity, S::TaskType, S::TaskType]);
         assert_eq!(a[0].text.as_deref(), policy.for_entity("manual"));
         assert_eq!(
             a[1].text.as_deref(),
-            policy.for_task(crate::classify::TaskType::Troubleshooting)
+            policy.for_task(TaskType::Troubleshooting)
         );
         let a = assign(
             Some(&policy.clone().with_task_types(false)),
@@ -205,7 +205,7 @@ mod tests {
             c,
             &hits,
         );
-        assert_eq!(all(&a), [Entity, Default, Default]);
+        assert_eq!(all(&a), [S::Entity, S::Default, S::Default]);
         // Without a policy: no instruction (the reranker's own default), nothing reported.
         let a = assign(None, None, None, c, &hits);
         assert!(a.iter().all(|x| x.text.is_none()));
@@ -214,7 +214,7 @@ mod tests {
         let a = assign(Some(&policy), None, None, c, &hits);
         let r = report(&groups(&a));
         assert_eq!(r.len(), 2);
-        assert_eq!((r[0].source, r[0].candidates), (Entity, 1));
-        assert_eq!((r[1].source, r[1].candidates), (TaskType, 2));
+        assert_eq!((r[0].source, r[0].candidates), (S::Entity, 1));
+        assert_eq!((r[1].source, r[1].candidates), (S::TaskType, 2));
     }
 }

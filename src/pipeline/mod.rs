@@ -14,6 +14,7 @@ mod answer;
 mod answer_response;
 mod builder;
 mod config;
+mod dry_run;
 mod guarded;
 mod instruct;
 mod modes;
@@ -37,6 +38,7 @@ pub use config::{
     GeneratorConfig, GroundingConfig, PiiConfig, PipelineConfig, RecallConfig, RerankerConfig,
     RerankerKind, RetrieverConfig, StoreConfig,
 };
+pub use dry_run::SearchPlan;
 pub use instruct::{InstructionSource, UsedInstruction};
 pub use modes::HYBRID_MODE;
 pub use options::{DedupKey, Filter, SearchOptions, LANGUAGE_FIELD, PATH_FIELD, SOURCE_TYPE_FIELD};

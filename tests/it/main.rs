@@ -27,5 +27,6 @@ mod qwen3_parity;
 mod redis_cache;
 mod reliability;
 mod store;
+mod systems;
 mod trec_eval_parity;
 mod two_phase;
