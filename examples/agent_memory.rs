@@ -41,7 +41,9 @@ struct ModelDown;
 
 impl Reranker for ModelDown {
     fn score(&self, _q: &RerankQuery, _docs: &[&str]) -> rerank::Result<Vec<f32>> {
-        Err(Error::rerank("connection refused: the reranker service is down"))
+        Err(Error::rerank(
+            "connection refused: the reranker service is down",
+        ))
     }
     fn name(&self) -> &str {
         "cross-encoder-service"
@@ -87,7 +89,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let q = "how does the cache invalidate stale entries";
     show("hybrid (RRF)", &pipeline.search(q)?);
-    show("bm25 only", &pipeline.search_with(&SearchRequest::new(q).mode("bm25"))?);
+    show(
+        "bm25 only",
+        &pipeline.search_with(&SearchRequest::new(q).mode("bm25"))?,
+    );
     show(
         "hybrid, vector weight 0.8",
         &pipeline.search_with(&SearchRequest::new(q).mode("hybrid").fusion_weight(0.8))?,
@@ -113,7 +118,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The model is down: lexical scores stand in, and the response says so.
     let degraded = config
         .builder(Vec::new())?
-        .reranker(FallbackReranker::builder(ModelDown).fallback(LexicalReranker).build()?)
+        .reranker(
+            FallbackReranker::builder(ModelDown)
+                .fallback(LexicalReranker)
+                .build()?,
+        )
         .build()?;
     let r = degraded.search(q)?;
     show("reranker down", &r);

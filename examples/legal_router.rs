@@ -62,7 +62,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(cache) = pipeline.cache() {
         let s = cache.stats();
-        println!("cache: {} entries, {} hits, {} misses", s.entries, s.hits, s.misses);
+        println!(
+            "cache: {} entries, {} hits, {} misses",
+            s.entries, s.hits, s.misses
+        );
         let removed = cache.invalidate_tag(&LegalExtractor::act_tag("Companies Act"));
         println!(
             "Companies Act amended: {removed} cached answer(s) dropped, {} left",

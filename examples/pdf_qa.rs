@@ -37,7 +37,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "  confidence {:.2} ({:?}){}",
                     a.confidence,
                     a.confidence_band,
-                    if a.flags.chitchat { ", chitchat: no retrieval" } else { "" }
+                    if a.flags.chitchat {
+                        ", chitchat: no retrieval"
+                    } else {
+                        ""
+                    }
                 );
                 for s in a.brief_sources() {
                     println!(
@@ -50,7 +54,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             Err(Error::PiiRefused { kinds }) => {
-                println!("  refused: the question holds personal data ({kinds:?}); nothing was searched");
+                println!(
+                    "  refused: the question holds personal data ({kinds:?}); nothing was searched"
+                );
             }
             Err(e) => return Err(e.into()),
         }

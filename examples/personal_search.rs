@@ -38,7 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "  {:?} query (confidence {:.1}); people: {}; signals: {}",
                 c.kind,
                 c.kind_confidence,
-                if people.is_empty() { "-".to_string() } else { people.join(", ") },
+                if people.is_empty() {
+                    "-".to_string()
+                } else {
+                    people.join(", ")
+                },
                 c.signals.join(", ")
             );
         }
@@ -47,7 +51,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "  {}. {}{}  {}",
                 i + 1,
                 h.document.title.as_deref().unwrap_or(&h.document.id),
-                if h.protected { " [exact match, kept on top]" } else { "" },
+                if h.protected {
+                    " [exact match, kept on top]"
+                } else {
+                    ""
+                },
                 excerpt(&h.document.text, 70)
             );
         }

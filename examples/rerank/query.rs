@@ -10,6 +10,7 @@
 //! ```
 //! `--log-level` (error, warn, info, debug, trace; default warn) logs to stderr.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use rerank::classify::LegalExtractor;
@@ -74,7 +75,9 @@ pub fn run(args: Args) -> CliResult {
                     let removed = cache.invalidate_tag(&tag);
                     json!({"invalidated": removed, "tag": tag, "cache": cache.stats()})
                 }
-                None => json!({"cache": cache.stats(), "store": config.cache.as_ref().map(|c| c.store)}),
+                None => {
+                    json!({"cache": cache.stats(), "store": config.cache.as_ref().map(|c| c.store)})
+                }
             }
         } else {
             let mut request = SearchRequest::new(question()?);
@@ -97,7 +100,8 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     };
-    println!("{}", serde_json::to_string(&out)?);
+    // A closed pipe (`| head`) is an error, not a panic.
+    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&out)?)?;
     Ok(())
 }
 

@@ -80,7 +80,11 @@ impl Pipeline {
         .pop()
         .filter(|a| a.text.is_some())
         .map(|a| a.source);
-        let hyde = self.query.hyde.as_ref().is_some_and(|h| h.applies_to(route))
+        let hyde = self
+            .query
+            .hyde
+            .as_ref()
+            .is_some_and(|h| h.applies_to(route))
             && self.generator.is_some()
             && self.embedder.is_some();
         Ok(SearchPlan {

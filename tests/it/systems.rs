@@ -13,7 +13,9 @@ use rerank::recall::keyword_overlap;
 use rerank::{Embedder, Error};
 
 fn config_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/configs").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/configs")
+        .join(name)
 }
 
 fn load(name: &str) -> PipelineConfig {
@@ -62,42 +64,76 @@ fn every_example_config_loads_round_trips_and_builds() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     for name in listed.iter() {
-        assert!(CONFIGS.contains(&name.as_str()), "{name} is not tested here");
+        assert!(
+            CONFIGS.contains(&name.as_str()),
+            "{name} is not tested here"
+        );
     }
     let db = TempDb::new("round_trip");
     for name in CONFIGS {
         let config = load(name);
         // YAML and JSON round trips give the same config.
         let yaml = config.to_yaml_string().unwrap();
-        assert_eq!(PipelineConfig::from_yaml_str(&yaml).unwrap(), config, "{name} (YAML)");
+        assert_eq!(
+            PipelineConfig::from_yaml_str(&yaml).unwrap(),
+            config,
+            "{name} (YAML)"
+        );
         let json = serde_json::to_string(&config).unwrap();
-        assert_eq!(PipelineConfig::from_json_str(&json).unwrap(), config, "{name} (JSON)");
-        let config = if name == "legal_router.yaml" { legal(&db) } else { config };
-        let pipeline = config.build(Vec::new()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(!pipeline.search("section leave cache note").is_err(), "{name}");
+        assert_eq!(
+            PipelineConfig::from_json_str(&json).unwrap(),
+            config,
+            "{name} (JSON)"
+        );
+        let config = if name == "legal_router.yaml" {
+            legal(&db)
+        } else {
+            config
+        };
+        let pipeline = config
+            .build(Vec::new())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            !pipeline.search("section leave cache note").is_err(),
+            "{name}"
+        );
     }
 }
 
 #[test]
 fn config_errors_name_the_key() {
-    let e = PipelineConfig::from_yaml_str("retriever: {type: bm25}\nreranker: {type: lexical, modle: x}")
-        .unwrap_err();
-    assert!(e.to_string().contains("reranker") && e.to_string().contains("modle"), "{e}");
+    let e = PipelineConfig::from_yaml_str(
+        "retriever: {type: bm25}\nreranker: {type: lexical, modle: x}",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("reranker") && e.to_string().contains("modle"),
+        "{e}"
+    );
     let e = PipelineConfig::from_yaml_str(
         "retriever: {type: hybrid, retrievers: [{type: bm25}, {type: vector, dim: 3}]}",
     )
     .unwrap_err();
     // Inside an internally tagged enum the path stops at the enum.
-    assert!(e.to_string().contains("retriever") && e.to_string().contains("dim"), "{e}");
+    assert!(
+        e.to_string().contains("retriever") && e.to_string().contains("dim"),
+        "{e}"
+    );
     let e = PipelineConfig::from_toml_str("[retriever]\ntype = \"bm25\"\n[cache]\nttl = 3\n")
         .unwrap_err();
-    assert!(e.to_string().contains("cache") && e.to_string().contains("ttl"), "{e}");
+    assert!(
+        e.to_string().contains("cache") && e.to_string().contains("ttl"),
+        "{e}"
+    );
 
     // A missing input file fails at load, with the key.
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("missing_{}.yaml", std::process::id()));
-    std::fs::write(&path, "retriever: {type: bm25}\nclassifier: {aliases: no-such-aliases.json}\n")
-        .unwrap();
+    std::fs::write(
+        &path,
+        "retriever: {type: bm25}\nclassifier: {aliases: no-such-aliases.json}\n",
+    )
+    .unwrap();
     let e = PipelineConfig::from_path(&path).unwrap_err();
     let _ = std::fs::remove_file(&path);
     assert!(matches!(e, Error::Config(_)), "{e:?}");
@@ -145,7 +181,12 @@ fn personal_search_keeps_the_exact_match_on_top() {
     assert_eq!(classifier.known_names(q), ["Taylor Smith"]);
     let request = SearchRequest::new(format!("{q} (Taylor Smith)"));
     let r = pipeline.search_with(&request).unwrap();
-    assert_eq!(r.hits[0].id(), "note-01", "{:?}", r.hits.iter().map(|h| h.id()).collect::<Vec<_>>());
+    assert_eq!(
+        r.hits[0].id(),
+        "note-01",
+        "{:?}",
+        r.hits.iter().map(|h| h.id()).collect::<Vec<_>>()
+    );
 
     let r = pipeline
         .search("what did we learn from the data migration project")
@@ -168,11 +209,21 @@ fn agent_memory_modes_filters_depth_and_fallback() {
     for h in &r.hits {
         assert!(h.rerank_score.is_some() && h.stage1_rank >= 1);
     }
-    let r = pipeline.search_with(&SearchRequest::new(q).mode("bm25")).unwrap();
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).mode("bm25"))
+        .unwrap();
     assert_eq!(r.mode.as_deref(), Some("bm25"));
-    assert!(r.hits.iter().all(|h| h.bm25_score.is_some() && h.vector_score.is_none()));
-    let r = pipeline.search_with(&SearchRequest::new(q).mode("vector")).unwrap();
-    assert!(r.hits.iter().all(|h| h.vector_score.is_some() && h.bm25_score.is_none()));
+    assert!(r
+        .hits
+        .iter()
+        .all(|h| h.bm25_score.is_some() && h.vector_score.is_none()));
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).mode("vector"))
+        .unwrap();
+    assert!(r
+        .hits
+        .iter()
+        .all(|h| h.vector_score.is_some() && h.bm25_score.is_none()));
     let r = pipeline
         .search_with(&SearchRequest::new(q).fusion_weight(0.8))
         .unwrap();
@@ -199,15 +250,23 @@ fn agent_memory_modes_filters_depth_and_fallback() {
         .search_with(&SearchRequest::new(q).rerank_depth(2).top_k(5))
         .unwrap();
     assert_eq!(r.reranked_candidates, 2);
-    assert!(r.hits[..2].iter().all(|h| h.rerank_score.is_some() && h.stage1_rank <= 2));
+    assert!(r.hits[..2]
+        .iter()
+        .all(|h| h.rerank_score.is_some() && h.stage1_rank <= 2));
     let tail: Vec<usize> = r.hits[2..].iter().map(|h| h.stage1_rank).collect();
-    assert!(tail.iter().all(|&rank| rank > 2) && tail.windows(2).all(|w| w[0] < w[1]), "{tail:?}");
+    assert!(
+        tail.iter().all(|&rank| rank > 2) && tail.windows(2).all(|w| w[0] < w[1]),
+        "{tail:?}"
+    );
     assert!(r.hits[2..].iter().all(|h| h.rerank_score.is_none()));
 
     let e = pipeline
         .search_with(&SearchRequest::new(q).mode("graph"))
         .unwrap_err();
-    assert!(matches!(e, Error::InvalidInput(ref m) if m.contains("bm25")), "{e}");
+    assert!(
+        matches!(e, Error::InvalidInput(ref m) if m.contains("bm25")),
+        "{e}"
+    );
     let e = pipeline
         .search_with(&SearchRequest::new(q).mode("bm25").fusion_weight(0.3))
         .unwrap_err();
@@ -232,7 +291,11 @@ fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
 
     let a = ask("How many days of paid annual leave do employees get per year?").unwrap();
     assert!(a.text.contains("25 days"), "{}", a.text);
-    assert!(a.text.contains("[Source: employee-handbook.pdf, Page 1]"), "{}", a.text);
+    assert!(
+        a.text.contains("[Source: employee-handbook.pdf, Page 1]"),
+        "{}",
+        a.text
+    );
     assert!(a.confidence >= 0.8, "{}", a.confidence);
     assert_eq!(a.confidence_band, rerank::answer::ConfidenceBand::High);
     for s in a.brief_sources() {
@@ -255,8 +318,14 @@ fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
     let qv = e.embed_one(q).unwrap();
     for h in &r.hits {
         let text = h.document.full_text();
-        let want = 0.7 * cosine(&qv, &e.embed_one(&text).unwrap()) + 0.3 * keyword_overlap(q, &text);
-        assert!((h.score - want).abs() < 1e-5, "{}: {} vs {want}", h.id(), h.score);
+        let want =
+            0.7 * cosine(&qv, &e.embed_one(&text).unwrap()) + 0.3 * keyword_overlap(q, &text);
+        assert!(
+            (h.score - want).abs() < 1e-5,
+            "{}: {} vs {want}",
+            h.id(),
+            h.score
+        );
         assert!(h.score >= 0.3);
     }
     assert_eq!(r.hits[0].id(), "expense-policy_p2_c1");
@@ -272,7 +341,10 @@ fn two_phase_kb_says_which_instruction_each_candidate_got() {
     let r = pipeline
         .search("[SEARCH] shutdown runtime [TASK] my service hangs on exit and the shutdown fails")
         .unwrap();
-    assert_eq!(r.classification.as_ref().unwrap().task_type, rerank::classify::TaskType::Troubleshooting);
+    assert_eq!(
+        r.classification.as_ref().unwrap().task_type,
+        rerank::classify::TaskType::Troubleshooting
+    );
     let got = sources(&r);
     assert!(got.contains(&InstructionSource::Entity), "{got:?}");
     assert!(got.contains(&InstructionSource::TaskType), "{got:?}");
@@ -293,7 +365,9 @@ fn two_phase_kb_says_which_instruction_each_candidate_got() {
     assert_eq!(total, r.reranked_candidates);
 
     let r = pipeline
-        .search("[SEARCH] event sourcing [TASK] keep every change [INSTRUCT] prefer production reports")
+        .search(
+            "[SEARCH] event sourcing [TASK] keep every change [INSTRUCT] prefer production reports",
+        )
         .unwrap();
     assert_eq!(sources(&r), [InstructionSource::TwoPhase]);
     assert_eq!(r.instructions[0].text, "prefer production reports");
@@ -322,26 +396,40 @@ fn legal_router_routes_caches_by_act_and_persists() {
     let p = plan("Compare the Delhi High Court and the Bombay High Court on bail");
     let c = p.classification.as_ref().unwrap();
     assert_eq!((c.route, c.route_confidence), (Route::Analytical, 1.0));
-    assert_eq!(c.legal.jurisdictions, ["delhi high court", "bombay high court"]);
+    assert_eq!(
+        c.legal.jurisdictions,
+        ["delhi high court", "bombay high court"]
+    );
     assert!(p.hyde);
     let p = plan("duties under the Companies Act 2013 and the Contract Act 1872");
     let c = p.classification.as_ref().unwrap();
     assert_eq!((c.route, c.route_confidence), (Route::Complex, 0.7));
-    assert_eq!(plan("directors' duties").classification.unwrap().route_confidence, 0.5);
+    assert_eq!(
+        plan("directors' duties")
+            .classification
+            .unwrap()
+            .route_confidence,
+        0.5
+    );
 
     let penal = "What does section 420 of the Penal Code say?";
     let companies = "duties of directors under the Companies Act 2013";
     assert!(!pipeline.search(penal).unwrap().cache_hit);
     assert!(!pipeline.search(companies).unwrap().cache_hit);
     // A rephrasing is answered from the cache.
-    assert!(pipeline
-        .search("What are the duties of directors under the Companies Act 2013?")
-        .unwrap()
-        .cache_hit);
+    assert!(
+        pipeline
+            .search("What are the duties of directors under the Companies Act 2013?")
+            .unwrap()
+            .cache_hit
+    );
     let cache = pipeline.cache().unwrap();
     assert_eq!(cache.stats().entries, 2);
     // The Companies Act changed: exactly its answers go.
-    assert_eq!(cache.invalidate_tag(&LegalExtractor::act_tag("Companies Act")), 1);
+    assert_eq!(
+        cache.invalidate_tag(&LegalExtractor::act_tag("Companies Act")),
+        1
+    );
     assert!(!pipeline.search(companies).unwrap().cache_hit);
     assert!(pipeline.search(penal).unwrap().cache_hit);
     drop(pipeline);
@@ -387,15 +475,23 @@ fn a_refused_querys_personal_data_never_reaches_a_log_line() {
             assert!(pipeline.plan(&SearchRequest::new(q)).is_err());
         }
         // A normal query logs its stages, so the subscriber did see the pipeline.
-        pipeline.search("section 43 of the Information Technology Act").unwrap();
+        pipeline
+            .search("section 43 of the Information Technology Act")
+            .unwrap();
     });
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     assert!(text.contains("query refused"), "{text}");
-    assert!(text.contains("search done") && text.contains("cache miss"), "{text}");
+    assert!(
+        text.contains("search done") && text.contains("cache miss"),
+        "{text}"
+    );
     for s in secret {
         assert!(!text.contains(s), "{s} reached the log:\n{text}");
     }
     for fragment in ["6789", "1111", "jane", "example.com"] {
-        assert!(!text.contains(fragment), "{fragment} reached the log:\n{text}");
+        assert!(
+            !text.contains(fragment),
+            "{fragment} reached the log:\n{text}"
+        );
     }
 }
