@@ -20,7 +20,8 @@
 //!
 //! Shared by all: [`text`] (analysis), [`embed`] ([`Embedder`]s), [`Document`] and [`Hit`],
 //! one [`Error`]. With the `sqlite` feature (default), `store` keeps a corpus, its indexes,
-//! embeddings and cache entries in one SQLite file. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
+//! embeddings and cache entries in one SQLite file. [`ingest`] turns files (PDFs with the `pdf`
+//! feature) into chunked documents. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
 //! walks a query through these folders.
 //!
 //! ```
@@ -42,6 +43,7 @@
 //! - `hf-hub` (opt-in): download model directories from the Hugging Face hub.
 //! - `sqlite` (default): the persistent `Store` (bundled SQLite).
 //! - `http` (opt-in): an OpenAI-compatible chat-completions generator.
+//! - `pdf` (opt-in): PDF ingestion ([`ingest`]).
 //!
 //! Without default features the crate has no candle or tokenizers dependency.
 
@@ -66,6 +68,7 @@ pub mod rerankers;
 
 pub mod embed;
 pub mod eval;
+pub mod ingest;
 #[cfg(feature = "models")]
 pub mod models;
 #[cfg(feature = "sqlite")]

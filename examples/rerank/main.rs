@@ -17,6 +17,7 @@ mod classify;
 mod embed;
 mod generate;
 mod index;
+mod ingest;
 mod query;
 mod score;
 mod search;
@@ -49,6 +50,8 @@ enum Command {
     Embed(embed::Args),
     /// Run the Qwen3 chat model on one prompt and print the new token ids.
     Generate(generate::Args),
+    /// Turn a directory of PDF files into a JSONL corpus of chunks (feature `pdf`).
+    Ingest(ingest::Args),
     /// Upsert a JSONL corpus into an SQLite store (documents, BM25, embeddings).
     Index(index::Args),
     /// Run one query over a JSONL corpus or an SQLite store.
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Embed(args) => embed::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Index(args) => index::run(args),
+        Command::Ingest(args) => ingest::run(args),
         Command::Search(args) => search::run(args),
         Command::Classify(args) => classify::run(args),
         Command::Query(args) => query::run(args),

@@ -16,6 +16,8 @@ mod embed_parity;
 mod fallback;
 mod fuzz;
 mod hyde;
+#[cfg(feature = "pdf")]
+mod ingest;
 mod load_reranker;
 mod openai_http;
 mod pii;
