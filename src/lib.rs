@@ -20,7 +20,8 @@
 //!
 //! Shared by all: [`text`] (analysis), [`embed`] ([`Embedder`]s), [`Document`] and [`Hit`],
 //! one [`Error`]. With the `sqlite` feature (default), `store` keeps a corpus, its indexes,
-//! embeddings and cache entries in one SQLite file. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
+//! embeddings and cache entries in one SQLite file. [`ingest`] turns files (PDFs with the `pdf`
+//! feature) into chunked documents. [`eval`] scores runs with IR metrics on BEIR collections. `ARCHITECTURE.md`
 //! walks a query through these folders.
 //!
 //! ```
@@ -44,6 +45,7 @@
 //! - `http` (opt-in): an OpenAI-compatible chat-completions generator.
 //! - `milvus` (opt-in): `recall::MilvusRetriever`, dense recall from a Milvus cluster.
 //! - `redis` (opt-in): `cache::RedisCacheStore`, a semantic cache shared by many processes.
+//! - `pdf` (opt-in): PDF ingestion ([`ingest`]).
 //!
 //! Without default features the crate has no candle or tokenizers dependency.
 
@@ -70,6 +72,7 @@ pub mod rerankers;
 
 pub mod embed;
 pub mod eval;
+pub mod ingest;
 #[cfg(feature = "models")]
 pub mod models;
 #[cfg(feature = "sqlite")]

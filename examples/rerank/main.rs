@@ -19,6 +19,8 @@ mod classify;
 mod embed;
 mod generate;
 mod index;
+mod ingest;
+mod query;
 mod recall;
 mod score;
 mod search;
@@ -53,12 +55,16 @@ enum Command {
     Embed(embed::Args),
     /// Run the Qwen3 chat model on one prompt and print the new token ids.
     Generate(generate::Args),
+    /// Turn a directory of PDF files into a JSONL corpus of chunks (feature `pdf`).
+    Ingest(ingest::Args),
     /// Upsert a JSONL corpus into an SQLite store (documents, BM25, embeddings).
     Index(index::Args),
     /// Run one query over a JSONL corpus or an SQLite store.
     Search(search::Args),
     /// Classify a query: kind, intent, route, task type, confidence and signals.
     Classify(classify::Args),
+    /// The query layer of a pipeline config: answer, --classify-only, --dry-run, --cache-stats, --invalidate-act.
+    Query(query::Args),
     /// Score (query, document) pairs from a JSONL file with a local model.
     Score(score::Args),
 }
@@ -72,8 +78,10 @@ fn main() -> ExitCode {
         Command::Embed(args) => embed::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Index(args) => index::run(args),
+        Command::Ingest(args) => ingest::run(args),
         Command::Search(args) => search::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Query(args) => query::run(args),
         Command::Score(args) => score::run(args),
     };
     match result {

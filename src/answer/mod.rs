@@ -11,6 +11,7 @@
 //! [`Pipeline::answer`](crate::Pipeline::answer) puts these together.
 
 mod citation;
+mod confidence;
 mod extractive;
 mod grounding;
 #[cfg(feature = "http")]
@@ -23,6 +24,9 @@ mod qwen3_chat;
 use std::sync::Arc;
 
 pub use citation::Citation;
+pub use confidence::{
+    excerpt, round3, ConfidenceBand, ConfidenceBands, SourceBrief, EXCERPT_CHARS,
+};
 pub use extractive::Extractive;
 pub use grounding::{
     EmbeddingSupport, GroundingChecker, GroundingReport, LexicalSupport, RerankerSupport,

@@ -133,7 +133,7 @@ pub const BACK_REFERENCE_PATTERNS: &[&str] = &[
 pub const SIMPLE_PATTERNS: &[&str] = &[
     r"(?i)^\s*define\s+\S",
     r"(?i)\bdefinition of\s+\S",
-    r"(?i)\bwhat (does|do) (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\S+\s+(say|state|provide|mean)\b",
+    r"(?i)\bwhat (does|do) (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\S+(\s+of\s+(the\s+)?[\w'.,]+(\s+[\w'.,]+){0,5}?)?\s+(say|state|provide|mean)\b",
     r"(?i)\b(text|wording) of (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
     r"(?i)\bshow me (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
     r"(?i)^\s*what is (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
@@ -166,11 +166,22 @@ pub const SECTION_PATTERN: &str = r"(?i)(?:\bsections?|\bsecs?\.?|\bss?\.|§§?)
 /// Jurisdictions and courts: two or more different ones make a query `complex`.
 /// Case-insensitive regular expressions; each distinct matched text counts once.
 pub const JURISDICTION_PATTERNS: &[&str] = &[
-    r"(?i)\b(supreme|high|district|federal|appeals?|appellate|circuit|family|county|constitutional|crown|magistrates'?|tax|labou?r) court\b",
+    // A capitalized place before the court names it: "Delhi High Court" and "Bombay High
+    // Court" are two courts.
+    r"(?i)\b(?:(?-i:[A-Z][a-z]+)\s+)?(supreme|high|district|federal|appeals?|appellate|circuit|family|county|constitutional|crown|magistrates'?|tax|labou?r) court\b",
     r"(?i)\bcourt of (appeals?|justice|session|first instance)\b",
     r"(?i)\b(house of lords|privy council|european court of human rights|echr|cjeu)\b",
     r"(?i)\b(united states|u\.s\.|usa|united kingdom|uk|england|wales|scotland|northern ireland|ireland|european union|eu|india|canada|australia|new zealand|singapore|hong kong|south africa|germany|france)\b",
     r"(?i)\b(california|new york|texas|delaware|florida|illinois|ontario|quebec|british columbia|new south wales|victoria)\b",
+];
+
+/// Short names of acts and the names the act pattern gives them (compared case-insensitively,
+/// as whole words).
+pub const ACT_ABBREVIATIONS: &[(&str, &str)] = &[
+    ("IPC", "penal code"),
+    ("CrPC", "criminal procedure code"),
+    ("CPC", "civil procedure code"),
+    ("GDPR", "general data protection regulation"),
 ];
 
 /// Words that point at building or configuring something.

@@ -1,10 +1,12 @@
 //! Query intelligence: the [`QueryClassifier`] trait and the [`Classification`] it returns.
 
+mod legal;
 pub mod lexicon;
 mod rules;
 
 use std::sync::Arc;
 
+pub use legal::{LegalExtractor, LegalRefs};
 pub use rules::{read_aliases, RuleClassifier, RuleClassifierBuilder, RuleConfig};
 use serde::{Deserialize, Serialize};
 
@@ -75,10 +77,22 @@ pub struct Classification {
     pub route: Route,
     /// Implementation, troubleshooting, design or general.
     pub task_type: TaskType,
-    /// 1.0 when a pattern matched, 0.7 for a heuristic, 0.5 for a default.
+    /// 1.0 when a pattern matched, 0.7 for a heuristic, 0.5 for a default (that of the intent
+    /// when a chitchat or clarification rule decided, else [`Classification::kind_confidence`]).
     pub confidence: f32,
+    /// The confidence of `kind` alone: 1.0 pattern, 0.7 heuristic, 0.5 default.
+    #[serde(default)]
+    pub kind_confidence: f32,
+    /// The confidence of `route` alone: 1.0 when a route pattern matched (simple,
+    /// analytical), 0.7 when counted references made it complex, 0.5 for the default
+    /// (standard).
+    #[serde(default)]
+    pub route_confidence: f32,
     /// The signals that fired, e.g. `"possessive_identifier"`.
     pub signals: Vec<String>,
+    /// The acts, sections and jurisdictions the query names (empty when none).
+    #[serde(default, skip_serializing_if = "LegalRefs::is_empty")]
+    pub legal: LegalRefs,
 }
 
 /// Classifies a query before retrieval.

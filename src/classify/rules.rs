@@ -6,6 +6,7 @@ use std::path::Path;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::legal::{LegalExtractor, LegalRefs};
 use super::lexicon;
 use super::{Classification, Intent, QueryClassifier, QueryKind, Route, TaskType};
 use crate::text::{contains_phrase, is_form_of, phrase_words, words, Word};
@@ -66,6 +67,9 @@ pub struct RuleConfig {
     pub section_pattern: String,
     /// Regular expressions for jurisdictions and courts.
     pub jurisdiction_patterns: Vec<String>,
+    /// Short names of acts -> the name the act pattern gives them (`{"IPC": "penal code"}`),
+    /// matched as whole words, case-insensitively (default: a few common ones).
+    pub act_abbreviations: BTreeMap<String, String>,
     /// Words and phrases for the `implementation` task type.
     pub implementation_words: Vec<String>,
     /// Words and phrases for the `troubleshooting` task type.
@@ -98,6 +102,7 @@ impl Default for RuleConfig {
             act_pattern: lexicon::ACT_PATTERN.to_string(),
             section_pattern: lexicon::SECTION_PATTERN.to_string(),
             jurisdiction_patterns: owned(lexicon::JURISDICTION_PATTERNS),
+            act_abbreviations: super::legal::default_abbreviations(),
             implementation_words: owned(lexicon::IMPLEMENTATION_WORDS),
             troubleshooting_words: owned(lexicon::TROUBLESHOOTING_WORDS),
             design_words: owned(lexicon::DESIGN_WORDS),
@@ -173,9 +178,7 @@ pub struct RuleClassifier {
     stemmer: EnglishAnalyzer,
     simple: Vec<Regex>,
     analytical: Vec<Regex>,
-    act: Option<Regex>,
-    section: Option<Regex>,
-    jurisdictions: Vec<Regex>,
+    legal: LegalExtractor,
     implementation: Vec<Vec<String>>,
     troubleshooting: Vec<Vec<String>>,
     design: Vec<Vec<String>>,
@@ -223,6 +226,16 @@ impl RuleClassifier {
         self.run(query, history.iter().any(|t| !t.trim().is_empty()))
     }
 
+    /// The acts, sections and jurisdictions `text` refers to (the extractor the route uses).
+    pub fn legal_refs(&self, text: &str) -> LegalRefs {
+        self.legal.extract(text)
+    }
+
+    /// The extractor of acts, sections and jurisdictions built from this config.
+    pub fn legal_extractor(&self) -> &LegalExtractor {
+        &self.legal
+    }
+
     /// The canonical names of the known people `query` mentions (aliases resolved), in the
     /// order of the alias map, without duplicates.
     pub fn known_names(&self, query: &str) -> Vec<String> {
@@ -243,7 +256,7 @@ impl RuleClassifier {
 
         let (intent, intent_confidence) = self.intent(query, &plain, has_history, &mut signals);
         let (kind, kind_confidence) = self.kind(&ws, &plain, &mut signals);
-        let route = self.route(query, &mut signals);
+        let (route, route_confidence, legal) = self.route(query, &mut signals);
         let task_type = self.task_type(&plain, &mut signals);
 
         Classification {
@@ -252,7 +265,10 @@ impl RuleClassifier {
             route,
             task_type,
             confidence: intent_confidence.unwrap_or(kind_confidence),
+            kind_confidence,
+            route_confidence,
             signals,
+            legal,
         }
     }
 
@@ -417,7 +433,7 @@ impl RuleClassifier {
         }
     }
 
-    fn route(&self, query: &str, signals: &mut Vec<String>) -> Route {
+    fn route(&self, query: &str, signals: &mut Vec<String>) -> (Route, f32, LegalRefs) {
         let mut analytical = false;
         for r in &self.analytical {
             if let Some(m) = r.find(query) {
@@ -427,36 +443,16 @@ impl RuleClassifier {
         }
 
         let mut complex = false;
-        let acts: HashSet<String> = self
-            .act
-            .iter()
-            .flat_map(|r| r.captures_iter(query))
-            .filter_map(|c| {
-                let name = c.get(1).or_else(|| c.get(0))?.as_str().to_lowercase();
-                let year = c.get(2).map(|y| y.as_str()).unwrap_or("");
-                (!self.stopwords.contains(&name)).then(|| format!("{name} {year}"))
-            })
-            .collect();
-        if acts.len() > 1 {
+        let refs = self.legal.extract(query);
+        if refs.acts.len() > 1 {
             signals.push("multiple_acts".into());
             complex = true;
         }
-        let sections: HashSet<String> = self
-            .section
-            .iter()
-            .flat_map(|r| r.find_iter(query))
-            .flat_map(|m| section_numbers(m.as_str()))
-            .collect();
-        if sections.len() > 2 {
+        if refs.sections.len() > 2 {
             signals.push("multiple_sections".into());
             complex = true;
         }
-        let places: HashSet<String> = self
-            .jurisdictions
-            .iter()
-            .flat_map(|r| r.find_iter(query).map(|m| m.as_str().to_lowercase()))
-            .collect();
-        if places.len() > 1 {
+        if refs.jurisdictions.len() > 1 {
             signals.push("multiple_jurisdictions".into());
             complex = true;
         }
@@ -469,14 +465,16 @@ impl RuleClassifier {
             }
         }
 
+        // A route pattern decides with confidence 1.0; counted references are a heuristic
+        // (0.7); the default route has 0.5.
         if analytical {
-            Route::Analytical
+            (Route::Analytical, PATTERN, refs)
         } else if complex {
-            Route::Complex
+            (Route::Complex, HEURISTIC, refs)
         } else if simple {
-            Route::Simple
+            (Route::Simple, PATTERN, refs)
         } else {
-            Route::Standard
+            (Route::Standard, DEFAULT, refs)
         }
     }
 
@@ -509,20 +507,6 @@ impl RuleClassifier {
         }
         best.1
     }
-}
-
-/// The section numbers inside one section-reference match (`"sections 3, 4 and 5"` -> 3, 4, 5).
-fn section_numbers(text: &str) -> Vec<String> {
-    static NUMBER: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
-    let Some(re) = NUMBER
-        .get_or_init(|| Regex::new(r"(?i)\d+[a-z]?(?:\(\w+\))*").ok())
-        .as_ref()
-    else {
-        return Vec::new();
-    };
-    re.find_iter(text)
-        .map(|m| m.as_str().to_lowercase())
-        .collect()
 }
 
 impl QueryClassifier for RuleClassifier {
@@ -698,13 +682,14 @@ fn compile(config: RuleConfig, mut domain_terms: HashSet<String>) -> (RuleClassi
     let back_references = regexes("back_reference_patterns", &config.back_reference_patterns);
     let simple = regexes("simple_patterns", &config.simple_patterns);
     let analytical = regexes("analytical_patterns", &config.analytical_patterns);
-    let jurisdictions = regexes("jurisdiction_patterns", &config.jurisdiction_patterns);
-    let act = regexes("act_pattern", std::slice::from_ref(&config.act_pattern)).pop();
-    let section = regexes(
+    regexes("jurisdiction_patterns", &config.jurisdiction_patterns);
+    regexes("act_pattern", std::slice::from_ref(&config.act_pattern));
+    regexes(
         "section_pattern",
         std::slice::from_ref(&config.section_pattern),
-    )
-    .pop();
+    );
+    // The patterns' errors are reported above; a failed extractor finds nothing.
+    let legal = LegalExtractor::from_config(&config).unwrap_or_default();
 
     let mut known_names: Vec<(Vec<String>, String)> = Vec::new();
     for (alias, canonical) in &config.aliases {
@@ -753,9 +738,7 @@ fn compile(config: RuleConfig, mut domain_terms: HashSet<String>) -> (RuleClassi
         stemmer,
         simple,
         analytical,
-        act,
-        section,
-        jurisdictions,
+        legal,
         implementation: phrases(&config.implementation_words),
         troubleshooting: phrases(&config.troubleshooting_words),
         design: phrases(&config.design_words),
@@ -796,13 +779,5 @@ mod tests {
             .long_query_words(3)
             .build()
             .is_err());
-    }
-
-    #[test]
-    fn section_numbers_in_lists() {
-        assert_eq!(
-            section_numbers("sections 3, 4 and 5(2)"),
-            ["3", "4", "5(2)"]
-        );
     }
 }

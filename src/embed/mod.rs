@@ -1,13 +1,22 @@
 //! Text embeddings: the [`Embedder`] trait, and [`BertEmbedder`] with the `models` feature.
+//!
+//! - [`BertEmbedder`] (`bert`, feature `models`): mean-pooled, L2-normalized BERT vectors;
+//! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
+//! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder.
 
 #[cfg(feature = "models")]
 mod bert;
+mod hashing;
+mod matryoshka;
 
 use std::sync::Arc;
 
 use ndarray::Array2;
 
 use crate::Result;
+
+pub use hashing::HashingEmbedder;
+pub use matryoshka::{truncate_normalized, Matryoshka};
 
 #[cfg(feature = "models")]
 pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
@@ -74,5 +83,13 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
         0.0
     } else {
         dot / (na.sqrt() * nb.sqrt())
+    }
+}
+
+/// Scales `v` to unit L2 norm in place (a zero vector stays zero).
+pub(crate) fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
     }
 }

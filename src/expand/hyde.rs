@@ -87,6 +87,13 @@ pub fn hypothetical_document(
             "hyde: the generator returned an empty hypothetical document",
         ));
     }
+    // A generator that answers only from sources (the extractive one) has nothing to say
+    // here: its "not enough information" sentence is no hypothetical document.
+    if crate::answer::is_not_enough_information(text) {
+        return Err(Error::generation(
+            "hyde: the generator declined to write a hypothetical document",
+        ));
+    }
     Ok(text.to_string())
 }
 

@@ -124,8 +124,8 @@ impl TwoPhaseQuery {
 ///
 /// `mode` `None` (two-phase queries off): the query drives both stages. Otherwise a two-phase
 /// query is parsed; when it is malformed, strict mode returns the parse error and lenient mode
-/// uses the whole query for both stages. `instruction` (e.g. a per-call instruction) applies
-/// when the query has no `[INSTRUCT]` part.
+/// uses the whole query for both stages. `instruction` (a per-call instruction) comes before
+/// the query's own `[INSTRUCT]` part, which applies when there is none.
 pub fn plan(
     query: &str,
     mode: Option<TwoPhaseMode>,
@@ -145,7 +145,14 @@ pub fn plan(
     match TwoPhaseQuery::parse(query) {
         Ok(parsed) => Ok(QueryPlan {
             recall: parsed.search.clone(),
-            rerank: parsed.rerank_query(instruction),
+            // The request's instruction comes first, then the query's own [INSTRUCT].
+            rerank: match instruction {
+                Some(i) => RerankQuery {
+                    text: parsed.rerank_text(),
+                    instruction: Some(i.to_string()),
+                },
+                None => parsed.rerank_query(None),
+            },
             two_phase: Some(parsed),
         }),
         Err(e) => match mode {

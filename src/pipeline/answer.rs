@@ -74,6 +74,10 @@ impl Pipeline {
             answer.classification = classification;
             answer.timings.classify_ms = classify_ms;
             answer.timings.total_ms = ms(start);
+            // A reply to small talk claims nothing about the documents.
+            answer.confidence = 1.0;
+            answer.confidence_band = options.confidence_bands().band(1.0);
+            tracing::info!(stage = "answer", "chitchat answered without retrieval");
             return Ok(answer);
         }
 
@@ -127,6 +131,14 @@ impl Pipeline {
         answer.citations = distinct_citations(&text);
         answer.text = text;
         answer.confidence = if nei { 0.0 } else { report.confidence };
+        answer.confidence_band = options.confidence_bands().band(answer.confidence);
+        tracing::info!(
+            stage = "answer",
+            confidence = answer.confidence,
+            not_enough_information = nei,
+            generate_ms = answer.timings.generate_ms,
+            "answer done"
+        );
         answer.unsupported = report.unsupported.clone();
         answer.invalid_citations = report.invalid_citations.clone();
         answer.flags.not_enough_information = nei;

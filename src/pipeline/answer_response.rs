@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Timings;
 use crate::answer::{
-    distinct_citations, Citation, ContextSource, GroundingChecker, GroundingReport, PromptBuilder,
+    distinct_citations, Citation, ConfidenceBand, ConfidenceBands, ContextSource, GroundingChecker,
+    GroundingReport, PromptBuilder, SourceBrief,
 };
 use crate::classify::{Classification, Intent};
 use crate::{Error, Result};
@@ -67,6 +68,7 @@ pub struct AnswerOptions {
     top_p: f32,
     seed: u64,
     chitchat: ChitchatMode,
+    bands: ConfidenceBands,
 }
 
 impl Default for AnswerOptions {
@@ -80,6 +82,7 @@ impl Default for AnswerOptions {
             top_p: 1.0,
             seed: 42,
             chitchat: ChitchatMode::default(),
+            bands: ConfidenceBands::default(),
         }
     }
 }
@@ -128,6 +131,17 @@ impl AnswerOptions {
     pub fn chitchat(mut self, mode: ChitchatMode) -> Self {
         self.chitchat = mode;
         self
+    }
+
+    /// Sets where the confidence bands start (default: high from 0.8, medium from 0.5).
+    pub fn bands(mut self, bands: ConfidenceBands) -> Self {
+        self.bands = bands;
+        self
+    }
+
+    /// The confidence bands.
+    pub fn confidence_bands(&self) -> ConfidenceBands {
+        self.bands
     }
 
     /// The prompt builder.
@@ -234,9 +248,11 @@ pub struct Answer {
     pub citations: Vec<Citation>,
     /// The sources the generator was given (id, source, page, excerpt, score), best first.
     pub sources: Vec<ContextSource>,
-    /// Share of the answer's claim sentences a source supports (0 for not-enough-information
-    /// and chitchat answers).
+    /// Share of the answer's claim sentences a source supports; 0 for a not-enough-information
+    /// answer, 1 for a chitchat reply (nothing is claimed about the documents).
     pub confidence: f32,
+    /// The band of `confidence` ([`AnswerOptions::bands`]).
+    pub confidence_band: ConfidenceBand,
     /// The query's intent, when a classifier is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intent: Option<Intent>,
@@ -263,6 +279,11 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The sources as a user sees them: source, page, a short excerpt, a rounded score.
+    pub fn brief_sources(&self) -> Vec<SourceBrief> {
+        self.sources.iter().map(SourceBrief::from_source).collect()
+    }
+
     /// An answer with `text` and nothing else filled in.
     pub fn bare(query: impl Into<String>, text: impl Into<String>) -> Self {
         let text = text.into();
@@ -272,6 +293,7 @@ impl Answer {
             text,
             sources: Vec::new(),
             confidence: 0.0,
+            confidence_band: ConfidenceBand::Low,
             intent: None,
             classification: None,
             unsupported: Vec::new(),

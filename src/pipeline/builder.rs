@@ -3,12 +3,16 @@
 use std::sync::Arc;
 
 use super::guarded::Guarded;
+use super::modes::RecallModes;
 use super::query_stages::QueryStages;
 use super::{DedupKey, Filter, Pipeline, SearchOptions, SearchResponse};
 use crate::cache::SemanticCache;
+use crate::classify::LegalExtractor;
 use crate::expand::{ExpansionConfig, HydeConfig};
 use crate::guard::PiiGuard;
 use crate::parse::TwoPhaseMode;
+use crate::recall::Fusion;
+use crate::rerankers::qwen3::Instructions;
 use crate::rerankers::ProtectPolicy;
 use crate::{Embedder, Error, Generator, QueryClassifier, Reranker, Result, Retriever};
 
@@ -23,6 +27,8 @@ pub struct PipelineBuilder {
     options: SearchOptions,
     query: QueryStages,
     two_phase: Option<TwoPhaseMode>,
+    modes: RecallModes,
+    instructions: Option<Instructions>,
 }
 
 impl PipelineBuilder {
@@ -30,6 +36,55 @@ impl PipelineBuilder {
     /// is a retriever too.
     pub fn retriever(mut self, retriever: impl Retriever + 'static) -> Self {
         self.retriever = Some(Box::new(retriever));
+        self
+    }
+
+    /// Adds a named retriever a request can pick with [`SearchRequest::mode`](super::SearchRequest::mode):
+    /// `"bm25"`, `"vector"`, `"keyword"`, or any name (`"graph"`). With a `"vector"` and a
+    /// `"bm25"` (or `"keyword"`) retriever, the `"hybrid"` mode fuses them per request
+    /// ([`PipelineBuilder::mode_fusion`]). Names must be distinct.
+    pub fn recall_mode(
+        mut self,
+        name: impl Into<String>,
+        retriever: impl Retriever + 'static,
+    ) -> Self {
+        let guarded: Arc<dyn Retriever> = Arc::new(Guarded::<dyn Retriever>(Box::new(retriever)));
+        self.modes.named.push((name.into(), guarded));
+        self
+    }
+
+    /// How the `"hybrid"` mode fuses the vector and lexical retrievers (default RRF, k 60),
+    /// the vector side's default weight in `[0, 1]` (default 0.5), and the hits fetched from
+    /// each side (default: as many as asked).
+    pub fn mode_fusion(mut self, fusion: Fusion, vector_weight: f32, depth: Option<usize>) -> Self {
+        self.modes.fusion = fusion;
+        self.modes.vector_weight = vector_weight;
+        self.modes.depth = depth;
+        self
+    }
+
+    /// The recall mode of requests that name none (default: the retriever set with
+    /// [`PipelineBuilder::retriever`]).
+    pub fn default_mode(mut self, mode: impl Into<String>) -> Self {
+        self.modes.default_mode = Some(mode.into());
+        self
+    }
+
+    /// Sets the instruction policy: the texts, whether the classifier's task type picks one,
+    /// and the metadata field with each document's entity type (see [`Instructions`] and
+    /// `pipeline::instruct`). Without it only request and `[INSTRUCT]` instructions are passed
+    /// to the reranker.
+    pub fn instructions(mut self, instructions: Instructions) -> Self {
+        self.instructions = Some(instructions);
+        self
+    }
+
+    /// Tags each cached response with the acts its hits cite (`act:NAME`, found by
+    /// `extractor` in the hits' text and in an `act` metadata field), so that
+    /// `cache.invalidate_tag(&LegalExtractor::act_tag("Companies Act"))` drops exactly the
+    /// answers that depend on that act.
+    pub fn cache_act_tags(mut self, extractor: LegalExtractor) -> Self {
+        self.query.act_tags = Some(extractor);
         self
     }
 
@@ -146,6 +201,7 @@ impl PipelineBuilder {
             Error::Config("a pipeline needs a retriever: call .retriever(...)".into())
         })?;
         self.options.validate()?;
+        self.modes.validate()?;
         self.query
             .validate(self.generator.is_some(), self.embedder.is_some())?;
         // The host's components run behind the panic boundary (`guarded`).
@@ -168,6 +224,8 @@ impl PipelineBuilder {
             options: self.options,
             query: self.query,
             two_phase: self.two_phase,
+            modes: self.modes,
+            instructions: self.instructions,
         })
     }
 }

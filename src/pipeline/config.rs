@@ -4,11 +4,29 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{PipelineBuilder, SearchOptions};
-use crate::recall::{Bm25Params, Fusion};
-use crate::{Bm25Index, Document, Error, Hybrid, Pipeline, Result, Retriever};
+use std::sync::Arc;
 
-/// A whole pipeline as data.
+pub use super::sections::{
+    read_lexicon, CacheSection, CacheStoreKind, ClassifierConfig, EmbedderConfig, FallbackConfig,
+    GeneratorConfig, GroundingConfig, PiiConfig, RecallConfig, RerankerConfig, RerankerKind,
+};
+use super::{AnswerOptions, PipelineBuilder, SearchOptions, HYBRID_MODE};
+use crate::expand::{ExpansionConfig, HydeConfig};
+use crate::parse::TwoPhaseMode;
+use crate::recall::{Bm25Params, Fusion, KeywordOverlap, MatryoshkaIndex};
+use crate::rerankers::ProtectPolicy;
+use crate::{Bm25Index, Document, Embedder, Error, Hybrid, Pipeline, Result, Retriever};
+
+/// A whole pipeline as data: every stage a section, every default documented.
+///
+/// Sections (all but `retriever` optional): `retriever` (stage 1, a tree of retrievers),
+/// `recall` (which one a request uses), `embedder` (shared by `vector` retrievers, the cache
+/// and HyDE), `reranker` (stage 2: type, model, depth, instruction policy, fallback),
+/// `classifier`, `protection`, `pii`, `two_phase`, `hyde`, `expansion`, `cache`, `generator`,
+/// `grounding`, `search` (depth, threshold, dedup, filters), `corpus`, `store`.
+/// [`PipelineConfig::from_path`] reads JSON, YAML or TOML, rejects unknown keys and files that
+/// do not exist, and names the key (`reranker.modle`, `classifier.aliases`) in its error.
+/// `examples/configs/` holds one configuration per system the crate was made for.
 ///
 /// ```
 /// use rerank::pipeline::PipelineConfig;
@@ -27,9 +45,43 @@ use crate::{Bm25Index, Document, Error, Hybrid, Pipeline, Result, Retriever};
 pub struct PipelineConfig {
     /// Stage 1.
     pub retriever: RetrieverConfig,
-    /// Stage 2 (optional).
+    /// Which retriever a request uses (default: the whole `retriever`; see [`RecallConfig`]).
+    #[serde(default)]
+    pub recall: RecallConfig,
+    /// The embedder shared by `vector` retrievers, the semantic cache and HyDE (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedder: Option<EmbedderConfig>,
+    /// Stage 2 (default: none, stage-1 order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reranker: Option<RerankerConfig>,
+    /// The rule classifier (default: none; nothing is known to be factual, no routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<ClassifierConfig>,
+    /// Protected reranking of factual queries (default: up to 3 of the top 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protection: Option<ProtectPolicy>,
+    /// The PII guard (default: on, every kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pii: Option<PiiConfig>,
+    /// Two-phase `[SEARCH] ... [TASK] ... [INSTRUCT] ...` queries: `strict` or `lenient`
+    /// (default: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_phase: Option<TwoPhaseMode>,
+    /// HyDE for the routes it names (default: off; needs `generator` and `embedder`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyde: Option<HydeConfig>,
+    /// Multi-query expansion (default: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expansion: Option<ExpansionConfig>,
+    /// The semantic cache (default: off; needs `embedder`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSection>,
+    /// The generator (default: none; answers use the extractive generator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorConfig>,
+    /// How answers are grounded and banded (default: see [`GroundingConfig`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding: Option<GroundingConfig>,
     /// Depth, threshold, dedup, filters.
     #[serde(default)]
     pub search: SearchOptions,
@@ -82,9 +134,24 @@ pub enum RetrieverConfig {
         /// The embedding model directory (BERT bi-encoder).
         model: PathBuf,
     },
+    /// [`KeywordOverlap`]: the share of the query's content words a document has, a raw
+    /// score in `[0, 1]` (pair it with a vector retriever in a linear fusion).
+    Keyword {},
+    /// A [`DenseIndex`](crate::DenseIndex) over the `embedder` section's embedder; with
+    /// `dims`, a [`MatryoshkaIndex`]: coarse search over the first `dims` dimensions, then the
+    /// best `rescore` candidates rescored with the full vectors.
+    Vector {
+        /// Coarse dimensions (default: none, exact search over the full vectors).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dims: Option<usize>,
+        /// Candidates rescored with the full vectors (default 100).
+        #[serde(default = "default_rescore")]
+        rescore: usize,
+    },
     /// A [`Hybrid`] fusion of several retrievers.
     Hybrid {
-        /// RRF (default, k 60) or weighted.
+        /// RRF (default, k 60), weighted, or linear (`{method: linear, alpha: 0.7}`: raw
+        /// cosine of the first retriever and keyword overlap of the second).
         #[serde(default)]
         fusion: Fusion,
         /// The retrievers.
@@ -98,6 +165,10 @@ pub enum RetrieverConfig {
     },
 }
 
+fn default_rescore() -> usize {
+    100
+}
+
 fn default_k1() -> f32 {
     Bm25Params::default().k1
 }
@@ -106,44 +177,40 @@ fn default_b() -> f32 {
     Bm25Params::default().b
 }
 
-/// A stage-2 reranker as data (model-backed rerankers need the `models` feature).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum RerankerConfig {
-    /// A candle cross-encoder from a local directory.
-    CrossEncoder {
-        /// The model directory.
-        model: PathBuf,
-    },
-    /// A Qwen3-Reranker from a local directory.
-    Qwen3 {
-        /// The model directory.
-        model: PathBuf,
-    },
-    /// Cosine between BERT embeddings from a local directory.
-    Embedding {
-        /// The model directory.
-        model: PathBuf,
-    },
-}
-
 impl PipelineConfig {
-    /// Parses JSON.
+    /// Parses JSON; an error names the key's path.
     pub fn from_json_str(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|e| Error::parse("pipeline config (JSON)", e))
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| Error::parse("pipeline config (JSON)", with_path(e)))
     }
 
-    /// Parses YAML.
+    /// Parses YAML; an error names the key's path.
     pub fn from_yaml_str(text: &str) -> Result<Self> {
-        serde_yaml_ng::from_str(text).map_err(|e| Error::parse("pipeline config (YAML)", e))
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de)
+            .map_err(|e| Error::parse("pipeline config (YAML)", with_path(e)))
     }
 
-    /// Parses TOML.
+    /// Parses TOML; an error names the key's path.
     pub fn from_toml_str(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| Error::parse("pipeline config (TOML)", e))
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| Error::parse("pipeline config (TOML)", e))?;
+        serde_path_to_error::deserialize(de)
+            .map_err(|e| Error::parse("pipeline config (TOML)", with_path(e)))
+    }
+
+    /// Serializes to YAML (reads back with [`PipelineConfig::from_yaml_str`]).
+    pub fn to_yaml_string(&self) -> Result<String> {
+        serde_yaml_ng::to_string(self).map_err(|e| Error::parse("pipeline config (to YAML)", e))
     }
 
     /// Reads a file, choosing the format by extension (`.json`, `.yaml`/`.yml`, `.toml`).
+    ///
+    /// Relative paths of input files (`corpus`, model directories, `classifier.aliases`,
+    /// `classifier.lexicons`) are taken relative to the config file's directory; the files
+    /// the pipeline writes (`store.path`, `cache.path`) relative to the working directory.
+    /// Every input file must exist: the error names the key (`classifier.aliases: ...`).
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
@@ -159,27 +226,166 @@ impl PipelineConfig {
                 )))
             }
         };
-        parsed.map_err(|e| match e {
+        let mut config = parsed.map_err(|e| match e {
             Error::Parse { source, .. } => Error::parse(path.display().to_string(), source),
             e => e,
+        })?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        config.for_each_input(&mut |_, p| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+            Ok(())
+        })?;
+        config.check_files().map_err(|e| match e {
+            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
+            e => e,
+        })?;
+        Ok(config)
+    }
+
+    /// Checks that every input file the config names exists; the error names the key.
+    pub fn check_files(&self) -> Result<()> {
+        let mut copy = self.clone();
+        copy.for_each_input(&mut |key, p| {
+            if p.exists() {
+                Ok(())
+            } else {
+                Err(Error::Config(format!(
+                    "{key}: {} does not exist",
+                    p.display()
+                )))
+            }
         })
     }
 
-    /// A builder holding the configured stages, with `docs` (plus the `corpus` file, if set)
-    /// indexed; add what the config does not describe (classifier, generator) and `build()`.
+    /// Calls `f(key path, input path)` for every input file of the config.
+    fn for_each_input(
+        &mut self,
+        f: &mut dyn FnMut(&str, &mut PathBuf) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(p) = &mut self.corpus {
+            f("corpus", p)?;
+        }
+        retriever_inputs(&mut self.retriever, "retriever", f)?;
+        if let Some(EmbedderConfig::Bert { model, .. }) = &mut self.embedder {
+            f("embedder.model", model)?;
+        }
+        if let Some(RerankerConfig {
+            model: Some(model), ..
+        }) = &mut self.reranker
+        {
+            f("reranker.model", model)?;
+        }
+        if let Some(c) = &mut self.classifier {
+            if let Some(p) = &mut c.aliases {
+                f("classifier.aliases", p)?;
+            }
+            for (i, p) in c.lexicons.iter_mut().enumerate() {
+                f(&format!("classifier.lexicons[{i}]"), p)?;
+            }
+        }
+        if let Some(GeneratorConfig::Qwen3Chat { model }) = &mut self.generator {
+            f("generator.model", model)?;
+        }
+        Ok(())
+    }
+
+    /// The answer options of the `grounding` section (defaults without one).
+    pub fn answer_options(&self) -> Result<AnswerOptions> {
+        self.grounding.clone().unwrap_or_default().answer_options()
+    }
+
+    /// A builder holding every configured stage, with `docs` (plus the `corpus` file, if set)
+    /// indexed; add what the config does not describe (a host retriever as a recall mode, a
+    /// custom classifier) and `build()`.
     pub fn builder(&self, mut docs: Vec<Document>) -> Result<PipelineBuilder> {
         if let Some(path) = &self.corpus {
             docs.extend(Document::read_jsonl(path)?);
         }
+        let embedder = self
+            .embedder
+            .as_ref()
+            .map(EmbedderConfig::build)
+            .transpose()?;
+        let classifier = self
+            .classifier
+            .as_ref()
+            .map(|c| c.build(&docs))
+            .transpose()?;
+        let mut modes = Vec::new();
         let retriever = match &self.store {
-            Some(store) => store_recall::build(&store.path, &self.retriever, docs)?,
-            None => build_retriever(&self.retriever, &docs)?,
+            Some(store) => store_recall::build(
+                &store.path,
+                &self.retriever,
+                docs,
+                embedder.clone(),
+                &mut modes,
+            )?,
+            None => build_retriever(&self.retriever, &docs, embedder.as_ref(), &mut modes)?,
         };
-        let mut builder = Pipeline::builder()
-            .retriever(retriever)
-            .options(self.search.clone());
+        let mut options = self.search.clone();
         if let Some(r) = &self.reranker {
-            builder = builder.reranker(build_reranker(r)?);
+            options.rerank_depth = r.depth;
+        }
+        let mut builder = Pipeline::builder().retriever(retriever).options(options);
+        for (name, r) in modes {
+            builder = builder.recall_mode(name, r);
+        }
+        let fusion = self
+            .recall
+            .fusion
+            .or(match &self.retriever {
+                RetrieverConfig::Hybrid { fusion, .. } => Some(*fusion),
+                _ => None,
+            })
+            .unwrap_or_default();
+        builder = builder.mode_fusion(fusion, self.recall.vector_weight, self.recall.depth);
+        if let Some(mode) = &self.recall.default_mode {
+            builder = builder.default_mode(mode.clone());
+        }
+        if let Some(r) = &self.reranker {
+            builder = builder.reranker(r.build()?);
+            if let Some(i) = &r.instructions {
+                builder = builder.instructions(i.clone());
+            }
+        }
+        if let Some(e) = &embedder {
+            builder = builder.embedder(Arc::clone(e));
+        }
+        if let Some(cache) = &self.cache {
+            if embedder.is_none() {
+                return Err(Error::Config(
+                    "cache: the semantic cache needs an `embedder` section".into(),
+                ));
+            }
+            builder = builder.cache(cache.build()?);
+            if cache.tag_acts {
+                let extractor = classifier
+                    .as_ref()
+                    .map(|c| c.legal_extractor().clone())
+                    .unwrap_or_default();
+                builder = builder.cache_act_tags(extractor);
+            }
+        }
+        if let Some(c) = classifier {
+            builder = builder.classifier(c);
+        }
+        if let Some(p) = &self.protection {
+            builder = builder.protection(p.clone());
+        }
+        builder = builder.pii_guard(self.pii.clone().unwrap_or_default().build());
+        if let Some(mode) = self.two_phase {
+            builder = builder.two_phase(mode);
+        }
+        if let Some(h) = &self.hyde {
+            builder = builder.hyde(h.clone());
+        }
+        if let Some(x) = &self.expansion {
+            builder = builder.expansion(x.clone());
+        }
+        if let Some(g) = &self.generator {
+            builder = builder.generator(g.build()?);
         }
         Ok(builder)
     }
@@ -190,21 +396,103 @@ impl PipelineConfig {
     }
 }
 
-fn build_retriever(config: &RetrieverConfig, docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    build_tree(config, &|leaf| match leaf {
-        RetrieverConfig::Bm25 { k1, b } => {
-            let index = Bm25Index::with_params(Bm25Params { k1: *k1, b: *b })?;
-            index.add(docs.iter().cloned());
-            Ok(Box::new(index))
+/// A path-to-error as one message: `reranker: unknown field ...`.
+fn with_path<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+    let path = e.path().to_string();
+    if path == "." || path.is_empty() {
+        e.inner().to_string()
+    } else {
+        format!("{path}: {}", e.inner())
+    }
+}
+
+/// The input files of a retriever tree.
+fn retriever_inputs(
+    config: &mut RetrieverConfig,
+    key: &str,
+    f: &mut dyn FnMut(&str, &mut PathBuf) -> Result<()>,
+) -> Result<()> {
+    match config {
+        RetrieverConfig::Dense { model } | RetrieverConfig::Milvus { model, .. } => {
+            f(&format!("{key}.model"), model)
         }
-        RetrieverConfig::Dense { model } => build_dense(model, docs),
-        RetrieverConfig::Milvus {
-            url,
-            collection,
-            model,
-        } => build_milvus(url, collection, model, docs),
-        RetrieverConfig::Hybrid { .. } => unreachable_leaf(),
-    })
+        RetrieverConfig::Hybrid { retrievers, .. } => {
+            for (i, r) in retrievers.iter_mut().enumerate() {
+                retriever_inputs(r, &format!("{key}.retrievers[{i}]"), f)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The recall-mode name of a leaf retriever: `bm25`, `keyword`, `hybrid`, else `vector`.
+fn mode_name(config: &RetrieverConfig) -> &'static str {
+    match config {
+        RetrieverConfig::Bm25 { .. } => "bm25",
+        RetrieverConfig::Keyword {} => "keyword",
+        RetrieverConfig::Hybrid { .. } => HYBRID_MODE,
+        _ => "vector",
+    }
+}
+
+/// Named retrievers collected while building (recall modes).
+type Modes = Vec<(String, Arc<dyn Retriever>)>;
+
+fn register(modes: &mut Modes, name: &str, r: &Arc<dyn Retriever>) {
+    let mut candidate = name.to_string();
+    let mut n = 1;
+    while modes.iter().any(|(m, _)| *m == candidate) {
+        n += 1;
+        candidate = format!("{name}_{n}");
+    }
+    modes.push((candidate, Arc::clone(r)));
+}
+
+fn build_retriever(
+    config: &RetrieverConfig,
+    docs: &[Document],
+    embedder: Option<&Arc<dyn Embedder>>,
+    modes: &mut Modes,
+) -> Result<Box<dyn Retriever>> {
+    build_tree(
+        config,
+        &|leaf| match leaf {
+            RetrieverConfig::Bm25 { k1, b } => {
+                let index = Bm25Index::with_params(Bm25Params { k1: *k1, b: *b })?;
+                index.add(docs.iter().cloned());
+                Ok(Box::new(index))
+            }
+            RetrieverConfig::Keyword {} => {
+                let index = KeywordOverlap::new();
+                index.add(docs.iter().cloned());
+                Ok(Box::new(index))
+            }
+            RetrieverConfig::Vector { dims, rescore } => {
+                let embedder = vector_embedder(embedder)?;
+                match dims {
+                    Some(d) => {
+                        let index = MatryoshkaIndex::new(embedder, *d, *rescore)?;
+                        index.add(docs.to_vec())?;
+                        Ok(Box::new(index))
+                    }
+                    None => {
+                        let index = crate::DenseIndex::new(embedder);
+                        index.add(docs.to_vec())?;
+                        Ok(Box::new(index))
+                    }
+                }
+            }
+            RetrieverConfig::Dense { model } => build_dense(model, docs),
+            RetrieverConfig::Milvus {
+                url,
+                collection,
+                model,
+            } => build_milvus(url, collection, model, docs),
+            RetrieverConfig::Hybrid { .. } => unreachable_leaf(),
+        },
+        modes,
+    )
 }
 
 /// A Milvus retriever holding at least `docs` (those it lacks are written, then visible).
@@ -233,10 +521,33 @@ fn build_milvus(
     ))
 }
 
-/// Builds `config`: a hybrid is assembled here, every other retriever by `leaf`.
+/// The embedder a `vector` retriever uses.
+fn vector_embedder(embedder: Option<&Arc<dyn Embedder>>) -> Result<Arc<dyn Embedder>> {
+    embedder.cloned().ok_or_else(|| {
+        Error::Config(
+            "retriever: a `vector` retriever needs an `embedder` section (or use `dense` \
+             with a model directory)"
+                .into(),
+        )
+    })
+}
+
+/// Builds `config`: a hybrid is assembled here, every other retriever by `leaf`. Every
+/// retriever is registered in `modes` under its mode name (see [`RecallConfig`]).
 fn build_tree(
     config: &RetrieverConfig,
     leaf: &dyn Fn(&RetrieverConfig) -> Result<Box<dyn Retriever>>,
+    modes: &mut Modes,
+) -> Result<Box<dyn Retriever>> {
+    let built: Arc<dyn Retriever> = Arc::from(build_node(config, leaf, modes)?);
+    register(modes, mode_name(config), &built);
+    Ok(Box::new(built))
+}
+
+fn build_node(
+    config: &RetrieverConfig,
+    leaf: &dyn Fn(&RetrieverConfig) -> Result<Box<dyn Retriever>>,
+    modes: &mut Modes,
 ) -> Result<Box<dyn Retriever>> {
     let RetrieverConfig::Hybrid {
         fusion,
@@ -251,7 +562,7 @@ fn build_tree(
     let mut hybrid = Hybrid::new(*fusion);
     for (i, r) in retrievers.iter().enumerate() {
         let w = weights.get(i).copied().unwrap_or(1.0);
-        hybrid = hybrid.with(build_tree(r, leaf)?, w);
+        hybrid = hybrid.with(build_tree(r, leaf, modes)?, w);
     }
     if let Some(d) = depth {
         hybrid = hybrid.depth(*d);
@@ -290,32 +601,6 @@ fn build_dense(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
     let index = crate::DenseIndex::new(std::sync::Arc::new(embedder));
     index.add(docs.to_vec())?;
     Ok(Box::new(index))
-}
-
-fn build_reranker(config: &RerankerConfig) -> Result<Box<dyn crate::Reranker>> {
-    match config {
-        #[cfg(feature = "models")]
-        RerankerConfig::CrossEncoder { model } => {
-            Ok(Box::new(crate::rerankers::CrossEncoder::from_dir(model)?))
-        }
-        #[cfg(feature = "models")]
-        RerankerConfig::Qwen3 { model } => {
-            Ok(Box::new(crate::rerankers::Qwen3Reranker::from_dir(model)?))
-        }
-        #[cfg(feature = "models")]
-        RerankerConfig::Embedding { model } => {
-            let embedder = crate::embed::BertEmbedder::from_dir(model)?;
-            Ok(Box::new(crate::rerankers::EmbeddingReranker::new(
-                std::sync::Arc::new(embedder),
-            )))
-        }
-        #[cfg(not(feature = "models"))]
-        _ => Err(Error::Config(
-            "this reranker is not available in this build (model-backed rerankers need the \
-             `models` feature of rerank)"
-                .into(),
-        )),
-    }
 }
 
 #[cfg(test)]
@@ -438,13 +723,17 @@ filters = [ { op = "prefix", field = "source", prefix = "docs/" } ]
 mod store_recall {
     use std::path::Path;
 
-    use super::RetrieverConfig;
-    use crate::{Document, Error, Result, Retriever};
+    use std::sync::Arc;
+
+    use super::{Modes, RetrieverConfig};
+    use crate::{Document, Embedder, Error, Result, Retriever};
 
     pub(super) fn build(
         _path: &Path,
         _config: &RetrieverConfig,
         _docs: Vec<Document>,
+        _embedder: Option<Arc<dyn Embedder>>,
+        _modes: &mut Modes,
     ) -> Result<Box<dyn Retriever>> {
         Err(Error::Config(
             "a `store` section needs the `sqlite` feature of rerank".into(),
@@ -457,10 +746,10 @@ mod store_recall {
     use std::path::Path;
     use std::sync::Arc;
 
-    use super::RetrieverConfig;
+    use super::{Modes, RetrieverConfig};
     use crate::recall::Bm25Params;
     use crate::store::Store;
-    use crate::{Document, Error, Result, Retriever};
+    use crate::{Document, Embedder, Error, Result, Retriever};
 
     /// Upserts `docs` into the store at `path`, fills in the vectors every dense retriever of
     /// `config` needs, and builds the recall `config` describes over the store.
@@ -468,14 +757,22 @@ mod store_recall {
         path: &Path,
         config: &RetrieverConfig,
         docs: Vec<Document>,
+        embedder: Option<Arc<dyn Embedder>>,
+        modes: &mut Modes,
     ) -> Result<Box<dyn Retriever>> {
         let store = Arc::new(Store::open(path)?);
         store.upsert(docs)?;
-        over(&store, config)
+        over(&store, config, embedder, modes)
     }
 
-    fn over(store: &Arc<Store>, config: &RetrieverConfig) -> Result<Box<dyn Retriever>> {
-        super::build_tree(config, &|leaf| match leaf {
+    fn over(
+        store: &Arc<Store>,
+        config: &RetrieverConfig,
+        embedder: Option<Arc<dyn Embedder>>,
+        modes: &mut Modes,
+    ) -> Result<Box<dyn Retriever>> {
+        let leaf = |leaf: &RetrieverConfig| -> Result<Box<dyn Retriever>> {
+            match leaf {
             RetrieverConfig::Bm25 { k1, b } => {
                 let default = Bm25Params::default();
                 if *k1 != default.k1 || *b != default.b {
@@ -494,8 +791,20 @@ mod store_recall {
                 collection,
                 model,
             } => super::build_milvus(url, collection, model, &store.documents()?),
+            RetrieverConfig::Vector { dims: None, .. } => {
+                let embedder = super::vector_embedder(embedder.as_ref())?;
+                store.embed_missing(&*embedder)?;
+                Ok(Box::new(store.dense(embedder)?))
+            }
+            RetrieverConfig::Keyword {} | RetrieverConfig::Vector { .. } => Err(Error::Config(
+                "retriever: `keyword` and Matryoshka `vector` retrievers are in memory; remove \
+                 the `store` section or use `bm25` / `vector` without dims"
+                    .into(),
+            )),
             RetrieverConfig::Hybrid { .. } => super::unreachable_leaf(),
-        })
+        }
+        };
+        super::build_tree(config, &leaf, modes)
     }
 
     #[cfg(feature = "models")]

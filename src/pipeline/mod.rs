@@ -14,12 +14,16 @@ mod answer;
 mod answer_response;
 mod builder;
 mod config;
+mod dry_run;
 mod guarded;
+mod instruct;
+mod modes;
 mod options;
 mod postprocess;
 mod query_stages;
 mod request;
 mod response;
+mod sections;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,17 +33,26 @@ pub use answer_response::{
     CHITCHAT_SYSTEM_PROMPT,
 };
 pub use builder::PipelineBuilder;
-pub use config::{PipelineConfig, RerankerConfig, RetrieverConfig, StoreConfig};
-pub use options::{DedupKey, Filter, SearchOptions};
+pub use config::{
+    read_lexicon, CacheSection, CacheStoreKind, ClassifierConfig, EmbedderConfig, FallbackConfig,
+    GeneratorConfig, GroundingConfig, PiiConfig, PipelineConfig, RecallConfig, RerankerConfig,
+    RerankerKind, RetrieverConfig, StoreConfig,
+};
+pub use dry_run::SearchPlan;
+pub use instruct::{InstructionSource, UsedInstruction};
+pub use modes::HYBRID_MODE;
+pub use options::{DedupKey, Filter, SearchOptions, LANGUAGE_FIELD, PATH_FIELD, SOURCE_TYPE_FIELD};
 pub use request::SearchRequest;
 pub use response::{SearchResponse, Timings};
 
+use modes::RecallModes;
 use query_stages::QueryStages;
 
 use crate::answer::Generator;
 use crate::cache::SemanticCache;
 use crate::classify::{Classification, QueryClassifier};
 use crate::parse::{self, TwoPhaseMode};
+use crate::rerankers::qwen3::Instructions;
 use crate::rerankers::RerankQuery;
 use crate::{Embedder, Error, Hit, Reranker, Result, Retriever};
 
@@ -54,6 +67,8 @@ pub struct Pipeline {
     options: SearchOptions,
     query: QueryStages,
     two_phase: Option<TwoPhaseMode>,
+    modes: RecallModes,
+    instructions: Option<Instructions>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -67,6 +82,8 @@ impl std::fmt::Debug for Pipeline {
             .field("options", &self.options)
             .field("query", &self.query)
             .field("two_phase", &self.two_phase)
+            .field("modes", &self.modes)
+            .field("instructions", &self.instructions.is_some())
             .finish()
     }
 }
@@ -77,6 +94,8 @@ struct Stage2 {
     reranked: bool,
     scorer: String,
     error: Option<String>,
+    scored: usize,
+    instructions: Vec<UsedInstruction>,
 }
 
 impl Pipeline {
@@ -98,6 +117,16 @@ impl Pipeline {
     /// The embedder, when one is set.
     pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
         self.embedder.as_ref()
+    }
+
+    /// The recall modes a request can pick ([`SearchRequest::mode`]).
+    pub fn recall_modes(&self) -> Vec<String> {
+        self.modes.names()
+    }
+
+    /// The classifier, when one is set.
+    pub fn classifier(&self) -> Option<&dyn QueryClassifier> {
+        self.classifier.as_deref()
     }
 
     /// The semantic cache, when one is set (to invalidate entries or read its stats).
@@ -155,8 +184,10 @@ impl Pipeline {
             ));
         }
 
+        let (retriever, mode) = self.modes.pick(self.retriever.as_ref(), request)?;
         let n_candidates = self.options.candidates_for(top_k);
         let recall = self.recall(
+            retriever.get(),
             &plan.recall,
             request,
             classification.as_ref(),
@@ -179,19 +210,50 @@ impl Pipeline {
             .collect();
         hits.retain(|h| filters.iter().all(|f| f.matches(&h.document)));
 
+        let explicit = Explicit {
+            request: request.instruction.as_deref(),
+            two_phase: plan
+                .two_phase
+                .as_ref()
+                .and_then(|q| q.instruction.as_deref()),
+        };
+        let depth = request.rerank_depth.or(self.options.rerank_depth);
+        if depth == Some(0) {
+            return Err(Error::InvalidInput(
+                "rerank_depth must be at least 1".into(),
+            ));
+        }
         let stage2 = self.rerank_stage(
             &plan.recall,
             plan.rerank,
+            explicit,
             hits,
             top_k,
+            depth,
             classification.as_ref(),
             &mut timings,
         );
 
         let t = Instant::now();
-        let hits = self.postprocess(stage2.hits, top_k);
+        let threshold = request.score_threshold.or(self.options.score_threshold);
+        let hits = self.postprocess(stage2.hits, top_k, threshold);
         timings.postprocess_ms = ms(t);
         timings.total_ms = ms(start);
+        tracing::info!(
+            stage = "search",
+            mode = mode.as_deref().unwrap_or("default"),
+            candidates,
+            hits = hits.len(),
+            reranked = stage2.reranked,
+            rerank_fallback = stage2.error.is_some(),
+            classify_ms = timings.classify_ms,
+            cache_ms = timings.cache_ms,
+            expand_ms = timings.expand_ms,
+            retrieve_ms = timings.retrieve_ms,
+            rerank_ms = timings.rerank_ms,
+            total_ms = timings.total_ms,
+            "search done"
+        );
 
         let response = SearchResponse {
             query: request.query.clone(),
@@ -206,17 +268,23 @@ impl Pipeline {
             cache_hit: false,
             hyde: recall.hyde,
             variants: recall.variants,
+            mode,
+            reranked_candidates: stage2.scored,
+            instructions: stage2.instructions,
         };
         self.cache_store(probe, query, &response);
         Ok(response)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rerank_stage(
         &self,
         query: &str,
         rq: RerankQuery,
+        explicit: Explicit<'_>,
         hits: Vec<Hit>,
         top_k: usize,
+        depth: Option<usize>,
         classification: Option<&Classification>,
         timings: &mut Timings,
     ) -> Stage2 {
@@ -225,6 +293,8 @@ impl Pipeline {
             reranked: false,
             scorer: "stage1".into(),
             error,
+            scored: 0,
+            instructions: Vec::new(),
         };
         let Some(reranker) = &self.reranker else {
             return stage1(hits, None);
@@ -233,41 +303,96 @@ impl Pipeline {
             return stage1(hits, None);
         }
         let t = Instant::now();
-        let texts: Vec<String> = hits.iter().map(|h| h.document.full_text()).collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let result = reranker.score_detailed(&rq, &refs).and_then(|out| {
-            if out.scores.len() == hits.len() {
-                Ok(out)
-            } else {
-                Err(Error::rerank(format!(
-                    "{} returned {} scores for {} documents",
-                    out.scorer,
-                    out.scores.len(),
-                    hits.len()
-                )))
+        // Only the first `depth` candidates are reranked; the rest follow in stage-1 order.
+        let mut head = hits;
+        let tail = head.split_off(depth.unwrap_or(usize::MAX).min(head.len()));
+        let assigned = instruct::assign(
+            self.instructions.as_ref(),
+            explicit.request,
+            explicit.two_phase,
+            classification,
+            &head,
+        );
+        let groups = instruct::groups(&assigned);
+        let texts: Vec<String> = head.iter().map(|h| h.document.full_text()).collect();
+        let mut scores = vec![f32::NAN; head.len()];
+        let mut scorer = String::new();
+        let mut fallback_reason = None;
+        let mut failure = None;
+        for (a, idx) in &groups {
+            let q = RerankQuery {
+                text: rq.text.clone(),
+                instruction: a.text.clone(),
+            };
+            let refs: Vec<&str> = idx.iter().map(|&i| texts[i].as_str()).collect();
+            let result = reranker.score_detailed(&q, &refs).and_then(|out| {
+                if out.scores.len() == refs.len() {
+                    Ok(out)
+                } else {
+                    Err(Error::rerank(format!(
+                        "{} returned {} scores for {} documents",
+                        out.scorer,
+                        out.scores.len(),
+                        refs.len()
+                    )))
+                }
+            });
+            match result {
+                Ok(out) => {
+                    for (&i, s) in idx.iter().zip(out.scores) {
+                        scores[i] = s;
+                    }
+                    scorer = out.scorer;
+                    fallback_reason = fallback_reason.or(out.fallback_reason);
+                }
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
             }
-        });
+        }
         timings.rerank_ms = Some(ms(t));
-        match result {
-            Ok(out) => {
-                let mut hits = hits;
-                for (h, s) in hits.iter_mut().zip(out.scores) {
-                    h.rerank_score = Some(s);
-                    // A NaN or infinite score (a host reranker's bug) ranks below every real
-                    // score instead of above it; `rerank_score` keeps what the reranker said.
-                    h.score = if s.is_finite() { s } else { f32::NEG_INFINITY };
-                }
-                let hits = self.order_reranked(query, classification, hits);
-                Stage2 {
-                    hits,
-                    reranked: true,
-                    scorer: out.scorer,
-                    error: out.fallback_reason,
-                }
-            }
-            Err(e) => stage1(hits, Some(e.to_string())),
+        if let Some(e) = failure {
+            tracing::warn!(stage = "rerank", error = %e, "reranker failed: stage-1 order kept");
+            let mut hits = head;
+            hits.extend(tail);
+            return stage1(hits, Some(e));
+        }
+        if let Some(reason) = &fallback_reason {
+            tracing::warn!(stage = "rerank", scorer = %scorer, reason = %reason, "fallback scorer used");
+        }
+        tracing::debug!(
+            stage = "rerank",
+            scorer = %scorer,
+            scored = head.len(),
+            ms = timings.rerank_ms,
+            "stage 2 done"
+        );
+        let scored = head.len();
+        for (h, s) in head.iter_mut().zip(scores) {
+            h.rerank_score = Some(s);
+            // A NaN or infinite score (a host reranker's bug) ranks below every real
+            // score instead of above it; `rerank_score` keeps what the reranker said.
+            h.score = if s.is_finite() { s } else { f32::NEG_INFINITY };
+        }
+        let mut hits = self.order_reranked(query, classification, head);
+        hits.extend(tail);
+        Stage2 {
+            hits,
+            reranked: true,
+            scorer,
+            error: fallback_reason,
+            scored,
+            instructions: instruct::report(&groups),
         }
     }
+}
+
+/// The instructions a query brings itself.
+#[derive(Clone, Copy)]
+struct Explicit<'a> {
+    request: Option<&'a str>,
+    two_phase: Option<&'a str>,
 }
 
 fn ms(since: Instant) -> f64 {

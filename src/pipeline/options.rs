@@ -20,6 +20,11 @@ pub struct SearchOptions {
     pub dedup: DedupKey,
     /// Every filter must match for a hit to be kept (default: none).
     pub filters: Vec<Filter>,
+    /// Rerank only the first N candidates; the rest keep their stage-1 order after them
+    /// (default: none, every candidate is reranked). A request can override it. In a
+    /// [`PipelineConfig`](super::PipelineConfig) it is `reranker.depth`.
+    #[serde(skip)]
+    pub rerank_depth: Option<usize>,
 }
 
 impl Default for SearchOptions {
@@ -31,6 +36,7 @@ impl Default for SearchOptions {
             score_threshold: None,
             dedup: DedupKey::default(),
             filters: Vec::new(),
+            rerank_depth: None,
         }
     }
 }
@@ -65,6 +71,11 @@ impl SearchOptions {
         }
         for f in &self.filters {
             f.validate()?;
+        }
+        if self.rerank_depth == Some(0) {
+            return Err(Error::Config(
+                "rerank_depth must be at least 1 (leave it out to rerank every candidate)".into(),
+            ));
         }
         Ok(())
     }
@@ -137,8 +148,18 @@ impl DedupKey {
     }
 }
 
+/// The metadata field the typed [`Filter::SourceType`] reads.
+pub const SOURCE_TYPE_FIELD: &str = "source_type";
+/// The metadata field the typed [`Filter::Language`] reads.
+pub const LANGUAGE_FIELD: &str = "language";
+/// The metadata field the typed [`Filter::PathPrefix`] reads (the document's `source` when the
+/// metadata has no such field).
+pub const PATH_FIELD: &str = "path";
+
 /// A condition on a document field. `field` is `"id"`, `"source"`, `"page"`, `"title"`, or a
-/// metadata key; a document without the field does not match.
+/// metadata key; a document without the field does not match. The typed filters
+/// ([`Filter::SourceType`], [`Filter::Language`], [`Filter::PathPrefix`]) read the
+/// conventional metadata fields [`SOURCE_TYPE_FIELD`], [`LANGUAGE_FIELD`] and [`PATH_FIELD`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Filter {
@@ -161,6 +182,23 @@ pub enum Filter {
         /// Field name.
         field: String,
         /// Wanted prefix.
+        prefix: String,
+    },
+    /// The document's `source_type` metadata (e.g. `"code"`, `"doc"`, `"chat"`) is one of
+    /// `values`.
+    SourceType {
+        /// Accepted source types.
+        values: Vec<String>,
+    },
+    /// The document's `language` metadata (e.g. `"rust"`, `"python"`, `"en"`) is one of
+    /// `values`.
+    Language {
+        /// Accepted languages.
+        values: Vec<String>,
+    },
+    /// The document's `path` metadata (or, without one, its `source`) starts with `prefix`.
+    PathPrefix {
+        /// Wanted prefix, e.g. `"src/cache/"`.
         prefix: String,
     },
 }
@@ -193,15 +231,47 @@ impl Filter {
         }
     }
 
+    /// Documents whose `source_type` metadata is one of `values`.
+    pub fn source_type<S: Into<String>>(values: impl IntoIterator<Item = S>) -> Self {
+        Filter::SourceType {
+            values: values.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Documents whose `language` metadata is one of `values`.
+    pub fn language<S: Into<String>>(values: impl IntoIterator<Item = S>) -> Self {
+        Filter::Language {
+            values: values.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Documents whose `path` metadata (or `source`) starts with `prefix`.
+    pub fn path_prefix(prefix: impl Into<String>) -> Self {
+        Filter::PathPrefix {
+            prefix: prefix.into(),
+        }
+    }
+
     fn field(&self) -> &str {
         match self {
             Filter::Eq { field, .. } | Filter::In { field, .. } | Filter::Prefix { field, .. } => {
                 field
             }
+            Filter::SourceType { .. } => SOURCE_TYPE_FIELD,
+            Filter::Language { .. } => LANGUAGE_FIELD,
+            Filter::PathPrefix { .. } => PATH_FIELD,
         }
     }
 
     fn validate(&self) -> Result<()> {
+        if let Filter::SourceType { values } | Filter::Language { values } = self {
+            if values.is_empty() {
+                return Err(Error::Config(format!(
+                    "a {} filter needs at least one value",
+                    self.field()
+                )));
+            }
+        }
         if self.field().is_empty() {
             return Err(Error::Config(
                 "a filter needs a non-empty field name".into(),
@@ -212,15 +282,24 @@ impl Filter {
 
     /// Whether `doc` passes this filter.
     pub fn matches(&self, doc: &Document) -> bool {
-        let Some(actual) = field_value(doc, self.field()) else {
+        let actual = match self {
+            Filter::PathPrefix { .. } => {
+                field_value(doc, PATH_FIELD).or_else(|| field_value(doc, "source"))
+            }
+            _ => field_value(doc, self.field()),
+        };
+        let Some(actual) = actual else {
             return false;
         };
         match self {
             Filter::Eq { value, .. } => values_equal(&actual, value),
             Filter::In { values, .. } => values.iter().any(|v| values_equal(&actual, v)),
-            Filter::Prefix { prefix, .. } => actual
+            Filter::Prefix { prefix, .. } | Filter::PathPrefix { prefix } => actual
                 .as_str()
                 .is_some_and(|s| s.starts_with(prefix.as_str())),
+            Filter::SourceType { values } | Filter::Language { values } => actual
+                .as_str()
+                .is_some_and(|s| values.iter().any(|v| v.eq_ignore_ascii_case(s))),
         }
     }
 }
@@ -278,6 +357,32 @@ mod tests {
         assert!(Filter::one_of("lang", ["de", "en"]).matches(&d));
         assert!(!Filter::eq("missing", "x").matches(&d));
         assert!(!Filter::prefix("year", "20").matches(&d));
+    }
+
+    #[test]
+    fn typed_filters_read_the_conventional_fields() {
+        let code = Document::new("1", "t")
+            .with_source("repo/src/cache/mod.rs")
+            .with_metadata("source_type", "code")
+            .with_metadata("language", "Rust");
+        let note = Document::new("2", "t")
+            .with_source("notes/cache.md")
+            .with_metadata("path", "notes/2024/cache.md")
+            .with_metadata("source_type", "note");
+        assert!(Filter::source_type(["code", "doc"]).matches(&code));
+        assert!(!Filter::source_type(["code"]).matches(&note));
+        assert!(Filter::language(["rust"]).matches(&code));
+        assert!(!Filter::language(["rust"]).matches(&note));
+        // `path` metadata wins over the source; without it the source is the path.
+        assert!(Filter::path_prefix("repo/src/").matches(&code));
+        assert!(Filter::path_prefix("notes/2024/").matches(&note));
+        assert!(!Filter::path_prefix("notes/cache").matches(&note));
+        let yaml = "{op: path_prefix, prefix: src/}";
+        let f: Filter = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(f, Filter::path_prefix("src/"));
+        assert!(Filter::source_type(Vec::<String>::new())
+            .validate()
+            .is_err());
     }
 
     #[test]

@@ -7,10 +7,15 @@ use crate::Hit;
 
 impl Pipeline {
     /// Threshold, dedup (best hit per key wins), top-k.
-    pub(super) fn postprocess(&self, hits: Vec<Hit>, top_k: usize) -> Vec<Hit> {
+    pub(super) fn postprocess(
+        &self,
+        hits: Vec<Hit>,
+        top_k: usize,
+        threshold: Option<f32>,
+    ) -> Vec<Hit> {
         let mut seen: HashSet<String> = HashSet::new();
         hits.into_iter()
-            .filter(|h| h.protected || self.options.score_threshold.is_none_or(|t| h.score >= t))
+            .filter(|h| h.protected || threshold.is_none_or(|t| h.score >= t))
             .filter(|h| match self.options.dedup.key_of(&h.document) {
                 Some(key) => seen.insert(key),
                 None => true,

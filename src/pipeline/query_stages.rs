@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{ms, Pipeline, SearchRequest, SearchResponse, Timings};
 use crate::cache::SemanticCache;
-use crate::classify::{Classification, QueryKind, Route};
+use crate::classify::{Classification, LegalExtractor, QueryKind, Route};
 use crate::expand::{
     generate_variants, hyde_embedding, retrieve_expanded, ExpansionConfig, HydeConfig,
 };
@@ -29,6 +29,8 @@ pub(super) struct QueryStages {
     pub(super) hyde: Option<HydeConfig>,
     /// Generated query variants, when set.
     pub(super) expansion: Option<ExpansionConfig>,
+    /// Tags cached responses with the acts their hits cite, when set.
+    pub(super) act_tags: Option<LegalExtractor>,
 }
 
 impl QueryStages {
@@ -90,6 +92,8 @@ impl Pipeline {
         }
         kinds.sort();
         kinds.dedup();
+        // Only the kinds are logged, never the query.
+        tracing::warn!(stage = "guard", kinds = %PiiKind::join(&kinds), "query refused: personal data");
         Err(Error::PiiRefused { kinds })
     }
 
@@ -115,6 +119,11 @@ impl Pipeline {
             .as_ref()
             .and_then(|e| cache.get_scoped(&scope, query, e));
         timings.cache_ms = Some(ms(t));
+        match (&embedding, &hit) {
+            (None, _) => tracing::warn!(stage = "cache", "query embedding failed: cache miss"),
+            (_, Some(_)) => tracing::info!(stage = "cache", ms = ms(t), "cache hit"),
+            (_, None) => tracing::debug!(stage = "cache", ms = ms(t), "cache miss"),
+        }
         CacheProbe {
             embedding,
             scope,
@@ -133,6 +142,9 @@ impl Pipeline {
             .iter()
             .filter_map(|h| h.document.source.clone())
             .collect();
+        if let Some(extractor) = &self.query.act_tags {
+            tags.extend(act_tags(extractor, response));
+        }
         tags.sort();
         tags.dedup();
         let options = crate::cache::InsertOptions {
@@ -148,6 +160,7 @@ impl Pipeline {
     /// expansion (variants retrieved separately, fused by RRF) when configured.
     pub(super) fn recall(
         &self,
+        retriever: &dyn crate::Retriever,
         query: &str,
         request: &SearchRequest,
         classification: Option<&Classification>,
@@ -164,10 +177,16 @@ impl Pipeline {
         {
             if config.applies_to(route) {
                 // A failure falls back to the original query.
-                if let Ok(e) = hyde_embedding(generator.as_ref(), embedder.as_ref(), query, config)
-                {
-                    search_query = search_query.with_embedding(e);
-                    hyde = true;
+                match hyde_embedding(generator.as_ref(), embedder.as_ref(), query, config) {
+                    Ok(e) => {
+                        search_query = search_query.with_embedding(e);
+                        hyde = true;
+                    }
+                    Err(e) => tracing::warn!(
+                        stage = "hyde",
+                        error = %e,
+                        "HyDE failed: falling back to the query"
+                    ),
                 }
             }
         }
@@ -192,14 +211,17 @@ impl Pipeline {
             timings.expand_ms = Some(ms(t));
         }
         let t = Instant::now();
-        let hits = retrieve_expanded(
-            self.retriever.as_ref(),
-            &search_query,
-            &variants,
-            k,
-            expansion,
-        )?;
+        let hits = retrieve_expanded(retriever, &search_query, &variants, k, expansion)?;
         timings.retrieve_ms = ms(t);
+        tracing::debug!(
+            stage = "recall",
+            retriever = retriever.name(),
+            hits = hits.len(),
+            hyde,
+            variants = variants.len(),
+            ms = timings.retrieve_ms,
+            "stage 1 done"
+        );
         Ok(Recall {
             hits,
             hyde,
@@ -224,13 +246,45 @@ impl Pipeline {
     }
 }
 
+/// The `act:NAME` tags of the acts a response's hits cite: in their text and title, and in
+/// an `act` metadata field (a string or a list of strings).
+pub(super) fn act_tags(extractor: &LegalExtractor, response: &SearchResponse) -> Vec<String> {
+    let mut tags = Vec::new();
+    for h in &response.hits {
+        let mut refs = extractor.extract(&h.document.full_text());
+        match h.document.metadata.get("act") {
+            Some(serde_json::Value::String(a)) => refs.acts.push(a.clone()),
+            Some(serde_json::Value::Array(list)) => refs
+                .acts
+                .extend(list.iter().filter_map(|v| v.as_str().map(str::to_string))),
+            _ => {}
+        }
+        refs.acts = refs
+            .acts
+            .iter()
+            .map(|a| {
+                LegalExtractor::act_tag(a)
+                    .trim_start_matches("act:")
+                    .to_string()
+            })
+            .collect();
+        tags.extend(LegalExtractor::act_tags(&refs));
+    }
+    tags
+}
+
 /// What else a cached response depends on besides the query.
 fn cache_scope(request: &SearchRequest, top_k: usize) -> String {
     let filters = serde_json::to_string(&request.filters).unwrap_or_default();
+    let opt = |v: Option<String>| v.unwrap_or_default();
     format!(
-        "top_k={top_k}\u{1f}filters={filters}\u{1f}instruction={}\u{1f}variants={}",
+        "top_k={top_k}\u{1f}filters={filters}\u{1f}instruction={}\u{1f}variants={}\u{1f}mode={}\u{1f}w={}\u{1f}threshold={}\u{1f}depth={}",
         request.instruction.as_deref().unwrap_or(""),
-        request.variants.join("\u{1e}")
+        request.variants.join("\u{1e}"),
+        opt(request.mode.clone()),
+        opt(request.fusion_weight.map(|w| w.to_string())),
+        opt(request.score_threshold.map(|t| t.to_string())),
+        opt(request.rerank_depth.map(|d| d.to_string())),
     )
 }
 

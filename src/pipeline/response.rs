@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::UsedInstruction;
 use crate::classify::Classification;
 use crate::Hit;
 
@@ -19,11 +20,13 @@ pub struct Timings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expand_ms: Option<f64>,
     /// Stage 1 (recall).
+    #[serde(default)]
     pub retrieve_ms: f64,
     /// Stage 2 (rerank), when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank_ms: Option<f64>,
     /// Threshold, dedup, filters and top-k.
+    #[serde(default)]
     pub postprocess_ms: f64,
     /// The whole search.
     pub total_ms: f64,
@@ -60,4 +63,14 @@ pub struct SearchResponse {
     /// The query variants retrieved and fused with the query (multi-query expansion).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<String>,
+    /// The recall mode the request used (`None`: the pipeline's default retriever).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// How many candidates the reranker scored (at most the rerank depth).
+    #[serde(default)]
+    pub reranked_candidates: usize,
+    /// The reranker instructions used, with where each came from and for how many candidates
+    /// (empty when no instruction was passed on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions: Vec<UsedInstruction>,
 }

@@ -20,6 +20,17 @@ pub enum Fusion {
     /// Weighted sum of min-max normalized scores: `score(d) = sum_i w_i * norm_i(d)`, where a
     /// document absent from list `i` contributes 0.
     Weighted,
+    /// A linear mix of raw (not normalized) scores of exactly two retrievers, the first giving
+    /// cosine similarity and the second keyword overlap
+    /// ([`KeywordOverlap`](super::KeywordOverlap)): `score(d) = alpha * cosine(d) + (1 - alpha)
+    /// * overlap(d)`, a document absent from a list contributing 0 from it. Both scores lie in
+    /// `[0, 1]` with a fixed meaning, so a threshold such as 0.7 on the fused score means the
+    /// same for every query (min-max normalization would make the best hit 1 whatever it is).
+    /// The per-retriever weights are not used.
+    Linear {
+        /// The cosine share, in `[0, 1]` (0.7 is a common choice).
+        alpha: f32,
+    },
 }
 
 impl Default for Fusion {
@@ -64,6 +75,32 @@ pub fn weighted_fuse(lists: &[Vec<Hit>], weights: &[f32]) -> Vec<Hit> {
     fuse(lists, |i, _rank, norm| {
         weights.get(i).copied().unwrap_or(1.0) * norm
     })
+}
+
+/// Fuses exactly two lists by `alpha * raw_0 + (1 - alpha) * raw_1` (see [`Fusion::Linear`]);
+/// with another number of lists, each list `i` gets weight `alpha` for `i == 0` and
+/// `1 - alpha` otherwise.
+pub fn linear_fuse(lists: &[Vec<Hit>], alpha: f32) -> Vec<Hit> {
+    fuse_raw(lists, |i, raw| {
+        if i == 0 {
+            alpha * raw
+        } else {
+            (1.0 - alpha) * raw
+        }
+    })
+}
+
+/// Like [`fuse`] over raw scores (non-finite ones count as 0).
+fn fuse_raw(lists: &[Vec<Hit>], contribution: impl Fn(usize, f32) -> f32) -> Vec<Hit> {
+    let raw: Vec<Vec<f32>> = lists
+        .iter()
+        .map(|l| {
+            l.iter()
+                .map(|h| if h.score.is_finite() { h.score } else { 0.0 })
+                .collect()
+        })
+        .collect();
+    fuse(lists, |i, rank, _norm| contribution(i, raw[i][rank - 1]))
 }
 
 /// Shared fusion loop: `contribution(list index, 1-based rank, normalized score)`.
@@ -176,10 +213,25 @@ impl Hybrid {
                 "fusion weights must be finite and >= 0, got {w}"
             )));
         }
-        if let Fusion::Rrf { k } = self.fusion {
-            if !(k.is_finite() && k > 0.0) {
+        match self.fusion {
+            Fusion::Rrf { k } if !(k.is_finite() && k > 0.0) => {
                 return Err(Error::Config(format!("RRF k must be > 0, got {k}")));
             }
+            Fusion::Linear { alpha } => {
+                if !(0.0..=1.0).contains(&alpha) {
+                    return Err(Error::Config(format!(
+                        "linear fusion: alpha must be in [0, 1], got {alpha}"
+                    )));
+                }
+                if self.retrievers.len() != 2 {
+                    return Err(Error::Config(format!(
+                        "linear fusion needs exactly two retrievers (cosine first, keyword \
+                         overlap second), got {}",
+                        self.retrievers.len()
+                    )));
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -197,6 +249,7 @@ impl Retriever for Hybrid {
         let mut fused = match self.fusion {
             Fusion::Rrf { k: rrf_k } => rrf_fuse(&lists, &self.weights, rrf_k),
             Fusion::Weighted => weighted_fuse(&lists, &self.weights),
+            Fusion::Linear { alpha } => linear_fuse(&lists, alpha),
         };
         fused.truncate(k);
         Ok(fused)
@@ -294,6 +347,36 @@ mod tests {
         assert_eq!(a.bm25_score, Some(3.0));
         let d = fused.iter().find(|h| h.id() == "d").unwrap();
         assert_eq!(d.vector_score, None);
+    }
+
+    #[test]
+    fn linear_uses_raw_scores() {
+        // cosine: a 0.9, b 0.4   keyword overlap: b 1.0, c 0.5
+        let cosine = vec![
+            hit("a", 0.9).with_vector(0.9),
+            hit("b", 0.4).with_vector(0.4),
+        ];
+        let keyword = vec![hit("b", 1.0), hit("c", 0.5)];
+        let fused = linear_fuse(&[cosine, keyword], 0.7);
+        let got: Vec<(&str, f32)> = fused.iter().map(|h| (h.id(), h.score)).collect();
+        // a = 0.63, b = 0.28 + 0.3 = 0.58, c = 0.15: raw, so the best is not forced to 1
+        let expect = [("a", 0.63), ("b", 0.58), ("c", 0.15)];
+        for ((gid, gs), (eid, es)) in got.iter().zip(expect) {
+            assert_eq!(*gid, eid);
+            assert!((gs - es).abs() < 1e-6, "{eid}: {gs} vs {es}");
+        }
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn linear_needs_two_retrievers_and_alpha_in_range() {
+        use crate::recall::KeywordOverlap;
+        let h = Hybrid::new(Fusion::Linear { alpha: 0.7 }).with(KeywordOverlap::new(), 1.0);
+        assert!(matches!(h.validate(), Err(Error::Config(_))));
+        let h = Hybrid::new(Fusion::Linear { alpha: 1.5 })
+            .with(KeywordOverlap::new(), 1.0)
+            .with(KeywordOverlap::new(), 1.0);
+        assert!(matches!(h.validate(), Err(Error::Config(_))));
     }
 
     #[test]

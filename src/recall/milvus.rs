@@ -763,7 +763,7 @@ fn literal(value: &Value) -> Option<String> {
 ///
 /// Values are quoted literals ([`quote`]). A prefix holding `%`, `_` or `\` is left to the
 /// pipeline (Milvus's `like` has no escape for its wildcards), as are null, array and object
-/// values.
+/// values and the typed filters (source type, language, path prefix).
 pub(crate) fn filter_expression(filters: &[Filter]) -> Option<String> {
     let parts: Vec<String> = filters
         .iter()
@@ -794,6 +794,10 @@ pub(crate) fn filter_expression(filters: &[Filter]) -> Option<String> {
                     quote(&format!("{prefix}%"))
                 ))
             }
+            // Case-insensitive matches and the path-or-source fallback have no exact Milvus
+            // form: the pipeline applies them (a narrower expression would drop documents that
+            // pass).
+            Filter::SourceType { .. } | Filter::Language { .. } | Filter::PathPrefix { .. } => None,
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(" && "))
@@ -872,6 +876,18 @@ mod tests {
         assert_eq!(filter_expression(&[Filter::prefix("path", "a_b")]), None);
         assert_eq!(filter_expression(&[Filter::prefix("path", "100%")]), None);
         assert_eq!(filter_expression(&[Filter::eq("k", Value::Null)]), None);
+        let typed = [
+            Filter::Language {
+                values: vec!["EN".into()],
+            },
+            Filter::SourceType {
+                values: vec!["code".into()],
+            },
+            Filter::PathPrefix {
+                prefix: "src/".into(),
+            },
+        ];
+        assert_eq!(filter_expression(&typed), None);
         assert_eq!(filter_expression(&[Filter::eq("k", json!([1]))]), None);
         assert_eq!(
             filter_expression(&[Filter::eq("k", json!([1])), Filter::eq("a", true)]).unwrap(),

@@ -5,7 +5,11 @@
 //! - [`DenseIndex`] (`dense`): exact cosine top-k over embeddings from any
 //!   [`Embedder`](crate::Embedder);
 //! - [`Hybrid`] (`fusion`): fusion of any number of retrievers, by reciprocal rank
-//!   ([`Fusion::Rrf`]) or by weighted min-max normalized scores ([`Fusion::Weighted`]);
+//!   ([`Fusion::Rrf`]), by weighted min-max normalized scores ([`Fusion::Weighted`]), or
+//!   linearly over raw scores ([`Fusion::Linear`]);
+//! - [`KeywordOverlap`] (`keyword`): the share of the query's content words a document has;
+//! - [`MatryoshkaIndex`] (`matryoshka`): coarse search over truncated vectors, rescored with
+//!   the full ones;
 //! - [`FallbackRetriever`] (`fallback`): recall from a second retriever when the first fails;
 //! - `MilvusRetriever` (`milvus`, feature `milvus`): dense recall from a Milvus collection over
 //!   its REST API, with the request's filters evaluated by Milvus.
@@ -14,6 +18,8 @@ mod bm25;
 mod dense;
 mod fallback;
 mod fusion;
+mod keyword;
+mod matryoshka;
 #[cfg(feature = "milvus")]
 mod milvus;
 
@@ -24,7 +30,9 @@ pub(crate) use bm25::{top_slots, Scorer};
 pub use bm25::{Bm25Index, Bm25Params};
 pub use dense::DenseIndex;
 pub use fallback::FallbackRetriever;
-pub use fusion::{normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
+pub use fusion::{linear_fuse, normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
+pub use keyword::{keyword_overlap, KeywordOverlap};
+pub use matryoshka::MatryoshkaIndex;
 #[cfg(feature = "milvus")]
 pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};
 

@@ -16,6 +16,8 @@ mod embed_parity;
 mod fallback;
 mod fuzz;
 mod hyde;
+#[cfg(feature = "pdf")]
+mod ingest;
 mod load_reranker;
 mod milvus;
 mod openai_http;
@@ -28,5 +30,6 @@ mod qwen3_parity;
 mod redis_cache;
 mod reliability;
 mod store;
+mod systems;
 mod trec_eval_parity;
 mod two_phase;

@@ -138,7 +138,7 @@ fn the_pipeline_sends_each_phase_to_its_stage() {
             &SearchRequest::new(
                 "[SEARCH] pod restarts [TASK] my pods restart hourly [INSTRUCT] runbooks only",
             )
-            .instruction("ignored: the query has its own"),
+            .instruction("the request's instruction comes first"),
         )
         .unwrap();
     assert!(r.reranked);
@@ -148,8 +148,16 @@ fn the_pipeline_sends_each_phase_to_its_stage() {
         rerank.lock().unwrap().as_slice(),
         [
             RerankQuery::new("my pods restart hourly\n\nRelevant concepts: pod restarts")
-                .with_instruction("runbooks only")
+                .with_instruction("the request's instruction comes first")
         ]
+    );
+    // Without one, the query's [INSTRUCT] is used.
+    rerank.lock().unwrap().clear();
+    p.search("[SEARCH] pod restarts [TASK] my pods restart hourly [INSTRUCT] runbooks only")
+        .unwrap();
+    assert_eq!(
+        rerank.lock().unwrap()[0].instruction.as_deref(),
+        Some("runbooks only")
     );
     assert_eq!(
         r.query,

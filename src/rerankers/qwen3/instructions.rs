@@ -70,6 +70,14 @@ pub struct Instructions {
     /// One instruction per entity type, keys compared exactly (a map given in a config
     /// replaces the built-in map).
     pub entities: BTreeMap<String, String>,
+    /// In a [`Pipeline`](crate::Pipeline): use the instruction of the task type the classifier
+    /// found when the query brings none (default true).
+    pub by_task: bool,
+    /// In a [`Pipeline`](crate::Pipeline): the document metadata field naming each candidate's
+    /// entity type (e.g. `"entity_type"`, whose value `"manual"` picks the `manual`
+    /// instruction); default none (no per-document instruction).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entity_field: Option<String>,
 }
 
 impl Default for Instructions {
@@ -94,6 +102,8 @@ impl Default for Instructions {
             default: DEFAULT_INSTRUCTION.to_string(),
             tasks,
             entities,
+            by_task: true,
+            entity_field: None,
         }
     }
 }
@@ -118,6 +128,18 @@ impl Instructions {
         instruction: impl Into<String>,
     ) -> Self {
         self.entities.insert(entity.into(), instruction.into());
+        self
+    }
+
+    /// Reads each candidate's entity type from this metadata field (in a pipeline).
+    pub fn with_entity_field(mut self, field: impl Into<String>) -> Self {
+        self.entity_field = Some(field.into());
+        self
+    }
+
+    /// Whether a pipeline uses the classifier's task type (default true).
+    pub fn with_task_types(mut self, on: bool) -> Self {
+        self.by_task = on;
         self
     }
 

@@ -1,0 +1,118 @@
+//! `rerank query`: the query layer of a [`PipelineConfig`] as one command, printing one JSON
+//! object.
+//!
+//! ```text
+//! rerank query --config FILE "question"                  # answer (through the cache)
+//! rerank query --config FILE --classify-only "question"  # the classification
+//! rerank query --config FILE --dry-run "question"        # the plan: no retrieval, no generation
+//! rerank query --config FILE --cache-stats               # the cache's counters
+//! rerank query --config FILE --invalidate-act NAME       # drop the answers citing an act
+//! ```
+//! `--log-level` (error, warn, info, debug, trace; default warn) logs to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use rerank::classify::LegalExtractor;
+use rerank::pipeline::{PipelineConfig, SearchRequest};
+use serde_json::json;
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The pipeline configuration (YAML, TOML or JSON).
+    #[arg(long)]
+    config: PathBuf,
+    /// Print the classification only (no index is built).
+    #[arg(long, conflicts_with_all = ["dry_run", "cache_stats", "invalidate_act"])]
+    classify_only: bool,
+    /// Print the plan (classification, route, whether HyDE and the cache would run, the recall
+    /// mode) without retrieval or generation.
+    #[arg(long, conflicts_with_all = ["cache_stats", "invalidate_act"])]
+    dry_run: bool,
+    /// Print the semantic cache's counters.
+    #[arg(long, conflicts_with = "invalidate_act")]
+    cache_stats: bool,
+    /// Remove the cached answers that cite this act (e.g. "Companies Act 2013").
+    #[arg(long, value_name = "NAME")]
+    invalidate_act: Option<String>,
+    /// The recall mode (bm25, vector, hybrid, ...).
+    #[arg(long)]
+    mode: Option<String>,
+    /// Log level for stderr: error, warn, info, debug, trace.
+    #[arg(long, default_value = "warn")]
+    log_level: String,
+    /// The question (not needed with --cache-stats or --invalidate-act).
+    query: Option<String>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    init_logging(&args.log_level)?;
+    let config = PipelineConfig::from_path(&args.config)?;
+    let question = || -> CliResult<String> {
+        args.query
+            .clone()
+            .filter(|q| !q.trim().is_empty())
+            .ok_or_else(|| "a question is needed (the last argument)".into())
+    };
+    let out = if args.classify_only {
+        let classifier = config.classifier.clone().unwrap_or_default().build(&[])?;
+        let q = question()?;
+        json!({
+            "query": q,
+            "classification": rerank::QueryClassifier::classify(&classifier, &q),
+        })
+    } else {
+        let pipeline = config.build(Vec::new())?;
+        if args.cache_stats || args.invalidate_act.is_some() {
+            let cache = pipeline
+                .cache()
+                .ok_or("the configuration has no `cache` section")?;
+            match &args.invalidate_act {
+                Some(act) => {
+                    let tag = LegalExtractor::act_tag(act);
+                    let removed = cache.invalidate_tag(&tag);
+                    json!({"invalidated": removed, "tag": tag, "cache": cache.stats()})
+                }
+                None => {
+                    json!({"cache": cache.stats(), "store": config.cache.as_ref().map(|c| c.store)})
+                }
+            }
+        } else {
+            let mut request = SearchRequest::new(question()?);
+            request.mode = args.mode.clone();
+            if args.dry_run {
+                json!({"plan": pipeline.plan(&request)?})
+            } else {
+                let answer = pipeline.answer_with(&request, &config.answer_options()?)?;
+                let classification = answer.classification.clone();
+                json!({
+                    "query": answer.query,
+                    "answer": answer.text,
+                    "confidence": answer.confidence,
+                    "confidence_band": answer.confidence_band,
+                    "sources": answer.brief_sources(),
+                    "classification": classification,
+                    "flags": answer.flags,
+                    "timings": answer.timings,
+                })
+            }
+        }
+    };
+    // A closed pipe (`| head`) is an error, not a panic.
+    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&out)?)?;
+    Ok(())
+}
+
+/// Sends `tracing` events at `level` and above to stderr.
+fn init_logging(level: &str) -> CliResult {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .map_err(|e| format!("--log-level {level:?}: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| format!("logging: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,610 @@
+//! The sections of a [`PipelineConfig`](super::PipelineConfig) beyond recall: embedder,
+//! reranker, classifier, guard, cache, generator, grounding; each with its documented
+//! defaults and what it builds.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AnswerOptions, SearchResponse};
+use crate::answer::{GroundingChecker, PromptBuilder};
+use crate::cache::{CacheConfig, MemoryStore, SemanticCache};
+use crate::classify::{read_aliases, RuleClassifier, RuleConfig};
+use crate::guard::{PiiGuard, PiiKind};
+use crate::recall::Fusion;
+use crate::rerankers::qwen3::Instructions;
+use crate::{Document, Embedder, Error, Generator, Reranker, Result};
+
+/// The `recall` section: which retriever a request uses (the retrievers themselves are the
+/// `retriever` section).
+///
+/// Every leaf of the `retriever` tree is a recall mode a request can pick by name:
+/// `bm25`, `vector` (dense and vector retrievers), `keyword`; a second leaf of the same kind is
+/// `bm25_2`, and so on; a hybrid at the top is `hybrid`. With a `vector` and a `bm25` (or
+/// `keyword`) leaf, a request may also set a fusion weight: the two are fused for that request
+/// with `fusion`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecallConfig {
+    /// The mode of requests that name none (default: the whole `retriever`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_mode: Option<String>,
+    /// The fusion of a per-request hybrid (default: that of the top-level hybrid, else RRF
+    /// with k 60).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<Fusion>,
+    /// The vector side's weight of a per-request hybrid when the request sets none
+    /// (default 0.5).
+    pub vector_weight: f32,
+    /// Hits fetched from each side of a per-request hybrid (default: as many as asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
+}
+
+impl Default for RecallConfig {
+    fn default() -> Self {
+        RecallConfig {
+            default_mode: None,
+            fusion: None,
+            vector_weight: 0.5,
+            depth: None,
+        }
+    }
+}
+
+/// The `embedder` section: the one embedder that `vector` retrievers, the semantic cache and
+/// HyDE share.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EmbedderConfig {
+    /// A BERT embedder from a local directory (feature `models`).
+    Bert {
+        /// The model directory.
+        model: PathBuf,
+        /// Keep only the first N dimensions, re-normalized (a Matryoshka model; default: all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dims: Option<usize>,
+    },
+    /// The model-free [`HashingEmbedder`](crate::embed::HashingEmbedder).
+    Hashing {
+        /// Buckets (default 512).
+        #[serde(default = "default_hashing_dim")]
+        dim: usize,
+        /// Keep only the first N dimensions, re-normalized (default: all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dims: Option<usize>,
+    },
+}
+
+fn default_hashing_dim() -> usize {
+    512
+}
+
+impl EmbedderConfig {
+    pub(super) fn build(&self) -> Result<Arc<dyn Embedder>> {
+        let (full, dims): (Arc<dyn Embedder>, Option<usize>) = match self {
+            EmbedderConfig::Hashing { dim, dims } => {
+                (Arc::new(crate::embed::HashingEmbedder::new(*dim)?), *dims)
+            }
+            EmbedderConfig::Bert { model, dims } => (bert(model)?, *dims),
+        };
+        Ok(match dims {
+            Some(d) => Arc::new(crate::embed::Matryoshka::new(full, d)?),
+            None => full,
+        })
+    }
+}
+
+#[cfg(feature = "models")]
+fn bert(model: &Path) -> Result<Arc<dyn Embedder>> {
+    Ok(Arc::new(crate::BertEmbedder::from_dir(model)?))
+}
+
+#[cfg(not(feature = "models"))]
+fn bert(_model: &Path) -> Result<Arc<dyn Embedder>> {
+    Err(Error::Config(
+        "embedder: a BERT embedder needs the `models` feature of rerank".into(),
+    ))
+}
+
+/// Which reranker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RerankerKind {
+    /// A candle cross-encoder (needs `model`, feature `models`).
+    CrossEncoder,
+    /// A Qwen3-Reranker (needs `model`, feature `models`); instruction-aware.
+    Qwen3,
+    /// Cosine between BERT embeddings (needs `model`, feature `models`).
+    Embedding,
+    /// The model-free [`LexicalReranker`](crate::rerankers::LexicalReranker).
+    Lexical,
+}
+
+/// The `reranker` section (stage 2).
+///
+/// ```yaml
+/// reranker:
+///   type: qwen3                   # cross_encoder | qwen3 | embedding | lexical
+///   model: models/qwen3-reranker  # every type but lexical
+///   depth: 30                     # rerank the first 30 candidates (default: all)
+///   fallback: { budget_ms: 800 }  # lexical scores when the model fails or is late
+///   instructions: { entity_field: entity_type, tasks: { design: "..." } }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerankerConfig {
+    /// The reranker type.
+    #[serde(rename = "type")]
+    pub kind: RerankerKind,
+    /// The model directory (every type but `lexical`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<PathBuf>,
+    /// Rerank only the first N candidates; the rest keep stage-1 order after them (default:
+    /// every candidate). A request can override it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
+    /// The instruction policy (default: none; only request and `[INSTRUCT]` instructions are
+    /// passed on). See [`Instructions`]: `default`, `tasks`, `entities`, `by_task`,
+    /// `entity_field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<Instructions>,
+    /// Graceful degradation: the lexical reranker scores when the model fails, or takes
+    /// longer than the budget (default: none; a failure keeps stage-1 order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackConfig>,
+}
+
+/// The `reranker.fallback` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FallbackConfig {
+    /// The most milliseconds the model may take before the fallback scores (default: no
+    /// budget, only failures fall back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_ms: Option<u64>,
+}
+
+impl Default for FallbackConfig {
+    fn default() -> Self {
+        FallbackConfig { budget_ms: None }
+    }
+}
+
+impl RerankerConfig {
+    /// A reranker of this type from `model`, without depth, instructions or fallback.
+    pub fn new(kind: RerankerKind, model: Option<PathBuf>) -> Self {
+        RerankerConfig {
+            kind,
+            model,
+            depth: None,
+            instructions: None,
+            fallback: None,
+        }
+    }
+
+    pub(super) fn build(&self) -> Result<Box<dyn Reranker>> {
+        let primary = self.build_primary()?;
+        let Some(fallback) = &self.fallback else {
+            return Ok(primary);
+        };
+        let mut builder = crate::rerankers::FallbackReranker::builder(primary)
+            .fallback(crate::rerankers::LexicalReranker);
+        if let Some(ms) = fallback.budget_ms {
+            builder = builder.budget(Duration::from_millis(ms));
+        }
+        Ok(Box::new(builder.build()?))
+    }
+
+    fn model(&self) -> Result<&Path> {
+        self.model.as_deref().ok_or_else(|| {
+            Error::Config(format!(
+                "reranker.model: a {:?} reranker needs a model directory",
+                self.kind
+            ))
+        })
+    }
+
+    #[cfg(feature = "models")]
+    fn build_primary(&self) -> Result<Box<dyn Reranker>> {
+        Ok(match self.kind {
+            RerankerKind::Lexical => Box::new(crate::rerankers::LexicalReranker),
+            RerankerKind::CrossEncoder => {
+                Box::new(crate::rerankers::CrossEncoder::from_dir(self.model()?)?)
+            }
+            RerankerKind::Qwen3 => {
+                let mut b = crate::rerankers::Qwen3Reranker::builder(self.model()?);
+                if let Some(i) = &self.instructions {
+                    b = b.instructions(i.clone());
+                }
+                Box::new(b.build()?)
+            }
+            RerankerKind::Embedding => {
+                let embedder = crate::embed::BertEmbedder::from_dir(self.model()?)?;
+                Box::new(crate::rerankers::EmbeddingReranker::new(Arc::new(embedder)))
+            }
+        })
+    }
+
+    #[cfg(not(feature = "models"))]
+    fn build_primary(&self) -> Result<Box<dyn Reranker>> {
+        match self.kind {
+            RerankerKind::Lexical => Ok(Box::new(crate::rerankers::LexicalReranker)),
+            _ => {
+                self.model()?;
+                Err(Error::Config(
+                    "this reranker is not available in this build (model-backed rerankers \
+                     need the `models` feature of rerank)"
+                        .into(),
+                ))
+            }
+        }
+    }
+}
+
+/// The `classifier` section: a [`RuleClassifier`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassifierConfig {
+    /// A JSON file of known people, `{"alias": "Canonical Name"}` (default: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aliases: Option<PathBuf>,
+    /// Domain lexicon files: one word or phrase per line (`#` starts a comment), added to the
+    /// domain vocabulary; a query sharing no word with it is off-topic (default: none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lexicons: Vec<PathBuf>,
+    /// Add every word of the indexed documents to the domain vocabulary (default false).
+    pub domain_from_corpus: bool,
+    /// Word lists, patterns and thresholds (default: the English lexicon; see
+    /// [`RuleConfig`]; missing keys keep their defaults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules: Option<RuleConfig>,
+}
+
+impl ClassifierConfig {
+    /// Builds the classifier; `docs` feed `domain_from_corpus`.
+    pub fn build(&self, docs: &[Document]) -> Result<RuleClassifier> {
+        let mut builder = crate::classify::RuleClassifierBuilder::from_config(
+            self.rules.clone().unwrap_or_default(),
+        );
+        if let Some(path) = &self.aliases {
+            let mut aliases = builder.config_mut().aliases.clone();
+            aliases.extend(read_aliases(path)?);
+            builder = builder.aliases(aliases);
+        }
+        for path in &self.lexicons {
+            builder = builder.domain_vocabulary(read_lexicon(path)?);
+        }
+        if self.domain_from_corpus {
+            let texts: Vec<String> = docs.iter().map(Document::full_text).collect();
+            builder = builder.domain_corpus(texts.iter().map(String::as_str));
+        }
+        builder.build()
+    }
+}
+
+/// Reads a lexicon file: one entry per line, `#` comments and blank lines skipped.
+pub fn read_lexicon(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    Ok(text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// The `pii` section: the guard that refuses queries holding personal data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PiiConfig {
+    /// Refuse queries with personal data (default true).
+    pub enabled: bool,
+    /// The kinds looked for (default: all of `ssn`, `credit_card`, `email`, `phone`).
+    pub kinds: Vec<PiiKind>,
+}
+
+impl Default for PiiConfig {
+    fn default() -> Self {
+        PiiConfig {
+            enabled: true,
+            kinds: PiiKind::ALL.to_vec(),
+        }
+    }
+}
+
+impl PiiConfig {
+    pub(super) fn build(&self) -> PiiGuard {
+        if self.enabled {
+            PiiGuard::new(self.kinds.iter().copied())
+        } else {
+            PiiGuard::disabled()
+        }
+    }
+}
+
+/// Where the semantic cache keeps its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheStoreKind {
+    /// In the process (the default); gone when it ends.
+    #[default]
+    Memory,
+    /// In an SQLite file (`path`; feature `sqlite`): survives restarts, shared by processes.
+    Sqlite,
+    /// In Redis (`url`; feature `redis`): shared by every replica.
+    Redis,
+}
+
+/// The `cache` section: `{store: memory}`, `{store: sqlite, path}` or `{store: redis, url}`,
+/// with the thresholds and lifetimes. Needs the `embedder` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheSection {
+    /// Where entries live (default `memory`).
+    pub store: CacheStoreKind,
+    /// The SQLite file, for `store: sqlite` (relative to the working directory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// The Redis URL, for `store: redis` (`redis://host:port/db`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The Redis key namespace (default `rerank`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Minimum cosine similarity for a hit (default 0.92).
+    pub threshold: f32,
+    /// Lifetime of an entry in seconds (default 3600; 0 keeps entries until invalidated).
+    pub ttl_secs: u64,
+    /// Lifetime of degraded responses (reranker fallback) in seconds (default 60).
+    pub short_ttl_secs: u64,
+    /// Nearest entries a lookup examines (default 8).
+    pub candidates: usize,
+    /// Tag each response with the acts its hits cite, for invalidation by act (default false).
+    pub tag_acts: bool,
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        let c = CacheConfig::default();
+        CacheSection {
+            store: CacheStoreKind::Memory,
+            path: None,
+            url: None,
+            namespace: None,
+            threshold: c.threshold,
+            ttl_secs: c.ttl.map_or(0, |t| t.as_secs()),
+            short_ttl_secs: c.short_ttl.as_secs(),
+            candidates: c.candidates,
+            tag_acts: false,
+        }
+    }
+}
+
+impl CacheSection {
+    /// Checks that the store has what it needs, naming the key.
+    pub(super) fn check(&self) -> Result<()> {
+        let wrong = |key: &str, why: &str| Err(Error::Config(format!("cache.{key}: {why}")));
+        match self.store {
+            CacheStoreKind::Memory if self.path.is_some() => {
+                wrong("path", "only `store: sqlite` takes a path")
+            }
+            CacheStoreKind::Memory | CacheStoreKind::Sqlite if self.url.is_some() => {
+                wrong("url", "only `store: redis` takes a url")
+            }
+            CacheStoreKind::Sqlite if self.path.is_none() => {
+                wrong("path", "`store: sqlite` needs the path of the SQLite file")
+            }
+            CacheStoreKind::Redis if self.url.is_none() => {
+                wrong("url", "`store: redis` needs a url (redis://host:port/db)")
+            }
+            CacheStoreKind::Redis if self.path.is_some() => {
+                wrong("path", "`store: redis` takes a url, not a path")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The cache this section describes.
+    pub fn build(&self) -> Result<SemanticCache<SearchResponse>> {
+        self.check()?;
+        let mut builder = SemanticCache::builder()
+            .threshold(self.threshold)
+            .short_ttl(Duration::from_secs(self.short_ttl_secs))
+            .candidates(self.candidates);
+        builder = match self.ttl_secs {
+            0 => builder.no_ttl(),
+            s => builder.ttl(Duration::from_secs(s)),
+        };
+        builder = match self.store {
+            CacheStoreKind::Memory => builder.store(MemoryStore::default()),
+            CacheStoreKind::Sqlite => builder.store(sqlite_store(self.path.as_deref())?),
+            CacheStoreKind::Redis => builder.store(redis_store(
+                self.url.as_deref().unwrap_or_default(),
+                self.namespace.as_deref(),
+            )?),
+        };
+        builder.build()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn sqlite_store(path: Option<&Path>) -> Result<crate::store::SqliteCacheStore<SearchResponse>> {
+    let path = path.ok_or_else(|| Error::Config("cache.path: missing".into()))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let store = Arc::new(crate::store::Store::open(path)?);
+    Ok(store.cache_store())
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn sqlite_store(_path: Option<&Path>) -> Result<MemoryStore<SearchResponse>> {
+    Err(Error::Config(
+        "cache.store: `sqlite` needs the `sqlite` feature of rerank".into(),
+    ))
+}
+
+#[cfg(feature = "redis")]
+fn redis_store(
+    url: &str,
+    namespace: Option<&str>,
+) -> Result<crate::cache::RedisCacheStore<SearchResponse>> {
+    let mut b = crate::cache::RedisCacheStore::builder(url);
+    if let Some(ns) = namespace {
+        b = b.namespace(ns);
+    }
+    b.build()
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis_store(_url: &str, _namespace: Option<&str>) -> Result<MemoryStore<SearchResponse>> {
+    Err(Error::Config(
+        "cache.store: `redis` needs the `redis` feature of rerank".into(),
+    ))
+}
+
+/// The `generator` section (answers, HyDE, query variants).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GeneratorConfig {
+    /// The model-free [`Extractive`](crate::Extractive) generator: the best-matching sentences
+    /// of the sources, cited.
+    Extractive {
+        /// Sentences in an answer (default 3).
+        #[serde(default = "default_sentences")]
+        max_sentences: usize,
+    },
+    /// Qwen3 chat from a local directory (feature `models`).
+    Qwen3Chat {
+        /// The model directory.
+        model: PathBuf,
+    },
+    /// An OpenAI-compatible chat-completions server (feature `http`).
+    Openai {
+        /// The base URL (`http://host:port/v1`).
+        base_url: String,
+        /// The model name.
+        model: String,
+        /// The environment variable holding the API key (default: none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
+        /// Request timeout in seconds (default 60).
+        #[serde(default = "default_timeout")]
+        timeout_secs: u64,
+    },
+}
+
+fn default_sentences() -> usize {
+    3
+}
+
+fn default_timeout() -> u64 {
+    60
+}
+
+impl GeneratorConfig {
+    pub(super) fn build(&self) -> Result<Arc<dyn Generator>> {
+        match self {
+            GeneratorConfig::Extractive { max_sentences } => Ok(Arc::new(
+                crate::Extractive::new().max_sentences(*max_sentences)?,
+            )),
+            GeneratorConfig::Qwen3Chat { model } => qwen3_chat(model),
+            GeneratorConfig::Openai {
+                base_url,
+                model,
+                api_key_env,
+                timeout_secs,
+            } => openai(base_url, model, api_key_env.as_deref(), *timeout_secs),
+        }
+    }
+}
+
+#[cfg(feature = "models")]
+fn qwen3_chat(model: &Path) -> Result<Arc<dyn Generator>> {
+    Ok(Arc::new(crate::Qwen3Chat::from_dir(model)?))
+}
+
+#[cfg(not(feature = "models"))]
+fn qwen3_chat(_model: &Path) -> Result<Arc<dyn Generator>> {
+    Err(Error::Config(
+        "generator: qwen3_chat needs the `models` feature of rerank".into(),
+    ))
+}
+
+#[cfg(feature = "http")]
+fn openai(
+    base_url: &str,
+    model: &str,
+    api_key_env: Option<&str>,
+    timeout_secs: u64,
+) -> Result<Arc<dyn Generator>> {
+    let mut b = crate::OpenAiCompatible::builder()
+        .base_url(base_url)
+        .model(model)
+        .timeout(Duration::from_secs(timeout_secs));
+    if let Some(env) = api_key_env {
+        b = b.api_key_env(env);
+    }
+    Ok(Arc::new(b.build()?))
+}
+
+#[cfg(not(feature = "http"))]
+fn openai(
+    _base_url: &str,
+    _model: &str,
+    _api_key_env: Option<&str>,
+    _timeout_secs: u64,
+) -> Result<Arc<dyn Generator>> {
+    Err(Error::Config(
+        "generator: openai needs the `http` feature of rerank".into(),
+    ))
+}
+
+/// The `grounding` section: how answers are checked and how confident they are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroundingConfig {
+    /// A sentence is supported when some source scores at least this (default 0.5).
+    pub threshold: f32,
+    /// Hits scoring below this are not used to answer (default: none); with none left the
+    /// answer is "I don't have enough information ...".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_score: Option<f32>,
+    /// Sources in the prompt (default 5).
+    pub max_sources: usize,
+    /// Confidence at or above which an answer is `high` (default 0.8).
+    pub high: f32,
+    /// Confidence at or above which an answer is `medium` (default 0.5); below, `low`.
+    pub medium: f32,
+}
+
+impl Default for GroundingConfig {
+    fn default() -> Self {
+        let bands = crate::answer::ConfidenceBands::default();
+        GroundingConfig {
+            threshold: 0.5,
+            min_score: None,
+            max_sources: 5,
+            high: bands.high,
+            medium: bands.medium,
+        }
+    }
+}
+
+impl GroundingConfig {
+    /// The answer options this section describes.
+    pub fn answer_options(&self) -> Result<AnswerOptions> {
+        let mut o = AnswerOptions::new()
+            .prompt(PromptBuilder::new().max_sources(self.max_sources))
+            .checker(GroundingChecker::new().threshold(self.threshold)?)
+            .bands(crate::answer::ConfidenceBands::new(self.high, self.medium)?);
+        if let Some(m) = self.min_score {
+            o = o.min_score(m);
+        }
+        o.validate()?;
+        Ok(o)
+    }
+}

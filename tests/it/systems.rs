@@ -1,0 +1,497 @@
+//! The five systems the crate exists for, each from its configuration in `examples/configs/`
+//! and its data in `examples/data/`: what each example prints is checked here.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rerank::classify::{LegalExtractor, QueryKind, Route};
+use rerank::embed::{cosine, HashingEmbedder};
+use rerank::pipeline::{
+    CacheStoreKind, InstructionSource, Pipeline, PipelineConfig, SearchRequest,
+};
+use rerank::recall::keyword_overlap;
+use rerank::{Embedder, Error};
+
+fn config_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/configs")
+        .join(name)
+}
+
+fn load(name: &str) -> PipelineConfig {
+    PipelineConfig::from_path(config_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A scratch SQLite path under the target directory, removed on drop.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(tag: &str) -> Self {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join(format!("systems_{tag}_{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        TempDb(path)
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for ext in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", self.0.display()));
+        }
+    }
+}
+
+/// The legal config with its cache in `db`.
+fn legal(db: &TempDb) -> PipelineConfig {
+    let mut config = load("legal_router.yaml");
+    config.cache.as_mut().expect("a cache section").path = Some(db.0.clone());
+    config
+}
+
+const CONFIGS: [&str; 5] = [
+    "personal_search.yaml",
+    "agent_memory.json",
+    "pdf_qa.yaml",
+    "two_phase_kb.toml",
+    "legal_router.yaml",
+];
+
+#[test]
+fn every_example_config_loads_round_trips_and_builds() {
+    let listed: Vec<String> = std::fs::read_dir(config_path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in listed.iter() {
+        assert!(
+            CONFIGS.contains(&name.as_str()),
+            "{name} is not tested here"
+        );
+    }
+    let db = TempDb::new("round_trip");
+    for name in CONFIGS {
+        let config = load(name);
+        // YAML and JSON round trips give the same config.
+        let yaml = config.to_yaml_string().unwrap();
+        assert_eq!(
+            PipelineConfig::from_yaml_str(&yaml).unwrap(),
+            config,
+            "{name} (YAML)"
+        );
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(
+            PipelineConfig::from_json_str(&json).unwrap(),
+            config,
+            "{name} (JSON)"
+        );
+        let config = if name == "legal_router.yaml" {
+            legal(&db)
+        } else {
+            config
+        };
+        let pipeline = config
+            .build(Vec::new())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            !pipeline.search("section leave cache note").is_err(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let e = PipelineConfig::from_yaml_str(
+        "retriever: {type: bm25}\nreranker: {type: lexical, modle: x}",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("reranker") && e.to_string().contains("modle"),
+        "{e}"
+    );
+    let e = PipelineConfig::from_yaml_str(
+        "retriever: {type: hybrid, retrievers: [{type: bm25}, {type: vector, dim: 3}]}",
+    )
+    .unwrap_err();
+    // Inside an internally tagged enum the path stops at the enum.
+    assert!(
+        e.to_string().contains("retriever") && e.to_string().contains("dim"),
+        "{e}"
+    );
+    let e = PipelineConfig::from_toml_str("[retriever]\ntype = \"bm25\"\n[cache]\nttl = 3\n")
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("cache") && e.to_string().contains("ttl"),
+        "{e}"
+    );
+
+    // A missing input file fails at load, with the key.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("missing_{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        "retriever: {type: bm25}\nclassifier: {aliases: no-such-aliases.json}\n",
+    )
+    .unwrap();
+    let e = PipelineConfig::from_path(&path).unwrap_err();
+    let _ = std::fs::remove_file(&path);
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert!(e.to_string().contains("classifier.aliases"), "{e}");
+
+    // The cache section's shapes: memory, sqlite with a path, redis with a url.
+    let redis = PipelineConfig::from_yaml_str(
+        "retriever: {type: bm25}\ncache: {store: redis, url: \"redis://127.0.0.1:6379/0\"}",
+    )
+    .unwrap();
+    let cache = redis.cache.unwrap();
+    assert_eq!(cache.store, CacheStoreKind::Redis);
+    assert_eq!(cache.url.as_deref(), Some("redis://127.0.0.1:6379/0"));
+    let e = PipelineConfig::from_yaml_str(
+        "retriever: {type: bm25}\nembedder: {type: hashing}\ncache: {store: sqlite}",
+    )
+    .unwrap()
+    .build(Vec::new())
+    .unwrap_err();
+    assert!(e.to_string().contains("cache.path"), "{e}");
+    let e = PipelineConfig::from_yaml_str("retriever: {type: bm25}\ncache: {store: memory}")
+        .unwrap()
+        .build(Vec::new())
+        .unwrap_err();
+    assert!(e.to_string().contains("embedder"), "{e}");
+}
+
+/// System 1: `cargo run --example personal_search`.
+#[test]
+fn personal_search_keeps_the_exact_match_on_top() {
+    let config = load("personal_search.yaml");
+    let classifier = config.classifier.clone().unwrap().build(&[]).unwrap();
+    let pipeline = config.build(Vec::new()).unwrap();
+
+    let r = pipeline.search("Taylor's KTN").unwrap();
+    let c = r.classification.as_ref().unwrap();
+    assert_eq!(c.kind, QueryKind::Factual);
+    assert_eq!(c.kind_confidence, 1.0);
+    assert!(c.signals.iter().any(|s| s == "possessive_identifier"));
+    assert_eq!(r.hits[0].id(), "note-01");
+    assert!(r.hits[0].protected);
+
+    // The alias resolves to the person; her note comes first.
+    let q = "tay's passport";
+    assert_eq!(classifier.known_names(q), ["Taylor Smith"]);
+    let request = SearchRequest::new(format!("{q} (Taylor Smith)"));
+    let r = pipeline.search_with(&request).unwrap();
+    assert_eq!(
+        r.hits[0].id(),
+        "note-01",
+        "{:?}",
+        r.hits.iter().map(|h| h.id()).collect::<Vec<_>>()
+    );
+
+    let r = pipeline
+        .search("what did we learn from the data migration project")
+        .unwrap();
+    assert_eq!(r.classification.as_ref().unwrap().kind, QueryKind::Semantic);
+    assert_eq!(r.hits[0].id(), "note-07");
+    assert!(r.hits.iter().all(|h| !h.protected));
+}
+
+/// System 2: `cargo run --example agent_memory`.
+#[test]
+fn agent_memory_modes_filters_depth_and_fallback() {
+    let pipeline = load("agent_memory.json").build(Vec::new()).unwrap();
+    assert_eq!(pipeline.recall_modes(), ["bm25", "vector", "hybrid"]);
+    let q = "how does the cache invalidate stale entries";
+
+    let r = pipeline.search(q).unwrap();
+    assert_eq!(r.candidates, 14.min(30));
+    assert!(r.reranked);
+    for h in &r.hits {
+        assert!(h.rerank_score.is_some() && h.stage1_rank >= 1);
+    }
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).mode("bm25"))
+        .unwrap();
+    assert_eq!(r.mode.as_deref(), Some("bm25"));
+    assert!(r
+        .hits
+        .iter()
+        .all(|h| h.bm25_score.is_some() && h.vector_score.is_none()));
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).mode("vector"))
+        .unwrap();
+    assert!(r
+        .hits
+        .iter()
+        .all(|h| h.vector_score.is_some() && h.bm25_score.is_none()));
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).fusion_weight(0.8))
+        .unwrap();
+    assert_eq!(r.mode.as_deref(), Some("hybrid"));
+
+    let r = pipeline
+        .search_with(
+            &SearchRequest::new(q)
+                .source_types(["code"])
+                .languages(["rust"])
+                .path_prefix("src/cache/"),
+        )
+        .unwrap();
+    assert!(!r.hits.is_empty());
+    for h in &r.hits {
+        let m = &h.document.metadata;
+        assert_eq!(m["source_type"], "code");
+        assert_eq!(m["language"], "rust");
+        assert!(m["path"].as_str().unwrap().starts_with("src/cache/"));
+    }
+
+    // Rerank depth 2: two reranked hits first, the rest in stage-1 order after them.
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).rerank_depth(2).top_k(5))
+        .unwrap();
+    assert_eq!(r.reranked_candidates, 2);
+    assert!(r.hits[..2]
+        .iter()
+        .all(|h| h.rerank_score.is_some() && h.stage1_rank <= 2));
+    let tail: Vec<usize> = r.hits[2..].iter().map(|h| h.stage1_rank).collect();
+    assert!(
+        tail.iter().all(|&rank| rank > 2) && tail.windows(2).all(|w| w[0] < w[1]),
+        "{tail:?}"
+    );
+    assert!(r.hits[2..].iter().all(|h| h.rerank_score.is_none()));
+
+    let e = pipeline
+        .search_with(&SearchRequest::new(q).mode("graph"))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidInput(ref m) if m.contains("bm25")),
+        "{e}"
+    );
+    let e = pipeline
+        .search_with(&SearchRequest::new(q).mode("bm25").fusion_weight(0.3))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+    let e = pipeline
+        .search_with(&SearchRequest::new(q).fusion_weight(1.5))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+}
+
+/// System 3: `cargo run --example pdf_qa`.
+#[test]
+fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
+    let config = load("pdf_qa.yaml");
+    let options = config.answer_options().unwrap();
+    let pipeline = config.build(Vec::new()).unwrap();
+    let ask = |q: &str| pipeline.answer_with(&SearchRequest::new(q), &options);
+
+    let hi = ask("hi there!").unwrap();
+    assert!(hi.flags.chitchat && hi.sources.is_empty());
+    assert_eq!(hi.confidence, 1.0);
+
+    let a = ask("How many days of paid annual leave do employees get per year?").unwrap();
+    assert!(a.text.contains("25 days"), "{}", a.text);
+    assert!(
+        a.text.contains("[Source: employee-handbook.pdf, Page 1]"),
+        "{}",
+        a.text
+    );
+    assert!(a.confidence >= 0.8, "{}", a.confidence);
+    assert_eq!(a.confidence_band, rerank::answer::ConfidenceBand::High);
+    for s in a.brief_sources() {
+        assert!(s.excerpt.chars().count() <= rerank::answer::EXCERPT_CHARS + 3);
+        assert_eq!(s.score, (s.score * 1000.0).round() / 1000.0);
+    }
+
+    assert!(matches!(
+        ask("My SSN is 123-45-6789, how much sick leave do I have?"),
+        Err(Error::PiiRefused { .. })
+    ));
+    let none = ask("Who won the 1998 football world cup?").unwrap();
+    assert!(none.flags.not_enough_information);
+    assert_eq!(none.confidence, 0.0);
+
+    // Linear fusion over raw scores: 0.7 x cosine + 0.3 x keyword overlap, exactly.
+    let q = "Are meals reimbursed during business travel?";
+    let r = pipeline.search(q).unwrap();
+    let e = HashingEmbedder::new(512).unwrap();
+    let qv = e.embed_one(q).unwrap();
+    for h in &r.hits {
+        let text = h.document.full_text();
+        let want =
+            0.7 * cosine(&qv, &e.embed_one(&text).unwrap()) + 0.3 * keyword_overlap(q, &text);
+        assert!(
+            (h.score - want).abs() < 1e-5,
+            "{}: {} vs {want}",
+            h.id(),
+            h.score
+        );
+        assert!(h.score >= 0.3);
+    }
+    assert_eq!(r.hits[0].id(), "expense-policy_p2_c1");
+}
+
+/// System 4: `cargo run --example two_phase_kb`.
+#[test]
+fn two_phase_kb_says_which_instruction_each_candidate_got() {
+    let pipeline = load("two_phase_kb.toml").build(Vec::new()).unwrap();
+    let sources = |r: &rerank::pipeline::SearchResponse| -> Vec<InstructionSource> {
+        r.instructions.iter().map(|u| u.source).collect()
+    };
+    let r = pipeline
+        .search("[SEARCH] shutdown runtime [TASK] my service hangs on exit and the shutdown fails")
+        .unwrap();
+    assert_eq!(
+        r.classification.as_ref().unwrap().task_type,
+        rerank::classify::TaskType::Troubleshooting
+    );
+    let got = sources(&r);
+    assert!(got.contains(&InstructionSource::Entity), "{got:?}");
+    assert!(got.contains(&InstructionSource::TaskType), "{got:?}");
+    for u in &r.instructions {
+        match u.source {
+            InstructionSource::Entity => {
+                let e = u.entity.as_deref().unwrap();
+                assert!(e == "manual" || e == "experience");
+            }
+            InstructionSource::TaskType => assert_eq!(
+                u.text,
+                rerank::rerankers::qwen3::TROUBLESHOOTING_INSTRUCTION
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    let total: usize = r.instructions.iter().map(|u| u.candidates).sum();
+    assert_eq!(total, r.reranked_candidates);
+
+    let r = pipeline
+        .search(
+            "[SEARCH] event sourcing [TASK] keep every change [INSTRUCT] prefer production reports",
+        )
+        .unwrap();
+    assert_eq!(sources(&r), [InstructionSource::TwoPhase]);
+    assert_eq!(r.instructions[0].text, "prefer production reports");
+    let r = pipeline
+        .search_with(
+            &SearchRequest::new("[SEARCH] deploy service [TASK] deploy [INSTRUCT] ignored")
+                .instruction("mine"),
+        )
+        .unwrap();
+    assert_eq!(sources(&r), [InstructionSource::Request]);
+    assert_eq!(r.instructions[0].text, "mine");
+}
+
+/// System 5: `cargo run --example legal_router` and `rerank query`.
+#[test]
+fn legal_router_routes_caches_by_act_and_persists() {
+    let db = TempDb::new("legal");
+    let pipeline = legal(&db).build(Vec::new()).unwrap();
+    let plan = |q: &str| pipeline.plan(&SearchRequest::new(q)).unwrap();
+
+    let p = plan("What does section 420 of the Penal Code say?");
+    let c = p.classification.as_ref().unwrap();
+    assert_eq!((c.route, c.route_confidence), (Route::Simple, 1.0));
+    assert!(!p.hyde && p.cache);
+    assert_eq!(c.legal.acts, ["penal code"]);
+    let p = plan("Compare the Delhi High Court and the Bombay High Court on bail");
+    let c = p.classification.as_ref().unwrap();
+    assert_eq!((c.route, c.route_confidence), (Route::Analytical, 1.0));
+    assert_eq!(
+        c.legal.jurisdictions,
+        ["delhi high court", "bombay high court"]
+    );
+    assert!(p.hyde);
+    let p = plan("duties under the Companies Act 2013 and the Contract Act 1872");
+    let c = p.classification.as_ref().unwrap();
+    assert_eq!((c.route, c.route_confidence), (Route::Complex, 0.7));
+    assert_eq!(
+        plan("directors' duties")
+            .classification
+            .unwrap()
+            .route_confidence,
+        0.5
+    );
+
+    let penal = "What does section 420 of the Penal Code say?";
+    let companies = "duties of directors under the Companies Act 2013";
+    assert!(!pipeline.search(penal).unwrap().cache_hit);
+    assert!(!pipeline.search(companies).unwrap().cache_hit);
+    // A rephrasing is answered from the cache.
+    assert!(
+        pipeline
+            .search("What are the duties of directors under the Companies Act 2013?")
+            .unwrap()
+            .cache_hit
+    );
+    let cache = pipeline.cache().unwrap();
+    assert_eq!(cache.stats().entries, 2);
+    // The Companies Act changed: exactly its answers go.
+    assert_eq!(
+        cache.invalidate_tag(&LegalExtractor::act_tag("Companies Act")),
+        1
+    );
+    assert!(!pipeline.search(companies).unwrap().cache_hit);
+    assert!(pipeline.search(penal).unwrap().cache_hit);
+    drop(pipeline);
+
+    // The cache lives in the SQLite file: a new process finds the answers.
+    let again = legal(&db).build(Vec::new()).unwrap();
+    assert!(again.search(penal).unwrap().cache_hit);
+    assert!(again.search(companies).unwrap().cache_hit);
+    assert!(again.cache().unwrap().stats().hits >= 3);
+}
+
+/// Collects every log line written while it is the default subscriber.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_refused_querys_personal_data_never_reaches_a_log_line() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let db = TempDb::new("logs");
+    let pipeline: Pipeline = legal(&db).build(Vec::new()).unwrap();
+    let secret = ["123-45-6789", "4111 1111 1111 1111", "jane.doe@example.com"];
+    tracing::subscriber::with_default(subscriber, || {
+        for s in secret {
+            let q = format!("Is {s} covered by section 43 of the Information Technology Act?");
+            assert!(matches!(pipeline.search(&q), Err(Error::PiiRefused { .. })));
+            assert!(pipeline.answer(&q).is_err());
+            assert!(pipeline.plan(&SearchRequest::new(q)).is_err());
+        }
+        // A normal query logs its stages, so the subscriber did see the pipeline.
+        pipeline
+            .search("section 43 of the Information Technology Act")
+            .unwrap();
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("query refused"), "{text}");
+    assert!(
+        text.contains("search done") && text.contains("cache miss"),
+        "{text}"
+    );
+    for s in secret {
+        assert!(!text.contains(s), "{s} reached the log:\n{text}");
+    }
+    for fragment in ["6789", "1111", "jane", "example.com"] {
+        assert!(
+            !text.contains(fragment),
+            "{fragment} reached the log:\n{text}"
+        );
+    }
+}
