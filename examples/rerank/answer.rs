@@ -104,7 +104,7 @@ fn openai(_args: &Args) -> CliResult<Arc<dyn Generator>> {
 pub fn run(args: Args) -> CliResult {
     let docs = Document::read_jsonl(&args.corpus)?;
     let index = Bm25Index::new();
-    index.add(docs);
+    index.add(docs)?;
     let pipeline = Pipeline::builder()
         .retriever(index)
         .top_k(args.top_k)

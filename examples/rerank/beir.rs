@@ -154,7 +154,7 @@ fn build_bm25(args: &Args, corpus: Vec<Document>) -> CliResult<Bm25Index> {
         k1: args.k1 as f32,
         b: args.b as f32,
     })?;
-    index.add(corpus);
+    index.add(corpus)?;
     Ok(index)
 }
 

@@ -56,7 +56,7 @@ pub fn run(args: Args) -> CliResult {
         (Some(db), _) => store_retriever(&args, db)?,
         (None, Some(corpus)) => {
             let index = Bm25Index::new();
-            index.add(Document::read_jsonl(corpus)?);
+            index.add(Document::read_jsonl(corpus)?)?;
             Box::new(index)
         }
         (None, None) => return Err("give --corpus FILE or --db FILE".into()),

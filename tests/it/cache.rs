@@ -525,7 +525,7 @@ fn travel_index() -> Bm25Index {
             .with_source("pets.md"),
         Document::new("nopets", "Flights that never take pets").with_source("nopets.md"),
         Document::new("refund", "The refund policy gives 30 days").with_source("refund.md"),
-    ]);
+    ]).unwrap();
     index
 }
 

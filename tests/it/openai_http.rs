@@ -436,7 +436,7 @@ fn answers_through_the_pipeline_with_the_context_in_the_request() {
         "Revenue was $5M in 2023.",
     )
     .with_source("report.pdf")
-    .with_page(3)]);
+    .with_page(3)]).unwrap();
     let p = rerank::Pipeline::builder()
         .retriever(index)
         .generator(g)

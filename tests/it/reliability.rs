@@ -17,7 +17,7 @@ fn index() -> Bm25Index {
                 "word ".repeat(i % 5)
             ),
         )
-    }));
+    })).unwrap();
     index
 }
 
@@ -203,7 +203,7 @@ fn a_ten_megabyte_document_is_indexed_and_found() {
     index.add([
         Document::new("big", big),
         Document::new("small", "needle in a note"),
-    ]);
+    ]).unwrap();
     let hits = index.search("needle", 2);
     assert_eq!(hits.len(), 2);
     // The short document that is mostly needle ranks first.
@@ -223,7 +223,7 @@ fn the_same_id_twice_in_one_batch_keeps_the_last() {
     index.add([
         Document::new("a", "first version about apples"),
         Document::new("a", "second version about pears"),
-    ]);
+    ]).unwrap();
     assert_eq!(index.len(), 1);
     assert!(index.search("apples", 5).is_empty());
     assert_eq!(index.search("pears", 5)[0].id(), "a");
