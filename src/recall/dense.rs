@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::bm25::check_capacity;
 use super::{Retriever, SearchQuery};
+use crate::rerankers::VectorSource;
 use crate::{Document, Embedder, Error, Hit, Result};
 
 /// Rows scored per rayon task.
@@ -33,6 +34,16 @@ struct Store {
     /// One L2-normalized embedding per row, aligned with `docs`, row-major.
     matrix: Vec<f32>,
     rows: HashMap<String, usize>,
+    /// Row of a document by a hash of its `full_text()` (for [`VectorSource`]; checked against
+    /// the text on lookup).
+    by_text: HashMap<u64, usize>,
+}
+
+fn text_hash(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 /// An in-memory dense index: embeddings in one contiguous matrix, exact top-k by cosine.
@@ -166,6 +177,7 @@ impl DenseIndex {
             if let Some(d) = docs[i].take() {
                 let r = store.docs.len();
                 store.rows.insert(d.id.clone(), r);
+                store.by_text.insert(text_hash(&d.full_text()), r);
                 store.docs.push(Arc::new(d));
             }
         }
@@ -207,7 +219,30 @@ fn remove_row(store: &mut Store, id: &str, dim: usize) -> bool {
             *r -= 1;
         }
     }
+    store.by_text.retain(|_, r| *r != row);
+    for r in store.by_text.values_mut() {
+        if *r > row {
+            *r -= 1;
+        }
+    }
     true
+}
+
+impl VectorSource for DenseIndex {
+    /// The stored (normalized) vector of each text that is the `full_text()` of an indexed
+    /// document.
+    fn vectors(&self, texts: &[&str]) -> Result<Vec<Option<Vec<f32>>>> {
+        let store = self.read();
+        let dim = self.dim;
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let row = *store.by_text.get(&text_hash(t))?;
+                (store.docs[row].full_text() == *t)
+                    .then(|| store.matrix[row * dim..(row + 1) * dim].to_vec())
+            })
+            .collect())
+    }
 }
 
 /// A scored row; the greatest is the worst (lowest score, then highest row).
@@ -426,7 +461,11 @@ mod tests {
         for n in [0, 1, 5, 16, 17, 100, 384] {
             let a: Vec<f32> = (0..n).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
             let b: Vec<f32> = (0..n).map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5).collect();
-            let want: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+            let want: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum();
             assert!((f64::from(dot_portable(&a, &b)) - want).abs() < 1e-4, "{n}");
             assert!((f64::from(dot_kernel()(&a, &b)) - want).abs() < 1e-4, "{n}");
         }
@@ -457,6 +496,19 @@ mod tests {
         let v = idx.vector("3").unwrap();
         assert!((v[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
         assert!(idx.vector("nope").is_none());
+    }
+
+    #[test]
+    fn vectors_by_text() {
+        let idx = index();
+        let got = idx.vectors(&["aabb", "zzz", "eeee"]).unwrap();
+        assert_eq!(got[0], idx.vector("3"));
+        assert_eq!(got[1], None);
+        assert_eq!(got[2], idx.vector("4"));
+        assert!(idx.remove("3"));
+        let got = idx.vectors(&["aabb", "eeee"]).unwrap();
+        assert_eq!(got[0], None);
+        assert_eq!(got[1], idx.vector("4"));
     }
 
     #[test]

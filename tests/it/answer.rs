@@ -469,7 +469,9 @@ fn pii_in_a_chitchat_query_is_refused_before_answering() {
     // The classifier alone would answer this as chitchat, without any search.
     assert_eq!(ToyClassifier.classify(query).intent, Intent::Chitchat);
     let index = rerank::Bm25Index::new();
-    index.add(vec![rerank::Document::new("1", "hello world")]).unwrap();
+    index
+        .add(vec![rerank::Document::new("1", "hello world")])
+        .unwrap();
     let pipeline = rerank::Pipeline::builder()
         .retriever(index)
         .classifier(ToyClassifier)

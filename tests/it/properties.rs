@@ -75,14 +75,18 @@ proptest! {
 fn repeated_updates_do_not_grow_the_index_without_bound() {
     let index = Bm25Index::new();
     for round in 0..600 {
-        index.add((0..10).map(|d| Document::new(format!("d{d}"), text_of(round + d)))).unwrap();
+        index
+            .add((0..10).map(|d| Document::new(format!("d{d}"), text_of(round + d))))
+            .unwrap();
     }
     assert_eq!(index.len(), 10);
     // 6000 writes of 10 documents: the removed slots are compacted away.
     assert!(index.slots() <= 2 * 10 + 1024, "{} slots", index.slots());
     // Ranking is unchanged by compaction: the last written text of each document counts.
     let fresh = Bm25Index::new();
-    fresh.add((0..10).map(|d| Document::new(format!("d{d}"), text_of(599 + d)))).unwrap();
+    fresh
+        .add((0..10).map(|d| Document::new(format!("d{d}"), text_of(599 + d))))
+        .unwrap();
     for q in ["alpha", "rust search", "beta gamma delta"] {
         assert_eq!(
             exact(&index.search(q, 10)),

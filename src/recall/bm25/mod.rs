@@ -84,6 +84,7 @@ impl Scorer {
     }
 
     /// One term's contribution to a document of analyzed length `dl` holding it `tf` times.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn term(&self, idf: f32, tf: u32, dl: u32) -> f32 {
         Self::term_with_norm(idf, tf, self.norm(dl))
     }
@@ -147,6 +148,11 @@ struct Inner {
     docs: Vec<Option<Arc<Document>>>,
     /// Analyzed length of each slot.
     lengths: Vec<u32>,
+    /// Each slot's length as a one-byte code whose value is at most the length
+    /// ([`search::length_code`]): a compact table for the score bounds of pruning.
+    length_codes: Vec<u8>,
+    /// Removed slots, one bit each.
+    dead: Vec<u64>,
     /// The longest analyzed length held.
     max_len: u32,
     slots: FastMap<String, u32>,
@@ -181,6 +187,7 @@ impl Inner {
         }
         self.total_len -= u64::from(self.lengths[s]);
         self.live -= 1;
+        self.dead[s / 64] |= 1 << (s % 64);
         true
     }
 
@@ -210,6 +217,10 @@ impl Inner {
             self.slots.insert(doc.id.clone(), slot);
             self.docs.push(Some(Arc::new(doc)));
             self.lengths.push(len);
+            self.length_codes.push(search::length_code(len));
+            if self.docs.len() > self.dead.len() * 64 {
+                self.dead.push(0);
+            }
             self.max_len = self.max_len.max(len);
             self.total_len += u64::from(len);
             self.live += 1;
@@ -242,14 +253,17 @@ impl Inner {
         }
         let old_docs = std::mem::take(&mut self.docs);
         let old_lengths = std::mem::take(&mut self.lengths);
+        self.length_codes.clear();
         self.max_len = 0;
         for (doc, len) in old_docs.into_iter().zip(old_lengths) {
             if doc.is_some() {
                 self.docs.push(doc);
                 self.lengths.push(len);
+                self.length_codes.push(search::length_code(len));
                 self.max_len = self.max_len.max(len);
             }
         }
+        self.dead = vec![0; self.docs.len().div_ceil(64)];
         let lengths = &self.lengths;
         for list in &mut self.postings {
             let mut fresh = PostingList::default();
@@ -360,6 +374,7 @@ impl Bm25Index {
         }
         inner.docs.reserve(docs.len());
         inner.lengths.reserve(docs.len());
+        inner.length_codes.reserve(docs.len());
         inner.slots.reserve(docs.len());
         let target: &mut Inner = &mut inner;
         build::analyze_and_merge(self.analyzer.as_ref(), docs, |segment| {
@@ -391,7 +406,11 @@ impl Bm25Index {
 
     /// Bytes held by the posting lists (compressed blocks, impacts, unfilled tails).
     pub fn postings_bytes(&self) -> usize {
-        self.read().postings.iter().map(PostingList::heap_bytes).sum()
+        self.read()
+            .postings
+            .iter()
+            .map(PostingList::heap_bytes)
+            .sum()
     }
 
     /// Releases spare capacity after a bulk build (the posting lists and tables grow by
@@ -403,6 +422,7 @@ impl Bm25Index {
         }
         inner.docs.shrink_to_fit();
         inner.lengths.shrink_to_fit();
+        inner.length_codes.shrink_to_fit();
     }
 
     /// The document with this id, if indexed.
@@ -455,6 +475,8 @@ impl Bm25Index {
             postings: &inner.postings,
             df: &inner.df,
             lengths: &inner.lengths,
+            length_codes: &inner.length_codes,
+            dead: (inner.live < inner.docs.len()).then_some(inner.dead.as_slice()),
             max_len: inner.max_len,
             docs: &inner.docs,
         };
@@ -589,10 +611,17 @@ mod tests {
     fn slot_numbers_never_wrap() {
         assert!(check_capacity("Bm25Index", 0, u32::MAX as usize).is_ok());
         assert!(check_capacity("Bm25Index", u32::MAX as usize - 1, 1).is_ok());
-        for (held, adding) in [(u32::MAX as usize, 1), (1, u32::MAX as usize), (usize::MAX, 1)] {
+        for (held, adding) in [
+            (u32::MAX as usize, 1),
+            (1, u32::MAX as usize),
+            (usize::MAX, 1),
+        ] {
             match check_capacity("Bm25Index", held, adding) {
                 Err(Error::CapacityExceeded {
-                    index, limit, held: h, adding: a,
+                    index,
+                    limit,
+                    held: h,
+                    adding: a,
                 }) => {
                     assert_eq!(index, "Bm25Index");
                     assert_eq!(limit, u64::from(u32::MAX));

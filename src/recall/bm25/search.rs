@@ -4,8 +4,10 @@
 //! with [`Scorer::term_with_norm`], so their floats agree to the last bit. The pruned search
 //! walks the slots in windows; in each window it bounds every term by the best impact of its
 //! blocks there, leaves out the terms whose bounds together cannot beat the current k-th
-//! score (MaxScore's non-essential terms), accumulates the others, and scores exactly only the
-//! documents whose accumulated score plus the left-out bounds can still enter the top k.
+//! score (MaxScore's non-essential terms), accumulates bounds of the others (from one-byte
+//! length codes that never exceed the true lengths, a table that stays in cache), checks the
+//! left-out terms of a document while it can still enter, and scores exactly only the
+//! documents that can.
 //! Bounds are compared with a relative margin far above float rounding, so pruning only ever
 //! skips documents that could not have entered: the top k is exact, ties included (the
 //! lower slot wins, and slots are visited in increasing order).
@@ -34,8 +36,34 @@ pub(super) struct View<'a> {
     pub(super) postings: &'a [PostingList],
     pub(super) df: &'a [u32],
     pub(super) lengths: &'a [u32],
+    pub(super) length_codes: &'a [u8],
+    /// The removed-slot bits, when any slot is removed.
+    pub(super) dead: Option<&'a [u64]>,
     pub(super) max_len: u32,
     pub(super) docs: &'a [Option<Arc<Document>>],
+}
+
+/// The length each one-byte code stands for: exact below 128, then steps of 6 %; a code's
+/// length is at most the lengths it codes, so a score computed from it is an upper bound.
+fn code_lengths() -> &'static [u32; 256] {
+    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [0u32; 256];
+        for (i, v) in t.iter_mut().enumerate() {
+            *v = if i < 128 {
+                i as u32
+            } else {
+                (128.0 * 1.06f64.powi(i as i32 - 127)).floor() as u32
+            };
+        }
+        t
+    })
+}
+
+/// The largest code whose length is at most `len`.
+pub(super) fn length_code(len: u32) -> u8 {
+    let t = code_lengths();
+    (t.partition_point(|&l| l <= len) - 1) as u8
 }
 
 /// A top-k strategy: (slot, score) best first, for the query's term ids (in query order,
@@ -64,6 +92,13 @@ impl<'a> Norms<'a> {
             None => self.scorer.norm(dl),
         }
     }
+}
+
+/// The normalization of each length code (the lower bound of the lengths it codes, so
+/// contributions computed with it are upper bounds).
+fn code_norms(scorer: &Scorer) -> [f32; 256] {
+    let t = code_lengths();
+    std::array::from_fn(|i| scorer.norm(t[i]))
 }
 
 /// Scores every posting of every query term.
@@ -179,6 +214,7 @@ impl Term<'_> {
 /// Block-max MaxScore over windows of slots.
 pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32, f32)> {
     let norms = Norms::new(view.scorer, view.max_len);
+    let code_norm = code_norms(view.scorer);
     // distinct terms, and each query position's index among them
     let mut distinct: Vec<u32> = Vec::new();
     let positions: Vec<usize> = terms
@@ -223,7 +259,26 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     let mut order: Vec<usize> = (0..m).collect();
     let mut tfs: Vec<Option<u32>> = vec![None; m];
 
-    let mut from = qterms.iter_mut().map(|t| t.next_from(0)).min().unwrap_or(u32::MAX);
+    // each term's bound over its whole list, and the terms in increasing bound order: once
+    // the k-th score passes the sum of a prefix of them, windows are only started where
+    // another term has postings
+    let global: Vec<f32> = qterms
+        .iter()
+        .map(|t| {
+            let blocks = (0..t.list.blocks()).map(|b| t.block_bound(b, &norms));
+            blocks.fold(t.tail_bound, f32::max) * t.count
+        })
+        .collect();
+    let mut by_global: Vec<usize> = (0..m).collect();
+    by_global.sort_by(|&a, &b| global[a].total_cmp(&global[b]));
+    let mut suffix = vec![0f32; m + 1];
+    let mut skip = vec![false; m];
+
+    let mut from = qterms
+        .iter_mut()
+        .map(|t| t.next_from(0))
+        .min()
+        .unwrap_or(u32::MAX);
     while from < end {
         let to = from.saturating_add(WINDOW).min(end);
         for (j, t) in qterms.iter_mut().enumerate() {
@@ -245,14 +300,20 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 }
             }
         }
+        // suffix[i]: the bounds of the non-essential terms from the i-th largest on
+        suffix[n_rest] = 0.0;
+        for i in (0..n_rest).rev() {
+            suffix[i] = suffix[i + 1] + bounds[order[n_rest - 1 - i]];
+        }
         if n_rest < m {
             for &j in &order[n_rest..] {
                 let t = &mut qterms[j];
                 let (idf, count) = (t.idf, t.count);
+                // an upper bound of the term's part, from the one-byte length codes
                 t.iter.for_range(from, to, |slot, tf| {
                     let i = (slot - from) as usize;
-                    let dl = view.lengths[slot as usize];
-                    acc[i] += Scorer::term_with_norm(idf, tf, norms.get(dl)) * count;
+                    let norm = code_norm[view.length_codes[slot as usize] as usize];
+                    acc[i] += Scorer::term_with_norm(idf, tf, norm) * count;
                     seen[i / 64] |= 1 << (i % 64);
                 });
             }
@@ -261,20 +322,41 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 while bits != 0 {
                     let i = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    let partial = std::mem::take(&mut acc[i]);
+                    let mut partial = std::mem::take(&mut acc[i]);
                     let slot = from + i as u32;
-                    if view.docs[slot as usize].is_none() {
-                        continue;
-                    }
-                    if heap.len() == k {
-                        let threshold = heap.peek().map_or(0.0, |e| e.score);
-                        if (partial + rest) * MARGIN <= threshold {
+                    if let Some(dead) = view.dead {
+                        if dead[slot as usize / 64] & (1 << (slot % 64)) != 0 {
                             continue;
                         }
                     }
-                    // the exact score, in query order
-                    for (j, t) in qterms.iter_mut().enumerate() {
+                    let full = heap.len() == k;
+                    let threshold = heap.peek().map_or(0.0, |e| e.score);
+                    if full && (partial + suffix[0]) * MARGIN <= threshold {
+                        continue;
+                    }
+                    // the non-essential terms, largest bound first, while the doc can enter
+                    // (bounds from the length code: the exact length is read only for the
+                    // documents that are scored)
+                    let code = code_norm[view.length_codes[slot as usize] as usize];
+                    let mut pruned = false;
+                    for r in 0..n_rest {
+                        let j = order[n_rest - 1 - r];
+                        let t = &mut qterms[j];
                         tfs[j] = t.probe.seek(slot);
+                        if let Some(tf) = tfs[j] {
+                            partial += Scorer::term_with_norm(t.idf, tf, code) * t.count;
+                        }
+                        if full && (partial + suffix[r + 1]) * MARGIN <= threshold {
+                            pruned = true;
+                            break;
+                        }
+                    }
+                    if pruned {
+                        continue;
+                    }
+                    // the exact score, in query order
+                    for &j in &order[n_rest..] {
+                        tfs[j] = qterms[j].probe.seek(slot);
                     }
                     let norm = norms.get(view.lengths[slot as usize]);
                     let mut score = 0f32;
@@ -295,7 +377,27 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 }
             }
         }
-        from = qterms.iter_mut().map(|t| t.next_from(to)).min().unwrap_or(u32::MAX);
+        // the next window starts at the next posting of a term that can still matter
+        skip.iter_mut().for_each(|s| *s = false);
+        if heap.len() == k {
+            let threshold = heap.peek().map_or(0.0, |e| e.score);
+            let mut sum = 0f32;
+            for &j in &by_global {
+                if (sum + global[j]) * MARGIN <= threshold {
+                    sum += global[j];
+                    skip[j] = true;
+                } else {
+                    break;
+                }
+            }
+        }
+        from = qterms
+            .iter_mut()
+            .zip(&skip)
+            .filter(|(_, &s)| !s)
+            .map(|(t, _)| t.next_from(to))
+            .min()
+            .unwrap_or(u32::MAX);
     }
     let mut hits: Vec<Entry> = heap.into_vec();
     hits.sort();
