@@ -36,6 +36,9 @@ impl Analyzer for Whitespace {
     fn analyze(&self, text: &str) -> Vec<String> {
         text.split_whitespace().map(str::to_string).collect()
     }
+    fn for_each_term(&self, text: &str, f: &mut dyn FnMut(&str)) {
+        text.split_whitespace().for_each(f);
+    }
 }
 
 /// Timed passes over the queries (`RERANK_SCALE_REPEAT`, default 3); latencies are the best

@@ -10,7 +10,7 @@ use crate::text::Analyzer;
 use crate::Document;
 
 /// Documents per segment.
-const SEGMENT_DOCS: usize = 2048;
+const SEGMENT_DOCS: usize = 4096;
 
 /// One analyzed run of documents.
 pub(super) struct Segment {
@@ -20,8 +20,11 @@ pub(super) struct Segment {
     pub(super) lengths: Vec<u32>,
     /// The segment's terms, by local id.
     pub(super) terms: Vec<String>,
-    /// Per local term id: (document index in the segment, term frequency), in order.
-    pub(super) postings: Vec<Vec<(u32, u32)>>,
+    /// Where each local term's postings start in `postings` (one more entry at the end).
+    pub(super) offsets: Vec<u32>,
+    /// (document index in the segment, term frequency), grouped by local term, each group in
+    /// document order.
+    pub(super) postings: Vec<(u32, u32)>,
 }
 
 /// `docs` with only the last document of each id, in order.
@@ -84,33 +87,47 @@ pub(super) fn analyze_and_merge(
 /// One segment: local term ids, document lengths and postings.
 fn analyze(analyzer: &dyn Analyzer, docs: Vec<Document>) -> Segment {
     let mut local: FastMap<String, u32> = FastMap::default();
-    let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
+    local.reserve(8 * 1024);
     let mut lengths = Vec::with_capacity(docs.len());
     let mut ids: Vec<u32> = Vec::new();
+    // (local term, document, tf), in document order, then grouped by term (stable)
+    let mut entries: Vec<(u32, u32, u32)> = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
-        let terms = analyzer.analyze(&doc.full_text());
-        lengths.push(u32::try_from(terms.len()).unwrap_or(u32::MAX));
         ids.clear();
-        for term in terms {
-            let id = match local.get(term.as_str()) {
+        analyzer.for_each_term(&doc.full_text(), &mut |term| {
+            let id = match local.get(term) {
                 Some(&id) => id,
                 None => {
-                    let id = postings.len() as u32;
-                    local.insert(term, id);
-                    postings.push(Vec::new());
+                    let id = local.len() as u32;
+                    local.insert(term.to_string(), id);
                     id
                 }
             };
             ids.push(id);
-        }
+        });
+        lengths.push(u32::try_from(ids.len()).unwrap_or(u32::MAX));
         ids.sort_unstable();
         let mut run = 0;
         while run < ids.len() {
             let id = ids[run];
             let end = run + ids[run..].iter().take_while(|&&x| x == id).count();
-            postings[id as usize].push((i as u32, (end - run) as u32));
+            entries.push((id, i as u32, (end - run) as u32));
             run = end;
         }
+    }
+    let mut offsets = vec![0u32; local.len() + 1];
+    for &(t, _, _) in &entries {
+        offsets[t as usize + 1] += 1;
+    }
+    for t in 0..local.len() {
+        offsets[t + 1] += offsets[t];
+    }
+    let mut next: Vec<u32> = offsets[..local.len()].to_vec();
+    let mut postings = vec![(0u32, 0u32); entries.len()];
+    for (t, d, tf) in entries {
+        let at = &mut next[t as usize];
+        postings[*at as usize] = (d, tf);
+        *at += 1;
     }
     let mut terms = vec![String::new(); local.len()];
     for (term, id) in local {
@@ -120,6 +137,7 @@ fn analyze(analyzer: &dyn Analyzer, docs: Vec<Document>) -> Segment {
         docs,
         lengths,
         terms,
+        offsets,
         postings,
     }
 }

@@ -210,6 +210,7 @@ impl Inner {
             docs,
             lengths,
             terms,
+            offsets,
             postings,
         } = segment;
         for (doc, &len) in docs.into_iter().zip(&lengths) {
@@ -225,11 +226,12 @@ impl Inner {
             self.total_len += u64::from(len);
             self.live += 1;
         }
-        for (term, list) in terms.into_iter().zip(postings) {
+        for (local_term, term) in terms.into_iter().enumerate() {
             let t = self.term_id(term) as usize;
+            let list = &postings[offsets[local_term] as usize..offsets[local_term + 1] as usize];
             self.df[t] += list.len() as u32;
             let target = &mut self.postings[t];
-            for (local, tf) in list {
+            for &(local, tf) in list {
                 target.push(base + local, tf, &self.lengths);
             }
         }
