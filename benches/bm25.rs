@@ -46,7 +46,7 @@ fn bm25(c: &mut Criterion) {
             || data.corpus.clone(),
             |docs| {
                 let index = Bm25Index::new();
-                index.add(docs);
+                index.add(docs).unwrap();
                 index
             },
             BatchSize::PerIteration,
@@ -55,7 +55,7 @@ fn bm25(c: &mut Criterion) {
     group.finish();
 
     let index = Bm25Index::new();
-    index.add(data.corpus.clone());
+    index.add(data.corpus.clone()).unwrap();
     let queries: Vec<&str> = data
         .judged_queries()
         .iter()

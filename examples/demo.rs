@@ -71,7 +71,7 @@ struct Stages {
 
 fn stages(docs: Vec<Document>) -> rerank::Result<Stages> {
     let bm25 = Bm25Index::new();
-    bm25.add(docs.clone());
+    bm25.add(docs.clone())?;
     #[cfg(feature = "models")]
     {
         use std::sync::Arc;

@@ -158,7 +158,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let docs = documents(n);
             let t = Instant::now();
             let bm25 = Bm25Index::new();
-            bm25.add(docs.clone());
+            bm25.add(docs.clone())?;
             let texts: Vec<String> = docs.iter().map(Document::full_text).collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = embedder.embed(&refs)?;

@@ -166,6 +166,20 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+
+    /// An in-memory index would hold more documents than it can number (its slots are `u32`):
+    /// nothing was added.
+    #[error("{index} holds at most {limit} documents; adding {adding} to {held} would exceed it")]
+    CapacityExceeded {
+        /// Which index, e.g. `"Bm25Index"`.
+        index: &'static str,
+        /// The most documents (slots) it can hold.
+        limit: u64,
+        /// Slots it holds now.
+        held: u64,
+        /// Documents the write would add.
+        adding: u64,
+    },
 }
 
 fn suffix(source: &Option<BoxError>) -> String {

@@ -31,7 +31,7 @@
 //! index.add(vec![
 //!     Document::new("1", "Rust is a systems programming language").with_source("rust.md"),
 //!     Document::new("2", "BM25 is a lexical ranking function").with_source("bm25.md"),
-//! ]);
+//! ])?;
 //! let pipeline = Pipeline::builder().retriever(index).top_k(5).build()?;
 //! let response = pipeline.search("what is bm25 ranking")?;
 //! assert_eq!(response.hits[0].id(), "2");

@@ -21,6 +21,7 @@
 //! Loads the collection, builds the stage-1 retriever (timed as `index_seconds`), runs every
 //! judged query in parallel down to `--depth` (timed as `search_seconds`) and evaluates the run
 //! with trec_eval conventions. `seconds` = index + search + rerank; loading the files is not counted.
+//! `peak_rss_mb` is the process's peak resident memory (Linux `VmHWM`; null elsewhere).
 //!
 //! With `--vector-store milvus://HOST:PORT/COLLECTION` (feature `milvus`) the dense side is a
 //! Milvus collection: the corpus documents it lacks are embedded and written first (counted in
@@ -163,7 +164,7 @@ fn build_bm25(args: &Args, corpus: Vec<Document>) -> CliResult<Bm25Index> {
         k1: args.k1 as f32,
         b: args.b as f32,
     })?;
-    index.add(corpus);
+    index.add(corpus)?;
     Ok(index)
 }
 
@@ -505,6 +506,15 @@ fn write_trec_run(path: &Path, run: &Run, tag: &str) -> CliResult {
     Ok(())
 }
 
+/// The process's peak resident memory in MiB (`VmHWM` of `/proc/self/status`; `None` where
+/// there is no such file).
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    let kb: f64 = kb.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024.0)
+}
+
 struct Report<'a> {
     args: &'a Args,
     docs: usize,
@@ -545,6 +555,7 @@ impl Report<'_> {
             "search_seconds": self.search_seconds,
             "rerank_seconds": self.rerank_seconds,
             "seconds": self.index_seconds + self.search_seconds + self.rerank_seconds,
+            "peak_rss_mb": peak_rss_mb(),
             "db": self.args.db,
             "indexed": self.indexed,
         });

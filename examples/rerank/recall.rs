@@ -160,15 +160,15 @@ impl RecallArgs {
             Some(db) => Some(Arc::new(Store::open(db)?)),
             None => None,
         };
-        let lexical = || -> Box<dyn Retriever> {
+        let lexical = || -> CliResult<Box<dyn Retriever>> {
             match (&store, &docs) {
-                (Some(store), _) => Box::new(store.bm25()),
+                (Some(store), _) => Ok(Box::new(store.bm25())),
                 (None, Some(docs)) => {
                     let index = Bm25Index::new();
-                    index.add(docs.clone());
-                    Box::new(index)
+                    index.add(docs.clone())?;
+                    Ok(Box::new(index))
                 }
-                (None, None) => unreachable!("clap requires --corpus or --db"),
+                (None, None) => Err("give --corpus FILE or --db FILE".into()),
             }
         };
         if kind == "bm25" {
@@ -177,7 +177,7 @@ impl RecallArgs {
                     "--vector-store is the dense side: use --retriever dense or hybrid".into(),
                 );
             }
-            return Ok(lexical());
+            return lexical();
         }
         let embedder = embedder.ok_or("--retriever dense or hybrid needs --model DIR")?;
         let dense: Box<dyn Retriever> = match (&self.vector_store, &store, &docs) {
@@ -200,7 +200,7 @@ impl RecallArgs {
             "dense" => dense,
             _ => Box::new(
                 Hybrid::new(Fusion::Rrf { k: 60.0 })
-                    .with(lexical(), 1.0)
+                    .with(lexical()?, 1.0)
                     .with(dense, 1.0)
                     .depth(100),
             ),

@@ -12,7 +12,7 @@
 //!
 //! let data = BeirDataset::load("datasets/scifact")?;
 //! let index = Bm25Index::new();
-//! index.add(data.corpus.clone());
+//! index.add(data.corpus.clone())?;
 //! let mut run = Run::new();
 //! for q in data.judged_queries() {
 //!     let hits = index.retrieve(&SearchQuery::new(&q.text), 1000)?;

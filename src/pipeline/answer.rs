@@ -22,7 +22,7 @@ impl Pipeline {
     ///     Document::new("1", "Revenue was $5M in 2023. The office is in Oslo.")
     ///         .with_source("report.pdf").with_page(3),
     ///     Document::new("2", "Cats sleep a lot.").with_source("cats.md"),
-    /// ]);
+    /// ])?;
     /// let pipeline = Pipeline::builder().retriever(index).build()?;
     /// let answer = pipeline.answer("What was the revenue in 2023?")?;
     /// assert_eq!(answer.text, "Revenue was $5M in 2023 [Source: report.pdf, Page 3].");

@@ -460,7 +460,7 @@ fn build_retriever(
         &|leaf| match leaf {
             RetrieverConfig::Bm25 { k1, b } => {
                 let index = Bm25Index::with_params(Bm25Params { k1: *k1, b: *b })?;
-                index.add(docs.iter().cloned());
+                index.add(docs.iter().cloned())?;
                 Ok(Box::new(index))
             }
             RetrieverConfig::Keyword {} => {

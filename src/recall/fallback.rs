@@ -21,7 +21,7 @@ use crate::{Hit, Result};
 ///     }
 /// }
 /// let bm25 = Bm25Index::new();
-/// bm25.add(vec![Document::new("1", "hello world")]);
+/// bm25.add(vec![Document::new("1", "hello world")])?;
 /// let recall = FallbackRetriever::new(Arc::new(Down), Arc::new(bm25));
 /// assert_eq!(recall.retrieve(&SearchQuery::new("hello"), 5)?.len(), 1);
 /// assert_eq!(recall.fallbacks(), 1);
@@ -108,10 +108,12 @@ mod tests {
 
     fn bm25() -> Arc<Bm25Index> {
         let index = Bm25Index::new();
-        index.add(vec![
-            Document::new("1", "alpha beta"),
-            Document::new("2", "gamma"),
-        ]);
+        index
+            .add(vec![
+                Document::new("1", "alpha beta"),
+                Document::new("2", "gamma"),
+            ])
+            .unwrap();
         Arc::new(index)
     }
 

@@ -141,9 +141,9 @@ fn fuse(lists: &[Vec<Hit>], contribution: impl Fn(usize, usize, f32) -> f32) -> 
 /// use rerank::{Bm25Index, Document, Hybrid, Retriever};
 /// use rerank::recall::SearchQuery;
 /// let a = Bm25Index::new();
-/// a.add(vec![Document::new("1", "rust search library")]);
+/// a.add(vec![Document::new("1", "rust search library")]).unwrap();
 /// let b = Bm25Index::new();
-/// b.add(vec![Document::new("1", "rust search library")]);
+/// b.add(vec![Document::new("1", "rust search library")]).unwrap();
 /// let hybrid = Hybrid::rrf([a, b]);
 /// let hits = hybrid.retrieve(&SearchQuery::new("rust"), 10).unwrap();
 /// assert_eq!(hits[0].id(), "1");

@@ -1,4 +1,5 @@
-//! A reranker that scores documents by embedding cosine with the query.
+//! A reranker that scores documents by embedding cosine with the query, reading the
+//! documents' vectors from a [`VectorSource`] (a dense index, the store) when it has them.
 
 use std::sync::Arc;
 
@@ -6,12 +7,29 @@ use super::{RerankQuery, Reranker};
 use crate::embed::cosine;
 use crate::{Embedder, Error, Result};
 
+/// Document vectors already computed by the same embedder, looked up by document text
+/// (`title + " " + text`, [`Document::full_text`](crate::Document::full_text), which is what
+/// rerankers are given): [`DenseIndex`](crate::DenseIndex) and, with the `sqlite` feature,
+/// [`StoreDense`](crate::store::StoreDense) implement it.
+pub trait VectorSource: Send + Sync {
+    /// The stored vector of each text, `None` where there is none (that text is embedded).
+    fn vectors(&self, texts: &[&str]) -> Result<Vec<Option<Vec<f32>>>>;
+}
+
+impl<V: VectorSource + ?Sized> VectorSource for Arc<V> {
+    fn vectors(&self, texts: &[&str]) -> Result<Vec<Option<Vec<f32>>>> {
+        (**self).vectors(texts)
+    }
+}
+
 /// Scores each document by the cosine between its embedding and the query's.
 ///
 /// Model-free: it wraps any [`Embedder`] (with the `models` feature, a
 /// [`BertEmbedder`](crate::embed::BertEmbedder)). The query and the documents are embedded in
-/// one call, so a batching embedder sees them together. Scores lie in `[-1, 1]`; the
-/// instruction of a [`RerankQuery`] is ignored.
+/// one call, so a batching embedder sees them together. With
+/// [`with_vectors`](EmbeddingReranker::with_vectors), the documents' stored vectors are used
+/// and only the query (and any document without one) is embedded. Scores lie in `[-1, 1]`;
+/// the instruction of a [`RerankQuery`] is ignored.
 ///
 /// ```
 /// use ndarray::Array2;
@@ -38,6 +56,7 @@ use crate::{Embedder, Error, Result};
 #[derive(Clone)]
 pub struct EmbeddingReranker {
     embedder: Arc<dyn Embedder>,
+    vectors: Option<Arc<dyn VectorSource>>,
 }
 
 impl EmbeddingReranker {
@@ -45,7 +64,16 @@ impl EmbeddingReranker {
     pub fn new(embedder: impl Embedder + 'static) -> Self {
         EmbeddingReranker {
             embedder: Arc::new(embedder),
+            vectors: None,
         }
+    }
+
+    /// Reads the documents' vectors from `source` (which must hold vectors of this reranker's
+    /// embedder: a [`DenseIndex`](crate::DenseIndex) built with it, or the store's vectors of
+    /// it), so scoring embeds only the query and the documents `source` lacks.
+    pub fn with_vectors(mut self, source: impl VectorSource + 'static) -> Self {
+        self.vectors = Some(Arc::new(source));
+        self
     }
 
     /// The embedder behind this reranker.
@@ -58,6 +86,7 @@ impl std::fmt::Debug for EmbeddingReranker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddingReranker")
             .field("dim", &self.embedder.dim())
+            .field("stored_vectors", &self.vectors.is_some())
             .finish()
     }
 }
@@ -67,9 +96,35 @@ impl Reranker for EmbeddingReranker {
         if docs.is_empty() {
             return Ok(Vec::new());
         }
+        let dim = self.embedder.dim();
+        let stored = match &self.vectors {
+            Some(source) => {
+                let v = source.vectors(docs)?;
+                if v.len() != docs.len() {
+                    return Err(Error::rerank(format!(
+                        "the vector source returned {} entries for {} documents",
+                        v.len(),
+                        docs.len()
+                    )));
+                }
+                if let Some(bad) = v.iter().flatten().find(|v| v.len() != dim) {
+                    return Err(Error::rerank(format!(
+                        "a stored vector has {} dimensions, the embedder {dim}",
+                        bad.len()
+                    )));
+                }
+                v
+            }
+            None => vec![None; docs.len()],
+        };
         let mut texts = Vec::with_capacity(docs.len() + 1);
         texts.push(query.text.as_str());
-        texts.extend_from_slice(docs);
+        texts.extend(
+            docs.iter()
+                .zip(&stored)
+                .filter(|(_, v)| v.is_none())
+                .map(|(d, _)| *d),
+        );
         let m = self.embedder.embed(&texts)?;
         if m.nrows() != texts.len() {
             return Err(Error::rerank(format!(
@@ -79,11 +134,17 @@ impl Reranker for EmbeddingReranker {
             )));
         }
         let q = m.row(0).to_vec();
-        Ok(m.rows()
-            .into_iter()
-            .skip(1)
-            .map(|d| cosine(&q, &d.to_vec()))
-            .collect())
+        let mut embedded = m.rows().into_iter().skip(1);
+        stored
+            .iter()
+            .map(|v| match v {
+                Some(v) => Ok(cosine(&q, v)),
+                None => embedded
+                    .next()
+                    .map(|d| cosine(&q, &d.to_vec()))
+                    .ok_or_else(|| Error::rerank("the embedder returned too few rows")),
+            })
+            .collect()
     }
 
     fn name(&self) -> &str {
@@ -176,6 +237,52 @@ mod tests {
         assert!(r.score(&RerankQuery::new("q"), &[]).unwrap().is_empty());
         assert!(table.calls.lock().unwrap().is_empty());
         assert_eq!(r.name(), "embedding");
+    }
+
+    /// Vectors by text, as a dense index or the store would hold them.
+    struct Stored(Vec<(&'static str, [f32; 2])>);
+    impl VectorSource for Stored {
+        fn vectors(&self, texts: &[&str]) -> Result<Vec<Option<Vec<f32>>>> {
+            Ok(texts
+                .iter()
+                .map(|t| self.0.iter().find(|(s, _)| s == t).map(|(_, v)| v.to_vec()))
+                .collect())
+        }
+    }
+
+    #[test]
+    fn stored_vectors_are_used_and_only_the_rest_is_embedded() {
+        let docs = ["orth", "same", "diag", "opposite", "zero"];
+        let q = RerankQuery::new("q");
+        let plain = EmbeddingReranker::new(Arc::new(Table::new()))
+            .score(&q, &docs)
+            .unwrap();
+        let table = Arc::new(Table::new());
+        // the stored vectors are what the table embeds (scaled: cosine ignores the norm)
+        let stored = Stored(vec![
+            ("same", [1.0, 0.0]),
+            ("diag", [2.0, 2.0]),
+            ("orth", [0.0, 1.0]),
+        ]);
+        let r = EmbeddingReranker::new(table.clone()).with_vectors(stored);
+        let s = r.score(&q, &docs).unwrap();
+        assert_eq!(s, plain);
+        let calls = table.calls.lock().unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0], ["q", "opposite", "zero"]);
+    }
+
+    #[test]
+    fn stored_vectors_of_another_dimension_are_an_error() {
+        struct Wrong;
+        impl VectorSource for Wrong {
+            fn vectors(&self, texts: &[&str]) -> Result<Vec<Option<Vec<f32>>>> {
+                Ok(texts.iter().map(|_| Some(vec![1.0; 3])).collect())
+            }
+        }
+        let r = EmbeddingReranker::new(Arc::new(Table::new())).with_vectors(Wrong);
+        let e = r.score(&RerankQuery::new("q"), &["a"]).unwrap_err();
+        assert!(matches!(e, Error::Rerank { .. }), "{e}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod protect;
 
 use std::sync::Arc;
 
-pub use embedding::EmbeddingReranker;
+pub use embedding::{EmbeddingReranker, VectorSource};
 pub use lexical::LexicalReranker;
 pub use protect::ProtectPolicy;
 

@@ -109,6 +109,14 @@ impl StoreDense {
     }
 }
 
+impl crate::rerankers::VectorSource for StoreDense {
+    /// The stored vectors (normalized) of the texts that are documents of the store, from the
+    /// loaded index (loaded at the first call and again after a write).
+    fn vectors(&self, texts: &[&str]) -> Result<Vec<Option<Vec<f32>>>> {
+        self.index()?.vectors(texts)
+    }
+}
+
 impl Retriever for StoreDense {
     fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
         self.index()?.retrieve(query, k)

@@ -17,6 +17,15 @@ pub const LUCENE_ENGLISH_STOPWORDS: [&str; 33] = [
 pub trait Analyzer: Send + Sync {
     /// The terms of `text`, in order, repeated as often as they occur.
     fn analyze(&self, text: &str) -> Vec<String>;
+
+    /// Calls `f` with each term of `text`, in order: the terms of [`Analyzer::analyze`].
+    /// Indexing uses it; override it to hand out terms without allocating each one (a
+    /// tokenizer whose terms are slices of the text).
+    fn for_each_term(&self, text: &str, f: &mut dyn FnMut(&str)) {
+        for term in self.analyze(text) {
+            f(&term);
+        }
+    }
 }
 
 /// The default English analyzer: lower-case, tokens of two or more word characters

@@ -187,7 +187,7 @@ fn nothing_relevant_gives_the_exact_sentence_without_a_generator_call() {
 
     // BM25 with no matching term, default extractive generator.
     let index = Bm25Index::new();
-    index.add(corpus().into_iter().map(|(d, _)| d));
+    index.add(corpus().into_iter().map(|(d, _)| d)).unwrap();
     let p = Pipeline::builder().retriever(index).build().unwrap();
     let a = p.answer("Who won the football cup?").unwrap();
     assert_eq!(a.text, NOT_ENOUGH_INFORMATION);
@@ -469,7 +469,9 @@ fn pii_in_a_chitchat_query_is_refused_before_answering() {
     // The classifier alone would answer this as chitchat, without any search.
     assert_eq!(ToyClassifier.classify(query).intent, Intent::Chitchat);
     let index = rerank::Bm25Index::new();
-    index.add(vec![rerank::Document::new("1", "hello world")]);
+    index
+        .add(vec![rerank::Document::new("1", "hello world")])
+        .unwrap();
     let pipeline = rerank::Pipeline::builder()
         .retriever(index)
         .classifier(ToyClassifier)

@@ -50,7 +50,7 @@ fn evaluate_bm25(dir: &Path) -> Evaluation {
     let data = BeirDataset::load(dir).unwrap();
     let index = Bm25Index::new();
     assert_eq!(index.params(), Bm25Params { k1: 0.9, b: 0.4 });
-    index.add(data.corpus.clone());
+    index.add(data.corpus.clone()).unwrap();
     assert_eq!(index.len(), data.corpus.len());
     let run: Run = data
         .judged_queries()

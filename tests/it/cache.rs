@@ -520,12 +520,14 @@ impl Retriever for Counting {
 
 fn travel_index() -> Bm25Index {
     let index = Bm25Index::new();
-    index.add(vec![
-        Document::new("pets", "Airlines whose flights allow pets in the cabin")
-            .with_source("pets.md"),
-        Document::new("nopets", "Flights that never take pets").with_source("nopets.md"),
-        Document::new("refund", "The refund policy gives 30 days").with_source("refund.md"),
-    ]);
+    index
+        .add(vec![
+            Document::new("pets", "Airlines whose flights allow pets in the cabin")
+                .with_source("pets.md"),
+            Document::new("nopets", "Flights that never take pets").with_source("nopets.md"),
+            Document::new("refund", "The refund policy gives 30 days").with_source("refund.md"),
+        ])
+        .unwrap();
     index
 }
 

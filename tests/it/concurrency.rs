@@ -37,7 +37,7 @@ fn fingerprint(p: &Pipeline, q: &str) -> Vec<(String, u32, Option<u32>, bool)> {
 #[test]
 fn eight_threads_times_200_queries_equal_the_sequential_results() {
     let index = Bm25Index::new();
-    index.add(Document::read_jsonl(CORPUS).unwrap());
+    index.add(Document::read_jsonl(CORPUS).unwrap()).unwrap();
     let pipeline = Arc::new(
         Pipeline::builder()
             .retriever(index)

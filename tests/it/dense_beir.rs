@@ -182,7 +182,7 @@ pub(crate) fn setup(name: &str) -> Option<Setup> {
     let dense =
         DenseIndex::from_embeddings(embedder.clone(), data.corpus.clone(), emb.clone()).unwrap();
     let bm25 = Bm25Index::new();
-    bm25.add(data.corpus.clone());
+    bm25.add(data.corpus.clone()).unwrap();
     let judged = data.judged_queries();
     let texts: Vec<&str> = judged.iter().map(|q| q.text.as_str()).collect();
     let q_emb = embedder.embed(&texts).unwrap();

@@ -139,7 +139,7 @@ fn hyde_feeds_dense_recall_only_on_analytical_and_complex_routes() {
     let dense = DenseIndex::new(embedder.clone() as Arc<dyn Embedder>);
     dense.add(docs()).unwrap();
     let bm25 = Bm25Index::new();
-    bm25.add(docs());
+    bm25.add(docs()).unwrap();
     let retrieved = Arc::new(Mutex::new(Vec::new()));
     let reranked = Arc::new(Mutex::new(Vec::new()));
     let pipeline = Pipeline::builder()
@@ -197,7 +197,7 @@ fn hyde_falls_back_to_the_original_query_when_generation_fails() {
         let (generator, generated_for) = scripted(reply);
         let (embedder, _) = vocab();
         let bm25 = Bm25Index::new();
-        bm25.add(docs());
+        bm25.add(docs()).unwrap();
         let retrieved = Arc::new(Mutex::new(Vec::new()));
         let pipeline = Pipeline::builder()
             .retriever(Recording {
@@ -243,7 +243,7 @@ fn hyde_needs_a_generator_and_an_embedder() {
 #[test]
 fn host_variants_are_retrieved_separately_and_fused_by_rrf() {
     let bm25 = Bm25Index::new();
-    bm25.add(docs());
+    bm25.add(docs()).unwrap();
     let retrieved = Arc::new(Mutex::new(Vec::new()));
     let pipeline = Pipeline::builder()
         .retriever(Recording {
@@ -272,7 +272,7 @@ fn host_variants_are_retrieved_separately_and_fused_by_rrf() {
 
     // The fused order is exactly RRF over the three lists.
     let bm25 = Bm25Index::new();
-    bm25.add(docs());
+    bm25.add(docs()).unwrap();
     let k = pipeline.options().candidates_for(5);
     let lists: Vec<Vec<Hit>> = ["refund rules", "baggage fees", "lounge access"]
         .iter()
@@ -294,7 +294,7 @@ fn generated_variants_are_cleaned_capped_and_optional() {
         "1. baggage fees\n2. lounge access\n3. pets in the cabin\n4. delay compensation",
     ));
     let bm25 = Bm25Index::new();
-    bm25.add(docs());
+    bm25.add(docs()).unwrap();
     let pipeline = Pipeline::builder()
         .retriever(bm25)
         .generator(generator)
@@ -317,7 +317,7 @@ fn generated_variants_are_cleaned_capped_and_optional() {
     // A failing generator means no variants, not a failed search.
     let (generator, _) = scripted(None);
     let bm25 = Bm25Index::new();
-    bm25.add(docs());
+    bm25.add(docs()).unwrap();
     let pipeline = Pipeline::builder()
         .retriever(bm25)
         .generator(generator)

@@ -68,7 +68,7 @@ fn the_corpus_feeds_a_pipeline() {
     assert_eq!(docs.len(), 1);
     assert_eq!(docs[0].id, "memo_p1_c1");
     let index = rerank::Bm25Index::new();
-    index.add(docs);
+    index.add(docs).unwrap();
     let p = rerank::Pipeline::builder()
         .retriever(index)
         .build()

@@ -226,7 +226,7 @@ fn pipeline_and_hybrid_use_milvus_like_any_retriever() {
     m.upsert(&corpus()).unwrap();
     eventually("4 rows", || m.count().unwrap() == 4);
     let bm25 = Arc::new(Bm25Index::new());
-    bm25.add(corpus());
+    bm25.add(corpus()).unwrap();
     let hybrid = Hybrid::new(rerank::recall::Fusion::Rrf { k: 60.0 })
         .with(bm25.clone(), 1.0)
         .with(m.clone(), 1.0);
@@ -314,7 +314,7 @@ fn milvus_down_is_a_typed_error_or_the_fallback_and_comes_back_after_a_restart()
     m.upsert(&corpus()).unwrap();
     eventually("4 rows", || m.count().unwrap() == 4);
     let bm25 = Arc::new(Bm25Index::new());
-    bm25.add(corpus());
+    bm25.add(corpus()).unwrap();
     let fallback = Arc::new(FallbackRetriever::new(m.clone(), bm25));
     let with_fallback = Pipeline::builder()
         .retriever(fallback.clone())

@@ -431,12 +431,14 @@ fn answers_through_the_pipeline_with_the_context_in_the_request() {
     )]);
     let (g, _) = client(&server, 0);
     let index = rerank::Bm25Index::new();
-    index.add(vec![rerank::Document::new(
-        "r1",
-        "Revenue was $5M in 2023.",
-    )
-    .with_source("report.pdf")
-    .with_page(3)]);
+    index
+        .add(vec![rerank::Document::new(
+            "r1",
+            "Revenue was $5M in 2023.",
+        )
+        .with_source("report.pdf")
+        .with_page(3)])
+        .unwrap();
     let p = rerank::Pipeline::builder()
         .retriever(index)
         .generator(g)

@@ -265,7 +265,7 @@ fn pipeline_is_shared_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Pipeline>();
     let index = rerank::Bm25Index::new();
-    index.add(docs(200));
+    index.add(docs(200)).unwrap();
     let p = Arc::new(
         Pipeline::builder()
             .retriever(index)

@@ -78,7 +78,7 @@ fn corpus() -> Vec<Document> {
 
 fn index() -> Bm25Index {
     let index = Bm25Index::new();
-    index.add(corpus());
+    index.add(corpus()).unwrap();
     index
 }
 

@@ -617,10 +617,12 @@ impl rerank::Embedder for Words {
 /// A replica: a pipeline whose response cache lives in the shared Redis.
 fn replica(server: &Server) -> rerank::Pipeline {
     let index = rerank::Bm25Index::new();
-    index.add(vec![
-        rerank::Document::new("1", "refunds are paid within 14 days").with_source("refunds.md"),
-        rerank::Document::new("2", "baggage allowance is 23 kg").with_source("baggage.md"),
-    ]);
+    index
+        .add(vec![
+            rerank::Document::new("1", "refunds are paid within 14 days").with_source("refunds.md"),
+            rerank::Document::new("2", "baggage allowance is 23 kg").with_source("baggage.md"),
+        ])
+        .unwrap();
     let store = RedisCacheStore::<rerank::SearchResponse>::builder(server.url())
         .namespace("pipelines")
         .timeout(TIMEOUT)

@@ -9,15 +9,17 @@ use rerank::{Bm25Index, Document, Error, Hit, Pipeline, Reranker, Result, Retrie
 
 fn index() -> Bm25Index {
     let index = Bm25Index::new();
-    index.add((0..30).map(|i| {
-        Document::new(
-            format!("d{i}"),
-            format!(
-                "document {i} about rust search ranking {}",
-                "word ".repeat(i % 5)
-            ),
-        )
-    }));
+    index
+        .add((0..30).map(|i| {
+            Document::new(
+                format!("d{i}"),
+                format!(
+                    "document {i} about rust search ranking {}",
+                    "word ".repeat(i % 5)
+                ),
+            )
+        }))
+        .unwrap();
     index
 }
 
@@ -200,10 +202,12 @@ fn a_config_with_an_unknown_key_names_it() {
 fn a_ten_megabyte_document_is_indexed_and_found() {
     let index = Bm25Index::new();
     let big = format!("{} needle", "hay ".repeat(2_500_000));
-    index.add([
-        Document::new("big", big),
-        Document::new("small", "needle in a note"),
-    ]);
+    index
+        .add([
+            Document::new("big", big),
+            Document::new("small", "needle in a note"),
+        ])
+        .unwrap();
     let hits = index.search("needle", 2);
     assert_eq!(hits.len(), 2);
     // The short document that is mostly needle ranks first.
@@ -220,10 +224,12 @@ fn an_empty_query_to_the_classifier_gets_low_confidence_defaults() {
 #[test]
 fn the_same_id_twice_in_one_batch_keeps_the_last() {
     let index = Bm25Index::new();
-    index.add([
-        Document::new("a", "first version about apples"),
-        Document::new("a", "second version about pears"),
-    ]);
+    index
+        .add([
+            Document::new("a", "first version about apples"),
+            Document::new("a", "second version about pears"),
+        ])
+        .unwrap();
     assert_eq!(index.len(), 1);
     assert!(index.search("apples", 5).is_empty());
     assert_eq!(index.search("pears", 5)[0].id(), "a");

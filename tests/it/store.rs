@@ -100,7 +100,7 @@ fn exact(hits: &[rerank::Hit]) -> Vec<(String, u32)> {
 /// The store's BM25 against a fresh in-memory index over the store's documents, in its order.
 fn assert_bm25_parity(store: &Arc<Store>, queries: &[&str]) {
     let fresh = Bm25Index::new();
-    fresh.add(store.documents().unwrap());
+    fresh.add(store.documents().unwrap()).unwrap();
     let bm25 = store.bm25();
     for q in queries {
         for k in [1, 3, 10, 100] {

@@ -1,15 +1,27 @@
 //! In-memory BM25 (Lucene's formula) over an [`Analyzer`].
+//!
+//! - `mod.rs`: the parameters, the scorer shared with the SQLite store, [`Bm25Index`];
+//! - `postings.rs`: compressed posting lists (bit-packed blocks with their impacts);
+//! - `build.rs`: parallel analysis of a batch into segments, merged in order;
+//! - `search.rs`: top-k by block-max MaxScore over windows, and the exhaustive reference.
 
-use std::collections::HashMap;
+mod build;
+mod postings;
+mod search;
+
 use std::sync::{Arc, RwLock};
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::{Retriever, SearchQuery};
 use crate::document::cmp_score_desc;
 use crate::text::{Analyzer, EnglishAnalyzer};
 use crate::{Document, Error, Hit, Result};
+
+use postings::PostingList;
+
+/// A fast hash map (foldhash) for the vocabulary and the id table.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// BM25 parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -72,15 +84,43 @@ impl Scorer {
     }
 
     /// One term's contribution to a document of analyzed length `dl` holding it `tf` times.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn term(&self, idf: f32, tf: u32, dl: u32) -> f32 {
+        Self::term_with_norm(idf, tf, self.norm(dl))
+    }
+
+    /// The length normalization `k1 * (1 - b + b * dl / avgdl)` of a document of length `dl`.
+    pub(crate) fn norm(&self, dl: u32) -> f32 {
         let Bm25Params { k1, b } = self.params;
-        let tf = tf as f32;
-        let norm = if self.avgdl > 0.0 {
+        if self.avgdl > 0.0 {
             k1 * (1.0 - b + b * dl as f32 / self.avgdl)
         } else {
             k1
-        };
+        }
+    }
+
+    /// [`Scorer::term`] with the length normalization already computed (the same floats).
+    pub(crate) fn term_with_norm(idf: f32, tf: u32, norm: f32) -> f32 {
+        let tf = tf as f32;
         idf * tf / (tf + norm)
+    }
+}
+
+/// The most documents (slots) an in-memory index can number: slots are `u32`.
+pub(crate) const MAX_SLOTS: u64 = u32::MAX as u64;
+
+/// Checks that `adding` more slots fit next to `held` (at most [`MAX_SLOTS`] in all), so slot
+/// numbers never wrap: [`Error::CapacityExceeded`] otherwise.
+pub(crate) fn check_capacity(index: &'static str, held: usize, adding: usize) -> Result<()> {
+    let total = (held as u64).checked_add(adding as u64);
+    match total {
+        Some(t) if t <= MAX_SLOTS => Ok(()),
+        _ => Err(Error::CapacityExceeded {
+            index,
+            limit: MAX_SLOTS,
+            held: held as u64,
+            adding: adding as u64,
+        }),
     }
 }
 
@@ -103,67 +143,98 @@ pub(crate) fn top_slots(scores: &[f32], mut touched: Vec<u32>, k: usize) -> Vec<
 
 #[derive(Default)]
 struct Inner {
-    /// Document slots; removed documents leave `None`.
+    /// Document slots; removed documents leave `None` (their postings stay, skipped, until
+    /// compaction).
     docs: Vec<Option<Arc<Document>>>,
     /// Analyzed length of each slot.
     lengths: Vec<u32>,
-    /// Distinct term ids of each slot (to unindex it).
-    doc_terms: Vec<Vec<u32>>,
-    slots: HashMap<String, u32>,
-    vocab: HashMap<String, u32>,
-    /// Per term id: (slot, term frequency), sorted by slot.
-    postings: Vec<Vec<(u32, u32)>>,
+    /// Each slot's length as a one-byte code whose value is at most the length
+    /// ([`search::length_code`]): a compact table for the score bounds of pruning.
+    length_codes: Vec<u8>,
+    /// Removed slots, one bit each.
+    dead: Vec<u64>,
+    /// The longest analyzed length held.
+    max_len: u32,
+    slots: FastMap<String, u32>,
+    vocab: FastMap<String, u32>,
+    /// Per term id, its postings in slot order (removed slots included).
+    postings: Vec<PostingList>,
+    /// Per term id, the live documents holding it.
+    df: Vec<u32>,
     total_len: u64,
     live: usize,
 }
 
 impl Inner {
-    fn remove(&mut self, id: &str) -> bool {
+    /// Removes the document `id`; its terms (to update the document frequencies) are found by
+    /// analyzing its text again.
+    fn remove(&mut self, id: &str, analyzer: &dyn Analyzer) -> bool {
         let Some(slot) = self.slots.remove(id) else {
             return false;
         };
         let s = slot as usize;
-        for &t in &self.doc_terms[s] {
-            let list = &mut self.postings[t as usize];
-            if let Ok(pos) = list.binary_search_by_key(&slot, |p| p.0) {
-                list.remove(pos);
+        if let Some(doc) = self.docs[s].take() {
+            let mut terms: Vec<u32> = analyzer
+                .analyze(&doc.full_text())
+                .iter()
+                .filter_map(|t| self.vocab.get(t.as_str()).copied())
+                .collect();
+            terms.sort_unstable();
+            terms.dedup();
+            for t in terms {
+                self.df[t as usize] -= 1;
             }
         }
-        self.doc_terms[s] = Vec::new();
         self.total_len -= u64::from(self.lengths[s]);
-        self.lengths[s] = 0;
-        self.docs[s] = None;
         self.live -= 1;
+        self.dead[s / 64] |= 1 << (s % 64);
         true
     }
 
-    fn insert(&mut self, doc: Document, terms: Vec<String>) {
-        self.remove(&doc.id);
-        let slot = self.docs.len() as u32;
-        let mut tf: HashMap<u32, u32> = HashMap::new();
-        for term in terms.iter() {
-            let id = match self.vocab.get(term.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = self.vocab.len() as u32;
-                    self.vocab.insert(term.clone(), id);
-                    self.postings.push(Vec::new());
-                    id
-                }
-            };
-            *tf.entry(id).or_insert(0) += 1;
+    /// The term id of `term`, created if new.
+    fn term_id(&mut self, term: String) -> u32 {
+        if let Some(&id) = self.vocab.get(term.as_str()) {
+            return id;
         }
-        let mut distinct: Vec<u32> = tf.keys().copied().collect();
-        distinct.sort_unstable();
-        for &t in &distinct {
-            self.postings[t as usize].push((slot, tf[&t]));
+        let id = self.postings.len() as u32;
+        self.vocab.insert(term, id);
+        self.postings.push(PostingList::default());
+        self.df.push(0);
+        id
+    }
+
+    /// Appends an analyzed segment (documents in order, each with its distinct terms).
+    fn append(&mut self, segment: build::Segment) {
+        let base = self.docs.len() as u32;
+        let build::Segment {
+            docs,
+            lengths,
+            terms,
+            offsets,
+            postings,
+        } = segment;
+        for (doc, &len) in docs.into_iter().zip(&lengths) {
+            let slot = self.docs.len() as u32;
+            self.slots.insert(doc.id.clone(), slot);
+            self.docs.push(Some(Arc::new(doc)));
+            self.lengths.push(len);
+            self.length_codes.push(search::length_code(len));
+            if self.docs.len() > self.dead.len() * 64 {
+                self.dead.push(0);
+            }
+            self.max_len = self.max_len.max(len);
+            self.total_len += u64::from(len);
+            self.live += 1;
         }
-        self.slots.insert(doc.id.clone(), slot);
-        self.docs.push(Some(Arc::new(doc)));
-        self.lengths.push(terms.len() as u32);
-        self.doc_terms.push(distinct);
-        self.total_len += terms.len() as u64;
-        self.live += 1;
+        for (local_term, term) in terms.into_iter().enumerate() {
+            let t = self.term_id(term) as usize;
+            let list = &postings[offsets[local_term] as usize..offsets[local_term + 1] as usize];
+            self.df[t] += list.len() as u32;
+            let target = &mut self.postings[t];
+            for &(local, tf) in list {
+                target.push(base + local, tf, &self.lengths);
+            }
+        }
     }
 
     /// Drops the slots of removed and replaced documents once they outnumber the live ones
@@ -184,18 +255,27 @@ impl Inner {
         }
         let old_docs = std::mem::take(&mut self.docs);
         let old_lengths = std::mem::take(&mut self.lengths);
-        let old_terms = std::mem::take(&mut self.doc_terms);
-        for ((doc, len), terms) in old_docs.into_iter().zip(old_lengths).zip(old_terms) {
+        self.length_codes.clear();
+        self.max_len = 0;
+        for (doc, len) in old_docs.into_iter().zip(old_lengths) {
             if doc.is_some() {
                 self.docs.push(doc);
                 self.lengths.push(len);
-                self.doc_terms.push(terms);
+                self.length_codes.push(search::length_code(len));
+                self.max_len = self.max_len.max(len);
             }
         }
+        self.dead = vec![0; self.docs.len().div_ceil(64)];
+        let lengths = &self.lengths;
         for list in &mut self.postings {
-            for p in list.iter_mut() {
-                p.0 = renumber[p.0 as usize];
-            }
+            let mut fresh = PostingList::default();
+            list.for_each(|slot, tf| {
+                let new = renumber[slot as usize];
+                if new != u32::MAX {
+                    fresh.push(new, tf, lengths);
+                }
+            });
+            *list = fresh;
         }
         for slot in self.slots.values_mut() {
             *slot = renumber[*slot as usize];
@@ -215,6 +295,11 @@ const COMPACT_MIN_DEAD: usize = 1024;
 /// `k1 + 1` factor) with exact document lengths. Top-k is exact; ties go to the document added
 /// first.
 ///
+/// Postings are compressed (bit-packed blocks of 128, see `postings.rs`) and top-k skips the
+/// documents that cannot reach it (block-max MaxScore, as Lucene and tantivy do): the hits and
+/// their scores are bit for bit those of scoring every posting
+/// ([`Bm25Index::search_exhaustive`]). Batches are analyzed in parallel (rayon).
+///
 /// All methods take `&self`; documents can be added, updated and removed while the index is
 /// shared across threads.
 ///
@@ -225,9 +310,10 @@ const COMPACT_MIN_DEAD: usize = 1024;
 /// index.add(vec![
 ///     Document::new("a", "BM25 ranks documents by term frequency"),
 ///     Document::new("b", "dense retrieval uses embeddings"),
-/// ]);
-/// let hits = index.retrieve(&SearchQuery::new("ranking documents"), 10).unwrap();
+/// ])?;
+/// let hits = index.retrieve(&SearchQuery::new("ranking documents"), 10)?;
 /// assert_eq!(hits[0].id(), "a");
+/// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct Bm25Index {
     params: Bm25Params,
@@ -271,32 +357,44 @@ impl Bm25Index {
         self.params
     }
 
-    /// Adds documents; a document whose id is already indexed replaces the old one.
-    pub fn add(&self, docs: impl IntoIterator<Item = Document>) {
-        let docs: Vec<Document> = docs.into_iter().collect();
-        let analyzed: Vec<(Document, Vec<String>)> = docs
-            .into_par_iter()
-            .map(|d| {
-                let terms = self.analyzer.analyze(&d.full_text());
-                (d, terms)
-            })
-            .collect();
-        let mut inner = self.write();
-        for (doc, terms) in analyzed {
-            inner.insert(doc, terms);
+    /// Adds documents; a document whose id is already indexed replaces the old one (and
+    /// within one batch, the last document with an id wins).
+    ///
+    /// The batch is analyzed in parallel, in segments merged in order, and is visible to
+    /// searches all at once. [`Error::CapacityExceeded`] (nothing added) when the index would
+    /// hold more than `u32::MAX` slots.
+    pub fn add(&self, docs: impl IntoIterator<Item = Document>) -> Result<()> {
+        let docs = build::last_of_each_id(docs.into_iter().collect());
+        if docs.is_empty() {
+            return Ok(());
         }
+        let mut inner = self.write();
+        check_capacity("Bm25Index", inner.docs.len(), docs.len())?;
+        // replaced documents are removed first; their slots count until compaction
+        for doc in &docs {
+            inner.remove(&doc.id, self.analyzer.as_ref());
+        }
+        inner.docs.reserve(docs.len());
+        inner.lengths.reserve(docs.len());
+        inner.length_codes.reserve(docs.len());
+        inner.slots.reserve(docs.len());
+        let target: &mut Inner = &mut inner;
+        build::analyze_and_merge(self.analyzer.as_ref(), docs, |segment| {
+            target.append(segment)
+        });
         inner.compact_if_sparse();
+        Ok(())
     }
 
     /// Replaces (or adds) one document.
-    pub fn update(&self, doc: Document) {
-        self.add([doc]);
+    pub fn update(&self, doc: Document) -> Result<()> {
+        self.add([doc])
     }
 
     /// Removes a document by id; returns whether it was present.
     pub fn remove(&self, id: &str) -> bool {
         let mut inner = self.write();
-        let removed = inner.remove(id);
+        let removed = inner.remove(id, self.analyzer.as_ref());
         inner.compact_if_sparse();
         removed
     }
@@ -306,6 +404,27 @@ impl Bm25Index {
     #[doc(hidden)]
     pub fn slots(&self) -> usize {
         self.read().docs.len()
+    }
+
+    /// Bytes held by the posting lists (compressed blocks, impacts, unfilled tails).
+    pub fn postings_bytes(&self) -> usize {
+        self.read()
+            .postings
+            .iter()
+            .map(PostingList::heap_bytes)
+            .sum()
+    }
+
+    /// Releases spare capacity after a bulk build (the posting lists and tables grow by
+    /// doubling while documents are added).
+    pub fn shrink_to_fit(&self) {
+        let mut inner = self.write();
+        for list in &mut inner.postings {
+            list.shrink();
+        }
+        inner.docs.shrink_to_fit();
+        inner.lengths.shrink_to_fit();
+        inner.length_codes.shrink_to_fit();
     }
 
     /// The document with this id, if indexed.
@@ -325,35 +444,48 @@ impl Bm25Index {
         self.len() == 0
     }
 
-    /// Scores every document matching `query` and returns the best `k`, best first.
+    /// The best `k` documents for `query`, best first, skipping the documents that cannot
+    /// reach the top `k` (block-max MaxScore): the same hits and scores as
+    /// [`Bm25Index::search_exhaustive`].
     pub fn search(&self, query: &str, k: usize) -> Vec<Hit> {
+        self.search_with(query, k, search::top_k_pruned)
+    }
+
+    /// Scores every posting of every query term and returns the best `k`, best first: the
+    /// reference [`Bm25Index::search`] is tested against.
+    pub fn search_exhaustive(&self, query: &str, k: usize) -> Vec<Hit> {
+        self.search_with(query, k, search::top_k_exhaustive)
+    }
+
+    fn search_with(&self, query: &str, k: usize, top: search::TopK) -> Vec<Hit> {
         let terms = self.analyzer.analyze(query);
         let inner = self.read();
         if k == 0 || inner.live == 0 || terms.is_empty() {
             return Vec::new();
         }
         let scorer = Scorer::new(self.params, inner.live, inner.total_len);
-        let mut scores = vec![0f32; inner.docs.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        for term in &terms {
-            let Some(&t) = inner.vocab.get(term) else {
-                continue;
-            };
-            let postings = &inner.postings[t as usize];
-            let idf = scorer.idf(postings.len());
-            for &(slot, tf) in postings {
-                let s = &mut scores[slot as usize];
-                if *s == 0.0 {
-                    touched.push(slot);
-                }
-                *s += scorer.term(idf, tf, inner.lengths[slot as usize]);
-            }
+        let ids: Vec<u32> = terms
+            .iter()
+            .filter_map(|t| inner.vocab.get(t.as_str()).copied())
+            .filter(|&t| inner.df[t as usize] > 0)
+            .collect();
+        if ids.is_empty() {
+            return Vec::new();
         }
-        top_slots(&scores, touched, k)
+        let view = search::View {
+            scorer: &scorer,
+            postings: &inner.postings,
+            df: &inner.df,
+            lengths: &inner.lengths,
+            length_codes: &inner.length_codes,
+            dead: (inner.live < inner.docs.len()).then_some(inner.dead.as_slice()),
+            max_len: inner.max_len,
+            docs: &inner.docs,
+        };
+        top(&view, &ids, k)
             .into_iter()
-            .filter_map(|slot| {
+            .filter_map(|(slot, s)| {
                 let doc = inner.docs[slot as usize].clone()?;
-                let s = scores[slot as usize];
                 Some(Hit::new(doc, s).with_bm25(s))
             })
             .collect()
@@ -380,6 +512,8 @@ impl Retriever for Bm25Index {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     /// Whitespace analyzer so the hand computation is obvious.
@@ -398,7 +532,8 @@ mod tests {
             Document::new("d1", "apple apple banana"),
             Document::new("d2", "banana cherry"),
             Document::new("d3", "cherry cherry cherry date fig"),
-        ]);
+        ])
+        .unwrap();
         idx
     }
 
@@ -444,7 +579,7 @@ mod tests {
         let idf = (1.0f64 + (2.0 - 1.0 + 0.5) / 1.5).ln();
         let want = idf * 1.0 / (1.0 + 1.2 * (1.0 - 0.75 + 0.75 * 2.0 / 2.5));
         assert!((hits[0].score as f64 - want).abs() < 1e-5);
-        idx.update(Document::new("d2", "fig"));
+        idx.update(Document::new("d2", "fig")).unwrap();
         assert!(idx.search("cherry", 10).is_empty());
         assert_eq!(idx.search("fig", 10)[0].id(), "d2");
         assert_eq!(idx.get("d2").unwrap().text, "fig");
@@ -453,7 +588,8 @@ mod tests {
     #[test]
     fn exact_top_k_with_ties_in_insertion_order() {
         let idx = Bm25Index::new();
-        idx.add((0..50).map(|i| Document::new(format!("{i}"), "same words here")));
+        idx.add((0..50).map(|i| Document::new(format!("{i}"), "same words here")))
+            .unwrap();
         let hits = idx.search("words", 5);
         let ids: Vec<_> = hits.iter().map(|h| h.id().to_string()).collect();
         assert_eq!(ids, ["0", "1", "2", "3", "4"]);
@@ -468,8 +604,34 @@ mod tests {
         idx.add(vec![
             Document::new("a", "body only").with_title("Zebra"),
             Document::new("b", "another body"),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(idx.search("zebra", 5)[0].id(), "a");
+    }
+
+    #[test]
+    fn slot_numbers_never_wrap() {
+        assert!(check_capacity("Bm25Index", 0, u32::MAX as usize).is_ok());
+        assert!(check_capacity("Bm25Index", u32::MAX as usize - 1, 1).is_ok());
+        for (held, adding) in [
+            (u32::MAX as usize, 1),
+            (1, u32::MAX as usize),
+            (usize::MAX, 1),
+        ] {
+            match check_capacity("Bm25Index", held, adding) {
+                Err(Error::CapacityExceeded {
+                    index,
+                    limit,
+                    held: h,
+                    adding: a,
+                }) => {
+                    assert_eq!(index, "Bm25Index");
+                    assert_eq!(limit, u64::from(u32::MAX));
+                    assert_eq!((h, a), (held as u64, adding as u64));
+                }
+                other => panic!("{held} + {adding}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,275 @@
+//! Recall at scale: our side of `scripts/bench_recall_scale.py` (run it through the script,
+//! which also runs bm25s and tantivy on the same collection and prints the ratios).
+//!
+//! ```text
+//! cargo bench --bench recall_scale -- bm25 DATA_DIR THREADS OUT_JSON
+//! cargo bench --bench recall_scale -- dense ROWS DIM QUERIES OUT_JSON
+//! ```
+//!
+//! `bm25`: loads a BEIR-layout collection (e.g. from `scripts/make_zipf_corpus.py`), indexes
+//! it with whitespace tokens and k1 1.2 / b 0.75 (tantivy's fixed values) on THREADS threads,
+//! then answers every query for its top 10: latencies on one thread (each query's best of
+//! `RERANK_SCALE_REPEAT` passes, default 3), queries/s with the queries
+//! split over THREADS threads, and whether every top 10 (ids and score bits) equals exhaustive
+//! scoring. Writes build seconds, latencies, queries/s, peak resident memory (VmHWM), the
+//! compressed postings' size and every top 10.
+//!
+//! `dense`: ROWS random unit vectors of DIM dimensions (seeded); exact top 10 for QUERIES
+//! random queries with [`DenseIndex`], against the previous implementation (ndarray
+//! matrix-vector products per chunk of 1,024 rows, every score collected, then selected),
+//! kept here as the baseline; the two top 10s must agree.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{Array2, ArrayView1, Axis};
+use rayon::prelude::*;
+use rerank::eval::BeirDataset;
+use rerank::recall::{Bm25Params, SearchQuery};
+use rerank::text::Analyzer;
+use rerank::{Bm25Index, DenseIndex, Document, Embedder, Retriever};
+
+/// Tokens are what is between spaces (the synthetic corpus needs no analysis).
+struct Whitespace;
+
+impl Analyzer for Whitespace {
+    fn analyze(&self, text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+    fn for_each_term(&self, text: &str, f: &mut dyn FnMut(&str)) {
+        text.split_whitespace().for_each(f);
+    }
+}
+
+/// Timed passes over the queries (`RERANK_SCALE_REPEAT`, default 3); latencies are the best
+/// pass of each query.
+fn repeat() -> usize {
+    std::env::var("RERANK_SCALE_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
+fn vm_hwm_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn bm25(dir: &str, threads: usize, out: &str) {
+    let data = BeirDataset::load(dir).expect("load the collection");
+    let queries: Vec<String> = data.queries.iter().map(|q| q.text.clone()).collect();
+    let docs = data.corpus.len();
+    let corpus = data.corpus;
+
+    let t = Instant::now();
+    let index = Bm25Index::with_params(Bm25Params { k1: 1.2, b: 0.75 })
+        .expect("params")
+        .analyzer(Whitespace);
+    index.add(corpus).expect("add");
+    index.shrink_to_fit();
+    let build_seconds = t.elapsed().as_secs_f64();
+
+    for q in queries.iter().take(50) {
+        std::hint::black_box(index.search(q, 10));
+    }
+    // each query's latency is the best of `repeat` passes (a shared machine preempts)
+    let mut latency_ms = vec![f64::INFINITY; queries.len()];
+    let mut tops = Vec::with_capacity(queries.len());
+    for pass in 0..repeat() {
+        for (i, q) in queries.iter().enumerate() {
+            let t = Instant::now();
+            let hits = index.search(q, 10);
+            latency_ms[i] = latency_ms[i].min(t.elapsed().as_secs_f64() * 1e3);
+            if pass == 0 {
+                tops.push(hits);
+            }
+        }
+    }
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for part in queries.chunks(queries.len().div_ceil(threads).max(1)) {
+            let index = &index;
+            s.spawn(move || {
+                for q in part {
+                    std::hint::black_box(index.search(q, 10));
+                }
+            });
+        }
+    });
+    let qps = queries.len() as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let exhaustive: Vec<_> = queries
+        .par_iter()
+        .map(|q| index.search_exhaustive(q, 10))
+        .collect();
+    let exhaustive_seconds = t.elapsed().as_secs_f64();
+    let same = |a: &[rerank::Hit], b: &[rerank::Hit]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.id() == y.id() && x.score.to_bits() == y.score.to_bits())
+    };
+    let equal = tops
+        .iter()
+        .zip(&exhaustive)
+        .filter(|(a, b)| same(a, b))
+        .count();
+    let top10: Vec<Vec<(String, f32)>> = tops
+        .iter()
+        .map(|h| h.iter().map(|h| (h.id().to_string(), h.score)).collect())
+        .collect();
+    let report = serde_json::json!({
+        "engine": "rerank",
+        "docs": docs,
+        "threads": threads,
+        "build_seconds": build_seconds,
+        "latency_ms": latency_ms,
+        "qps": qps,
+        "peak_rss_mb": vm_hwm_mb(),
+        "postings_mb": index.postings_bytes() as f64 / (1024.0 * 1024.0),
+        "exhaustive_equal": equal,
+        "exhaustive_queries": queries.len(),
+        "exhaustive_seconds": exhaustive_seconds,
+        "top10": top10,
+    });
+    std::fs::write(out, report.to_string()).expect("write");
+}
+
+/// Hands back the vectors it was built with; queries come as embeddings.
+struct Fixed(usize);
+
+impl Embedder for Fixed {
+    fn embed(&self, texts: &[&str]) -> rerank::Result<Array2<f32>> {
+        Ok(Array2::zeros((texts.len(), self.0)))
+    }
+    fn dim(&self) -> usize {
+        self.0
+    }
+}
+
+/// splitmix64 uniform floats in [-1, 1).
+fn uniform(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// The previous `DenseIndex` top-k: ndarray products per chunk, all scores, then selection.
+fn baseline_top_k(matrix: &Array2<f32>, query: &[f32], k: usize) -> Vec<(usize, f32)> {
+    const CHUNK_ROWS: usize = 1024;
+    let q = ArrayView1::from(query);
+    let mut scored: Vec<(usize, f32)> = matrix
+        .axis_chunks_iter(Axis(0), CHUNK_ROWS)
+        .into_par_iter()
+        .enumerate()
+        .flat_map_iter(|(c, chunk)| {
+            let scores = chunk.dot(&q);
+            scores
+                .into_iter()
+                .enumerate()
+                .map(move |(r, s)| (c * CHUNK_ROWS + r, s))
+        })
+        .collect();
+    let by = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    scored.select_nth_unstable_by(k - 1, by);
+    scored.truncate(k);
+    scored.sort_by(by);
+    scored
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn dense(rows: usize, dim: usize, queries: usize, out: &str) {
+    let mut matrix = Array2::from_shape_vec((rows, dim), uniform(1, rows * dim)).expect("shape");
+    for mut row in matrix.rows_mut() {
+        let n = row.dot(&row).sqrt();
+        row /= n;
+    }
+    let docs: Vec<Document> = (0..rows)
+        .map(|i| Document::new(format!("d{i}"), ""))
+        .collect();
+    let t = Instant::now();
+    let index =
+        DenseIndex::from_embeddings(Arc::new(Fixed(dim)), docs, matrix.clone()).expect("index");
+    let build_seconds = t.elapsed().as_secs_f64();
+    let qs: Vec<Vec<f32>> = (0..queries)
+        .map(|i| {
+            let q = uniform(1000 + i as u64, dim);
+            let n = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+            q.iter().map(|x| x / n).collect()
+        })
+        .collect();
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    let mut agree = 0;
+    for q in &qs {
+        let t = Instant::now();
+        let hits = index
+            .retrieve(&SearchQuery::new("").with_embedding(q.clone()), 10)
+            .expect("search");
+        ours.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let old = baseline_top_k(&matrix, q, 10);
+        base.push(t.elapsed().as_secs_f64() * 1e3);
+        let same = hits.len() == old.len()
+            && hits
+                .iter()
+                .zip(&old)
+                .all(|(h, (r, s))| h.id() == format!("d{r}") && (h.score - s).abs() <= 1e-5);
+        agree += usize::from(same);
+    }
+    let report = serde_json::json!({
+        "rows": rows,
+        "dim": dim,
+        "queries": queries,
+        "threads": rayon::current_num_threads(),
+        "build_seconds": build_seconds,
+        "p50_ms": median(ours.clone()),
+        "baseline_p50_ms": median(base.clone()),
+        "speedup_p50": median(base) / median(ours),
+        "top10_agree": agree,
+    });
+    println!("{report}");
+    std::fs::write(out, report.to_string()).expect("write");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let usage =
+        "usage: recall_scale bm25 DATA_DIR THREADS OUT_JSON | dense ROWS DIM QUERIES OUT_JSON";
+    match args.first().map(String::as_str) {
+        Some("bm25") if args.len() == 4 => {
+            let threads: usize = args[2].parse().expect("threads");
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build_global()
+                .expect("thread pool");
+            bm25(&args[1], threads, &args[3]);
+        }
+        Some("dense") if args.len() == 5 => dense(
+            args[1].parse().expect("rows"),
+            args[2].parse().expect("dim"),
+            args[3].parse().expect("queries"),
+            &args[4],
+        ),
+        _ => eprintln!("{usage}"),
+    }
+}

@@ -1,0 +1,405 @@
+//! Top-k over the posting lists: the exhaustive reference and block-max MaxScore.
+//!
+//! Both compute a document's score the same way, term contributions added in query order
+//! with [`Scorer::term_with_norm`], so their floats agree to the last bit. The pruned search
+//! walks the slots in windows; in each window it bounds every term by the best impact of its
+//! blocks there, leaves out the terms whose bounds together cannot beat the current k-th
+//! score (MaxScore's non-essential terms), accumulates bounds of the others (from one-byte
+//! length codes that never exceed the true lengths, a table that stays in cache), checks the
+//! left-out terms of a document while it can still enter, and scores exactly only the
+//! documents that can.
+//! Bounds are compared with a relative margin far above float rounding, so pruning only ever
+//! skips documents that could not have entered: the top k is exact, ties included (the
+//! lower slot wins, and slots are visited in increasing order).
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use super::postings::{Cursor, PostingList};
+use super::{top_slots, Scorer};
+use crate::Document;
+
+/// Slots per window.
+const WINDOW: u32 = 4096;
+
+/// Upper bounds are multiplied by this before comparing with a score (float rounding in a
+/// sum of a few dozen terms is many orders of magnitude below it).
+const MARGIN: f32 = 1.0 + 1e-4;
+
+/// Lengths up to this get their normalization from a table built per query.
+const NORM_TABLE_MAX: u32 = 4096;
+
+/// What a search reads from the index.
+pub(super) struct View<'a> {
+    pub(super) scorer: &'a Scorer,
+    pub(super) postings: &'a [PostingList],
+    pub(super) df: &'a [u32],
+    pub(super) lengths: &'a [u32],
+    pub(super) length_codes: &'a [u8],
+    /// The removed-slot bits, when any slot is removed.
+    pub(super) dead: Option<&'a [u64]>,
+    pub(super) max_len: u32,
+    pub(super) docs: &'a [Option<Arc<Document>>],
+}
+
+/// The length each one-byte code stands for: exact below 128, then steps of 6 %; a code's
+/// length is at most the lengths it codes, so a score computed from it is an upper bound.
+fn code_lengths() -> &'static [u32; 256] {
+    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [0u32; 256];
+        for (i, v) in t.iter_mut().enumerate() {
+            *v = if i < 128 {
+                i as u32
+            } else {
+                (128.0 * 1.06f64.powi(i as i32 - 127)).floor() as u32
+            };
+        }
+        t
+    })
+}
+
+/// The largest code whose length is at most `len`.
+pub(super) fn length_code(len: u32) -> u8 {
+    let t = code_lengths();
+    (t.partition_point(|&l| l <= len) - 1) as u8
+}
+
+/// A top-k strategy: (slot, score) best first, for the query's term ids (in query order,
+/// repeats kept, every one with live documents).
+pub(super) type TopK = fn(&View<'_>, &[u32], usize) -> Vec<(u32, f32)>;
+
+/// Length normalizations, the same floats as [`Scorer::norm`].
+struct Norms<'a> {
+    scorer: &'a Scorer,
+    table: Vec<f32>,
+}
+
+impl<'a> Norms<'a> {
+    fn new(scorer: &'a Scorer, max_len: u32) -> Self {
+        let n = max_len.min(NORM_TABLE_MAX);
+        Norms {
+            scorer,
+            table: (0..=n).map(|dl| scorer.norm(dl)).collect(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, dl: u32) -> f32 {
+        match self.table.get(dl as usize) {
+            Some(&n) => n,
+            None => self.scorer.norm(dl),
+        }
+    }
+}
+
+/// The normalization of each length code (the lower bound of the lengths it codes, so
+/// contributions computed with it are upper bounds).
+fn code_norms(scorer: &Scorer) -> [f32; 256] {
+    let t = code_lengths();
+    std::array::from_fn(|i| scorer.norm(t[i]))
+}
+
+/// Scores every posting of every query term.
+pub(super) fn top_k_exhaustive(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32, f32)> {
+    let norms = Norms::new(view.scorer, view.max_len);
+    let mut scores = vec![0f32; view.docs.len()];
+    let mut touched: Vec<u32> = Vec::new();
+    for &t in terms {
+        let idf = view.scorer.idf(view.df[t as usize] as usize);
+        view.postings[t as usize].for_each(|slot, tf| {
+            if view.docs[slot as usize].is_none() {
+                return;
+            }
+            let s = &mut scores[slot as usize];
+            if *s == 0.0 {
+                touched.push(slot);
+            }
+            *s += Scorer::term_with_norm(idf, tf, norms.get(view.lengths[slot as usize]));
+        });
+    }
+    top_slots(&scores, touched, k)
+        .into_iter()
+        .map(|slot| (slot, scores[slot as usize]))
+        .collect()
+}
+
+/// A hit in the heap; the greatest entry is the worst hit (lowest score, then highest slot).
+#[derive(Clone, Copy, PartialEq)]
+struct Entry {
+    score: f32,
+    slot: u32,
+}
+
+impl Eq for Entry {}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then(self.slot.cmp(&other.slot))
+    }
+}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// One distinct query term.
+struct Term<'a> {
+    list: &'a PostingList,
+    idf: f32,
+    /// Times it occurs in the query.
+    count: f32,
+    /// The block the window bounds have reached.
+    block: usize,
+    /// The best score of the unfilled tail, if any.
+    tail_bound: f32,
+    iter: Cursor<'a>,
+    probe: Cursor<'a>,
+}
+
+impl Term<'_> {
+    /// The best contribution any posting of block `b` can make.
+    fn block_bound(&self, b: usize, norms: &Norms<'_>) -> f32 {
+        self.list
+            .block_impacts(b)
+            .iter()
+            .map(|&(tf, dl)| Scorer::term_with_norm(self.idf, tf, norms.get(dl)))
+            .fold(0.0, f32::max)
+    }
+
+    /// The best contribution in slots `from..to` (times the query count).
+    fn window_bound(&mut self, from: u32, to: u32, norms: &Norms<'_>) -> f32 {
+        let n = self.list.blocks();
+        while self.block < n && self.list.block_last(self.block) < from {
+            self.block += 1;
+        }
+        let mut best = 0f32;
+        let mut b = self.block;
+        while b < n && self.list.block_first_bound(b) < to {
+            best = best.max(self.block_bound(b, norms));
+            b += 1;
+        }
+        if b == n {
+            let tail = self.list.tail();
+            if let (Some(first), Some(last)) = (tail.first(), tail.last()) {
+                if first.0 < to && last.0 >= from {
+                    best = best.max(self.tail_bound);
+                }
+            }
+        }
+        best * self.count
+    }
+
+    /// The lowest slot at or after `from` this term may hold (`u32::MAX`: none).
+    fn next_from(&mut self, from: u32) -> u32 {
+        let n = self.list.blocks();
+        while self.block < n && self.list.block_last(self.block) < from {
+            self.block += 1;
+        }
+        if self.block < n {
+            return self.list.block_first_bound(self.block).max(from);
+        }
+        let tail = self.list.tail();
+        let i = tail.partition_point(|p| p.0 < from);
+        tail.get(i).map_or(u32::MAX, |p| p.0)
+    }
+}
+
+/// Block-max MaxScore over windows of slots.
+pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32, f32)> {
+    let norms = Norms::new(view.scorer, view.max_len);
+    let code_norm = code_norms(view.scorer);
+    // distinct terms, and each query position's index among them
+    let mut distinct: Vec<u32> = Vec::new();
+    let positions: Vec<usize> = terms
+        .iter()
+        .map(|&t| match distinct.iter().position(|&d| d == t) {
+            Some(i) => i,
+            None => {
+                distinct.push(t);
+                distinct.len() - 1
+            }
+        })
+        .collect();
+    let mut qterms: Vec<Term<'_>> = distinct
+        .iter()
+        .map(|&t| {
+            let list = &view.postings[t as usize];
+            let idf = view.scorer.idf(view.df[t as usize] as usize);
+            let tail_bound = list
+                .tail()
+                .iter()
+                .map(|&(slot, tf)| {
+                    Scorer::term_with_norm(idf, tf, norms.get(view.lengths[slot as usize]))
+                })
+                .fold(0.0, f32::max);
+            Term {
+                list,
+                idf,
+                count: positions.iter().filter(|&&p| distinct[p] == t).count() as f32,
+                block: 0,
+                tail_bound,
+                iter: Cursor::new(list),
+                probe: Cursor::new(list),
+            }
+        })
+        .collect();
+    let m = qterms.len();
+    let end = view.docs.len() as u32;
+    let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(k + 1);
+    let mut acc = vec![0f32; WINDOW as usize];
+    let mut seen = vec![0u64; WINDOW as usize / 64];
+    let mut bounds = vec![0f32; m];
+    let mut order: Vec<usize> = (0..m).collect();
+    let mut tfs: Vec<Option<u32>> = vec![None; m];
+
+    // each term's bound over its whole list, and the terms in increasing bound order: once
+    // the k-th score passes the sum of a prefix of them, windows are only started where
+    // another term has postings
+    let global: Vec<f32> = qterms
+        .iter()
+        .map(|t| {
+            let blocks = (0..t.list.blocks()).map(|b| t.block_bound(b, &norms));
+            blocks.fold(t.tail_bound, f32::max) * t.count
+        })
+        .collect();
+    let mut by_global: Vec<usize> = (0..m).collect();
+    by_global.sort_by(|&a, &b| global[a].total_cmp(&global[b]));
+    let mut suffix = vec![0f32; m + 1];
+    let mut skip = vec![false; m];
+
+    let mut from = qterms
+        .iter_mut()
+        .map(|t| t.next_from(0))
+        .min()
+        .unwrap_or(u32::MAX);
+    while from < end {
+        let to = from.saturating_add(WINDOW).min(end);
+        for (j, t) in qterms.iter_mut().enumerate() {
+            bounds[j] = t.window_bound(from, to, &norms);
+        }
+        let full = heap.len() == k;
+        let threshold = heap.peek().map_or(0.0, |e| e.score);
+        order.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
+        // the non-essential prefix: terms whose bounds together cannot enter the top k
+        let mut rest = 0f32;
+        let mut n_rest = 0;
+        if full {
+            for &j in &order {
+                if (rest + bounds[j]) * MARGIN <= threshold {
+                    rest += bounds[j];
+                    n_rest += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+        // suffix[i]: the bounds of the non-essential terms from the i-th largest on
+        suffix[n_rest] = 0.0;
+        for i in (0..n_rest).rev() {
+            suffix[i] = suffix[i + 1] + bounds[order[n_rest - 1 - i]];
+        }
+        if n_rest < m {
+            for &j in &order[n_rest..] {
+                let t = &mut qterms[j];
+                let (idf, count) = (t.idf, t.count);
+                // an upper bound of the term's part, from the one-byte length codes
+                t.iter.for_range(from, to, |slot, tf| {
+                    let i = (slot - from) as usize;
+                    let norm = code_norm[view.length_codes[slot as usize] as usize];
+                    acc[i] += Scorer::term_with_norm(idf, tf, norm) * count;
+                    seen[i / 64] |= 1 << (i % 64);
+                });
+            }
+            for w in 0..seen.len() {
+                let mut bits = std::mem::take(&mut seen[w]);
+                while bits != 0 {
+                    let i = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let mut partial = std::mem::take(&mut acc[i]);
+                    let slot = from + i as u32;
+                    if let Some(dead) = view.dead {
+                        if dead[slot as usize / 64] & (1 << (slot % 64)) != 0 {
+                            continue;
+                        }
+                    }
+                    let full = heap.len() == k;
+                    let threshold = heap.peek().map_or(0.0, |e| e.score);
+                    if full && (partial + suffix[0]) * MARGIN <= threshold {
+                        continue;
+                    }
+                    // the non-essential terms, largest bound first, while the doc can enter
+                    // (bounds from the length code: the exact length is read only for the
+                    // documents that are scored)
+                    let code = code_norm[view.length_codes[slot as usize] as usize];
+                    let mut pruned = false;
+                    for r in 0..n_rest {
+                        let j = order[n_rest - 1 - r];
+                        let t = &mut qterms[j];
+                        tfs[j] = t.probe.seek(slot);
+                        if let Some(tf) = tfs[j] {
+                            partial += Scorer::term_with_norm(t.idf, tf, code) * t.count;
+                        }
+                        if full && (partial + suffix[r + 1]) * MARGIN <= threshold {
+                            pruned = true;
+                            break;
+                        }
+                    }
+                    if pruned {
+                        continue;
+                    }
+                    // the exact score, in query order
+                    for &j in &order[n_rest..] {
+                        tfs[j] = qterms[j].probe.seek(slot);
+                    }
+                    let norm = norms.get(view.lengths[slot as usize]);
+                    let mut score = 0f32;
+                    for &p in &positions {
+                        if let Some(tf) = tfs[p] {
+                            score += Scorer::term_with_norm(qterms[p].idf, tf, norm);
+                        }
+                    }
+                    if score <= 0.0 {
+                        continue;
+                    }
+                    if heap.len() < k {
+                        heap.push(Entry { score, slot });
+                    } else if heap.peek().is_some_and(|worst| score > worst.score) {
+                        heap.pop();
+                        heap.push(Entry { score, slot });
+                    }
+                }
+            }
+        }
+        // the next window starts at the next posting of a term that can still matter
+        skip.iter_mut().for_each(|s| *s = false);
+        if heap.len() == k {
+            let threshold = heap.peek().map_or(0.0, |e| e.score);
+            let mut sum = 0f32;
+            for &j in &by_global {
+                if (sum + global[j]) * MARGIN <= threshold {
+                    sum += global[j];
+                    skip[j] = true;
+                } else {
+                    break;
+                }
+            }
+        }
+        from = qterms
+            .iter_mut()
+            .zip(&skip)
+            .filter(|(_, &s)| !s)
+            .map(|(t, _)| t.next_from(to))
+            .min()
+            .unwrap_or(u32::MAX);
+    }
+    let mut hits: Vec<Entry> = heap.into_vec();
+    hits.sort();
+    hits.into_iter().map(|e| (e.slot, e.score)).collect()
+}
