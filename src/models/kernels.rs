@@ -174,7 +174,7 @@ impl Linear {
 /// x86-64, detected at run time): the loops of its `with_simd`, and the `#[inline(always)]`
 /// functions they call, are vectorized for that set.
 #[inline(always)]
-fn simd<Op: WithSimd>(op: Op) -> Op::Output {
+pub(crate) fn simd<Op: WithSimd>(op: Op) -> Op::Output {
     pulp::Arch::new().dispatch(op)
 }
 

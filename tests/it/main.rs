@@ -16,6 +16,7 @@ mod embed_parity;
 mod fallback;
 mod fuzz;
 mod hyde;
+mod int8;
 mod load_reranker;
 mod openai_http;
 mod pii;
