@@ -23,6 +23,12 @@ other processes falls on all of them alike), medians reported:
     `intra_op_num_threads` = --threads; f32 ONNX too;
   - sentence-transformers `encode` (batch 32) for reference.
 
+The f32 ceiling: the machine's f32 matrix-multiply peak measured on the spot, for the encoder's
+feed-forward shape (2048 x 384 times 384 x 1536): the `gemm` crate our encoder calls
+(criterion group `gemm_peak` of benches/embed.rs) and torch.matmul, both on --threads threads;
+then the encoder's useful GFLOP/s (the FLOPs of the unpadded tokens: projections,
+feed-forward and attention, counted from the token lengths) as a share of each.
+
 Usage (from the repository root):
   scripts/fetch_minilm.sh; python scripts/make_ce_minilm.py
   python scripts/bench_int8.py [--threads 2] [--rounds 3] [--scifact]
@@ -139,6 +145,32 @@ def export_onnx(model, workdir):
     return tokenizer, f32, int8, int8rr
 
 
+def encoder_flops(tokenizer, texts, layers=6, hidden=384, intermediate=1536, max_length=256):
+    """Multiply-adds x 2 of a BERT encoder over `texts`, unpadded: per token and layer the four
+    projections and the feed-forward, per sequence and layer QK^T and PV."""
+    total = 0
+    for ids in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]:
+        n = len(ids)
+        linear = n * (hidden * 3 * hidden + hidden * hidden + 2 * hidden * intermediate)
+        attention = 2 * n * n * hidden
+        total += 2 * layers * (linear + attention)
+    return total
+
+
+def torch_peak(threads, m=2048, k=384, n=1536, rounds=20):
+    import torch
+    torch.set_num_threads(threads)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * m * n * k / statistics.median(times) / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_models = os.environ.get("RERANK_MODELS_DIR", "models")
@@ -244,7 +276,20 @@ def main():
         print(f"cross-encoder, {CE_DOCS} pairs: int8 {CE_DOCS / med['ce ours int8']:.1f} pairs/s, "
               f"f32 {CE_DOCS / med['ce ours f32']:.1f} pairs/s, ratio {med['ce ours f32'] / med['ce ours int8']:.2f}x")
 
-    # 4. SciFact dense retrieval quality (and whole-corpus embedding time).
+    # 4. The f32 ceiling.
+    gemm_s = criterion_seconds("embed", f"gemm_2048x384x1536_t{t}", env)
+    gemm_gflops = 2 * 2048 * 384 * 1536 / gemm_s / 1e9
+    torch_gflops = torch_peak(args.threads)
+    flops = encoder_flops(tokenizer, docs)
+    ours_gflops = flops / med["ours f32"] / 1e9
+    st_gflops = flops / med["sentence-transformers"] / 1e9
+    print(f"\nf32 matmul peak (2048x384x1536, {t} threads): gemm crate {gemm_gflops:.1f} GFLOP/s, "
+          f"torch {torch_gflops:.1f} GFLOP/s")
+    print(f"encoder useful GFLOP/s ({flops / 1e9:.1f} GFLOP per {EMBED_DOCS} docs): ours f32 {ours_gflops:.1f} "
+          f"({ours_gflops / gemm_gflops:.0%} of gemm's peak, {ours_gflops / torch_gflops:.0%} of torch's); "
+          f"sentence-transformers {st_gflops:.1f} ({st_gflops / torch_gflops:.0%} of torch's)")
+
+    # 5. SciFact dense retrieval quality (and whole-corpus embedding time).
     if args.scifact:
         for p in ["f32", "int8"]:
             out = cli(["beir", "--data", str(SCIFACT), "--retriever", "dense", "--model", model, "--threads", t,

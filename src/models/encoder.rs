@@ -24,7 +24,7 @@ use super::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
 use super::kernels::{
     add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
 };
-use super::quant::{QuantLinear, QuantRows};
+use super::quant::{QuantLinear, QuantRows, Then};
 use super::Precision;
 use crate::{Error, Result};
 
@@ -129,6 +129,18 @@ struct Norm {
     bias: Vec<f32>,
 }
 
+impl Norm {
+    /// `layer_norm(out + residual)`, as the step after a product.
+    fn after<'a>(&'a self, residual: &'a [f32], eps: f32) -> Then<'a> {
+        Then::AddNorm {
+            residual,
+            weight: &self.weight,
+            bias: &self.bias,
+            eps,
+        }
+    }
+}
+
 /// One encoder layer; `qkv` holds the query, key and value projections stacked (`3 * hidden`
 /// outputs), so one product computes all three.
 #[derive(Debug, Clone)]
@@ -156,11 +168,33 @@ impl Dense {
         }
     }
 
-    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`.
-    fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], scratch: &mut QuantRows) {
+    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, then `then` on `out`
+    /// (fused into the product's row blocks in int8; a pass of its own in f32, where the
+    /// product is one `gemm` call).
+    fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+    ) {
         match self {
-            Dense::F32(l) => l.forward(x, rows, out),
-            Dense::Int8(q) => q.forward(x, rows, out, scratch),
+            Dense::F32(l) => {
+                l.forward(x, rows, out);
+                let out = &mut out[..rows * l.outputs];
+                match then {
+                    Then::Nothing => {}
+                    Then::Activate(act) => act.apply(out),
+                    Then::AddNorm {
+                        residual,
+                        weight,
+                        bias,
+                        eps,
+                    } => add_layer_norm(out, &residual[..out.len()], weight, bias, eps),
+                }
+            }
+            Dense::Int8(q) => q.forward(x, rows, out, scratch, then),
         }
     }
 }
@@ -451,7 +485,8 @@ impl Encoder {
         let total: usize = lens.iter().sum();
         let scale = 1.0 / (d as f32).sqrt();
         let qkv = &mut ws.qkv[..total * 3 * h];
-        l.qkv.forward(&ws.x[..total * h], total, qkv, &mut ws.quant);
+        l.qkv
+            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         // With `first_only`, attention keeps one query row per sequence, and so does the rest.
         let rows = if first_only { starts.len() } else { total };
         let ctx = &mut ws.ctx[..rows * h];
@@ -465,17 +500,17 @@ impl Encoder {
         }
         // x = LN(x + O ctx), computed in `proj`, which then becomes `x`.
         let n = rows * h;
-        l.out.forward(ctx, rows, &mut ws.proj[..n], &mut ws.quant);
-        let (w, b) = (&l.attn_norm.weight, &l.attn_norm.bias);
-        add_layer_norm(&mut ws.proj[..n], &ws.x[..n], w, b, cfg.eps);
+        let then = l.attn_norm.after(&ws.x[..n], cfg.eps);
+        l.out
+            .forward(ctx, rows, &mut ws.proj[..n], &mut ws.quant, then);
         std::mem::swap(&mut ws.x, &mut ws.proj);
         // x = LN(x + W2 act(W1 x)), the same way.
         let ff = &mut ws.ff[..rows * cfg.intermediate];
-        l.ff_in.forward(&ws.x[..n], rows, ff, &mut ws.quant);
-        cfg.act.apply(ff);
-        l.ff_out.forward(ff, rows, &mut ws.proj[..n], &mut ws.quant);
-        let (w, b) = (&l.ff_norm.weight, &l.ff_norm.bias);
-        add_layer_norm(&mut ws.proj[..n], &ws.x[..n], w, b, cfg.eps);
+        let then = Then::Activate(cfg.act);
+        l.ff_in.forward(&ws.x[..n], rows, ff, &mut ws.quant, then);
+        let then = l.ff_norm.after(&ws.x[..n], cfg.eps);
+        l.ff_out
+            .forward(ff, rows, &mut ws.proj[..n], &mut ws.quant, then);
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
 }

@@ -303,6 +303,17 @@ impl Act {
         x.par_chunks_mut(1 << 14)
             .for_each(|x| simd(Activate { act: self, x }));
     }
+
+    /// Applies the activation to every element on this thread; vectorized when inlined into
+    /// a `pulp` kernel.
+    #[inline(always)]
+    pub fn apply_here(self, x: &mut [f32]) {
+        match self {
+            Act::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v)),
+            Act::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+            Act::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+        }
+    }
 }
 
 /// `0.5 x (1 + erf(x / √2))`.

@@ -33,8 +33,8 @@ mod simd;
 
 use rayon::prelude::*;
 
-use super::kernels::Linear;
-use simd::{Group, Isa, Tile, GROUP, MR, NR};
+use super::kernels::{layer_norm_row, Act, Linear};
+use simd::{Group, Isa, Sums, GROUP, MR, NR};
 
 /// The largest weight magnitude after quantization (see the module notes).
 const WEIGHT_MAX: f32 = 63.0;
@@ -52,6 +52,23 @@ const MAX_CHUNK_ROWS: usize = 64;
 /// `avx512-vnni`, `avx-vnni`, `avx2` or `scalar` (for benchmark reports).
 pub fn int8_kernel() -> &'static str {
     Isa::detect().name()
+}
+
+/// What runs on each block of output rows right after the product, while they are still in
+/// cache (instead of another pass over the whole matrix).
+#[derive(Clone, Copy)]
+pub(crate) enum Then<'a> {
+    /// Nothing.
+    Nothing,
+    /// The activation, element by element.
+    Activate(Act),
+    /// `out = layer_norm(out + residual)` row by row (`residual` has the output's shape).
+    AddNorm {
+        residual: &'a [f32],
+        weight: &'a [f32],
+        bias: &'a [f32],
+        eps: f32,
+    },
 }
 
 /// A linear layer with int8 weights: `out = x · wᵀ + bias`, `x` quantized per row on the fly.
@@ -129,9 +146,19 @@ impl QuantLinear {
 
     /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, with `scratch` holding the
     /// quantized rows of `x` (grown as needed, reused across calls).
-    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], scratch: &mut QuantRows) {
+    pub fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+    ) {
         let n = self.outputs;
         assert!(x.len() >= rows * self.inputs && out.len() >= rows * n);
+        if let Then::AddNorm { residual, .. } = then {
+            assert!(residual.len() >= rows * n, "residual too short");
+        }
         if rows == 0 {
             return;
         }
@@ -143,44 +170,86 @@ impl QuantLinear {
             .par_chunks_mut(chunk * n)
             .enumerate()
             .for_each(|(ci, out)| {
-                let first = ci * chunk;
-                let count = out.len() / n;
-                let mut tile: Tile = [[0; NR]; MR];
-                for (p, panel) in self.panels.chunks_exact(self.groups).enumerate() {
-                    let c0 = p * NR;
-                    let width = NR.min(n - c0);
-                    let (scales, sums) = (&self.scales[c0..c0 + width], &self.sums[c0..c0 + width]);
-                    let bias = &self.bias[c0..c0 + width];
-                    for r0 in (0..count).step_by(MR) {
-                        let rs = MR.min(count - r0);
-                        let row = first + r0;
-                        simd::tile(
-                            self.isa,
-                            &a.data[row * stride..],
-                            stride,
-                            rs,
-                            panel,
-                            &mut tile,
-                        );
-                        for (i, sums_i) in tile.iter().enumerate().take(rs) {
-                            let (sx, z) = (a.scales[row + i], a.zeros[row + i]);
-                            // The outliers' products, in units of the weight scale.
-                            let mut extra = [0.0f32; NR];
-                            for &(k, v) in a.outliers(row + i) {
-                                let col = &self.columns[k as usize * n + c0..][..width];
-                                for (e, &q) in extra.iter_mut().zip(col) {
-                                    *e += v * q as f32;
-                                }
-                            }
-                            let o = &mut out[(r0 + i) * n + c0..][..width];
-                            for c in 0..width {
-                                let dot = (sums_i[c] - z * sums[c]) as f32;
-                                o[c] = scales[c] * (sx * dot + extra[c]) + bias[c];
-                            }
-                        }
-                    }
-                }
+                super::kernels::simd(ChunkProduct {
+                    layer: self,
+                    a,
+                    first: ci * chunk,
+                    out,
+                    then,
+                })
             });
+    }
+}
+
+/// The rows `first..` of a product, into `out` (whole rows): the integer tiles, their float
+/// epilogue, then the outliers. A [`pulp::WithSimd`] so that the float loops are compiled for
+/// the CPU's vector width.
+struct ChunkProduct<'a> {
+    layer: &'a QuantLinear,
+    a: &'a QuantRows,
+    first: usize,
+    out: &'a mut [f32],
+    then: Then<'a>,
+}
+
+impl pulp::WithSimd for ChunkProduct<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let ChunkProduct {
+            layer,
+            a,
+            first,
+            out,
+            then,
+        } = self;
+        let n = layer.outputs;
+        let stride = layer.groups * 4;
+        let count = out.len() / n;
+        let mut tile: Vec<Sums> = vec![[0; NR]; count];
+        let rows = &a.data[first * stride..];
+        for (p, panel) in layer.panels.chunks_exact(layer.groups).enumerate() {
+            let c0 = p * NR;
+            let width = NR.min(n - c0);
+            let scales = &layer.scales[c0..c0 + width];
+            let sums = &layer.sums[c0..c0 + width];
+            let bias = &layer.bias[c0..c0 + width];
+            simd::tiles(layer.isa, rows, stride, count, panel, &mut tile);
+            for (i, acc) in tile.iter().enumerate() {
+                let (sx, z) = (a.scales[first + i], a.zeros[first + i]);
+                let o = &mut out[i * n + c0..][..width];
+                for c in 0..width {
+                    let dot = (acc[c] - z * sums[c]) as f32;
+                    o[c] = sx * scales[c] * dot + bias[c];
+                }
+            }
+        }
+        // The outliers, row by row: `v s_w q[., k]` over every output.
+        for (r, o) in out.chunks_exact_mut(n).enumerate() {
+            for &(k, v) in a.outliers(first + r) {
+                let col = &layer.columns[k as usize * n..][..n];
+                for ((o, &q), &s) in o.iter_mut().zip(col).zip(&layer.scales) {
+                    *o += v * s * q as f32;
+                }
+            }
+        }
+        match then {
+            Then::Nothing => {}
+            Then::Activate(act) => act.apply_here(out),
+            Then::AddNorm {
+                residual,
+                weight,
+                bias,
+                eps,
+            } => {
+                let residual = &residual[first * n..][..out.len()];
+                for (row, res) in out.chunks_exact_mut(n).zip(residual.chunks_exact(n)) {
+                    row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
+                    layer_norm_row(row, weight, bias, eps);
+                }
+            }
+        }
     }
 }
 
@@ -264,22 +333,24 @@ impl pulp::WithSimd for QuantizeRows<'_> {
         let xs = self.x.chunks_exact(self.cols);
         let slots = self.outliers.chunks_exact_mut(MAX_OUTLIERS);
         let rows = rows.zip(xs).zip(self.scales).zip(self.zeros);
+        // A row with its outliers zeroed, when it has some.
+        let mut rest = Vec::new();
         for ((((q, x), scale), zero), (slots, count)) in rows.zip(slots.zip(self.counts)) {
             let (mut lo, mut hi) = min_max(x);
             let rms = (sum_squares(x) / x.len().max(1) as f32).sqrt();
             let limit = OUTLIER_RATIO * rms;
             *count = 0;
+            let mut x = x;
             if lo < -limit || hi > limit {
                 let n = find_outliers(x, limit, slots);
                 *count = n as u8;
-                // The range of the rest.
-                (lo, hi) = (0.0, 0.0);
-                for (k, &v) in x.iter().enumerate() {
-                    if !slots[..n].iter().any(|&(o, _)| o as usize == k) {
-                        lo = lo.min(v);
-                        hi = hi.max(v);
-                    }
+                rest.clear();
+                rest.extend_from_slice(x);
+                for &(k, _) in &slots[..n] {
+                    rest[k as usize] = 0.0;
                 }
+                x = &rest;
+                (lo, hi) = min_max(x);
             }
             let (lo, hi) = (lo.min(0.0), hi.max(0.0));
             let s = if hi > lo { (hi - lo) / 255.0 } else { 1.0 };
@@ -290,11 +361,8 @@ impl pulp::WithSimd for QuantizeRows<'_> {
                 // Non-negative after the clamp, so +0.5 and truncation round to nearest.
                 *q = ((v * inv + z).clamp(0.0, 255.0) + 0.5) as u8;
             }
+            // (An outlier's slot now holds the zero point: it is added back in f32.)
             q[self.cols..].fill(0);
-            // An outlier's slot holds zero (it is added back in f32).
-            for &(k, _) in &slots[..*count as usize] {
-                q[k as usize] = z as u8;
-            }
             *scale = s;
             *zero = z as i32;
         }
@@ -304,20 +372,29 @@ impl pulp::WithSimd for QuantizeRows<'_> {
 /// The (index, value) of the largest-magnitude values of `x` beyond `limit`, at most
 /// `slots.len()`, into `slots`; returns how many.
 fn find_outliers(x: &[f32], limit: f32, slots: &mut [(u32, f32)]) -> usize {
+    const BLOCK: usize = 32;
     let mut n = 0;
-    for (k, &v) in x.iter().enumerate() {
-        if v.abs() <= limit {
+    for (b, block) in x.chunks(BLOCK).enumerate() {
+        // Whole blocks below the limit are skipped with a vectorized test.
+        let (lo, hi) = min_max(block);
+        if lo >= -limit && hi <= limit {
             continue;
         }
-        if n < slots.len() {
-            slots[n] = (k as u32, v);
-            n += 1;
-        } else if let Some(smallest) = slots
-            .iter_mut()
-            .min_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
-            .filter(|s| s.1.abs() < v.abs())
-        {
-            *smallest = (k as u32, v);
+        for (i, &v) in block.iter().enumerate() {
+            if v.abs() <= limit {
+                continue;
+            }
+            let k = (b * BLOCK + i) as u32;
+            if n < slots.len() {
+                slots[n] = (k, v);
+                n += 1;
+            } else if let Some(smallest) = slots
+                .iter_mut()
+                .min_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+                .filter(|s| s.1.abs() < v.abs())
+            {
+                *smallest = (k, v);
+            }
         }
     }
     n
@@ -398,9 +475,15 @@ mod tests {
             let mut got = vec![0.0; rows * outputs];
             let mut scratch = QuantRows::default();
             let q = QuantLinear::new(&lin);
-            q.forward(&x, rows, &mut got, &mut scratch);
+            q.forward(&x, rows, &mut got, &mut scratch, Then::Nothing);
             let mut scalar = vec![0.0; rows * outputs];
-            QuantLinear::with_isa(&lin, Isa::Scalar).forward(&x, rows, &mut scalar, &mut scratch);
+            QuantLinear::with_isa(&lin, Isa::Scalar).forward(
+                &x,
+                rows,
+                &mut scalar,
+                &mut scratch,
+                Then::Nothing,
+            );
             assert_eq!(got, scalar, "{} vs scalar", q.isa.name());
             for r in 0..rows {
                 let xr = &x[r * inputs..][..inputs];
@@ -431,7 +514,7 @@ mod tests {
     /// alone or in a batch.
     #[test]
     fn outliers_are_kept_exact_and_rows_are_independent() {
-        let (inputs, outputs, rows) = (64, 20, 5);
+        let (inputs, outputs, rows) = (256, 20, 5);
         let lin = layer(inputs, outputs);
         let mut x = random(rows * inputs, 5);
         x[3] = 40.0;
@@ -440,7 +523,7 @@ mod tests {
         let q = QuantLinear::new(&lin);
         let mut scratch = QuantRows::default();
         let mut all = vec![0.0; rows * outputs];
-        q.forward(&x, rows, &mut all, &mut scratch);
+        q.forward(&x, rows, &mut all, &mut scratch, Then::Nothing);
         assert_eq!(scratch.outliers(0), &[(3, 40.0)]);
         assert_eq!(scratch.outliers(1), &[(10, -55.0), (11, 30.0)]);
         assert!(scratch.outliers(2).is_empty());
@@ -460,7 +543,13 @@ mod tests {
                 rms(exact)
             );
             let mut one = vec![0.0; outputs];
-            q.forward(&x[r * inputs..][..inputs], 1, &mut one, &mut scratch);
+            q.forward(
+                &x[r * inputs..][..inputs],
+                1,
+                &mut one,
+                &mut scratch,
+                Then::Nothing,
+            );
             assert_eq!(one, got, "row {r} alone");
         }
         // More outliers than slots: the largest ones are kept.
@@ -483,11 +572,11 @@ mod tests {
         let mut out = vec![0.0; 2 * 3];
         let mut x = vec![0.0; 2 * 8];
         x[8..].copy_from_slice(&[0.5, -1.0, 2.0, 0.0, 3.0, -0.25, 1.0, 1.5]);
-        q.forward(&x, 2, &mut out, &mut QuantRows::default());
+        q.forward(&x, 2, &mut out, &mut QuantRows::default(), Then::Nothing);
         // A zero input row gives the bias exactly; so does a zero weight row for any input.
         assert_eq!(&out[..3], &lin.bias[..]);
         assert_eq!(out[3], lin.bias[0]);
         assert_ne!(out[4], lin.bias[1]);
-        q.forward(&x, 0, &mut [], &mut QuantRows::default());
+        q.forward(&x, 0, &mut [], &mut QuantRows::default(), Then::Nothing);
     }
 }

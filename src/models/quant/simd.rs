@@ -33,8 +33,8 @@ pub(crate) const GROUP: usize = NR * 4;
 #[repr(C, align(64))]
 pub(crate) struct Group(pub [i8; GROUP]);
 
-/// The 32-bit sums of one kernel call: `MR` rows of `NR` columns.
-pub(crate) type Tile = [[i32; NR]; MR];
+/// The 32-bit sums of one row against one panel.
+pub(crate) type Sums = [i32; NR];
 
 /// The instruction set the integer kernels use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,64 +84,98 @@ impl Isa {
     }
 }
 
-/// Sums `rows` (1 to [`MR`]) rows of `a` (row stride `stride`, at least `4 x panel.len()`
-/// bytes each) against the panel into `out[..rows]`: `out[r][c] = Σ_k a[r][k] w[c][k]`.
+/// Sums `rows` rows of `a` (row stride `stride`, at least `4 x panel.len()` bytes each)
+/// against the panel into `out[..rows]`: `out[r][c] = Σ_k a[r][k] w[c][k]`.
 ///
-/// Panics if the slices are too short or `rows` is out of range (a bug in the caller).
-pub(crate) fn tile(
+/// Panics if the slices are too short (a bug in the caller).
+pub(crate) fn tiles(
     isa: Isa,
     a: &[u8],
     stride: usize,
     rows: usize,
     panel: &[Group],
-    out: &mut Tile,
+    out: &mut [Sums],
 ) {
     let k = panel.len() * 4;
-    assert!((1..=MR).contains(&rows), "rows {rows} out of 1..={MR}");
+    if rows == 0 {
+        return;
+    }
+    assert!(out.len() >= rows, "output rows too few");
     assert!(
         stride >= k && a.len() >= (rows - 1) * stride + k,
         "activations too short"
     );
     match isa {
-        Isa::Scalar => tile_scalar(a, stride, rows, panel, out),
+        Isa::Scalar => tiles_scalar(a, stride, rows, panel, out),
+        // SAFETY (all three): an `Isa::Avx2` / `Isa::Vnni` is only made by `Isa::detect` on a
+        // CPU with those features (AVX2; AVX-512 VNNI + VL for `evex`, else AVX-VNNI); the
+        // asserts above keep every activation read (rows x k bytes at `stride`) inside `a`
+        // and every write inside `out`, and the panel reads cover `panel` exactly.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            // SAFETY: an `Isa::Avx2` is only made by `Isa::detect` on a CPU with AVX2; the
-            // asserts above keep every activation read (rows x k bytes at `stride`) inside
-            // `a`, and the panel reads cover `panel` exactly.
-            #[allow(unsafe_code)]
-            unsafe {
-                match rows {
-                    1 => tile_avx2::<1>(a.as_ptr(), stride, panel, out),
-                    2 => tile_avx2::<2>(a.as_ptr(), stride, panel, out),
-                    3 => tile_avx2::<3>(a.as_ptr(), stride, panel, out),
-                    _ => tile_avx2::<4>(a.as_ptr(), stride, panel, out),
-                }
-            }
-        }
+        #[allow(unsafe_code)]
+        Isa::Avx2 => unsafe { tiles_avx2(a.as_ptr(), stride, rows, panel, out) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Vnni { evex } => {
-            // SAFETY: as for AVX2; an `Isa::Vnni` is only made by `Isa::detect` on a CPU with
-            // AVX-512 VNNI + VL (`evex`) or AVX-VNNI.
-            #[allow(unsafe_code)]
-            unsafe {
-                match (evex, rows) {
-                    (true, 1) => tile_vnni512::<1>(a.as_ptr(), stride, panel, out),
-                    (true, 2) => tile_vnni512::<2>(a.as_ptr(), stride, panel, out),
-                    (true, 3) => tile_vnni512::<3>(a.as_ptr(), stride, panel, out),
-                    (true, _) => tile_vnni512::<4>(a.as_ptr(), stride, panel, out),
-                    (false, 1) => tile_avxvnni::<1>(a.as_ptr(), stride, panel, out),
-                    (false, 2) => tile_avxvnni::<2>(a.as_ptr(), stride, panel, out),
-                    (false, 3) => tile_avxvnni::<3>(a.as_ptr(), stride, panel, out),
-                    (false, _) => tile_avxvnni::<4>(a.as_ptr(), stride, panel, out),
-                }
-            }
-        }
+        #[allow(unsafe_code)]
+        Isa::Vnni { evex: true } => unsafe { tiles_vnni512(a.as_ptr(), stride, rows, panel, out) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Vnni { evex: false } => unsafe { tiles_avxvnni(a.as_ptr(), stride, rows, panel, out) },
     }
 }
 
+/// Defines `$name`, which runs the `R`-row kernel `$tile` over all rows, [`MR`] at a time.
+macro_rules! row_loop {
+    ($name:ident, $tile:ident, $features:literal) => {
+        /// Every row, [`MR`] at a time, then the remainder.
+        ///
+        /// # Safety
+        /// The CPU must have the features named; rows `0..rows` of `a` must hold
+        /// `4 x panel.len()` readable bytes each at row stride `stride`; `out.len() >= rows`.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(unsafe_code)]
+        unsafe fn $name(
+            a: *const u8,
+            stride: usize,
+            rows: usize,
+            panel: &[Group],
+            out: &mut [Sums],
+        ) {
+            let mut r = 0;
+            // SAFETY: every call reads rows r..r + R < rows of `a` and writes out[r..r + R].
+            unsafe {
+                while r + MR <= rows {
+                    $tile::<MR>(a.add(r * stride), stride, panel, &mut out[r..r + MR]);
+                    r += MR;
+                }
+                let rest = &mut out[r..rows];
+                match rows - r {
+                    1 => $tile::<1>(a.add(r * stride), stride, panel, rest),
+                    2 => $tile::<2>(a.add(r * stride), stride, panel, rest),
+                    3 => $tile::<3>(a.add(r * stride), stride, panel, rest),
+                    _ => {}
+                }
+            }
+        }
+    };
+}
+
+row_loop!(tiles_avx2, tile_avx2, "avx2");
+row_loop!(tiles_avxvnni, tile_avxvnni, "avx2,avxvnni");
+row_loop!(
+    tiles_vnni512,
+    tile_vnni512,
+    "avx2,avx512f,avx512vl,avx512vnni"
+);
+
 /// The reference kernel: the same sums in plain integer arithmetic.
-pub(crate) fn tile_scalar(a: &[u8], stride: usize, rows: usize, panel: &[Group], out: &mut Tile) {
+pub(crate) fn tiles_scalar(
+    a: &[u8],
+    stride: usize,
+    rows: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
     for (r, acc) in out.iter_mut().enumerate().take(rows) {
         let row = &a[r * stride..];
         *acc = [0; NR];
@@ -178,7 +212,7 @@ unsafe fn broadcast(a: *const u8, stride: usize, r: usize, g: usize) -> __m256i 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(unsafe_code)]
-unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut Tile) {
+unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut [Sums]) {
     for (row, sums) in out.iter_mut().zip(acc) {
         // SAFETY: each row of `out` holds 16 i32 = two 32-byte stores, unaligned allowed.
         unsafe {
@@ -196,7 +230,12 @@ unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut Tile) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(unsafe_code)]
-unsafe fn tile_avx2<const R: usize>(a: *const u8, stride: usize, panel: &[Group], out: &mut Tile) {
+unsafe fn tile_avx2<const R: usize>(
+    a: *const u8,
+    stride: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
@@ -230,7 +269,7 @@ unsafe fn tile_avxvnni<const R: usize>(
     a: *const u8,
     stride: usize,
     panel: &[Group],
-    out: &mut Tile,
+    out: &mut [Sums],
 ) {
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
@@ -261,7 +300,7 @@ unsafe fn tile_vnni512<const R: usize>(
     a: *const u8,
     stride: usize,
     panel: &[Group],
-    out: &mut Tile,
+    out: &mut [Sums],
 ) {
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
@@ -314,14 +353,16 @@ mod tests {
     }
 
     /// Every vector kernel this CPU has gives exactly the scalar sums, on random data at the
-    /// extremes of both ranges (activations 0..=255, weights -63..=63), for every row count.
+    /// extremes of both ranges (activations 0..=255, weights -63..=63), for every row count
+    /// up to a few kernel blocks and a remainder.
     #[test]
     fn vector_kernels_match_the_scalar_kernel() {
+        const ROWS: usize = 3 * MR - 1;
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         for groups in [1usize, 3, 96, 384] {
             let k = groups * 4;
             let stride = k + 8;
-            let a: Vec<u8> = (0..MR * stride)
+            let a: Vec<u8> = (0..ROWS * stride)
                 .map(|i| match i % 7 {
                     0 => 255,
                     1 => 0,
@@ -341,17 +382,17 @@ mod tests {
                     Group(w)
                 })
                 .collect();
-            for rows in 1..=MR {
-                let mut want = [[0; NR]; MR];
-                tile_scalar(&a, stride, rows, &panel, &mut want);
+            for rows in 1..=ROWS {
+                let mut want = vec![[0; NR]; ROWS];
+                tiles_scalar(&a, stride, rows, &panel, &mut want);
                 // A naive check of the reference itself.
                 let naive: i32 = (0..k)
                     .map(|kk| a[kk] as i32 * panel[kk / 4].0[kk % 4] as i32)
                     .sum();
                 assert_eq!(want[0][0], naive);
                 for isa in available() {
-                    let mut got = [[0; NR]; MR];
-                    tile(isa, &a, stride, rows, &panel, &mut got);
+                    let mut got = vec![[0; NR]; ROWS];
+                    tiles(isa, &a, stride, rows, &panel, &mut got);
                     assert_eq!(
                         got[..rows],
                         want[..rows],
