@@ -219,9 +219,9 @@ impl pulp::WithSimd for ChunkProduct<'_> {
             for (i, acc) in tile.iter().enumerate() {
                 let (sx, z) = (a.scales[first + i], a.zeros[first + i]);
                 let o = &mut out[i * n + c0..][..width];
-                for c in 0..width {
-                    let dot = (acc[c] - z * sums[c]) as f32;
-                    o[c] = sx * scales[c] * dot + bias[c];
+                let weights = acc.iter().zip(sums).zip(scales).zip(bias);
+                for (o, (((&acc, &sum), &scale), &bias)) in o.iter_mut().zip(weights) {
+                    *o = sx * scale * (acc - z * sum) as f32 + bias;
                 }
             }
         }
@@ -407,8 +407,8 @@ fn sum_squares(xs: &[f32]) -> f32 {
     let chunks = xs.chunks_exact(8);
     let tail = chunks.remainder();
     for c in chunks {
-        for i in 0..8 {
-            acc[i] += c[i] * c[i];
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v * v;
         }
     }
     acc.iter().sum::<f32>() + tail.iter().map(|v| v * v).sum::<f32>()
@@ -422,9 +422,9 @@ fn min_max(xs: &[f32]) -> (f32, f32) {
     let chunks = xs.chunks_exact(8);
     let tail = chunks.remainder();
     for c in chunks {
-        for i in 0..8 {
-            lo[i] = if c[i] < lo[i] { c[i] } else { lo[i] };
-            hi[i] = if c[i] > hi[i] { c[i] } else { hi[i] };
+        for ((lo, hi), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(c) {
+            *lo = if v < *lo { v } else { *lo };
+            *hi = if v > *hi { v } else { *hi };
         }
     }
     let lo = lo.iter().chain(tail).fold(f32::INFINITY, |m, &v| m.min(v));
