@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 
-use rerank::models::ModelOptions;
+use rerank::models::{ModelOptions, Precision};
 use rerank::rerankers::RerankQuery;
 use rerank::{CrossEncoder, Reranker};
 
@@ -53,13 +53,20 @@ fn bench(c: &mut Criterion) {
         .sample_size(10)
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(DOCS as u64));
-    let ce = CrossEncoder::builder(&model)
-        .options(ModelOptions::default().threads(threads))
-        .build()
-        .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
-    group.bench_function(format!("scifact_100docs_default_t{threads}"), |b| {
-        b.iter(|| ce.score(&query, &docs).unwrap())
-    });
+    // `default` is f32 (the name the side-by-side script reads); `int8` is Precision::Int8.
+    for (name, precision) in [("default", Precision::F32), ("int8", Precision::Int8)] {
+        let ce = CrossEncoder::builder(&model)
+            .options(
+                ModelOptions::default()
+                    .threads(threads)
+                    .precision(precision),
+            )
+            .build()
+            .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
+        group.bench_function(format!("scifact_100docs_{name}_t{threads}"), |b| {
+            b.iter(|| ce.score(&query, &docs).unwrap())
+        });
+    }
     group.finish();
 }
 

@@ -5,6 +5,14 @@
 //! same texts. Threads: `RERANK_BENCH_THREADS` (default: 2). Throughput is reported in
 //! documents per second.
 //!
+//! A group `gemm_peak` times one f32 matrix product of the encoder's feed-forward shape
+//! (`2048 x 384` times `384 x 1536`) on the `gemm` crate the encoder calls, on the same
+//! threads: the machine's f32 peak as the encoder can reach it, measured on the spot.
+//!
+//! A second group, `embed_precision`, embeds the first 64 documents in f32 and in int8
+//! (`Precision::Int8`); `scripts/bench_int8.py` runs it between its peers (onnxruntime's
+//! dynamic int8 and sentence-transformers).
+//!
 //! ```text
 //! scripts/fetch_minilm.sh
 //! cargo bench --bench embed
@@ -21,13 +29,17 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use criterion::{SamplingMode, Throughput};
 
 #[cfg(feature = "models")]
-use rerank::models::ModelOptions;
+use rerank::models::{ModelOptions, Precision};
 #[cfg(feature = "models")]
 use rerank::{embed::BertEmbedder, Embedder};
 
 /// Documents per iteration.
 #[cfg(feature = "models")]
 const DOCS: usize = 256;
+
+/// Documents per iteration of the f32 / int8 group.
+#[cfg(feature = "models")]
+const PRECISION_DOCS: usize = 64;
 
 /// The model directory: `$RERANK_MODELS_DIR/all-MiniLM-L6-v2`, default `./models/...`.
 #[cfg(feature = "models")]
@@ -38,8 +50,59 @@ fn model_dir() -> PathBuf {
         .join("all-MiniLM-L6-v2")
 }
 
+/// `2 m n k` floating-point operations per iteration, reported as elements per second.
+#[cfg(feature = "models")]
+fn gemm_peak(c: &mut Criterion, threads: usize) {
+    let (m, k, n) = (2048usize, 384usize, 1536usize);
+    let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.1).collect();
+    let mut out = vec![0.0f32; m * n];
+    let mut group = c.benchmark_group("gemm_peak");
+    group
+        .sample_size(20)
+        .throughput(Throughput::Elements((2 * m * n * k) as u64));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    group.bench_function(format!("gemm_{m}x{k}x{n}_t{threads}"), |bench| {
+        bench.iter(|| {
+            pool.install(|| {
+                // SAFETY: `a` is (m, k), `b` is (k, n) and `out` is (m, n), all row-major and
+                // dense, as the strides below say; `out` overlaps neither input.
+                #[allow(unsafe_code)]
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        n,
+                        k,
+                        out.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        k as isize,
+                        b.as_ptr(),
+                        1,
+                        n as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::Rayon(threads),
+                    )
+                }
+            })
+        })
+    });
+    group.finish();
+}
+
 #[cfg(feature = "models")]
 fn bench(c: &mut Criterion) {
+    gemm_peak(c, common::threads());
     let model = model_dir();
     if !model.join("model.safetensors").is_file() {
         eprintln!(
@@ -82,6 +145,26 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("scifact_{DOCS}docs_{name}_t{threads}"), |b| {
             b.iter(|| embedder.embed(&docs).unwrap())
         });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("embed_precision");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .throughput(Throughput::Elements(PRECISION_DOCS as u64));
+    let docs = &docs[..PRECISION_DOCS];
+    for precision in [Precision::F32, Precision::Int8] {
+        let embedder = BertEmbedder::builder(&model)
+            .options(
+                ModelOptions::default()
+                    .threads(threads)
+                    .precision(precision),
+            )
+            .build()
+            .unwrap_or_else(|e| panic!("loading {}: {e}", model.display()));
+        let name = format!("scifact_{PRECISION_DOCS}docs_{precision}_t{threads}");
+        group.bench_function(name, |b| b.iter(|| embedder.embed(docs).unwrap()));
     }
     group.finish();
 }

@@ -85,6 +85,9 @@ pub struct Args {
     /// Threads for the embedding model and the reranker (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Number format of the BERT-family models' linear layers (f32 or int8).
+    #[arg(long, value_enum, default_value_t = crate::embed::PrecisionArg::F32)]
+    precision: crate::embed::PrecisionArg,
     /// BM25 term-frequency saturation.
     #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     k1: f64,
@@ -320,7 +323,7 @@ fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<
 /// The embedding model `--model` names (dense and hybrid).
 fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
     match &args.model {
-        Some(model) => crate::recall::load_embedder(model, args.threads),
+        Some(model) => crate::embed::load_embedder(model, args.threads, args.precision),
         None => Err(format!("--retriever {} needs --model DIR", args.retriever).into()),
     }
 }
@@ -409,6 +412,7 @@ fn load_reranker(args: &Args) -> CliResult<Option<Box<dyn Reranker>>> {
         Some(dir) => {
             let options = rerank::models::ModelOptions {
                 threads: args.threads,
+                precision: args.precision.into(),
                 ..Default::default()
             };
             Ok(Some(rerank::rerankers::load_reranker(dir, &options)?))

@@ -2,14 +2,16 @@
 //!
 //! ```text
 //! cargo run --release --example rerank -- embed --model models/all-MiniLM-L6-v2 \
-//!     --input texts.jsonl [--threads N] [--max-length N] > embeddings.jsonl
+//!     --input texts.jsonl [--threads N] [--max-length N] [--precision f32|int8] \
+//!     > embeddings.jsonl
 //! ```
 //! Input: one `{"text": ...}` object per line (`--input -` reads stdin; blank lines are
 //! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, mean-pooled
 //! and L2-normalized.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::CliResult;
 
@@ -27,6 +29,63 @@ pub struct Args {
     /// Longest input in tokens, [CLS] and [SEP] included (default: sentence_bert_config.json).
     #[arg(long)]
     max_length: Option<usize>,
+    /// Number format of the model's linear layers (`ModelOptions::precision`).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    precision: PrecisionArg,
+}
+
+/// `--precision`: the number format of a BERT-family model's linear layers (the CLI's
+/// spelling of `rerank::models::Precision`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// 32-bit floats (exact to the reference models).
+    #[default]
+    F32,
+    /// 8-bit integer linear layers (faster; close to f32, not equal).
+    Int8,
+}
+
+#[cfg(feature = "models")]
+impl From<PrecisionArg> for rerank::models::Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::F32 => rerank::models::Precision::F32,
+            PrecisionArg::Int8 => rerank::models::Precision::Int8,
+        }
+    }
+}
+
+/// The BERT bi-encoder in `dir`, in the precision asked for.
+#[cfg(feature = "models")]
+pub fn load_embedder(
+    dir: &Path,
+    threads: Option<usize>,
+    precision: PrecisionArg,
+) -> CliResult<Arc<dyn rerank::Embedder>> {
+    let options = rerank::models::ModelOptions {
+        threads,
+        precision: precision.into(),
+        ..Default::default()
+    };
+    Ok(Arc::new(
+        rerank::BertEmbedder::builder(dir)
+            .options(options)
+            .build()?,
+    ))
+}
+
+/// Without the `models` feature there is no embedder.
+#[cfg(not(feature = "models"))]
+pub fn load_embedder(
+    dir: &Path,
+    _threads: Option<usize>,
+    _precision: PrecisionArg,
+) -> CliResult<Arc<dyn rerank::Embedder>> {
+    Err(format!(
+        "{}: embedding models need the `models` feature",
+        dir.display()
+    )
+    .into())
 }
 
 #[derive(serde::Deserialize)]
@@ -72,6 +131,7 @@ pub fn run(args: Args) -> CliResult {
     let options = ModelOptions {
         threads: args.threads,
         max_length: args.max_length,
+        precision: args.precision.into(),
         ..ModelOptions::default()
     };
     let embedder = BertEmbedder::builder(&args.model)
@@ -101,6 +161,7 @@ pub fn run(args: Args) -> CliResult {
         args.input,
         args.threads,
         args.max_length,
+        args.precision,
     );
     Err("the embed subcommand needs the `models` feature of rerank".into())
 }

@@ -51,7 +51,11 @@ pub fn run(args: Args) -> CliResult {
     let start = Instant::now();
     let docs = Document::read_jsonl(&args.corpus)?;
     let embedder = match &args.model {
-        Some(dir) => Some(crate::recall::load_embedder(dir, args.threads)?),
+        Some(dir) => Some(crate::embed::load_embedder(
+            dir,
+            args.threads,
+            crate::embed::PrecisionArg::default(),
+        )?),
         None => None,
     };
     let store = Arc::new(Store::open(&args.db)?);

@@ -11,6 +11,7 @@ use rerank::{
     Bm25Index, DenseIndex, Document, Embedder, Hybrid, PipelineBuilder, Retriever, Store,
 };
 
+use crate::embed::{load_embedder, PrecisionArg};
 use crate::CliResult;
 
 #[derive(clap::Args)]
@@ -106,7 +107,7 @@ impl Retriever for NoMilvus {
 impl RecallArgs {
     fn embedder(&self) -> CliResult<Arc<dyn Embedder>> {
         match &self.model {
-            Some(dir) => load_embedder(dir, self.threads),
+            Some(dir) => load_embedder(dir, self.threads, PrecisionArg::default()),
             None => Err(format!(
                 "--retriever {}, --vector-store and --cache need --model DIR (the embedding model)",
                 self.retriever
@@ -206,30 +207,6 @@ impl RecallArgs {
             ),
         })
     }
-}
-
-/// The BERT bi-encoder in `dir`.
-#[cfg(feature = "models")]
-pub fn load_embedder(dir: &Path, threads: Option<usize>) -> CliResult<Arc<dyn Embedder>> {
-    let options = rerank::models::ModelOptions {
-        threads,
-        ..Default::default()
-    };
-    Ok(Arc::new(
-        rerank::BertEmbedder::builder(dir)
-            .options(options)
-            .build()?,
-    ))
-}
-
-/// Without the `models` feature there is no embedder.
-#[cfg(not(feature = "models"))]
-pub fn load_embedder(dir: &Path, _threads: Option<usize>) -> CliResult<Arc<dyn Embedder>> {
-    Err(format!(
-        "{}: embedding models need the `models` feature",
-        dir.display()
-    )
-    .into())
 }
 
 /// The reranker in `dir` (cross-encoder or Qwen3-Reranker).

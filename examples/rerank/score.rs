@@ -37,6 +37,10 @@ pub struct Args {
     /// Most tokens per forward pass (`ModelOptions::token_budget`).
     #[arg(long)]
     token_budget: Option<usize>,
+    /// Number format of a cross-encoder's linear layers (`ModelOptions::precision`; Qwen3 has
+    /// f32 only).
+    #[arg(long, value_enum, default_value_t = crate::embed::PrecisionArg::F32)]
+    precision: crate::embed::PrecisionArg,
 }
 
 /// One output line (fields in this order).
@@ -118,6 +122,7 @@ fn model_options(args: &Args) -> rerank::models::ModelOptions {
         token_budget: args.token_budget,
         max_batch_size: args.batch_size,
         threads: args.threads,
+        precision: args.precision.into(),
         ..Default::default()
     }
 }

@@ -9,7 +9,7 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 
 use super::Embedder;
 use crate::models::encoder::{mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
-use crate::models::{plan_batches, ModelDir, ModelOptions, CONFIG_FILE, TOKENIZER_FILE};
+use crate::models::{plan_batches, ModelDir, ModelOptions, Precision, CONFIG_FILE, TOKENIZER_FILE};
 use crate::{Error, Result};
 
 /// Default [`ModelOptions::token_budget`] (texts x longest text; no padding is computed).
@@ -196,7 +196,8 @@ impl BertEmbedder {
         let tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
         let weights = EncoderWeights::open(&model_dir, "bert")?;
         let dim = config.hidden;
-        let encoder = Encoder::load(&weights.encoder, config).map_err(|e| weights.mismatch(e))?;
+        let encoder = Encoder::load(&weights.encoder, config, options.precision)
+            .map_err(|e| weights.mismatch(e))?;
 
         let pool = options.thread_pool("bert")?;
 
@@ -216,6 +217,11 @@ impl BertEmbedder {
     /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
     pub fn max_length(&self) -> usize {
         self.max_seq_length
+    }
+
+    /// The number format of the encoder's linear layers ([`ModelOptions::precision`]).
+    pub fn precision(&self) -> Precision {
+        self.encoder.precision()
     }
 
     /// The number of threads of the dedicated pool, if one was configured.
@@ -326,6 +332,10 @@ impl Embedder for BertEmbedder {
     /// `bert-` and the first 16 bytes (hex) of the SHA-256 of `config.json`, `tokenizer.json`,
     /// `model.safetensors` and `max_length`: the same for the same model and settings on any
     /// machine. `None` when a file cannot be read.
+    ///
+    /// With [`Precision::Int8`] the hash also covers the precision (int8 vectors are close to
+    /// f32 ones, not equal), so stored vectors of one are never read as the other; f32 ids are
+    /// unchanged.
     fn id(&self) -> Option<String> {
         self.id
             .get_or_init(|| {
@@ -336,6 +346,10 @@ impl Embedder for BertEmbedder {
                     std::io::copy(&mut f, &mut hash).ok()?;
                 }
                 hash.update((self.max_seq_length as u64).to_le_bytes());
+                let precision = self.encoder.precision();
+                if precision != Precision::F32 {
+                    hash.update(precision.as_str().as_bytes());
+                }
                 let digest = hash.finalize();
                 let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
                 Some(format!("bert-{hex}"))
@@ -351,6 +365,7 @@ impl std::fmt::Debug for BertEmbedder {
             .field("max_length", &self.max_seq_length)
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
+            .field("precision", &self.precision())
             .field("threads", &self.threads())
             .finish()
     }

@@ -9,7 +9,7 @@ use super::config::{Architecture, ClassifierConfig};
 use super::dir::{ModelDir, CONFIG_FILE};
 use super::encoder::{read_linear, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use super::kernels::Linear;
-use super::PairEncoding;
+use super::{PairEncoding, Precision};
 use crate::{Error, Result};
 
 /// A transformer encoder with a sequence-classification head, on the CPU in float32.
@@ -32,7 +32,8 @@ impl SequenceClassifier {
     /// Loads a `BertForSequenceClassification` or `XLMRobertaForSequenceClassification` from
     /// `dir`. Any other architecture, an unsupported config, or weights that do not match the
     /// config give an [`Error::Model`] naming the file.
-    pub fn load(dir: &ModelDir) -> Result<Self> {
+    /// The encoder's linear layers are loaded in `precision`; the head stays in f32.
+    pub fn load(dir: &ModelDir, precision: Precision) -> Result<Self> {
         let config_path = dir.path().join(CONFIG_FILE);
         let value = dir.config()?;
         let config = ClassifierConfig::from_value(&value, &config_path)?;
@@ -51,7 +52,7 @@ impl SequenceClassifier {
         let (h, labels) = (enc_config.hidden, config.num_labels);
         let w = EncoderWeights::open(dir, if roberta { "roberta" } else { "bert" })?;
         let mismatch = |e| w.mismatch(e);
-        let encoder = Encoder::load(&w.encoder, enc_config).map_err(mismatch)?;
+        let encoder = Encoder::load(&w.encoder, enc_config, precision).map_err(mismatch)?;
         let (dense, out) = if roberta {
             let head = w.root.pp("classifier");
             (
@@ -75,6 +76,11 @@ impl SequenceClassifier {
     /// The facts read from `config.json`.
     pub fn config(&self) -> &ClassifierConfig {
         &self.config
+    }
+
+    /// The number format of the encoder's linear layers.
+    pub fn precision(&self) -> Precision {
+        self.encoder.precision()
     }
 
     /// `vocab_size` from `config.json`.

@@ -24,6 +24,8 @@ use super::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
 use super::kernels::{
     add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
 };
+use super::quant::{QuantLinear, QuantRows, Then};
+use super::Precision;
 use crate::{Error, Result};
 
 /// The shape and options of an encoder, read from `config.json`.
@@ -127,16 +129,74 @@ struct Norm {
     bias: Vec<f32>,
 }
 
+impl Norm {
+    /// `layer_norm(out + residual)`, as the step after a product.
+    fn after<'a>(&'a self, residual: &'a [f32], eps: f32) -> Then<'a> {
+        Then::AddNorm {
+            residual,
+            weight: &self.weight,
+            bias: &self.bias,
+            eps,
+        }
+    }
+}
+
 /// One encoder layer; `qkv` holds the query, key and value projections stacked (`3 * hidden`
 /// outputs), so one product computes all three.
 #[derive(Debug, Clone)]
 struct Layer {
-    qkv: Linear,
-    out: Linear,
+    qkv: Dense,
+    out: Dense,
     attn_norm: Norm,
-    ff_in: Linear,
-    ff_out: Linear,
+    ff_in: Dense,
+    ff_out: Dense,
     ff_norm: Norm,
+}
+
+/// A linear layer of the encoder in the precision it was loaded with.
+#[derive(Debug, Clone)]
+enum Dense {
+    F32(Linear),
+    Int8(QuantLinear),
+}
+
+impl Dense {
+    fn new(linear: Linear, precision: Precision) -> Self {
+        match precision {
+            Precision::F32 => Dense::F32(linear),
+            Precision::Int8 => Dense::Int8(QuantLinear::new(&linear)),
+        }
+    }
+
+    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, then `then` on `out`
+    /// (fused into the product's row blocks in int8; a pass of its own in f32, where the
+    /// product is one `gemm` call).
+    fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+    ) {
+        match self {
+            Dense::F32(l) => {
+                l.forward(x, rows, out);
+                let out = &mut out[..rows * l.outputs];
+                match then {
+                    Then::Nothing => {}
+                    Then::Activate(act) => act.apply(out),
+                    Then::AddNorm {
+                        residual,
+                        weight,
+                        bias,
+                        eps,
+                    } => add_layer_norm(out, &residual[..out.len()], weight, bias, eps),
+                }
+            }
+            Dense::Int8(q) => q.forward(x, rows, out, scratch, then),
+        }
+    }
 }
 
 /// Which rows of the last layer the caller needs.
@@ -164,6 +224,7 @@ pub(crate) struct Encoder {
     token_type: Vec<f32>,
     embed_norm: Norm,
     layers: Vec<Layer>,
+    precision: Precision,
 }
 
 /// The weights of a BERT-family checkpoint, memory-mapped: the file's root (where task heads
@@ -253,7 +314,13 @@ fn read_norm(vb: &VarBuilder, n: usize) -> candle_core::Result<Norm> {
 impl Encoder {
     /// Loads the encoder weights under `vb` (`embeddings.*`, `encoder.layer.N.*`), with the
     /// shapes `cfg` implies; a missing tensor or a wrong shape is a candle error naming it.
-    pub fn load(vb: &VarBuilder, cfg: EncoderConfig) -> candle_core::Result<Self> {
+    /// With [`Precision::Int8`] the linear layers of every encoder layer are quantized (see
+    /// `models::quant`); embeddings and layer norms stay in f32.
+    pub fn load(
+        vb: &VarBuilder,
+        cfg: EncoderConfig,
+        precision: Precision,
+    ) -> candle_core::Result<Self> {
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let emb = vb.pp("embeddings");
         let word = read(&emb, &[cfg.vocab, h], "word_embeddings.weight")?;
@@ -273,12 +340,13 @@ impl Encoder {
                     inputs: h,
                     outputs: 3 * h,
                 };
+                let dense = |linear| Dense::new(linear, precision);
                 Ok(Layer {
-                    qkv,
-                    out: read_linear(&att.pp("output.dense"), h, h)?,
+                    qkv: dense(qkv),
+                    out: dense(read_linear(&att.pp("output.dense"), h, h)?),
                     attn_norm: read_norm(&att.pp("output.LayerNorm"), h)?,
-                    ff_in: read_linear(&l.pp("intermediate.dense"), i, h)?,
-                    ff_out: read_linear(&l.pp("output.dense"), h, i)?,
+                    ff_in: dense(read_linear(&l.pp("intermediate.dense"), i, h)?),
+                    ff_out: dense(read_linear(&l.pp("output.dense"), h, i)?),
                     ff_norm: read_norm(&l.pp("output.LayerNorm"), h)?,
                 })
             })
@@ -290,7 +358,13 @@ impl Encoder {
             token_type,
             embed_norm,
             layers,
+            precision,
         })
+    }
+
+    /// The number format of the linear layers.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The configuration.
@@ -411,7 +485,8 @@ impl Encoder {
         let total: usize = lens.iter().sum();
         let scale = 1.0 / (d as f32).sqrt();
         let qkv = &mut ws.qkv[..total * 3 * h];
-        l.qkv.forward(&ws.x[..total * h], total, qkv);
+        l.qkv
+            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         // With `first_only`, attention keeps one query row per sequence, and so does the rest.
         let rows = if first_only { starts.len() } else { total };
         let ctx = &mut ws.ctx[..rows * h];
@@ -425,17 +500,17 @@ impl Encoder {
         }
         // x = LN(x + O ctx), computed in `proj`, which then becomes `x`.
         let n = rows * h;
-        l.out.forward(ctx, rows, &mut ws.proj[..n]);
-        let (w, b) = (&l.attn_norm.weight, &l.attn_norm.bias);
-        add_layer_norm(&mut ws.proj[..n], &ws.x[..n], w, b, cfg.eps);
+        let then = l.attn_norm.after(&ws.x[..n], cfg.eps);
+        l.out
+            .forward(ctx, rows, &mut ws.proj[..n], &mut ws.quant, then);
         std::mem::swap(&mut ws.x, &mut ws.proj);
         // x = LN(x + W2 act(W1 x)), the same way.
         let ff = &mut ws.ff[..rows * cfg.intermediate];
-        l.ff_in.forward(&ws.x[..n], rows, ff);
-        cfg.act.apply(ff);
-        l.ff_out.forward(ff, rows, &mut ws.proj[..n]);
-        let (w, b) = (&l.ff_norm.weight, &l.ff_norm.bias);
-        add_layer_norm(&mut ws.proj[..n], &ws.x[..n], w, b, cfg.eps);
+        let then = Then::Activate(cfg.act);
+        l.ff_in.forward(&ws.x[..n], rows, ff, &mut ws.quant, then);
+        let then = l.ff_norm.after(&ws.x[..n], cfg.eps);
+        l.ff_out
+            .forward(ff, rows, &mut ws.proj[..n], &mut ws.quant, then);
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
 }
@@ -452,6 +527,8 @@ struct Workspace {
     proj: Vec<f32>,
     /// Feed-forward activations `(tokens, intermediate)`.
     ff: Vec<f32>,
+    /// The quantized inputs of the int8 linear layers (empty in f32).
+    quant: QuantRows,
 }
 
 impl Workspace {
@@ -463,6 +540,7 @@ impl Workspace {
             ctx: vec![0.0; tokens * h],
             proj: vec![0.0; tokens * h],
             ff: vec![0.0; tokens * cfg.intermediate],
+            quant: QuantRows::default(),
         }
     }
 }

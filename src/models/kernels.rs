@@ -174,7 +174,7 @@ impl Linear {
 /// x86-64, detected at run time): the loops of its `with_simd`, and the `#[inline(always)]`
 /// functions they call, are vectorized for that set.
 #[inline(always)]
-fn simd<Op: WithSimd>(op: Op) -> Op::Output {
+pub(crate) fn simd<Op: WithSimd>(op: Op) -> Op::Output {
     pulp::Arch::new().dispatch(op)
 }
 
@@ -302,6 +302,17 @@ impl Act {
     pub fn apply(self, x: &mut [f32]) {
         x.par_chunks_mut(1 << 14)
             .for_each(|x| simd(Activate { act: self, x }));
+    }
+
+    /// Applies the activation to every element on this thread; vectorized when inlined into
+    /// a `pulp` kernel.
+    #[inline(always)]
+    pub fn apply_here(self, x: &mut [f32]) {
+        match self {
+            Act::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v)),
+            Act::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+            Act::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ mod hub;
 pub(crate) mod kernels;
 mod options;
 mod pair;
+mod quant;
 
 pub(crate) use batch::plan_batches;
 pub(crate) use classifier::SequenceClassifier;
@@ -32,6 +33,7 @@ pub use options::{ModelOptions, Precision};
 #[doc(hidden)]
 pub use pair::PairEncoding;
 pub(crate) use pair::PairTokenizer;
+pub use quant::int8_kernel;
 
 /// The message of a candle error without the backtrace candle attaches when `RUST_BACKTRACE`
 /// is set.

@@ -12,6 +12,47 @@ pub enum Precision {
     /// 32-bit floats, the reference models' own format (the default; exact to the fixtures).
     #[default]
     F32,
+    /// 8-bit integer linear layers, for the BERT-family encoders ([`CrossEncoder`],
+    /// [`BertEmbedder`]): weights quantized per output channel at load, activations per row
+    /// at every call, integer dot products on the best instructions the CPU has (AVX-512
+    /// VNNI, AVX-VNNI, AVX2; plain integer code elsewhere); layer norm, softmax, GELU and
+    /// attention stay in f32. Faster, and close to f32 rather than equal to it (see
+    /// `docs/encoder.md` for the measured agreement). Models without an int8 path (Qwen3)
+    /// refuse it at `build()`.
+    ///
+    /// [`CrossEncoder`]: crate::CrossEncoder
+    /// [`BertEmbedder`]: crate::BertEmbedder
+    Int8,
+}
+
+impl Precision {
+    /// Its name as the CLI and configs spell it (`f32`, `int8`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Int8 => "int8",
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(Precision::F32),
+            "int8" | "i8" => Ok(Precision::Int8),
+            other => Err(Error::Config(format!(
+                "unknown precision {other:?} (expected f32 or int8)"
+            ))),
+        }
+    }
 }
 
 /// Options shared by every model builder ([`CrossEncoder`](crate::CrossEncoder),
@@ -96,6 +137,17 @@ impl ModelOptions {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses any precision but f32, for `model` (named in the message), which has no other.
+    pub(crate) fn require_f32(&self, model: &str) -> Result<()> {
+        match self.precision {
+            Precision::F32 => Ok(()),
+            other => Err(Error::Config(format!(
+                "{model}: precision {other} is not supported (only f32; int8 is for the \
+                 BERT-family encoders)"
+            ))),
+        }
     }
 
     /// The private thread pool asked for by [`ModelOptions::threads`], if any; its threads are

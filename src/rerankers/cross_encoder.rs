@@ -9,7 +9,7 @@ pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ModelDir, ModelOptions, PairEncoding, PairTokenizer,
+    plan_batches, Architecture, ModelDir, ModelOptions, PairEncoding, PairTokenizer, Precision,
     SequenceClassifier, CONFIG_FILE,
 };
 use crate::rerankers::RerankQuery;
@@ -33,7 +33,7 @@ pub struct PairScore {
     pub logit: f32,
 }
 
-/// A cross-encoder reranker (CPU, float32; weights read with candle, forward pass on the
+/// A cross-encoder reranker (CPU, float32 or opt-in int8 ([`Precision::Int8`]); weights read with candle, forward pass on the
 /// crate's packed encoder).
 ///
 /// Loads `BertForSequenceClassification` (ms-marco-MiniLM style) or
@@ -74,6 +74,7 @@ impl std::fmt::Debug for CrossEncoder {
             .field("max_length", &self.tokenizer.max_length())
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
+            .field("precision", &self.precision())
             .field("threads", &self.threads())
             .finish()
     }
@@ -114,6 +115,11 @@ impl CrossEncoder {
     /// The maximum pair length in tokens, special tokens included.
     pub fn max_length(&self) -> usize {
         self.tokenizer.max_length()
+    }
+
+    /// The number format of the encoder's linear layers ([`ModelOptions::precision`]).
+    pub fn precision(&self) -> Precision {
+        self.model.precision()
     }
 
     /// The size of the private thread pool, or `None` when running on the caller's pool.
@@ -240,7 +246,7 @@ impl CrossEncoderBuilder {
             #[cfg(feature = "hf-hub")]
             Source::Hub(model) => model.fetch(&["tokenizer_config.json"])?,
         };
-        let model = SequenceClassifier::load(&dir)?;
+        let model = SequenceClassifier::load(&dir, self.options.precision)?;
         let config = model.config().clone();
         if config.num_labels != 1 {
             return Err(Error::model(format!(

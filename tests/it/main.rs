@@ -18,6 +18,7 @@ mod fuzz;
 mod hyde;
 #[cfg(feature = "pdf")]
 mod ingest;
+mod int8;
 mod load_reranker;
 mod milvus;
 mod openai_http;

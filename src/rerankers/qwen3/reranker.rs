@@ -320,6 +320,7 @@ impl Qwen3RerankerBuilder {
     /// Checks the options, loads the tokenizer and the weights.
     pub fn build(self) -> Result<Qwen3Reranker> {
         self.options.validate("Qwen3-Reranker", 1)?;
+        self.options.require_f32("Qwen3-Reranker")?;
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         let default_instruction = match &self.entity_type {
             Some(entity) => self

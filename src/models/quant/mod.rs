@@ -1,0 +1,582 @@
+//! Int8 linear layers for the BERT-family encoders ([`Precision::Int8`]): dynamic
+//! quantization as onnxruntime's `quantize_dynamic` does it, with finer scales.
+//!
+//! - **Weights**, once at load: per output channel, symmetric, `q = round(w / s)` with
+//!   `s = max |w| / 63`, so `q` lies in `[-63, 63]` (7 bits). That range is what keeps AVX2's
+//!   `vpmaddubsw` exact: it adds two u8 x i8 products into an i16 with saturation, and
+//!   `2 x 255 x 63 = 32130` fits where `2 x 255 x 127` would not. (The alternatives cost more:
+//!   7-bit activations lose more than 7-bit weights, since activations have outlier features
+//!   and only one scale per row, and the sign trick of `vpsignb` adds two instructions per
+//!   product.) onnxruntime's `reduce_range` makes the same choice for the same reason.
+//! - **Activations**, at every call: per row, asymmetric, `u = round(x / s) + z` in
+//!   `[0, 255]` with `s = (max - min) / 255` over the row (zero included in the range, so it
+//!   is exact). Unsigned is what `vpmaddubsw` and `vpdpbusd` take as their first operand; the
+//!   zero point comes out of the sum exactly: `Σ u q = Σ (x/s + z) q`, so
+//!   `x · w ≈ s_x s_w (Σ u q - z Σ q)`, with `Σ q` per output kept from load.
+//! - **Outliers**, per row: BERT-family hidden states have a few channels far larger than the
+//!   rest (and the `[CLS]` / `[SEP]` rows of short inputs are dominated by them); one scale
+//!   per row would spend the 8 bits on them and round everything else coarsely. Up to
+//!   [`MAX_OUTLIERS`] values per row above [`OUTLIER_RATIO`] times the row's root mean
+//!   square are taken out before quantizing (their slots become exact zeros) and added back
+//!   in the epilogue against the same int8 weights (`v s_w q[j][c]`), in f32. The choice
+//!   depends on the row alone, so a text embeds the same alone or in any batch (the idea of
+//!   LLM.int8()'s mixed-precision decomposition, without its per-batch column choice).
+//! - **Products**: 32-bit integer sums in the kernels of [`simd`] (AVX-512 VNNI, AVX-VNNI or
+//!   AVX2, picked at run time; a scalar fallback elsewhere), then one float epilogue that
+//!   applies the scales and adds the bias.
+//!
+//! Layer norm, softmax, GELU, attention and the embeddings stay in f32.
+//!
+//! [`Precision::Int8`]: crate::models::Precision::Int8
+
+mod simd;
+
+use rayon::prelude::*;
+
+use super::kernels::{layer_norm_row, Act, Linear};
+use simd::{Group, Isa, Sums, GROUP, MR, NR};
+
+/// The largest weight magnitude after quantization (see the module notes).
+const WEIGHT_MAX: f32 = 63.0;
+
+/// Most values per row kept out of the 8-bit range and added back in f32.
+const MAX_OUTLIERS: usize = 8;
+
+/// A value is an outlier above this multiple of its row's root mean square.
+const OUTLIER_RATIO: f32 = 6.0;
+
+/// Most rows one parallel task quantizes or multiplies.
+const MAX_CHUNK_ROWS: usize = 64;
+
+/// The integer kernel [`Precision::Int8`](crate::models::Precision::Int8) runs on this CPU:
+/// `avx512-vnni`, `avx-vnni`, `avx2` or `scalar` (for benchmark reports).
+pub fn int8_kernel() -> &'static str {
+    Isa::detect().name()
+}
+
+/// What runs on each block of output rows right after the product, while they are still in
+/// cache (instead of another pass over the whole matrix).
+#[derive(Clone, Copy)]
+pub(crate) enum Then<'a> {
+    /// Nothing.
+    Nothing,
+    /// The activation, element by element.
+    Activate(Act),
+    /// `out = layer_norm(out + residual)` row by row (`residual` has the output's shape).
+    AddNorm {
+        residual: &'a [f32],
+        weight: &'a [f32],
+        bias: &'a [f32],
+        eps: f32,
+    },
+}
+
+/// A linear layer with int8 weights: `out = x · wᵀ + bias`, `x` quantized per row on the fly.
+#[derive(Debug, Clone)]
+pub(crate) struct QuantLinear {
+    /// `panels x groups` groups: panel `p` holds outputs `16p..16p + 16` (zero past the end).
+    panels: Vec<Group>,
+    /// Groups of four inputs per panel (`ceil(inputs / 4)`; the padding weights are zero).
+    groups: usize,
+    /// Per output: the weight scale.
+    scales: Vec<f32>,
+    /// Per output: the sum of its quantized weights (the zero-point correction).
+    sums: Vec<i32>,
+    /// The quantized weights transposed, `(inputs, outputs)`: the column an outlier meets.
+    columns: Vec<i8>,
+    bias: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+    isa: Isa,
+}
+
+impl QuantLinear {
+    /// Quantizes a float layer, for the best kernel this CPU has.
+    pub fn new(linear: &Linear) -> Self {
+        Self::with_isa(linear, Isa::detect())
+    }
+
+    fn with_isa(linear: &Linear, isa: Isa) -> Self {
+        let (inputs, outputs) = (linear.inputs, linear.outputs);
+        let groups = inputs.div_ceil(4);
+        let panels = outputs.div_ceil(NR);
+        let mut quantized = vec![0i8; outputs * inputs];
+        let mut scales = Vec::with_capacity(outputs);
+        let mut sums = Vec::with_capacity(outputs);
+        for (row, q) in linear
+            .weight
+            .chunks_exact(inputs)
+            .zip(quantized.chunks_exact_mut(inputs))
+        {
+            let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let scale = if max > 0.0 { max / WEIGHT_MAX } else { 1.0 };
+            for (q, &w) in q.iter_mut().zip(row) {
+                *q = (w / scale).round().clamp(-WEIGHT_MAX, WEIGHT_MAX) as i8;
+            }
+            scales.push(scale);
+            sums.push(q.iter().map(|&v| v as i32).sum());
+        }
+        let mut columns = vec![0i8; inputs * outputs];
+        for (j, row) in quantized.chunks_exact(inputs).enumerate() {
+            for (k, &q) in row.iter().enumerate() {
+                columns[k * outputs + j] = q;
+            }
+        }
+        let mut packed = vec![Group([0; GROUP]); panels * groups];
+        for p in 0..panels {
+            for c in 0..NR.min(outputs - p * NR) {
+                let row = &quantized[(p * NR + c) * inputs..][..inputs];
+                for (k, &q) in row.iter().enumerate() {
+                    packed[p * groups + k / 4].0[c * 4 + k % 4] = q;
+                }
+            }
+        }
+        QuantLinear {
+            panels: packed,
+            groups,
+            scales,
+            sums,
+            columns,
+            bias: linear.bias.clone(),
+            inputs,
+            outputs,
+            isa,
+        }
+    }
+
+    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, with `scratch` holding the
+    /// quantized rows of `x` (grown as needed, reused across calls).
+    pub fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+    ) {
+        let n = self.outputs;
+        assert!(x.len() >= rows * self.inputs && out.len() >= rows * n);
+        if let Then::AddNorm { residual, .. } = then {
+            assert!(residual.len() >= rows * n, "residual too short");
+        }
+        if rows == 0 {
+            return;
+        }
+        let stride = self.groups * 4;
+        scratch.quantize(&x[..rows * self.inputs], rows, self.inputs, stride);
+        let chunk = chunk_rows(rows);
+        let a = &*scratch;
+        out[..rows * n]
+            .par_chunks_mut(chunk * n)
+            .enumerate()
+            .for_each(|(ci, out)| {
+                super::kernels::simd(ChunkProduct {
+                    layer: self,
+                    a,
+                    first: ci * chunk,
+                    out,
+                    then,
+                })
+            });
+    }
+}
+
+/// The rows `first..` of a product, into `out` (whole rows): the integer tiles, their float
+/// epilogue, then the outliers. A [`pulp::WithSimd`] so that the float loops are compiled for
+/// the CPU's vector width.
+struct ChunkProduct<'a> {
+    layer: &'a QuantLinear,
+    a: &'a QuantRows,
+    first: usize,
+    out: &'a mut [f32],
+    then: Then<'a>,
+}
+
+impl pulp::WithSimd for ChunkProduct<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let ChunkProduct {
+            layer,
+            a,
+            first,
+            out,
+            then,
+        } = self;
+        let n = layer.outputs;
+        let stride = layer.groups * 4;
+        let count = out.len() / n;
+        let mut tile: Vec<Sums> = vec![[0; NR]; count];
+        let rows = &a.data[first * stride..];
+        for (p, panel) in layer.panels.chunks_exact(layer.groups).enumerate() {
+            let c0 = p * NR;
+            let width = NR.min(n - c0);
+            let scales = &layer.scales[c0..c0 + width];
+            let sums = &layer.sums[c0..c0 + width];
+            let bias = &layer.bias[c0..c0 + width];
+            simd::tiles(layer.isa, rows, stride, count, panel, &mut tile);
+            for (i, acc) in tile.iter().enumerate() {
+                let (sx, z) = (a.scales[first + i], a.zeros[first + i]);
+                let o = &mut out[i * n + c0..][..width];
+                let weights = acc.iter().zip(sums).zip(scales).zip(bias);
+                for (o, (((&acc, &sum), &scale), &bias)) in o.iter_mut().zip(weights) {
+                    *o = sx * scale * (acc - z * sum) as f32 + bias;
+                }
+            }
+        }
+        // The outliers, row by row: `v s_w q[., k]` over every output.
+        for (r, o) in out.chunks_exact_mut(n).enumerate() {
+            for &(k, v) in a.outliers(first + r) {
+                let col = &layer.columns[k as usize * n..][..n];
+                for ((o, &q), &s) in o.iter_mut().zip(col).zip(&layer.scales) {
+                    *o += v * s * q as f32;
+                }
+            }
+        }
+        match then {
+            Then::Nothing => {}
+            Then::Activate(act) => act.apply_here(out),
+            Then::AddNorm {
+                residual,
+                weight,
+                bias,
+                eps,
+            } => {
+                let residual = &residual[first * n..][..out.len()];
+                for (row, res) in out.chunks_exact_mut(n).zip(residual.chunks_exact(n)) {
+                    row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
+                    layer_norm_row(row, weight, bias, eps);
+                }
+            }
+        }
+    }
+}
+
+/// Rows per parallel task: enough tasks for every thread (four each), in whole kernel rows,
+/// at most [`MAX_CHUNK_ROWS`].
+fn chunk_rows(rows: usize) -> usize {
+    let tasks = 4 * rayon::current_num_threads();
+    rows.div_ceil(tasks)
+        .next_multiple_of(MR)
+        .clamp(MR, MAX_CHUNK_ROWS)
+}
+
+/// Rows of activations quantized to u8, one scale and zero point per row, and each row's
+/// outliers (index, value), kept in f32.
+#[derive(Debug, Default)]
+pub(crate) struct QuantRows {
+    data: Vec<u8>,
+    scales: Vec<f32>,
+    zeros: Vec<i32>,
+    /// [`MAX_OUTLIERS`] slots per row.
+    outliers: Vec<(u32, f32)>,
+    /// How many slots of each row are used.
+    counts: Vec<u8>,
+}
+
+impl QuantRows {
+    fn outliers(&self, row: usize) -> &[(u32, f32)] {
+        &self.outliers[row * MAX_OUTLIERS..][..self.counts[row] as usize]
+    }
+}
+
+impl QuantRows {
+    /// Quantizes `rows` rows of `cols` floats into rows of `stride` bytes (zero-padded).
+    fn quantize(&mut self, x: &[f32], rows: usize, cols: usize, stride: usize) {
+        self.data.resize(rows * stride, 0);
+        self.scales.resize(rows, 0.0);
+        self.zeros.resize(rows, 0);
+        self.outliers.resize(rows * MAX_OUTLIERS, (0, 0.0));
+        self.counts.resize(rows, 0);
+        let chunk = chunk_rows(rows);
+        self.data[..rows * stride]
+            .par_chunks_mut(chunk * stride)
+            .zip(x.par_chunks(chunk * cols))
+            .zip(self.scales.par_chunks_mut(chunk))
+            .zip(self.zeros.par_chunks_mut(chunk))
+            .zip(self.outliers.par_chunks_mut(chunk * MAX_OUTLIERS))
+            .zip(self.counts.par_chunks_mut(chunk))
+            .for_each(|(((((q, x), scales), zeros), outliers), counts)| {
+                super::kernels::simd(QuantizeRows {
+                    q,
+                    x,
+                    scales,
+                    zeros,
+                    outliers,
+                    counts,
+                    cols,
+                    stride,
+                })
+            });
+    }
+}
+
+/// The per-row quantization of a block of rows, vectorized by [`pulp`].
+struct QuantizeRows<'a> {
+    q: &'a mut [u8],
+    x: &'a [f32],
+    scales: &'a mut [f32],
+    zeros: &'a mut [i32],
+    outliers: &'a mut [(u32, f32)],
+    counts: &'a mut [u8],
+    cols: usize,
+    stride: usize,
+}
+
+impl pulp::WithSimd for QuantizeRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let rows = self.q.chunks_exact_mut(self.stride);
+        let xs = self.x.chunks_exact(self.cols);
+        let slots = self.outliers.chunks_exact_mut(MAX_OUTLIERS);
+        let rows = rows.zip(xs).zip(self.scales).zip(self.zeros);
+        // A row with its outliers zeroed, when it has some.
+        let mut rest = Vec::new();
+        for ((((q, x), scale), zero), (slots, count)) in rows.zip(slots.zip(self.counts)) {
+            let (mut lo, mut hi) = min_max(x);
+            let rms = (sum_squares(x) / x.len().max(1) as f32).sqrt();
+            let limit = OUTLIER_RATIO * rms;
+            *count = 0;
+            let mut x = x;
+            if lo < -limit || hi > limit {
+                let n = find_outliers(x, limit, slots);
+                *count = n as u8;
+                rest.clear();
+                rest.extend_from_slice(x);
+                for &(k, _) in &slots[..n] {
+                    rest[k as usize] = 0.0;
+                }
+                x = &rest;
+                (lo, hi) = min_max(x);
+            }
+            let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+            let s = if hi > lo { (hi - lo) / 255.0 } else { 1.0 };
+            let inv = 1.0 / s;
+            // The zero point: where 0.0 lands, rounded (exact for 0.0 itself).
+            let z = (-lo * inv + 0.5).floor().clamp(0.0, 255.0);
+            for (q, &v) in q.iter_mut().zip(x) {
+                // Non-negative after the clamp, so +0.5 and truncation round to nearest.
+                *q = ((v * inv + z).clamp(0.0, 255.0) + 0.5) as u8;
+            }
+            // (An outlier's slot now holds the zero point: it is added back in f32.)
+            q[self.cols..].fill(0);
+            *scale = s;
+            *zero = z as i32;
+        }
+    }
+}
+
+/// The (index, value) of the largest-magnitude values of `x` beyond `limit`, at most
+/// `slots.len()`, into `slots`; returns how many.
+fn find_outliers(x: &[f32], limit: f32, slots: &mut [(u32, f32)]) -> usize {
+    const BLOCK: usize = 32;
+    let mut n = 0;
+    for (b, block) in x.chunks(BLOCK).enumerate() {
+        // Whole blocks below the limit are skipped with a vectorized test.
+        let (lo, hi) = min_max(block);
+        if lo >= -limit && hi <= limit {
+            continue;
+        }
+        for (i, &v) in block.iter().enumerate() {
+            if v.abs() <= limit {
+                continue;
+            }
+            let k = (b * BLOCK + i) as u32;
+            if n < slots.len() {
+                slots[n] = (k, v);
+                n += 1;
+            } else if let Some(smallest) = slots
+                .iter_mut()
+                .min_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+                .filter(|s| s.1.abs() < v.abs())
+            {
+                *smallest = (k, v);
+            }
+        }
+    }
+    n
+}
+
+/// `Σ x²`, in eight partial lanes.
+#[inline(always)]
+fn sum_squares(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v * v;
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().map(|v| v * v).sum::<f32>()
+}
+
+/// The smallest and largest element, in eight partial lanes (so the loop vectorizes).
+#[inline(always)]
+fn min_max(xs: &[f32]) -> (f32, f32) {
+    let mut lo = [f32::INFINITY; 8];
+    let mut hi = [f32::NEG_INFINITY; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for ((lo, hi), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(c) {
+            *lo = if v < *lo { v } else { *lo };
+            *hi = if v > *hi { v } else { *hi };
+        }
+    }
+    let lo = lo.iter().chain(tail).fold(f32::INFINITY, |m, &v| m.min(v));
+    let hi = hi
+        .iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    (lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % 20_001) as f32 / 10_000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn layer(inputs: usize, outputs: usize) -> Linear {
+        Linear {
+            weight: random(inputs * outputs, 7),
+            bias: random(outputs, 11),
+            inputs,
+            outputs,
+        }
+    }
+
+    /// Shapes with ragged edges (inputs not a multiple of 4, outputs not of 16, rows not of
+    /// 4): the int8 product stays within the error its scales allow of the float one, and the
+    /// detected kernel gives exactly the scalar kernel's floats.
+    #[test]
+    fn int8_linear_tracks_the_float_layer() {
+        for (inputs, outputs, rows) in [(384, 1152, 37), (7, 5, 1), (130, 33, 9), (1536, 40, 70)] {
+            let lin = layer(inputs, outputs);
+            let mut x = random(rows * inputs, 3);
+            // An outlier feature, as real activations have.
+            x[0] = 8.0;
+            let mut want = vec![0.0; rows * outputs];
+            lin.forward(&x, rows, &mut want);
+            let mut got = vec![0.0; rows * outputs];
+            let mut scratch = QuantRows::default();
+            let q = QuantLinear::new(&lin);
+            q.forward(&x, rows, &mut got, &mut scratch, Then::Nothing);
+            let mut scalar = vec![0.0; rows * outputs];
+            QuantLinear::with_isa(&lin, Isa::Scalar).forward(
+                &x,
+                rows,
+                &mut scalar,
+                &mut scratch,
+                Then::Nothing,
+            );
+            assert_eq!(got, scalar, "{} vs scalar", q.isa.name());
+            for r in 0..rows {
+                let xr = &x[r * inputs..][..inputs];
+                let row_range = xr.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2.0;
+                for c in 0..outputs {
+                    let wr = &lin.weight[c * inputs..][..inputs];
+                    let wmax = wr.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    // Rounding errors: half a step of each factor, summed over the inputs
+                    // (a loose bound; the typical error is far below it).
+                    let bound = inputs as f32
+                        * (0.5 * row_range / 255.0 * wmax + 0.5 * wmax / 63.0 * row_range / 2.0);
+                    let e = (got[r * outputs + c] - want[r * outputs + c]).abs();
+                    assert!(e <= bound, "row {r} col {c}: error {e} > {bound}");
+                }
+            }
+            // And on average the error is small relative to the outputs' spread.
+            let rms = |v: &[f32]| (v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32).sqrt();
+            let diff: Vec<f32> = got.iter().zip(&want).map(|(a, b)| a - b).collect();
+            assert!(
+                rms(&diff) < 0.02 * rms(&want),
+                "{inputs}x{outputs}: rms error too large"
+            );
+        }
+    }
+
+    /// Rows with a few huge values (as BERT's outlier features): those are added back in f32,
+    /// so such a row is about as accurate as the others, and each row's output is the same
+    /// alone or in a batch.
+    #[test]
+    fn outliers_are_kept_exact_and_rows_are_independent() {
+        let (inputs, outputs, rows) = (256, 20, 5);
+        let lin = layer(inputs, outputs);
+        let mut x = random(rows * inputs, 5);
+        x[3] = 40.0;
+        x[inputs + 10] = -55.0;
+        x[inputs + 11] = 30.0;
+        let q = QuantLinear::new(&lin);
+        let mut scratch = QuantRows::default();
+        let mut all = vec![0.0; rows * outputs];
+        q.forward(&x, rows, &mut all, &mut scratch, Then::Nothing);
+        assert_eq!(scratch.outliers(0), &[(3, 40.0)]);
+        assert_eq!(scratch.outliers(1), &[(10, -55.0), (11, 30.0)]);
+        assert!(scratch.outliers(2).is_empty());
+        let mut want = vec![0.0; rows * outputs];
+        lin.forward(&x, rows, &mut want);
+        let rms = |v: &[f32]| (v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32).sqrt();
+        for r in 0..rows {
+            let (got, exact) = (
+                &all[r * outputs..][..outputs],
+                &want[r * outputs..][..outputs],
+            );
+            let diff: Vec<f32> = got.iter().zip(exact).map(|(a, b)| a - b).collect();
+            assert!(
+                rms(&diff) < 0.02 * rms(exact),
+                "row {r}: {} vs {}",
+                rms(&diff),
+                rms(exact)
+            );
+            let mut one = vec![0.0; outputs];
+            q.forward(
+                &x[r * inputs..][..inputs],
+                1,
+                &mut one,
+                &mut scratch,
+                Then::Nothing,
+            );
+            assert_eq!(one, got, "row {r} alone");
+        }
+        // More outliers than slots: the largest ones are kept.
+        let mut row = vec![0.01f32; 64];
+        for (i, v) in row.iter_mut().take(12).enumerate() {
+            *v = 10.0 + i as f32;
+        }
+        let mut slots = [(0u32, 0.0f32); MAX_OUTLIERS];
+        assert_eq!(find_outliers(&row, 1.0, &mut slots), MAX_OUTLIERS);
+        let mut kept: Vec<u32> = slots.iter().map(|s| s.0).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, (4..12).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn zero_rows_and_zero_weights() {
+        let mut lin = layer(8, 3);
+        lin.weight[..8].fill(0.0);
+        let q = QuantLinear::new(&lin);
+        let mut out = vec![0.0; 2 * 3];
+        let mut x = vec![0.0; 2 * 8];
+        x[8..].copy_from_slice(&[0.5, -1.0, 2.0, 0.0, 3.0, -0.25, 1.0, 1.5]);
+        q.forward(&x, 2, &mut out, &mut QuantRows::default(), Then::Nothing);
+        // A zero input row gives the bias exactly; so does a zero weight row for any input.
+        assert_eq!(&out[..3], &lin.bias[..]);
+        assert_eq!(out[3], lin.bias[0]);
+        assert_ne!(out[4], lin.bias[1]);
+        q.forward(&x, 0, &mut [], &mut QuantRows::default(), Then::Nothing);
+    }
+}

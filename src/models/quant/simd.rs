@@ -1,0 +1,406 @@
+//! The integer dot-product kernels of the int8 path, the only `unsafe` SIMD in the crate.
+//!
+//! One kernel shape: up to [`MR`] rows of unsigned 8-bit activations times one panel of
+//! [`NR`] columns of signed 8-bit weights, summed over `k` into 32-bit integers. The panel
+//! layout is the one VNNI's `vpdpbusd` reads: per group of four `k`, 64 bytes holding four
+//! consecutive weights of each of the 16 columns (column `c` at bytes `4c..4c + 4`), so one
+//! 32-byte load carries 8 columns x 4 `k` and a broadcast of 4 activation bytes meets them.
+//!
+//! - AVX2: `vpmaddubsw` multiplies u8 x i8 and adds adjacent pairs into i16 *with
+//!   saturation*; `vpmaddwd` against ones adds those pairs into i32. Weights are kept in
+//!   `[-63, 63]` (see `super`), so a pair is at most `2 x 255 x 63 = 32130 < 32767`: the i16
+//!   step never saturates and the result is exact.
+//! - AVX-VNNI / AVX-512 VNNI (256-bit, with VL): `vpdpbusd` does the same four-term product
+//!   and accumulates in i32 in one instruction, without an i16 step.
+//! - Anything else: [`tile_scalar`], the same sums in plain integer arithmetic (also the
+//!   reference the tests compare the vector kernels with, bit for bit).
+//!
+//! [`Isa`] values other than `Scalar` are only made by [`Isa::detect`] after the CPU reported
+//! the features, which is what makes calling the `#[target_feature]` functions sound.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Rows per kernel call.
+pub(crate) const MR: usize = 4;
+/// Columns per weight panel.
+pub(crate) const NR: usize = 16;
+/// Bytes per group of four `k` in a panel (`NR x 4`).
+pub(crate) const GROUP: usize = NR * 4;
+
+/// One group of a weight panel, aligned to a cache line (so the vector loads never split one).
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Group(pub [i8; GROUP]);
+
+/// The 32-bit sums of one row against one panel.
+pub(crate) type Sums = [i32; NR];
+
+/// The instruction set the integer kernels use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain integer arithmetic.
+    Scalar,
+    /// `vpmaddubsw` + `vpmaddwd` on 256-bit vectors.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// `vpdpbusd` on 256-bit vectors (AVX-VNNI, or AVX-512 VNNI with VL).
+    #[cfg(target_arch = "x86_64")]
+    Vnni {
+        /// Whether the AVX-512 encoding is the one present (else AVX-VNNI's VEX encoding).
+        evex: bool,
+    },
+}
+
+impl Isa {
+    /// The best kernel this CPU runs (checked at run time).
+    pub(crate) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+                return Isa::Vnni { evex: true };
+            }
+            if is_x86_feature_detected!("avxvnni") {
+                return Isa::Vnni { evex: false };
+            }
+            if is_x86_feature_detected!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Its name, for reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni { evex: true } => "avx512-vnni",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni { evex: false } => "avx-vnni",
+        }
+    }
+}
+
+/// Sums `rows` rows of `a` (row stride `stride`, at least `4 x panel.len()` bytes each)
+/// against the panel into `out[..rows]`: `out[r][c] = Σ_k a[r][k] w[c][k]`.
+///
+/// Panics if the slices are too short (a bug in the caller).
+pub(crate) fn tiles(
+    isa: Isa,
+    a: &[u8],
+    stride: usize,
+    rows: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
+    let k = panel.len() * 4;
+    if rows == 0 {
+        return;
+    }
+    assert!(out.len() >= rows, "output rows too few");
+    assert!(
+        stride >= k && a.len() >= (rows - 1) * stride + k,
+        "activations too short"
+    );
+    match isa {
+        Isa::Scalar => tiles_scalar(a, stride, rows, panel, out),
+        // SAFETY (all three): an `Isa::Avx2` / `Isa::Vnni` is only made by `Isa::detect` on a
+        // CPU with those features (AVX2; AVX-512 VNNI + VL for `evex`, else AVX-VNNI); the
+        // asserts above keep every activation read (rows x k bytes at `stride`) inside `a`
+        // and every write inside `out`, and the panel reads cover `panel` exactly.
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx2 => unsafe { tiles_avx2(a.as_ptr(), stride, rows, panel, out) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Vnni { evex: true } => unsafe { tiles_vnni512(a.as_ptr(), stride, rows, panel, out) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Vnni { evex: false } => unsafe { tiles_avxvnni(a.as_ptr(), stride, rows, panel, out) },
+    }
+}
+
+/// Defines `$name`, which runs the `R`-row kernel `$tile` over all rows, [`MR`] at a time.
+macro_rules! row_loop {
+    ($name:ident, $tile:ident, $features:literal) => {
+        /// Every row, [`MR`] at a time, then the remainder.
+        ///
+        /// # Safety
+        /// The CPU must have the features named; rows `0..rows` of `a` must hold
+        /// `4 x panel.len()` readable bytes each at row stride `stride`; `out.len() >= rows`.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(unsafe_code)]
+        unsafe fn $name(
+            a: *const u8,
+            stride: usize,
+            rows: usize,
+            panel: &[Group],
+            out: &mut [Sums],
+        ) {
+            let mut r = 0;
+            // SAFETY: every call reads rows r..r + R < rows of `a` and writes out[r..r + R].
+            unsafe {
+                while r + MR <= rows {
+                    $tile::<MR>(a.add(r * stride), stride, panel, &mut out[r..r + MR]);
+                    r += MR;
+                }
+                let rest = &mut out[r..rows];
+                match rows - r {
+                    1 => $tile::<1>(a.add(r * stride), stride, panel, rest),
+                    2 => $tile::<2>(a.add(r * stride), stride, panel, rest),
+                    3 => $tile::<3>(a.add(r * stride), stride, panel, rest),
+                    _ => {}
+                }
+            }
+        }
+    };
+}
+
+row_loop!(tiles_avx2, tile_avx2, "avx2");
+row_loop!(tiles_avxvnni, tile_avxvnni, "avx2,avxvnni");
+row_loop!(
+    tiles_vnni512,
+    tile_vnni512,
+    "avx2,avx512f,avx512vl,avx512vnni"
+);
+
+/// The reference kernel: the same sums in plain integer arithmetic.
+pub(crate) fn tiles_scalar(
+    a: &[u8],
+    stride: usize,
+    rows: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
+    for (r, acc) in out.iter_mut().enumerate().take(rows) {
+        let row = &a[r * stride..];
+        *acc = [0; NR];
+        for (g, group) in panel.iter().enumerate() {
+            let x = &row[g * 4..g * 4 + 4];
+            for (c, sum) in acc.iter_mut().enumerate() {
+                let w = &group.0[c * 4..c * 4 + 4];
+                *sum += x
+                    .iter()
+                    .zip(w)
+                    .map(|(&x, &w)| x as i32 * w as i32)
+                    .sum::<i32>();
+            }
+        }
+    }
+}
+
+/// The four activation bytes of row `r` at group `g`, broadcast to every 32-bit lane.
+///
+/// # Safety
+/// `a + r * stride + 4 g .. + 4` must be readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn broadcast(a: *const u8, stride: usize, r: usize, g: usize) -> __m256i {
+    // SAFETY: the caller guarantees the four bytes are readable; the read is unaligned.
+    unsafe { _mm256_set1_epi32((a.add(r * stride + g * 4) as *const i32).read_unaligned()) }
+}
+
+/// Stores the accumulators of `R` rows into `out`.
+///
+/// # Safety
+/// Needs AVX (implied by the callers' features).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut [Sums]) {
+    for (row, sums) in out.iter_mut().zip(acc) {
+        // SAFETY: each row of `out` holds 16 i32 = two 32-byte stores, unaligned allowed.
+        unsafe {
+            _mm256_storeu_si256(row.as_mut_ptr() as *mut __m256i, sums[0]);
+            _mm256_storeu_si256(row.as_mut_ptr().add(8) as *mut __m256i, sums[1]);
+        }
+    }
+}
+
+/// AVX2 kernel for `R` rows.
+///
+/// # Safety
+/// The CPU must have AVX2; rows `0..R` of `a` must hold `4 x panel.len()` readable bytes each
+/// at row stride `stride`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+unsafe fn tile_avx2<const R: usize>(
+    a: *const u8,
+    stride: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    for (g, group) in panel.iter().enumerate() {
+        // SAFETY: a group is 64 aligned bytes: two aligned 32-byte loads.
+        let (w0, w1) = unsafe {
+            let p = group.0.as_ptr() as *const __m256i;
+            (_mm256_load_si256(p), _mm256_load_si256(p.add(1)))
+        };
+        for (r, sums) in acc.iter_mut().enumerate() {
+            // SAFETY: r < R and g < panel.len(), inside what the caller guarantees.
+            let x = unsafe { broadcast(a, stride, r, g) };
+            // u8 x i8 pairs into i16 (exact: |pair| <= 2 x 255 x 63), then pairs into i32.
+            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones);
+            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones);
+            sums[0] = _mm256_add_epi32(sums[0], p0);
+            sums[1] = _mm256_add_epi32(sums[1], p1);
+        }
+    }
+    // SAFETY: AVX2 implies AVX.
+    unsafe { store(&acc, out) }
+}
+
+/// AVX-VNNI kernel for `R` rows.
+///
+/// # Safety
+/// As [`tile_avx2`], with AVX-VNNI instead of AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avxvnni")]
+#[allow(unsafe_code)]
+unsafe fn tile_avxvnni<const R: usize>(
+    a: *const u8,
+    stride: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
+    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    for (g, group) in panel.iter().enumerate() {
+        // SAFETY: as in `tile_avx2`.
+        let (w0, w1) = unsafe {
+            let p = group.0.as_ptr() as *const __m256i;
+            (_mm256_load_si256(p), _mm256_load_si256(p.add(1)))
+        };
+        for (r, sums) in acc.iter_mut().enumerate() {
+            // SAFETY: as in `tile_avx2`.
+            let x = unsafe { broadcast(a, stride, r, g) };
+            sums[0] = _mm256_dpbusd_avx_epi32(sums[0], x, w0);
+            sums[1] = _mm256_dpbusd_avx_epi32(sums[1], x, w1);
+        }
+    }
+    // SAFETY: AVX-VNNI implies AVX.
+    unsafe { store(&acc, out) }
+}
+
+/// AVX-512 VNNI kernel (256-bit vectors, VL) for `R` rows.
+///
+/// # Safety
+/// As [`tile_avx2`], with AVX-512 VNNI and VL instead of AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+#[allow(unsafe_code)]
+unsafe fn tile_vnni512<const R: usize>(
+    a: *const u8,
+    stride: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
+    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    for (g, group) in panel.iter().enumerate() {
+        // SAFETY: as in `tile_avx2`.
+        let (w0, w1) = unsafe {
+            let p = group.0.as_ptr() as *const __m256i;
+            (_mm256_load_si256(p), _mm256_load_si256(p.add(1)))
+        };
+        for (r, sums) in acc.iter_mut().enumerate() {
+            // SAFETY: as in `tile_avx2`.
+            let x = unsafe { broadcast(a, stride, r, g) };
+            sums[0] = _mm256_dpbusd_epi32(sums[0], x, w0);
+            sums[1] = _mm256_dpbusd_epi32(sums[1], x, w1);
+        }
+    }
+    // SAFETY: AVX-512 implies AVX.
+    unsafe { store(&acc, out) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift), so the test needs no crate.
+    fn rng(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    /// Every kernel this CPU can run (the tests' own detection, mirroring `Isa::detect`).
+    fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut isas = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                isas.push(Isa::Avx2);
+            }
+            if is_x86_feature_detected!("avxvnni") {
+                isas.push(Isa::Vnni { evex: false });
+            }
+            if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+                isas.push(Isa::Vnni { evex: true });
+            }
+        }
+        eprintln!("int8 kernels tested: {:?}", isas);
+        isas
+    }
+
+    /// Every vector kernel this CPU has gives exactly the scalar sums, on random data at the
+    /// extremes of both ranges (activations 0..=255, weights -63..=63), for every row count
+    /// up to a few kernel blocks and a remainder.
+    #[test]
+    fn vector_kernels_match_the_scalar_kernel() {
+        const ROWS: usize = 3 * MR - 1;
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for groups in [1usize, 3, 96, 384] {
+            let k = groups * 4;
+            let stride = k + 8;
+            let a: Vec<u8> = (0..ROWS * stride)
+                .map(|i| match i % 7 {
+                    0 => 255,
+                    1 => 0,
+                    _ => rng(&mut seed) as u8,
+                })
+                .collect();
+            let panel: Vec<Group> = (0..groups)
+                .map(|g| {
+                    let mut w = [0i8; GROUP];
+                    for (i, v) in w.iter_mut().enumerate() {
+                        *v = match (g + i) % 5 {
+                            0 => 63,
+                            1 => -63,
+                            _ => (rng(&mut seed) % 127) as i8 - 63,
+                        };
+                    }
+                    Group(w)
+                })
+                .collect();
+            for rows in 1..=ROWS {
+                let mut want = vec![[0; NR]; ROWS];
+                tiles_scalar(&a, stride, rows, &panel, &mut want);
+                // A naive check of the reference itself.
+                let naive: i32 = (0..k)
+                    .map(|kk| a[kk] as i32 * panel[kk / 4].0[kk % 4] as i32)
+                    .sum();
+                assert_eq!(want[0][0], naive);
+                for isa in available() {
+                    let mut got = vec![[0; NR]; ROWS];
+                    tiles(isa, &a, stride, rows, &panel, &mut got);
+                    assert_eq!(
+                        got[..rows],
+                        want[..rows],
+                        "{} rows={rows} k={k}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+}

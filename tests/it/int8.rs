@@ -1,0 +1,186 @@
+//! The opt-in int8 path of the BERT-family encoders ([`Precision::Int8`]): close to f32 on the
+//! shared fixtures (embeddings of the real all-MiniLM-L6-v2, logits of the tiny
+//! cross-encoder), a different embedder id, and refused by the models without it.
+//!
+//! The thresholds are the quality bars, scaled to what a fast test can show: cosine
+//! >= 0.99 per text, and the cross-encoder's ranking of the fixture pairs kept (Spearman
+//! >= 0.99). The full-size measurements (SciFact nDCG@10, the 100-pair benchmark) are in
+//! `scripts/bench_int8.py`.
+#![cfg(feature = "models")]
+
+use std::path::{Path, PathBuf};
+
+use rerank::embed::BertEmbedder;
+use rerank::models::{ModelOptions, Precision};
+use rerank::rerankers::CrossEncoder;
+use rerank::{Embedder, Error};
+use serde_json::Value;
+
+const MINILM_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/minilm_embed/embeddings.json"
+);
+const CE_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/ce_tiny_a");
+const QWEN3_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/qwen3_tiny_a/model"
+);
+
+fn minilm_dir() -> PathBuf {
+    std::env::var_os("RERANK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")))
+        .join("all-MiniLM-L6-v2")
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// Ranks (0-based, ties by position; the fixtures' logits have no ties).
+fn ranks(v: &[f32]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..v.len()).collect();
+    order.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+    let mut r = vec![0.0; v.len()];
+    for (rank, i) in order.into_iter().enumerate() {
+        r[i] = rank as f64;
+    }
+    r
+}
+
+fn spearman(a: &[f32], b: &[f32]) -> f64 {
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = a.len() as f64;
+    let d2: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - y).powi(2)).sum();
+    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+}
+
+#[test]
+fn int8_minilm_embeddings_are_close_to_the_reference() {
+    let dir = minilm_dir();
+    if !dir.join("model.safetensors").is_file() {
+        crate::common::skip(&format!(
+            "skipping: {} has no model (run scripts/fetch_minilm.sh)",
+            dir.display()
+        ));
+        return;
+    }
+    let Ok(text) = std::fs::read_to_string(MINILM_FIXTURE) else {
+        crate::common::skip(&format!("skipping: {MINILM_FIXTURE} is absent"));
+        return;
+    };
+    let fixture: Value = serde_json::from_str(&text).unwrap();
+    let cases = fixture["cases"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let load = |precision| {
+        BertEmbedder::builder(&dir)
+            .options(ModelOptions::default().threads(2).precision(precision))
+            .build()
+            .unwrap()
+    };
+    let (f32_model, int8_model) = (load(Precision::F32), load(Precision::Int8));
+    assert_eq!(int8_model.precision(), Precision::Int8);
+    let got = int8_model.embed(&texts).unwrap();
+    let exact = f32_model.embed(&texts).unwrap();
+    let mut worst = 1.0f64;
+    for (i, case) in cases.iter().enumerate() {
+        let reference: Vec<f32> = case["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let row = got.row(i).to_vec();
+        let c = cosine(&row, &reference);
+        worst = worst.min(c);
+        assert!(c >= 0.99, "cosine {c} for {:?}", texts[i]);
+        assert!(cosine(&row, &exact.row(i).to_vec()) >= 0.99);
+        let norm: f32 = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+        // Not the f32 path under another name.
+        assert_ne!(row, exact.row(i).to_vec(), "int8 gave the f32 embedding");
+    }
+    eprintln!("int8 MiniLM: worst cosine to sentence-transformers {worst:.5}");
+    // Batched or one at a time, the same vectors (quantization is per row, not per batch).
+    let one = int8_model.embed(&texts[..1]).unwrap();
+    assert!(cosine(&one.row(0).to_vec(), &got.row(0).to_vec()) > 0.999_999);
+    // Stored vectors of one precision are never read as the other's.
+    assert_ne!(int8_model.id(), f32_model.id());
+    assert!(int8_model.id().is_some());
+}
+
+#[test]
+fn int8_cross_encoder_keeps_the_ranking_of_the_fixture_pairs() {
+    let path = Path::new(CE_FIXTURE).join("scores.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        crate::common::skip(&format!("skipping: {} not found", path.display()));
+        return;
+    };
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    let pairs: Vec<(&str, &str)> = cases
+        .iter()
+        .map(|c| {
+            (
+                c["query"].as_str().unwrap(),
+                c["document"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let reference: Vec<f32> = cases
+        .iter()
+        .map(|c| c["logit"].as_f64().unwrap() as f32)
+        .collect();
+    let model = CrossEncoder::builder(Path::new(CE_FIXTURE).join("model"))
+        .options(
+            ModelOptions::default()
+                .threads(2)
+                .precision(Precision::Int8),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(model.precision(), Precision::Int8);
+    let logits = model.logits(&pairs).unwrap();
+    let rho = spearman(&logits, &reference);
+    let spread = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = logits
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    eprintln!(
+        "int8 ce_tiny_a: spearman {rho:.4}, max |logit error| {worst:.4} (max |logit| {spread:.3})"
+    );
+    assert!(rho >= 0.99, "spearman {rho}");
+    assert!(worst <= 0.05 * spread.max(1.0), "max logit error {worst}");
+    // One pair at a time gives the same logits as the batch.
+    let single = model.logits(&pairs[..1]).unwrap();
+    assert!((single[0] - logits[0]).abs() < 1e-5);
+}
+
+#[test]
+fn models_without_an_int8_path_refuse_it() {
+    if !Path::new(QWEN3_FIXTURE).join("config.json").is_file() {
+        crate::common::skip(&format!("skipping: {QWEN3_FIXTURE} is absent"));
+        return;
+    }
+    let e = rerank::rerankers::qwen3::Qwen3Reranker::builder(QWEN3_FIXTURE)
+        .options(ModelOptions::default().precision(Precision::Int8))
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    assert!(e.to_string().contains("int8"), "{e}");
+}
+
+#[test]
+fn precision_names_round_trip() {
+    for p in [Precision::F32, Precision::Int8] {
+        assert_eq!(p.as_str().parse::<Precision>().unwrap(), p);
+        let json = serde_json::to_string(&ModelOptions::default().precision(p)).unwrap();
+        assert!(json.contains(&format!("\"precision\":\"{p}\"")), "{json}");
+    }
+    assert!(matches!("fp16".parse::<Precision>(), Err(Error::Config(_))));
+}
