@@ -130,7 +130,7 @@ proptest! {
         index.add((0..n).map(|d| Document::new(format!("d{d}"), text(&mut next)))).unwrap();
         for _ in 0..churn {
             let d = (next() % n as u64) as usize;
-            if next() % 3 == 0 {
+            if next().is_multiple_of(3) {
                 index.remove(&format!("d{d}"));
             } else {
                 index.update(Document::new(format!("d{d}"), text(&mut next))).unwrap();

@@ -200,7 +200,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Moves to the block that may hold `slot` (never backwards).
-    fn to_block(&mut self, slot: u32) {
+    fn advance_to_block(&mut self, slot: u32) {
         let n = self.list.blocks();
         let start = self.block;
         while self.block < n && self.list.blocks[self.block].last < slot {
@@ -214,7 +214,7 @@ impl<'a> Cursor<'a> {
 
     /// The term frequency of `slot`, if the list holds it. Slots asked for never decrease.
     pub(crate) fn seek(&mut self, slot: u32) -> Option<u32> {
-        self.to_block(slot);
+        self.advance_to_block(slot);
         if self.block == self.list.blocks() {
             let tail = &self.list.tail;
             while self.pos < tail.len() && tail[self.pos].0 < slot {
@@ -238,7 +238,7 @@ impl<'a> Cursor<'a> {
     /// Calls `f(slot, tf)` for every posting with `from <= slot < to`, in order, and leaves
     /// the cursor at the first posting at or after `to`. Windows asked for never go backwards.
     pub(crate) fn for_range(&mut self, from: u32, to: u32, mut f: impl FnMut(u32, u32)) {
-        self.to_block(from);
+        self.advance_to_block(from);
         loop {
             if self.block == self.list.blocks() {
                 let tail = &self.list.tail;

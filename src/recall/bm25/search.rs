@@ -317,8 +317,8 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     seen[i / 64] |= 1 << (i % 64);
                 });
             }
-            for w in 0..seen.len() {
-                let mut bits = std::mem::take(&mut seen[w]);
+            for (w, word) in seen.iter_mut().enumerate() {
+                let mut bits = std::mem::take(word);
                 while bits != 0 {
                     let i = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
