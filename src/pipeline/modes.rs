@@ -14,6 +14,9 @@ use super::SearchRequest;
 use crate::recall::{Fusion, Hybrid};
 use crate::{Error, Result, Retriever};
 
+/// The vector and the lexical retriever of a per-request hybrid.
+type Pair<'a> = (&'a Arc<dyn Retriever>, &'a Arc<dyn Retriever>);
+
 /// The name of the mode that fuses the vector and lexical retrievers.
 pub const HYBRID_MODE: &str = "hybrid";
 
@@ -85,7 +88,7 @@ impl RecallModes {
     }
 
     /// The vector and lexical retrievers a per-request hybrid fuses.
-    fn pair(&self) -> Option<(&Arc<dyn Retriever>, &Arc<dyn Retriever>)> {
+    fn pair(&self) -> Option<Pair<'_>> {
         let vector = self.get("vector")?;
         let lexical = self.get("bm25").or_else(|| self.get("keyword"))?;
         Some((vector, lexical))

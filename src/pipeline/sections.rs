@@ -158,19 +158,13 @@ pub struct RerankerConfig {
 }
 
 /// The `reranker.fallback` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FallbackConfig {
     /// The most milliseconds the model may take before the fallback scores (default: no
     /// budget, only failures fall back).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_ms: Option<u64>,
-}
-
-impl Default for FallbackConfig {
-    fn default() -> Self {
-        FallbackConfig { budget_ms: None }
-    }
 }
 
 impl RerankerConfig {

@@ -22,8 +22,9 @@ pub enum Fusion {
     Weighted,
     /// A linear mix of raw (not normalized) scores of exactly two retrievers, the first giving
     /// cosine similarity and the second keyword overlap
-    /// ([`KeywordOverlap`](super::KeywordOverlap)): `score(d) = alpha * cosine(d) + (1 - alpha)
-    /// * overlap(d)`, a document absent from a list contributing 0 from it. Both scores lie in
+    /// ([`KeywordOverlap`](super::KeywordOverlap)):
+    /// `score(d) = alpha * cosine(d) + (1 - alpha) * overlap(d)`, a document absent from a list
+    /// contributing 0 from it. Both scores lie in
     /// `[0, 1]` with a fixed meaning, so a threshold such as 0.7 on the fused score means the
     /// same for every query (min-max normalization would make the best hit 1 whatever it is).
     /// The per-retriever weights are not used.
