@@ -2,10 +2,10 @@
 //! shared fixtures (embeddings of the real all-MiniLM-L6-v2, logits of the tiny
 //! cross-encoder), a different embedder id, and refused by the models without it.
 //!
-//! The thresholds are the quality bars, scaled to what a fast test can show: cosine
-//! >= 0.99 per text, and the cross-encoder's ranking of the fixture pairs kept (Spearman
-//! >= 0.99). The full-size measurements (SciFact nDCG@10, the 100-pair benchmark) are in
-//! `scripts/bench_int8.py`.
+//! The thresholds are the quality bars, scaled to what a fast test can show: a cosine
+//! of at least 0.99 per text, and the cross-encoder's ranking of the fixture pairs kept (a
+//! Spearman correlation of at least 0.99). The full-size measurements (SciFact nDCG@10, the
+//! 100-pair benchmark) are in `scripts/bench_int8.py`.
 #![cfg(feature = "models")]
 
 use std::path::{Path, PathBuf};
