@@ -94,7 +94,7 @@ fn every_example_config_loads_round_trips_and_builds() {
             .build(Vec::new())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(
-            !pipeline.search("section leave cache note").is_err(),
+            pipeline.search("section leave cache note").is_ok(),
             "{name}"
         );
     }
@@ -204,7 +204,8 @@ fn agent_memory_modes_filters_depth_and_fallback() {
     let q = "how does the cache invalidate stale entries";
 
     let r = pipeline.search(q).unwrap();
-    assert_eq!(r.candidates, 14.min(30));
+    // Every one of the corpus's 14 documents: fewer than the 30 candidates asked for.
+    assert_eq!(r.candidates, 14);
     assert!(r.reranked);
     for h in &r.hits {
         assert!(h.rerank_score.is_some() && h.stage1_rank >= 1);
