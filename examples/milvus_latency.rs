@@ -4,9 +4,9 @@
 //! growing collections. Prints one JSON line per size, store and depth.
 //!
 //! ```text
-//! scripts/milvus.sh install && scripts/milvus.sh start /tmp/milvus
+//! scripts/milvus.sh install && scripts/milvus.sh start milvus-data
 //! cargo run --release --features milvus --example milvus_latency [-- http://127.0.0.1:19530]
-//! scripts/milvus.sh stop /tmp/milvus
+//! scripts/milvus.sh stop milvus-data
 //! ```
 //!
 //! Documents carry about 300 characters of text (returned with every hit, as the pipeline
