@@ -16,19 +16,66 @@ use crate::{BoxError, Error, Result};
 pub type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
 
 /// The default sleeper: [`std::thread::sleep`].
-pub(crate) fn thread_sleeper() -> Sleeper {
+fn thread_sleeper() -> Sleeper {
     Arc::new(std::thread::sleep)
 }
 
 /// A `ureq` agent with a whole-call timeout and a connect timeout; non-2xx statuses come back
 /// as responses (not errors) so callers can read the server's message.
-pub(crate) fn agent(timeout: Duration, connect_timeout: Duration) -> ureq::Agent {
+fn agent(timeout: Duration, connect_timeout: Duration) -> ureq::Agent {
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(timeout))
         .timeout_connect(Some(connect_timeout))
         .build();
     ureq::Agent::new_with_config(config)
+}
+
+/// The settings every HTTP component's builder holds: timeouts, retries, backoff.
+#[derive(Clone)]
+pub(crate) struct ClientSettings {
+    /// Limit on one whole call.
+    pub timeout: Duration,
+    /// Limit on connecting.
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first backoff delay.
+    pub initial_backoff: Duration,
+    /// The longest backoff delay.
+    pub max_backoff: Duration,
+    /// How to wait between attempts (default: [`std::thread::sleep`]).
+    pub sleeper: Option<Sleeper>,
+}
+
+impl ClientSettings {
+    /// Checks the settings (non-zero timeouts; the first delay not above the cap; errors start
+    /// with `who`) and makes the agent and the retry policy.
+    pub fn client(self, who: &str) -> Result<(ureq::Agent, RetryPolicy)> {
+        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::Config(format!("{who}timeouts must be above zero")));
+        }
+        let retry = RetryPolicy {
+            max_retries: self.max_retries,
+            initial_backoff: self.initial_backoff,
+            max_backoff: self.max_backoff,
+            sleeper: self.sleeper.unwrap_or_else(thread_sleeper),
+        };
+        retry.validate()?;
+        Ok((agent(self.timeout, self.connect_timeout), retry))
+    }
+}
+
+impl std::fmt::Debug for ClientSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSettings")
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .finish_non_exhaustive()
+    }
 }
 
 /// When to try again and how long to wait first.

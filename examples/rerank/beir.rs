@@ -252,18 +252,16 @@ fn dense_side(
     from_milvus(uri, embedder, corpus)
 }
 
-#[cfg(feature = "milvus")]
+/// The Milvus collection of `uri`, filled with what it lacks of `corpus`.
 fn from_milvus(
     uri: &str,
     embedder: Arc<dyn Embedder>,
     corpus: Vec<Document>,
 ) -> CliResult<Box<dyn Retriever>> {
-    let (url, collection) = crate::recall::parse_milvus_uri(uri)?;
     // Hits carry ids only; the documents come from the corpus in memory (faster replies).
-    let milvus = rerank::recall::MilvusRetriever::builder(url, collection, embedder)
-        .store_text(false, 0)
-        .build()?;
-    let written = milvus.add_missing(&corpus, std::time::Duration::from_secs(120))?;
+    let visible = std::time::Duration::from_secs(120);
+    let (milvus, written) =
+        crate::recall::milvus_dense(uri, embedder, Some(&corpus), false, visible)?;
     eprintln!(
         "milvus {uri}: wrote {written} of {} documents",
         corpus.len()
@@ -278,24 +276,12 @@ fn from_milvus(
     }))
 }
 
-#[cfg(not(feature = "milvus"))]
-fn from_milvus(
-    uri: &str,
-    _embedder: Arc<dyn Embedder>,
-    _corpus: Vec<Document>,
-) -> CliResult<Box<dyn Retriever>> {
-    crate::recall::parse_milvus_uri(uri)?;
-    Err("--vector-store milvus:// needs the `milvus` feature".into())
-}
-
 /// A retriever whose hits get their documents from the corpus by id.
-#[cfg(feature = "milvus")]
 struct WithCorpusDocs<R> {
     inner: R,
     docs: std::collections::HashMap<String, Arc<Document>>,
 }
 
-#[cfg(feature = "milvus")]
 impl<R: Retriever> Retriever for WithCorpusDocs<R> {
     fn retrieve(&self, query: &SearchQuery, k: usize) -> rerank::Result<Vec<Hit>> {
         let mut hits = self.inner.retrieve(query, k)?;

@@ -65,43 +65,40 @@ pub fn parse_milvus_uri(uri: &str) -> CliResult<(String, String)> {
     }
 }
 
-/// A Milvus retriever for `uri` holding `embedder`'s vectors.
+/// Dense recall from the Milvus collection `uri` names (`milvus://HOST:PORT/COLLECTION`), after
+/// writing the documents of `corpus` it lacks (waiting up to `visible` for them to show).
+/// `store_text`: whether rows keep the documents' text (hits then carry it). Returns the
+/// retriever and how many documents were written.
 #[cfg(feature = "milvus")]
-pub fn milvus(
+pub fn milvus_dense(
     uri: &str,
     embedder: Arc<dyn Embedder>,
-) -> CliResult<rerank::recall::MilvusRetriever> {
+    corpus: Option<&[Document]>,
+    store_text: bool,
+    visible: Duration,
+) -> CliResult<(Box<dyn Retriever>, usize)> {
     let (url, collection) = parse_milvus_uri(uri)?;
-    Ok(rerank::recall::MilvusRetriever::builder(url, collection, embedder).build()?)
+    let milvus = rerank::recall::MilvusRetriever::builder(url, collection, embedder)
+        .store_text(store_text, 60_000)
+        .build()?;
+    let written = match corpus {
+        Some(docs) => milvus.add_missing(docs, visible)?,
+        None => 0,
+    };
+    Ok((Box::new(milvus), written))
 }
 
 /// Without the `milvus` feature there is no Milvus retriever.
 #[cfg(not(feature = "milvus"))]
-pub fn milvus(uri: &str, _embedder: Arc<dyn Embedder>) -> CliResult<NoMilvus> {
+pub fn milvus_dense(
+    uri: &str,
+    _embedder: Arc<dyn Embedder>,
+    _corpus: Option<&[Document]>,
+    _store_text: bool,
+    _visible: Duration,
+) -> CliResult<(Box<dyn Retriever>, usize)> {
     parse_milvus_uri(uri)?;
     Err("--vector-store milvus:// needs the `milvus` feature".into())
-}
-
-/// Stands in for the Milvus retriever without the `milvus` feature.
-#[cfg(not(feature = "milvus"))]
-pub struct NoMilvus;
-
-#[cfg(not(feature = "milvus"))]
-impl NoMilvus {
-    pub fn add_missing(&self, _: &[Document], _: Duration) -> rerank::Result<usize> {
-        Ok(0)
-    }
-}
-
-#[cfg(not(feature = "milvus"))]
-impl Retriever for NoMilvus {
-    fn retrieve(
-        &self,
-        _: &rerank::recall::SearchQuery,
-        _: usize,
-    ) -> rerank::Result<Vec<rerank::Hit>> {
-        Ok(Vec::new())
-    }
 }
 
 impl RecallArgs {
@@ -183,11 +180,8 @@ impl RecallArgs {
         let embedder = embedder.ok_or("--retriever dense or hybrid needs --model DIR")?;
         let dense: Box<dyn Retriever> = match (&self.vector_store, &store, &docs) {
             (Some(uri), _, _) => {
-                let m = milvus(uri, embedder)?;
-                if let Some(docs) = &docs {
-                    m.add_missing(docs, Duration::from_secs(60))?;
-                }
-                Box::new(m)
+                let visible = Duration::from_secs(60);
+                milvus_dense(uri, embedder, docs.as_deref(), true, visible)?.0
             }
             (None, Some(store), _) => Box::new(store.dense(embedder)?),
             (None, None, Some(docs)) => {

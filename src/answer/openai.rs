@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Generation, GenerationRequest, Generator};
-use crate::http::{self, Attempt, RetryPolicy};
+use crate::http::{self, Attempt, ClientSettings, RetryPolicy};
 use crate::{Error, Result};
 
 /// The environment variable read for the API key by default.
@@ -58,12 +58,7 @@ pub struct OpenAiCompatibleBuilder {
     model: Option<String>,
     api_key: Option<String>,
     api_key_env: String,
-    timeout: Duration,
-    connect_timeout: Duration,
-    max_retries: u32,
-    initial_backoff: Duration,
-    max_backoff: Duration,
-    sleeper: Option<Sleeper>,
+    http: ClientSettings,
 }
 
 impl std::fmt::Debug for OpenAiCompatibleBuilder {
@@ -73,8 +68,7 @@ impl std::fmt::Debug for OpenAiCompatibleBuilder {
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
             .field("api_key_env", &self.api_key_env)
-            .field("timeout", &self.timeout)
-            .field("max_retries", &self.max_retries)
+            .field("http", &self.http)
             .finish_non_exhaustive()
     }
 }
@@ -86,12 +80,14 @@ impl Default for OpenAiCompatibleBuilder {
             model: None,
             api_key: None,
             api_key_env: DEFAULT_API_KEY_ENV.into(),
-            timeout: Duration::from_secs(120),
-            connect_timeout: Duration::from_secs(10),
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(8),
-            sleeper: None,
+            http: ClientSettings {
+                timeout: Duration::from_secs(120),
+                connect_timeout: Duration::from_secs(10),
+                max_retries: 3,
+                initial_backoff: Duration::from_millis(500),
+                max_backoff: Duration::from_secs(8),
+                sleeper: None,
+            },
         }
     }
 }
@@ -124,32 +120,32 @@ impl OpenAiCompatibleBuilder {
 
     /// The time limit for one whole attempt (default 120 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.http.timeout = timeout;
         self
     }
 
     /// The time limit for connecting (default 10 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.http.connect_timeout = timeout;
         self
     }
 
     /// Retries after the first attempt (default 3).
     pub fn max_retries(mut self, n: u32) -> Self {
-        self.max_retries = n;
+        self.http.max_retries = n;
         self
     }
 
     /// The first backoff delay (default 500 ms) and the cap (default 8 s).
     pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_backoff = initial;
-        self.max_backoff = max;
+        self.http.initial_backoff = initial;
+        self.http.max_backoff = max;
         self
     }
 
     /// Replaces `std::thread::sleep` between retries (for tests, or to log the delays).
     pub fn sleeper(mut self, sleeper: Sleeper) -> Self {
-        self.sleeper = Some(sleeper);
+        self.http.sleeper = Some(sleeper);
         self
     }
 
@@ -167,16 +163,7 @@ impl OpenAiCompatibleBuilder {
                 self.base_url
             )));
         }
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::Config("timeouts must be above zero".into()));
-        }
-        let retry = RetryPolicy {
-            max_retries: self.max_retries,
-            initial_backoff: self.initial_backoff,
-            max_backoff: self.max_backoff,
-            sleeper: self.sleeper.unwrap_or_else(http::thread_sleeper),
-        };
-        retry.validate()?;
+        let (agent, retry) = self.http.client("")?;
         let (api_key, api_key_source) = match self.api_key {
             Some(k) => (Some(k), "the configured API key".to_string()),
             None => (
@@ -187,7 +174,7 @@ impl OpenAiCompatibleBuilder {
             ),
         };
         Ok(OpenAiCompatible {
-            agent: http::agent(self.timeout, self.connect_timeout),
+            agent,
             url: format!("{base}/chat/completions"),
             model,
             api_key,

@@ -17,7 +17,7 @@ use ndarray::Array2;
 use serde_json::{json, Map, Value};
 
 use super::{Retriever, SearchQuery};
-use crate::http::{self, Attempt, Reply, RetryPolicy, Sleeper};
+use crate::http::{self, Attempt, ClientSettings, Reply, RetryPolicy, Sleeper};
 use crate::pipeline::Filter;
 use crate::{Document, Embedder, Error, Hit, Result};
 
@@ -76,36 +76,31 @@ pub struct MilvusBuilder {
     url: String,
     collection: String,
     embedder: Arc<dyn Embedder>,
-    timeout: Duration,
-    connect_timeout: Duration,
-    max_retries: u32,
-    initial_backoff: Duration,
-    max_backoff: Duration,
+    http: ClientSettings,
     insert_batch: usize,
     embed_batch: usize,
     max_text_bytes: usize,
     store_text: bool,
-    sleeper: Option<Sleeper>,
 }
 
 impl MilvusBuilder {
     /// Timeout of one HTTP call (default 10 s) and of connecting (default 2 s).
     pub fn timeouts(mut self, call: Duration, connect: Duration) -> Self {
-        self.timeout = call;
-        self.connect_timeout = connect;
+        self.http.timeout = call;
+        self.http.connect_timeout = connect;
         self
     }
 
     /// Retries after a failed call (default 3).
     pub fn max_retries(mut self, n: u32) -> Self {
-        self.max_retries = n;
+        self.http.max_retries = n;
         self
     }
 
     /// The first backoff delay (default 200 ms) and the cap (default 2 s).
     pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_backoff = initial;
-        self.max_backoff = max;
+        self.http.initial_backoff = initial;
+        self.http.max_backoff = max;
         self
     }
 
@@ -132,7 +127,7 @@ impl MilvusBuilder {
 
     /// Replaces the sleep between retries (tests).
     pub fn sleeper(mut self, sleeper: Sleeper) -> Self {
-        self.sleeper = Some(sleeper);
+        self.http.sleeper = Some(sleeper);
         self
     }
 
@@ -151,9 +146,6 @@ impl MilvusBuilder {
             )));
         }
         validate_collection_name(&self.collection)?;
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::Config("milvus: timeouts must be above zero".into()));
-        }
         if self.insert_batch == 0 || self.embed_batch == 0 {
             return Err(Error::Config(
                 "milvus: insert and embed batch sizes must be at least 1".into(),
@@ -164,15 +156,9 @@ impl MilvusBuilder {
                 "milvus: the embedder reports dimension 0".into(),
             ));
         }
-        let retry = RetryPolicy {
-            max_retries: self.max_retries,
-            initial_backoff: self.initial_backoff,
-            max_backoff: self.max_backoff,
-            sleeper: self.sleeper.unwrap_or_else(http::thread_sleeper),
-        };
-        retry.validate()?;
+        let (agent, retry) = self.http.client("milvus: ")?;
         Ok(MilvusRetriever {
-            agent: http::agent(self.timeout, self.connect_timeout),
+            agent,
             base,
             collection: self.collection,
             embedder: self.embedder,
@@ -211,16 +197,18 @@ impl MilvusRetriever {
             url: url.into(),
             collection: collection.into(),
             embedder,
-            timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(2),
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(2),
+            http: ClientSettings {
+                timeout: Duration::from_secs(10),
+                connect_timeout: Duration::from_secs(2),
+                max_retries: 3,
+                initial_backoff: Duration::from_millis(200),
+                max_backoff: Duration::from_secs(2),
+                sleeper: None,
+            },
             insert_batch: 256,
             embed_batch: 64,
             max_text_bytes: 60_000,
             store_text: true,
-            sleeper: None,
         }
     }
 
@@ -386,23 +374,11 @@ impl MilvusRetriever {
     /// the collection when missing. Duplicate ids within `docs`: the last one wins. Returns
     /// the number of rows written.
     pub fn upsert(&self, docs: &[Document]) -> Result<usize> {
-        let docs = last_of_each_id(docs);
-        let mut written = 0;
-        let step = self.embed_batch.max(self.insert_batch);
-        for chunk in docs.chunks(step) {
-            let texts: Vec<String> = chunk.iter().map(|d| d.full_text()).collect();
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let mut vectors = Array2::zeros((chunk.len(), self.embedder.dim()));
-            for (i, part) in refs.chunks(self.embed_batch).enumerate() {
-                let m = self.embedder.embed(part)?;
-                let start = i * self.embed_batch;
-                vectors
-                    .slice_mut(ndarray::s![start..start + part.len(), ..])
-                    .assign(&m);
-            }
-            written += self.upsert_embedded(chunk, &vectors)?;
+        if docs.is_empty() {
+            return Ok(0);
         }
-        Ok(written)
+        self.ensure_collection()?;
+        self.embed_and_write(&last_of_each_id(docs))
     }
 
     /// Embeds and writes only the documents whose ids the collection lacks (a first load, or
@@ -415,15 +391,15 @@ impl MilvusRetriever {
         let ids: Vec<&str> = docs.iter().map(|d| d.id.as_str()).collect();
         let present = self.existing_ids(&ids)?;
         let missing: Vec<Document> = docs
-            .iter()
+            .into_iter()
             .filter(|d| !present.contains(&d.id))
-            .cloned()
             .collect();
-        let written = self.upsert(&missing)?;
-        if written > 0 {
-            let before = self.count()?;
-            self.wait_until_count(before.max(present.len() + written), visible)?;
+        if missing.is_empty() {
+            return Ok(0);
         }
+        let before = self.count()?;
+        let written = self.embed_and_write(&missing)?;
+        self.wait_until_count(before + written, visible)?;
         Ok(written)
     }
 
@@ -448,13 +424,36 @@ impl MilvusRetriever {
             return Ok(0);
         }
         self.ensure_collection()?;
+        self.write(docs, vectors)
+    }
+
+    /// Embeds `docs` (`embed_batch` texts a call) and writes them, `insert_batch` at a time,
+    /// into the existing collection.
+    fn embed_and_write(&self, docs: &[Document]) -> Result<usize> {
+        let mut written = 0;
+        for chunk in docs.chunks(self.embed_batch.max(self.insert_batch)) {
+            let texts: Vec<String> = chunk.iter().map(|d| d.full_text()).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let mut vectors = Array2::zeros((chunk.len(), self.embedder.dim()));
+            for (i, part) in refs.chunks(self.embed_batch).enumerate() {
+                let start = i * self.embed_batch;
+                vectors
+                    .slice_mut(ndarray::s![start..start + part.len(), ..])
+                    .assign(&self.embedder.embed(part)?);
+            }
+            written += self.write(chunk, &vectors)?;
+        }
+        Ok(written)
+    }
+
+    /// Deletes the rows of `docs`' ids, then inserts `docs` with `vectors` (row `i` for
+    /// `docs[i]`) in batches of `insert_batch`, into the existing collection.
+    fn write(&self, docs: &[Document], vectors: &Array2<f32>) -> Result<usize> {
         let ids: Vec<&str> = docs.iter().map(|d| d.id.as_str()).collect();
         self.delete(&ids)?;
         let mut written = 0;
-        for (start, chunk) in (0..docs.len())
-            .step_by(self.insert_batch)
-            .map(|s| (s, &docs[s..(s + self.insert_batch).min(docs.len())]))
-        {
+        for (n, chunk) in docs.chunks(self.insert_batch).enumerate() {
+            let start = n * self.insert_batch;
             let rows: Vec<Value> = chunk
                 .iter()
                 .enumerate()
