@@ -46,28 +46,32 @@ fn ndcg10(queries: &[(String, String)], hits: &[Vec<Hit>], data: &BeirDataset) -
         .map_or(f64::NAN, |(_, v)| v)
 }
 
-/// `rerank beir`'s stage 2: the top `depth` rescored and put first (stable), the rest below.
+/// `rerank beir`'s stage 2: the top `depth` rescored and put first (stable), the rest below;
+/// queries in parallel, as `rerank beir` runs them.
 fn rerank(reranker: &dyn Reranker, queries: &[(String, String)], hits: &mut [Vec<Hit>]) -> f64 {
     let t = Instant::now();
-    for ((_, text), hits) in queries.iter().zip(hits.iter_mut()) {
-        let n = RERANK_DEPTH.min(hits.len());
-        if n == 0 {
-            continue;
-        }
-        let texts: Vec<String> = hits[..n].iter().map(|h| h.document.full_text()).collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let scores = reranker
-            .score(&RerankQuery::new(text.as_str()), &refs)
-            .expect("rerank");
-        for (hit, score) in hits.iter_mut().zip(&scores) {
-            hit.score = *score;
-        }
-        hits[..n].sort_by(|a, b| b.score.total_cmp(&a.score));
-        let floor = scores.iter().copied().fold(f32::INFINITY, f32::min);
-        for (i, hit) in hits[n..].iter_mut().enumerate() {
-            hit.score = floor - 1.0 - i as f32;
-        }
-    }
+    queries
+        .par_iter()
+        .zip(hits.par_iter_mut())
+        .for_each(|((_, text), hits)| {
+            let n = RERANK_DEPTH.min(hits.len());
+            if n == 0 {
+                return;
+            }
+            let texts: Vec<String> = hits[..n].iter().map(|h| h.document.full_text()).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let scores = reranker
+                .score(&RerankQuery::new(text.as_str()), &refs)
+                .expect("rerank");
+            for (hit, score) in hits.iter_mut().zip(&scores) {
+                hit.score = *score;
+            }
+            hits[..n].sort_by(|a, b| b.score.total_cmp(&a.score));
+            let floor = scores.iter().copied().fold(f32::INFINITY, f32::min);
+            for (i, hit) in hits[n..].iter_mut().enumerate() {
+                hit.score = floor - 1.0 - i as f32;
+            }
+        });
     t.elapsed().as_secs_f64()
 }
 

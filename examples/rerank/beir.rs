@@ -346,33 +346,51 @@ fn run_queries(
 
 /// Stage 2: rescores the top `depth` hits of each query with `reranker` and puts them first,
 /// best first; the hits below keep their stage-1 order, scored below every reranked hit.
+/// Queries are reranked in parallel (a short query alone leaves most of a model's threads
+/// idle).
 fn rerank_run(
     reranker: &dyn Reranker,
     queries: &[&BeirQuery],
     hits: &mut [Vec<Hit>],
     depth: usize,
 ) -> CliResult {
-    for (query, hits) in queries.iter().zip(hits.iter_mut()) {
-        let n = depth.min(hits.len());
-        if n == 0 {
-            continue;
-        }
-        let texts: Vec<String> = hits[..n].iter().map(|h| h.document.full_text()).collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let scores = reranker.score(&RerankQuery::new(query.text.as_str()), &refs)?;
-        if scores.len() != n {
-            let got = scores.len();
-            return Err(format!("the reranker returned {got} scores for {n} documents").into());
-        }
-        for (hit, score) in hits.iter_mut().zip(&scores) {
-            hit.score = *score;
-        }
-        // Stable: equal scores keep the stage-1 order.
-        hits[..n].sort_by(|a, b| b.score.total_cmp(&a.score));
-        let floor = scores.iter().copied().fold(f32::INFINITY, f32::min);
-        for (i, hit) in hits[n..].iter_mut().enumerate() {
-            hit.score = floor - 1.0 - i as f32;
-        }
+    queries
+        .par_iter()
+        .zip(hits.par_iter_mut())
+        .try_for_each(|(query, hits)| rerank_hits(reranker, query, hits, depth))
+        .map_err(Into::into)
+}
+
+/// [`rerank_run`] for one query.
+fn rerank_hits(
+    reranker: &dyn Reranker,
+    query: &BeirQuery,
+    hits: &mut [Hit],
+    depth: usize,
+) -> Result<(), String> {
+    let n = depth.min(hits.len());
+    if n == 0 {
+        return Ok(());
+    }
+    let texts: Vec<String> = hits[..n].iter().map(|h| h.document.full_text()).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let scores = reranker
+        .score(&RerankQuery::new(query.text.as_str()), &refs)
+        .map_err(|e| e.to_string())?;
+    if scores.len() != n {
+        let got = scores.len();
+        return Err(format!(
+            "the reranker returned {got} scores for {n} documents"
+        ));
+    }
+    for (hit, score) in hits.iter_mut().zip(&scores) {
+        hit.score = *score;
+    }
+    // Stable: equal scores keep the stage-1 order.
+    hits[..n].sort_by(|a, b| b.score.total_cmp(&a.score));
+    let floor = scores.iter().copied().fold(f32::INFINITY, f32::min);
+    for (i, hit) in hits[n..].iter_mut().enumerate() {
+        hit.score = floor - 1.0 - i as f32;
     }
     Ok(())
 }

@@ -8,8 +8,12 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::Embedder;
-use crate::models::encoder::{mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
-use crate::models::{plan_batches, ModelDir, ModelOptions, Precision, CONFIG_FILE, TOKENIZER_FILE};
+use crate::models::bert::encoder::{
+    mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence,
+};
+use crate::models::{
+    plan_batches, ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE, TOKENIZER_FILE,
+};
 use crate::{Error, Result};
 
 /// Default [`ModelOptions::token_budget`] (texts x longest text; no padding is computed).
@@ -58,7 +62,7 @@ pub struct BertEmbedder {
     max_seq_length: usize,
     token_budget: usize,
     max_batch_size: usize,
-    pool: Option<rayon::ThreadPool>,
+    pool: ModelPool,
     /// The model directory, for [`Embedder::id`].
     dir: PathBuf,
     /// [`Embedder::id`], computed on first use (it reads the weights once).
@@ -226,9 +230,7 @@ impl BertEmbedder {
 
     /// The number of threads of the dedicated pool, if one was configured.
     pub fn threads(&self) -> Option<usize> {
-        self.pool
-            .as_ref()
-            .map(rayon::ThreadPool::current_num_threads)
+        self.pool.threads()
     }
 
     /// The token ids the model sees for `text` (`[CLS] ... [SEP]`, truncated).
@@ -238,13 +240,6 @@ impl BertEmbedder {
             .encode_fast(text, true)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
-    }
-
-    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(pool) => pool.install(f),
-            None => f(),
-        }
     }
 
     fn embed_in_pool(&self, texts: &[&str]) -> Result<Array2<f32>> {
@@ -322,7 +317,7 @@ fn l2_normalize(v: &mut [f32]) {
 
 impl Embedder for BertEmbedder {
     fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        self.run(|| self.embed_in_pool(texts))
+        self.pool.install(|| self.embed_in_pool(texts))
     }
 
     fn dim(&self) -> usize {

@@ -5,34 +5,34 @@
 //! `model.safetensors`), [`Architecture`] (what a `config.json` describes, to dispatch on) and,
 //! with the `hf-hub` feature, [`HubModel`] to fetch a directory from the Hugging Face hub.
 //!
-//! The rest is internal: (query, document) tokenization as sentence-transformers does it
-//! (`pair`), length batching under a token budget (`batch`), BERT / XLM-R sequence
-//! classification (`classifier`) on a packed (padding-free) encoder (`encoder`) with its own
-//! CPU kernels (`kernels`).
+//! The rest is internal, one folder per model family on one shared layer:
+//! - `bert/`: the packed (padding-free) BERT / XLM-R encoder, its sequence-classification head
+//!   and the (query, document) tokenization of the cross-encoders;
+//! - shared: length batching under a token budget (`batch`), the CPU kernels (`kernels`, and
+//!   `quant` for int8), the model directory (`dir`) and options (`options`).
 
 mod batch;
-mod classifier;
+pub(crate) mod bert;
 mod config;
 mod dir;
-pub(crate) mod encoder;
 #[cfg(feature = "hf-hub")]
 mod hub;
 pub(crate) mod kernels;
 mod options;
-mod pair;
 mod quant;
 
 pub(crate) use batch::plan_batches;
-pub(crate) use classifier::SequenceClassifier;
+pub(crate) use bert::classifier::SequenceClassifier;
+#[doc(hidden)]
+pub use bert::pair::PairEncoding;
+pub(crate) use bert::pair::PairTokenizer;
 pub use config::{Activation, Architecture};
 pub(crate) use dir::{shard_paths, CONFIG_FILE, TOKENIZER_FILE};
 pub use dir::{ModelDir, WEIGHTS_FILE};
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
+pub(crate) use options::ModelPool;
 pub use options::{ModelOptions, Precision};
-#[doc(hidden)]
-pub use pair::PairEncoding;
-pub(crate) use pair::PairTokenizer;
 pub use quant::int8_kernel;
 
 /// The message of a candle error without the backtrace candle attaches when `RUST_BACKTRACE`

@@ -150,19 +150,38 @@ impl ModelOptions {
         }
     }
 
-    /// The private thread pool asked for by [`ModelOptions::threads`], if any; its threads are
-    /// named `rerank-{name}-{i}`.
-    pub(crate) fn thread_pool(&self, name: &str) -> Result<Option<rayon::ThreadPool>> {
+    /// The private thread pool asked for by [`ModelOptions::threads`] (its threads named
+    /// `rerank-{name}-{i}`), or the caller's pool when none is asked for.
+    pub(crate) fn thread_pool(&self, name: &str) -> Result<ModelPool> {
         let Some(n) = self.threads else {
-            return Ok(None);
+            return Ok(ModelPool(None));
         };
         let name = name.to_string();
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .thread_name(move |i| format!("rerank-{name}-{i}"))
             .build()
-            .map(Some)
+            .map(|pool| ModelPool(Some(pool)))
             .map_err(|e| Error::Config(format!("cannot start {n} threads: {e}")))
+    }
+}
+
+/// Where a model runs its work: a private rayon pool of [`ModelOptions::threads`] threads, or
+/// the caller's pool (the global one by default). Every model holds one.
+pub(crate) struct ModelPool(Option<rayon::ThreadPool>);
+
+impl ModelPool {
+    /// Runs `f` in the private pool, or on the calling thread's pool.
+    pub(crate) fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.0 {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+
+    /// The private pool's size; `None` on the caller's pool.
+    pub(crate) fn threads(&self) -> Option<usize> {
+        self.0.as_ref().map(rayon::ThreadPool::current_num_threads)
     }
 }
 

@@ -9,8 +9,8 @@ pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ModelDir, ModelOptions, PairEncoding, PairTokenizer, Precision,
-    SequenceClassifier, CONFIG_FILE,
+    plan_batches, Architecture, ModelDir, ModelOptions, ModelPool, PairEncoding, PairTokenizer,
+    Precision, SequenceClassifier, CONFIG_FILE,
 };
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};
@@ -61,7 +61,7 @@ pub struct CrossEncoder {
     activation: Activation,
     token_budget: usize,
     max_batch_size: usize,
-    pool: Option<rayon::ThreadPool>,
+    pool: ModelPool,
     path: PathBuf,
 }
 
@@ -124,9 +124,7 @@ impl CrossEncoder {
 
     /// The size of the private thread pool, or `None` when running on the caller's pool.
     pub fn threads(&self) -> Option<usize> {
-        self.pool
-            .as_ref()
-            .map(rayon::ThreadPool::current_num_threads)
+        self.pool.threads()
     }
 
     /// The model input for one pair, exactly as it is fed to the model (a parity-test hook).
@@ -140,7 +138,7 @@ impl CrossEncoder {
         if pairs.is_empty() {
             return Ok(Vec::new());
         }
-        self.in_pool(|| {
+        self.pool.install(|| {
             let encodings = self.tokenizer.encode_all(pairs)?;
             let lengths: Vec<usize> = encodings.iter().map(PairEncoding::len).collect();
             let mut out = vec![0f32; pairs.len()];
@@ -173,13 +171,6 @@ impl CrossEncoder {
                 logit,
             })
             .collect())
-    }
-
-    fn in_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(pool) => pool.install(f),
-            None => f(),
-        }
     }
 }
 

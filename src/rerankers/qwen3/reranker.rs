@@ -8,7 +8,7 @@ use super::config::Qwen3Config;
 use super::forward::Qwen3Scorer;
 use super::instructions::Instructions;
 use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
-use crate::models::ModelOptions;
+use crate::models::{ModelOptions, ModelPool};
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};
 
@@ -99,7 +99,7 @@ pub struct Qwen3Reranker {
     instructions: Instructions,
     token_budget: usize,
     max_batch_size: usize,
-    pool: Option<rayon::ThreadPool>,
+    pool: ModelPool,
 }
 
 impl std::fmt::Debug for Qwen3Reranker {
@@ -111,10 +111,7 @@ impl std::fmt::Debug for Qwen3Reranker {
             .field("max_length", &self.scorer.max_positions())
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
-            .field(
-                "threads",
-                &self.pool.as_ref().map(|p| p.current_num_threads()),
-            )
+            .field("threads", &self.pool.threads())
             .field("default_instruction", &self.default_instruction)
             .finish_non_exhaustive()
     }
@@ -175,7 +172,7 @@ impl Qwen3Reranker {
 
     /// Scores triples (each with its own instruction and query), in input order.
     pub fn score_inputs(&self, inputs: &[ScoreInput<'_>]) -> Result<Vec<Qwen3Score>> {
-        self.run(|| {
+        self.pool.install(|| {
             let prompts = inputs
                 .par_iter()
                 .map(|i| self.encode(i.instruction, i.query, i.document))
@@ -199,7 +196,7 @@ impl Qwen3Reranker {
 
     /// Scores already-tokenized prompts in exactly one packed forward pass (no budget split).
     pub fn score_token_ids(&self, prompts: &[&[u32]]) -> Result<Vec<Qwen3Score>> {
-        let logits = self.run(|| self.scorer.logits(prompts))?;
+        let logits = self.pool.install(|| self.scorer.logits(prompts))?;
         Ok(logits.into_iter().map(Qwen3Score::from_logit).collect())
     }
 
@@ -224,14 +221,6 @@ impl Qwen3Reranker {
         out.into_iter()
             .map(|s| s.ok_or_else(|| Error::model("a prompt was left unscored")))
             .collect()
-    }
-
-    /// Runs `f` on the reranker's thread pool, if it has one.
-    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(pool) => pool.install(f),
-            None => f(),
-        }
     }
 }
 

@@ -5,11 +5,12 @@
 //! `W1` the BERT pooler (`bert.pooler.dense`) or the RoBERTa head's `classifier.dense`, and `W2`
 //! `classifier` or `classifier.out_proj`.
 
-use super::config::{Architecture, ClassifierConfig};
-use super::dir::{ModelDir, CONFIG_FILE};
 use super::encoder::{read_linear, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
-use super::kernels::Linear;
-use super::{PairEncoding, Precision};
+use super::pair::PairEncoding;
+use crate::models::config::{Architecture, ClassifierConfig};
+use crate::models::dir::{ModelDir, CONFIG_FILE};
+use crate::models::kernels::Linear;
+use crate::models::Precision;
 use crate::{Error, Result};
 
 /// A transformer encoder with a sequence-classification head, on the CPU in float32.

@@ -19,13 +19,13 @@ use candle_nn::VarBuilder;
 use rayon::prelude::*;
 use serde_json::Value;
 
-use super::candle_message;
-use super::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
-use super::kernels::{
+use crate::models::candle_message;
+use crate::models::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
+use crate::models::kernels::{
     add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
 };
-use super::quant::{QuantLinear, QuantRows, Then};
-use super::Precision;
+use crate::models::quant::{QuantLinear, QuantRows, Then};
+use crate::models::Precision;
 use crate::{Error, Result};
 
 /// The shape and options of an encoder, read from `config.json`.
