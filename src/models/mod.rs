@@ -20,6 +20,8 @@ mod hub;
 pub(crate) mod kernels;
 mod options;
 mod quant;
+pub(crate) mod qwen3;
+pub(crate) mod weights;
 
 pub(crate) use batch::plan_batches;
 pub(crate) use bert::classifier::SequenceClassifier;
@@ -27,13 +29,14 @@ pub(crate) use bert::classifier::SequenceClassifier;
 pub use bert::pair::PairEncoding;
 pub(crate) use bert::pair::PairTokenizer;
 pub use config::{Activation, Architecture};
-pub(crate) use dir::{shard_paths, CONFIG_FILE, TOKENIZER_FILE};
 pub use dir::{ModelDir, WEIGHTS_FILE};
+pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
 pub(crate) use options::ModelPool;
 pub use options::{ModelOptions, Precision};
 pub use quant::int8_kernel;
+pub(crate) use weights::shard_paths;
 
 /// The message of a candle error without the backtrace candle attaches when `RUST_BACKTRACE`
 /// is set.
@@ -48,4 +51,10 @@ pub(crate) fn candle_message(e: &candle_core::Error) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// Wraps a candle error with what was being done, as an [`Error::Model`](crate::Error::Model)
+/// (the message from [`candle_message`]); for `map_err`.
+pub(crate) fn candle_err(context: &'static str) -> impl Fn(candle_core::Error) -> crate::Error {
+    move |e| crate::Error::model(format!("{context}: {}", candle_message(&e)))
 }

@@ -13,134 +13,22 @@
 //! `x += o(attn(rope(q_norm(q(rms(x)))), rope(k_norm(k(rms(x)))), v(rms(x))))`, then
 //! `x += down(silu(gate(rms(x))) * up(rms(x)))`; finally `rms(x)` dotted with the head vector.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use candle_nn::attention::flash_attn_varlen_cpu;
 use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope_thd;
 
-use super::config::Qwen3Config;
+use crate::models::candle_err;
+use crate::models::qwen3::Qwen3Config;
+use crate::models::weights::Weights;
 use crate::{Error, Result};
 
-/// Wraps a candle error with what was being done.
-pub(crate) fn candle_err(context: &'static str) -> impl Fn(candle_core::Error) -> Error {
-    move |e| Error::model(format!("{context}: {e}"))
-}
-
-/// The memory-mapped safetensors file(s) of a checkpoint, with shape-checked loading.
-struct WeightFiles {
-    files: MmapedSafetensors,
-    label: String,
-}
-
-impl WeightFiles {
-    /// Maps `model.safetensors`, or the shards listed in `model.safetensors.index.json`.
-    fn open(dir: &Path) -> Result<Self> {
-        let single = dir.join("model.safetensors");
-        let index = dir.join("model.safetensors.index.json");
-        let paths = if single.is_file() {
-            vec![single]
-        } else if index.is_file() {
-            crate::models::shard_paths(dir, &index)?
-        } else {
-            return Err(Error::model(format!(
-                "{}: no model.safetensors (nor model.safetensors.index.json)",
-                dir.display()
-            )));
-        };
-        let files = map_files(&paths)?;
-        let label = paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        Ok(WeightFiles { files, label })
-    }
-
-    /// The stored shape of `name`.
-    fn shape(&self, name: &str) -> Result<Vec<usize>> {
-        self.files
-            .get(name)
-            .map(|view| view.shape().to_vec())
-            .map_err(|_| Error::model(format!("{}: missing tensor {name}", self.label)))
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.files.get(name).is_ok()
-    }
-
-    /// Loads `name` as f32 after checking that its shape is `expected`.
-    fn get(&self, name: &str, expected: &[usize]) -> Result<Tensor> {
-        let shape = self.shape(name)?;
-        if shape != expected {
-            return Err(Error::model(format!(
-                "{}: tensor {name} has shape {shape:?}, but config.json implies {expected:?}",
-                self.label
-            )));
-        }
-        self.files
-            .load(name, &Device::Cpu)
-            .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|e| Error::model(format!("{}: cannot load {name}: {e}", self.label)))
-    }
-
-    /// Loads rows `rows` of the 2-D tensor `name` (`(n, width)`) as an f32 `(rows.len(), width)`
-    /// tensor, reading only those rows from the file.
-    fn rows(&self, name: &str, width: usize, rows: &[u32]) -> Result<Tensor> {
-        let view = self
-            .files
-            .get(name)
-            .map_err(|_| Error::model(format!("{}: missing tensor {name}", self.label)))?;
-        let shape = view.shape().to_vec();
-        if shape.len() != 2 || shape[1] != width {
-            return Err(Error::model(format!(
-                "{}: tensor {name} has shape {shape:?}, expected (vocab, {width})",
-                self.label
-            )));
-        }
-        let dtype = DType::try_from(view.dtype()).map_err(candle_err("unsupported dtype"))?;
-        let row_bytes = width * dtype.size_in_bytes();
-        let data = view.data();
-        let mut out = Vec::with_capacity(rows.len());
-        for &row in rows {
-            let row = row as usize;
-            if row >= shape[0] {
-                return Err(Error::model(format!(
-                    "{}: token id {row} is outside {name}, which has {} rows: the tokenizer \
-                     does not belong to these weights",
-                    self.label, shape[0]
-                )));
-            }
-            let bytes = data
-                .get(row * row_bytes..(row + 1) * row_bytes)
-                .ok_or_else(|| Error::model(format!("{}: {name} is truncated", self.label)))?;
-            let t = Tensor::from_raw_buffer(bytes, dtype, &[1, width], &Device::Cpu)
-                .and_then(|t| t.to_dtype(DType::F32))
-                .map_err(candle_err("reading output-head rows"))?;
-            out.push(t);
-        }
-        Tensor::cat(&out, 0).map_err(candle_err("reading output-head rows"))
-    }
-}
-
-/// Memory-maps the weight files.
-#[allow(unsafe_code)]
-fn map_files(paths: &[PathBuf]) -> Result<MmapedSafetensors> {
-    // SAFETY: the files are mapped read-only; candle copies every tensor out of the mapping
-    // when it is loaded, and the mapping lives only while the weights are being read. As with
-    // any memory map, the files must not be truncated while the model is loading.
-    unsafe { MmapedSafetensors::multi(paths) }.map_err(|e| {
-        Error::model(format!(
-            "cannot map {}: {e}",
-            paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    })
+/// Reads `name` (of shape `shape`) from the mapped checkpoint as an f32 tensor.
+fn get(w: &Weights, name: &str, shape: &[usize]) -> Result<Tensor> {
+    Tensor::from_vec(w.f32(name, shape)?, shape, &Device::Cpu)
+        .map_err(candle_err("loading weights"))
 }
 
 /// A linear layer without or with bias, weight stored as `(out, in)`.
@@ -150,10 +38,10 @@ struct Linear {
 }
 
 impl Linear {
-    fn load(w: &WeightFiles, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
-        let weight = w.get(&format!("{prefix}.weight"), &[out, inp])?;
+    fn load(w: &Weights, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Self> {
+        let weight = get(w, &format!("{prefix}.weight"), &[out, inp])?;
         let bias = if bias {
-            Some(w.get(&format!("{prefix}.bias"), &[out])?)
+            Some(get(w, &format!("{prefix}.bias"), &[out])?)
         } else {
             None
         };
@@ -186,21 +74,21 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(w: &WeightFiles, cfg: &Qwen3Config, i: usize) -> Result<Self> {
+    fn load(w: &Weights, cfg: &Qwen3Config, i: usize) -> Result<Self> {
         let p = format!("model.layers.{i}");
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
         let q_out = cfg.num_attention_heads * hd;
         let kv_out = cfg.num_key_value_heads * hd;
         let bias = cfg.attention_bias;
         Ok(Layer {
-            input_norm: w.get(&format!("{p}.input_layernorm.weight"), &[h])?,
+            input_norm: get(w, &format!("{p}.input_layernorm.weight"), &[h])?,
             q: Linear::load(w, &format!("{p}.self_attn.q_proj"), q_out, h, bias)?,
             k: Linear::load(w, &format!("{p}.self_attn.k_proj"), kv_out, h, bias)?,
             v: Linear::load(w, &format!("{p}.self_attn.v_proj"), kv_out, h, bias)?,
             o: Linear::load(w, &format!("{p}.self_attn.o_proj"), h, q_out, bias)?,
-            q_norm: w.get(&format!("{p}.self_attn.q_norm.weight"), &[hd])?,
-            k_norm: w.get(&format!("{p}.self_attn.k_norm.weight"), &[hd])?,
-            post_norm: w.get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+            q_norm: get(w, &format!("{p}.self_attn.q_norm.weight"), &[hd])?,
+            k_norm: get(w, &format!("{p}.self_attn.k_norm.weight"), &[hd])?,
+            post_norm: get(w, &format!("{p}.post_attention_layernorm.weight"), &[h])?,
             gate: Linear::load(w, &format!("{p}.mlp.gate_proj"), ffn, h, false)?,
             up: Linear::load(w, &format!("{p}.mlp.up_proj"), ffn, h, false)?,
             down: Linear::load(w, &format!("{p}.mlp.down_proj"), h, ffn, false)?,
@@ -250,37 +138,37 @@ impl Qwen3Scorer {
         no: u32,
         max_positions: usize,
     ) -> Result<Self> {
-        let w = WeightFiles::open(dir)?;
+        let w = Weights::open(dir)?;
         let h = cfg.hidden_size;
         let embed_name = "model.embed_tokens.weight";
-        let embed_shape = w.shape(embed_name)?;
+        let embed_shape = w.shape(embed_name)?.to_vec();
         if embed_shape.len() != 2 || embed_shape[1] != h {
             return Err(Error::model(format!(
-                "{}: {embed_name} has shape {embed_shape:?}, expected (vocab, {h})",
-                w.label
+                "{embed_name} has shape {embed_shape:?}, expected (vocab, {h})"
             )));
         }
-        let embed = w.get(embed_name, &embed_shape)?;
+        let embed = get(&w, embed_name, &embed_shape)?;
         let head_name = if cfg.tie_word_embeddings {
             embed_name
         } else if w.has("lm_head.weight") {
             "lm_head.weight"
         } else {
-            return Err(Error::model(format!(
-                "{}: no lm_head.weight, and config.json says tie_word_embeddings is false",
-                w.label
-            )));
+            return Err(Error::model(
+                "no lm_head.weight in the weights, and config.json says tie_word_embeddings is false",
+            ));
         };
         let rows = w.rows(head_name, h, &[yes, no])?;
-        let head = rows
-            .get(0)
-            .and_then(|y| rows.get(1).and_then(|n| y - n))
-            .and_then(|d| d.reshape((h, 1)))
+        let diff: Vec<f32> = rows[..h]
+            .iter()
+            .zip(&rows[h..])
+            .map(|(y, n)| y - n)
+            .collect();
+        let head = Tensor::from_vec(diff, (h, 1), &Device::Cpu)
             .map_err(candle_err("building the yes/no head"))?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&w, &cfg, i))
             .collect::<Result<Vec<_>>>()?;
-        let final_norm = w.get("model.norm.weight", &[h])?;
+        let final_norm = get(&w, "model.norm.weight", &[h])?;
         let (cos, sin) = rope_tables(cfg.head_dim, cfg.rope_theta, max_positions)?;
         Ok(Qwen3Scorer {
             cfg,

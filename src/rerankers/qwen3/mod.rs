@@ -3,9 +3,9 @@
 //! - [`Qwen3Reranker`] (feature `models`): loads a local `Qwen3ForCausalLM` directory and scores
 //!   documents with the official prompt ([`template`]), `score = sigmoid(l_yes - l_no)`.
 //! - [`Instructions`]: the default, task-type and entity-type instructions a host can override.
-//! - [`Qwen3Config`]: the `config.json` keys the forward pass reads.
+//! - [`Qwen3Config`] (feature `models`): the `config.json` keys the forward pass reads (it
+//!   lives with the model in `models::qwen3`).
 
-mod config;
 #[cfg(feature = "models")]
 mod forward;
 mod instructions;
@@ -13,7 +13,8 @@ mod instructions;
 mod reranker;
 pub mod template;
 
-pub use config::{Qwen3Config, ARCHITECTURE};
+#[cfg(feature = "models")]
+pub use crate::models::qwen3::{Qwen3Config, ARCHITECTURE};
 pub use instructions::{
     Instructions, DEFAULT_INSTRUCTION, DESIGN_INSTRUCTION, EXPERIENCE_INSTRUCTION,
     GENERAL_INSTRUCTION, IMPLEMENTATION_INSTRUCTION, MANUAL_INSTRUCTION,

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use super::config::Qwen3Config;
 use super::forward::Qwen3Scorer;
 use super::instructions::Instructions;
 use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
+use crate::models::qwen3::Qwen3Config;
 use crate::models::{ModelOptions, ModelPool};
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};

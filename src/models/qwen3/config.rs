@@ -1,4 +1,4 @@
-//! `config.json` of a `Qwen3ForCausalLM` checkpoint: the keys the forward pass needs.
+//! `config.json` of a `Qwen3ForCausalLM` checkpoint: the keys the forward passes need.
 
 use std::path::Path;
 

@@ -1,0 +1,424 @@
+//! The element-wise and row-wise steps of a Qwen3 decoder, vectorized like `models::kernels`
+//! (each loop runs inside a `pulp` dispatch, compiled for the widest instructions present):
+//! RMSNorm of rows, per-head q/k RMSNorm fused with RoPE, and `SiLU(gate) * up`.
+//!
+//! All buffers are row-major `f32`. The row functions run in parallel on the current rayon pool
+//! ([`ROWS_PER_TASK`] rows a task); the `_row` functions are the single-row building blocks
+//! (for a decode step, which has one row and must not wake the pool). Slice lengths are checked
+//! with asserts: a mismatch is a bug in this crate, never the consequence of user input.
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use crate::models::kernels::{exp, simd};
+
+/// Rows per parallel task of the row-wise functions.
+pub(crate) const ROWS_PER_TASK: usize = 8;
+
+/// Lanes of the partial sums (float additions are not reassociated by the compiler; partial
+/// sums are what lets the loops use vector instructions).
+const LANES: usize = 8;
+
+/// `Σ x²` in [`LANES`] partial sums.
+#[inline(always)]
+fn sum_squares(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v * v;
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().map(|&v| v * v).sum::<f32>()
+}
+
+/// `out = x / sqrt(mean(x²) + eps) * weight`, as `transformers`' `Qwen3RMSNorm` in float32.
+#[inline(always)]
+pub(crate) fn rms_norm_row(x: &[f32], out: &mut [f32], weight: &[f32], eps: f32) {
+    let inv = 1.0 / (sum_squares(x) / x.len() as f32 + eps).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = w * (v * inv);
+    }
+}
+
+/// [`rms_norm_row`] in place.
+#[inline(always)]
+pub(crate) fn rms_norm_row_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let inv = 1.0 / (sum_squares(x) / x.len() as f32 + eps).sqrt();
+    for (v, &w) in x.iter_mut().zip(weight) {
+        *v = w * (*v * inv);
+    }
+}
+
+/// `out[r] = rms_norm(x[r]) * weight` for every row of width `weight.len()`.
+pub(crate) fn rms_norm_rows(x: &[f32], out: &mut [f32], weight: &[f32], eps: f32) {
+    let width = weight.len();
+    assert!(width > 0 && x.len().is_multiple_of(width) && out.len() == x.len());
+    struct Op<'a> {
+        x: &'a [f32],
+        out: &'a mut [f32],
+        weight: &'a [f32],
+        eps: f32,
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            let w = self.weight.len();
+            for (x, o) in self.x.chunks_exact(w).zip(self.out.chunks_exact_mut(w)) {
+                rms_norm_row(x, o, self.weight, self.eps);
+            }
+        }
+    }
+    let chunk = width * ROWS_PER_TASK;
+    x.par_chunks(chunk)
+        .zip(out.par_chunks_mut(chunk))
+        .for_each(|(x, out)| {
+            simd(Op {
+                x,
+                out,
+                weight,
+                eps,
+            })
+        });
+}
+
+/// RoPE cos/sin tables, `(positions, head_dim / 2)` each, computed like `transformers` in
+/// float32: `inv_freq[i] = 1 / theta^(2i / head_dim)`, angle `= position * inv_freq[i]` rounded
+/// to f32, then its cosine and sine.
+#[derive(Debug, Clone)]
+pub(crate) struct Rope {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+}
+
+impl Rope {
+    /// Tables for heads of `head_dim` (even) and positions `0..positions`.
+    pub fn new(head_dim: usize, theta: f64, positions: usize) -> Self {
+        let half = head_dim / 2;
+        let inv: Vec<f32> = (0..half)
+            .map(|i| {
+                let exponent = (2 * i) as f32 / head_dim as f32;
+                1.0f32 / (theta.powf(exponent as f64) as f32)
+            })
+            .collect();
+        let mut cos = Vec::with_capacity(positions * half);
+        let mut sin = Vec::with_capacity(positions * half);
+        for pos in 0..positions {
+            for &f in &inv {
+                let angle = (pos as f32 * f) as f64;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Rope { cos, sin, half }
+    }
+
+    /// The number of positions the tables cover.
+    pub fn positions(&self) -> usize {
+        self.cos.len().checked_div(self.half).unwrap_or(0)
+    }
+
+    /// `(cos, sin)` at `pos`, `head_dim / 2` values each.
+    #[inline(always)]
+    pub fn at(&self, pos: usize) -> (&[f32], &[f32]) {
+        let r = pos * self.half..(pos + 1) * self.half;
+        (&self.cos[r.clone()], &self.sin[r])
+    }
+}
+
+/// Rotates one head in place at the angles `(cos, sin)` (rotate-half layout, as Qwen3's
+/// `apply_rotary_pos_emb`): `x1' = x1 cos - x2 sin`, `x2' = x2 cos + x1 sin`, with `x1` and
+/// `x2` the first and second halves.
+#[inline(always)]
+pub(crate) fn rope_head(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let (x1, x2) = head.split_at_mut(cos.len());
+    for (((a, b), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+        let (u, v) = (*a, *b);
+        *a = u * c - v * s;
+        *b = v * c + u * s;
+    }
+}
+
+/// The layout of a fused QKV row: `q_heads` query heads, then `kv_heads` key heads, then as
+/// many value heads, each `head_dim` wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QkvLayout {
+    /// Query heads.
+    pub q_heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
+
+impl QkvLayout {
+    /// Width of the query part (`q_heads * head_dim`).
+    pub fn q_width(&self) -> usize {
+        self.q_heads * self.head_dim
+    }
+
+    /// Width of the key part, and of the value part (`kv_heads * head_dim`).
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Width of a fused row.
+    pub fn width(&self) -> usize {
+        self.q_width() + 2 * self.kv_width()
+    }
+}
+
+/// The norms and rotation applied to one fused QKV row at position `pos`: every query head
+/// through `q_norm` then RoPE, every key head through `k_norm` then RoPE; values untouched.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn norm_rope_row(
+    row: &mut [f32],
+    layout: QkvLayout,
+    q_norm: &[f32],
+    k_norm: &[f32],
+    rope: &Rope,
+    pos: usize,
+    eps: f32,
+) {
+    let d = layout.head_dim;
+    let (cos, sin) = rope.at(pos);
+    let (q, rest) = row.split_at_mut(layout.q_width());
+    let k = &mut rest[..layout.kv_width()];
+    for head in q.chunks_exact_mut(d) {
+        rms_norm_row_in_place(head, q_norm, eps);
+        rope_head(head, cos, sin);
+    }
+    for head in k.chunks_exact_mut(d) {
+        rms_norm_row_in_place(head, k_norm, eps);
+        rope_head(head, cos, sin);
+    }
+}
+
+/// [`norm_rope_row`] on every row of `qkv` (`positions.len()` rows of `layout.width()`), row
+/// `r` at position `positions[r]` (which must be inside the RoPE tables).
+pub(crate) fn norm_rope_rows(
+    qkv: &mut [f32],
+    positions: &[u32],
+    layout: QkvLayout,
+    q_norm: &[f32],
+    k_norm: &[f32],
+    rope: &Rope,
+    eps: f32,
+) {
+    let width = layout.width();
+    assert_eq!(qkv.len(), positions.len() * width);
+    assert!(q_norm.len() == layout.head_dim && k_norm.len() == layout.head_dim);
+    assert!(positions.iter().all(|&p| (p as usize) < rope.positions()));
+    struct Op<'a> {
+        rows: &'a mut [f32],
+        positions: &'a [u32],
+        layout: QkvLayout,
+        q_norm: &'a [f32],
+        k_norm: &'a [f32],
+        rope: &'a Rope,
+        eps: f32,
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            let width = self.layout.width();
+            for (row, &pos) in self.rows.chunks_exact_mut(width).zip(self.positions) {
+                norm_rope_row(
+                    row,
+                    self.layout,
+                    self.q_norm,
+                    self.k_norm,
+                    self.rope,
+                    pos as usize,
+                    self.eps,
+                );
+            }
+        }
+    }
+    qkv.par_chunks_mut(width * ROWS_PER_TASK)
+        .zip(positions.par_chunks(ROWS_PER_TASK))
+        .for_each(|(rows, positions)| {
+            simd(Op {
+                rows,
+                positions,
+                layout,
+                q_norm,
+                k_norm,
+                rope,
+                eps,
+            })
+        });
+}
+
+/// `out[j] = silu(gate[j]) * up[j]` for one fused row `[gate | up]` (`2 * out.len()` values),
+/// with `silu(g) = g / (1 + e^-g)`.
+#[inline(always)]
+pub(crate) fn silu_mul_row(gate_up: &[f32], out: &mut [f32]) {
+    let (gate, up) = gate_up.split_at(out.len());
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + exp(-g)) * u;
+    }
+}
+
+/// [`silu_mul_row`] on every row: `gate_up` is `(rows, 2 * ffn)`, `out` is `(rows, ffn)`.
+pub(crate) fn silu_mul_rows(gate_up: &[f32], out: &mut [f32], ffn: usize) {
+    assert!(ffn > 0 && out.len().is_multiple_of(ffn) && gate_up.len() == 2 * out.len());
+    struct Op<'a> {
+        gate_up: &'a [f32],
+        out: &'a mut [f32],
+        ffn: usize,
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            let f = self.ffn;
+            for (gu, o) in self
+                .gate_up
+                .chunks_exact(2 * f)
+                .zip(self.out.chunks_exact_mut(f))
+            {
+                silu_mul_row(gu, o);
+            }
+        }
+    }
+    gate_up
+        .par_chunks(2 * ffn * ROWS_PER_TASK)
+        .zip(out.par_chunks_mut(ffn * ROWS_PER_TASK))
+        .for_each(|(gate_up, out)| simd(Op { gate_up, out, ffn }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn rms64(x: &[f32], w: &[f32], eps: f64) -> Vec<f64> {
+        let ms = x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / x.len() as f64;
+        let r = 1.0 / (ms + eps).sqrt();
+        x.iter()
+            .zip(w)
+            .map(|(&v, &w)| v as f64 * r * w as f64)
+            .collect()
+    }
+
+    fn close(got: f32, want: f64, tol: f64) -> bool {
+        (got as f64 - want).abs() <= tol * want.abs().max(1.0)
+    }
+
+    #[test]
+    fn rms_norm_rows_match_the_definition() {
+        // 37 rows (not a multiple of the task size) of an odd width (a tail after the lanes).
+        let (rows, width) = (37, 45);
+        let x = noise(rows * width, 1);
+        let w = noise(width, 2);
+        let mut out = vec![0.0; x.len()];
+        rms_norm_rows(&x, &mut out, &w, 1e-6);
+        for (r, (xr, or)) in x.chunks(width).zip(out.chunks(width)).enumerate() {
+            for (g, want) in or.iter().zip(rms64(xr, &w, 1e-6)) {
+                assert!(close(*g, want, 1e-5), "row {r}: {g} vs {want}");
+            }
+        }
+        let mut inplace = x[..width].to_vec();
+        rms_norm_row_in_place(&mut inplace, &w, 1e-6);
+        assert_eq!(inplace, out[..width]);
+    }
+
+    #[test]
+    fn rope_tables_and_rotation_match_the_definition() {
+        let (d, theta, positions) = (12, 10_000.0f64, 50);
+        let rope = Rope::new(d, theta, positions);
+        assert_eq!(rope.positions(), positions);
+        for pos in [0, 1, 7, 49] {
+            let head = noise(d, pos as u64 + 3);
+            let mut got = head.clone();
+            let (c, s) = rope.at(pos);
+            rope_head(&mut got, c, s);
+            for i in 0..d / 2 {
+                let inv = 1.0 / theta.powf((2 * i) as f64 / d as f64);
+                let (sn, cs) = (pos as f64 * inv).sin_cos();
+                let (a, b) = (head[i] as f64, head[i + d / 2] as f64);
+                assert!(close(got[i], a * cs - b * sn, 1e-5), "pos {pos} i {i}");
+                assert!(
+                    close(got[i + d / 2], b * cs + a * sn, 1e-5),
+                    "pos {pos} i {i}"
+                );
+            }
+        }
+        // Position 0 is the identity.
+        let head = noise(d, 9);
+        let mut got = head.clone();
+        let (c, s) = rope.at(0);
+        rope_head(&mut got, c, s);
+        assert_eq!(got, head);
+    }
+
+    #[test]
+    fn norm_rope_rows_touch_q_and_k_heads_only() {
+        let layout = QkvLayout {
+            q_heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+        };
+        let rows = 19;
+        let rope = Rope::new(8, 1e6, 32);
+        let positions: Vec<u32> = (0..rows as u32).map(|r| (r * 5) % 32).collect();
+        let qkv = noise(rows * layout.width(), 4);
+        let (qn, kn) = (noise(8, 5), noise(8, 6));
+        let mut got = qkv.clone();
+        norm_rope_rows(&mut got, &positions, layout, &qn, &kn, &rope, 1e-6);
+        for (r, (src, out)) in qkv
+            .chunks(layout.width())
+            .zip(got.chunks(layout.width()))
+            .enumerate()
+        {
+            let (c, s) = rope.at(positions[r] as usize);
+            for h in 0..layout.q_heads + layout.kv_heads {
+                let norm = if h < layout.q_heads { &qn } else { &kn };
+                let x = &src[h * 8..(h + 1) * 8];
+                let n: Vec<f64> = rms64(x, norm, 1e-6);
+                for i in 0..4 {
+                    let (a, b) = (n[i], n[i + 4]);
+                    let (c, s) = (c[i] as f64, s[i] as f64);
+                    assert!(close(out[h * 8 + i], a * c - b * s, 1e-5));
+                    assert!(close(out[h * 8 + i + 4], b * c + a * s, 1e-5));
+                }
+            }
+            // Values are left as they were.
+            let v = layout.q_width() + layout.kv_width();
+            assert_eq!(&out[v..], &src[v..], "row {r}");
+        }
+    }
+
+    #[test]
+    fn silu_mul_matches_the_definition() {
+        let (rows, ffn) = (21, 13);
+        let gu: Vec<f32> = noise(rows * 2 * ffn, 7).iter().map(|v| v * 5.0).collect();
+        let mut out = vec![0.0; rows * ffn];
+        silu_mul_rows(&gu, &mut out, ffn);
+        for r in 0..rows {
+            for j in 0..ffn {
+                let g = gu[r * 2 * ffn + j] as f64;
+                let u = gu[r * 2 * ffn + ffn + j] as f64;
+                let want = g / (1.0 + (-g).exp()) * u;
+                assert!(close(out[r * ffn + j], want, 1e-6), "{r} {j}");
+            }
+        }
+    }
+}

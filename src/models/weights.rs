@@ -1,0 +1,531 @@
+//! The one weights loader: memory-mapped safetensors checkpoints, read as `f32`.
+//!
+//! [`Weights::open`] maps `model.safetensors`, or every shard that
+//! `model.safetensors.index.json` names (each shard must be a plain file name inside the model
+//! directory, see [`shard_paths`]), once, and parses the headers. Tensors are then read by
+//! name: [`Weights::f32`] checks the stored shape against the one the caller expects (what
+//! `config.json` implies) and converts `f32`, `f16` or `bf16` to `f32`; [`Weights::rows`] reads
+//! only some rows of a matrix (an output head's `yes`/`no` rows, the embeddings of a batch's
+//! tokens). Every error names the file and the tensor.
+//!
+//! Reading a tensor leaves its pages out of the process: once converted, the mapped range is
+//! handed back to the kernel (`MADV_DONTNEED`; the file stays in the page cache), so loading a
+//! model holds its weights once (the converted copy), not twice. Parsing the headers checks that
+//! each file is as long as its header says, so a truncated download is an error at open time,
+//! never a read past the end of the map.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, SafeTensors};
+
+use crate::{Error, Result};
+
+/// The single-file checkpoint name.
+pub(crate) const SINGLE_FILE: &str = "model.safetensors";
+/// The index of a sharded checkpoint.
+pub(crate) const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// One mapped file.
+struct Mapped {
+    path: PathBuf,
+    map: Mmap,
+    /// Offset of the data section (after the 8-byte length and the JSON header).
+    data_start: usize,
+}
+
+/// Where one tensor is: its file, dtype, shape and byte range in the file's data section.
+struct Entry {
+    file: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    start: usize,
+    end: usize,
+}
+
+/// A memory-mapped safetensors checkpoint (one file or the shards of an index). `Send + Sync`:
+/// reads take `&self`.
+pub(crate) struct Weights {
+    files: Vec<Mapped>,
+    tensors: HashMap<String, Entry>,
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Weights")
+            .field(
+                "files",
+                &self.files.iter().map(|m| &m.path).collect::<Vec<_>>(),
+            )
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl Weights {
+    /// Maps the checkpoint in `dir`: `model.safetensors`, or the shards named by
+    /// `model.safetensors.index.json`. Neither is an [`Error::Model`] naming the directory.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let single = dir.join(SINGLE_FILE);
+        let index = dir.join(INDEX_FILE);
+        let paths = if single.is_file() {
+            vec![single]
+        } else if index.is_file() {
+            shard_paths(dir, &index)?
+        } else {
+            return Err(Error::model(format!(
+                "{}: no {SINGLE_FILE} (nor {INDEX_FILE})",
+                dir.display()
+            )));
+        };
+        Self::open_files(&paths)
+    }
+
+    /// Maps the given safetensors files. A tensor name found in two files is an error.
+    pub fn open_files(paths: &[PathBuf]) -> Result<Self> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut tensors = HashMap::new();
+        for (i, path) in paths.iter().enumerate() {
+            let (mapped, entries) = map_file(path, i)?;
+            for (name, entry) in entries {
+                if tensors.contains_key(&name) {
+                    return Err(Error::model(format!(
+                        "{}: tensor {name} is stored in two files",
+                        path.display()
+                    )));
+                }
+                tensors.insert(name, entry);
+            }
+            files.push(mapped);
+        }
+        Ok(Weights { files, tensors })
+    }
+
+    /// Whether the checkpoint has a tensor called `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// The stored shape of `name`.
+    pub fn shape(&self, name: &str) -> Result<&[usize]> {
+        self.entry(name).map(|e| e.shape.as_slice())
+    }
+
+    /// Reads `name` as `f32` after checking that its shape is `expected`.
+    pub fn f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+        let mut out = vec![0.0; expected.iter().product()];
+        self.read_into(name, expected, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads `name` as `f32` into `out` (whose length must be the product of `expected`)
+    /// after checking that its shape is `expected`; for weights stacked into one buffer (fused
+    /// projections) without an intermediate copy.
+    pub fn read_into(&self, name: &str, expected: &[usize], out: &mut [f32]) -> Result<()> {
+        let e = self.entry(name)?;
+        if e.shape != expected {
+            return Err(Error::model(format!(
+                "{}: tensor {name} has shape {:?}, but config.json implies {expected:?}",
+                self.path(e).display(),
+                e.shape
+            )));
+        }
+        if out.len() != expected.iter().product::<usize>() {
+            return Err(Error::model(format!(
+                "reading {name}: a buffer of {} values for shape {expected:?}",
+                out.len()
+            )));
+        }
+        let bytes = self.bytes(name, e)?;
+        convert(bytes, e.dtype, out).map_err(|dtype| self.unsupported(name, e, dtype))?;
+        self.release(e);
+        Ok(())
+    }
+
+    /// Reads rows `ids` of the 2-D tensor `name` (`(n, width)`), only those rows, as a
+    /// `(ids.len(), width)` row-major `f32` matrix. A row id outside the matrix is an
+    /// [`Error::Model`] saying that the tokenizer does not belong to these weights.
+    pub fn rows(&self, name: &str, width: usize, ids: &[u32]) -> Result<Vec<f32>> {
+        let mut out = vec![0.0; ids.len() * width];
+        self.rows_into(name, width, ids, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Weights::rows`] into `out` (`ids.len() * width` values). The pages read stay mapped
+    /// (rows are read again and again, e.g. embeddings).
+    pub fn rows_into(&self, name: &str, width: usize, ids: &[u32], out: &mut [f32]) -> Result<()> {
+        let e = self.entry(name)?;
+        if e.shape.len() != 2 || e.shape[1] != width {
+            return Err(Error::model(format!(
+                "{}: tensor {name} has shape {:?}, expected (rows, {width})",
+                self.path(e).display(),
+                e.shape
+            )));
+        }
+        if out.len() != ids.len() * width {
+            return Err(Error::model(format!(
+                "reading rows of {name}: a buffer of {} values for {} rows of {width}",
+                out.len(),
+                ids.len()
+            )));
+        }
+        let bytes = self.bytes(name, e)?;
+        let row_bytes =
+            width * dtype_size(e.dtype).ok_or_else(|| self.unsupported(name, e, e.dtype))?;
+        for (&id, row) in ids.iter().zip(out.chunks_exact_mut(width.max(1))) {
+            let id = id as usize;
+            if id >= e.shape[0] {
+                return Err(Error::model(format!(
+                    "{}: token id {id} is outside {name}, which has {} rows: the tokenizer \
+                     does not belong to these weights",
+                    self.path(e).display(),
+                    e.shape[0]
+                )));
+            }
+            let src = &bytes[id * row_bytes..(id + 1) * row_bytes];
+            convert(src, e.dtype, row).map_err(|dtype| self.unsupported(name, e, dtype))?;
+        }
+        Ok(())
+    }
+
+    fn entry(&self, name: &str) -> Result<&Entry> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| Error::model(format!("{}: missing tensor {name}", self.label())))
+    }
+
+    fn path(&self, e: &Entry) -> &Path {
+        &self.files[e.file].path
+    }
+
+    /// The files, for errors about a tensor that is in none of them.
+    fn label(&self) -> String {
+        self.files
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The stored bytes of a tensor (the header check at open time keeps them in the file).
+    fn bytes(&self, name: &str, e: &Entry) -> Result<&[u8]> {
+        let f = &self.files[e.file];
+        f.map
+            .get(f.data_start + e.start..f.data_start + e.end)
+            .ok_or_else(|| Error::model(format!("{}: {name} is truncated", f.path.display())))
+    }
+
+    fn unsupported(&self, name: &str, e: &Entry, dtype: Dtype) -> Error {
+        Error::model(format!(
+            "{}: tensor {name} is stored as {dtype:?}; only F32, F16 and BF16 can be read",
+            self.path(e).display()
+        ))
+    }
+
+    /// Hands the pages of a tensor that was just converted back to the kernel.
+    fn release(&self, e: &Entry) {
+        let f = &self.files[e.file];
+        #[cfg(unix)]
+        #[allow(unsafe_code)]
+        // SAFETY: the map is a read-only file mapping, and no reference into the released
+        // range outlives this call's callers' reads (they copied the values out). After
+        // MADV_DONTNEED a later access re-reads the pages from the file, so the contents seen
+        // through `map` never change: this only drops resident pages. Failure is harmless (the
+        // pages stay resident), so it is ignored.
+        unsafe {
+            let _ = f.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                f.data_start + e.start,
+                e.end - e.start,
+            );
+        }
+        #[cfg(not(unix))]
+        let _ = f;
+    }
+}
+
+/// Maps `path` and lists its tensors (`file` is its index among the checkpoint's files).
+fn map_file(path: &Path, file: usize) -> Result<(Mapped, Vec<(String, Entry)>)> {
+    let handle = File::open(path).map_err(|e| Error::io(path, e))?;
+    #[allow(unsafe_code)]
+    // SAFETY: the file is mapped read-only. As with every memory-mapped model file, it must not
+    // be truncated or rewritten while mapped; the header check below makes sure that the file is
+    // as long as its header says when it is opened.
+    let map = unsafe { Mmap::map(&handle) }.map_err(|e| Error::io(path, e))?;
+    let (header, metadata) = SafeTensors::read_metadata(&map).map_err(|e| {
+        Error::model_caused(
+            format!(
+                "{}: not a complete safetensors file (truncated, or another format)",
+                path.display()
+            ),
+            e,
+        )
+    })?;
+    let entries = metadata
+        .tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            let entry = Entry {
+                file,
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                start: info.data_offsets.0,
+                end: info.data_offsets.1,
+            };
+            (name, entry)
+        })
+        .collect();
+    let mapped = Mapped {
+        path: path.to_path_buf(),
+        map,
+        data_start: 8 + header,
+    };
+    Ok((mapped, entries))
+}
+
+/// Bytes per element of the dtypes [`convert`] reads.
+fn dtype_size(dtype: Dtype) -> Option<usize> {
+    match dtype {
+        Dtype::F32 => Some(4),
+        Dtype::F16 | Dtype::BF16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Little-endian `bytes` of `dtype` to `out` (as many values as `out` holds; the callers size
+/// `bytes` to match). Errors with the dtype when it is not a float format read here.
+fn convert(bytes: &[u8], dtype: Dtype, out: &mut [f32]) -> std::result::Result<(), Dtype> {
+    match dtype {
+        Dtype::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        Dtype::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            }
+        }
+        Dtype::BF16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                // bf16 is the top half of an f32.
+                *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+            }
+        }
+        other => return Err(other),
+    }
+    Ok(())
+}
+
+/// The shard files a sharded checkpoint's `model.safetensors.index.json` names, each once, in
+/// name order. A name that is not a plain file name inside `dir` (a path separator, `..`, an
+/// absolute path) is an [`Error::Model`]: an index cannot make the loader read outside the model
+/// directory.
+pub(crate) fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::parse(index.display().to_string(), e))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::parse(index.display().to_string(), "no \"weight_map\" object"))?;
+    let mut names: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let plain = Path::new(name).file_name().is_some_and(|f| f == name)
+                && !name.contains(['/', '\\'])
+                && name != ".."
+                && name != ".";
+            if plain {
+                Ok(dir.join(name))
+            } else {
+                Err(Error::model(format!(
+                    "{}: shard {name:?} is not a file name inside the model directory",
+                    index.display()
+                )))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rerank-weights-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Writes `(name, dtype, shape, little-endian bytes)` tensors to `path`.
+    fn write(path: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .map(|(n, d, s, b)| (n.to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
+            .collect();
+        safetensors::tensor::serialize_to_file(views, None, path).unwrap();
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn reads_f32_f16_and_bf16_as_f32_and_selected_rows() {
+        let dir = temp_dir("dtypes");
+        let values: Vec<f32> = vec![1.0, -2.5, 0.125, 3.0, 65280.0, -0.0];
+        let f16: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        let bf16: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        write(
+            &dir.join(SINGLE_FILE),
+            &[
+                ("a", Dtype::F32, vec![3, 2], f32_bytes(&values)),
+                ("b", Dtype::F16, vec![3, 2], f16),
+                ("c", Dtype::BF16, vec![3, 2], bf16),
+                ("i", Dtype::I64, vec![1], vec![0; 8]),
+            ],
+        );
+        let w = Weights::open(&dir).unwrap();
+        for name in ["a", "b", "c"] {
+            assert!(w.has(name));
+            assert_eq!(w.shape(name).unwrap(), &[3, 2]);
+            // All six values are exact in every format.
+            assert_eq!(w.f32(name, &[3, 2]).unwrap(), values, "{name}");
+            assert_eq!(
+                w.rows(name, 2, &[2, 0, 2]).unwrap(),
+                [65280.0, -0.0, 1.0, -2.5, 65280.0, -0.0],
+                "{name}"
+            );
+            // Reading again after the pages were released gives the same values.
+            assert_eq!(w.f32(name, &[3, 2]).unwrap(), values, "{name}");
+        }
+        let mut fused = vec![0.0; 12];
+        w.read_into("a", &[3, 2], &mut fused[..6]).unwrap();
+        w.read_into("c", &[3, 2], &mut fused[6..]).unwrap();
+        assert_eq!(fused, [values.clone(), values.clone()].concat());
+        let e = w.f32("i", &[1]).unwrap_err().to_string();
+        assert!(e.contains("I64") && e.contains(SINGLE_FILE), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_tensor() {
+        let dir = temp_dir("errors");
+        let path = dir.join(SINGLE_FILE);
+        write(
+            &path,
+            &[("m", Dtype::F32, vec![2, 2], f32_bytes(&[1.0; 4]))],
+        );
+        let w = Weights::open(&dir).unwrap();
+        let e = w.f32("nope", &[2]).unwrap_err();
+        assert!(matches!(e, Error::Model { .. }));
+        let e = e.to_string();
+        assert!(
+            e.contains("missing tensor nope") && e.contains(SINGLE_FILE),
+            "{e}"
+        );
+        let e = w.f32("m", &[4, 1]).unwrap_err().to_string();
+        assert!(
+            e.contains("tensor m has shape [2, 2]") && e.contains("[4, 1]"),
+            "{e}"
+        );
+        let e = w.rows("m", 3, &[0]).unwrap_err().to_string();
+        assert!(e.contains("expected (rows, 3)"), "{e}");
+        let e = w.rows("m", 2, &[2]).unwrap_err().to_string();
+        assert!(e.contains("token id 2 is outside m"), "{e}");
+        drop(w);
+
+        // A truncated file is refused when it is opened.
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let e = Weights::open(&dir).unwrap_err();
+        assert!(std::error::Error::source(&e).is_some(), "the cause is kept");
+        let e = e.to_string();
+        assert!(
+            e.contains("not a complete safetensors file") && e.contains(SINGLE_FILE),
+            "{e}"
+        );
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(Weights::open(&dir).is_err());
+
+        std::fs::remove_file(&path).unwrap();
+        let e = Weights::open(&dir).unwrap_err().to_string();
+        assert!(e.contains("no model.safetensors"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sharded_checkpoints_are_read_through_their_index() {
+        let dir = temp_dir("sharded");
+        write(
+            &dir.join("a.safetensors"),
+            &[("x", Dtype::F32, vec![2], f32_bytes(&[1.0, 2.0]))],
+        );
+        write(
+            &dir.join("b.safetensors"),
+            &[("y", Dtype::F32, vec![1], f32_bytes(&[3.0]))],
+        );
+        let index = serde_json::json!({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}});
+        std::fs::write(dir.join(INDEX_FILE), index.to_string()).unwrap();
+        let w = Weights::open(&dir).unwrap();
+        assert_eq!(w.f32("x", &[2]).unwrap(), [1.0, 2.0]);
+        assert_eq!(w.f32("y", &[1]).unwrap(), [3.0]);
+        // The same tensor in two shards is refused.
+        write(
+            &dir.join("b.safetensors"),
+            &[("x", Dtype::F32, vec![1], f32_bytes(&[3.0]))],
+        );
+        let e = Weights::open(&dir).unwrap_err().to_string();
+        assert!(e.contains("stored in two files"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn shard_names_must_stay_inside_the_model_directory() {
+        let dir = temp_dir("shards");
+        let index = dir.join(INDEX_FILE);
+        let write = |names: &[&str]| {
+            let map: serde_json::Map<String, serde_json::Value> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (format!("t{i}"), serde_json::Value::from(*n)))
+                .collect();
+            std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).unwrap();
+        };
+        write(&["b.safetensors", "a.safetensors", "a.safetensors"]);
+        let paths = shard_paths(&dir, &index).unwrap();
+        assert_eq!(
+            paths,
+            [dir.join("a.safetensors"), dir.join("b.safetensors")]
+        );
+        for bad in [
+            "../x.safetensors",
+            "/etc/passwd",
+            "sub/x.safetensors",
+            "..",
+            "a\\..\\b",
+        ] {
+            write(&["a.safetensors", bad]);
+            let e = shard_paths(&dir, &index).unwrap_err().to_string();
+            assert!(
+                e.contains("is not a file name inside the model directory"),
+                "{bad}: {e}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
