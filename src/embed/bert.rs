@@ -200,8 +200,7 @@ impl BertEmbedder {
         let tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
         let weights = EncoderWeights::open(&model_dir, "bert")?;
         let dim = config.hidden;
-        let encoder = Encoder::load(&weights.encoder, config, options.precision)
-            .map_err(|e| weights.mismatch(e))?;
+        let encoder = Encoder::load(&weights, config, options.precision)?;
 
         let pool = options.thread_pool("bert")?;
 

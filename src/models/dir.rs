@@ -2,8 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
 use serde_json::Value;
 
 use super::config::Architecture;
@@ -102,22 +100,6 @@ impl ModelDir {
         }
         Ok(tokenizer)
     }
-
-    /// Memory-maps `model.safetensors` into a [`VarBuilder`] producing `dtype` tensors on
-    /// `device`.
-    pub fn weights(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
-        let path = self.file(WEIGHTS_FILE)?;
-        mmap_safetensors(&path, dtype, device)
-    }
-}
-
-#[allow(unsafe_code)]
-fn mmap_safetensors(path: &Path, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
-    // SAFETY: the file is mapped read-only; candle copies each tensor out of the mapping when
-    // the model is built. The file must not be truncated or rewritten while it is being loaded,
-    // which is the usual contract for model files.
-    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[path], dtype, device) };
-    vb.map_err(|e| Error::model(format!("{}: cannot read weights: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -140,7 +122,7 @@ mod tests {
         let e = m.config().unwrap_err();
         assert!(matches!(e, Error::Parse { .. }), "{e}");
         std::fs::write(dir.join(WEIGHTS_FILE), b"garbage").unwrap();
-        let Err(e) = m.weights(DType::F32, &Device::Cpu) else {
+        let Err(e) = crate::models::weights::Weights::open(m.path()) else {
             panic!("garbage weights loaded")
         };
         let e = e.to_string();

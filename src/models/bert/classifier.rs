@@ -5,7 +5,7 @@
 //! `W1` the BERT pooler (`bert.pooler.dense`) or the RoBERTa head's `classifier.dense`, and `W2`
 //! `classifier` or `classifier.out_proj`.
 
-use super::encoder::{read_linear, Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
+use super::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use super::pair::PairEncoding;
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::dir::{ModelDir, CONFIG_FILE};
@@ -52,24 +52,22 @@ impl SequenceClassifier {
         let enc_config = EncoderConfig::from_value(&value, &config_path, roberta)?;
         let (h, labels) = (enc_config.hidden, config.num_labels);
         let w = EncoderWeights::open(dir, if roberta { "roberta" } else { "bert" })?;
-        let mismatch = |e| w.mismatch(e);
-        let encoder = Encoder::load(&w.encoder, enc_config, precision).map_err(mismatch)?;
+        let encoder = Encoder::load(&w, enc_config, precision)?;
         let (dense, out) = if roberta {
-            let head = w.root.pp("classifier");
             (
-                read_linear(&head.pp("dense"), h, h),
-                read_linear(&head.pp("out_proj"), labels, h),
+                w.root_linear("classifier.dense", h, h)?,
+                w.root_linear("classifier.out_proj", labels, h)?,
             )
         } else {
             (
-                read_linear(&w.encoder.pp("pooler.dense"), h, h),
-                read_linear(&w.root.pp("classifier"), labels, h),
+                w.encoder_linear("pooler.dense", h, h)?,
+                w.root_linear("classifier", labels, h)?,
             )
         };
         Ok(SequenceClassifier {
             encoder,
-            dense: dense.map_err(mismatch)?,
-            out: out.map_err(mismatch)?,
+            dense,
+            out,
             config,
         })
     }

@@ -12,19 +12,16 @@
 //! only. Workspace buffers are allocated once per batch and reused by every layer.
 
 use std::cell::RefCell;
-use std::path::PathBuf;
 
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
 use rayon::prelude::*;
 use serde_json::Value;
 
-use crate::models::candle_message;
-use crate::models::dir::{ModelDir, CONFIG_FILE, WEIGHTS_FILE};
+use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::kernels::{
     add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
 };
 use crate::models::quant::{QuantLinear, QuantRows, Then};
+use crate::models::weights::Weights;
 use crate::models::Precision;
 use crate::{Error, Result};
 
@@ -227,113 +224,102 @@ pub(crate) struct Encoder {
     precision: Precision,
 }
 
-/// The weights of a BERT-family checkpoint, memory-mapped: the file's root (where task heads
-/// sit) and the encoder's own root, under `bert.` / `roberta.` in transformers' task-model
-/// layout or at the file's root for a bare encoder.
+/// The weights of a BERT-family checkpoint, through the one weights loader
+/// ([`Weights`]): the encoder's tensors (`embeddings.*`, `encoder.layer.N.*`) sit under
+/// `bert.` / `roberta.` in transformers' task-model layout, or at the file's root for a bare
+/// encoder; task heads sit at the root.
 pub(crate) struct EncoderWeights {
-    /// The file's root.
-    pub root: VarBuilder<'static>,
-    /// Where `embeddings.*` and `encoder.layer.N.*` sit.
-    pub encoder: VarBuilder<'static>,
-    weights_path: PathBuf,
-    config_path: PathBuf,
+    weights: Weights,
+    /// `"bert."`, `"roberta."` or `""`: where the encoder's tensors are.
+    prefix: String,
 }
 
 impl EncoderWeights {
-    /// Maps `model.safetensors` of `dir` and finds the encoder under `prefix` or at the root;
-    /// weights with neither are an [`Error::Model`] naming the file.
+    /// Maps the checkpoint of `dir` (one file or shards) and finds the encoder under `prefix`
+    /// or at the root; weights with neither are an [`Error::Model`] naming the file.
     pub fn open(dir: &ModelDir, prefix: &str) -> Result<Self> {
-        let root = dir.weights(DType::F32, &Device::Cpu)?;
-        let weights_path = dir.path().join(WEIGHTS_FILE);
-        let encoder =
-            if root.contains_tensor(&format!("{prefix}.embeddings.word_embeddings.weight")) {
-                root.pp(prefix)
-            } else if root.contains_tensor("embeddings.word_embeddings.weight") {
-                root.clone()
-            } else {
-                return Err(Error::model(format!(
-                    "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
-                    weights_path.display()
-                )));
-            };
-        Ok(EncoderWeights {
-            root,
-            encoder,
-            weights_path,
-            config_path: dir.path().join(CONFIG_FILE),
+        let weights = Weights::open(dir.path())?;
+        let prefix = if weights.has(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+            format!("{prefix}.")
+        } else if weights.has("embeddings.word_embeddings.weight") {
+            String::new()
+        } else {
+            return Err(Error::model(format!(
+                "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
+                dir.path().join(WEIGHTS_FILE).display()
+            )));
+        };
+        Ok(EncoderWeights { weights, prefix })
+    }
+
+    /// The encoder's tensor `name` (relative to the encoder's root) of shape `shape`.
+    pub fn encoder(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.weights.f32(&format!("{}{name}", self.prefix), shape)
+    }
+
+    /// Whether the encoder has a tensor `name` (relative to its root).
+    fn encoder_has(&self, name: &str) -> bool {
+        self.weights.has(&format!("{}{name}", self.prefix))
+    }
+
+    /// The linear layer `{name}.weight` `(outputs, inputs)` and `{name}.bias`, relative to the
+    /// encoder's root.
+    pub fn encoder_linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear> {
+        Ok(Linear {
+            weight: self.encoder(&format!("{name}.weight"), &[outputs, inputs])?,
+            bias: self.encoder(&format!("{name}.bias"), &[outputs])?,
+            inputs,
+            outputs,
         })
     }
 
-    /// The error for a tensor that is missing or whose shape differs from what `config.json`
-    /// implies.
-    pub fn mismatch(&self, e: candle_core::Error) -> Error {
-        Error::model(format!(
-            "{}: weights do not match {}: {}",
-            self.weights_path.display(),
-            self.config_path.display(),
-            candle_message(&e)
-        ))
+    /// The linear layer `{name}.weight` / `{name}.bias` at the file's root (a task head).
+    pub fn root_linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear> {
+        Ok(Linear {
+            weight: self
+                .weights
+                .f32(&format!("{name}.weight"), &[outputs, inputs])?,
+            bias: self.weights.f32(&format!("{name}.bias"), &[outputs])?,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// A layer norm under `name`: `weight`/`bias`, or the older `gamma`/`beta` names.
+    fn norm(&self, name: &str, n: usize) -> Result<Norm> {
+        let (w, b) = if self.encoder_has(&format!("{name}.weight")) {
+            ("weight", "bias")
+        } else {
+            ("gamma", "beta")
+        };
+        Ok(Norm {
+            weight: self.encoder(&format!("{name}.{w}"), &[n])?,
+            bias: self.encoder(&format!("{name}.{b}"), &[n])?,
+        })
     }
 }
 
-/// Reads a tensor of the given shape as a flat `Vec<f32>`.
-pub(crate) fn read(vb: &VarBuilder, shape: &[usize], name: &str) -> candle_core::Result<Vec<f32>> {
-    vb.get(shape, name)?
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()
-}
-
-/// Reads a linear layer `(outputs, inputs)` with bias under `vb`.
-pub(crate) fn read_linear(
-    vb: &VarBuilder,
-    outputs: usize,
-    inputs: usize,
-) -> candle_core::Result<Linear> {
-    Ok(Linear {
-        weight: read(vb, &[outputs, inputs], "weight")?,
-        bias: read(vb, &[outputs], "bias")?,
-        inputs,
-        outputs,
-    })
-}
-
-/// A layer norm under `vb`: `weight`/`bias`, or the older `gamma`/`beta` names.
-fn read_norm(vb: &VarBuilder, n: usize) -> candle_core::Result<Norm> {
-    let (w, b) = if vb.contains_tensor("weight") {
-        ("weight", "bias")
-    } else {
-        ("gamma", "beta")
-    };
-    Ok(Norm {
-        weight: read(vb, &[n], w)?,
-        bias: read(vb, &[n], b)?,
-    })
-}
-
 impl Encoder {
-    /// Loads the encoder weights under `vb` (`embeddings.*`, `encoder.layer.N.*`), with the
-    /// shapes `cfg` implies; a missing tensor or a wrong shape is a candle error naming it.
-    /// With [`Precision::Int8`] the linear layers of every encoder layer are quantized (see
-    /// `models::quant`); embeddings and layer norms stay in f32.
-    pub fn load(
-        vb: &VarBuilder,
-        cfg: EncoderConfig,
-        precision: Precision,
-    ) -> candle_core::Result<Self> {
+    /// Loads the encoder from `w` (`embeddings.*`, `encoder.layer.N.*`), with the shapes `cfg`
+    /// implies; a missing tensor or a wrong shape is an [`Error::Model`] naming the file and
+    /// the tensor. With [`Precision::Int8`] the linear layers of every encoder layer are
+    /// quantized (see `models::quant`); embeddings and layer norms stay in f32.
+    pub fn load(w: &EncoderWeights, cfg: EncoderConfig, precision: Precision) -> Result<Self> {
         let (h, i) = (cfg.hidden, cfg.intermediate);
-        let emb = vb.pp("embeddings");
-        let word = read(&emb, &[cfg.vocab, h], "word_embeddings.weight")?;
-        let position = read(&emb, &[cfg.positions, h], "position_embeddings.weight")?;
-        let token_type = read(&emb, &[cfg.type_vocab, h], "token_type_embeddings.weight")?;
-        let embed_norm = read_norm(&emb.pp("LayerNorm"), h)?;
+        let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?;
+        let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?;
+        let token_type = w.encoder(
+            "embeddings.token_type_embeddings.weight",
+            &[cfg.type_vocab, h],
+        )?;
+        let embed_norm = w.norm("embeddings.LayerNorm", h)?;
         let layers = (0..cfg.layers)
             .map(|n| {
-                let l = vb.pp(format!("encoder.layer.{n}"));
-                let att = l.pp("attention");
-                let q = read_linear(&att.pp("self.query"), h, h)?;
-                let k = read_linear(&att.pp("self.key"), h, h)?;
-                let v = read_linear(&att.pp("self.value"), h, h)?;
+                let l = format!("encoder.layer.{n}");
+                let att = format!("{l}.attention");
+                let q = w.encoder_linear(&format!("{att}.self.query"), h, h)?;
+                let k = w.encoder_linear(&format!("{att}.self.key"), h, h)?;
+                let v = w.encoder_linear(&format!("{att}.self.value"), h, h)?;
                 let qkv = Linear {
                     weight: [q.weight, k.weight, v.weight].concat(),
                     bias: [q.bias, k.bias, v.bias].concat(),
@@ -343,14 +329,14 @@ impl Encoder {
                 let dense = |linear| Dense::new(linear, precision);
                 Ok(Layer {
                     qkv: dense(qkv),
-                    out: dense(read_linear(&att.pp("output.dense"), h, h)?),
-                    attn_norm: read_norm(&att.pp("output.LayerNorm"), h)?,
-                    ff_in: dense(read_linear(&l.pp("intermediate.dense"), i, h)?),
-                    ff_out: dense(read_linear(&l.pp("output.dense"), h, i)?),
-                    ff_norm: read_norm(&l.pp("output.LayerNorm"), h)?,
+                    out: dense(w.encoder_linear(&format!("{att}.output.dense"), h, h)?),
+                    attn_norm: w.norm(&format!("{att}.output.LayerNorm"), h)?,
+                    ff_in: dense(w.encoder_linear(&format!("{l}.intermediate.dense"), i, h)?),
+                    ff_out: dense(w.encoder_linear(&format!("{l}.output.dense"), h, i)?),
+                    ff_norm: w.norm(&format!("{l}.output.LayerNorm"), h)?,
                 })
             })
-            .collect::<candle_core::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         Ok(Encoder {
             cfg,
             word,
