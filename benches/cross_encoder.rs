@@ -1,6 +1,7 @@
 //! Cross-encoder throughput: rerank 100 SciFact documents for one query with a
 //! MiniLM-L6-shaped cross-encoder (the real all-MiniLM-L6-v2 encoder with a seeded random
-//! head, built by `scripts/make_ce_minilm.py`).
+//! head, built by `scripts/make_ce_minilm.py` into `$RERANK_MODELS_DIR/ce-minilm-l6-random`,
+//! default `./models/...`).
 //!
 //! Inputs: the first SciFact query judged in `qrels/test.tsv`, and the first 100 corpus
 //! documents as `title + " " + text` (scripts/bench_vs_sentence_transformers.py feeds
@@ -13,15 +14,12 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 
 use rerank::models::{ModelOptions, Precision};
 use rerank::rerankers::RerankQuery;
 use rerank::{CrossEncoder, Reranker};
 
-const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/ce-minilm-l6-random");
 const DOCS: usize = 100;
 
 /// The query and documents, or `None` when the data is not there.
@@ -33,7 +31,7 @@ fn inputs() -> Option<(String, Vec<String>)> {
 }
 
 fn bench(c: &mut Criterion) {
-    let model = PathBuf::from(MODEL);
+    let model = common::model_dir("ce-minilm-l6-random");
     if !model.join("model.safetensors").is_file() {
         eprintln!(
             "skipping: {} not found (run scripts/fetch_minilm.sh, then scripts/make_ce_minilm.py)",

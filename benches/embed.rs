@@ -22,8 +22,6 @@
 mod common;
 
 #[cfg(feature = "models")]
-use std::path::PathBuf;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 #[cfg(feature = "models")]
 use criterion::{SamplingMode, Throughput};
@@ -40,15 +38,6 @@ const DOCS: usize = 256;
 /// Documents per iteration of the f32 / int8 group.
 #[cfg(feature = "models")]
 const PRECISION_DOCS: usize = 64;
-
-/// The model directory: `$RERANK_MODELS_DIR/all-MiniLM-L6-v2`, default `./models/...`.
-#[cfg(feature = "models")]
-fn model_dir() -> PathBuf {
-    std::env::var_os("RERANK_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")))
-        .join("all-MiniLM-L6-v2")
-}
 
 /// `2 m n k` floating-point operations per iteration, reported as elements per second.
 #[cfg(feature = "models")]
@@ -103,7 +92,7 @@ fn gemm_peak(c: &mut Criterion, threads: usize) {
 #[cfg(feature = "models")]
 fn bench(c: &mut Criterion) {
     gemm_peak(c, common::threads());
-    let model = model_dir();
+    let model = common::model_dir("all-MiniLM-L6-v2");
     if !model.join("model.safetensors").is_file() {
         eprintln!(
             "skipping: {} not found (run scripts/fetch_minilm.sh)",

@@ -175,7 +175,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_models = os.environ.get("RERANK_MODELS_DIR", "models")
     ap.add_argument("--model", default=f"{default_models}/all-MiniLM-L6-v2")
-    ap.add_argument("--ce-model", default="models/ce-minilm-l6-random")
+    ap.add_argument("--ce-model", default=os.path.join(default_models, "ce-minilm-l6-random"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scifact", action="store_true", help="also SciFact dense nDCG@10 in f32 and int8")

@@ -6,12 +6,14 @@ plus a seeded random pooler and one-label classifier, saved as a transformers
 `BertForSequenceClassification` directory. It computes what ms-marco-MiniLM-L-6-v2 computes
 (same shapes), but its scores mean nothing: use it for throughput only.
 
-Usage: python scripts/make_ce_minilm.py [--src models/all-MiniLM-L6-v2]
-                                        [--out models/ce-minilm-l6-random] [--seed 42]
+Usage: python scripts/make_ce_minilm.py [--src $RERANK_MODELS_DIR/all-MiniLM-L6-v2]
+                                        [--out $RERANK_MODELS_DIR/ce-minilm-l6-random] [--seed 42]
+($RERANK_MODELS_DIR defaults to ./models.)
 Needs numpy and safetensors.
 """
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,8 +25,9 @@ COPIED = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_token
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", default="models/all-MiniLM-L6-v2")
-    ap.add_argument("--out", default="models/ce-minilm-l6-random")
+    models = os.environ.get("RERANK_MODELS_DIR", "models")
+    ap.add_argument("--src", default=os.path.join(models, "all-MiniLM-L6-v2"))
+    ap.add_argument("--out", default=os.path.join(models, "ce-minilm-l6-random"))
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args()
     src, out = Path(args.src), Path(args.out)

@@ -1,7 +1,7 @@
 //! Inputs and settings shared by the model benchmarks (each bench uses a part of them).
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The SciFact collection (read from `../shared`, never copied into the crate).
 pub const SCIFACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/scifact");
@@ -49,4 +49,12 @@ pub fn threads() -> usize {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(2)
+}
+
+/// The model directory `name` under `$RERANK_MODELS_DIR` (default `./models`).
+pub fn model_dir(name: &str) -> PathBuf {
+    std::env::var_os("RERANK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")))
+        .join(name)
 }
