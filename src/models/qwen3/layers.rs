@@ -138,8 +138,7 @@ impl Embeddings {
         self.weights.rows_into(EMBED, self.width, ids, out)
     }
 
-    /// The mapped checkpoint, to read more of it (the generator's output head).
-    #[allow(dead_code)]
+    /// The mapped checkpoint, to read more of it (an output head).
     pub fn weights(&self) -> &Weights {
         &self.weights
     }
@@ -160,6 +159,20 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
+    /// Maps the checkpoint in `dir` (see [`Weights::open`]) and loads it for `cfg`, the layers
+    /// in parallel on the current rayon pool (for the generator; the scorer reads the head's
+    /// rows first, with [`Decoder::from_weights`]).
+    #[allow(dead_code)]
+    pub fn load(dir: &std::path::Path, cfg: Qwen3Config) -> Result<Self> {
+        Self::from_weights(Weights::open(dir)?, cfg)
+    }
+
+    /// The name of the output head's matrix (see [`head_name`]).
+    #[allow(dead_code)]
+    pub fn head_name(&self) -> Result<&'static str> {
+        head_name(self.embed.weights(), &self.cfg)
+    }
+
     /// Loads the decoder from an opened checkpoint ([`Weights::open`]), which the embeddings
     /// keep; the layers load in parallel on the current rayon pool.
     pub fn from_weights(weights: Weights, cfg: Qwen3Config) -> Result<Self> {

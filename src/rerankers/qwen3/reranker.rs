@@ -70,7 +70,7 @@ fn sigmoid(x: f32) -> f32 {
     }
 }
 
-/// Qwen3-Reranker on candle: the official yes/no prompt, packed batches, CPU.
+/// Qwen3-Reranker on the crate's CPU kernels: the official yes/no prompt, packed batches.
 ///
 /// Loads a local `Qwen3ForCausalLM` directory (`config.json`, `model.safetensors` or a sharded
 /// index, and `tokenizer.json` unless one is given). Each document is judged with the model
