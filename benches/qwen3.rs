@@ -11,7 +11,9 @@
 //! RERANK_BENCH_JSON=1 cargo bench --bench qwen3   # a few timed runs, one JSON line
 //! ```
 //! JSON mode: `RERANK_BENCH_REPEATS` timed runs (default 3) after `RERANK_BENCH_WARMUP`
-//! untimed ones (default 1).
+//! untimed ones (default 1); the line has the load time, the resident memory after loading
+//! and at its peak (`/proc/self/status` `VmRSS`, `VmHWM`; absent off Linux), the prompt
+//! lengths, the times and the logits.
 //! `scripts/bench_qwen3_vs_transformers.py` runs the JSON mode next to transformers.
 
 #[cfg(feature = "models")]
@@ -42,6 +44,14 @@ mod bench {
             .map(|j| words[(i * 7 + j * 13 + (j * j) % 5) % n])
             .collect();
         format!("{}.", picked.join(" "))
+    }
+
+    /// A `/proc/self/status` memory line (`VmRSS`, `VmHWM`) in MiB; `None` where there is none.
+    fn status_mb(key: &str) -> Option<f64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / 1024.0)
     }
 
     fn env_usize(name: &str) -> Option<usize> {
@@ -78,13 +88,15 @@ mod bench {
             }
         };
         let load_s = t.elapsed().as_secs_f64();
+        let rss_after_load = status_mb("VmRSS");
         let docs: Vec<String> = (0..N_DOCS).map(document).collect();
         let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
         let query = RerankQuery::new(QUERY);
-        let tokens: usize = refs
+        let prompt_lens: Vec<usize> = refs
             .iter()
             .map(|d| reranker.encode(None, QUERY, d).map_or(0, |ids| ids.len()))
-            .sum();
+            .collect();
+        let tokens: usize = prompt_lens.iter().sum();
         let doc_tokens: Vec<usize> = refs
             .iter()
             .map(|d| {
@@ -119,13 +131,16 @@ mod bench {
             println!(
                 "{}",
                 serde_json::json!({
-                    "impl": "rerank (candle)",
+                    "impl": "rerank",
                     "threads": threads,
                     "docs": N_DOCS,
                     "prompt_tokens": tokens,
                     "doc_tokens_min": doc_tokens.iter().min(),
                     "doc_tokens_max": doc_tokens.iter().max(),
+                    "prompt_lens": prompt_lens,
                     "load_s": load_s,
+                    "rss_after_load_mb": rss_after_load,
+                    "peak_rss_mb": status_mb("VmHWM"),
                     "seconds": seconds,
                     "median_s": median,
                     "tokens_per_s": tokens as f64 / median,

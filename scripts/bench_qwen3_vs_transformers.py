@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Side-by-side throughput: rerank's Qwen3Reranker (candle) vs transformers, same machine, threads, run.
+"""Side-by-side throughput: rerank's Qwen3Reranker vs transformers, same machine, threads, run.
 
 Scores 20 documents of ~300 tokens against one query with the Qwen3-Reranker prompt, using the random
-0.6B-shaped model from scripts/make_qwen3_bench_model.py. transformers runs twice:
+0.6B-shaped model from scripts/make_qwen3_bench_model.py (made on first use). transformers runs twice:
   - "model card": the official Qwen3-Reranker code path (left padding, full logits, then [:, -1, [no, yes]]);
   - "last logits only": the same with logits_to_keep=1 (no full-vocabulary projection at every position),
     the fairest baseline for the Rust scorer, which projects only the last position onto W[yes] - W[no].
@@ -10,12 +10,18 @@ The Rust side is `cargo bench --bench qwen3` in its JSON mode (RERANK_BENCH_JSON
 process, with the same thread count (RAYON_NUM_THREADS too). The three are interleaved round by round so
 that a change in machine load hits all of them; the speed-up is the median over rounds of
 (transformers seconds / rust seconds). It checks that both sides saw the same token counts and close
-logits, and prints seconds, tokens/s and speed-ups.
+logits, and prints seconds, tokens/s, speed-ups, the achieved GFLOP/s (2 x non-embedding parameters x
+tokens, plus causal attention: the work of a forward pass over every position, the same figure for every
+side), the load times, the Rust process's resident memory after loading and at its peak, and the CPU's
+vector flags.
 
 Usage:
-  python scripts/bench_qwen3_vs_transformers.py --threads 2 [--model models/qwen3-0.6b-shape]
-      [--rounds 2] [--skip-model-card]
-Needs torch and transformers (CPU is enough). Times include tokenization on both sides.
+  python scripts/bench_qwen3_vs_transformers.py --threads 2 [--model DIR] [--rounds 2] [--skip-model-card]
+The model directory defaults to $RERANK_QWEN3_BENCH_MODEL, else $RERANK_MODELS_DIR/qwen3-0.6b-shape, else
+models/qwen3-0.6b-shape. Needs torch and transformers (CPU is enough): when this Python lacks them, the
+script re-runs itself in the virtualenv $RERANK_BENCH_VENV (default `$HOME/.cache/rerank/venv-bench`),
+creating it with `pip install torch transformers numpy` when missing. Times include tokenization on both
+sides. Timings on a shared machine are noisy: compare the ratios of one run.
 """
 import argparse
 import json
@@ -27,6 +33,56 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("RERANK_BENCH_VENV", Path.home() / ".cache" / "rerank" / "venv-bench"))
+RUST = "rerank"
+BASELINE = "rerank (baseline)"
+
+
+def ensure_python():
+    """Re-runs this script in the bench virtualenv when this Python lacks torch or transformers."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        return
+    except ImportError:
+        pass
+    py = VENV / "bin" / "python"
+    if Path(sys.executable).resolve() == py.resolve():
+        sys.exit(f"{py} lacks torch or transformers")
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "torch", "transformers", "numpy"], check=True)
+    os.execv(str(py), [str(py), *sys.argv])
+
+
+def default_model():
+    if os.environ.get("RERANK_QWEN3_BENCH_MODEL"):
+        return Path(os.environ["RERANK_QWEN3_BENCH_MODEL"])
+    if os.environ.get("RERANK_MODELS_DIR"):
+        return Path(os.environ["RERANK_MODELS_DIR"]) / "qwen3-0.6b-shape"
+    return ROOT / "models" / "qwen3-0.6b-shape"
+
+
+def cpu_flags():
+    """The vector-instruction flags of this CPU (Linux), e.g. avx2 fma."""
+    try:
+        words = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni") if f in words)
+
+
+def nominal_flops(model_dir, prompt_lens):
+    """2 x non-embedding parameters x tokens + causal attention (QK and PV) over every position."""
+    c = json.loads((Path(model_dir) / "config.json").read_text())
+    h, ffn, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    heads, d = c["num_attention_heads"], c.get("head_dim") or h // c["num_attention_heads"]
+    kv = c.get("num_key_value_heads", heads)
+    q_out, kv_out = heads * d, kv * d
+    params = layers * (h * (q_out + 2 * kv_out) + q_out * h + 3 * h * ffn)
+    tokens = sum(prompt_lens)
+    attention = layers * 4 * heads * d * sum(n * (n + 1) // 2 for n in prompt_lens)
+    return 2 * params * tokens + attention
 
 # The same recipe as benches/qwen3.rs.
 WORDS = ("the server process memory leak grows slowly over days until the kernel kills it because "
@@ -95,15 +151,16 @@ class Transformers:
         return time.perf_counter() - t, logits, tokens, padded
 
 
-def rust_run(model_dir, threads):
-    """One timed Rust call (a fresh process, no warm-up: nothing in it is compiled at run time)."""
+def rust_run(model_dir, threads, root=ROOT):
+    """One timed Rust call (a fresh process, no warm-up: nothing in it is compiled at run time) of the
+    checkout in `root`."""
     env = dict(os.environ)
     env.update({
         "RERANK_BENCH_JSON": "1", "RERANK_BENCH_REPEATS": "1", "RERANK_BENCH_WARMUP": "0",
         "RERANK_BENCH_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads),
         "RERANK_QWEN3_BENCH_MODEL": str(Path(model_dir).resolve()),
     })
-    out = subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3"], cwd=ROOT, env=env,
+    out = subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3"], cwd=root, env=env,
                          check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if not lines:
@@ -113,16 +170,26 @@ def rust_run(model_dir, threads):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=str(ROOT / "models" / "qwen3-0.6b-shape"))
+    ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of (transformers last-logits, transformers model card, rust), interleaved")
     ap.add_argument("--skip-model-card", action="store_true")
+    ap.add_argument("--baseline-root", default=None,
+                    help="another checkout of rerank (e.g. `git archive main` unpacked) run as one more side, "
+                         "\"rerank (baseline)\", to compare before and after in the same run")
     args = ap.parse_args()
     args.rounds = max(1, args.rounds)
+    ensure_python()
+    model = Path(args.model) if args.model else default_model()
+    if not (model / "model.safetensors").is_file():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_qwen3_bench_model.py"), "--out", str(model)],
+                       check=True)
+    args.model = str(model)
 
-    # Build the Rust bench first, outside any timing.
-    subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3", "--no-run"], cwd=ROOT, check=True)
+    # Build the Rust bench(es) first, outside any timing.
+    for root in [ROOT] + ([Path(args.baseline_root)] if args.baseline_root else []):
+        subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3", "--no-run"], cwd=root, check=True)
     hf = Transformers(args.model, args.threads)
     warm = [document(i) for i in range(2)]
     hf.score(warm, True)
@@ -132,18 +199,32 @@ def main():
     if not args.skip_model_card:
         variants.append(("transformers (model card)", False))
     times = {name: [] for name, _ in variants}
-    times["rerank (candle)"] = []
+    times[RUST] = []
     ratios = {name: [] for name, _ in variants}
     logits = {}
     tokens = {}
+    rust_loads, rust_rss, prompt_lens = [], [], None
+    base_loads, baseline_ratios = [], []
+    if args.baseline_root:
+        times[BASELINE] = []
     for r in range(args.rounds):
         for name, last_only in variants:
             sec, lg, tok, padded = hf.run(last_only)
             times[name].append(sec)
             logits[name], tokens[name] = lg, tok
+        if args.baseline_root:
+            base = rust_run(args.model, args.threads, Path(args.baseline_root))
+            times[BASELINE].append(base["median_s"])
+            logits[BASELINE], tokens[BASELINE] = base["logits"], base["prompt_tokens"]
+            base_loads.append(base["load_s"])
         rust = rust_run(args.model, args.threads)
-        times["rerank (candle)"].append(rust["median_s"])
-        logits["rerank (candle)"], tokens["rerank (candle)"] = rust["logits"], rust["prompt_tokens"]
+        if args.baseline_root:
+            baseline_ratios.append(times[BASELINE][-1] / rust["median_s"])
+        times[RUST].append(rust["median_s"])
+        logits[RUST], tokens[RUST] = rust["logits"], rust["prompt_tokens"]
+        rust_loads.append(rust["load_s"])
+        rust_rss.append((rust.get("rss_after_load_mb"), rust.get("peak_rss_mb")))
+        prompt_lens = rust.get("prompt_lens")
         for name, _ in variants:
             ratios[name].append(times[name][-1] / rust["median_s"])
         print(json.dumps({"round": r, **{k: v[-1] for k, v in times.items()}}), flush=True)
@@ -151,15 +232,31 @@ def main():
     print(json.dumps({**hf.versions, "threads": args.threads, "docs": N_DOCS, "rounds": args.rounds,
                       "padded_tokens": padded, "tokens": tokens}))
     ref = "transformers (last logits only)"
-    if tokens["rerank (candle)"] != tokens[ref]:
+    if tokens[RUST] != tokens[ref]:
         print(f"WARNING: token counts differ: {tokens}")
-    worst = max(abs(a - b) for a, b in zip(logits["rerank (candle)"], logits[ref]))
+    worst = max(abs(a - b) for a, b in zip(logits[RUST], logits[ref]))
     print(f"max |logit difference| rust vs transformers: {worst:.2e}")
-    print(f"{'implementation':34} {'median s':>9} {'tokens/s':>9} {'rust speed-up (median of rounds)':>34}")
+    flops = nominal_flops(args.model, prompt_lens) if prompt_lens else None
+    print(f"cpu flags: {cpu_flags()}; threads {args.threads}")
+    print(f"{'implementation':34} {'median s':>9} {'tokens/s':>9} {'GFLOP/s':>8} {'rust speed-up (median of rounds)':>34}")
     for name, secs in times.items():
         med = statistics.median(secs)
-        speedup = statistics.median(ratios[name]) if name in ratios else 1.0
-        print(f"{name:34} {med:9.2f} {tokens[name] / med:9.1f} {speedup:34.2f}")
+        if name in ratios:
+            speedup = statistics.median(ratios[name])
+        else:
+            speedup = statistics.median(baseline_ratios) if name == BASELINE else 1.0
+        gflops = f"{flops / med / 1e9:8.1f}" if flops else f"{'-':>8}"
+        print(f"{name:34} {med:9.2f} {tokens[name] / med:9.1f} {gflops} {speedup:34.2f}")
+    if flops:
+        print(f"nominal work: {flops / 1e9:.0f} GFLOP for {sum(prompt_lens)} tokens")
+    if baseline_ratios:
+        print(f"rust speed-up over the baseline checkout (median of rounds): {statistics.median(baseline_ratios):.2f}; "
+              f"baseline load seconds {statistics.median(base_loads):.2f}")
+    print(f"load seconds: rust {statistics.median(rust_loads):.2f} (median of {len(rust_loads)}), "
+          f"transformers {hf.load_s:.2f}")
+    after, peak = rust_rss[-1]
+    if peak is not None:
+        print(f"rust resident memory: {after:.0f} MiB after loading, {peak:.0f} MiB at the peak")
 
 
 if __name__ == "__main__":

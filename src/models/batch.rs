@@ -1,5 +1,7 @@
-//! Length batching: group inputs of similar length under a budget of `inputs x longest` tokens
-//! per batch (the padded size; for the packed encoder an upper bound of the tokens computed).
+//! Length batching: group inputs of similar length under a token budget per batch, counted as
+//! `inputs x longest` (the padded size; for the packed encoder an upper bound of the tokens
+//! computed) by [`plan_batches`], or as the real tokens of a packed batch by
+//! [`plan_packed_batches`].
 
 /// Inputs run through the model together: their indices in the caller's order, and the padded
 /// length (the longest of them).
@@ -53,6 +55,44 @@ pub fn plan_batches(lengths: &[usize], max_tokens: usize, max_batch_size: usize)
     batches
 }
 
+/// Like [`plan_batches`], but the budget counts the real tokens of a packed (padding-free)
+/// batch: the sum of its inputs' lengths is at most `max_tokens` (an input longer than the
+/// budget gets a batch of its own). Longest first, every index exactly once.
+pub fn plan_packed_batches(
+    lengths: &[usize],
+    max_tokens: usize,
+    max_batch_size: usize,
+) -> Vec<Batch> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));
+    let max_batch_size = max_batch_size.max(1);
+    let mut batches = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut tokens = 0usize;
+    for i in order {
+        let n = lengths[i];
+        let fits = current.len() < max_batch_size && tokens.saturating_add(n) <= max_tokens;
+        if !current.is_empty() && !fits {
+            let seq_len = lengths[current[0]];
+            batches.push(Batch {
+                indices: std::mem::take(&mut current),
+                seq_len,
+            });
+            tokens = 0;
+        }
+        current.push(i);
+        tokens = tokens.saturating_add(n);
+    }
+    if !current.is_empty() {
+        let seq_len = lengths[current[0]];
+        batches.push(Batch {
+            indices: current,
+            seq_len,
+        });
+    }
+    batches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,7 +118,38 @@ mod tests {
         assert!(plan_batches(&[], 10, 2).is_empty());
     }
 
+    #[test]
+    fn packed_batches_count_real_tokens() {
+        let lens = [50, 40, 30, 200, 10];
+        let plan = plan_packed_batches(&lens, 80, usize::MAX);
+        let indices: Vec<Vec<usize>> = plan.iter().map(|b| b.indices.clone()).collect();
+        // 200 alone (over the budget), 50 alone (50 + 40 > 80), then 40 + 30 + 10 = 80.
+        assert_eq!(indices, vec![vec![3], vec![0], vec![1, 2, 4]]);
+        assert_eq!(plan[2].seq_len, 40);
+        let pairs = plan_packed_batches(&lens, usize::MAX, 2);
+        assert_eq!(pairs.len(), 3);
+        assert!(plan_packed_batches(&[], 10, 2).is_empty());
+    }
+
     proptest! {
+        #[test]
+        fn packed_plans_hold_every_input_once_within_the_budget(
+            lengths in proptest::collection::vec(1usize..600, 0..200),
+            max_tokens in 1usize..5000,
+            max_batch in 1usize..64,
+        ) {
+            let plan = plan_packed_batches(&lengths, max_tokens, max_batch);
+            let mut seen: Vec<usize> = plan.iter().flat_map(|b| b.indices.clone()).collect();
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
+            for b in &plan {
+                let tokens: usize = b.indices.iter().map(|&i| lengths[i]).sum();
+                prop_assert!(!b.indices.is_empty() && b.indices.len() <= max_batch);
+                prop_assert!(b.indices.len() == 1 || tokens <= max_tokens);
+                prop_assert_eq!(b.seq_len, b.indices.iter().map(|&i| lengths[i]).max().unwrap());
+            }
+        }
+
         #[test]
         fn every_input_once_and_within_limits(
             lengths in proptest::collection::vec(1usize..600, 0..200),

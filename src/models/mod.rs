@@ -23,7 +23,7 @@ mod quant;
 pub(crate) mod qwen3;
 pub(crate) mod weights;
 
-pub(crate) use batch::plan_batches;
+pub(crate) use batch::{plan_batches, plan_packed_batches};
 pub(crate) use bert::classifier::SequenceClassifier;
 #[doc(hidden)]
 pub use bert::pair::PairEncoding;
@@ -51,10 +51,4 @@ pub(crate) fn candle_message(e: &candle_core::Error) -> String {
         }
         other => other.to_string(),
     }
-}
-
-/// Wraps a candle error with what was being done, as an [`Error::Model`](crate::Error::Model)
-/// (the message from [`candle_message`]); for `map_err`.
-pub(crate) fn candle_err(context: &'static str) -> impl Fn(candle_core::Error) -> crate::Error {
-    move |e| crate::Error::model(format!("{context}: {}", candle_message(&e)))
 }

@@ -7,8 +7,6 @@
 //! (`model.layers.N.self_attn.q_proj.weight`, ...); every shape is checked against what
 //! `config.json` implies, and a mismatch names the tensor and both shapes.
 
-use std::path::Path;
-
 use rayon::prelude::*;
 
 use super::config::Qwen3Config;
@@ -140,7 +138,7 @@ impl Embeddings {
         self.weights.rows_into(EMBED, self.width, ids, out)
     }
 
-    /// The mapped checkpoint, to read more of it (an output head's rows).
+    /// The mapped checkpoint, to read more of it (an output head).
     pub fn weights(&self) -> &Weights {
         &self.weights
     }
@@ -162,12 +160,21 @@ pub(crate) struct Decoder {
 
 impl Decoder {
     /// Maps the checkpoint in `dir` (see [`Weights::open`]) and loads it for `cfg`, the layers
-    /// in parallel on the current rayon pool.
-    pub fn load(dir: &Path, cfg: Qwen3Config) -> Result<Self> {
+    /// in parallel on the current rayon pool (for the generator; the scorer reads the head's
+    /// rows first, with [`Decoder::from_weights`]).
+    #[allow(dead_code)]
+    pub fn load(dir: &std::path::Path, cfg: Qwen3Config) -> Result<Self> {
         Self::from_weights(Weights::open(dir)?, cfg)
     }
 
-    /// Loads the decoder from an opened checkpoint, which the embeddings keep.
+    /// The name of the output head's matrix (see [`head_name`]).
+    #[allow(dead_code)]
+    pub fn head_name(&self) -> Result<&'static str> {
+        head_name(self.embed.weights(), &self.cfg)
+    }
+
+    /// Loads the decoder from an opened checkpoint ([`Weights::open`]), which the embeddings
+    /// keep; the layers load in parallel on the current rayon pool.
     pub fn from_weights(weights: Weights, cfg: Qwen3Config) -> Result<Self> {
         let h = cfg.hidden_size;
         let shape = weights.shape(EMBED)?.to_vec();
@@ -192,18 +199,18 @@ impl Decoder {
             final_norm,
         })
     }
+}
 
-    /// The name of the output head's matrix: the embeddings when tied, else `lm_head.weight`
-    /// (an untied checkpoint without it is an [`Error::Model`]).
-    pub fn head_name(&self) -> Result<&'static str> {
-        if self.cfg.tie_word_embeddings {
-            Ok(EMBED)
-        } else if self.embed.weights().has(LM_HEAD) {
-            Ok(LM_HEAD)
-        } else {
-            Err(Error::model(format!(
-                "no {LM_HEAD} in the weights, and config.json says tie_word_embeddings is false"
-            )))
-        }
+/// The name of the output head's matrix: the embeddings when tied, else `lm_head.weight` (an
+/// untied checkpoint without it is an [`Error::Model`]).
+pub(crate) fn head_name(w: &Weights, cfg: &Qwen3Config) -> Result<&'static str> {
+    if cfg.tie_word_embeddings {
+        Ok(EMBED)
+    } else if w.has(LM_HEAD) {
+        Ok(LM_HEAD)
+    } else {
+        Err(Error::model(format!(
+            "no {LM_HEAD} in the weights, and config.json says tie_word_embeddings is false"
+        )))
     }
 }

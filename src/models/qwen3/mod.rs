@@ -6,15 +6,15 @@
 //!   layer, token embeddings read from the mapped file, the final norm (`Decoder`).
 //! - `ops`: the vectorized row-wise steps: RMSNorm, per-head q/k RMSNorm fused with RoPE,
 //!   `SiLU(gate) * up`, and the RoPE tables.
+//! - `scorer`: the packed forward pass for yes/no scoring (`Qwen3Scorer`), used by
+//!   `rerankers::qwen3`.
 //!
 //! Weights come from the one loader, `models::weights`; matrix products from
 //! `models::kernels`.
 
 mod config;
-// Until the packed scorer and the generator's decoder are built on them.
-#[allow(dead_code)]
 pub(crate) mod layers;
-#[allow(dead_code)]
 pub(crate) mod ops;
+pub(crate) mod scorer;
 
 pub use config::{Qwen3Config, ARCHITECTURE};

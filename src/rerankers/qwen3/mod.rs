@@ -6,8 +6,6 @@
 //! - [`Qwen3Config`] (feature `models`): the `config.json` keys the forward pass reads (it
 //!   lives with the model in `models::qwen3`).
 
-#[cfg(feature = "models")]
-mod forward;
 mod instructions;
 #[cfg(feature = "models")]
 mod reranker;

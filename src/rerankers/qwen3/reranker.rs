@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use super::forward::Qwen3Scorer;
 use super::instructions::Instructions;
 use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
+use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
-use crate::models::{ModelOptions, ModelPool};
+use crate::models::{plan_packed_batches, ModelOptions, ModelPool};
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};
 
@@ -70,7 +70,7 @@ fn sigmoid(x: f32) -> f32 {
     }
 }
 
-/// Qwen3-Reranker on candle: the official yes/no prompt, packed batches, CPU.
+/// Qwen3-Reranker on the crate's CPU kernels: the official yes/no prompt, packed batches.
 ///
 /// Loads a local `Qwen3ForCausalLM` directory (`config.json`, `model.safetensors` or a sharded
 /// index, and `tokenizer.json` unless one is given). Each document is judged with the model
@@ -200,21 +200,20 @@ impl Qwen3Reranker {
         Ok(logits.into_iter().map(Qwen3Score::from_logit).collect())
     }
 
-    /// Sorts prompts by length, packs them into forward passes of at most `token_budget` tokens
-    /// (a longer prompt goes alone), and returns the scores in input order.
+    /// Sorts prompts by length, packs them into forward passes of at most `token_budget` real
+    /// tokens (a longer prompt goes alone; `models::plan_packed_batches`), and returns the
+    /// scores in input order.
     fn score_batched(&self, prompts: &[Vec<u32>]) -> Result<Vec<Qwen3Score>> {
-        let mut order: Vec<usize> = (0..prompts.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(prompts[i].len()));
+        let lengths: Vec<usize> = prompts.iter().map(Vec::len).collect();
         let mut out = vec![None; prompts.len()];
-        for batch in batches_by_budget(
-            &order,
-            |i| prompts[i].len(),
-            self.token_budget,
-            self.max_batch_size,
-        ) {
-            let refs: Vec<&[u32]> = batch.iter().map(|&i| prompts[i].as_slice()).collect();
+        for batch in plan_packed_batches(&lengths, self.token_budget, self.max_batch_size) {
+            let refs: Vec<&[u32]> = batch
+                .indices
+                .iter()
+                .map(|&i| prompts[i].as_slice())
+                .collect();
             let logits = self.scorer.logits(&refs)?;
-            for (&i, logit) in batch.iter().zip(logits) {
+            for (&i, logit) in batch.indices.iter().zip(logits) {
                 out[i] = Some(Qwen3Score::from_logit(logit));
             }
         }
@@ -222,32 +221,6 @@ impl Qwen3Reranker {
             .map(|s| s.ok_or_else(|| Error::model("a prompt was left unscored")))
             .collect()
     }
-}
-
-/// Groups `order` (already sorted) into consecutive batches whose lengths sum to at most
-/// `budget`; an item longer than the budget forms a batch of its own.
-fn batches_by_budget(
-    order: &[usize],
-    len: impl Fn(usize) -> usize,
-    budget: usize,
-    max_batch_size: usize,
-) -> Vec<Vec<usize>> {
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    let mut tokens = 0;
-    for &i in order {
-        let n = len(i);
-        if !current.is_empty() && (tokens + n > budget || current.len() >= max_batch_size) {
-            batches.push(std::mem::take(&mut current));
-            tokens = 0;
-        }
-        current.push(i);
-        tokens += n;
-    }
-    if !current.is_empty() {
-        batches.push(current);
-    }
-    batches
 }
 
 impl Reranker for Qwen3Reranker {
@@ -374,20 +347,6 @@ fn require_file(dir: &Path, name: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batches_respect_the_budget_and_keep_long_items_alone() {
-        let lens = [50, 40, 30, 200, 10];
-        let mut order: Vec<usize> = (0..lens.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
-        let batches = batches_by_budget(&order, |i| lens[i], 80, usize::MAX);
-        assert_eq!(batches, vec![vec![3], vec![0], vec![1, 2, 4]]);
-        let all = batches_by_budget(&order, |i| lens[i], usize::MAX, usize::MAX);
-        assert_eq!(all, vec![vec![3, 0, 1, 2, 4]]);
-        assert!(batches_by_budget(&[], |i| lens[i], 10, usize::MAX).is_empty());
-        let pairs = batches_by_budget(&order, |i| lens[i], usize::MAX, 2);
-        assert_eq!(pairs, vec![vec![3, 0], vec![1, 2], vec![4]]);
-    }
 
     #[test]
     fn sigmoid_is_stable_at_the_extremes() {
