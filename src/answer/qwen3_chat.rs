@@ -98,7 +98,7 @@ pub struct Qwen3ChatBuilder {
 }
 
 fn model_err(what: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
-    move |e| Error::model(format!("{what}: {e}"))
+    move |e| Error::model(format!("{what}: {}", crate::models::candle_message(&e)))
 }
 
 impl Qwen3ChatBuilder {
