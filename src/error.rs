@@ -65,7 +65,7 @@ pub enum Error {
     Model {
         /// What went wrong, naming the file where there is one.
         message: String,
-        /// The error underneath (candle, safetensors, serde), when there is one.
+        /// The error underneath (safetensors, tokenizers, serde), when there is one.
         #[source]
         source: Option<BoxError>,
     },

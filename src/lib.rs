@@ -39,7 +39,8 @@
 //! ```
 //!
 //! ## Features
-//! - `models` (default): candle-backed models (cross-encoder, BERT embedder, Qwen3).
+//! - `models` (default): the models (cross-encoder, BERT embedder, Qwen3 reranker and chat
+//!   generator) on the crate's CPU kernels, with `tokenizers`.
 //! - `hf-hub` (opt-in): download model directories from the Hugging Face hub.
 //! - `sqlite` (default): the persistent `Store` (bundled SQLite).
 //! - `http` (opt-in): an OpenAI-compatible chat-completions generator.
@@ -47,7 +48,7 @@
 //! - `redis` (opt-in): `cache::RedisCacheStore`, a semantic cache shared by many processes.
 //! - `pdf` (opt-in): PDF ingestion ([`ingest`]).
 //!
-//! Without default features the crate has no candle or tokenizers dependency.
+//! Without default features the crate has no model code and no tokenizers dependency.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

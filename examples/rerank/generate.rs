@@ -1,4 +1,16 @@
-//! `rerank generate`: run the Qwen3 chat model on one prompt and print the new token ids.
+//! `rerank generate`: run the Qwen3 chat model on one prompt and print the new text, or with
+//! `--json` the new ids, the text and where the time went:
+//!
+//! ```text
+//! {"ids": [...], "text": "...", "prompt_tokens": 170, "new_tokens": 64, "stopped": false,
+//!  "precision": "f32", "load_seconds": 0.9, "prefill_seconds": 1.2,
+//!  "decode_seconds": 4.1, "decode_steps": 63, "decode_tokens_per_second": 15.4}
+//! ```
+//!
+//! `load_seconds` is `Qwen3Chat::build` (files read, weights laid out); `prefill_seconds` the
+//! prompt's forward pass and the first token; `decode_tokens_per_second` the decode steps after
+//! it (each a forward pass of one token) over their time. All three are measured inside the
+//! process, so with tokenization and start-up they add up to the wall time.
 
 use std::path::PathBuf;
 
@@ -42,9 +54,26 @@ pub struct Args {
     /// Recompute the whole sequence at every step instead of keeping a KV cache.
     #[arg(long)]
     no_kv_cache: bool,
-    /// Print {"ids": [...], "text": ...} as JSON.
+    /// Threads for the model (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Number format of the weights: f32 (exact), or bf16 (half the memory and bytes per
+    /// token; activations stay f32).
+    #[arg(long, value_enum, default_value_t = WeightsArg::F32)]
+    precision: WeightsArg,
+    /// Print the ids, the text and the timings as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+/// `--precision` of `generate`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightsArg {
+    /// 32-bit float weights.
+    #[default]
+    F32,
+    /// bfloat16 weights.
+    Bf16,
 }
 
 #[cfg(feature = "models")]
@@ -52,11 +81,24 @@ pub fn run(args: Args) -> CliResult {
     use rerank::answer::{DecodeParams, Qwen3Chat};
     use rerank::answer::{Message, Role};
 
-    let mut builder = Qwen3Chat::builder(&args.model);
+    use rerank::models::{ModelOptions, Precision};
+    use std::time::Instant;
+
+    let options = ModelOptions {
+        threads: args.threads,
+        precision: match args.precision {
+            WeightsArg::F32 => Precision::F32,
+            WeightsArg::Bf16 => Precision::Bf16,
+        },
+        ..Default::default()
+    };
+    let mut builder = Qwen3Chat::builder(&args.model).options(options);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
     }
+    let loading = Instant::now();
     let model = builder.build()?;
+    let load_seconds = loading.elapsed().as_secs_f64();
     let text = if args.raw_prompt {
         args.prompt.clone()
     } else {
@@ -84,10 +126,22 @@ pub fn run(args: Args) -> CliResult {
     let out = model.generate_ids(&prompt_ids, &params)?;
     let decoded = model.decode(&out.ids)?;
     if args.json {
+        let t = &out.timings;
         println!(
             "{}",
-            serde_json::json!({"ids": out.ids, "text": decoded, "prompt_tokens": prompt_ids.len(),
-                               "stopped": out.stopped})
+            serde_json::json!({
+                "ids": out.ids,
+                "text": decoded,
+                "prompt_tokens": prompt_ids.len(),
+                "new_tokens": out.ids.len(),
+                "stopped": out.stopped,
+                "precision": model.precision().as_str(),
+                "load_seconds": load_seconds,
+                "prefill_seconds": t.prefill.as_secs_f64(),
+                "decode_seconds": t.decode.as_secs_f64(),
+                "decode_steps": t.decode_steps,
+                "decode_tokens_per_second": t.decode_tokens_per_second(),
+            })
         );
     } else {
         println!("{decoded}");

@@ -40,7 +40,7 @@ pub use prompt::{
     Prompt, PromptBuilder, TokenCounter, NOT_ENOUGH_INFORMATION, SYSTEM_PROMPT,
 };
 #[cfg(feature = "models")]
-pub use qwen3_chat::{DecodeParams, Decoded, Qwen3Chat, Qwen3ChatBuilder};
+pub use qwen3_chat::{DecodeParams, DecodeTimings, Decoded, Qwen3Chat, Qwen3ChatBuilder};
 
 use serde::{Deserialize, Serialize};
 

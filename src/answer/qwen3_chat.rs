@@ -1,22 +1,25 @@
-//! [`Qwen3Chat`]: a Qwen3 causal language model on candle, as a [`Generator`].
+//! [`Qwen3Chat`]: a Qwen3 causal language model as a [`Generator`]: the chat template, the
+//! stop rules and sampling. The model itself (the packed prefill, the KV cache, the decode
+//! step) is `models::qwen3::generate`, on the same kernels as the Qwen3 reranker.
 //!
 //! Weights load from a local directory (`config.json`, `model.safetensors` or a sharded
-//! `model.safetensors.index.json`, `tokenizer.json`). Decoding keeps a KV cache (the prompt is
-//! run once, then one token per step), and is greedy when the temperature is 0, else
-//! temperature plus top-p sampling with a seed. Prompts use the Qwen3 chat template with
-//! thinking disabled.
+//! `model.safetensors.index.json`, `tokenizer.json`), in f32 or, opt-in, bf16
+//! ([`Precision::Bf16`]). Decoding keeps a KV cache (the prompt is run once, then one token per
+//! step), and is greedy when the temperature is 0, else temperature plus top-p sampling with a
+//! seed. Prompts use the Qwen3 chat template with thinking disabled.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::generation::{LogitsProcessor, Sampling};
-use candle_transformers::models::qwen3::{Config, ModelForCausalLM};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokenizers::Tokenizer;
 
 use super::{Generation, GenerationRequest, Generator, Message, Role, TokenCounter};
+use crate::models::qwen3::generate::{CausalLm, DecodeState};
+use crate::models::qwen3::Qwen3Config;
+use crate::models::{ModelOptions, ModelPool, Precision};
 use crate::{Error, Result};
 
 /// How to decode one sequence.
@@ -55,26 +58,55 @@ impl Default for DecodeParams {
 }
 
 /// The result of [`Qwen3Chat::generate_ids`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {
     /// The new token ids (a stop token that ended decoding is not included).
     pub ids: Vec<u32>,
     /// True when a stop token ended decoding; false when `max_new_tokens` did.
     pub stopped: bool,
+    /// Where the time went.
+    pub timings: DecodeTimings,
+}
+
+/// Time spent in one [`Qwen3Chat::generate_ids`] call, measured inside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecodeTimings {
+    /// The prompt's forward pass (up to the first new token's logits).
+    pub prefill: Duration,
+    /// Every step after it (forward passes, sampling, stop checks).
+    pub decode: Duration,
+    /// Forward passes after the prefill (new tokens minus the last, whose logits are not
+    /// needed).
+    pub decode_steps: usize,
+}
+
+impl DecodeTimings {
+    /// Decode steps per second (0 when there were none).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        let s = self.decode.as_secs_f64();
+        if self.decode_steps == 0 || s <= 0.0 {
+            0.0
+        } else {
+            self.decode_steps as f64 / s
+        }
+    }
 }
 
 /// A Qwen3 chat model.
 ///
-/// One model holds one KV cache, so calls on the same instance run one at a time (a mutex
-/// serializes them); share it behind an `Arc` and load a second instance for parallel decoding.
+/// One model holds one decode state (the KV cache and step buffers, reused from call to
+/// call), so calls on the same instance run one at a time (a mutex serializes them); share it
+/// behind an `Arc` and load a second instance for parallel decoding.
 pub struct Qwen3Chat {
-    model: Mutex<ModelForCausalLM>,
+    model: CausalLm,
+    state: Mutex<DecodeState>,
+    pool: ModelPool,
     tokenizer: Tokenizer,
-    device: Device,
     max_positions: usize,
     vocab_size: usize,
     stop_ids: Vec<u32>,
     use_kv_cache: bool,
+    precision: Precision,
 }
 
 impl std::fmt::Debug for Qwen3Chat {
@@ -84,6 +116,7 @@ impl std::fmt::Debug for Qwen3Chat {
             .field("max_positions", &self.max_positions)
             .field("stop_ids", &self.stop_ids)
             .field("use_kv_cache", &self.use_kv_cache)
+            .field("precision", &self.precision)
             .finish_non_exhaustive()
     }
 }
@@ -95,11 +128,11 @@ pub struct Qwen3ChatBuilder {
     tokenizer: Option<PathBuf>,
     use_kv_cache: bool,
     extra_stop_tokens: Vec<String>,
+    options: ModelOptions,
 }
 
-fn model_err(what: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
-    move |e| Error::model(format!("{what}: {}", crate::models::candle_message(&e)))
-}
+/// Positions a model is loaded for when its config names no `max_position_embeddings`.
+const DEFAULT_MAX_POSITIONS: usize = 32_768;
 
 impl Qwen3ChatBuilder {
     /// Reads `tokenizer.json` from `path` instead of the model directory.
@@ -120,28 +153,31 @@ impl Qwen3ChatBuilder {
         self
     }
 
-    /// Loads the model, in f32 on the CPU.
+    /// Model options: `threads` (a private pool), `precision` ([`Precision::F32`], the
+    /// default, or [`Precision::Bf16`] weights), `max_length` (the longest sequence, prompt and
+    /// new tokens; default the config's `max_position_embeddings`, else 32,768). The batch
+    /// options do not apply to generation.
+    pub fn options(mut self, options: ModelOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Loads the model on the CPU.
     pub fn build(self) -> Result<Qwen3Chat> {
         let dir = &self.dir;
+        self.options.validate("Qwen3Chat", 1)?;
+        let precision = self.options.precision;
+        if !matches!(precision, Precision::F32 | Precision::Bf16) {
+            return Err(Error::Config(format!(
+                "Qwen3Chat: precision {precision} is not supported (f32 or bf16)"
+            )));
+        }
         let config_path = dir.join("config.json");
+        let config = Qwen3Config::from_file(&config_path)?;
         let config_text =
             std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-        let config: Config = serde_json::from_str(&config_text).map_err(|e| {
-            Error::model(format!(
-                "{}: not a Qwen3 config: {e}",
-                config_path.display()
-            ))
-        })?;
         let raw: serde_json::Value = serde_json::from_str(&config_text)
             .map_err(|e| Error::parse(config_path.display().to_string(), e))?;
-        if let Some(arch) = raw.get("model_type").and_then(|v| v.as_str()) {
-            if arch != "qwen3" {
-                return Err(Error::model(format!(
-                    "{}: model_type is {arch:?}, expected \"qwen3\"",
-                    config_path.display()
-                )));
-            }
-        }
 
         let tokenizer_path = self
             .tokenizer
@@ -161,13 +197,14 @@ impl Qwen3ChatBuilder {
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
 
-        let device = Device::Cpu;
-        let tensors = load_weights(dir, &device)?;
-        let vb = VarBuilder::from_tensors(tensors, DType::F32, &device);
-        let model = ModelForCausalLM::new(&config, vb).map_err(model_err(&format!(
-            "{}: loading Qwen3 weights",
-            dir.display()
-        )))?;
+        let max_positions = self
+            .options
+            .max_length
+            .or(config.max_position_embeddings)
+            .unwrap_or(DEFAULT_MAX_POSITIONS);
+        let pool = self.options.thread_pool("qwen3-chat")?;
+        let model = pool.install(|| CausalLm::load(dir, config, precision, max_positions))?;
+        let state = model.state();
 
         let mut stop_ids = Vec::new();
         let mut add = |id: u32| {
@@ -203,39 +240,17 @@ impl Qwen3ChatBuilder {
         }
 
         Ok(Qwen3Chat {
-            model: Mutex::new(model),
+            vocab_size: model.input_vocab().min(model.vocab_size()),
+            max_positions: model.max_positions(),
+            model,
+            state: Mutex::new(state),
+            pool,
             tokenizer,
-            device,
-            max_positions: config.max_position_embeddings,
-            vocab_size: config.vocab_size,
             stop_ids,
             use_kv_cache: self.use_kv_cache,
+            precision,
         })
     }
-}
-
-/// Reads `model.safetensors`, or every shard named in `model.safetensors.index.json`.
-fn load_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
-    let single = dir.join("model.safetensors");
-    let index = dir.join("model.safetensors.index.json");
-    let files: Vec<PathBuf> = if single.is_file() {
-        vec![single]
-    } else if index.is_file() {
-        crate::models::shard_paths(dir, &index)?
-    } else {
-        return Err(Error::model(format!(
-            "{}: no model.safetensors or model.safetensors.index.json",
-            dir.display()
-        )));
-    };
-    let mut tensors = HashMap::new();
-    for file in files {
-        let bytes = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
-        let part = candle_core::safetensors::load_buffer(&bytes, device)
-            .map_err(model_err(&file.display().to_string()))?;
-        tensors.extend(part);
-    }
-    Ok(tensors)
 }
 
 impl Qwen3Chat {
@@ -246,6 +261,7 @@ impl Qwen3Chat {
             tokenizer: None,
             use_kv_cache: true,
             extra_stop_tokens: Vec::new(),
+            options: ModelOptions::default(),
         }
     }
 
@@ -311,46 +327,30 @@ impl Qwen3Chat {
         self.use_kv_cache
     }
 
-    /// The logits of the token after `ids` (one forward pass without cache reuse).
+    /// The precision of the weights ([`Precision::F32`] or [`Precision::Bf16`]).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The logits of the token after `ids` (one forward pass of the whole sequence).
     pub fn next_token_logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
         if ids.is_empty() {
             return Err(Error::InvalidInput("no input tokens".into()));
         }
-        let mut model = self.lock()?;
-        model.clear_kv_cache();
-        let logits = self.forward(&mut model, ids, 0);
-        model.clear_kv_cache();
-        logits
+        self.check_prompt(ids)?;
+        let mut guard = self.lock()?;
+        let state: &mut DecodeState = &mut guard;
+        self.pool
+            .install(|| self.model.prefill(ids, state).map(<[f32]>::to_vec))
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, ModelForCausalLM>> {
-        self.model
-            .lock()
-            .map_err(|_| Error::model("the Qwen3 model lock is poisoned"))
+    /// The decode state. A panic during an earlier call poisons the lock but leaves nothing to
+    /// distrust: every call starts by clearing the cache (the prefill), so the state is reused.
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, DecodeState>> {
+        Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn forward(
-        &self,
-        model: &mut ModelForCausalLM,
-        ids: &[u32],
-        offset: usize,
-    ) -> Result<Vec<f32>> {
-        let input = Tensor::new(ids, &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(model_err("building the input"))?;
-        model
-            .forward(&input, offset)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_dtype(DType::F32))
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(model_err("Qwen3 forward pass"))
-    }
-
-    /// Decodes after `prompt_ids` and returns the new ids.
-    pub fn generate_ids(&self, prompt_ids: &[u32], params: &DecodeParams) -> Result<Decoded> {
-        if prompt_ids.is_empty() {
-            return Err(Error::InvalidInput("the prompt has no tokens".into()));
-        }
+    fn check_prompt(&self, prompt_ids: &[u32]) -> Result<()> {
         if let Some(&bad) = prompt_ids
             .iter()
             .find(|&&id| id as usize >= self.vocab_size)
@@ -367,6 +367,15 @@ impl Qwen3Chat {
                 self.max_positions
             )));
         }
+        Ok(())
+    }
+
+    /// Decodes after `prompt_ids` and returns the new ids.
+    pub fn generate_ids(&self, prompt_ids: &[u32], params: &DecodeParams) -> Result<Decoded> {
+        if prompt_ids.is_empty() {
+            return Err(Error::InvalidInput("the prompt has no tokens".into()));
+        }
+        self.check_prompt(prompt_ids)?;
         if !(params.temperature.is_finite() && params.temperature >= 0.0) {
             return Err(Error::InvalidInput(format!(
                 "temperature must be >= 0, got {}",
@@ -382,62 +391,66 @@ impl Qwen3Chat {
         let max_new = params
             .max_new_tokens
             .min(self.max_positions - prompt_ids.len());
-        let sampling = if params.temperature < 1e-7 {
-            Sampling::ArgMax
-        } else if params.top_p >= 1.0 {
-            Sampling::All {
-                temperature: f64::from(params.temperature),
-            }
-        } else {
-            Sampling::TopP {
-                p: f64::from(params.top_p),
-                temperature: f64::from(params.temperature),
-            }
-        };
-        let mut sampler = LogitsProcessor::from_sampling(params.seed, sampling);
+        let mut sampler = Sampler::new(params);
+        let mut guard = self.lock()?;
+        let state: &mut DecodeState = &mut guard;
+        self.pool
+            .install(|| self.decode_loop(prompt_ids, params, max_new, &mut sampler, state))
+    }
 
-        let mut model = self.lock()?;
-        model.clear_kv_cache();
-        let mut all: Vec<u32> = prompt_ids.to_vec();
-        let mut new_ids: Vec<u32> = Vec::new();
+    fn decode_loop(
+        &self,
+        prompt_ids: &[u32],
+        params: &DecodeParams,
+        max_new: usize,
+        sampler: &mut Sampler,
+        state: &mut DecodeState,
+    ) -> Result<Decoded> {
+        let mut timings = DecodeTimings::default();
+        let started = Instant::now();
+        state.reserve(prompt_ids.len() + max_new);
+        let mut all: Vec<u32> = Vec::with_capacity(prompt_ids.len() + max_new);
+        all.extend_from_slice(prompt_ids);
+        let mut new_ids: Vec<u32> = Vec::with_capacity(max_new);
         let mut stopped = false;
-        let result = (|| -> Result<()> {
-            let mut logits = self.forward(&mut model, prompt_ids, 0)?;
-            while new_ids.len() < max_new {
-                let tensor =
-                    Tensor::new(logits.as_slice(), &self.device).map_err(model_err("sampling"))?;
-                let next = sampler.sample(&tensor).map_err(model_err("sampling"))?;
-                if params.stop_ids.contains(&next) {
+        let mut next = if max_new == 0 {
+            None
+        } else {
+            Some(sampler.sample(self.model.prefill(prompt_ids, state)?))
+        };
+        timings.prefill = started.elapsed();
+        let decoding = Instant::now();
+        while let Some(id) = next.take() {
+            if params.stop_ids.contains(&id) {
+                stopped = true;
+                break;
+            }
+            new_ids.push(id);
+            all.push(id);
+            if params.stop_strings.iter().any(|s| !s.is_empty()) {
+                let text = self.decode(&new_ids)?;
+                let hit = |s: &String| !s.is_empty() && text.contains(s.as_str());
+                if params.stop_strings.iter().any(hit) {
                     stopped = true;
                     break;
                 }
-                new_ids.push(next);
-                all.push(next);
-                if params.stop_strings.iter().any(|s| !s.is_empty()) {
-                    let text = self.decode(&new_ids)?;
-                    let hit = |s: &String| !s.is_empty() && text.contains(s.as_str());
-                    if params.stop_strings.iter().any(hit) {
-                        stopped = true;
-                        break;
-                    }
-                }
-                if new_ids.len() == max_new {
-                    break;
-                }
-                logits = if params.use_kv_cache {
-                    self.forward(&mut model, &[next], all.len() - 1)?
-                } else {
-                    model.clear_kv_cache();
-                    self.forward(&mut model, &all, 0)?
-                };
             }
-            Ok(())
-        })();
-        model.clear_kv_cache();
-        result?;
+            if new_ids.len() == max_new {
+                break;
+            }
+            let logits = if params.use_kv_cache {
+                self.model.step(id, state)?
+            } else {
+                self.model.prefill(&all, state)?
+            };
+            timings.decode_steps += 1;
+            next = Some(sampler.sample(logits));
+        }
+        timings.decode = decoding.elapsed();
         Ok(Decoded {
             ids: new_ids,
             stopped,
+            timings,
         })
     }
 
@@ -452,6 +465,74 @@ impl Qwen3Chat {
             stop_strings: request.stop.clone(),
             use_kv_cache: self.use_kv_cache,
         }
+    }
+}
+
+/// Picks each next token: the arg max when greedy (the first of equal maxima, as `torch.argmax`),
+/// else a draw from `softmax(logits / temperature)` restricted to the smallest set of most
+/// likely tokens whose mass reaches `top_p`.
+struct Sampler {
+    greedy: bool,
+    temperature: f32,
+    top_p: f32,
+    rng: StdRng,
+    /// (weight, id) of the candidates, reused between steps.
+    weights: Vec<(f32, u32)>,
+}
+
+impl Sampler {
+    fn new(params: &DecodeParams) -> Self {
+        Sampler {
+            greedy: params.temperature < 1e-7,
+            temperature: params.temperature,
+            top_p: params.top_p,
+            rng: StdRng::seed_from_u64(params.seed),
+            weights: Vec::new(),
+        }
+    }
+
+    fn sample(&mut self, logits: &[f32]) -> u32 {
+        let mut best = (f32::NEG_INFINITY, 0u32);
+        for (i, &l) in logits.iter().enumerate() {
+            if l > best.0 {
+                best = (l, i as u32);
+            }
+        }
+        if self.greedy || !best.0.is_finite() {
+            return best.1;
+        }
+        let (max, t) = (best.0, self.temperature);
+        self.weights.clear();
+        self.weights.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (((l - max) / t).exp(), i as u32))
+                .filter(|(w, _)| *w > 0.0),
+        );
+        let mut total: f32 = self.weights.iter().map(|(w, _)| w).sum();
+        if self.top_p < 1.0 {
+            self.weights
+                .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let (mut mass, mut keep) = (0.0f32, 0);
+            for (w, _) in &self.weights {
+                mass += w;
+                keep += 1;
+                if mass >= self.top_p * total {
+                    break;
+                }
+            }
+            self.weights.truncate(keep.max(1));
+            total = mass;
+        }
+        let mut u = self.rng.random::<f32>() * total;
+        for &(w, id) in &self.weights {
+            if u < w {
+                return id;
+            }
+            u -= w;
+        }
+        self.weights.last().map_or(best.1, |&(_, id)| id)
     }
 }
 

@@ -135,13 +135,51 @@ pub(crate) fn matmul(
     }
 }
 
-/// A linear layer as stored by torch: `weight` is `(out, in)`, `bias` is `(out)`.
+/// A linear layer as stored by torch: `weight` is `(out, in)`, `bias` is `(out)`. The one
+/// linear layer of every model: the encoders' (`f32`), the Qwen3 decoder's (`f32`, or `bf16`
+/// for generation, see [`Linear::to_bf16`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
-    pub weight: Vec<f32>,
+    pub weight: Weight,
     pub bias: Vec<f32>,
     pub inputs: usize,
     pub outputs: usize,
+}
+
+/// The values of a [`Linear`] layer's weight matrix, row-major `(outputs, inputs)`.
+#[derive(Debug, Clone)]
+pub(crate) enum Weight {
+    /// `f32`: what every product reads directly.
+    F32(Vec<f32>),
+    /// `bf16` bit patterns: half the memory and the bandwidth of a decode step; products over
+    /// many rows widen a block to `f32` first.
+    Bf16(Vec<u16>),
+}
+
+impl Weight {
+    /// The `f32` values: the stored ones, or the `bf16` ones widened (a copy).
+    pub fn to_f32(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            Weight::F32(w) => std::borrow::Cow::Borrowed(w),
+            Weight::Bf16(w) => std::borrow::Cow::Owned(
+                w.iter()
+                    .map(|&b| crate::models::gemv::bf16_to_f32(b))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn rows(&self) -> crate::models::gemv::Rows<'_> {
+        match self {
+            Weight::F32(w) => crate::models::gemv::Rows::F32(w),
+            Weight::Bf16(w) => crate::models::gemv::Rows::Bf16(w),
+        }
+    }
+}
+
+thread_local! {
+    /// `bf16` weights widened to `f32` for one product over many rows (prefill).
+    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Linear {
@@ -157,16 +195,91 @@ impl Linear {
         for row in out.chunks_exact_mut(n) {
             row.copy_from_slice(bias);
         }
-        let w = Mat::new(&self.weight, self.outputs, self.inputs).block(start, n, 0, self.inputs);
-        matmul(
-            Mat::new(x, rows, self.inputs),
-            w.t(),
-            out,
-            n,
-            1.0,
-            true,
-            Threads::Pool,
-        );
+        self.product(x, rows, start, n, out, n);
+    }
+
+    /// `out (rows, outputs) += x (rows, inputs) · weightᵀ + bias`: the product accumulates into
+    /// `out` (a residual stream) directly. One row goes through [`Linear::gemv`].
+    pub fn forward_add(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        let out = &mut out[..rows * self.outputs];
+        if rows == 1 {
+            return self.gemv(x, out, true);
+        }
+        self.product(x, rows, 0, self.outputs, out, self.outputs);
+        if self.bias.iter().any(|&b| b != 0.0) {
+            for row in out.chunks_exact_mut(self.outputs) {
+                row.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
+            }
+        }
+    }
+
+    /// One input row: `out = weight · x + bias`, or `out += weight · x + bias` when
+    /// `accumulate`; the weights stream once from memory (`models::gemv`).
+    pub fn gemv(&self, x: &[f32], out: &mut [f32], accumulate: bool) {
+        assert!(x.len() == self.inputs && out.len() == self.outputs);
+        crate::models::gemv::gemv(self.weight.rows(), x, out, accumulate);
+        if self.bias.iter().any(|&b| b != 0.0) {
+            out.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
+        }
+    }
+
+    /// The same layer with its weights rounded to `bf16` (round to nearest even).
+    pub fn to_bf16(&self) -> Linear {
+        let weight = match &self.weight {
+            Weight::F32(w) => Weight::Bf16(
+                w.par_iter()
+                    .map(|&v| crate::models::gemv::f32_to_bf16(v))
+                    .collect(),
+            ),
+            Weight::Bf16(w) => Weight::Bf16(w.clone()),
+        };
+        Linear {
+            weight,
+            bias: self.bias.clone(),
+            inputs: self.inputs,
+            outputs: self.outputs,
+        }
+    }
+
+    /// `out (rows, n) += x · weight[start..start + n]ᵀ` (row stride `stride`), on the pool.
+    fn product(
+        &self,
+        x: &[f32],
+        rows: usize,
+        start: usize,
+        n: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        let a = Mat::new(x, rows, self.inputs);
+        match &self.weight {
+            Weight::F32(w) => {
+                let w = Mat::new(w, self.outputs, self.inputs).block(start, n, 0, self.inputs);
+                matmul(a, w.t(), out, stride, 1.0, true, Threads::Pool);
+            }
+            Weight::Bf16(w) => WIDE.with(|cell| {
+                // A product re-entered on this thread (rayon work stealing) widens into a
+                // buffer of its own.
+                let mut own = Vec::new();
+                let mut borrowed = cell.try_borrow_mut();
+                let wide = match borrowed.as_deref_mut() {
+                    Ok(buffer) => buffer,
+                    Err(_) => &mut own,
+                };
+                let src = &w[start * self.inputs..(start + n) * self.inputs];
+                wide.clear();
+                wide.resize(src.len(), 0.0);
+                wide.par_chunks_mut(1 << 14)
+                    .zip(src.par_chunks(1 << 14))
+                    .for_each(|(d, s)| {
+                        d.iter_mut()
+                            .zip(s)
+                            .for_each(|(d, &s)| *d = crate::models::gemv::bf16_to_f32(s))
+                    });
+                let w = Mat::new(wide, n, self.inputs);
+                matmul(a, w.t(), out, stride, 1.0, true, Threads::Pool);
+            }),
+        }
     }
 }
 
@@ -535,7 +648,7 @@ mod tests {
             assert_eq!(&out[i * 7 + 5..i * 7 + 7], &[1.0, 1.0]);
         }
         let lin = Linear {
-            weight: b.clone(),
+            weight: Weight::F32(b.clone()),
             bias: (0..5).map(|v| v as f32).collect(),
             inputs: 6,
             outputs: 5,

@@ -8,13 +8,21 @@
 //! The rest is internal, one folder per model family on one shared layer:
 //! - `bert/`: the packed (padding-free) BERT / XLM-R encoder, its sequence-classification head
 //!   and the (query, document) tokenization of the cross-encoders;
-//! - shared: length batching under a token budget (`batch`), the CPU kernels (`kernels`, and
-//!   `quant` for int8), the model directory (`dir`) and options (`options`).
+//! - `qwen3/`: the Qwen3 decoder: config, weights in the kernels' layout, the packed forward
+//!   pass (scoring, prefill) and the KV-cached decode step (generation);
+//! - shared: the one weights loader (`weights`), length batching under one token budget
+//!   (`batch`), the CPU kernels (`kernels`: products, the one `Linear`, row-wise steps;
+//!   `gemv` for single-row products in f32 or bf16; `quant` for int8), the model directory
+//!   (`dir`) and options with the one thread-pool helper (`options`).
+//!
+//! No candle code runs: weights are read with `safetensors` + `memmap2`, and the products run
+//! on `gemm` (the kernels candle itself uses) and the crate's own SIMD kernels.
 
 mod batch;
 pub(crate) mod bert;
 mod config;
 mod dir;
+pub(crate) mod gemv;
 #[cfg(feature = "hf-hub")]
 mod hub;
 pub(crate) mod kernels;
@@ -36,19 +44,3 @@ pub use hub::HubModel;
 pub(crate) use options::ModelPool;
 pub use options::{ModelOptions, Precision};
 pub use quant::int8_kernel;
-pub(crate) use weights::shard_paths;
-
-/// The message of a candle error without the backtrace candle attaches when `RUST_BACKTRACE`
-/// is set.
-pub(crate) fn candle_message(e: &candle_core::Error) -> String {
-    match e {
-        candle_core::Error::WithBacktrace { inner, .. } => candle_message(inner),
-        candle_core::Error::WithPath { inner, path } => {
-            format!("{}: {}", path.display(), candle_message(inner))
-        }
-        candle_core::Error::Context { inner, context } => {
-            format!("{context}: {}", candle_message(inner))
-        }
-        other => other.to_string(),
-    }
-}

@@ -23,6 +23,14 @@ pub enum Precision {
     /// [`CrossEncoder`]: crate::CrossEncoder
     /// [`BertEmbedder`]: crate::BertEmbedder
     Int8,
+    /// `bfloat16` weights for Qwen3 generation ([`Qwen3Chat`]): every matrix of the decoder
+    /// and the output head rounded to bf16 at load (half the memory, and half the bytes a
+    /// decode step streams), activations, sums, norms and the KV cache in f32. Close to f32
+    /// rather than equal (`docs/benchmarks.md` gives the greedy agreement). The encoders and
+    /// the Qwen3 reranker refuse it at `build()`.
+    ///
+    /// [`Qwen3Chat`]: crate::answer::Qwen3Chat
+    Bf16,
 }
 
 impl Precision {
@@ -31,6 +39,7 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::Int8 => "int8",
+            Precision::Bf16 => "bf16",
         }
     }
 }
@@ -48,15 +57,17 @@ impl std::str::FromStr for Precision {
         match s.to_ascii_lowercase().as_str() {
             "f32" | "float32" => Ok(Precision::F32),
             "int8" | "i8" => Ok(Precision::Int8),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
             other => Err(Error::Config(format!(
-                "unknown precision {other:?} (expected f32 or int8)"
+                "unknown precision {other:?} (expected f32, int8 or bf16)"
             ))),
         }
     }
 }
 
 /// Options shared by every model builder ([`CrossEncoder`](crate::CrossEncoder),
-/// [`BertEmbedder`](crate::BertEmbedder), [`Qwen3Reranker`](crate::Qwen3Reranker)): one name
+/// [`BertEmbedder`](crate::BertEmbedder), [`Qwen3Reranker`](crate::Qwen3Reranker),
+/// [`Qwen3Chat`](crate::answer::Qwen3Chat)): one name
 /// per option whatever the model. `None` means the model's own default, which each builder
 /// documents.
 ///

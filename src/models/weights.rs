@@ -19,6 +19,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
+use rayon::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors};
 
 use crate::{Error, Result};
@@ -139,7 +140,13 @@ impl Weights {
             )));
         }
         let bytes = self.bytes(name, e)?;
-        convert(bytes, e.dtype, out).map_err(|dtype| self.unsupported(name, e, dtype))?;
+        let size = dtype_size(e.dtype).ok_or_else(|| self.unsupported(name, e, e.dtype))?;
+        // Large tensors (an output head, a fused projection) convert in parallel chunks.
+        const CHUNK: usize = 1 << 18;
+        out.par_chunks_mut(CHUNK)
+            .zip(bytes.par_chunks(CHUNK * size))
+            .try_for_each(|(out, bytes)| convert(bytes, e.dtype, out))
+            .map_err(|dtype| self.unsupported(name, e, dtype))?;
         self.release(e);
         Ok(())
     }

@@ -113,7 +113,7 @@ fn bert(_model: &Path) -> Result<Arc<dyn Embedder>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RerankerKind {
-    /// A candle cross-encoder (needs `model`, feature `models`).
+    /// A cross-encoder (needs `model`, feature `models`).
     CrossEncoder,
     /// A Qwen3-Reranker (needs `model`, feature `models`); instruction-aware.
     Qwen3,

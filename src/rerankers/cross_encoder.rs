@@ -33,7 +33,7 @@ pub struct PairScore {
     pub logit: f32,
 }
 
-/// A cross-encoder reranker (CPU, float32 or opt-in int8 ([`Precision::Int8`]); weights read with candle, forward pass on the
+/// A cross-encoder reranker (CPU, float32 or opt-in int8 ([`Precision::Int8`]); weights read by the one loader, forward pass on the
 /// crate's packed encoder).
 ///
 /// Loads `BertForSequenceClassification` (ms-marco-MiniLM style) or

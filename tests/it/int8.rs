@@ -175,9 +175,30 @@ fn models_without_an_int8_path_refuse_it() {
     assert!(e.to_string().contains("int8"), "{e}");
 }
 
+/// bf16 is for Qwen3 generation: the encoders and the Qwen3 reranker refuse it.
+#[test]
+fn scoring_models_refuse_bf16() {
+    if !Path::new(QWEN3_FIXTURE).join("config.json").is_file() {
+        crate::common::skip(&format!("skipping: {QWEN3_FIXTURE} is absent"));
+        return;
+    }
+    let bf16 = || ModelOptions::default().precision(Precision::Bf16);
+    let e = rerank::rerankers::qwen3::Qwen3Reranker::builder(QWEN3_FIXTURE)
+        .options(bf16())
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    let e = CrossEncoder::builder(Path::new(CE_FIXTURE).join("model"))
+        .options(bf16())
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    assert!(e.to_string().contains("bf16"), "{e}");
+}
+
 #[test]
 fn precision_names_round_trip() {
-    for p in [Precision::F32, Precision::Int8] {
+    for p in [Precision::F32, Precision::Int8, Precision::Bf16] {
         assert_eq!(p.as_str().parse::<Precision>().unwrap(), p);
         let json = serde_json::to_string(&ModelOptions::default().precision(p)).unwrap();
         assert!(json.contains(&format!("\"precision\":\"{p}\"")), "{json}");

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use rerank::answer::{DecodeParams, Qwen3Chat};
 use rerank::answer::{GenerationRequest, Message, Role};
+use rerank::models::{ModelOptions, Precision};
 use rerank::Generator;
 use serde_json::Value;
 
@@ -216,4 +217,71 @@ fn the_generator_uses_the_chat_template_without_thinking() {
         .all(|id| !model.stop_ids().contains(id)));
     assert_eq!(g.text, model.decode(&cases[1].new_ids).unwrap());
     assert_eq!(g.finish_reason.as_deref(), Some("length"));
+}
+
+#[test]
+fn timings_count_the_decode_steps() {
+    let Some((model, cases)) = load() else { return };
+    let out = model
+        .generate_ids(&cases[0].prompt_ids, &greedy(12))
+        .unwrap();
+    assert_eq!(out.ids.len(), 12);
+    // The first new token comes from the prefill; each later one from a decode step.
+    assert_eq!(out.timings.decode_steps, 11);
+    assert!(out.timings.prefill > std::time::Duration::ZERO);
+    assert!(out.timings.decode_tokens_per_second() > 0.0);
+    let one = model
+        .generate_ids(&cases[0].prompt_ids, &greedy(1))
+        .unwrap();
+    assert_eq!(one.timings.decode_steps, 0);
+    assert_eq!(one.timings.decode_tokens_per_second(), 0.0);
+    assert_eq!(one.ids, cases[0].new_ids[..1]);
+}
+
+/// bf16 weights: the first-step logits track f32 closely, and the top token agrees wherever
+/// the f32 model's top two are not a near-tie.
+#[test]
+fn bf16_weights_track_f32() {
+    let Some((f32_model, cases)) = load() else {
+        return;
+    };
+    let bf16 = Qwen3Chat::builder(Path::new(FIXTURE).join("model"))
+        .options(ModelOptions::default().precision(Precision::Bf16))
+        .build()
+        .unwrap();
+    assert_eq!(bf16.precision(), Precision::Bf16);
+    for c in &cases {
+        let a = f32_model.next_token_logits(&c.prompt_ids).unwrap();
+        let b = bf16.next_token_logits(&c.prompt_ids).unwrap();
+        assert_eq!(a.len(), b.len());
+        let range = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst < 0.05 * range, "{:?}: {worst} of {range}", c.prompt);
+        assert_ne!(a, b, "bf16 rounding changed nothing: not bf16");
+        if c.margins[0] > 0.05 * f64::from(range) {
+            let top = |l: &[f32]| (0..l.len()).max_by(|&i, &j| l[i].total_cmp(&l[j])).unwrap();
+            assert_eq!(top(&a), top(&b), "{:?}", c.prompt);
+        }
+        // Greedy decoding runs to the end in bf16 too.
+        let out = bf16.generate_ids(&c.prompt_ids, &greedy(8)).unwrap();
+        assert_eq!(out.ids.len(), 8);
+    }
+}
+
+#[test]
+fn precisions_other_than_f32_and_bf16_are_refused() {
+    let dir = Path::new(FIXTURE).join("model");
+    if !dir.join("model.safetensors").is_file() {
+        crate::common::skip(&format!("skipping: {FIXTURE} is absent"));
+        return;
+    }
+    let e = Qwen3Chat::builder(&dir)
+        .options(ModelOptions::default().precision(Precision::Int8))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("int8"), "{e}");
 }

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::kernels::{
-    add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads,
+    add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads, Weight,
 };
 use crate::models::quant::{QuantLinear, QuantRows, Then};
 use crate::models::weights::Weights;
@@ -160,8 +160,9 @@ enum Dense {
 impl Dense {
     fn new(linear: Linear, precision: Precision) -> Self {
         match precision {
-            Precision::F32 => Dense::F32(linear),
             Precision::Int8 => Dense::Int8(QuantLinear::new(&linear)),
+            // `Encoder::load` refuses the others.
+            _ => Dense::F32(linear),
         }
     }
 
@@ -266,7 +267,7 @@ impl EncoderWeights {
     /// encoder's root.
     pub fn encoder_linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear> {
         Ok(Linear {
-            weight: self.encoder(&format!("{name}.weight"), &[outputs, inputs])?,
+            weight: Weight::F32(self.encoder(&format!("{name}.weight"), &[outputs, inputs])?),
             bias: self.encoder(&format!("{name}.bias"), &[outputs])?,
             inputs,
             outputs,
@@ -276,9 +277,10 @@ impl EncoderWeights {
     /// The linear layer `{name}.weight` / `{name}.bias` at the file's root (a task head).
     pub fn root_linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear> {
         Ok(Linear {
-            weight: self
-                .weights
-                .f32(&format!("{name}.weight"), &[outputs, inputs])?,
+            weight: Weight::F32(
+                self.weights
+                    .f32(&format!("{name}.weight"), &[outputs, inputs])?,
+            ),
             bias: self.weights.f32(&format!("{name}.bias"), &[outputs])?,
             inputs,
             outputs,
@@ -305,6 +307,12 @@ impl Encoder {
     /// the tensor. With [`Precision::Int8`] the linear layers of every encoder layer are
     /// quantized (see `models::quant`); embeddings and layer norms stay in f32.
     pub fn load(w: &EncoderWeights, cfg: EncoderConfig, precision: Precision) -> Result<Self> {
+        if !matches!(precision, Precision::F32 | Precision::Int8) {
+            return Err(Error::Config(format!(
+                "precision {precision} is not supported by the BERT-family encoders (f32 or \
+                 int8; bf16 is for Qwen3 generation)"
+            )));
+        }
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?;
         let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?;
@@ -321,7 +329,9 @@ impl Encoder {
                 let k = w.encoder_linear(&format!("{att}.self.key"), h, h)?;
                 let v = w.encoder_linear(&format!("{att}.self.value"), h, h)?;
                 let qkv = Linear {
-                    weight: [q.weight, k.weight, v.weight].concat(),
+                    weight: Weight::F32(
+                        [q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat(),
+                    ),
                     bias: [q.bias, k.bias, v.bias].concat(),
                     inputs: h,
                     outputs: 3 * h,

@@ -33,6 +33,8 @@ mod simd;
 
 use rayon::prelude::*;
 
+#[cfg(test)]
+use super::kernels::Weight;
 use super::kernels::{layer_norm_row, Act, Linear};
 use simd::{Group, Isa, Sums, GROUP, MR, NR};
 
@@ -103,8 +105,8 @@ impl QuantLinear {
         let mut quantized = vec![0i8; outputs * inputs];
         let mut scales = Vec::with_capacity(outputs);
         let mut sums = Vec::with_capacity(outputs);
-        for (row, q) in linear
-            .weight
+        let weight = linear.weight.to_f32();
+        for (row, q) in weight
             .chunks_exact(inputs)
             .zip(quantized.chunks_exact_mut(inputs))
         {
@@ -453,7 +455,7 @@ mod tests {
 
     fn layer(inputs: usize, outputs: usize) -> Linear {
         Linear {
-            weight: random(inputs * outputs, 7),
+            weight: Weight::F32(random(inputs * outputs, 7)),
             bias: random(outputs, 11),
             inputs,
             outputs,
@@ -489,7 +491,7 @@ mod tests {
                 let xr = &x[r * inputs..][..inputs];
                 let row_range = xr.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2.0;
                 for c in 0..outputs {
-                    let wr = &lin.weight[c * inputs..][..inputs];
+                    let wr = &lin.weight.to_f32()[c * inputs..][..inputs];
                     let wmax = wr.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     // Rounding errors: half a step of each factor, summed over the inputs
                     // (a loose bound; the typical error is far below it).
@@ -567,7 +569,9 @@ mod tests {
     #[test]
     fn zero_rows_and_zero_weights() {
         let mut lin = layer(8, 3);
-        lin.weight[..8].fill(0.0);
+        if let Weight::F32(w) = &mut lin.weight {
+            w[..8].fill(0.0);
+        }
         let q = QuantLinear::new(&lin);
         let mut out = vec![0.0; 2 * 3];
         let mut x = vec![0.0; 2 * 8];

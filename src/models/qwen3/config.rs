@@ -31,6 +31,8 @@ pub struct Qwen3Config {
     pub attention_bias: bool,
     /// The vocabulary size the config announces (the weights decide the real row count).
     pub vocab_size: Option<usize>,
+    /// The longest sequence the model was trained for, when the config says.
+    pub max_position_embeddings: Option<usize>,
 }
 
 /// The raw JSON, with the optional keys optional.
@@ -66,6 +68,8 @@ struct RawConfig {
     use_sliding_window: Option<bool>,
     #[serde(default)]
     vocab_size: Option<usize>,
+    #[serde(default)]
+    max_position_embeddings: Option<usize>,
 }
 
 /// `rope_parameters` (newer configs) or `rope_scaling` (older ones).
@@ -200,6 +204,7 @@ impl Qwen3Config {
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             attention_bias: raw.attention_bias.unwrap_or(false),
             vocab_size: raw.vocab_size,
+            max_position_embeddings: raw.max_position_embeddings.filter(|&n| n > 0),
         })
     }
 

@@ -11,8 +11,9 @@ use rayon::prelude::*;
 
 use super::config::Qwen3Config;
 use super::ops::QkvLayout;
-use crate::models::kernels::Linear;
+use crate::models::kernels::{Linear, Weight};
 use crate::models::weights::Weights;
+use crate::models::Precision;
 use crate::{Error, Result};
 
 /// The name of the token embedding matrix.
@@ -84,6 +85,32 @@ impl Layer {
     }
 }
 
+impl Layer {
+    /// The layer with its four matrices in bf16 (the f32 ones are dropped as it goes).
+    fn into_bf16(self) -> Layer {
+        let Layer {
+            input_norm,
+            qkv,
+            q_norm,
+            k_norm,
+            o,
+            post_norm,
+            gate_up,
+            down,
+        } = self;
+        Layer {
+            input_norm,
+            qkv: qkv.to_bf16(),
+            q_norm,
+            k_norm,
+            o: o.to_bf16(),
+            post_norm,
+            gate_up: gate_up.to_bf16(),
+            down: down.to_bf16(),
+        }
+    }
+}
+
 /// The fused QKV row layout of `cfg`.
 pub(crate) fn qkv_layout(cfg: &Qwen3Config) -> QkvLayout {
     QkvLayout {
@@ -110,7 +137,7 @@ fn stacked(w: &Weights, parts: &[(String, usize)], inputs: usize, bias: bool) ->
         at += n;
     }
     Ok(Linear {
-        weight,
+        weight: Weight::F32(weight),
         bias: biases,
         inputs,
         outputs,
@@ -159,23 +186,16 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    /// Maps the checkpoint in `dir` (see [`Weights::open`]) and loads it for `cfg`, the layers
-    /// in parallel on the current rayon pool (for the generator; the scorer reads the head's
-    /// rows first, with [`Decoder::from_weights`]).
-    #[allow(dead_code)]
-    pub fn load(dir: &std::path::Path, cfg: Qwen3Config) -> Result<Self> {
-        Self::from_weights(Weights::open(dir)?, cfg)
-    }
-
-    /// The name of the output head's matrix (see [`head_name`]).
-    #[allow(dead_code)]
-    pub fn head_name(&self) -> Result<&'static str> {
-        head_name(self.embed.weights(), &self.cfg)
-    }
-
     /// Loads the decoder from an opened checkpoint ([`Weights::open`]), which the embeddings
-    /// keep; the layers load in parallel on the current rayon pool.
-    pub fn from_weights(weights: Weights, cfg: Qwen3Config) -> Result<Self> {
+    /// keep; the layers load in parallel on the current rayon pool. With
+    /// [`Precision::Bf16`] every layer's matrices are rounded to bf16 as soon as the layer is
+    /// read (norms stay f32); any precision but f32 and bf16 is an [`Error::Config`].
+    pub fn from_weights(weights: Weights, cfg: Qwen3Config, precision: Precision) -> Result<Self> {
+        if !matches!(precision, Precision::F32 | Precision::Bf16) {
+            return Err(Error::Config(format!(
+                "Qwen3: precision {precision} is not supported (f32, or bf16 for generation)"
+            )));
+        }
         let h = cfg.hidden_size;
         let shape = weights.shape(EMBED)?.to_vec();
         if shape.len() != 2 || shape[1] != h {
@@ -185,7 +205,13 @@ impl Decoder {
         }
         let layers = (0..cfg.num_hidden_layers)
             .into_par_iter()
-            .map(|i| Layer::load(&weights, &cfg, i))
+            .map(|i| {
+                let layer = Layer::load(&weights, &cfg, i)?;
+                Ok(match precision {
+                    Precision::Bf16 => layer.into_bf16(),
+                    _ => layer,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         let final_norm = weights.f32("model.norm.weight", &[h])?;
         Ok(Decoder {

@@ -1,18 +1,25 @@
 //! Qwen3 decoders (`Qwen3ForCausalLM`) on the shared CPU kernels: one home for the Qwen3 model
-//! family, used by the reranker (`rerankers::qwen3`) and the chat generator.
+//! family, used by the reranker (`rerankers::qwen3`) and the chat generator
+//! (`answer::qwen3_chat`).
 //!
 //! - [`Qwen3Config`] (`config`): the `config.json` keys the forward passes read, checked.
 //! - `layers`: the weights in the kernels' layout: fused QKV and gate/up projections per
-//!   layer, token embeddings read from the mapped file, the final norm (`Decoder`).
+//!   layer (f32, or bf16 for generation), token embeddings read from the mapped file, the final
+//!   norm (`Decoder`).
 //! - `ops`: the vectorized row-wise steps: RMSNorm, per-head q/k RMSNorm fused with RoPE,
 //!   `SiLU(gate) * up`, and the RoPE tables.
-//! - `scorer`: the packed forward pass for yes/no scoring (`Qwen3Scorer`), used by
-//!   `rerankers::qwen3`.
+//! - `forward`: the packed forward pass over whole prompts (`Qwen3Model`), which both uses of
+//!   the model share.
+//! - `scorer`: yes/no scoring (`Qwen3Scorer`): the packed pass and one head vector.
+//! - `generate`: generation (`CausalLm`): the packed pass fills a KV cache (prefill), then one
+//!   token at a time through matrix-vector products that allocate nothing (decode).
 //!
 //! Weights come from the one loader, `models::weights`; matrix products from
-//! `models::kernels`.
+//! `models::kernels` and `models::gemv`.
 
 mod config;
+pub(crate) mod forward;
+pub(crate) mod generate;
 pub(crate) mod layers;
 pub(crate) mod ops;
 pub(crate) mod scorer;
