@@ -17,7 +17,11 @@
 //! `dense`: ROWS random unit vectors of DIM dimensions (seeded); exact top 10 for QUERIES
 //! random queries with [`DenseIndex`], against the previous implementation (ndarray
 //! matrix-vector products per chunk of 1,024 rows, every score collected, then selected),
-//! kept here as the baseline; the two top 10s must agree.
+//! kept here as the baseline; the two top 10s must agree. Then the same index is switched to
+//! each compact storage (`VectorStorage::f16()`, `VectorStorage::int8()`: the scan reads f16 or
+//! int8 copies, the best `10 x rescore` are rescored in f32) and the queries are run again:
+//! p50, the time to build the compact copy, the vectors' memory, recall@10 against the exact
+//! f32 top 10 and how many top 10s are identical (ids and score bits), under `storages`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +29,7 @@ use std::time::Instant;
 use ndarray::{Array2, ArrayView1, Axis};
 use rayon::prelude::*;
 use rerank::eval::BeirDataset;
-use rerank::recall::{Bm25Params, SearchQuery};
+use rerank::recall::{Bm25Params, SearchQuery, VectorStorage};
 use rerank::text::Analyzer;
 use rerank::{Bm25Index, DenseIndex, Document, Embedder, Retriever};
 
@@ -190,6 +194,23 @@ fn baseline_top_k(matrix: &Array2<f32>, query: &[f32], k: usize) -> Vec<(usize, 
     scored
 }
 
+/// The SIMD features of this CPU that the dense kernels use.
+fn cpu_flags() -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! probe {
+            ($($f:tt),*) => {
+                $(if std::arch::is_x86_feature_detected!($f) {
+                    flags.push($f);
+                })*
+            };
+        }
+        probe!("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni");
+    }
+    flags
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -217,6 +238,7 @@ fn dense(rows: usize, dim: usize, queries: usize, out: &str) {
         .collect();
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     let mut agree = 0;
+    let mut exact_tops: Vec<Vec<(String, u32)>> = Vec::new();
     for q in &qs {
         let t = Instant::now();
         let hits = index
@@ -232,17 +254,67 @@ fn dense(rows: usize, dim: usize, queries: usize, out: &str) {
                 .zip(&old)
                 .all(|(h, (r, s))| h.id() == format!("d{r}") && (h.score - s).abs() <= 1e-5);
         agree += usize::from(same);
+        exact_tops.push(
+            hits.iter()
+                .map(|h| (h.id().to_string(), h.score.to_bits()))
+                .collect(),
+        );
+    }
+    let exact = exact_tops;
+    let f32_p50 = median(ours.clone());
+    let mut storages = serde_json::Map::new();
+    storages.insert(
+        "f32".into(),
+        serde_json::json!({
+            "p50_ms": f32_p50,
+            "vector_mb": index.vector_bytes() as f64 / (1024.0 * 1024.0),
+        }),
+    );
+    for storage in [VectorStorage::f16(), VectorStorage::int8()] {
+        let t = Instant::now();
+        index.set_storage(storage);
+        let encode_seconds = t.elapsed().as_secs_f64();
+        let (mut latency, mut found, mut identical) = (Vec::new(), 0usize, 0usize);
+        for (q, want) in qs.iter().zip(&exact) {
+            let t = Instant::now();
+            let hits = index
+                .retrieve(&SearchQuery::new("").with_embedding(q.clone()), 10)
+                .expect("search");
+            latency.push(t.elapsed().as_secs_f64() * 1e3);
+            let got: Vec<(String, u32)> = hits
+                .iter()
+                .map(|h| (h.id().to_string(), h.score.to_bits()))
+                .collect();
+            found += got.iter().filter(|g| want.iter().any(|w| w.0 == g.0)).count();
+            identical += usize::from(&got == want);
+        }
+        let p50 = median(latency);
+        storages.insert(
+            storage.name().into(),
+            serde_json::json!({
+                "rescore": storage.candidates(1),
+                "p50_ms": p50,
+                "speedup_vs_f32": f32_p50 / p50,
+                "encode_seconds": encode_seconds,
+                "vector_mb": index.vector_bytes() as f64 / (1024.0 * 1024.0),
+                "recall_at_10": found as f64 / (10 * qs.len()) as f64,
+                "identical_top10": identical,
+            }),
+        );
     }
     let report = serde_json::json!({
         "rows": rows,
         "dim": dim,
         "queries": queries,
         "threads": rayon::current_num_threads(),
+        "cpu_flags": cpu_flags(),
         "build_seconds": build_seconds,
-        "p50_ms": median(ours.clone()),
+        "p50_ms": f32_p50,
         "baseline_p50_ms": median(base.clone()),
-        "speedup_p50": median(base) / median(ours),
+        "speedup_p50": median(base) / f32_p50,
         "top10_agree": agree,
+        "storages": storages,
+        "peak_rss_mb": vm_hwm_mb(),
     });
     println!("{report}");
     std::fs::write(out, report.to_string()).expect("write");

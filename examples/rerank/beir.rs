@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use rerank::eval::{trec_order, BeirDataset, BeirQuery, Evaluation, Evaluator, Run};
-use rerank::recall::{Bm25Params, Fusion, SearchQuery};
+use rerank::recall::{Bm25Params, Fusion, SearchQuery, VectorStorage};
 use rerank::rerankers::RerankQuery;
 use rerank::{Bm25Index, DenseIndex, Document, Embedder, Hit, Hybrid, Reranker, Retriever};
 
@@ -116,6 +116,10 @@ pub struct Args {
     /// written first; the hybrid's BM25 side stays in memory.
     #[arg(long, value_name = "URL", conflicts_with = "db")]
     vector_store: Option<String>,
+    /// What the in-memory dense index scans: f32 (exact), f16 or int8 (a compact copy, the
+    /// best depth x rescore rescored in f32; f16:R or int8:R sets rescore R).
+    #[arg(long, default_value = "f32", value_name = "f32|f16|int8")]
+    vector_storage: VectorStorage,
 }
 
 /// The stage-1 retrievers this command can build.
@@ -247,7 +251,9 @@ fn dense_side(
     corpus: Vec<Document>,
 ) -> CliResult<Box<dyn Retriever>> {
     let Some(uri) = &args.vector_store else {
-        return Ok(Box::new(build_dense(embedder, corpus)?));
+        let index = build_dense(embedder, corpus)?;
+        index.set_storage(args.vector_storage);
+        return Ok(Box::new(index));
     };
     from_milvus(uri, embedder, corpus)
 }

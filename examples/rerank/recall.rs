@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rerank::recall::Fusion;
+use rerank::recall::{Fusion, VectorStorage};
 use rerank::{
     Bm25Index, DenseIndex, Document, Embedder, Hybrid, PipelineBuilder, Retriever, Store,
 };
@@ -50,6 +50,10 @@ pub struct RecallArgs {
     /// Threads for the models (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// What the in-memory dense index (--corpus) scans: f32 (exact), f16 or int8 (a compact
+    /// copy, the best k x rescore rescored in f32; f16:R or int8:R sets rescore R).
+    #[arg(long, default_value = "f32", value_name = "f32|f16|int8")]
+    pub vector_storage: VectorStorage,
 }
 
 /// `milvus://HOST:PORT/COLLECTION` as the REST URL and the collection.
@@ -185,7 +189,7 @@ impl RecallArgs {
             }
             (None, Some(store), _) => Box::new(store.dense(embedder)?),
             (None, None, Some(docs)) => {
-                let index = DenseIndex::new(embedder);
+                let index = DenseIndex::with_storage(embedder, self.vector_storage);
                 index.add(docs.clone())?;
                 Box::new(index)
             }

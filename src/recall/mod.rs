@@ -28,7 +28,7 @@ use std::sync::Arc;
 #[cfg(feature = "sqlite")]
 pub(crate) use bm25::{top_slots, Scorer};
 pub use bm25::{Bm25Index, Bm25Params};
-pub use dense::DenseIndex;
+pub use dense::{DenseIndex, VectorStorage};
 pub use fallback::FallbackRetriever;
 pub use fusion::{linear_fuse, normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
 pub use keyword::{keyword_overlap, KeywordOverlap};

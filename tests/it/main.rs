@@ -12,6 +12,7 @@ mod common;
 mod concurrency;
 mod cross_encoder_parity;
 mod dense_beir;
+mod dense_storage;
 mod embed_parity;
 mod fallback;
 mod fuzz;

@@ -1,0 +1,504 @@
+//! The dot products of the dense scan, one per stored format, chosen at run time.
+//!
+//! Each format has a portable kernel (plain Rust, vectorizable by the compiler) and x86-64
+//! kernels compiled for wider instruction sets, used only on CPUs that report them:
+//!
+//! | format | AVX-512 | AVX2 | portable |
+//! |---|---|---|---|
+//! | f32 rows x f32 query | AVX-512F, 4 x 16 lanes, FMA | AVX2 + FMA, 16 accumulators | 16 accumulators |
+//! | f16 rows x f32 query | AVX-512F (`vcvtph2ps`), FMA | F16C + FMA | bit conversion |
+//! | i8 rows x i8 query | AVX-512 VNNI (`vpdpbusd`) | `vpmaddubsw` + `vpmaddwd` | i32 sums |
+//!
+//! The f32 and f16 kernels sum in different orders, so their results differ in the last bits
+//! from one kernel to another (all are checked against the portable one); the one chosen on a
+//! machine is the same for every query, so scores are reproducible there. The i8 kernels are
+//! exact integer sums: every kernel returns the same value.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::compact::f16_to_f32;
+
+/// Accumulators in the portable f32 and f16 dot products (two AVX registers of 8 lanes).
+const LANES: usize = 16;
+
+/// f32 row x f32 query.
+pub(super) type DotF32 = fn(&[f32], &[f32]) -> f32;
+/// f16 row (raw bits) x f32 query.
+pub(super) type DotF16 = fn(&[u16], &[f32]) -> f32;
+/// i8 row x i8 query, both with codes in `-127..=127`: the exact sum (wrapping past `i32`,
+/// which needs more than 133,000 dimensions of extreme codes).
+pub(super) type DotI8 = fn(&[i8], &[i8]) -> i32;
+
+/// The kernels of this CPU. Each reads `min(a.len(), b.len())` elements.
+#[derive(Clone, Copy)]
+pub(super) struct Kernels {
+    pub(super) f32: DotF32,
+    pub(super) f16: DotF16,
+    pub(super) i8: DotI8,
+}
+
+impl Kernels {
+    /// The fastest kernel of each format that this CPU runs (detected once).
+    pub(super) fn detect() -> Kernels {
+        static KERNELS: OnceLock<Kernels> = OnceLock::new();
+        *KERNELS.get_or_init(|| Kernels {
+            f32: f32_kernels()[0].1,
+            f16: f16_kernels()[0].1,
+            i8: i8_kernels()[0].1,
+        })
+    }
+}
+
+/// Every f32 kernel this CPU runs, fastest first; the portable one is last.
+pub(super) fn f32_kernels() -> Vec<(&'static str, DotF32)> {
+    let mut out: Vec<(&'static str, DotF32)> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            out.push(("avx512f", dot_f32_avx512));
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            out.push(("avx2+fma", dot_f32_avx2));
+        }
+    }
+    out.push(("portable", dot_f32_portable));
+    out
+}
+
+/// Every f16 kernel this CPU runs, fastest first; the portable one is last.
+pub(super) fn f16_kernels() -> Vec<(&'static str, DotF16)> {
+    let mut out: Vec<(&'static str, DotF16)> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            out.push(("avx512f", dot_f16_avx512));
+        }
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            out.push(("avx2+fma+f16c", dot_f16_avx2));
+        }
+    }
+    out.push(("portable", dot_f16_portable));
+    out
+}
+
+/// Every i8 kernel this CPU runs, fastest first; the portable one is last.
+pub(super) fn i8_kernels() -> Vec<(&'static str, DotI8)> {
+    let mut out: Vec<(&'static str, DotI8)> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+        {
+            out.push(("avx512vnni", dot_i8_vnni512));
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            out.push(("avx2", dot_i8_avx2));
+        }
+    }
+    out.push(("portable", dot_i8_portable));
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Portable kernels (the references the others are tested against).
+
+/// `sum(a[i] * b[i])` with [`LANES`] independent accumulators (vectorizable).
+#[inline(always)]
+pub(super) fn dot_f32_portable(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `sum(f32(a[i]) * b[i])`, each f16 converted by [`f16_to_f32`].
+pub(super) fn dot_f16_portable(a: &[u16], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += f16_to_f32(x[i]) * y[i];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += f16_to_f32(*x) * y;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `sum(a[i] * b[i])` in `i32` (wrapping, as the SIMD kernels do).
+pub(super) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
+    a.iter()
+        .zip(b)
+        .fold(0i32, |s, (&x, &y)| s.wrapping_add(i32::from(x) * i32::from(y)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// x86-64 kernels. Each safe wrapper is only handed out by the `*_kernels` lists above after
+// the CPU reported the features its inner function is compiled for.
+
+/// [`dot_f32_portable`]'s loop with fused multiply-adds, compiled for AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn inner(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0f32; LANES];
+        let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        let (ra, rb) = (ca.remainder(), cb.remainder());
+        for (x, y) in ca.zip(cb) {
+            for i in 0..LANES {
+                acc[i] = x[i].mul_add(y[i], acc[i]);
+            }
+        }
+        let mut tail = 0f32;
+        for (x, y) in ra.iter().zip(rb) {
+            tail = x.mul_add(*y, tail);
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+    // SAFETY: only listed by `f32_kernels` after the CPU reported AVX2 and FMA.
+    unsafe { inner(a, b) }
+}
+
+/// f32 dot product with AVX-512F: four 16-lane FMA accumulators, a masked tail.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
+    #[target_feature(enable = "avx512f")]
+    unsafe fn inner(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY: every unmasked load reads 16 floats starting at most at n - 16 in both
+        // slices; the masked tail reads only the n - i < 16 lanes left (masked-off lanes are
+        // not accessed).
+        unsafe {
+            while i + 64 <= n {
+                for (j, s) in acc.iter_mut().enumerate() {
+                    let x = _mm512_loadu_ps(pa.add(i + 16 * j));
+                    let y = _mm512_loadu_ps(pb.add(i + 16 * j));
+                    *s = _mm512_fmadd_ps(x, y, *s);
+                }
+                i += 64;
+            }
+            while i + 16 <= n {
+                let x = _mm512_loadu_ps(pa.add(i));
+                let y = _mm512_loadu_ps(pb.add(i));
+                acc[0] = _mm512_fmadd_ps(x, y, acc[0]);
+                i += 16;
+            }
+            if i < n {
+                let mask: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
+                let x = _mm512_maskz_loadu_ps(mask, pa.add(i));
+                let y = _mm512_maskz_loadu_ps(mask, pb.add(i));
+                acc[1] = _mm512_fmadd_ps(x, y, acc[1]);
+            }
+        }
+        let s = _mm512_add_ps(
+            _mm512_add_ps(acc[0], acc[1]),
+            _mm512_add_ps(acc[2], acc[3]),
+        );
+        _mm512_reduce_add_ps(s)
+    }
+    // SAFETY: only listed by `f32_kernels` after the CPU reported AVX-512F.
+    unsafe { inner(a, b) }
+}
+
+/// f16 x f32 dot product with F16C conversions (8 halves at a time) and AVX2 FMAs.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn dot_f16_avx2(a: &[u16], b: &[f32]) -> f32 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn inner(a: &[u16], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY: every load reads 8 halves / 8 floats starting at most at n - 8 in both
+        // slices (unaligned loads).
+        unsafe {
+            while i + 32 <= n {
+                for (j, s) in acc.iter_mut().enumerate() {
+                    let h = _mm_loadu_si128(pa.add(i + 8 * j) as *const __m128i);
+                    let y = _mm256_loadu_ps(pb.add(i + 8 * j));
+                    *s = _mm256_fmadd_ps(_mm256_cvtph_ps(h), y, *s);
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                let h = _mm_loadu_si128(pa.add(i) as *const __m128i);
+                let y = _mm256_loadu_ps(pb.add(i));
+                acc[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), y, acc[0]);
+                i += 8;
+            }
+        }
+        let s = _mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        );
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds 8 floats (unaligned store).
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), s) };
+        let mut tail = 0f32;
+        for t in i..n {
+            tail = f16_to_f32(a[t]).mul_add(b[t], tail);
+        }
+        lanes.iter().sum::<f32>() + tail
+    }
+    // SAFETY: only listed by `f16_kernels` after the CPU reported AVX2, FMA and F16C.
+    unsafe { inner(a, b) }
+}
+
+/// f16 x f32 dot product with AVX-512F: 16 halves converted at a time, four accumulators.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn dot_f16_avx512(a: &[u16], b: &[f32]) -> f32 {
+    #[target_feature(enable = "avx512f")]
+    unsafe fn inner(a: &[u16], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY: every load reads 16 halves / 16 floats starting at most at n - 16 in both
+        // slices (unaligned loads).
+        unsafe {
+            while i + 64 <= n {
+                for (j, s) in acc.iter_mut().enumerate() {
+                    let h = _mm256_loadu_si256(pa.add(i + 16 * j) as *const __m256i);
+                    let y = _mm512_loadu_ps(pb.add(i + 16 * j));
+                    *s = _mm512_fmadd_ps(_mm512_cvtph_ps(h), y, *s);
+                }
+                i += 64;
+            }
+            while i + 16 <= n {
+                let h = _mm256_loadu_si256(pa.add(i) as *const __m256i);
+                let y = _mm512_loadu_ps(pb.add(i));
+                acc[0] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), y, acc[0]);
+                i += 16;
+            }
+        }
+        let s = _mm512_add_ps(
+            _mm512_add_ps(acc[0], acc[1]),
+            _mm512_add_ps(acc[2], acc[3]),
+        );
+        let mut tail = 0f32;
+        for t in i..n {
+            tail = f16_to_f32(a[t]).mul_add(b[t], tail);
+        }
+        _mm512_reduce_add_ps(s) + tail
+    }
+    // SAFETY: only listed by `f16_kernels` after the CPU reported AVX-512F.
+    unsafe { inner(a, b) }
+}
+
+/// i8 dot product with AVX2: `|b|` (unsigned) times `a` with `b`'s sign, in pairs to i16
+/// (`vpmaddubsw`; exact, as `2 x 127 x 127 < 2^15` for codes in -127..=127), then to i32
+/// (`vpmaddwd`).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn inner(a: &[i8], b: &[i8]) -> i32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_si256(); 2];
+        let mut i = 0;
+        // SAFETY: every load reads 32 bytes starting at most at n - 32 in both slices
+        // (unaligned loads).
+        unsafe {
+            while i + 32 <= n {
+                let j = (i / 32) % 2;
+                let x = _mm256_loadu_si256(pa.add(i) as *const __m256i);
+                let y = _mm256_loadu_si256(pb.add(i) as *const __m256i);
+                let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(x, y));
+                acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(pairs, ones));
+                i += 32;
+            }
+        }
+        let mut lanes = [0i32; 8];
+        // SAFETY: `lanes` holds 8 i32 (unaligned store).
+        unsafe {
+            _mm256_storeu_si256(
+                lanes.as_mut_ptr() as *mut __m256i,
+                _mm256_add_epi32(acc[0], acc[1]),
+            )
+        };
+        let tail = dot_i8_portable(&a[i..n], &b[i..n]);
+        lanes.iter().fold(tail, |s, &x| s.wrapping_add(x))
+    }
+    // SAFETY: only listed by `i8_kernels` after the CPU reported AVX2.
+    unsafe { inner(a, b) }
+}
+
+/// i8 dot product with AVX-512 VNNI: `|b|` (unsigned) times `a` with `b`'s sign, four
+/// products at a time into i32 (`vpdpbusd`), a masked tail.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn dot_i8_vnni512(a: &[i8], b: &[i8]) -> i32 {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn inner(a: &[i8], b: &[i8]) -> i32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let zero = _mm512_setzero_si512();
+        let mut acc = [zero; 2];
+        let mut i = 0;
+        // SAFETY: every unmasked load reads 64 bytes starting at most at n - 64 in both
+        // slices; the masked tail reads only the n - i < 64 bytes left (masked-off lanes are
+        // not accessed).
+        unsafe {
+            while i < n {
+                let mask: __mmask64 = if n - i >= 64 {
+                    !0
+                } else {
+                    (1u64 << (n - i)) - 1
+                };
+                let x = _mm512_maskz_loadu_epi8(mask, pa.add(i));
+                let y = _mm512_maskz_loadu_epi8(mask, pb.add(i));
+                let negative = _mm512_movepi8_mask(y);
+                let signed = _mm512_mask_sub_epi8(x, negative, zero, x);
+                let j = (i / 64) % 2;
+                acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_abs_epi8(y), signed);
+                i += 64;
+            }
+        }
+        _mm512_reduce_add_epi32(_mm512_add_epi32(acc[0], acc[1]))
+    }
+    // SAFETY: only listed by `i8_kernels` after the CPU reported AVX-512F, BW and VNNI.
+    unsafe { inner(a, b) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    use crate::recall::dense::compact::f32_to_f16;
+
+    fn reference(a: &[f32], b: &[f32]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum()
+    }
+
+    /// Tolerance of an f32 sum of `n` products of magnitude <= 1.
+    fn tol(n: usize) -> f64 {
+        1e-6 * (n as f64 + 1.0)
+    }
+
+    #[test]
+    fn the_lists_end_with_the_portable_kernel() {
+        assert_eq!(f32_kernels().last().unwrap().0, "portable");
+        assert_eq!(f16_kernels().last().unwrap().0, "portable");
+        assert_eq!(i8_kernels().last().unwrap().0, "portable");
+        eprintln!(
+            "kernels: f32 {:?}, f16 {:?}, i8 {:?}",
+            f32_kernels().iter().map(|k| k.0).collect::<Vec<_>>(),
+            f16_kernels().iter().map(|k| k.0).collect::<Vec<_>>(),
+            i8_kernels().iter().map(|k| k.0).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn f32_kernels_agree_with_a_plain_sum() {
+        for n in [0, 1, 5, 15, 16, 17, 31, 63, 64, 65, 100, 127, 384, 1000] {
+            let a: Vec<f32> = (0..n).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
+            let b: Vec<f32> = (0..n).map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5).collect();
+            let want = reference(&a, &b);
+            for (name, dot) in f32_kernels() {
+                assert!((f64::from(dot(&a, &b)) - want).abs() < tol(n), "{name} {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn kernels_read_only_the_shorter_slice() {
+        let a = vec![1f32; 40];
+        let b = vec![1f32; 33];
+        for (name, dot) in f32_kernels() {
+            assert_eq!(dot(&a, &b), 33.0, "{name}");
+        }
+        let h = vec![f32_to_f16(1.0); 33];
+        for (name, dot) in f16_kernels() {
+            assert_eq!(dot(&h, &a), 33.0, "{name}");
+        }
+        let (x, y) = (vec![2i8; 130], vec![3i8; 129]);
+        for (name, dot) in i8_kernels() {
+            assert_eq!(dot(&x, &y), 6 * 129, "{name}");
+        }
+    }
+
+    #[test]
+    fn i8_kernels_are_exact_at_the_extremes() {
+        for n in [1, 31, 32, 64, 65, 384, 1000] {
+            for (p, q) in [(127i8, 127i8), (-127, 127), (-127, -127), (0, -127)] {
+                let (a, b) = (vec![p; n], vec![q; n]);
+                let want = i32::from(p) * i32::from(q) * n as i32;
+                for (name, dot) in i8_kernels() {
+                    assert_eq!(dot(&a, &b), want, "{name} {n} {p} {q}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn f32_kernels_match_the_portable_one(
+            pairs in prop::collection::vec((-1f32..1f32, -1f32..1f32), 0..600)
+        ) {
+            let (a, b): (Vec<f32>, Vec<f32>) = pairs.into_iter().unzip();
+            let want = f64::from(dot_f32_portable(&a, &b));
+            for (name, dot) in f32_kernels() {
+                let got = f64::from(dot(&a, &b));
+                prop_assert!((got - want).abs() < tol(a.len()), "{} {} {}", name, got, want);
+            }
+        }
+
+        #[test]
+        fn f16_kernels_match_the_portable_one(
+            pairs in prop::collection::vec((-1f32..1f32, -1f32..1f32), 0..600)
+        ) {
+            let (a, b): (Vec<f32>, Vec<f32>) = pairs.into_iter().unzip();
+            let h: Vec<u16> = a.iter().map(|&x| f32_to_f16(x)).collect();
+            let want = f64::from(dot_f16_portable(&h, &b));
+            let decoded: Vec<f32> = h.iter().map(|&x| f16_to_f32(x)).collect();
+            prop_assert!((reference(&decoded, &b) - want).abs() < tol(a.len()));
+            for (name, dot) in f16_kernels() {
+                let got = f64::from(dot(&h, &b));
+                prop_assert!((got - want).abs() < tol(a.len()), "{} {} {}", name, got, want);
+            }
+        }
+
+        #[test]
+        fn i8_kernels_equal_the_portable_one(
+            pairs in prop::collection::vec((-127i8..=127, -127i8..=127), 0..700)
+        ) {
+            let (a, b): (Vec<i8>, Vec<i8>) = pairs.into_iter().unzip();
+            let want: i32 = a.iter().zip(&b).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum();
+            for (name, dot) in i8_kernels() {
+                prop_assert_eq!(dot(&a, &b), want, "{}", name);
+            }
+        }
+    }
+}
