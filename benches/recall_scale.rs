@@ -285,7 +285,10 @@ fn dense(rows: usize, dim: usize, queries: usize, out: &str) {
                 .iter()
                 .map(|h| (h.id().to_string(), h.score.to_bits()))
                 .collect();
-            found += got.iter().filter(|g| want.iter().any(|w| w.0 == g.0)).count();
+            found += got
+                .iter()
+                .filter(|g| want.iter().any(|w| w.0 == g.0))
+                .count();
             identical += usize::from(&got == want);
         }
         let p50 = median(latency);

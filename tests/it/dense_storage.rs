@@ -40,7 +40,9 @@ fn uniform(seed: u64, n: usize) -> Vec<f32> {
 }
 
 fn index(storage: VectorStorage) -> DenseIndex {
-    let docs = (0..ROWS).map(|i| Document::new(format!("d{i}"), "")).collect();
+    let docs = (0..ROWS)
+        .map(|i| Document::new(format!("d{i}"), ""))
+        .collect();
     let m = Array2::from_shape_vec((ROWS, DIM), uniform(14, ROWS * DIM)).unwrap();
     let idx = DenseIndex::from_embeddings(Arc::new(Fixed(DIM)), docs, m).unwrap();
     idx.set_storage(storage);
@@ -61,10 +63,7 @@ fn compact_storage_with_rescoring_finds_the_exact_top_10() {
     let compact = index(VectorStorage::f16());
     for storage in [VectorStorage::f16(), VectorStorage::int8()] {
         compact.set_storage(storage);
-        assert_eq!(
-            compact.vector_bytes(),
-            ROWS * storage.bytes_per_vector(DIM)
-        );
+        assert_eq!(compact.vector_bytes(), ROWS * storage.bytes_per_vector(DIM));
         let (mut found, mut identical) = (0usize, 0usize);
         for i in 0..QUERIES {
             let q = uniform(1000 + i, DIM);
@@ -83,7 +82,10 @@ fn compact_storage_with_rescoring_finds_the_exact_top_10() {
                     .map(|(a, b)| f64::from(*a) * f64::from(*b))
                     .sum::<f64>()
                     / norm;
-                assert!((f64::from(*score) - cosine).abs() < 1e-5, "{storage:?} {id}");
+                assert!(
+                    (f64::from(*score) - cosine).abs() < 1e-5,
+                    "{storage:?} {id}"
+                );
                 // ... bit for bit the score the exact scan gives it
                 if let Some(s) = want_scores.get(id.as_str()) {
                     found += 1;

@@ -151,8 +151,8 @@ impl Compact {
     /// The copy of the rows of `matrix` (`dim` columns) for `storage`.
     pub(super) fn build(storage: VectorStorage, matrix: &[f32], dim: usize) -> Self {
         let mut c = Compact::new(storage);
-        if dim > 0 {
-            c.reserve(matrix.len() / dim, dim);
+        if let Some(rows) = matrix.len().checked_div(dim) {
+            c.reserve(rows, dim);
             for row in matrix.chunks_exact(dim) {
                 c.push(row);
             }
@@ -395,8 +395,14 @@ mod tests {
     #[test]
     fn storage_from_str_and_candidates() {
         assert_eq!("f32".parse::<VectorStorage>().unwrap(), VectorStorage::F32);
-        assert_eq!("F16".parse::<VectorStorage>().unwrap(), VectorStorage::f16());
-        assert_eq!("int8".parse::<VectorStorage>().unwrap(), VectorStorage::int8());
+        assert_eq!(
+            "F16".parse::<VectorStorage>().unwrap(),
+            VectorStorage::f16()
+        );
+        assert_eq!(
+            "int8".parse::<VectorStorage>().unwrap(),
+            VectorStorage::int8()
+        );
         assert_eq!(
             "int8:3".parse::<VectorStorage>().unwrap(),
             VectorStorage::Int8 { rescore: 3 }

@@ -146,9 +146,9 @@ pub(super) fn dot_f16_portable(a: &[u16], b: &[f32]) -> f32 {
 
 /// `sum(a[i] * b[i])` in `i32` (wrapping, as the SIMD kernels do).
 pub(super) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
-    a.iter()
-        .zip(b)
-        .fold(0i32, |s, (&x, &y)| s.wrapping_add(i32::from(x) * i32::from(y)))
+    a.iter().zip(b).fold(0i32, |s, (&x, &y)| {
+        s.wrapping_add(i32::from(x) * i32::from(y))
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,10 +214,7 @@ fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
                 acc[1] = _mm512_fmadd_ps(x, y, acc[1]);
             }
         }
-        let s = _mm512_add_ps(
-            _mm512_add_ps(acc[0], acc[1]),
-            _mm512_add_ps(acc[2], acc[3]),
-        );
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
         _mm512_reduce_add_ps(s)
     }
     // SAFETY: only listed by `f32_kernels` after the CPU reported AVX-512F.
@@ -252,10 +249,7 @@ fn dot_f16_avx2(a: &[u16], b: &[f32]) -> f32 {
                 i += 8;
             }
         }
-        let s = _mm256_add_ps(
-            _mm256_add_ps(acc[0], acc[1]),
-            _mm256_add_ps(acc[2], acc[3]),
-        );
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
         let mut lanes = [0f32; 8];
         // SAFETY: `lanes` holds 8 floats (unaligned store).
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), s) };
@@ -297,10 +291,7 @@ fn dot_f16_avx512(a: &[u16], b: &[f32]) -> f32 {
                 i += 16;
             }
         }
-        let s = _mm512_add_ps(
-            _mm512_add_ps(acc[0], acc[1]),
-            _mm512_add_ps(acc[2], acc[3]),
-        );
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
         let mut tail = 0f32;
         for t in i..n {
             tail = f16_to_f32(a[t]).mul_add(b[t], tail);

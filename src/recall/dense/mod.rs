@@ -40,8 +40,8 @@ use super::bm25::check_capacity;
 use super::{Retriever, SearchQuery};
 use crate::rerankers::VectorSource;
 use crate::{Document, Embedder, Error, Hit, Result};
-use compact::{quantize, Compact};
 pub use compact::VectorStorage;
+use compact::{quantize, Compact};
 use kernels::Kernels;
 
 /// Rows scored per rayon task.
@@ -425,7 +425,6 @@ fn rescore(
 }
 
 impl Retriever for DenseIndex {
-
     fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
         match &query.embedding {
             Some(e) => self.top_k(e, k),
@@ -617,7 +616,9 @@ mod tests {
     ];
 
     fn random_index(rows: usize, dim: usize, storage: VectorStorage) -> DenseIndex {
-        let docs = (0..rows).map(|i| Document::new(format!("d{i}"), "")).collect();
+        let docs = (0..rows)
+            .map(|i| Document::new(format!("d{i}"), ""))
+            .collect();
         let m = Array2::from_shape_vec((rows, dim), uniform(7, rows * dim)).unwrap();
         let idx = DenseIndex::from_embeddings(Arc::new(Dim(dim)), docs, m).unwrap();
         idx.set_storage(storage);
@@ -667,7 +668,8 @@ mod tests {
             let mut same = 0;
             for i in 0..20 {
                 let q = uniform(100 + i, dim);
-                let all: HashMap<String, u32> = search(&exact, q.clone(), rows).into_iter().collect();
+                let all: HashMap<String, u32> =
+                    search(&exact, q.clone(), rows).into_iter().collect();
                 let got = search(&idx, q.clone(), 10);
                 assert_eq!(got.len(), 10);
                 // every returned score is the exact (f32 index) score of that document
@@ -681,7 +683,10 @@ mod tests {
                 same += usize::from(got == search(&exact, q, 10));
             }
             // the default rescore finds the exact top 10; rescore 1 only gets exact scores
-            if matches!(storage, VectorStorage::F16 { rescore: 4 } | VectorStorage::Int8 { rescore: 8 }) {
+            if matches!(
+                storage,
+                VectorStorage::F16 { rescore: 4 } | VectorStorage::Int8 { rescore: 8 }
+            ) {
                 assert_eq!(same, 20, "{storage:?}");
             }
         }
@@ -699,7 +704,10 @@ mod tests {
             let all = search(&idx, q.clone(), 1000);
             assert_eq!(all.len(), 30);
             assert_eq!(search(&idx, q.clone(), usize::MAX), all);
-            assert_eq!(all, search(&random_index(30, 17, VectorStorage::F32), q.clone(), 30));
+            assert_eq!(
+                all,
+                search(&random_index(30, 17, VectorStorage::F32), q.clone(), 30)
+            );
             // removed documents never come back; the others keep their exact scores
             let top = all[0].0.clone();
             assert!(idx.remove(&top));
@@ -711,9 +719,15 @@ mod tests {
             let m = Array2::from_shape_vec((5, 1), vec![0.5, -2.0, 3.0, 0.0, 1.0]).unwrap();
             let idx = DenseIndex::from_embeddings(Arc::new(Dim(1)), docs, m).unwrap();
             idx.set_storage(storage);
-            let ids: Vec<String> = search(&idx, vec![2.0], 5).into_iter().map(|h| h.0).collect();
+            let ids: Vec<String> = search(&idx, vec![2.0], 5)
+                .into_iter()
+                .map(|h| h.0)
+                .collect();
             assert_eq!(ids, ["0", "2", "4", "3", "1"], "{storage:?}");
-            let ids: Vec<String> = search(&idx, vec![-1.0], 2).into_iter().map(|h| h.0).collect();
+            let ids: Vec<String> = search(&idx, vec![-1.0], 2)
+                .into_iter()
+                .map(|h| h.0)
+                .collect();
             assert_eq!(ids, ["1", "3"], "{storage:?}");
         }
     }
@@ -730,7 +744,9 @@ mod tests {
                 assert!(reference.remove(&format!("d{i}")));
             }
             // replace some documents through the embedder-free path: remove, then re-insert
-            let docs: Vec<Document> = (0..20).map(|i| Document::new(format!("d{}", i * 3), "")).collect();
+            let docs: Vec<Document> = (0..20)
+                .map(|i| Document::new(format!("d{}", i * 3), ""))
+                .collect();
             let m = Array2::from_shape_vec((20, dim), uniform(99, 20 * dim)).unwrap();
             idx.insert(docs.clone(), m.clone()).unwrap();
             reference.insert(docs, m).unwrap();
@@ -742,13 +758,20 @@ mod tests {
             );
             for i in 0..10 {
                 let q = uniform(500 + i, dim);
-                assert_eq!(search(&idx, q.clone(), 10), search(&reference, q, 10), "{storage:?}");
+                assert_eq!(
+                    search(&idx, q.clone(), 10),
+                    search(&reference, q, 10),
+                    "{storage:?}"
+                );
             }
             // switching storage rebuilds or drops the copy; results stay exact
             idx.set_storage(VectorStorage::F32);
             assert_eq!(idx.vector_bytes(), idx.len() * 4 * dim);
             idx.set_storage(*storage);
-            assert_eq!(idx.vector_bytes(), idx.len() * storage.bytes_per_vector(dim));
+            assert_eq!(
+                idx.vector_bytes(),
+                idx.len() * storage.bytes_per_vector(dim)
+            );
             let q = uniform(42, dim);
             assert_eq!(search(&idx, q.clone(), 10), search(&reference, q, 10));
         }
@@ -789,7 +812,11 @@ mod tests {
             let ids: Vec<&str> = got.iter().map(|h| h.0.as_str()).collect();
             assert_eq!(ids, ["1", "3", "0", "2"], "{storage:?}");
             // k 2 with rescore 1: the compact scan itself must rank the NaN rows last
-            assert_eq!(search(&idx, vec![1.0, 1.0], 2), got[..2].to_vec(), "{storage:?}");
+            assert_eq!(
+                search(&idx, vec![1.0, 1.0], 2),
+                got[..2].to_vec(),
+                "{storage:?}"
+            );
             assert!(search(&idx, vec![f32::NAN, 1.0], 4).is_empty());
         }
     }
