@@ -47,7 +47,8 @@ def ensure_python():
     except ImportError:
         pass
     py = VENV / "bin" / "python"
-    if Path(sys.executable).resolve() == py.resolve():
+    # A virtualenv's python is a link to the base interpreter: compare prefixes, not executables.
+    if Path(sys.prefix).resolve() == VENV.resolve():
         sys.exit(f"{py} lacks torch or transformers")
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
