@@ -162,7 +162,7 @@ impl Dense {
         match precision {
             Precision::Int8 => Dense::Int8(QuantLinear::new(&linear)),
             // `Encoder::load` refuses the others.
-            _ => Dense::F32(linear),
+            _ => Dense::F32(linear.into_cols()),
         }
     }
 
@@ -330,7 +330,12 @@ impl Encoder {
                 let v = w.encoder_linear(&format!("{att}.self.value"), h, h)?;
                 let qkv = Linear {
                     weight: Weight::F32(
-                        [q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat(),
+                        [
+                            q.weight.to_f32(h, h),
+                            k.weight.to_f32(h, h),
+                            v.weight.to_f32(h, h),
+                        ]
+                        .concat(),
                     ),
                     bias: [q.bias, k.bias, v.bias].concat(),
                     inputs: h,

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::config::Qwen3Config;
 use super::forward::Qwen3Model;
-use super::layers::{head_name, Decoder};
+use super::layers::{head_name, Decoder, MatrixFormat};
 use super::ops::{norm_rope_row, rms_norm_row, silu_mul_row, QkvLayout};
 use crate::models::gemv::Kernel;
 use crate::models::kernels::{softmax_row, Linear, Weight};
@@ -151,6 +151,15 @@ impl CausalLm {
         precision: Precision,
         max_positions: usize,
     ) -> Result<Self> {
+        let format = match precision {
+            Precision::F32 => MatrixFormat::Steps,
+            Precision::Bf16 => MatrixFormat::StepsBf16,
+            _ => {
+                return Err(Error::Config(format!(
+                    "Qwen3 generation: precision {precision} is not supported (f32 or bf16)"
+                )))
+            }
+        };
         let weights = Weights::open(dir)?;
         let h = cfg.hidden_size;
         let name = head_name(&weights, &cfg)?;
@@ -160,18 +169,14 @@ impl CausalLm {
                 "{name} has shape {shape:?}, expected (vocab, {h}) (hidden_size in config.json)"
             )));
         }
-        let decoder = Decoder::from_weights(weights, cfg, precision)?;
+        let decoder = Decoder::from_weights(weights, cfg, format)?;
         let values = decoder.embed.weights().f32(name, &shape)?;
-        let head = Linear {
+        let head = format.apply(Linear {
             weight: Weight::F32(values),
             bias: vec![0.0; shape[0]],
             inputs: h,
             outputs: shape[0],
-        };
-        let head = match precision {
-            Precision::Bf16 => head.to_bf16(),
-            _ => head,
-        };
+        });
         Ok(CausalLm {
             model: Qwen3Model::new(decoder, max_positions),
             head,

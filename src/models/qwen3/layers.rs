@@ -13,7 +13,6 @@ use super::config::Qwen3Config;
 use super::ops::QkvLayout;
 use crate::models::kernels::{Linear, Weight};
 use crate::models::weights::Weights;
-use crate::models::Precision;
 use crate::{Error, Result};
 
 /// The name of the token embedding matrix.
@@ -86,27 +85,37 @@ impl Layer {
 }
 
 impl Layer {
-    /// The layer with its four matrices in bf16 (the f32 ones are dropped as it goes).
-    fn into_bf16(self) -> Layer {
-        let Layer {
-            input_norm,
-            qkv,
-            q_norm,
-            k_norm,
-            o,
-            post_norm,
-            gate_up,
-            down,
-        } = self;
+    /// The layer with `f` applied to its four matrices (each dropped as it goes).
+    fn map(self, f: impl Fn(Linear) -> Linear) -> Layer {
         Layer {
-            input_norm,
-            qkv: qkv.to_bf16(),
-            q_norm,
-            k_norm,
-            o: o.to_bf16(),
-            post_norm,
-            gate_up: gate_up.to_bf16(),
-            down: down.to_bf16(),
+            qkv: f(self.qkv),
+            o: f(self.o),
+            gate_up: f(self.gate_up),
+            down: f(self.down),
+            ..self
+        }
+    }
+}
+
+/// How a [`Decoder`] keeps its matrices (see [`Weight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MatrixFormat {
+    /// `f32`, laid out for products over many rows ([`Weight::F32Cols`]): scoring, which
+    /// never decodes.
+    Products,
+    /// `f32`, laid out for one row at a time ([`Weight::F32`]): generation.
+    Steps,
+    /// `bf16`, one row at a time ([`Weight::Bf16`]): generation with `Precision::Bf16`.
+    StepsBf16,
+}
+
+impl MatrixFormat {
+    /// The format of `matrix`.
+    pub fn apply(self, matrix: Linear) -> Linear {
+        match self {
+            MatrixFormat::Products => matrix.into_cols(),
+            MatrixFormat::Steps => matrix,
+            MatrixFormat::StepsBf16 => matrix.to_bf16(),
         }
     }
 }
@@ -187,15 +196,9 @@ pub(crate) struct Decoder {
 
 impl Decoder {
     /// Loads the decoder from an opened checkpoint ([`Weights::open`]), which the embeddings
-    /// keep; the layers load in parallel on the current rayon pool. With
-    /// [`Precision::Bf16`] every layer's matrices are rounded to bf16 as soon as the layer is
-    /// read (norms stay f32); any precision but f32 and bf16 is an [`Error::Config`].
-    pub fn from_weights(weights: Weights, cfg: Qwen3Config, precision: Precision) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Bf16) {
-            return Err(Error::Config(format!(
-                "Qwen3: precision {precision} is not supported (f32, or bf16 for generation)"
-            )));
-        }
+    /// keep; the layers load in parallel on the current rayon pool, each layer's matrices put
+    /// in `format` as soon as the layer is read (norms stay f32).
+    pub fn from_weights(weights: Weights, cfg: Qwen3Config, format: MatrixFormat) -> Result<Self> {
         let h = cfg.hidden_size;
         let shape = weights.shape(EMBED)?.to_vec();
         if shape.len() != 2 || shape[1] != h {
@@ -205,13 +208,7 @@ impl Decoder {
         }
         let layers = (0..cfg.num_hidden_layers)
             .into_par_iter()
-            .map(|i| {
-                let layer = Layer::load(&weights, &cfg, i)?;
-                Ok(match precision {
-                    Precision::Bf16 => layer.into_bf16(),
-                    _ => layer,
-                })
-            })
+            .map(|i| Ok(Layer::load(&weights, &cfg, i)?.map(|m| format.apply(m))))
             .collect::<Result<Vec<_>>>()?;
         let final_norm = weights.f32("model.norm.weight", &[h])?;
         Ok(Decoder {

@@ -7,9 +7,8 @@ use std::path::Path;
 
 use super::config::Qwen3Config;
 use super::forward::Qwen3Model;
-use super::layers::{head_name, Decoder};
+use super::layers::{head_name, Decoder, MatrixFormat};
 use crate::models::weights::Weights;
-use crate::models::Precision;
 use crate::Result;
 
 /// A Qwen3 causal LM reduced to what yes/no scoring needs. `Send + Sync`; scoring takes `&self`.
@@ -41,7 +40,7 @@ impl Qwen3Scorer {
             .zip(&rows[h..])
             .map(|(y, n)| y - n)
             .collect();
-        let decoder = Decoder::from_weights(weights, cfg, Precision::F32)?;
+        let decoder = Decoder::from_weights(weights, cfg, MatrixFormat::Products)?;
         Ok(Qwen3Scorer {
             model: Qwen3Model::new(decoder, max_positions),
             head,
