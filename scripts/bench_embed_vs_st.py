@@ -47,7 +47,7 @@ def main():
 
     env = dict(os.environ)
     t = str(args.threads)
-    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t, CANDLE_NUM_THREADS=t)
+    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t)
 
     # 1. Same computation on both sides: embeddings from the Rust CLI vs sentence-transformers.
     import numpy as np

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import tempfile
+from pathlib import Path
 
 from bench_common import ROOT, criterion_seconds, median_seconds, run, scifact_documents, scifact_first_judged_query
 
@@ -29,12 +30,10 @@ DOCS = 100
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="models/ce-minilm-l6-random")
+    ap.add_argument("--model", default=str(Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
+                                            / "ce-minilm-l6-random"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--candle-threads", type=int, default=None,
-                    help="CANDLE_NUM_THREADS for the Rust side: the size of candle's own pool for "
-                         "element-wise ops (default: --threads)")
     args = ap.parse_args()
     model = str((ROOT / args.model).resolve())
     query, docs = scifact_first_judged_query(), scifact_documents(DOCS)
@@ -42,8 +41,7 @@ def main():
 
     env = dict(os.environ)
     t = str(args.threads)
-    candle_t = str(args.candle_threads or args.threads)
-    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t, CANDLE_NUM_THREADS=candle_t)
+    env.update(RERANK_BENCH_THREADS=t, RAYON_NUM_THREADS=t)
 
     # 1. Same computation on both sides: logits from the Rust CLI vs sentence-transformers.
     import torch
@@ -77,7 +75,10 @@ def main():
 
     import sentence_transformers
 
-    print(f"threads {args.threads} (CANDLE_NUM_THREADS {candle_t}); torch {torch.__version__}, sentence-transformers "
+    flags = sorted({f for line in open("/proc/cpuinfo") if line.startswith("flags") for f in line.split()
+                    if f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni")})
+    print(f"cpu flags: {' '.join(flags)}")
+    print(f"threads {args.threads}; torch {torch.__version__}, sentence-transformers "
           f"{sentence_transformers.__version__}, torch threads {torch.get_num_threads()}")
     print(f"rust                  : {rust_pps:8.1f} pairs/s  ({rust_s * 1e3:.0f} ms per 100 pairs)")
     print(f"sentence-transformers : {py_pps:8.1f} pairs/s  ({py_s * 1e3:.0f} ms per 100 pairs, "

@@ -170,7 +170,7 @@ impl Weight {
             Weight::F32(w) => std::borrow::Cow::Borrowed(w),
             Weight::F32Cols(w) => {
                 let mut rows = vec![0.0; w.len()];
-                transpose_into(w, inputs, outputs, &mut rows, |v| v);
+                transpose_into(w, inputs, outputs, &mut rows, inputs, |v| v);
                 std::borrow::Cow::Owned(rows)
             }
             Weight::Bf16(w) => std::borrow::Cow::Owned(
@@ -182,30 +182,35 @@ impl Weight {
     }
 }
 
-/// `dst (cols, rows) = f(src (rows, cols))ᵀ`, both row-major, in tiles (so that reads and
-/// writes both stay within a few cache lines), in parallel over blocks of `dst`'s rows.
+/// `dst (cols, rows) = f(src (rows, cols))ᵀ`, both row-major, `dst`'s rows `dst_stride` apart
+/// (at least `rows`; a wider matrix whose columns `0..rows` are written), in tiles (so that
+/// reads and writes both stay within a few cache lines), in parallel over blocks of `dst`'s
+/// rows.
 pub(crate) fn transpose_into<T: Copy + Sync>(
     src: &[T],
     rows: usize,
     cols: usize,
     dst: &mut [f32],
+    dst_stride: usize,
     f: impl Fn(T) -> f32 + Sync,
 ) {
     const TILE: usize = 32;
-    assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
     if rows == 0 || cols == 0 {
         return;
     }
-    dst[..rows * cols]
-        .par_chunks_mut(TILE * rows)
+    let end = (cols - 1) * dst_stride + rows;
+    assert!(src.len() >= rows * cols && dst_stride >= rows && dst.len() >= end);
+    dst[..end]
+        .par_chunks_mut(TILE * dst_stride)
         .enumerate()
         .for_each(|(block, out)| {
             let c0 = block * TILE;
-            let width = out.len() / rows;
+            // Every line but the last of the whole matrix is `dst_stride` long.
+            let width = (out.len() + dst_stride - rows) / dst_stride;
             for r0 in (0..rows).step_by(TILE) {
                 let r1 = (r0 + TILE).min(rows);
                 for c in 0..width {
-                    let line = &mut out[c * rows..(c + 1) * rows];
+                    let line = &mut out[c * dst_stride..c * dst_stride + rows];
                     for r in r0..r1 {
                         line[r] = f(src[r * cols + c0 + c]);
                     }
@@ -239,7 +244,7 @@ fn with_columns<T: Copy + Sync>(
         };
         wide.clear();
         wide.resize(rows * cols, 0.0);
-        transpose_into(src, rows, cols, wide, f);
+        transpose_into(src, rows, cols, wide, rows, f);
         product(Mat::new(wide, cols, rows));
     })
 }
@@ -325,7 +330,14 @@ impl Linear {
             w => {
                 let rows = w.to_f32(self.inputs, self.outputs);
                 let mut cols = vec![0.0; rows.len()];
-                transpose_into(&rows, self.outputs, self.inputs, &mut cols, |v| v);
+                transpose_into(
+                    &rows,
+                    self.outputs,
+                    self.inputs,
+                    &mut cols,
+                    self.outputs,
+                    |v| v,
+                );
                 Weight::F32Cols(cols)
             }
         };
@@ -803,10 +815,23 @@ mod tests {
         for (rows, cols) in [(1, 1), (3, 70), (70, 3), (33, 65), (64, 64), (0, 5)] {
             let src: Vec<u16> = (0..rows * cols).map(|i| i as u16).collect();
             let mut dst = vec![-1.0; rows * cols];
-            transpose_into(&src, rows, cols, &mut dst, f32::from);
+            transpose_into(&src, rows, cols, &mut dst, rows, f32::from);
             for r in 0..rows {
                 for c in 0..cols {
                     assert_eq!(dst[c * rows + r], (r * cols + c) as f32);
+                }
+            }
+            // into columns 2..2 + rows of a wider matrix, the others untouched
+            let stride = rows + 5;
+            let mut wide = vec![-1.0; cols * stride];
+            transpose_into(&src, rows, cols, &mut wide[2..], stride, f32::from);
+            for c in 0..cols {
+                for j in 0..stride {
+                    let want = match j.checked_sub(2) {
+                        Some(r) if r < rows => (r * cols + c) as f32,
+                        _ => -1.0,
+                    };
+                    assert_eq!(wide[c * stride + j], want);
                 }
             }
         }

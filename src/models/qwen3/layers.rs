@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::config::Qwen3Config;
 use super::ops::QkvLayout;
-use crate::models::kernels::{Linear, Weight};
+use crate::models::kernels::{transpose_into, Linear, Weight};
 use crate::models::weights::Weights;
 use crate::{Error, Result};
 
@@ -47,7 +47,7 @@ pub(crate) struct Layer {
 
 impl Layer {
     /// Loads layer `i` (`model.layers.{i}.*`), fusing the projections as it reads them.
-    pub fn load(w: &Weights, cfg: &Qwen3Config, i: usize) -> Result<Self> {
+    pub fn load(w: &Weights, cfg: &Qwen3Config, i: usize, format: MatrixFormat) -> Result<Self> {
         let p = format!("model.layers.{i}");
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
         let layout = qkv_layout(cfg);
@@ -63,6 +63,7 @@ impl Layer {
             ],
             h,
             bias,
+            format,
         )?;
         let mlp = |name: &str| format!("{p}.mlp.{name}");
         let gate_up = stacked(
@@ -70,30 +71,18 @@ impl Layer {
             &[(mlp("gate_proj"), ffn), (mlp("up_proj"), ffn)],
             h,
             false,
+            format,
         )?;
         Ok(Layer {
             input_norm: w.f32(&format!("{p}.input_layernorm.weight"), &[h])?,
             qkv,
             q_norm: w.f32(&attn("q_norm.weight"), &[hd])?,
             k_norm: w.f32(&attn("k_norm.weight"), &[hd])?,
-            o: stacked(w, &[(attn("o_proj"), h)], q_out, bias)?,
+            o: stacked(w, &[(attn("o_proj"), h)], q_out, bias, format)?,
             post_norm: w.f32(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
             gate_up,
-            down: stacked(w, &[(mlp("down_proj"), h)], ffn, false)?,
+            down: stacked(w, &[(mlp("down_proj"), h)], ffn, false, format)?,
         })
-    }
-}
-
-impl Layer {
-    /// The layer with `f` applied to its four matrices (each dropped as it goes).
-    fn map(self, f: impl Fn(Linear) -> Linear) -> Layer {
-        Layer {
-            qkv: f(self.qkv),
-            o: f(self.o),
-            gate_up: f(self.gate_up),
-            down: f(self.down),
-            ..self
-        }
     }
 }
 
@@ -131,26 +120,56 @@ pub(crate) fn qkv_layout(cfg: &Qwen3Config) -> QkvLayout {
 
 /// Linear layers `prefix.weight` of `(outputs, inputs)` each (and `prefix.bias` when `bias`),
 /// read straight into one stacked `(Σ outputs, inputs)` layer.
-fn stacked(w: &Weights, parts: &[(String, usize)], inputs: usize, bias: bool) -> Result<Linear> {
+fn stacked(
+    w: &Weights,
+    parts: &[(String, usize)],
+    inputs: usize,
+    bias: bool,
+    format: MatrixFormat,
+) -> Result<Linear> {
     let outputs: usize = parts.iter().map(|(_, n)| n).sum();
     let mut weight = vec![0.0f32; outputs * inputs];
     let mut biases = vec![0.0f32; outputs];
-    let (mut rows, mut at) = (&mut weight[..], 0);
+    let mut at = 0;
     for (prefix, n) in parts {
-        let (mine, rest) = rows.split_at_mut(n * inputs);
-        w.read_into(&format!("{prefix}.weight"), &[*n, inputs], mine)?;
+        let name = format!("{prefix}.weight");
+        if format == MatrixFormat::Products {
+            // Each part is read into a scratch buffer that stays warm, then written transposed
+            // into its columns: the layer never exists row-major in full.
+            SCRATCH.with(|cell| -> Result<()> {
+                let mut scratch = cell.borrow_mut();
+                scratch.resize(n * inputs, 0.0);
+                w.read_into(&name, &[*n, inputs], &mut scratch)?;
+                transpose_into(&scratch, *n, inputs, &mut weight[at..], outputs, |v| v);
+                Ok(())
+            })?;
+        } else {
+            w.read_into(
+                &name,
+                &[*n, inputs],
+                &mut weight[at * inputs..(at + n) * inputs],
+            )?;
+        }
         if bias {
             w.read_into(&format!("{prefix}.bias"), &[*n], &mut biases[at..at + n])?;
         }
-        rows = rest;
         at += n;
     }
-    Ok(Linear {
-        weight: Weight::F32(weight),
+    let weight = match format {
+        MatrixFormat::Products => Weight::F32Cols(weight),
+        _ => Weight::F32(weight),
+    };
+    Ok(format.apply(Linear {
+        weight,
         bias: biases,
         inputs,
         outputs,
-    })
+    }))
+}
+
+thread_local! {
+    /// One weight matrix of a layer being loaded, before it is transposed into place.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The token embeddings, read from the memory-mapped file a batch at a time: only the rows of
@@ -208,7 +227,7 @@ impl Decoder {
         }
         let layers = (0..cfg.num_hidden_layers)
             .into_par_iter()
-            .map(|i| Ok(Layer::load(&weights, &cfg, i)?.map(|m| format.apply(m))))
+            .map(|i| Layer::load(&weights, &cfg, i, format))
             .collect::<Result<Vec<_>>>()?;
         let final_norm = weights.f32("model.norm.weight", &[h])?;
         Ok(Decoder {
