@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_qwen3_vs_transformers import ROOT, cpu_flags, default_model, ensure_python  # noqa: E402
+from bench_qwen3_vs_transformers import ROOT, cpu_flags, default_model, ensure_python, init_torch  # noqa: E402
 
 FIXTURE = ROOT.parent / "shared" / "fixtures" / "qwen3_tiny_a"
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl"
@@ -80,16 +80,10 @@ def run_ours(exe, model, prompt, new_tokens, threads, precision):
 
 class Transformers:
     def __init__(self, model_dir, threads):
-        import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.torch = torch
-        torch.set_num_threads(threads)
-        try:
-            torch.set_num_interop_threads(1)
-        except RuntimeError:
-            pass
+        torch = self.torch = init_torch(threads)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         t = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -104,20 +104,26 @@ def document(i):
     return " ".join(WORDS[(i * 7 + j * 13 + (j * j) % 5) % n] for j in range(N_WORDS)) + "."
 
 
+def init_torch(threads):
+    """torch on `threads` threads for its operations and one for scheduling them; returns torch."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+    return torch
+
+
 class Transformers:
     """The transformers side: the model loaded once, one timed call per `run`."""
 
     def __init__(self, model_dir, threads):
-        import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.torch = torch
-        torch.set_num_threads(threads)
-        try:
-            torch.set_num_interop_threads(1)
-        except RuntimeError:
-            pass
+        torch = self.torch = init_torch(threads)
         self.tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
         t = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

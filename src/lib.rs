@@ -55,6 +55,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod document;
+mod dot;
 mod error;
 #[cfg(any(feature = "http", feature = "milvus"))]
 mod http;

@@ -62,7 +62,7 @@ pub(crate) fn gemv(w: Rows<'_>, x: &[f32], out: &mut [f32], accumulate: bool) {
         for (i, o) in out.iter_mut().enumerate() {
             let r = first + i;
             let d = match w {
-                Rows::F32(w) => kernel.dot_f32(&w[r * cols..(r + 1) * cols], x),
+                Rows::F32(w) => crate::dot::dot_f32(&w[r * cols..(r + 1) * cols], x),
                 Rows::Bf16(w) => kernel.dot_bf16(&w[r * cols..(r + 1) * cols], x),
             };
             if accumulate {
@@ -147,24 +147,6 @@ impl Kernel {
         })
     }
 
-    /// `Σ w x` over `f32` weights.
-    #[inline]
-    pub fn dot_f32(self, w: &[f32], x: &[f32]) -> f32 {
-        assert_eq!(w.len(), x.len());
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            #[allow(unsafe_code)]
-            // SAFETY: `detect` chose this kernel only on a CPU with these features; the lengths
-            // are equal (asserted above), and the kernels read only within them.
-            Kernel::Avx512 => unsafe { x86::dot_f32_avx512(w, x) },
-            #[cfg(target_arch = "x86_64")]
-            #[allow(unsafe_code)]
-            // SAFETY: as above.
-            Kernel::Avx2 => unsafe { x86::dot_f32_avx2(w, x) },
-            _ => dot_f32_portable(w, x),
-        }
-    }
-
     /// `sums[i] += Σ_j a[j] rows[j][i]` (fused multiply-adds, row by row).
     #[inline]
     pub fn axpy4(self, sums: &mut [f32], a: [f32; 4], rows: [&[f32]; 4]) {
@@ -190,11 +172,12 @@ impl Kernel {
         match self {
             #[cfg(target_arch = "x86_64")]
             #[allow(unsafe_code)]
-            // SAFETY: as in `dot_f32`.
+            // SAFETY: `detect` chose this kernel only on a CPU with these features; the lengths
+            // are equal (asserted above), and the kernels read only within them.
             Kernel::Avx512 => unsafe { x86::dot_bf16_avx512(w, x) },
             #[cfg(target_arch = "x86_64")]
             #[allow(unsafe_code)]
-            // SAFETY: as in `dot_f32`.
+            // SAFETY: as above.
             Kernel::Avx2 => unsafe { x86::dot_bf16_avx2(w, x) },
             _ => dot_bf16_portable(w, x),
         }
@@ -230,23 +213,6 @@ fn axpy4_portable(sums: &mut [f32], a: [f32; 4], rows: [&[f32]; 4]) {
             r2[i].mul_add(a[2], r1[i].mul_add(a[1], r0[i].mul_add(a[0], sums[i]))),
         );
     }
-}
-
-fn dot_f32_portable(w: &[f32], x: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (cw, cx) = (w.chunks_exact(8), x.chunks_exact(8));
-    let tail: f32 = cw
-        .remainder()
-        .iter()
-        .zip(cx.remainder())
-        .map(|(a, b)| a * b)
-        .sum();
-    for (a, b) in cw.zip(cx) {
-        for i in 0..8 {
-            acc[i] += a[i] * b[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 fn dot_bf16_portable(w: &[u16], x: &[f32]) -> f32 {
@@ -287,80 +253,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::bf16_to_f32;
-
-    /// # Safety
-    /// The CPU must support `avx512f`, and `w.len() == x.len()`.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn dot_f32_avx512(w: &[f32], x: &[f32]) -> f32 {
-        let n = x.len();
-        let (pw, px) = (w.as_ptr(), x.as_ptr());
-        let mut acc = [_mm512_setzero_ps(); 4];
-        let mut i = 0;
-        // SAFETY (every load below): i + 16 * (j + 1) <= n, so each 16-lane load is in bounds.
-        while i + 64 <= n {
-            for (j, a) in acc.iter_mut().enumerate() {
-                let o = i + 16 * j;
-                *a = _mm512_fmadd_ps(
-                    unsafe { _mm512_loadu_ps(pw.add(o)) },
-                    unsafe { _mm512_loadu_ps(px.add(o)) },
-                    *a,
-                );
-            }
-            i += 64;
-        }
-        while i + 16 <= n {
-            acc[0] = _mm512_fmadd_ps(
-                unsafe { _mm512_loadu_ps(pw.add(i)) },
-                unsafe { _mm512_loadu_ps(px.add(i)) },
-                acc[0],
-            );
-            i += 16;
-        }
-        let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        let mut s = _mm512_reduce_add_ps(sum);
-        for k in i..n {
-            s += w[k] * x[k];
-        }
-        s
-    }
-
-    /// # Safety
-    /// The CPU must support `avx2` and `fma`, and `w.len() == x.len()`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_f32_avx2(w: &[f32], x: &[f32]) -> f32 {
-        let n = x.len();
-        let (pw, px) = (w.as_ptr(), x.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        // SAFETY (every load below): i + 8 * (j + 1) <= n.
-        while i + 32 <= n {
-            for (j, a) in acc.iter_mut().enumerate() {
-                let o = i + 8 * j;
-                *a = _mm256_fmadd_ps(
-                    unsafe { _mm256_loadu_ps(pw.add(o)) },
-                    unsafe { _mm256_loadu_ps(px.add(o)) },
-                    *a,
-                );
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(
-                unsafe { _mm256_loadu_ps(pw.add(i)) },
-                unsafe { _mm256_loadu_ps(px.add(i)) },
-                acc[0],
-            );
-            i += 8;
-        }
-        let mut s = hsum256(_mm256_add_ps(
-            _mm256_add_ps(acc[0], acc[1]),
-            _mm256_add_ps(acc[2], acc[3]),
-        ));
-        for k in i..n {
-            s += w[k] * x[k];
-        }
-        s
-    }
 
     /// # Safety
     /// The CPU must support `avx512f`, and `w.len() == x.len()`.
@@ -525,12 +417,10 @@ mod tests {
             let wb: Vec<u16> = w.iter().map(|&v| f32_to_bf16(v)).collect();
             let want = dot64(w.iter().copied(), &x);
             let want_b = dot64(wb.iter().map(|&b| bf16_to_f32(b)), &x);
+            // the f32 kernels' own tests are in `recall::dense::kernels`
+            let got = crate::dot::dot_f32(&w, &x) as f64;
+            assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "f32 n={n}");
             for k in kernels() {
-                let got = k.dot_f32(&w, &x) as f64;
-                assert!(
-                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                    "{k:?} n={n}"
-                );
                 let got = k.dot_bf16(&wb, &x) as f64;
                 assert!(
                     (got - want_b).abs() <= 1e-4 * (1.0 + want_b.abs()),

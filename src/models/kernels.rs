@@ -220,33 +220,8 @@ pub(crate) fn transpose_into<T: Copy + Sync>(
 }
 
 thread_local! {
-    /// Weights copied (widened and transposed) for one product over many rows (prefill).
+    /// `bf16` weights widened (and transposed) for one product over many rows (prefill).
     static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Runs `product` on `src (rows, cols)` converted by `f` and transposed to `(cols, rows)`, in
-/// this thread's [`WIDE`] buffer.
-fn with_columns<T: Copy + Sync>(
-    src: &[T],
-    rows: usize,
-    cols: usize,
-    f: impl Fn(T) -> f32 + Sync,
-    product: impl FnOnce(Mat<'_>),
-) {
-    WIDE.with(|cell| {
-        // A product re-entered on this thread (rayon work stealing) copies into a buffer of
-        // its own.
-        let mut own = Vec::new();
-        let mut borrowed = cell.try_borrow_mut();
-        let wide = match borrowed.as_deref_mut() {
-            Ok(buffer) => buffer,
-            Err(_) => &mut own,
-        };
-        wide.clear();
-        wide.resize(rows * cols, 0.0);
-        transpose_into(src, rows, cols, wide, rows, f);
-        product(Mat::new(wide, cols, rows));
-    })
 }
 
 impl Linear {
@@ -364,12 +339,30 @@ impl Linear {
                 let w = Mat::new(w, self.inputs, self.outputs).block(0, self.inputs, start, n);
                 matmul(a, w, out, stride, 1.0, true, Threads::Pool);
             }
-            Weight::Bf16(w) => {
+            Weight::Bf16(w) => WIDE.with(|cell| {
+                // A product re-entered on this thread (rayon work stealing) widens into a
+                // buffer of its own.
+                let mut own = Vec::new();
+                let mut borrowed = cell.try_borrow_mut();
+                let wide = match borrowed.as_deref_mut() {
+                    Ok(buffer) => buffer,
+                    Err(_) => &mut own,
+                };
+                // Widened and transposed in one pass: `(inputs, n)`, as `F32Cols`.
                 let src = &w[start * self.inputs..(start + n) * self.inputs];
-                with_columns(src, n, self.inputs, crate::models::gemv::bf16_to_f32, |w| {
-                    matmul(a, w, out, stride, 1.0, true, Threads::Pool)
-                });
-            }
+                wide.clear();
+                wide.resize(src.len(), 0.0);
+                transpose_into(
+                    src,
+                    n,
+                    self.inputs,
+                    wide,
+                    n,
+                    crate::models::gemv::bf16_to_f32,
+                );
+                let w = Mat::new(wide, self.inputs, n);
+                matmul(a, w, out, stride, 1.0, true, Threads::Pool);
+            }),
         }
     }
 }

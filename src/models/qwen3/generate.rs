@@ -18,7 +18,6 @@ use super::config::Qwen3Config;
 use super::forward::Qwen3Model;
 use super::layers::{head_name, Decoder, MatrixFormat};
 use super::ops::{norm_rope_row, rms_norm_row, silu_mul_row, QkvLayout};
-use crate::models::gemv::Kernel;
 use crate::models::kernels::{softmax_row, Linear, Weight};
 use crate::models::weights::Weights;
 use crate::models::Precision;
@@ -310,7 +309,6 @@ fn attend_one(
     let (d, kw) = (layout.head_dim, layout.kv_width());
     let group = layout.q_heads / layout.kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
-    let kernel = Kernel::detect();
     ctx.par_chunks_mut(d)
         .zip(scores.par_chunks_mut(capacity))
         .enumerate()
@@ -319,7 +317,7 @@ fn attend_one(
             let q = &q[head * d..(head + 1) * d];
             let scores = &mut scores[..n];
             for (j, s) in scores.iter_mut().enumerate() {
-                *s = kernel.dot_f32(q, &keys[j * kw + kv * d..][..d]) * scale;
+                *s = crate::dot::dot_f32(q, &keys[j * kw + kv * d..][..d]) * scale;
             }
             softmax_row(scores);
             out.fill(0.0);

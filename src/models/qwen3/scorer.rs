@@ -68,12 +68,7 @@ impl Qwen3Scorer {
         let rows = self.model.last_rows(prompts, None)?;
         Ok(rows
             .chunks_exact(h)
-            .map(|row| dot(row, &self.head))
+            .map(|row| crate::dot::dot_f32(row, &self.head))
             .collect())
     }
-}
-
-/// `Σ a b` on the run-time dot-product kernel.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    crate::models::gemv::Kernel::detect().dot_f32(a, b)
 }

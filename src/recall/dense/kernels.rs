@@ -1,4 +1,5 @@
-//! The dot products of the dense scan, one per stored format, chosen at run time.
+//! The dot products of the dense scan, one per stored format, chosen at run time (the f32
+//! one is the crate's, `crate::dot`; its tests are here, beside the others).
 //!
 //! Each format has a portable kernel (plain Rust, vectorizable by the compiler) and x86-64
 //! kernels compiled for wider instruction sets, used only on CPUs that report them:
@@ -20,21 +21,22 @@ use std::sync::OnceLock;
 
 use super::compact::f16_to_f32;
 
-/// Accumulators in the portable f32 and f16 dot products (two AVX registers of 8 lanes).
+/// Accumulators in the portable f16 dot product (two AVX registers of 8 lanes).
 const LANES: usize = 16;
 
-/// f32 row x f32 query.
-pub(super) type DotF32 = fn(&[f32], &[f32]) -> f32;
+#[cfg(test)]
+use crate::dot::{dot_f32_portable, f32_kernels};
+
 /// f16 row (raw bits) x f32 query.
 pub(super) type DotF16 = fn(&[u16], &[f32]) -> f32;
 /// i8 row x i8 query, both with codes in `-127..=127`: the exact sum (wrapping past `i32`,
 /// which needs more than 133,000 dimensions of extreme codes).
 pub(super) type DotI8 = fn(&[i8], &[i8]) -> i32;
 
-/// The kernels of this CPU. Each reads `min(a.len(), b.len())` elements.
+/// The compact formats' kernels of this CPU (the f32 one is `crate::dot::kernel`). Each reads
+/// `min(a.len(), b.len())` elements.
 #[derive(Clone, Copy)]
 pub(super) struct Kernels {
-    pub(super) f32: DotF32,
     pub(super) f16: DotF16,
     pub(super) i8: DotI8,
 }
@@ -44,28 +46,10 @@ impl Kernels {
     pub(super) fn detect() -> Kernels {
         static KERNELS: OnceLock<Kernels> = OnceLock::new();
         *KERNELS.get_or_init(|| Kernels {
-            f32: f32_kernels()[0].1,
             f16: f16_kernels()[0].1,
             i8: i8_kernels()[0].1,
         })
     }
-}
-
-/// Every f32 kernel this CPU runs, fastest first; the portable one is last.
-pub(super) fn f32_kernels() -> Vec<(&'static str, DotF32)> {
-    let mut out: Vec<(&'static str, DotF32)> = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            out.push(("avx512f", dot_f32_avx512));
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            out.push(("avx2+fma", dot_f32_avx2));
-        }
-    }
-    out.push(("portable", dot_f32_portable));
-    out
 }
 
 /// Every f16 kernel this CPU runs, fastest first; the portable one is last.
@@ -109,24 +93,6 @@ pub(super) fn i8_kernels() -> Vec<(&'static str, DotI8)> {
 // ---------------------------------------------------------------------------------------------
 // Portable kernels (the references the others are tested against).
 
-/// `sum(a[i] * b[i])` with [`LANES`] independent accumulators (vectorizable).
-#[inline(always)]
-pub(super) fn dot_f32_portable(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..LANES {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut tail = 0f32;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x * y;
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
 /// `sum(f32(a[i]) * b[i])`, each f16 converted by [`f16_to_f32`].
 pub(super) fn dot_f16_portable(a: &[u16], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
@@ -154,72 +120,6 @@ pub(super) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
 // ---------------------------------------------------------------------------------------------
 // x86-64 kernels. Each safe wrapper is only handed out by the `*_kernels` lists above after
 // the CPU reported the features its inner function is compiled for.
-
-/// [`dot_f32_portable`]'s loop with fused multiply-adds, compiled for AVX2 + FMA.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn inner(a: &[f32], b: &[f32]) -> f32 {
-        let mut acc = [0f32; LANES];
-        let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-        let (ra, rb) = (ca.remainder(), cb.remainder());
-        for (x, y) in ca.zip(cb) {
-            for i in 0..LANES {
-                acc[i] = x[i].mul_add(y[i], acc[i]);
-            }
-        }
-        let mut tail = 0f32;
-        for (x, y) in ra.iter().zip(rb) {
-            tail = x.mul_add(*y, tail);
-        }
-        acc.iter().sum::<f32>() + tail
-    }
-    // SAFETY: only listed by `f32_kernels` after the CPU reported AVX2 and FMA.
-    unsafe { inner(a, b) }
-}
-
-/// f32 dot product with AVX-512F: four 16-lane FMA accumulators, a masked tail.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
-    #[target_feature(enable = "avx512f")]
-    unsafe fn inner(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let mut acc = [_mm512_setzero_ps(); 4];
-        let mut i = 0;
-        // SAFETY: every unmasked load reads 16 floats starting at most at n - 16 in both
-        // slices; the masked tail reads only the n - i < 16 lanes left (masked-off lanes are
-        // not accessed).
-        unsafe {
-            while i + 64 <= n {
-                for (j, s) in acc.iter_mut().enumerate() {
-                    let x = _mm512_loadu_ps(pa.add(i + 16 * j));
-                    let y = _mm512_loadu_ps(pb.add(i + 16 * j));
-                    *s = _mm512_fmadd_ps(x, y, *s);
-                }
-                i += 64;
-            }
-            while i + 16 <= n {
-                let x = _mm512_loadu_ps(pa.add(i));
-                let y = _mm512_loadu_ps(pb.add(i));
-                acc[0] = _mm512_fmadd_ps(x, y, acc[0]);
-                i += 16;
-            }
-            if i < n {
-                let mask: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
-                let x = _mm512_maskz_loadu_ps(mask, pa.add(i));
-                let y = _mm512_maskz_loadu_ps(mask, pb.add(i));
-                acc[1] = _mm512_fmadd_ps(x, y, acc[1]);
-            }
-        }
-        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        _mm512_reduce_add_ps(s)
-    }
-    // SAFETY: only listed by `f32_kernels` after the CPU reported AVX-512F.
-    unsafe { inner(a, b) }
-}
 
 /// f16 x f32 dot product with F16C conversions (8 halves at a time) and AVX2 FMAs.
 #[cfg(target_arch = "x86_64")]

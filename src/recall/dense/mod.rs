@@ -280,14 +280,15 @@ impl DenseIndex {
         let k = k.min(rows);
         let candidates = store.storage.candidates(k).min(rows);
         let kernels = Kernels::detect();
-        let exact = |_: usize, row: &[f32]| (kernels.f32)(row, &q);
+        let dot = crate::dot::kernel();
+        let exact = |_: usize, row: &[f32]| dot(row, &q);
         let best = match &store.compact {
             // a compact scan that keeps every row would only add the rescoring
             _ if candidates >= rows => top_rows(&store.matrix, dim, k, exact),
             Compact::None => top_rows(&store.matrix, dim, k, exact),
             Compact::F16(bits) => {
                 let found = top_rows(bits, dim, candidates, |_, row| (kernels.f16)(row, &q));
-                rescore(&store.matrix, dim, &q, found, k, kernels.f32)
+                rescore(&store.matrix, dim, &q, found, k)
             }
             Compact::Int8 { codes, scales } => {
                 let mut q_codes = Vec::with_capacity(dim);
@@ -295,7 +296,7 @@ impl DenseIndex {
                 let found = top_rows(codes, dim, candidates, |r, row| {
                     (kernels.i8)(row, &q_codes) as f32 * (scales[r] * q_scale)
                 });
-                rescore(&store.matrix, dim, &q, found, k, kernels.f32)
+                rescore(&store.matrix, dim, &q, found, k)
             }
         };
         Ok(best
@@ -413,11 +414,13 @@ fn rescore(
     q: &[f32],
     candidates: Vec<(usize, f32)>,
     k: usize,
-    dot: kernels::DotF32,
 ) -> Vec<(usize, f32)> {
     let mut best: Vec<Scored> = candidates
         .into_iter()
-        .map(|(r, _)| Scored(rankable(dot(&matrix[r * dim..(r + 1) * dim], q)), r))
+        .map(|(r, _)| {
+            let row = &matrix[r * dim..(r + 1) * dim];
+            Scored(rankable(crate::dot::dot_f32(row, q)), r)
+        })
         .collect();
     best.sort();
     best.truncate(k);
@@ -464,7 +467,12 @@ mod tests {
     }
 
     fn index() -> DenseIndex {
-        let idx = DenseIndex::new(Arc::new(Letters));
+        letters_index(VectorStorage::F32)
+    }
+
+    /// Four documents over the letters a, b and e, with `storage`.
+    fn letters_index(storage: VectorStorage) -> DenseIndex {
+        let idx = DenseIndex::with_storage(Arc::new(Letters), storage);
         idx.add(vec![
             Document::new("1", "aaaa"),
             Document::new("2", "bbbb"),
@@ -541,7 +549,7 @@ mod tests {
             .enumerate()
             .collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let dot = Kernels::detect().f32;
+        let dot = crate::dot::kernel();
         for k in [1, 10, 100, rows] {
             let got = top_rows(&m, dim, k, |_, r| dot(r, &q));
             assert_eq!(got, all[..k].to_vec(), "{k}");
@@ -636,14 +644,7 @@ mod tests {
     #[test]
     fn every_storage_gives_the_exact_top_k_on_small_sets() {
         for storage in STORAGES {
-            let idx = DenseIndex::with_storage(Arc::new(Letters), storage);
-            idx.add(vec![
-                Document::new("1", "aaaa"),
-                Document::new("2", "bbbb"),
-                Document::new("3", "aabb"),
-                Document::new("4", "eeee"),
-            ])
-            .unwrap();
+            let idx = letters_index(storage);
             assert_eq!(idx.storage(), storage);
             for (q, k) in [("a", 3), ("ab", 2), ("e", 1), ("abcde", 4)] {
                 let want = index().retrieve(&SearchQuery::new(q), k).unwrap();
