@@ -1,6 +1,14 @@
 """Pieces shared by the side-by-side benchmark scripts (bench_vs_sentence_transformers.py,
-bench_embed_vs_st.py): the SciFact inputs, running cargo, and the two timers."""
+bench_embed_vs_st.py, bench_int8.py, the Qwen3 ones): the SciFact inputs, running cargo, and the
+two timers.
+
+RERANK_BENCH_ISA=avx2 measures the AVX2 code paths on a machine that has AVX-512 as well: cargo
+builds without the crate's `avx512` feature (every kernel, gemm's included, on AVX2 + FMA), and
+torch is held to AVX2 too (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA, set
+here before any script imports torch). onnxruntime has no such switch: its figures stay AVX-512.
+"""
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -10,6 +18,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+
+BENCH_ISA = os.environ.get("RERANK_BENCH_ISA", "native")
+if BENCH_ISA not in ("native", "avx2"):
+    raise SystemExit(f"RERANK_BENCH_ISA={BENCH_ISA!r}: expected native or avx2")
+if BENCH_ISA == "avx2":
+    os.environ.update(ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2", ONEDNN_MAX_CPU_ISA="AVX2")
+    # Every feature but `avx512`.
+    CARGO_FEATURES = ["--features", "models,sqlite,hf-hub,http,redis,milvus,pdf"]
+else:
+    CARGO_FEATURES = ["--all-features"]
+print(f"kernels: {'AVX2 + FMA (RERANK_BENCH_ISA=avx2; torch held to AVX2)' if BENCH_ISA == 'avx2' else 'native'}",
+      file=sys.stderr)
 
 
 def scifact_documents(limit=None):
@@ -47,7 +67,7 @@ def run(cmd, env):
 
 def criterion_seconds(bench, name, env):
     """Seconds per iteration of criterion benchmark `name` in `benches/{bench}.rs` (release)."""
-    out = run(["cargo", "bench", "--all-features", "--bench", bench, "--", "--output-format", "bencher", name],
+    out = run(["cargo", "bench", *CARGO_FEATURES, "--bench", bench, "--", "--output-format", "bencher", name],
               env)
     m = re.search(r"bench:\s+([\d,]+) ns/iter", out)
     if not m:

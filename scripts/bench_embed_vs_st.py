@@ -28,7 +28,7 @@ import os
 import tempfile
 import time
 
-from bench_common import ROOT, SCIFACT, criterion_seconds, median_seconds, run, scifact_documents
+from bench_common import CARGO_FEATURES, ROOT, SCIFACT, criterion_seconds, median_seconds, run, scifact_documents
 
 DOCS = 256
 
@@ -60,7 +60,7 @@ def main():
         for d in docs:
             f.write(json.dumps({"text": d}) + "\n")
         texts_file = f.name
-    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "embed",
+    out = run(["cargo", "run", "--quiet", "--release", *CARGO_FEATURES, "--example", "rerank", "--", "embed",
                "--model", model, "--input", texts_file, "--threads", t], env)
     os.unlink(texts_file)
     rust = np.array([json.loads(line)["embedding"] for line in out.splitlines() if line.strip()])
@@ -95,7 +95,7 @@ def main():
 
 def corpus(model, threads, st, env):
     """One pass over the whole SciFact corpus on each side."""
-    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "beir",
+    out = run(["cargo", "run", "--quiet", "--release", *CARGO_FEATURES, "--example", "rerank", "--", "beir",
                "--data", str(SCIFACT), "--retriever", "dense", "--model", model, "--threads", threads,
                "--json"], env)
     report = json.loads(out.strip().splitlines()[-1])

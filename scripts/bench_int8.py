@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import ROOT, SCIFACT, criterion_seconds, run, scifact_documents, scifact_first_judged_query
+from bench_common import CARGO_FEATURES, ROOT, SCIFACT, criterion_seconds, run, scifact_documents, scifact_first_judged_query
 
 EMBED_DOCS = 64
 CE_DOCS = 100
@@ -63,7 +63,7 @@ def cpu_flags():
 
 
 def cli(args, env):
-    return run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--"] + args, env)
+    return run(["cargo", "run", "--quiet", "--release", *CARGO_FEATURES, "--example", "rerank", "--"] + args, env)
 
 
 def cosines(a, b):

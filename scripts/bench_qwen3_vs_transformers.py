@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_common import CARGO_FEATURES
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("RERANK_BENCH_VENV", Path.home() / ".cache" / "rerank" / "venv-bench"))
 RUST = "rerank"
@@ -167,7 +169,7 @@ def rust_run(model_dir, threads, root=ROOT):
         "RERANK_BENCH_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads),
         "RERANK_QWEN3_BENCH_MODEL": str(Path(model_dir).resolve()),
     })
-    out = subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3"], cwd=root, env=env,
+    out = subprocess.run(["cargo", "bench", *CARGO_FEATURES, "--bench", "qwen3"], cwd=root, env=env,
                          check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if not lines:
@@ -196,7 +198,7 @@ def main():
 
     # Build the Rust bench(es) first, outside any timing.
     for root in [ROOT] + ([Path(args.baseline_root)] if args.baseline_root else []):
-        subprocess.run(["cargo", "bench", "--all-features", "--bench", "qwen3", "--no-run"], cwd=root, check=True)
+        subprocess.run(["cargo", "bench", *CARGO_FEATURES, "--bench", "qwen3", "--no-run"], cwd=root, check=True)
     hf = Transformers(args.model, args.threads)
     warm = [document(i) for i in range(2)]
     hf.score(warm, True)

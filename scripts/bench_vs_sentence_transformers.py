@@ -23,7 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench_common import ROOT, criterion_seconds, median_seconds, run, scifact_documents, scifact_first_judged_query
+from bench_common import CARGO_FEATURES, ROOT, criterion_seconds, median_seconds, run, scifact_documents, scifact_first_judged_query
 
 DOCS = 100
 
@@ -53,7 +53,7 @@ def main():
         for q, d in pairs:
             f.write(json.dumps({"query": q, "document": d}) + "\n")
         pairs_file = f.name
-    out = run(["cargo", "run", "--quiet", "--release", "--all-features", "--example", "rerank", "--", "score",
+    out = run(["cargo", "run", "--quiet", "--release", *CARGO_FEATURES, "--example", "rerank", "--", "score",
                "--model", model, "--input", pairs_file, "--raw", "--threads", t], env)
     os.unlink(pairs_file)
     rust_logits = [json.loads(line)["logit"] for line in out.splitlines() if line.strip()]

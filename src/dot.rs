@@ -32,11 +32,10 @@ pub(crate) fn f32_kernels() -> Vec<(&'static str, DotF32)> {
     let mut out: Vec<(&'static str, DotF32)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::cpu::avx512f() {
             out.push(("avx512f", dot_f32_avx512));
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if crate::cpu::avx2_fma() {
             out.push(("avx2+fma", dot_f32_avx2));
         }
     }

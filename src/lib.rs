@@ -54,6 +54,7 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod cpu;
 mod document;
 mod dot;
 mod error;
@@ -80,6 +81,7 @@ pub mod models;
 #[cfg(feature = "sqlite")]
 pub mod store;
 
+pub use cpu::simd_isa;
 pub use document::{Document, Hit, Metadata};
 pub use error::{BoxError, Error, Result};
 

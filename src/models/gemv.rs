@@ -134,12 +134,10 @@ impl Kernel {
         *KERNEL.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             {
-                if std::arch::is_x86_feature_detected!("avx512f") {
+                if crate::cpu::avx512f() {
                     return Kernel::Avx512;
                 }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
+                if crate::cpu::avx2_fma() {
                     return Kernel::Avx2;
                 }
             }
@@ -381,12 +379,10 @@ mod tests {
         let mut k = vec![Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
+            if crate::cpu::avx2_fma() {
                 k.push(Kernel::Avx2);
             }
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::cpu::avx512f() {
                 k.push(Kernel::Avx512);
             }
         }

@@ -330,7 +330,7 @@ impl pulp::WithSimd for QuantizeRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
         let rows = self.q.chunks_exact_mut(self.stride);
         let xs = self.x.chunks_exact(self.cols);
         let slots = self.outliers.chunks_exact_mut(MAX_OUTLIERS);
@@ -338,13 +338,16 @@ impl pulp::WithSimd for QuantizeRows<'_> {
         // A row with its outliers zeroed, when it has some.
         let mut rest = Vec::new();
         for ((((q, x), scale), zero), (slots, count)) in rows.zip(slots.zip(self.counts)) {
-            let (mut lo, mut hi) = min_max(x);
-            let rms = (sum_squares(x) / x.len().max(1) as f32).sqrt();
-            let limit = OUTLIER_RATIO * rms;
+            let Stats {
+                mut lo,
+                mut hi,
+                squares,
+            } = stats(simd, x);
+            let limit = OUTLIER_RATIO * (squares / x.len().max(1) as f32).sqrt();
             *count = 0;
             let mut x = x;
             if lo < -limit || hi > limit {
-                let n = find_outliers(x, limit, slots);
+                let n = find_outliers(simd, x, limit, slots);
                 *count = n as u8;
                 rest.clear();
                 rest.extend_from_slice(x);
@@ -352,7 +355,7 @@ impl pulp::WithSimd for QuantizeRows<'_> {
                     rest[k as usize] = 0.0;
                 }
                 x = &rest;
-                (lo, hi) = min_max(x);
+                Stats { lo, hi, .. } = stats(simd, x);
             }
             let (lo, hi) = (lo.min(0.0), hi.max(0.0));
             let s = if hi > lo { (hi - lo) / 255.0 } else { 1.0 };
@@ -360,8 +363,7 @@ impl pulp::WithSimd for QuantizeRows<'_> {
             // The zero point: where 0.0 lands, rounded (exact for 0.0 itself).
             let z = (-lo * inv + 0.5).floor().clamp(0.0, 255.0);
             for (q, &v) in q.iter_mut().zip(x) {
-                // Non-negative after the clamp, so +0.5 and truncation round to nearest.
-                *q = ((v * inv + z).clamp(0.0, 255.0) + 0.5) as u8;
+                *q = round_to_u8((v * inv + z).clamp(0.0, 255.0));
             }
             // (An outlier's slot now holds the zero point: it is added back in f32.)
             q[self.cols..].fill(0);
@@ -371,15 +373,73 @@ impl pulp::WithSimd for QuantizeRows<'_> {
     }
 }
 
+/// `v` (in `0.0..=255.0`) rounded to the nearest integer, ties to even.
+///
+/// Adding 2^23 leaves the integer in the low mantissa bits, so this is a float add and a
+/// narrowing move, which vectorize; `(v + 0.5) as u8` is a saturating conversion that the
+/// compiler does one lane at a time.
+#[inline(always)]
+fn round_to_u8(v: f32) -> u8 {
+    (v + 8_388_608.0).to_bits() as u8
+}
+
+/// The smallest and largest element of a row and its sum of squares.
+struct Stats {
+    lo: f32,
+    hi: f32,
+    squares: f32,
+}
+
+/// [`Stats`] of `xs` in one pass over `simd`'s vectors.
+#[inline(always)]
+fn stats<S: pulp::Simd>(simd: S, xs: &[f32]) -> Stats {
+    let (head, tail) = S::as_simd_f32s(xs);
+    let mut lo = simd.splat_f32s(f32::INFINITY);
+    let mut hi = simd.splat_f32s(f32::NEG_INFINITY);
+    let mut squares = simd.splat_f32s(0.0);
+    for &v in head {
+        lo = simd.min_f32s(lo, v);
+        hi = simd.max_f32s(hi, v);
+        squares = simd.mul_add_e_f32s(v, v, squares);
+    }
+    let mut out = Stats {
+        lo: simd.reduce_min_f32s(lo),
+        hi: simd.reduce_max_f32s(hi),
+        squares: simd.reduce_sum_f32s(squares),
+    };
+    for &v in tail {
+        out.lo = out.lo.min(v);
+        out.hi = out.hi.max(v);
+        out.squares += v * v;
+    }
+    out
+}
+
+/// The largest magnitude in `xs`.
+#[inline(always)]
+fn max_abs<S: pulp::Simd>(simd: S, xs: &[f32]) -> f32 {
+    let (head, tail) = S::as_simd_f32s(xs);
+    let mut m = simd.splat_f32s(0.0);
+    for &v in head {
+        m = simd.max_f32s(m, simd.abs_f32s(v));
+    }
+    tail.iter().fold(simd.reduce_max_f32s(m), |m, v| m.max(v.abs()))
+}
+
 /// The (index, value) of the largest-magnitude values of `x` beyond `limit`, at most
 /// `slots.len()`, into `slots`; returns how many.
-fn find_outliers(x: &[f32], limit: f32, slots: &mut [(u32, f32)]) -> usize {
+#[inline(always)]
+fn find_outliers<S: pulp::Simd>(
+    simd: S,
+    x: &[f32],
+    limit: f32,
+    slots: &mut [(u32, f32)],
+) -> usize {
     const BLOCK: usize = 32;
     let mut n = 0;
     for (b, block) in x.chunks(BLOCK).enumerate() {
-        // Whole blocks below the limit are skipped with a vectorized test.
-        let (lo, hi) = min_max(block);
-        if lo >= -limit && hi <= limit {
+        // Whole blocks within the limit are skipped with a vectorized test.
+        if max_abs(simd, block) <= limit {
             continue;
         }
         for (i, &v) in block.iter().enumerate() {
@@ -400,41 +460,6 @@ fn find_outliers(x: &[f32], limit: f32, slots: &mut [(u32, f32)]) -> usize {
         }
     }
     n
-}
-
-/// `Σ x²`, in eight partial lanes.
-#[inline(always)]
-fn sum_squares(xs: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = xs.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += v * v;
-        }
-    }
-    acc.iter().sum::<f32>() + tail.iter().map(|v| v * v).sum::<f32>()
-}
-
-/// The smallest and largest element, in eight partial lanes (so the loop vectorizes).
-#[inline(always)]
-fn min_max(xs: &[f32]) -> (f32, f32) {
-    let mut lo = [f32::INFINITY; 8];
-    let mut hi = [f32::NEG_INFINITY; 8];
-    let chunks = xs.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for ((lo, hi), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(c) {
-            *lo = if v < *lo { v } else { *lo };
-            *hi = if v > *hi { v } else { *hi };
-        }
-    }
-    let lo = lo.iter().chain(tail).fold(f32::INFINITY, |m, &v| m.min(v));
-    let hi = hi
-        .iter()
-        .chain(tail)
-        .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    (lo, hi)
 }
 
 #[cfg(test)]
@@ -560,10 +585,61 @@ mod tests {
             *v = 10.0 + i as f32;
         }
         let mut slots = [(0u32, 0.0f32); MAX_OUTLIERS];
-        assert_eq!(find_outliers(&row, 1.0, &mut slots), MAX_OUTLIERS);
+        assert_eq!(
+            find_outliers(pulp::Scalar::new(), &row, 1.0, &mut slots),
+            MAX_OUTLIERS
+        );
         let mut kept: Vec<u32> = slots.iter().map(|s| s.0).collect();
         kept.sort_unstable();
         assert_eq!(kept, (4..12).collect::<Vec<u32>>());
+    }
+
+    /// The add-2^23 rounding is round-half-to-even over the whole quantized range.
+    #[test]
+    fn rounding_to_u8_is_half_to_even() {
+        let grid = (0..=255 * 8).map(|i| i as f32 / 8.0);
+        let awkward = random(4096, 13).into_iter().map(|v| (v + 1.0) * 127.5);
+        for v in grid.chain(awkward).chain([0.0, 0.49999997, 254.5, 255.0]) {
+            assert_eq!(round_to_u8(v), v.round_ties_even() as u8, "{v}");
+        }
+    }
+
+    /// The one-pass row statistics agree with plain folds on every vector width.
+    #[test]
+    fn row_statistics_match_a_plain_fold() {
+        for n in [0, 1, 7, 16, 33, 384, 1536] {
+            let x = random(n, n as u64 + 1);
+            let lo = x.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+            let hi = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let squares: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+            let got = super::super::kernels::simd(StatsOf(&x));
+            assert_eq!((got.lo, got.hi), (lo, hi), "n = {n}");
+            assert!((got.squares as f64 - squares).abs() <= 1e-5 * squares.max(1.0));
+            let max_abs = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert_eq!(max_abs_of(&x), max_abs);
+        }
+    }
+
+    struct StatsOf<'a>(&'a [f32]);
+
+    impl pulp::WithSimd for StatsOf<'_> {
+        type Output = Stats;
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, simd: S) -> Stats {
+            stats(simd, self.0)
+        }
+    }
+
+    fn max_abs_of(x: &[f32]) -> f32 {
+        struct Op<'a>(&'a [f32]);
+        impl pulp::WithSimd for Op<'_> {
+            type Output = f32;
+            #[inline(always)]
+            fn with_simd<S: pulp::Simd>(self, simd: S) -> f32 {
+                max_abs(simd, self.0)
+            }
+        }
+        super::super::kernels::simd(Op(x))
     }
 
     #[test]

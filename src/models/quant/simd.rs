@@ -57,7 +57,7 @@ impl Isa {
     pub(crate) fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+            if crate::cpu::avx512_vnni() {
                 return Isa::Vnni { evex: true };
             }
             if is_x86_feature_detected!("avxvnni") {

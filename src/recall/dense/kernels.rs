@@ -57,13 +57,10 @@ pub(super) fn f16_kernels() -> Vec<(&'static str, DotF16)> {
     let mut out: Vec<(&'static str, DotF16)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::cpu::avx512f() {
             out.push(("avx512f", dot_f16_avx512));
         }
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-        {
+        if crate::cpu::avx2_fma() && std::arch::is_x86_feature_detected!("f16c") {
             out.push(("avx2+fma+f16c", dot_f16_avx2));
         }
     }
@@ -76,10 +73,7 @@ pub(super) fn i8_kernels() -> Vec<(&'static str, DotI8)> {
     let mut out: Vec<(&'static str, DotI8)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-        {
+        if crate::cpu::avx512_vnni() {
             out.push(("avx512vnni", dot_i8_vnni512));
         }
         if std::arch::is_x86_feature_detected!("avx2") {

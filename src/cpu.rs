@@ -1,0 +1,69 @@
+//! Which vector instruction sets the hand-written kernels may use: what the CPU reports at run
+//! time, with AVX-512 only when the crate was built with the `avx512` feature (on by default).
+//!
+//! Building without it (`default-features = false`) keeps every kernel on AVX2 + FMA, the
+//! instruction set of CPUs without AVX-512 (AMD Zen 3, many Intel client parts). That is how
+//! the AVX2 code paths are measured and profiled on a machine that has AVX-512 too: the `gemm`
+//! crate's products and `pulp`'s element-wise loops follow the same feature.
+
+/// Whether the AVX-512F kernels may run here.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512f() -> bool {
+    cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f")
+}
+
+/// Whether the AVX-512 VNNI integer kernels (`vpdpbusd`, with BW and VL) may run here.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_vnni() -> bool {
+    avx512f()
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+}
+
+/// Whether AVX2 with FMA is present (the baseline of the vector kernels).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// The vector instruction set the crate's kernels run on here: `"avx512"`, `"avx2"` (with FMA),
+/// or `"portable"` (plain Rust, whatever the compiler vectorizes). Worth logging next to any
+/// timing, since the same build runs at different speeds on different CPUs.
+///
+/// ```
+/// let isa = rerank::simd_isa();
+/// assert!(["avx512", "avx2", "portable"].contains(&isa));
+/// ```
+pub fn simd_isa() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512f() {
+            return "avx512";
+        }
+        if avx2_fma() {
+            return "avx2";
+        }
+    }
+    "portable"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avx512_only_with_the_feature_and_the_cpu() {
+        let isa = simd_isa();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let has = std::arch::is_x86_feature_detected!("avx512f");
+            assert_eq!(isa == "avx512", cfg!(feature = "avx512") && has);
+            if !has && avx2_fma() {
+                assert_eq!(isa, "avx2");
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(isa, "portable");
+    }
+}
