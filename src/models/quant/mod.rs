@@ -80,7 +80,8 @@ pub(crate) struct QuantLinear {
     panels: Vec<Group>,
     /// Groups of four inputs per panel (`ceil(inputs / 4)`; the padding weights are zero).
     groups: usize,
-    /// Per output: the weight scale.
+    /// Per output: the weight scale. This and `sums` and `bias` are zero-padded to whole
+    /// panels, so the epilogue works on fixed-width rows of [`NR`].
     scales: Vec<f32>,
     /// Per output: the sum of its quantized weights (the zero-point correction).
     sums: Vec<i32>,
@@ -133,13 +134,17 @@ impl QuantLinear {
                 }
             }
         }
+        scales.resize(panels * NR, 0.0);
+        sums.resize(panels * NR, 0);
+        let mut bias = linear.bias.clone();
+        bias.resize(panels * NR, 0.0);
         QuantLinear {
             panels: packed,
             groups,
             scales,
             sums,
             columns,
-            bias: linear.bias.clone(),
+            bias,
             inputs,
             outputs,
             isa,
@@ -214,16 +219,18 @@ impl pulp::WithSimd for ChunkProduct<'_> {
         for (p, panel) in layer.panels.chunks_exact(layer.groups).enumerate() {
             let c0 = p * NR;
             let width = NR.min(n - c0);
-            let scales = &layer.scales[c0..c0 + width];
-            let sums = &layer.sums[c0..c0 + width];
-            let bias = &layer.bias[c0..c0 + width];
+            let scales: &[f32; NR] = layer.scales[c0..c0 + NR].try_into().expect("padded");
+            let sums: &[i32; NR] = layer.sums[c0..c0 + NR].try_into().expect("padded");
+            let bias: &[f32; NR] = layer.bias[c0..c0 + NR].try_into().expect("padded");
             simd::tiles(layer.isa, rows, stride, count, panel, &mut tile);
             for (i, acc) in tile.iter().enumerate() {
                 let (sx, z) = (a.scales[first + i], a.zeros[first + i]);
+                let value = |c: usize| sx * scales[c] * (acc[c] - z * sums[c]) as f32 + bias[c];
                 let o = &mut out[i * n + c0..][..width];
-                let weights = acc.iter().zip(sums).zip(scales).zip(bias);
-                for (o, (((&acc, &sum), &scale), &bias)) in o.iter_mut().zip(weights) {
-                    *o = sx * scale * (acc - z * sum) as f32 + bias;
+                match o.first_chunk_mut::<NR>() {
+                    // A whole panel: fixed width, one vector.
+                    Some(o) => (0..NR).for_each(|c| o[c] = value(c)),
+                    None => (0..width).for_each(|c| o[c] = value(c)),
                 }
             }
         }
@@ -423,18 +430,14 @@ fn max_abs<S: pulp::Simd>(simd: S, xs: &[f32]) -> f32 {
     for &v in head {
         m = simd.max_f32s(m, simd.abs_f32s(v));
     }
-    tail.iter().fold(simd.reduce_max_f32s(m), |m, v| m.max(v.abs()))
+    tail.iter()
+        .fold(simd.reduce_max_f32s(m), |m, v| m.max(v.abs()))
 }
 
 /// The (index, value) of the largest-magnitude values of `x` beyond `limit`, at most
 /// `slots.len()`, into `slots`; returns how many.
 #[inline(always)]
-fn find_outliers<S: pulp::Simd>(
-    simd: S,
-    x: &[f32],
-    limit: f32,
-    slots: &mut [(u32, f32)],
-) -> usize {
+fn find_outliers<S: pulp::Simd>(simd: S, x: &[f32], limit: f32, slots: &mut [(u32, f32)]) -> usize {
     const BLOCK: usize = 32;
     let mut n = 0;
     for (b, block) in x.chunks(BLOCK).enumerate() {
