@@ -91,6 +91,11 @@ fn gemm_peak(c: &mut Criterion, threads: usize) {
 
 #[cfg(feature = "models")]
 fn bench(c: &mut Criterion) {
+    eprintln!(
+        "kernels: {} (int8: {})",
+        rerank::simd_isa(),
+        rerank::models::int8_kernel()
+    );
     gemm_peak(c, common::threads());
     let model = common::model_dir("all-MiniLM-L6-v2");
     if !model.join("model.safetensors").is_file() {

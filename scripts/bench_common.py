@@ -25,7 +25,7 @@ if BENCH_ISA not in ("native", "avx2"):
 if BENCH_ISA == "avx2":
     os.environ.update(ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2", ONEDNN_MAX_CPU_ISA="AVX2")
     # Every feature but `avx512`.
-    CARGO_FEATURES = ["--features", "models,sqlite,hf-hub,http,redis,milvus,pdf"]
+    CARGO_FEATURES = ["--no-default-features", "--features", "models,sqlite,hf-hub,http,redis,milvus,pdf"]
 else:
     CARGO_FEATURES = ["--all-features"]
 print(f"kernels: {'AVX2 + FMA (RERANK_BENCH_ISA=avx2; torch held to AVX2)' if BENCH_ISA == 'avx2' else 'native'}",
@@ -62,6 +62,10 @@ def run(cmd, env):
     if res.returncode != 0:
         sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
         raise SystemExit(f"command failed ({res.returncode}): {' '.join(cmd)}")
+    # The benches name the kernels they ran on (rerank::simd_isa): pass that line on.
+    for line in res.stderr.splitlines():
+        if line.startswith("kernels: "):
+            print("  rerank " + line, file=sys.stderr)
     return res.stdout
 
 
