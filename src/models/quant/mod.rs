@@ -615,34 +615,23 @@ mod tests {
             let lo = x.iter().fold(f32::INFINITY, |m, &v| m.min(v));
             let hi = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             let squares: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
-            let got = super::super::kernels::simd(StatsOf(&x));
+            let (got, got_max_abs) = super::super::kernels::simd(Measure(&x));
             assert_eq!((got.lo, got.hi), (lo, hi), "n = {n}");
             assert!((got.squares as f64 - squares).abs() <= 1e-5 * squares.max(1.0));
             let max_abs = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            assert_eq!(max_abs_of(&x), max_abs);
+            assert_eq!(got_max_abs, max_abs);
         }
     }
 
-    struct StatsOf<'a>(&'a [f32]);
+    /// [`stats`] and [`max_abs`] of a row, on the CPU's vectors.
+    struct Measure<'a>(&'a [f32]);
 
-    impl pulp::WithSimd for StatsOf<'_> {
-        type Output = Stats;
+    impl pulp::WithSimd for Measure<'_> {
+        type Output = (Stats, f32);
         #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, simd: S) -> Stats {
-            stats(simd, self.0)
+        fn with_simd<S: pulp::Simd>(self, simd: S) -> (Stats, f32) {
+            (stats(simd, self.0), max_abs(simd, self.0))
         }
-    }
-
-    fn max_abs_of(x: &[f32]) -> f32 {
-        struct Op<'a>(&'a [f32]);
-        impl pulp::WithSimd for Op<'_> {
-            type Output = f32;
-            #[inline(always)]
-            fn with_simd<S: pulp::Simd>(self, simd: S) -> f32 {
-                max_abs(simd, self.0)
-            }
-        }
-        super::super::kernels::simd(Op(x))
     }
 
     #[test]

@@ -338,7 +338,8 @@ mod tests {
         *seed
     }
 
-    /// Every kernel this CPU can run (the tests' own detection, mirroring `Isa::detect`).
+    /// Every kernel this CPU can run, whether or not the build lets `Isa::detect` pick it
+    /// (the AVX-512 one is tested without the `avx512` feature too).
     fn available() -> Vec<Isa> {
         #[allow(unused_mut)]
         let mut isas = vec![Isa::Scalar];
