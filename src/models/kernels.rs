@@ -367,54 +367,80 @@ impl Linear {
     }
 }
 
+/// What runs on each block of output rows right after the product, while they are still in
+/// cache (instead of another pass over the whole matrix).
+#[derive(Clone, Copy)]
+pub(crate) enum Then<'a> {
+    /// Nothing.
+    Nothing,
+    /// The activation, element by element.
+    Activate(Act),
+    /// `out = layer_norm(out + residual)` row by row (`residual` has the output's shape).
+    AddNorm {
+        residual: &'a [f32],
+        weight: &'a [f32],
+        bias: &'a [f32],
+        eps: f32,
+    },
+}
+
+impl Then<'_> {
+    /// Runs the step on `out` as [`Then::apply_here`] does, compiled for the CPU's vector width.
+    pub fn run(self, out: &mut [f32], first_value: usize) {
+        simd(ThenStep {
+            then: self,
+            out,
+            first_value,
+        })
+    }
+
+    /// Runs the step on `out`, whole rows of a product's output starting at row
+    /// `first_value / width` (the offset of `out` in the residual), on this thread; vectorized
+    /// when inlined into a `pulp` kernel.
+    #[inline(always)]
+    pub fn apply_here(self, out: &mut [f32], first_value: usize) {
+        match self {
+            Then::Nothing => {}
+            Then::Activate(act) => act.apply_here(out),
+            Then::AddNorm {
+                residual,
+                weight,
+                bias,
+                eps,
+            } => {
+                let n = weight.len();
+                let residual = &residual[first_value..][..out.len()];
+                for (row, res) in out.chunks_exact_mut(n).zip(residual.chunks_exact(n)) {
+                    row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
+                    layer_norm_row(row, weight, bias, eps);
+                }
+            }
+        }
+    }
+}
+
+/// [`Then::run`] as a `pulp` kernel.
+struct ThenStep<'a> {
+    then: Then<'a>,
+    out: &'a mut [f32],
+    first_value: usize,
+}
+
+impl WithSimd for ThenStep<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        self.then.apply_here(self.out, self.first_value)
+    }
+}
+
 /// Runs `op` compiled for the widest vector instructions this CPU has (AVX-512 or AVX2 on
 /// x86-64, detected at run time): the loops of its `with_simd`, and the `#[inline(always)]`
 /// functions they call, are vectorized for that set.
 #[inline(always)]
 pub(crate) fn simd<Op: WithSimd>(op: Op) -> Op::Output {
     pulp::Arch::new().dispatch(op)
-}
-
-/// `rows = layer_norm(rows + residual)`, row by row.
-struct AddNorm<'a> {
-    rows: &'a mut [f32],
-    residual: &'a [f32],
-    weight: &'a [f32],
-    bias: &'a [f32],
-    eps: f32,
-}
-
-impl WithSimd for AddNorm<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _: S) {
-        let width = self.weight.len();
-        let rows = self.rows.chunks_exact_mut(width);
-        for (row, res) in rows.zip(self.residual.chunks_exact(width)) {
-            row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
-            layer_norm_row(row, self.weight, self.bias, self.eps);
-        }
-    }
-}
-
-/// An activation over a slice.
-struct Activate<'a> {
-    act: Act,
-    x: &'a mut [f32],
-}
-
-impl WithSimd for Activate<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _: S) {
-        match self.act {
-            Act::Gelu => self.x.iter_mut().for_each(|v| *v = gelu(*v)),
-            Act::GeluTanh => self.x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-            Act::Relu => self.x.iter_mut().for_each(|v| *v = v.max(0.0)),
-        }
-    }
 }
 
 /// Softmax of every `width`-long row.
@@ -432,33 +458,6 @@ impl WithSimd for Softmax<'_> {
             softmax_row(row);
         }
     }
-}
-
-/// Rows per parallel task of the row-wise kernels.
-const ROWS_PER_TASK: usize = 16;
-
-/// `x[i] = layer_norm(x[i] + residual[i])` for every row of width `weight.len()`, as torch's
-/// `LayerNorm` (biased variance, `eps` inside the square root).
-pub(crate) fn add_layer_norm(
-    x: &mut [f32],
-    residual: &[f32],
-    weight: &[f32],
-    bias: &[f32],
-    eps: f32,
-) {
-    let width = weight.len();
-    assert_eq!(x.len(), residual.len());
-    x.par_chunks_mut(width * ROWS_PER_TASK)
-        .zip(residual.par_chunks(width * ROWS_PER_TASK))
-        .for_each(|(rows, residual)| {
-            simd(AddNorm {
-                rows,
-                residual,
-                weight,
-                bias,
-                eps,
-            })
-        });
 }
 
 /// Layer norm of one row in place.
@@ -493,12 +492,6 @@ impl Act {
             "relu" => Some(Act::Relu),
             _ => None,
         }
-    }
-
-    /// Applies the activation to every element, in parallel.
-    pub fn apply(self, x: &mut [f32]) {
-        x.par_chunks_mut(1 << 14)
-            .for_each(|x| simd(Activate { act: self, x }));
     }
 
     /// Applies the activation to every element on this thread; vectorized when inlined into

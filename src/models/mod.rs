@@ -27,6 +27,7 @@ pub(crate) mod gemv;
 mod hub;
 pub(crate) mod kernels;
 mod options;
+pub(crate) mod panels;
 mod quant;
 pub(crate) mod qwen3;
 pub(crate) mod weights;

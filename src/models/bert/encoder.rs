@@ -18,9 +18,10 @@ use serde_json::Value;
 
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::kernels::{
-    add_layer_norm, layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Threads, Weight,
+    layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Then, Threads, Weight,
 };
-use crate::models::quant::{QuantLinear, QuantRows, Then};
+use crate::models::panels::PanelLinear;
+use crate::models::quant::{QuantLinear, QuantRows};
 use crate::models::weights::Weights;
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -153,7 +154,7 @@ struct Layer {
 /// A linear layer of the encoder in the precision it was loaded with.
 #[derive(Debug, Clone)]
 enum Dense {
-    F32(Linear),
+    F32(PanelLinear),
     Int8(QuantLinear),
 }
 
@@ -162,13 +163,12 @@ impl Dense {
         match precision {
             Precision::Int8 => Dense::Int8(QuantLinear::new(&linear)),
             // `Encoder::load` refuses the others.
-            _ => Dense::F32(linear.into_cols()),
+            _ => Dense::F32(PanelLinear::new(&linear)),
         }
     }
 
-    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, then `then` on `out`
-    /// (fused into the product's row blocks in int8; a pass of its own in f32, where the
-    /// product is one `gemm` call).
+    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, then `then` on `out`, fused
+    /// into the product's blocks of rows.
     fn forward(
         &self,
         x: &[f32],
@@ -178,21 +178,72 @@ impl Dense {
         then: Then<'_>,
     ) {
         match self {
-            Dense::F32(l) => {
-                l.forward(x, rows, out);
-                let out = &mut out[..rows * l.outputs];
-                match then {
-                    Then::Nothing => {}
-                    Then::Activate(act) => act.apply(out),
-                    Then::AddNorm {
-                        residual,
-                        weight,
-                        bias,
-                        eps,
-                    } => add_layer_norm(out, &residual[..out.len()], weight, bias, eps),
-                }
-            }
+            Dense::F32(l) => l.forward(x, rows, out, then),
             Dense::Int8(q) => q.forward(x, rows, out, scratch, then),
+        }
+    }
+
+    /// Outputs per row.
+    fn outputs(&self) -> usize {
+        match self {
+            Dense::F32(l) => l.outputs(),
+            Dense::Int8(q) => q.outputs(),
+        }
+    }
+}
+
+thread_local! {
+    /// One block's feed-forward activations (float32 layers), reused across calls.
+    static FF_BLOCK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out = LN(x + W2 · act(W1 · x))` over `rows` rows. In float32, block by block of rows: a
+/// block's activations stay in cache between the two products, and the whole
+/// `(rows, intermediate)` matrix is never written (`ff` is unused). In int8, two products
+/// through `ff`.
+#[allow(clippy::too_many_arguments)]
+fn feed_forward(
+    ff_in: &Dense,
+    ff_out: &Dense,
+    act: Act,
+    norm: Then<'_>,
+    x: &[f32],
+    rows: usize,
+    ff: &mut [f32],
+    out: &mut [f32],
+    scratch: &mut QuantRows,
+) {
+    match (ff_in, ff_out) {
+        (Dense::F32(w1), Dense::F32(w2)) => {
+            let (h, inner) = (w2.outputs(), w1.outputs());
+            if rows == 0 {
+                return;
+            }
+            let block = w1.block_rows(rows);
+            out[..rows * h]
+                .par_chunks_mut(block * h)
+                .enumerate()
+                .for_each(|(b, out)| {
+                    let (first, count) = (b * block, out.len() / h);
+                    let x = &x[first * h..(first + count) * h];
+                    FF_BLOCK.with(|cell| {
+                        // A block re-entered on this thread (work stealing) gets its own.
+                        let mut own = Vec::new();
+                        let mut borrowed = cell.try_borrow_mut();
+                        let buf = match borrowed.as_deref_mut() {
+                            Ok(buf) => buf,
+                            Err(_) => &mut own,
+                        };
+                        buf.resize(count * inner, 0.0);
+                        w1.forward_here(x, count, buf, Then::Activate(act), 0);
+                        w2.forward_here(buf, count, out, norm, first);
+                    });
+                });
+        }
+        _ => {
+            let ff = &mut ff[..rows * ff_in.outputs()];
+            ff_in.forward(x, rows, ff, scratch, Then::Activate(act));
+            ff_out.forward(ff, rows, out, scratch, norm);
         }
     }
 }
@@ -506,12 +557,18 @@ impl Encoder {
             .forward(ctx, rows, &mut ws.proj[..n], &mut ws.quant, then);
         std::mem::swap(&mut ws.x, &mut ws.proj);
         // x = LN(x + W2 act(W1 x)), the same way.
-        let ff = &mut ws.ff[..rows * cfg.intermediate];
-        let then = Then::Activate(cfg.act);
-        l.ff_in.forward(&ws.x[..n], rows, ff, &mut ws.quant, then);
-        let then = l.ff_norm.after(&ws.x[..n], cfg.eps);
-        l.ff_out
-            .forward(ff, rows, &mut ws.proj[..n], &mut ws.quant, then);
+        let norm = l.ff_norm.after(&ws.x[..n], cfg.eps);
+        feed_forward(
+            &l.ff_in,
+            &l.ff_out,
+            cfg.act,
+            norm,
+            &ws.x[..n],
+            rows,
+            &mut ws.ff,
+            &mut ws.proj[..n],
+            &mut ws.quant,
+        );
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
 }

@@ -35,7 +35,7 @@ use rayon::prelude::*;
 
 #[cfg(test)]
 use super::kernels::Weight;
-use super::kernels::{layer_norm_row, Act, Linear};
+use super::kernels::{Linear, Then};
 use simd::{Group, Isa, Sums, GROUP, MR, NR};
 
 /// The largest weight magnitude after quantization (see the module notes).
@@ -54,23 +54,6 @@ const MAX_CHUNK_ROWS: usize = 64;
 /// `avx512-vnni`, `avx-vnni`, `avx2` or `scalar` (for benchmark reports).
 pub fn int8_kernel() -> &'static str {
     Isa::detect().name()
-}
-
-/// What runs on each block of output rows right after the product, while they are still in
-/// cache (instead of another pass over the whole matrix).
-#[derive(Clone, Copy)]
-pub(crate) enum Then<'a> {
-    /// Nothing.
-    Nothing,
-    /// The activation, element by element.
-    Activate(Act),
-    /// `out = layer_norm(out + residual)` row by row (`residual` has the output's shape).
-    AddNorm {
-        residual: &'a [f32],
-        weight: &'a [f32],
-        bias: &'a [f32],
-        eps: f32,
-    },
 }
 
 /// A linear layer with int8 weights: `out = x · wᵀ + bias`, `x` quantized per row on the fly.
@@ -149,6 +132,11 @@ impl QuantLinear {
             outputs,
             isa,
         }
+    }
+
+    /// Outputs per row.
+    pub fn outputs(&self) -> usize {
+        self.outputs
     }
 
     /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, with `scratch` holding the
@@ -243,22 +231,7 @@ impl pulp::WithSimd for ChunkProduct<'_> {
                 }
             }
         }
-        match then {
-            Then::Nothing => {}
-            Then::Activate(act) => act.apply_here(out),
-            Then::AddNorm {
-                residual,
-                weight,
-                bias,
-                eps,
-            } => {
-                let residual = &residual[first * n..][..out.len()];
-                for (row, res) in out.chunks_exact_mut(n).zip(residual.chunks_exact(n)) {
-                    row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
-                    layer_norm_row(row, weight, bias, eps);
-                }
-            }
-        }
+        then.apply_here(out, first * n);
     }
 }
 

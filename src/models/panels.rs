@@ -1,0 +1,706 @@
+//! Float32 matrix products on the crate's own micro-kernels, over a right-hand matrix packed in
+//! column panels: the products of the encoders' linear layers (weights packed once, at load
+//! time) and of attention (keys and values packed per sequence and head).
+//!
+//! Why not `gemm` (the crate candle uses, and these products' engine before): on the shapes
+//! of a small encoder (`k` of 32 to 1536, a few hundred to a few thousand rows) its AVX2
+//! micro-kernel broadcasts the left operand from unpacked, row-strided memory and reached about
+//! 75% of its own peak. Packing both sides, with the weights packed once, is the textbook
+//! layout (Goto & van de Geijn, "Anatomy of high-performance matrix multiplication"); the
+//! kernels below are its two inner loops and nothing else.
+//!
+//! Layout. [`Panels`] holds a `(k, n)` matrix as `ceil(n / NR)` panels, each `k` rows of [`NR`]
+//! contiguous floats (zero past column `n`). The left operand is copied per call into blocks
+//! of [`Isa::rows`] rows interleaved by `k` (`a[l][r]`), `KC` columns of `k` at a time, so the
+//! micro-kernel reads both operands sequentially:
+//! - AVX-512: 14 rows x 16 columns, one 512-bit accumulator per row (15 of 32 registers);
+//! - AVX2 + FMA: 6 rows x 16 columns, two 256-bit accumulators per row (12 of 16 registers);
+//! - anything else: the same tiles in plain Rust.
+//!
+//! Every path sums each output over `k` in the same order (one product added per step, in
+//! `f32`), so the vector kernels agree with the scalar one to rounding of the fused
+//! multiply-add.
+
+use rayon::prelude::*;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use crate::models::kernels::{Linear, Then};
+
+/// Columns per panel (one 512-bit vector, two 256-bit ones).
+pub(crate) const NR: usize = 16;
+/// The most rows of any kernel (the size of the scratch tile).
+const MAX_MR: usize = 14;
+/// Columns of `k` per packed block of the left operand: a panel's block (`KC x NR` floats,
+/// 16 KB) stays in the level-1 cache while the left operand's rows stream past it.
+const KC: usize = 256;
+
+/// The micro-kernel in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain Rust.
+    Scalar,
+    /// AVX2 + FMA, 6 x 16 tiles.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512F, 14 x 16 tiles.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The best kernel this CPU runs (checked at run time; AVX-512 only with the `avx512`
+    /// feature, see `crate::cpu`).
+    pub(crate) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::cpu::avx512f() {
+                return Isa::Avx512;
+            }
+            if crate::cpu::avx2_fma() {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Rows per tile.
+    pub(crate) fn rows(self) -> usize {
+        match self {
+            Isa::Scalar => 4,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => 6,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => 14,
+        }
+    }
+
+    /// Every kernel this CPU runs, the scalar one first (for the tests).
+    #[cfg(test)]
+    fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut all = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::cpu::avx2_fma() {
+                all.push(Isa::Avx2);
+            }
+            if crate::cpu::avx512f() {
+                all.push(Isa::Avx512);
+            }
+        }
+        all
+    }
+}
+
+/// A `(k, n)` matrix packed in panels of [`NR`] columns (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Panels {
+    data: Vec<f32>,
+    k: usize,
+    n: usize,
+}
+
+impl Panels {
+    /// Packs the `(k, n)` matrix whose element `(l, j)` is `b(l, j)`.
+    #[cfg(test)]
+    fn from_fn(k: usize, n: usize, b: impl Fn(usize, usize) -> f32) -> Self {
+        let mut w = vec![0.0; n * k];
+        for j in 0..n {
+            for l in 0..k {
+                w[j * k + l] = b(l, j);
+            }
+        }
+        Panels::from_torch(&w, k, n)
+    }
+
+    /// Packs torch's `(outputs, inputs)` weight matrix as the `(inputs, outputs)` right-hand
+    /// side of `x · wᵀ`.
+    pub fn from_torch(w: &[f32], inputs: usize, outputs: usize) -> Self {
+        assert_eq!(w.len(), inputs * outputs, "weight size");
+        let mut data = vec![0.0; outputs.div_ceil(NR) * NR * inputs];
+        data.par_chunks_mut(NR * inputs.max(1))
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for c in 0..NR.min(outputs - p * NR) {
+                    let row = &w[(p * NR + c) * inputs..][..inputs];
+                    for (l, &v) in row.iter().enumerate() {
+                        panel[l * NR + c] = v;
+                    }
+                }
+            });
+        Panels {
+            data,
+            k: inputs,
+            n: outputs,
+        }
+    }
+
+    /// The matrix as torch's `(n, k)` weight layout (the transpose, unpacked).
+    #[cfg(test)]
+    fn to_torch(&self) -> Vec<f32> {
+        let mut w = vec![0.0; self.n * self.k];
+        for j in 0..self.n {
+            let panel = &self.data[(j / NR) * NR * self.k..];
+            for l in 0..self.k {
+                w[j * self.k + l] = panel[l * NR + j % NR];
+            }
+        }
+        w
+    }
+}
+
+/// The rows of a left operand: row `i` is `data[i * stride..][..k]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub stride: usize,
+}
+
+/// `out (a.rows, b.n) = a · b + bias` on the calling thread, `out`'s rows `out_stride` apart
+/// (at least `b.n`), in tiles of the `isa` kernel.
+///
+/// Panics if a slice is shorter than the shapes say (a bug in the caller).
+pub(crate) fn product(
+    isa: Isa,
+    a: Rows<'_>,
+    b: &Panels,
+    out: &mut [f32],
+    out_stride: usize,
+    bias: &[f32],
+) {
+    let (m, k, n) = (a.rows, b.k, b.n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        a.stride >= k && a.data.len() >= (m - 1) * a.stride + k,
+        "left operand too short"
+    );
+    assert!(
+        out_stride >= n && out.len() >= (m - 1) * out_stride + n,
+        "output too short"
+    );
+    assert!(bias.len() >= n, "bias too short");
+    if k == 0 {
+        for row in out.chunks_mut(out_stride).take(m) {
+            row[..n].copy_from_slice(&bias[..n]);
+        }
+        return;
+    }
+    let mr = isa.rows();
+    let blocks = m.div_ceil(mr);
+    // Split `k` evenly: 384 in two blocks of 192, not 256 + 128.
+    let kc = k.div_ceil(k.div_ceil(KC));
+    PACKED.with(|cell| {
+        // A product re-entered on this thread (rayon work stealing) copies into a buffer of
+        // its own.
+        let mut own = Vec::new();
+        let mut borrowed = cell.try_borrow_mut();
+        let packed = match borrowed.as_deref_mut() {
+            Ok(buffer) => buffer,
+            Err(_) => &mut own,
+        };
+        for k0 in (0..k).step_by(kc) {
+            let kb = kc.min(k - k0);
+            // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall in
+            // different sets of the level-1 cache.
+            let lda = kb.div_ceil(16) * 16 + 16 * (1 - kb.div_ceil(16) % 2);
+            copy_rows(a, k0, kb, lda, blocks * mr, packed);
+            let first = k0 == 0;
+            for p in 0..n.div_ceil(NR) {
+                let c0 = p * NR;
+                let cols = NR.min(n - c0);
+                let panel = &b.data[p * NR * k + k0 * NR..][..kb * NR];
+                // The first block of `k` adds the bias, the others add to the sums so far.
+                let bias = first.then(|| &bias[c0..c0 + cols]);
+                let add = !first;
+                for blk in 0..blocks {
+                    let r0 = blk * mr;
+                    let tile = Tile {
+                        a: &packed[r0 * lda..][..mr * lda],
+                        lda,
+                        b: panel,
+                        k: kb,
+                        mr,
+                        out: &mut out[r0 * out_stride + c0..],
+                        stride: out_stride,
+                        rows: mr.min(m - r0),
+                        cols,
+                        bias,
+                        add,
+                    };
+                    tile.run(isa);
+                }
+            }
+        }
+    });
+}
+
+thread_local! {
+    /// The left operand's block of `k` of the product running on this thread.
+    static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Copies columns `k0..k0 + kb` of `a`'s rows into `packed`, rows `lda` apart, zero rows
+/// after the last one up to `rows`. The kernels read the copy, not `a`: its rows are short
+/// and close together, where `a`'s may be thousands of floats apart (the rows of a tile would
+/// then share level-1 cache sets and evict each other).
+fn copy_rows(a: Rows<'_>, k0: usize, kb: usize, lda: usize, rows: usize, packed: &mut Vec<f32>) {
+    packed.clear();
+    packed.resize(rows * lda, 0.0);
+    for (r, row) in packed.chunks_exact_mut(lda).take(a.rows).enumerate() {
+        row[..kb].copy_from_slice(&a.data[r * a.stride + k0..][..kb]);
+    }
+}
+
+/// One tile: `rows x cols` outputs (at most the kernel's rows x [`NR`]) at the start of
+/// `out` (rows `stride` apart), from a packed block of the left operand and a panel block.
+struct Tile<'a> {
+    /// `mr` rows of `k` values, `lda` apart.
+    a: &'a [f32],
+    lda: usize,
+    /// `k x NR` values.
+    b: &'a [f32],
+    k: usize,
+    /// Rows of the kernel (of the packed block).
+    mr: usize,
+    out: &'a mut [f32],
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    /// Added to every row (the first block of `k`).
+    bias: Option<&'a [f32]>,
+    /// Whether the sums add to `out` rather than replace it.
+    add: bool,
+}
+
+impl Tile<'_> {
+    fn run(self, isa: Isa) {
+        let mr = self.mr;
+        assert!(mr == isa.rows() && self.rows <= mr && self.cols <= NR);
+        assert!(self.lda >= self.k && self.a.len() >= (mr - 1) * self.lda + self.k);
+        assert!(self.b.len() >= self.k * NR);
+        assert!(self.out.len() >= (self.rows - 1) * self.stride + self.cols);
+        // SAFETY (all four): an `Isa::Avx2` / `Isa::Avx512` is only made by `Isa::detect` on
+        // a CPU with AVX2 + FMA / AVX-512F; the asserts above keep the reads (`k x mr` and
+        // `k x NR` floats) inside `a` and `b`, and a whole tile's writes (`mr` rows of `NR`)
+        // inside `out`.
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        if self.cols == NR && self.rows == mr {
+            match isa {
+                Isa::Avx2 => return unsafe { tile_avx2_store(&self) },
+                Isa::Avx512 => return unsafe { tile_avx512_store(&self) },
+                Isa::Scalar => {}
+            }
+        }
+        let mut sums = [[0.0f32; NR]; MAX_MR];
+        match isa {
+            Isa::Scalar => tile_scalar(self.a, self.lda, self.b, self.k, mr, &mut sums),
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            Isa::Avx2 => unsafe {
+                tile_avx2(
+                    self.a.as_ptr(),
+                    self.lda,
+                    self.b.as_ptr(),
+                    self.k,
+                    &mut sums,
+                )
+            },
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            Isa::Avx512 => unsafe {
+                tile_avx512(
+                    self.a.as_ptr(),
+                    self.lda,
+                    self.b.as_ptr(),
+                    self.k,
+                    &mut sums,
+                )
+            },
+        }
+        self.store(&sums);
+    }
+
+    /// Writes `sums` into `out` the way the tile says (the partial tiles' path).
+    fn store(self, sums: &[[f32; NR]; MAX_MR]) {
+        for (r, sum) in sums.iter().enumerate().take(self.rows) {
+            let out = &mut self.out[r * self.stride..][..self.cols];
+            for (c, o) in out.iter_mut().enumerate() {
+                let v = sum[c] + self.bias.map_or(0.0, |b| b[c]);
+                *o = if self.add { *o + v } else { v };
+            }
+        }
+    }
+}
+
+/// The sums of a tile in plain Rust.
+fn tile_scalar(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    k: usize,
+    mr: usize,
+    sums: &mut [[f32; NR]; MAX_MR],
+) {
+    for l in 0..k {
+        let bl = &b[l * NR..][..NR];
+        for (r, sum) in sums.iter_mut().enumerate().take(mr) {
+            let av = a[r * lda + l];
+            for (s, &bv) in sum.iter_mut().zip(bl) {
+                *s = av.mul_add(bv, *s);
+            }
+        }
+    }
+}
+
+/// The AVX2 sums of a 6 x 16 tile into `sums`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    k: usize,
+    sums: &mut [[f32; NR]; MAX_MR],
+) {
+    let acc = sums_avx2(a, lda, b, k);
+    for (r, pair) in acc.iter().enumerate() {
+        _mm256_storeu_ps(sums[r].as_mut_ptr(), pair[0]);
+        _mm256_storeu_ps(sums[r].as_mut_ptr().add(8), pair[1]);
+    }
+}
+
+/// The AVX2 kernel on a whole tile, written into `out`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_store(t: &Tile<'_>) {
+    let acc = sums_avx2(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.k);
+    let out = t.out.as_ptr() as *mut f32;
+    let (b0, b1) = match t.bias {
+        Some(b) => (
+            _mm256_loadu_ps(b.as_ptr()),
+            _mm256_loadu_ps(b.as_ptr().add(8)),
+        ),
+        None => (_mm256_setzero_ps(), _mm256_setzero_ps()),
+    };
+    for (r, pair) in acc.iter().enumerate() {
+        let o = out.add(r * t.stride);
+        let (mut v0, mut v1) = (_mm256_add_ps(pair[0], b0), _mm256_add_ps(pair[1], b1));
+        if t.add {
+            v0 = _mm256_add_ps(v0, _mm256_loadu_ps(o));
+            v1 = _mm256_add_ps(v1, _mm256_loadu_ps(o.add(8)));
+        }
+        _mm256_storeu_ps(o, v0);
+        _mm256_storeu_ps(o.add(8), v1);
+    }
+}
+
+/// The inner loop of the AVX2 kernel: 6 rows x 2 vectors of sums over `k`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn sums_avx2(a: *const f32, lda: usize, b: *const f32, k: usize) -> [[__m256; 2]; 6] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
+    for l in 0..k {
+        let b0 = _mm256_loadu_ps(b.add(l * NR));
+        let b1 = _mm256_loadu_ps(b.add(l * NR + 8));
+        let al = a.add(l);
+        for (r, pair) in acc.iter_mut().enumerate() {
+            let av = _mm256_broadcast_ss(&*al.add(r * lda));
+            pair[0] = _mm256_fmadd_ps(av, b0, pair[0]);
+            pair[1] = _mm256_fmadd_ps(av, b1, pair[1]);
+        }
+    }
+    acc
+}
+
+/// The AVX-512 sums of a 14 x 16 tile into `sums`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    k: usize,
+    sums: &mut [[f32; NR]; MAX_MR],
+) {
+    let acc = sums_avx512(a, lda, b, k);
+    for (r, v) in acc.iter().enumerate() {
+        _mm512_storeu_ps(sums[r].as_mut_ptr(), *v);
+    }
+}
+
+/// The AVX-512 kernel on a whole tile, written into `out`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512_store(t: &Tile<'_>) {
+    let acc = sums_avx512(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.k);
+    let out = t.out.as_ptr() as *mut f32;
+    let bias = match t.bias {
+        Some(b) => _mm512_loadu_ps(b.as_ptr()),
+        None => _mm512_setzero_ps(),
+    };
+    for (r, v) in acc.iter().enumerate() {
+        let o = out.add(r * t.stride);
+        let mut v = _mm512_add_ps(*v, bias);
+        if t.add {
+            v = _mm512_add_ps(v, _mm512_loadu_ps(o));
+        }
+        _mm512_storeu_ps(o, v);
+    }
+}
+
+/// The inner loop of the AVX-512 kernel: 14 rows x 1 vector of sums over `k`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn sums_avx512(a: *const f32, lda: usize, b: *const f32, k: usize) -> [__m512; 14] {
+    let mut acc = [_mm512_setzero_ps(); 14];
+    for l in 0..k {
+        let bl = _mm512_loadu_ps(b.add(l * NR));
+        let al = a.add(l);
+        for (r, v) in acc.iter_mut().enumerate() {
+            *v = _mm512_fmadd_ps(_mm512_set1_ps(*al.add(r * lda)), bl, *v);
+        }
+    }
+    acc
+}
+
+/// A linear layer with its weights packed in panels: `out = x · wᵀ + bias`, the encoders'
+/// float32 layer. Products run in blocks of rows, each followed by its [`Then`] step while the
+/// block is still in cache.
+#[derive(Debug, Clone)]
+pub(crate) struct PanelLinear {
+    weights: Panels,
+    bias: Vec<f32>,
+    isa: Isa,
+}
+
+/// Rows per block of a [`PanelLinear`] product, about: a block of the widest output (a
+/// feed-forward layer's 1536 columns for MiniLM) stays within the level-2 cache.
+const BLOCK_ROWS: usize = 96;
+
+impl PanelLinear {
+    /// Packs a layer's weights for the best kernel this CPU has.
+    pub fn new(linear: &Linear) -> Self {
+        let w = linear.weight.to_f32(linear.inputs, linear.outputs);
+        PanelLinear {
+            weights: Panels::from_torch(&w, linear.inputs, linear.outputs),
+            bias: linear.bias.clone(),
+            isa: Isa::detect(),
+        }
+    }
+
+    /// Outputs per row.
+    pub fn outputs(&self) -> usize {
+        self.weights.n
+    }
+
+    /// Rows per parallel block for a product over `rows` rows: whole tiles of the kernel,
+    /// about [`BLOCK_ROWS`], fewer when that would leave a thread idle.
+    pub fn block_rows(&self, rows: usize) -> usize {
+        let mr = self.isa.rows();
+        let per_thread = rows.div_ceil(rayon::current_num_threads());
+        per_thread.min(BLOCK_ROWS).div_ceil(mr).max(1) * mr
+    }
+
+    /// `out (rows, outputs) = x (rows, inputs) · wᵀ + bias`, then `then`, in blocks of rows
+    /// on the current rayon pool.
+    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], then: Then<'_>) {
+        let (k, n) = (self.weights.k, self.weights.n);
+        assert!(
+            x.len() >= rows * k && out.len() >= rows * n,
+            "buffers too short"
+        );
+        if rows == 0 {
+            return;
+        }
+        let block = self.block_rows(rows);
+        out[..rows * n]
+            .par_chunks_mut(block * n)
+            .enumerate()
+            .for_each(|(b, out)| {
+                let first = b * block;
+                let count = out.len() / n;
+                self.forward_here(&x[first * k..(first + count) * k], count, out, then, first);
+            });
+    }
+
+    /// The same on this thread, for rows that are rows `first..` of the whole output (where
+    /// `then` finds their residual).
+    pub fn forward_here(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        then: Then<'_>,
+        first: usize,
+    ) {
+        let (k, n) = (self.weights.k, self.weights.n);
+        let a = Rows {
+            data: x,
+            rows,
+            stride: k,
+        };
+        product(self.isa, a, &self.weights, out, n, &self.bias);
+        then.run(&mut out[..rows * n], first * n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Every kernel against a float64 product, over shapes with partial tiles, partial panels
+    /// and several blocks of `k` (whose sums add up in `out`), with and without a bias; the
+    /// output's columns past `n` are left alone.
+    #[test]
+    fn kernels_match_a_float64_product() {
+        for isa in Isa::available() {
+            for &(m, k, n) in &[
+                (1, 1, 1),
+                (6, 16, 16),
+                (14, 32, 16),
+                (15, 33, 17),
+                (29, 300, 40),
+                (7, 600, 48),
+                (3, 0, 5),
+            ] {
+                let stride = k + 3;
+                let a = random(m * stride, 1);
+                let w = random(n * k, 2);
+                let b = Panels::from_torch(&w, k, n);
+                assert_eq!(b.to_torch(), w);
+                let out_stride = n + 2;
+                for bias in [vec![0.0; n], random(n, 3)] {
+                    let before = random(m * out_stride, 4);
+                    let mut out = before.clone();
+                    let rows = Rows {
+                        data: &a,
+                        rows: m,
+                        stride,
+                    };
+                    product(isa, rows, &b, &mut out, out_stride, &bias);
+                    for i in 0..m {
+                        for j in 0..out_stride {
+                            let got = out[i * out_stride + j];
+                            if j >= n {
+                                assert_eq!(got, before[i * out_stride + j], "{isa:?} wrote past n");
+                                continue;
+                            }
+                            let want: f64 = bias[j] as f64
+                                + (0..k)
+                                    .map(|l| a[i * stride + l] as f64 * w[j * k + l] as f64)
+                                    .sum::<f64>();
+                            assert!(
+                                (got as f64 - want).abs() < 1e-4 * (1.0 + (k as f64).sqrt()),
+                                "{isa:?} {m}x{k}x{n} ({i}, {j}): {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The vector kernels sum in the scalar kernel's order: equal to it up to the rounding
+    /// that a fused multiply-add skips, which is none here (the scalar path fuses too).
+    #[test]
+    fn vector_kernels_equal_the_scalar_one() {
+        let (m, k, n) = (31, 515, 35);
+        let a = random(m * k, 5);
+        let b = Panels::from_fn(k, n, |l, j| ((l * 7 + j * 3) % 11) as f32 - 5.0);
+        let rows = Rows {
+            data: &a,
+            rows: m,
+            stride: k,
+        };
+        let mut want = vec![0.0; m * n];
+        product(Isa::Scalar, rows, &b, &mut want, n, &vec![0.0; n]);
+        for isa in Isa::available() {
+            let mut got = vec![0.0; m * n];
+            product(isa, rows, &b, &mut got, n, &vec![0.0; n]);
+            assert_eq!(got, want, "{isa:?}");
+        }
+    }
+
+    /// A layer's blocks of rows, each with its residual and layer norm, equal the whole
+    /// product followed by one pass of the same steps (over block boundaries too).
+    #[test]
+    fn linear_blocks_carry_their_residual_rows() {
+        use crate::models::kernels::{layer_norm_row, Act, Weight};
+        let (inputs, outputs) = (40, 24);
+        let linear = Linear {
+            weight: Weight::F32(random(inputs * outputs, 7)),
+            bias: random(outputs, 8),
+            inputs,
+            outputs,
+        };
+        let layer = PanelLinear::new(&linear);
+        let (weight, bias) = (random(outputs, 9), random(outputs, 10));
+        for rows in [1, 7, 250] {
+            let x = random(rows * inputs, 11);
+            let residual = random(rows * outputs, 12);
+            let mut want = vec![0.0; rows * outputs];
+            product(
+                Isa::Scalar,
+                Rows {
+                    data: &x,
+                    rows,
+                    stride: inputs,
+                },
+                &layer.weights,
+                &mut want,
+                outputs,
+                &linear.bias,
+            );
+            let mut activated = want.clone();
+            for (row, res) in want
+                .chunks_exact_mut(outputs)
+                .zip(residual.chunks_exact(outputs))
+            {
+                row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
+                layer_norm_row(row, &weight, &bias, 1e-5);
+            }
+            Act::Gelu.apply_here(&mut activated);
+            let norm = Then::AddNorm {
+                residual: &residual,
+                weight: &weight,
+                bias: &bias,
+                eps: 1e-5,
+            };
+            for (then, want) in [(norm, &want), (Then::Activate(Act::Gelu), &activated)] {
+                let mut got = vec![0.0; rows * outputs];
+                layer.forward(&x, rows, &mut got, then);
+                for (g, w) in got.iter().zip(want.iter()) {
+                    assert!((g - w).abs() < 1e-4, "{rows} rows: {g} vs {w}");
+                }
+            }
+        }
+    }
+}
