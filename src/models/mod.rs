@@ -12,11 +12,12 @@
 //!   pass (scoring, prefill) and the KV-cached decode step (generation);
 //! - shared: the one weights loader (`weights`), length batching under one token budget
 //!   (`batch`), the CPU kernels (`kernels`: products, the one `Linear`, row-wise steps;
-//!   `gemv` for single-row products in f32 or bf16; `quant` for int8), the model directory
+//!   `panels` for the encoders' f32 layers on the crate's own micro-kernels; `gemv` for
+//!   single-row products in f32 or bf16; `quant` for int8), the model directory
 //!   (`dir`) and options with the one thread-pool helper (`options`).
 //!
 //! No candle code runs: weights are read with `safetensors` + `memmap2`, and the products run
-//! on `gemm` (the kernels candle itself uses) and the crate's own SIMD kernels.
+//! on the crate's own SIMD kernels and `gemm` (the kernels candle itself uses).
 
 mod batch;
 pub(crate) mod bert;

@@ -183,6 +183,30 @@ impl Dense {
         }
     }
 
+    /// Rows per block of [`feed_forward`] over `rows` rows.
+    fn block_rows(&self, rows: usize) -> usize {
+        match self {
+            Dense::F32(l) => l.block_rows(rows),
+            Dense::Int8(q) => q.block_rows(rows),
+        }
+    }
+
+    /// [`Dense::forward`] on this thread, for rows `first..` of the whole output.
+    fn forward_here(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+        first: usize,
+    ) {
+        match self {
+            Dense::F32(l) => l.forward_here(x, rows, out, then, first),
+            Dense::Int8(q) => q.forward_here(x, rows, out, scratch, then, first),
+        }
+    }
+
     /// Outputs per row.
     fn outputs(&self) -> usize {
         match self {
@@ -192,16 +216,21 @@ impl Dense {
     }
 }
 
-thread_local! {
-    /// One block's feed-forward activations (float32 layers), reused across calls.
-    static FF_BLOCK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+/// One block's feed-forward activations, and their quantized rows in int8.
+#[derive(Default)]
+struct FfBlock {
+    activations: Vec<f32>,
+    quant: QuantRows,
 }
 
-/// `out = LN(x + W2 · act(W1 · x))` over `rows` rows. In float32, block by block of rows: a
-/// block's activations stay in cache between the two products, and the whole
-/// `(rows, intermediate)` matrix is never written (`ff` is unused). In int8, two products
-/// through `ff`.
-#[allow(clippy::too_many_arguments)]
+thread_local! {
+    /// The feed-forward block of this thread, reused across calls.
+    static FF_BLOCK: RefCell<FfBlock> = RefCell::new(FfBlock::default());
+}
+
+/// `out = LN(x + W2 · act(W1 · x))` over `rows` rows, block by block of rows in parallel: a
+/// block's `(rows, intermediate)` activations stay in cache between the two products, and the
+/// whole matrix is never written.
 fn feed_forward(
     ff_in: &Dense,
     ff_out: &Dense,
@@ -209,43 +238,32 @@ fn feed_forward(
     norm: Then<'_>,
     x: &[f32],
     rows: usize,
-    ff: &mut [f32],
     out: &mut [f32],
-    scratch: &mut QuantRows,
 ) {
-    match (ff_in, ff_out) {
-        (Dense::F32(w1), Dense::F32(w2)) => {
-            let (h, inner) = (w2.outputs(), w1.outputs());
-            if rows == 0 {
-                return;
-            }
-            let block = w1.block_rows(rows);
-            out[..rows * h]
-                .par_chunks_mut(block * h)
-                .enumerate()
-                .for_each(|(b, out)| {
-                    let (first, count) = (b * block, out.len() / h);
-                    let x = &x[first * h..(first + count) * h];
-                    FF_BLOCK.with(|cell| {
-                        // A block re-entered on this thread (work stealing) gets its own.
-                        let mut own = Vec::new();
-                        let mut borrowed = cell.try_borrow_mut();
-                        let buf = match borrowed.as_deref_mut() {
-                            Ok(buf) => buf,
-                            Err(_) => &mut own,
-                        };
-                        buf.resize(count * inner, 0.0);
-                        w1.forward_here(x, count, buf, Then::Activate(act), 0);
-                        w2.forward_here(buf, count, out, norm, first);
-                    });
-                });
-        }
-        _ => {
-            let ff = &mut ff[..rows * ff_in.outputs()];
-            ff_in.forward(x, rows, ff, scratch, Then::Activate(act));
-            ff_out.forward(ff, rows, out, scratch, norm);
-        }
+    let (h, inner) = (ff_out.outputs(), ff_in.outputs());
+    if rows == 0 {
+        return;
     }
+    let block = ff_in.block_rows(rows);
+    out[..rows * h]
+        .par_chunks_mut(block * h)
+        .enumerate()
+        .for_each(|(b, out)| {
+            let (first, count) = (b * block, out.len() / h);
+            let x = &x[first * h..(first + count) * h];
+            FF_BLOCK.with(|cell| {
+                // A block re-entered on this thread (work stealing) gets its own buffers.
+                let mut own = FfBlock::default();
+                let mut borrowed = cell.try_borrow_mut();
+                let FfBlock { activations, quant } = match borrowed.as_deref_mut() {
+                    Ok(buf) => buf,
+                    Err(_) => &mut own,
+                };
+                activations.resize(count * inner, 0.0);
+                ff_in.forward_here(x, count, activations, quant, Then::Activate(act), 0);
+                ff_out.forward_here(activations, count, out, quant, norm, first);
+            });
+        });
 }
 
 /// Which rows of the last layer the caller needs.
@@ -565,9 +583,7 @@ impl Encoder {
             norm,
             &ws.x[..n],
             rows,
-            &mut ws.ff,
             &mut ws.proj[..n],
-            &mut ws.quant,
         );
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
@@ -583,8 +599,6 @@ struct Workspace {
     ctx: Vec<f32>,
     /// Projection outputs `(tokens, hidden)`.
     proj: Vec<f32>,
-    /// Feed-forward activations `(tokens, intermediate)`.
-    ff: Vec<f32>,
     /// The quantized inputs of the int8 linear layers (empty in f32).
     quant: QuantRows,
 }
@@ -597,7 +611,6 @@ impl Workspace {
             qkv: vec![0.0; tokens * 3 * h],
             ctx: vec![0.0; tokens * h],
             proj: vec![0.0; tokens * h],
-            ff: vec![0.0; tokens * cfg.intermediate],
             quant: QuantRows::default(),
         }
     }

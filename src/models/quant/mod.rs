@@ -158,7 +158,7 @@ impl QuantLinear {
             return;
         }
         let stride = self.groups * 4;
-        scratch.quantize(&x[..rows * self.inputs], rows, self.inputs, stride);
+        scratch.quantize(&x[..rows * self.inputs], rows, self.inputs, stride, false);
         let chunk = chunk_rows(rows);
         let a = &*scratch;
         out[..rows * n]
@@ -169,10 +169,52 @@ impl QuantLinear {
                     layer: self,
                     a,
                     first: ci * chunk,
+                    residual_first: ci * chunk,
                     out,
                     then,
                 })
             });
+    }
+
+    /// Rows per block for [`QuantLinear::forward_here`] over `rows` rows: whole kernel rows,
+    /// at most [`MAX_CHUNK_ROWS`], fewer when that would leave a thread idle.
+    pub fn block_rows(&self, rows: usize) -> usize {
+        rows.div_ceil(rayon::current_num_threads())
+            .clamp(1, MAX_CHUNK_ROWS)
+            .next_multiple_of(MR)
+    }
+
+    /// The same on this thread, for rows that are rows `first..` of the whole output (where
+    /// `then` finds their residual): the feed-forward layers' blocks.
+    pub fn forward_here(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+        first: usize,
+    ) {
+        let n = self.outputs;
+        assert!(x.len() >= rows * self.inputs && out.len() >= rows * n);
+        if rows == 0 {
+            return;
+        }
+        scratch.quantize(
+            &x[..rows * self.inputs],
+            rows,
+            self.inputs,
+            self.groups * 4,
+            true,
+        );
+        super::kernels::simd(ChunkProduct {
+            layer: self,
+            a: scratch,
+            first: 0,
+            residual_first: first,
+            out: &mut out[..rows * n],
+            then,
+        })
     }
 }
 
@@ -182,7 +224,10 @@ impl QuantLinear {
 struct ChunkProduct<'a> {
     layer: &'a QuantLinear,
     a: &'a QuantRows,
+    /// The first row of `a`.
     first: usize,
+    /// The first row in `then`'s residual.
+    residual_first: usize,
     out: &'a mut [f32],
     then: Then<'a>,
 }
@@ -196,6 +241,7 @@ impl pulp::WithSimd for ChunkProduct<'_> {
             layer,
             a,
             first,
+            residual_first,
             out,
             then,
         } = self;
@@ -231,7 +277,7 @@ impl pulp::WithSimd for ChunkProduct<'_> {
                 }
             }
         }
-        then.apply_here(out, first * n);
+        then.apply_here(out, residual_first * n);
     }
 }
 
@@ -264,14 +310,17 @@ impl QuantRows {
 }
 
 impl QuantRows {
-    /// Quantizes `rows` rows of `cols` floats into rows of `stride` bytes (zero-padded).
-    fn quantize(&mut self, x: &[f32], rows: usize, cols: usize, stride: usize) {
+    /// Quantizes `rows` rows of `cols` floats into rows of `stride` bytes (zero-padded), in
+    /// parallel unless `serial`.
+    fn quantize(&mut self, x: &[f32], rows: usize, cols: usize, stride: usize, serial: bool) {
         self.data.resize(rows * stride, 0);
         self.scales.resize(rows, 0.0);
         self.zeros.resize(rows, 0);
         self.outliers.resize(rows * MAX_OUTLIERS, (0, 0.0));
         self.counts.resize(rows, 0);
-        let chunk = chunk_rows(rows);
+        // One block of rows on this thread (the caller runs blocks in parallel), else chunks
+        // on the pool.
+        let chunk = if serial { rows } else { chunk_rows(rows) };
         self.data[..rows * stride]
             .par_chunks_mut(chunk * stride)
             .zip(x.par_chunks(chunk * cols))
