@@ -578,8 +578,21 @@ pub(crate) fn softmax_rows(rows: &mut [f32], width: usize) {
 #[inline(always)]
 pub(crate) fn softmax_row(row: &mut [f32]) {
     let max = max_of(row);
-    row.iter_mut().for_each(|v| *v = exp(*v - max));
-    let inv = 1.0 / sum_by(row, |v| v);
+    // `e^(v - max)` written and summed in one pass, in the partial sums of `sum_by`.
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *v = exp(*v - max);
+            *a += *v;
+        }
+    }
+    let mut tail = 0.0f32;
+    for v in chunks.into_remainder() {
+        *v = exp(*v - max);
+        tail += *v;
+    }
+    let inv = 1.0 / (acc.iter().sum::<f32>() + tail);
     row.iter_mut().for_each(|v| *v *= inv);
 }
 

@@ -409,15 +409,22 @@ unsafe fn tile_avx2_store(t: &Tile<'_>) {
 #[inline]
 unsafe fn sums_avx2(a: *const f32, lda: usize, b: *const f32, k: usize) -> [[__m256; 2]; 6] {
     let mut acc = [[_mm256_setzero_ps(); 2]; 6];
-    for l in 0..k {
+    let step = |acc: &mut [[__m256; 2]; 6], l: usize| {
         let b0 = _mm256_loadu_ps(b.add(l * NR));
         let b1 = _mm256_loadu_ps(b.add(l * NR + 8));
-        let al = a.add(l);
         for (r, pair) in acc.iter_mut().enumerate() {
-            let av = _mm256_broadcast_ss(&*al.add(r * lda));
+            let av = _mm256_broadcast_ss(&*a.add(r * lda + l));
             pair[0] = _mm256_fmadd_ps(av, b0, pair[0]);
             pair[1] = _mm256_fmadd_ps(av, b1, pair[1]);
         }
+    };
+    // Two steps per iteration: the rows' addresses, computed once, serve both.
+    for l in (0..k / 2).map(|i| 2 * i) {
+        step(&mut acc, l);
+        step(&mut acc, l + 1);
+    }
+    if k % 2 == 1 {
+        step(&mut acc, k - 1);
     }
     acc
 }
