@@ -332,6 +332,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::noise;
 
     #[test]
     fn transposed_weights_give_the_row_products() {
@@ -357,18 +358,6 @@ mod tests {
         for (g, w) in got.iter().zip(&want) {
             assert!((g + 0.5 - w).abs() < 1e-5, "{g} {w}");
         }
-    }
-
-    fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
     }
 
     fn dot64(w: impl Iterator<Item = f32>, x: &[f32]) -> f64 {

@@ -224,6 +224,19 @@ thread_local! {
     static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Runs `f` on this thread's scratch buffer `key`, reused across calls; a call re-entered on
+/// the same thread while the buffer is in use (rayon work stealing inside `f`) gets a fresh
+/// buffer of its own instead.
+pub(crate) fn with_scratch<T: Default, R>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => f(&mut buffer),
+        Err(_) => f(&mut T::default()),
+    })
+}
+
 impl Linear {
     /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`.
     pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32]) {
@@ -339,15 +352,7 @@ impl Linear {
                 let w = Mat::new(w, self.inputs, self.outputs).block(0, self.inputs, start, n);
                 matmul(a, w, out, stride, 1.0, true, Threads::Pool);
             }
-            Weight::Bf16(w) => WIDE.with(|cell| {
-                // A product re-entered on this thread (rayon work stealing) widens into a
-                // buffer of its own.
-                let mut own = Vec::new();
-                let mut borrowed = cell.try_borrow_mut();
-                let wide = match borrowed.as_deref_mut() {
-                    Ok(buffer) => buffer,
-                    Err(_) => &mut own,
-                };
+            Weight::Bf16(w) => with_scratch(&WIDE, |wide| {
                 // Widened and transposed in one pass: `(inputs, n)`, as `F32Cols`.
                 let src = &w[start * self.inputs..(start + n) * self.inputs];
                 wide.clear();

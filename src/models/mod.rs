@@ -46,3 +46,18 @@ pub use hub::HubModel;
 pub(crate) use options::ModelPool;
 pub use options::{ModelOptions, Precision};
 pub use quant::int8_kernel;
+
+/// `n` reproducible values in `[-1, 1)` from `seed` (a linear congruential generator): the
+/// inputs and weights of the kernels' tests.
+#[cfg(test)]
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

@@ -1,6 +1,6 @@
 //! Float32 matrix products on the crate's own micro-kernels, over a right-hand matrix packed in
-//! column panels: the products of the encoders' linear layers (weights packed once, at load
-//! time) and of attention (keys and values packed per sequence and head).
+//! column panels: the products of the encoders' linear layers, whose weights are packed once,
+//! at load time. (Attention's small per-head products stay on `gemm`, which was faster there.)
 //!
 //! Why not `gemm` (the crate candle uses, and these products' engine before): on the shapes
 //! of a small encoder (`k` of 32 to 1536, a few hundred to a few thousand rows) its AVX2
@@ -10,9 +10,9 @@
 //! kernels below are its two inner loops and nothing else.
 //!
 //! Layout. [`Panels`] holds a `(k, n)` matrix as `ceil(n / NR)` panels, each `k` rows of [`NR`]
-//! contiguous floats (zero past column `n`). The left operand is copied per call into blocks
-//! of [`Isa::rows`] rows interleaved by `k` (`a[l][r]`), `KC` columns of `k` at a time, so the
-//! micro-kernel reads both operands sequentially:
+//! contiguous floats (zero past column `n`). The left operand's rows are copied per call, `KC`
+//! columns of `k` at a time, into a compact buffer (rows an odd number of cache lines apart,
+//! padded with zero rows to whole tiles), so the micro-kernel reads both operands in order:
 //! - AVX-512: 14 rows x 16 columns, one 512-bit accumulator per row (15 of 32 registers);
 //! - AVX2 + FMA: 6 rows x 16 columns, two 256-bit accumulators per row (12 of 16 registers);
 //! - anything else: the same tiles in plain Rust.
@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use crate::models::kernels::{Linear, Then};
+use crate::models::kernels::{with_scratch, Linear, Then};
 
 /// Columns per panel (one 512-bit vector, two 256-bit ones).
 pub(crate) const NR: usize = 16;
@@ -194,15 +194,7 @@ pub(crate) fn product(
     let blocks = m.div_ceil(mr);
     // Split `k` evenly: 384 in two blocks of 192, not 256 + 128.
     let kc = k.div_ceil(k.div_ceil(KC));
-    PACKED.with(|cell| {
-        // A product re-entered on this thread (rayon work stealing) copies into a buffer of
-        // its own.
-        let mut own = Vec::new();
-        let mut borrowed = cell.try_borrow_mut();
-        let packed = match borrowed.as_deref_mut() {
-            Ok(buffer) => buffer,
-            Err(_) => &mut own,
-        };
+    with_scratch(&PACKED, |packed| {
         for k0 in (0..k).step_by(kc) {
             let kb = kc.min(k - k0);
             // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall in
@@ -249,15 +241,20 @@ thread_local! {
 /// and close together, where `a`'s may be thousands of floats apart (the rows of a tile would
 /// then share level-1 cache sets and evict each other).
 fn copy_rows(a: Rows<'_>, k0: usize, kb: usize, lda: usize, rows: usize, packed: &mut Vec<f32>) {
-    packed.clear();
+    // Grown, never cleared: every value the kernels read is written below (the copied rows'
+    // first `kb` columns, the padding rows' too), so zeroing the whole buffer first would
+    // only write it twice.
     packed.resize(rows * lda, 0.0);
-    for (r, row) in packed.chunks_exact_mut(lda).take(a.rows).enumerate() {
-        row[..kb].copy_from_slice(&a.data[r * a.stride + k0..][..kb]);
+    for (r, row) in packed.chunks_exact_mut(lda).take(rows).enumerate() {
+        match a.data.get(r * a.stride + k0..).filter(|_| r < a.rows) {
+            Some(src) => row[..kb].copy_from_slice(&src[..kb]),
+            None => row[..kb].fill(0.0),
+        }
     }
 }
 
 /// One tile: `rows x cols` outputs (at most the kernel's rows x [`NR`]) at the start of
-/// `out` (rows `stride` apart), from a packed block of the left operand and a panel block.
+/// `out` (rows `stride` apart), from the copied rows of the left operand and a panel block.
 struct Tile<'a> {
     /// `mr` rows of `k` values, `lda` apart.
     a: &'a [f32],
@@ -265,7 +262,7 @@ struct Tile<'a> {
     /// `k x NR` values.
     b: &'a [f32],
     k: usize,
-    /// Rows of the kernel (of the packed block).
+    /// Rows of the kernel (of the copied block).
     mr: usize,
     out: &'a mut [f32],
     stride: usize,
@@ -278,7 +275,7 @@ struct Tile<'a> {
 }
 
 impl Tile<'_> {
-    fn run(self, isa: Isa) {
+    fn run(mut self, isa: Isa) {
         let mr = self.mr;
         assert!(mr == isa.rows() && self.rows <= mr && self.cols <= NR);
         assert!(self.lda >= self.k && self.a.len() >= (mr - 1) * self.lda + self.k);
@@ -292,8 +289,8 @@ impl Tile<'_> {
         #[allow(unsafe_code)]
         if self.cols == NR && self.rows == mr {
             match isa {
-                Isa::Avx2 => return unsafe { tile_avx2_store(&self) },
-                Isa::Avx512 => return unsafe { tile_avx512_store(&self) },
+                Isa::Avx2 => return unsafe { tile_avx2_store(&mut self) },
+                Isa::Avx512 => return unsafe { tile_avx512_store(&mut self) },
                 Isa::Scalar => {}
             }
         }
@@ -380,9 +377,9 @@ unsafe fn tile_avx2(
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2_store(t: &Tile<'_>) {
+unsafe fn tile_avx2_store(t: &mut Tile<'_>) {
     let acc = sums_avx2(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.k);
-    let out = t.out.as_ptr() as *mut f32;
+    let out = t.out.as_mut_ptr();
     let (b0, b1) = match t.bias {
         Some(b) => (
             _mm256_loadu_ps(b.as_ptr()),
@@ -450,9 +447,9 @@ unsafe fn tile_avx512(
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512_store(t: &Tile<'_>) {
+unsafe fn tile_avx512_store(t: &mut Tile<'_>) {
     let acc = sums_avx512(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.k);
-    let out = t.out.as_ptr() as *mut f32;
+    let out = t.out.as_mut_ptr();
     let bias = match t.bias {
         Some(b) => _mm512_loadu_ps(b.as_ptr()),
         None => _mm512_setzero_ps(),
@@ -568,20 +565,7 @@ impl PanelLinear {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn random(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::models::noise;
 
     /// Every kernel against a float64 product, over shapes with partial tiles, partial panels
     /// and several blocks of `k` (whose sums add up in `out`), with and without a bias; the
@@ -599,13 +583,13 @@ mod tests {
                 (3, 0, 5),
             ] {
                 let stride = k + 3;
-                let a = random(m * stride, 1);
-                let w = random(n * k, 2);
+                let a = noise(m * stride, 1);
+                let w = noise(n * k, 2);
                 let b = Panels::from_torch(&w, k, n);
                 assert_eq!(b.to_torch(), w);
                 let out_stride = n + 2;
-                for bias in [vec![0.0; n], random(n, 3)] {
-                    let before = random(m * out_stride, 4);
+                for bias in [vec![0.0; n], noise(n, 3)] {
+                    let before = noise(m * out_stride, 4);
                     let mut out = before.clone();
                     let rows = Rows {
                         data: &a,
@@ -640,7 +624,7 @@ mod tests {
     #[test]
     fn vector_kernels_equal_the_scalar_one() {
         let (m, k, n) = (31, 515, 35);
-        let a = random(m * k, 5);
+        let a = noise(m * k, 5);
         let b = Panels::from_fn(k, n, |l, j| ((l * 7 + j * 3) % 11) as f32 - 5.0);
         let rows = Rows {
             data: &a,
@@ -663,16 +647,16 @@ mod tests {
         use crate::models::kernels::{layer_norm_row, Act, Weight};
         let (inputs, outputs) = (40, 24);
         let linear = Linear {
-            weight: Weight::F32(random(inputs * outputs, 7)),
-            bias: random(outputs, 8),
+            weight: Weight::F32(noise(inputs * outputs, 7)),
+            bias: noise(outputs, 8),
             inputs,
             outputs,
         };
         let layer = PanelLinear::new(&linear);
-        let (weight, bias) = (random(outputs, 9), random(outputs, 10));
+        let (weight, bias) = (noise(outputs, 9), noise(outputs, 10));
         for rows in [1, 7, 250] {
-            let x = random(rows * inputs, 11);
-            let residual = random(rows * outputs, 12);
+            let x = noise(rows * inputs, 11);
+            let residual = noise(rows * outputs, 12);
             let mut want = vec![0.0; rows * outputs];
             product(
                 Isa::Scalar,

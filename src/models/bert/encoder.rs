@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::kernels::{
-    layer_norm_row, matmul, softmax_rows, Act, Linear, Mat, Then, Threads, Weight,
+    layer_norm_row, matmul, softmax_rows, with_scratch, Act, Linear, Mat, Then, Threads, Weight,
 };
 use crate::models::panels::PanelLinear;
 use crate::models::quant::{QuantLinear, QuantRows};
@@ -251,14 +251,7 @@ fn feed_forward(
         .for_each(|(b, out)| {
             let (first, count) = (b * block, out.len() / h);
             let x = &x[first * h..(first + count) * h];
-            FF_BLOCK.with(|cell| {
-                // A block re-entered on this thread (work stealing) gets its own buffers.
-                let mut own = FfBlock::default();
-                let mut borrowed = cell.try_borrow_mut();
-                let FfBlock { activations, quant } = match borrowed.as_deref_mut() {
-                    Ok(buf) => buf,
-                    Err(_) => &mut own,
-                };
+            with_scratch(&FF_BLOCK, |FfBlock { activations, quant }| {
                 activations.resize(count * inner, 0.0);
                 ff_in.forward_here(x, count, activations, quant, Then::Activate(act), 0);
                 ff_out.forward_here(activations, count, out, quant, norm, first);
