@@ -297,15 +297,11 @@ pub(crate) fn silu_mul_rows(gate_up: &[f32], out: &mut [f32], ffn: usize) {
 mod tests {
     use super::*;
 
+    /// Values in `[-2, 2)`: the shared test noise, doubled (exactly).
     fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-            })
+        crate::models::noise(n, seed)
+            .iter()
+            .map(|v| v * 2.0)
             .collect()
     }
 
