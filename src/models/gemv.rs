@@ -74,48 +74,6 @@ pub(crate) fn gemv(w: Rows<'_>, x: &[f32], out: &mut [f32], accumulate: bool) {
     });
 }
 
-/// Output columns per parallel task of [`gemv_cols`]: each input row contributes one
-/// contiguous 2 KB run of weights, and the sums stay in L1.
-const COLS_PER_TASK: usize = 512;
-
-/// `out[c] = Σ_r x[r] w[r][c]` (or `+=` when `accumulate`) for weights stored transposed,
-/// `(x.len(), out.len())` row-major (`Weight::F32Cols`), on the current rayon pool: each task
-/// takes a block of output columns and adds the input rows' runs of weights into it, four
-/// rows at a time.
-///
-/// Panics when `w` does not hold exactly `out.len() * x.len()` values (a programming error
-/// inside the crate).
-pub(crate) fn gemv_cols(w: &[f32], x: &[f32], out: &mut [f32], accumulate: bool) {
-    let (inputs, outputs) = (x.len(), out.len());
-    assert_eq!(w.len(), inputs * outputs, "gemv: weight shape");
-    let kernel = Kernel::detect();
-    out.par_chunks_mut(COLS_PER_TASK)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * COLS_PER_TASK;
-            let mut sums = [0.0f32; COLS_PER_TASK];
-            let width = out.len();
-            let sums = &mut sums[..width];
-            let run = |r: usize| &w[r * outputs + first..][..width];
-            let mut r = 0;
-            while r + 4 <= inputs {
-                kernel.axpy4(
-                    sums,
-                    [x[r], x[r + 1], x[r + 2], x[r + 3]],
-                    [run(r), run(r + 1), run(r + 2), run(r + 3)],
-                );
-                r += 4;
-            }
-            while r < inputs {
-                kernel.axpy4(sums, [x[r], 0.0, 0.0, 0.0], [run(r); 4]);
-                r += 1;
-            }
-            for (o, s) in out.iter_mut().zip(sums.iter()) {
-                *o = if accumulate { *o + s } else { *s };
-            }
-        });
-}
-
 /// The dot-product kernels this CPU runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
@@ -143,24 +101,6 @@ impl Kernel {
             }
             Kernel::Portable
         })
-    }
-
-    /// `sums[i] += Σ_j a[j] rows[j][i]` (fused multiply-adds, row by row).
-    #[inline]
-    pub fn axpy4(self, sums: &mut [f32], a: [f32; 4], rows: [&[f32]; 4]) {
-        assert!(rows.iter().all(|r| r.len() == sums.len()));
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            #[allow(unsafe_code)]
-            // SAFETY: `detect` chose this kernel only on a CPU with these features; the lengths
-            // are equal (asserted above).
-            Kernel::Avx512 => unsafe { x86::axpy4_avx512(sums, a, rows) },
-            #[cfg(target_arch = "x86_64")]
-            #[allow(unsafe_code)]
-            // SAFETY: as above.
-            Kernel::Avx2 => unsafe { x86::axpy4_avx2(sums, a, rows) },
-            _ => axpy4_portable(sums, a, rows),
-        }
     }
 
     /// `Σ w x` over `bf16` weights.
@@ -199,20 +139,6 @@ pub(crate) fn f32_to_bf16(v: f32) -> u16 {
     (bits.wrapping_add(round) >> 16) as u16
 }
 
-/// The loop of every `axpy4` kernel: the compiler vectorizes it for the features enabled
-/// where it is inlined.
-#[inline(always)]
-fn axpy4_portable(sums: &mut [f32], a: [f32; 4], rows: [&[f32]; 4]) {
-    let n = sums.len();
-    let [r0, r1, r2, r3] = rows.map(|r| &r[..n]);
-    for i in 0..n {
-        sums[i] = r3[i].mul_add(
-            a[3],
-            r2[i].mul_add(a[2], r1[i].mul_add(a[1], r0[i].mul_add(a[0], sums[i]))),
-        );
-    }
-}
-
 fn dot_bf16_portable(w: &[u16], x: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (cw, cx) = (w.chunks_exact(8), x.chunks_exact(8));
@@ -235,18 +161,6 @@ fn dot_bf16_portable(w: &[u16], x: &[f32]) -> f32 {
 mod x86 {
     //! The x86-64 kernels: four independent accumulators per call, unaligned loads, the tail
     //! in scalar code. Callers guarantee the CPU features and `w.len() == x.len()`.
-
-    /// [`super::axpy4_portable`] compiled for AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn axpy4_avx512(sums: &mut [f32], a: [f32; 4], rows: [&[f32]; 4]) {
-        super::axpy4_portable(sums, a, rows)
-    }
-
-    /// [`super::axpy4_portable`] compiled for AVX2 + FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn axpy4_avx2(sums: &mut [f32], a: [f32; 4], rows: [&[f32]; 4]) {
-        super::axpy4_portable(sums, a, rows)
-    }
 
     use std::arch::x86_64::*;
 
@@ -333,32 +247,6 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::models::noise;
-
-    #[test]
-    fn transposed_weights_give_the_row_products() {
-        let (inputs, outputs) = (37, 1300);
-        let w: Vec<f32> = (0..inputs * outputs)
-            .map(|i| ((i * 31) % 97) as f32 / 97.0 - 0.5)
-            .collect();
-        let x: Vec<f32> = (0..inputs).map(|i| (i % 11) as f32 / 11.0 - 0.4).collect();
-        let mut cols = vec![0.0; w.len()];
-        for r in 0..outputs {
-            for c in 0..inputs {
-                cols[c * outputs + r] = w[r * inputs + c];
-            }
-        }
-        let mut want = vec![0.5; outputs];
-        gemv(Rows::F32(&w), &x, &mut want, true);
-        let mut got = vec![0.5; outputs];
-        gemv_cols(&cols, &x, &mut got, true);
-        for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() < 1e-5, "{g} {w}");
-        }
-        gemv_cols(&cols, &x, &mut got, false);
-        for (g, w) in got.iter().zip(&want) {
-            assert!((g + 0.5 - w).abs() < 1e-5, "{g} {w}");
-        }
-    }
 
     fn dot64(w: impl Iterator<Item = f32>, x: &[f32]) -> f64 {
         w.zip(x).map(|(a, &b)| a as f64 * b as f64).sum()

@@ -135,10 +135,10 @@ pub(crate) fn matmul(
     }
 }
 
-/// A linear layer as stored by torch: `weight` is `(out, in)`, `bias` is `(out)`. The one
-/// linear layer of every model: the encoders' and the Qwen3 scorer's ([`Weight::F32Cols`],
-/// laid out for products over many rows), the Qwen3 generator's ([`Weight::F32`], or
-/// [`Weight::Bf16`], laid out for one row at a time).
+/// A linear layer as stored by torch: `weight` is `(out, in)`, `bias` is `(out)`: every model's
+/// layers as read, before they are packed for their kernels (`models::panels`,
+/// `models::quant`); kept as it is for the Qwen3 generator's output head and its `bf16`
+/// layers, which run one row at a time.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
     pub weight: Weight,
@@ -153,26 +153,16 @@ pub(crate) enum Weight {
     /// `f32`, row-major `(outputs, inputs)` as torch stores it: each output's weights are
     /// contiguous, what a matrix-vector product (a decode step) streams.
     F32(Vec<f32>),
-    /// `f32`, row-major `(inputs, outputs)` (the transpose): what `gemm` multiplies without
-    /// gathering the weights first, 1.2-2x faster over a few hundred rows than [`Weight::F32`]
-    /// and up to 4x over a few dozen (see [`Linear::into_cols`]).
-    F32Cols(Vec<f32>),
     /// `bf16` bit patterns, `(outputs, inputs)`: half the memory and the bandwidth of a decode
     /// step; products over many rows widen (and transpose) a block to `f32` first.
     Bf16(Vec<u16>),
 }
 
 impl Weight {
-    /// The `f32` values, row-major `(outputs, inputs)`: the stored ones, or a copy (`bf16`
-    /// widened, or [`Weight::F32Cols`] transposed back).
-    pub fn to_f32(&self, inputs: usize, outputs: usize) -> std::borrow::Cow<'_, [f32]> {
+    /// The `f32` values, row-major `(outputs, inputs)`: the stored ones, or a widened copy.
+    pub fn to_f32(&self) -> std::borrow::Cow<'_, [f32]> {
         match self {
             Weight::F32(w) => std::borrow::Cow::Borrowed(w),
-            Weight::F32Cols(w) => {
-                let mut rows = vec![0.0; w.len()];
-                transpose_into(w, inputs, outputs, &mut rows, inputs, |v| v);
-                std::borrow::Cow::Owned(rows)
-            }
             Weight::Bf16(w) => std::borrow::Cow::Owned(
                 w.iter()
                     .map(|&b| crate::models::gemv::bf16_to_f32(b))
@@ -271,10 +261,6 @@ impl Linear {
         let rows = match &self.weight {
             Weight::F32(w) => crate::models::gemv::Rows::F32(w),
             Weight::Bf16(w) => crate::models::gemv::Rows::Bf16(w),
-            Weight::F32Cols(w) => {
-                crate::models::gemv::gemv_cols(w, x, out, accumulate);
-                return self.add_bias(out);
-            }
         };
         crate::models::gemv::gemv(rows, x, out, accumulate);
         self.add_bias(out);
@@ -293,7 +279,7 @@ impl Linear {
         let weight = match &self.weight {
             Weight::Bf16(w) => Weight::Bf16(w.clone()),
             w => Weight::Bf16(
-                w.to_f32(self.inputs, self.outputs)
+                w.to_f32()
                     .par_iter()
                     .map(|&v| crate::models::gemv::f32_to_bf16(v))
                     .collect(),
@@ -305,31 +291,6 @@ impl Linear {
             inputs: self.inputs,
             outputs: self.outputs,
         }
-    }
-
-    /// The same layer with `f32` weights laid out for products over many rows
-    /// ([`Weight::F32Cols`]); `bf16` weights are widened. Its one-row products
-    /// ([`Linear::gemv`], `models::gemv::gemv_cols`) read the weights in 2 KB runs a row apart,
-    /// which streams from memory more slowly than [`Weight::F32`]'s whole rows (decoding the
-    /// 0.6B Qwen3 shape: 8 against 12 tokens/s): for models that never decode.
-    pub fn into_cols(self) -> Linear {
-        let weight = match self.weight {
-            Weight::F32Cols(w) => Weight::F32Cols(w),
-            w => {
-                let rows = w.to_f32(self.inputs, self.outputs);
-                let mut cols = vec![0.0; rows.len()];
-                transpose_into(
-                    &rows,
-                    self.outputs,
-                    self.inputs,
-                    &mut cols,
-                    self.outputs,
-                    |v| v,
-                );
-                Weight::F32Cols(cols)
-            }
-        };
-        Linear { weight, ..self }
     }
 
     /// `out (rows, n) += x · weight[start..start + n]ᵀ` (row stride `stride`), on the pool.
@@ -348,12 +309,8 @@ impl Linear {
                 let w = Mat::new(w, self.outputs, self.inputs).block(start, n, 0, self.inputs);
                 matmul(a, w.t(), out, stride, 1.0, true, Threads::Pool);
             }
-            Weight::F32Cols(w) => {
-                let w = Mat::new(w, self.inputs, self.outputs).block(0, self.inputs, start, n);
-                matmul(a, w, out, stride, 1.0, true, Threads::Pool);
-            }
             Weight::Bf16(w) => with_scratch(&WIDE, |wide| {
-                // Widened and transposed in one pass: `(inputs, n)`, as `F32Cols`.
+                // Widened and transposed in one pass: `(inputs, n)`.
                 let src = &w[start * self.inputs..(start + n) * self.inputs];
                 wide.clear();
                 wide.resize(src.len(), 0.0);
@@ -776,19 +733,16 @@ mod tests {
         };
         let mut want = vec![0.0; rows * outputs];
         rows_layer.forward(&x, rows, &mut want);
-        let cols_layer = rows_layer.clone().into_cols();
-        assert!(matches!(cols_layer.weight, Weight::F32Cols(_)));
-        assert_eq!(cols_layer.weight.to_f32(inputs, outputs), &w[..]);
         // the bf16 layer widens (and transposes) before its product: compare it with the
         // same rounded weights in f32
         let bf16 = rows_layer.to_bf16();
         let rounded = Linear {
-            weight: Weight::F32(bf16.weight.to_f32(inputs, outputs).into_owned()),
+            weight: Weight::F32(bf16.weight.to_f32().into_owned()),
             ..rows_layer.clone()
         };
         let mut want_bf16 = vec![0.0; rows * outputs];
         rounded.forward(&x, rows, &mut want_bf16);
-        for (layer, want) in [(&cols_layer, &want), (&bf16, &want_bf16)] {
+        for (layer, want) in [(&rows_layer, &want), (&bf16, &want_bf16)] {
             let mut got = vec![0.0; rows * outputs];
             layer.forward(&x, rows, &mut got);
             let mut part = vec![0.0; rows * 7];

@@ -159,8 +159,8 @@ pub(crate) struct Rows<'a> {
     pub stride: usize,
 }
 
-/// `out (a.rows, b.n) = a · b + bias` on the calling thread, `out`'s rows `out_stride` apart
-/// (at least `b.n`), in tiles of the `isa` kernel.
+/// `out (a.rows, b.n) = a · b + bias` (or `+=` when `accumulate`) on the calling thread,
+/// `out`'s rows `out_stride` apart (at least `b.n`), in tiles of the `isa` kernel.
 ///
 /// Panics if a slice is shorter than the shapes say (a bug in the caller).
 pub(crate) fn product(
@@ -170,6 +170,7 @@ pub(crate) fn product(
     out: &mut [f32],
     out_stride: usize,
     bias: &[f32],
+    accumulate: bool,
 ) {
     let (m, k, n) = (a.rows, b.k, b.n);
     if m == 0 || n == 0 {
@@ -186,7 +187,9 @@ pub(crate) fn product(
     assert!(bias.len() >= n, "bias too short");
     if k == 0 {
         for row in out.chunks_mut(out_stride).take(m) {
-            row[..n].copy_from_slice(&bias[..n]);
+            for (o, &b) in row[..n].iter_mut().zip(bias) {
+                *o = if accumulate { *o + b } else { b };
+            }
         }
         return;
     }
@@ -206,9 +209,10 @@ pub(crate) fn product(
                 let c0 = p * NR;
                 let cols = NR.min(n - c0);
                 let panel = &b.data[p * NR * k + k0 * NR..][..kb * NR];
-                // The first block of `k` adds the bias, the others add to the sums so far.
+                // The first block of `k` adds the bias (and replaces `out` unless
+                // accumulating), the others add to the sums so far.
                 let bias = first.then(|| &bias[c0..c0 + cols]);
-                let add = !first;
+                let add = !first || accumulate;
                 for blk in 0..blocks {
                     let r0 = blk * mr;
                     let tile = Tile {
@@ -498,7 +502,7 @@ const BLOCK_ROWS: usize = 96;
 impl PanelLinear {
     /// Packs a layer's weights for the best kernel this CPU has.
     pub fn new(linear: &Linear) -> Self {
-        let w = linear.weight.to_f32(linear.inputs, linear.outputs);
+        let w = linear.weight.to_f32();
         PanelLinear {
             weights: Panels::from_torch(&w, linear.inputs, linear.outputs),
             bias: linear.bias.clone(),
@@ -557,9 +561,146 @@ impl PanelLinear {
             rows,
             stride: k,
         };
-        product(self.isa, a, &self.weights, out, n, &self.bias);
+        product(self.isa, a, &self.weights, out, n, &self.bias, false);
         then.run(&mut out[..rows * n], first * n);
     }
+
+    /// Inputs per row.
+    pub fn inputs(&self) -> usize {
+        self.weights.k
+    }
+
+    /// `out (rows, outputs) += x (rows, inputs) · wᵀ + bias`: the product adds into `out` (a
+    /// residual stream) directly, in blocks of rows on the current rayon pool; one row goes
+    /// through [`PanelLinear::gemv`].
+    pub fn forward_add(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        let (k, n) = (self.weights.k, self.weights.n);
+        assert!(
+            x.len() >= rows * k && out.len() >= rows * n,
+            "buffers too short"
+        );
+        if rows <= 1 {
+            if rows == 1 {
+                self.gemv(&x[..k], &mut out[..n], true);
+            }
+            return;
+        }
+        let block = self.block_rows(rows);
+        out[..rows * n]
+            .par_chunks_mut(block * n)
+            .enumerate()
+            .for_each(|(b, out)| {
+                let count = out.len() / n;
+                let a = Rows {
+                    data: &x[b * block * k..],
+                    rows: count,
+                    stride: k,
+                };
+                product(self.isa, a, &self.weights, out, n, &self.bias, true);
+            });
+    }
+
+    /// One input row: `out = x · wᵀ + bias`, or `out += x · wᵀ + bias` when `accumulate` (a
+    /// decode step). Bound by how fast the weights stream from memory: each panel is read
+    /// once, in order, against `x` (which stays in the level-1 cache), panels split over the
+    /// current rayon pool.
+    ///
+    /// Panics when `x` is not `inputs` long or `out` not `outputs` long.
+    pub fn gemv(&self, x: &[f32], out: &mut [f32], accumulate: bool) {
+        let (k, n) = (self.weights.k, self.weights.n);
+        assert!(x.len() == k && out.len() == n, "gemv: shapes");
+        // Panels per task: about 128 KB of weights each.
+        let per = (32_768 / (k * NR).max(1)).max(1);
+        out.par_chunks_mut(per * NR)
+            .enumerate()
+            .for_each(|(task, out)| {
+                for (i, out) in out.chunks_mut(NR).enumerate() {
+                    let p = task * per + i;
+                    let panel = &self.weights.data[p * NR * k..][..NR * k];
+                    let sums = panel_sums(self.isa, panel, x);
+                    let bias = &self.bias[p * NR..][..out.len()];
+                    for ((o, s), b) in out.iter_mut().zip(sums).zip(bias) {
+                        *o = if accumulate { *o + s + b } else { s + b };
+                    }
+                }
+            });
+    }
+}
+
+/// `Σ_l x[l] panel[l]`: the [`NR`] sums of one panel (`x.len()` rows of [`NR`]) against `x`.
+fn panel_sums(isa: Isa, panel: &[f32], x: &[f32]) -> [f32; NR] {
+    assert!(panel.len() >= x.len() * NR);
+    let mut sums = [0.0f32; NR];
+    match isa {
+        // SAFETY (both): an `Isa::Avx2` / `Isa::Avx512` is only made by `Isa::detect` on a
+        // CPU with AVX2 + FMA / AVX-512F; the assert above keeps the reads inside `panel`.
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx512 => unsafe { panel_sums_avx512(panel.as_ptr(), x, &mut sums) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx2 => unsafe { panel_sums_avx2(panel.as_ptr(), x, &mut sums) },
+        Isa::Scalar => {
+            for (l, &xv) in x.iter().enumerate() {
+                for (s, &w) in sums.iter_mut().zip(&panel[l * NR..][..NR]) {
+                    *s = xv.mul_add(w, *s);
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// [`panel_sums`] with AVX-512: four independent sums over `l` (by `l % 4`), added at the end.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn panel_sums_avx512(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let quads = x.chunks_exact(4);
+    let tail = quads.remainder();
+    let mut w = panel;
+    for q in quads {
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_fmadd_ps(_mm512_set1_ps(q[j]), _mm512_loadu_ps(w.add(j * NR)), *a);
+        }
+        w = w.add(4 * NR);
+    }
+    for (j, &xv) in tail.iter().enumerate() {
+        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xv), _mm512_loadu_ps(w.add(j * NR)), acc[j]);
+    }
+    let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    _mm512_storeu_ps(sums.as_mut_ptr(), total);
+}
+
+/// [`panel_sums`] with AVX2 + FMA: two independent pairs of sums over `l` (by `l % 2`).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn panel_sums_avx2(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let pairs = x.chunks_exact(2);
+    let tail = pairs.remainder();
+    let mut w = panel;
+    for q in pairs {
+        for (j, pair) in acc.iter_mut().enumerate() {
+            let xv = _mm256_set1_ps(q[j]);
+            let row = w.add(j * NR);
+            pair[0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row), pair[0]);
+            pair[1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row.add(8)), pair[1]);
+        }
+        w = w.add(2 * NR);
+    }
+    if let Some(&xv) = tail.first() {
+        let xv = _mm256_set1_ps(xv);
+        acc[0][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w), acc[0][0]);
+        acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w.add(8)), acc[0][1]);
+    }
+    _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_add_ps(acc[0][0], acc[1][0]));
+    _mm256_storeu_ps(
+        sums.as_mut_ptr().add(8),
+        _mm256_add_ps(acc[0][1], acc[1][1]),
+    );
 }
 
 #[cfg(test)]
@@ -596,7 +737,7 @@ mod tests {
                         rows: m,
                         stride,
                     };
-                    product(isa, rows, &b, &mut out, out_stride, &bias);
+                    product(isa, rows, &b, &mut out, out_stride, &bias, false);
                     for i in 0..m {
                         for j in 0..out_stride {
                             let got = out[i * out_stride + j];
@@ -632,10 +773,10 @@ mod tests {
             stride: k,
         };
         let mut want = vec![0.0; m * n];
-        product(Isa::Scalar, rows, &b, &mut want, n, &vec![0.0; n]);
+        product(Isa::Scalar, rows, &b, &mut want, n, &vec![0.0; n], false);
         for isa in Isa::available() {
             let mut got = vec![0.0; m * n];
-            product(isa, rows, &b, &mut got, n, &vec![0.0; n]);
+            product(isa, rows, &b, &mut got, n, &vec![0.0; n], false);
             assert_eq!(got, want, "{isa:?}");
         }
     }
@@ -669,6 +810,7 @@ mod tests {
                 &mut want,
                 outputs,
                 &linear.bias,
+                false,
             );
             let mut activated = want.clone();
             for (row, res) in want
@@ -690,6 +832,61 @@ mod tests {
                 layer.forward(&x, rows, &mut got, then);
                 for (g, w) in got.iter().zip(want.iter()) {
                     assert!((g - w).abs() < 1e-4, "{rows} rows: {g} vs {w}");
+                }
+            }
+        }
+    }
+
+    /// One row through every kernel's matrix-vector path, plain and accumulating, against a
+    /// float64 product (a partial last panel, `k` not a multiple of the unrolling); and
+    /// `forward_add` over many rows adds exactly what `forward` computes.
+    #[test]
+    fn gemv_and_forward_add_match_the_product() {
+        use crate::models::kernels::Weight;
+        for &(inputs, outputs) in &[(1, 1), (515, 35), (64, 48), (3, 17)] {
+            let w = noise(inputs * outputs, 21);
+            let linear = Linear {
+                weight: Weight::F32(w.clone()),
+                bias: noise(outputs, 22),
+                inputs,
+                outputs,
+            };
+            let x = noise(inputs, 23);
+            let want: Vec<f64> = (0..outputs)
+                .map(|j| {
+                    linear.bias[j] as f64
+                        + (0..inputs)
+                            .map(|l| x[l] as f64 * w[j * inputs + l] as f64)
+                            .sum::<f64>()
+                })
+                .collect();
+            let tolerance = 1e-4 * (1.0 + (inputs as f64).sqrt());
+            for isa in Isa::available() {
+                let layer = PanelLinear {
+                    isa,
+                    ..PanelLinear::new(&linear)
+                };
+                let mut out = vec![0.0; outputs];
+                layer.gemv(&x, &mut out, false);
+                let mut added = vec![1.0; outputs];
+                layer.gemv(&x, &mut added, true);
+                for j in 0..outputs {
+                    assert!((out[j] as f64 - want[j]).abs() < tolerance, "{isa:?} {j}");
+                    assert!(
+                        (added[j] as f64 - 1.0 - want[j]).abs() < tolerance,
+                        "{isa:?}"
+                    );
+                }
+                for rows in [1, 7, 250] {
+                    let xs = noise(rows * inputs, 24);
+                    let mut want = vec![0.0; rows * outputs];
+                    layer.forward(&xs, rows, &mut want, Then::Nothing);
+                    let before = noise(rows * outputs, 25);
+                    let mut got = before.clone();
+                    layer.forward_add(&xs, rows, &mut got);
+                    for ((g, w), b) in got.iter().zip(&want).zip(&before) {
+                        assert!((g - (w + b)).abs() < 1e-5, "{isa:?} {rows} rows");
+                    }
                 }
             }
         }

@@ -392,12 +392,7 @@ impl Encoder {
                 let v = w.encoder_linear(&format!("{att}.self.value"), h, h)?;
                 let qkv = Linear {
                     weight: Weight::F32(
-                        [
-                            q.weight.to_f32(h, h),
-                            k.weight.to_f32(h, h),
-                            v.weight.to_f32(h, h),
-                        ]
-                        .concat(),
+                        [q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat(),
                     ),
                     bias: [q.bias, k.bias, v.bias].concat(),
                     inputs: h,

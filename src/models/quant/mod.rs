@@ -89,7 +89,7 @@ impl QuantLinear {
         let mut quantized = vec![0i8; outputs * inputs];
         let mut scales = Vec::with_capacity(outputs);
         let mut sums = Vec::with_capacity(outputs);
-        let weight = linear.weight.to_f32(linear.inputs, linear.outputs);
+        let weight = linear.weight.to_f32();
         for (row, q) in weight
             .chunks_exact(inputs)
             .zip(quantized.chunks_exact_mut(inputs))
@@ -137,6 +137,11 @@ impl QuantLinear {
     /// Outputs per row.
     pub fn outputs(&self) -> usize {
         self.outputs
+    }
+
+    /// Inputs per row.
+    pub fn inputs(&self) -> usize {
+        self.inputs
     }
 
     /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, with `scratch` holding the
@@ -541,7 +546,7 @@ mod tests {
                 let xr = &x[r * inputs..][..inputs];
                 let row_range = xr.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2.0;
                 for c in 0..outputs {
-                    let wr = &lin.weight.to_f32(inputs, outputs)[c * inputs..][..inputs];
+                    let wr = &lin.weight.to_f32()[c * inputs..][..inputs];
                     let wmax = wr.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     // Rounding errors: half a step of each factor, summed over the inputs
                     // (a loose bound; the typical error is far below it).

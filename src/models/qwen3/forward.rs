@@ -196,7 +196,7 @@ impl Qwen3Model {
     fn finish(&self, l: &Layer, x: &mut [f32], rows: usize, ws: &mut Workspace) {
         let cfg = &self.decoder.cfg;
         let (h, ffn) = (cfg.hidden_size, cfg.intermediate_size);
-        l.o.forward_add(&ws.ctx[..rows * l.o.inputs], rows, x);
+        l.o.forward_add(&ws.ctx[..rows * l.o.inputs()], rows, x);
         let hn = &mut ws.hn[..rows * h];
         rms_norm_rows(x, hn, &l.post_norm, self.eps());
         let gu = &mut ws.gate_up[..rows * 2 * ffn];

@@ -151,8 +151,8 @@ impl CausalLm {
         max_positions: usize,
     ) -> Result<Self> {
         let format = match precision {
-            Precision::F32 => MatrixFormat::Steps,
-            Precision::Bf16 => MatrixFormat::StepsBf16,
+            Precision::F32 => MatrixFormat::F32,
+            Precision::Bf16 => MatrixFormat::Bf16,
             _ => {
                 return Err(Error::Config(format!(
                     "Qwen3 generation: precision {precision} is not supported (f32 or bf16)"
@@ -170,12 +170,17 @@ impl CausalLm {
         }
         let decoder = Decoder::from_weights(weights, cfg, format)?;
         let values = decoder.embed.weights().f32(name, &shape)?;
-        let head = format.apply(Linear {
+        // The head stays in rows (one row of logits per step; never a product over many).
+        let head = Linear {
             weight: Weight::F32(values),
             bias: vec![0.0; shape[0]],
             inputs: h,
             outputs: shape[0],
-        });
+        };
+        let head = match format {
+            MatrixFormat::Bf16 => head.to_bf16(),
+            _ => head,
+        };
         Ok(CausalLm {
             model: Qwen3Model::new(decoder, max_positions),
             head,

@@ -11,7 +11,9 @@ use rayon::prelude::*;
 
 use super::config::Qwen3Config;
 use super::ops::QkvLayout;
-use crate::models::kernels::{transpose_into, Linear, Weight};
+use crate::models::kernels::{with_scratch, Linear, Then, Weight};
+use crate::models::panels::PanelLinear;
+use crate::models::quant::{QuantLinear, QuantRows};
 use crate::models::weights::Weights;
 use crate::{Error, Result};
 
@@ -30,19 +32,19 @@ pub(crate) struct Layer {
     /// `q_proj`, `k_proj`, `v_proj` stacked: `(q_heads * head_dim + 2 * kv_heads * head_dim,
     /// hidden)`, so one product gives a row `[q | k | v]` (see [`QkvLayout`]). Zero bias
     /// without `attention_bias`.
-    pub qkv: Linear,
+    pub qkv: Matrix,
     /// `q_norm`, `(head_dim)`, applied to every query head.
     pub q_norm: Vec<f32>,
     /// `k_norm`, `(head_dim)`, applied to every key head.
     pub k_norm: Vec<f32>,
     /// `o_proj`, `(hidden, q_heads * head_dim)`.
-    pub o: Linear,
+    pub o: Matrix,
     /// `post_attention_layernorm`, `(hidden)`.
     pub post_norm: Vec<f32>,
     /// `gate_proj` and `up_proj` stacked: `(2 * intermediate, hidden)`, a row `[gate | up]`.
-    pub gate_up: Linear,
+    pub gate_up: Matrix,
     /// `down_proj`, `(hidden, intermediate)`.
-    pub down: Linear,
+    pub down: Matrix,
 }
 
 impl Layer {
@@ -86,25 +88,104 @@ impl Layer {
     }
 }
 
-/// How a [`Decoder`] keeps its matrices (see [`Weight`]).
+/// How a [`Decoder`] keeps its matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MatrixFormat {
-    /// `f32`, laid out for products over many rows ([`Weight::F32Cols`]): scoring, which
-    /// never decodes.
-    Products,
-    /// `f32`, laid out for one row at a time ([`Weight::F32`]): generation.
-    Steps,
-    /// `bf16`, one row at a time ([`Weight::Bf16`]): generation with `Precision::Bf16`.
-    StepsBf16,
+    /// `f32` in column panels ([`Matrix::F32`]): scoring and generation.
+    F32,
+    /// `bf16` rows ([`Matrix::Bf16`]): generation with `Precision::Bf16`.
+    Bf16,
+    /// `int8` ([`Matrix::Int8`]): scoring with `Precision::Int8`.
+    Int8,
 }
 
 impl MatrixFormat {
-    /// The format of `matrix`.
-    pub fn apply(self, matrix: Linear) -> Linear {
+    /// `linear` (row-major `f32`, as read) in this format.
+    pub fn apply(self, linear: Linear) -> Matrix {
         match self {
-            MatrixFormat::Products => matrix.into_cols(),
-            MatrixFormat::Steps => matrix,
-            MatrixFormat::StepsBf16 => matrix.to_bf16(),
+            MatrixFormat::F32 => Matrix::F32(PanelLinear::new(&linear)),
+            MatrixFormat::Bf16 => Matrix::Bf16(linear.to_bf16()),
+            MatrixFormat::Int8 => Matrix::Int8(QuantLinear::new(&linear)),
+        }
+    }
+}
+
+/// One matrix of a layer, in the form its use wants. `out = x · wᵀ + bias` in every form.
+#[derive(Debug, Clone)]
+pub(crate) enum Matrix {
+    /// `f32` packed in column panels (`models::panels`): products over many rows (scoring,
+    /// prefill) run on the crate's tiles without gathering the weights, and a decode step
+    /// streams each panel once.
+    F32(PanelLinear),
+    /// `bf16` rows ([`Weight::Bf16`]): half the bytes a decode step streams; products over
+    /// many rows widen a block at a time.
+    Bf16(Linear),
+    /// `int8` weights and activations quantized per row on the fly (`models::quant`): scoring
+    /// only.
+    Int8(QuantLinear),
+}
+
+thread_local! {
+    /// The quantized rows of an int8 product running on this thread.
+    static QUANT_ROWS: std::cell::RefCell<QuantRows> = std::cell::RefCell::default();
+    /// An int8 product's output before it is added to the residual stream.
+    static SUMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Matrix {
+    /// Values per input row.
+    pub fn inputs(&self) -> usize {
+        match self {
+            Matrix::F32(l) => l.inputs(),
+            Matrix::Bf16(l) => l.inputs,
+            Matrix::Int8(q) => q.inputs(),
+        }
+    }
+
+    /// Values per output row.
+    pub fn outputs(&self) -> usize {
+        match self {
+            Matrix::F32(l) => l.outputs(),
+            Matrix::Bf16(l) => l.outputs,
+            Matrix::Int8(q) => q.outputs(),
+        }
+    }
+
+    /// `out (rows, outputs) = x (rows, inputs) · wᵀ + bias`.
+    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        match self {
+            Matrix::F32(l) => l.forward(x, rows, out, Then::Nothing),
+            Matrix::Bf16(l) => l.forward(x, rows, out),
+            Matrix::Int8(q) => with_scratch(&QUANT_ROWS, |scratch| {
+                q.forward(x, rows, out, scratch, Then::Nothing)
+            }),
+        }
+    }
+
+    /// `out (rows, outputs) += x (rows, inputs) · wᵀ + bias`: a residual stream.
+    pub fn forward_add(&self, x: &[f32], rows: usize, out: &mut [f32]) {
+        match self {
+            Matrix::F32(l) => l.forward_add(x, rows, out),
+            Matrix::Bf16(l) => l.forward_add(x, rows, out),
+            Matrix::Int8(_) => with_scratch(&SUMS, |sums| {
+                let n = rows * self.outputs();
+                sums.resize(n, 0.0);
+                self.forward(x, rows, sums);
+                out[..n]
+                    .iter_mut()
+                    .zip(sums.iter())
+                    .for_each(|(o, s)| *o += s);
+            }),
+        }
+    }
+
+    /// One input row (a decode step): `out = w · x + bias`, or `+=` when `accumulate`.
+    pub fn gemv(&self, x: &[f32], out: &mut [f32], accumulate: bool) {
+        match self {
+            Matrix::F32(l) => l.gemv(x, out, accumulate),
+            Matrix::Bf16(l) => l.gemv(x, out, accumulate),
+            Matrix::Int8(_) if accumulate => self.forward_add(x, 1, out),
+            Matrix::Int8(_) => self.forward(x, 1, out),
         }
     }
 }
@@ -119,57 +200,35 @@ pub(crate) fn qkv_layout(cfg: &Qwen3Config) -> QkvLayout {
 }
 
 /// Linear layers `prefix.weight` of `(outputs, inputs)` each (and `prefix.bias` when `bias`),
-/// read straight into one stacked `(Σ outputs, inputs)` layer.
+/// read straight into one stacked `(Σ outputs, inputs)` layer, in `format`.
 fn stacked(
     w: &Weights,
     parts: &[(String, usize)],
     inputs: usize,
     bias: bool,
     format: MatrixFormat,
-) -> Result<Linear> {
+) -> Result<Matrix> {
     let outputs: usize = parts.iter().map(|(_, n)| n).sum();
     let mut weight = vec![0.0f32; outputs * inputs];
     let mut biases = vec![0.0f32; outputs];
     let mut at = 0;
     for (prefix, n) in parts {
-        let name = format!("{prefix}.weight");
-        if format == MatrixFormat::Products {
-            // Each part is read into a scratch buffer that stays warm, then written transposed
-            // into its columns: the layer never exists row-major in full.
-            SCRATCH.with(|cell| -> Result<()> {
-                let mut scratch = cell.borrow_mut();
-                scratch.resize(n * inputs, 0.0);
-                w.read_into(&name, &[*n, inputs], &mut scratch)?;
-                transpose_into(&scratch, *n, inputs, &mut weight[at..], outputs, |v| v);
-                Ok(())
-            })?;
-        } else {
-            w.read_into(
-                &name,
-                &[*n, inputs],
-                &mut weight[at * inputs..(at + n) * inputs],
-            )?;
-        }
+        w.read_into(
+            &format!("{prefix}.weight"),
+            &[*n, inputs],
+            &mut weight[at * inputs..(at + n) * inputs],
+        )?;
         if bias {
             w.read_into(&format!("{prefix}.bias"), &[*n], &mut biases[at..at + n])?;
         }
         at += n;
     }
-    let weight = match format {
-        MatrixFormat::Products => Weight::F32Cols(weight),
-        _ => Weight::F32(weight),
-    };
     Ok(format.apply(Linear {
-        weight,
+        weight: Weight::F32(weight),
         bias: biases,
         inputs,
         outputs,
     }))
-}
-
-thread_local! {
-    /// One weight matrix of a layer being loaded, before it is transposed into place.
-    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The token embeddings, read from the memory-mapped file a batch at a time: only the rows of

@@ -40,7 +40,7 @@ impl Qwen3Scorer {
             .zip(&rows[h..])
             .map(|(y, n)| y - n)
             .collect();
-        let decoder = Decoder::from_weights(weights, cfg, MatrixFormat::Products)?;
+        let decoder = Decoder::from_weights(weights, cfg, MatrixFormat::F32)?;
         Ok(Qwen3Scorer {
             model: Qwen3Model::new(decoder, max_positions),
             head,
