@@ -5,6 +5,7 @@
 //! `models/qwen3-0.6b-shape/`, or the directory in `RERANK_QWEN3_BENCH_MODEL`); the bench skips
 //! when it is absent. Threads: `RERANK_BENCH_THREADS` (default: all cores); set
 //! `RAYON_NUM_THREADS` to the same value so the matrix products split the work the same way.
+//! `RERANK_BENCH_PRECISION=int8` loads the model with `Precision::Int8` (default f32).
 //!
 //! ```text
 //! cargo bench --bench qwen3                       # criterion (10 samples)
@@ -22,7 +23,7 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use criterion::{Criterion, Throughput};
-    use rerank::models::ModelOptions;
+    use rerank::models::{ModelOptions, Precision};
     use rerank::rerankers::qwen3::Qwen3Reranker;
     use rerank::rerankers::RerankQuery;
 
@@ -76,9 +77,20 @@ mod bench {
         }
         let threads = env_usize("RERANK_BENCH_THREADS")
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let precision: Precision = match std::env::var("RERANK_BENCH_PRECISION") {
+            Ok(p) => p.parse().unwrap_or_else(|e| {
+                eprintln!("RERANK_BENCH_PRECISION: {e}");
+                std::process::exit(2);
+            }),
+            Err(_) => Precision::F32,
+        };
         let t = Instant::now();
         let reranker = match Qwen3Reranker::builder(&dir)
-            .options(ModelOptions::default().threads(threads))
+            .options(
+                ModelOptions::default()
+                    .threads(threads)
+                    .precision(precision),
+            )
             .build()
         {
             Ok(r) => r,

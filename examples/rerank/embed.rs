@@ -34,8 +34,8 @@ pub struct Args {
     precision: PrecisionArg,
 }
 
-/// `--precision`: the number format of a BERT-family model's linear layers (the CLI's
-/// spelling of `rerank::models::Precision`).
+/// `--precision`: the number format of a model's linear layers (the CLI's spelling of
+/// `rerank::models::Precision` for the encoders and Qwen3-Reranker).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrecisionArg {
     /// 32-bit floats (exact to the reference models).

@@ -37,8 +37,8 @@ pub struct Args {
     /// Most tokens per forward pass (`ModelOptions::token_budget`).
     #[arg(long)]
     token_budget: Option<usize>,
-    /// Number format of a cross-encoder's linear layers (`ModelOptions::precision`; Qwen3 has
-    /// f32 only).
+    /// Number format of the model's linear layers (`ModelOptions::precision`): a cross-encoder's
+    /// or Qwen3-Reranker's.
     #[arg(long, value_enum, default_value_t = crate::embed::PrecisionArg::F32)]
     precision: crate::embed::PrecisionArg,
 }

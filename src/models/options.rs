@@ -13,15 +13,17 @@ pub enum Precision {
     #[default]
     F32,
     /// 8-bit integer linear layers, for the BERT-family encoders ([`CrossEncoder`],
-    /// [`BertEmbedder`]): weights quantized per output channel at load, activations per row
-    /// at every call, integer dot products on the best instructions the CPU has (AVX-512
-    /// VNNI, AVX-VNNI, AVX2; plain integer code elsewhere); layer norm, softmax, GELU and
-    /// attention stay in f32. Faster, and close to f32 rather than equal to it (see
-    /// `docs/encoder.md` for the measured agreement). Models without an int8 path (Qwen3)
-    /// refuse it at `build()`.
+    /// [`BertEmbedder`]) and the Qwen3 reranker ([`Qwen3Reranker`]): weights quantized per
+    /// output channel at load, activations per row at every call, integer dot products on the
+    /// best instructions the CPU has (AVX-512 VNNI, AVX-VNNI, AVX2; plain integer code
+    /// elsewhere); norms, softmax, activations, attention and the embeddings stay in f32.
+    /// Faster, and close to f32 rather than equal to it (see `docs/encoder.md` and
+    /// `docs/benchmarks.md` for the measured agreement). Qwen3 generation refuses it at
+    /// `build()`.
     ///
     /// [`CrossEncoder`]: crate::CrossEncoder
     /// [`BertEmbedder`]: crate::BertEmbedder
+    /// [`Qwen3Reranker`]: crate::rerankers::qwen3::Qwen3Reranker
     Int8,
     /// `bfloat16` weights for Qwen3 generation ([`Qwen3Chat`]): every matrix of the decoder
     /// and the output head rounded to bf16 at load (half the memory, and half the bytes a
@@ -148,17 +150,6 @@ impl ModelOptions {
             )));
         }
         Ok(())
-    }
-
-    /// Refuses any precision but f32, for `model` (named in the message), which has no other.
-    pub(crate) fn require_f32(&self, model: &str) -> Result<()> {
-        match self.precision {
-            Precision::F32 => Ok(()),
-            other => Err(Error::Config(format!(
-                "{model}: precision {other} is not supported (only f32; int8 is for the \
-                 BERT-family encoders)"
-            ))),
-        }
     }
 
     /// The private thread pool asked for by [`ModelOptions::threads`] (its threads named

@@ -213,12 +213,20 @@ pub(crate) fn product(
                 // accumulating), the others add to the sums so far.
                 let bias = first.then(|| &bias[c0..c0 + cols]);
                 let add = !first || accumulate;
+                // The first tile pulls the next panel's block into the cache as it goes (one
+                // line per step of `k`), so that it need not wait for memory when its turn
+                // comes: the weights of a large model stream from memory, not the cache.
+                let next = match p + 1 < n.div_ceil(NR) {
+                    true => &b.data[(p + 1) * NR * k + k0 * NR..][..kb * NR],
+                    false => panel,
+                };
                 for blk in 0..blocks {
                     let r0 = blk * mr;
                     let tile = Tile {
                         a: &packed[r0 * lda..][..mr * lda],
                         lda,
                         b: panel,
+                        next: if blk == 0 { next } else { panel },
                         k: kb,
                         mr,
                         out: &mut out[r0 * out_stride + c0..],
@@ -265,6 +273,8 @@ struct Tile<'a> {
     lda: usize,
     /// `k x NR` values.
     b: &'a [f32],
+    /// `k x NR` values to prefetch, one line per step of `k` (the next panel's block, or `b`).
+    next: &'a [f32],
     k: usize,
     /// Rows of the kernel (of the copied block).
     mr: usize,
@@ -283,18 +293,36 @@ impl Tile<'_> {
         let mr = self.mr;
         assert!(mr == isa.rows() && self.rows <= mr && self.cols <= NR);
         assert!(self.lda >= self.k && self.a.len() >= (mr - 1) * self.lda + self.k);
-        assert!(self.b.len() >= self.k * NR);
+        assert!(self.b.len() >= self.k * NR && self.next.len() >= self.k * NR);
         assert!(self.out.len() >= (self.rows - 1) * self.stride + self.cols);
         // SAFETY (all four): an `Isa::Avx2` / `Isa::Avx512` is only made by `Isa::detect` on
-        // a CPU with AVX2 + FMA / AVX-512F; the asserts above keep the reads (`k x mr` and
-        // `k x NR` floats) inside `a` and `b`, and a whole tile's writes (`mr` rows of `NR`)
+        // a CPU with AVX2 + FMA / AVX-512F; the asserts above keep the reads (`k` x at most
+        // `mr` and `k x NR` floats) inside `a` and `b`, and the writes (`rows` rows of `NR`)
         // inside `out`.
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
-        if self.cols == NR && self.rows == mr {
+        if self.cols == NR {
+            // A tile of fewer rows (the last of a block) runs a kernel of about its height.
             match isa {
-                Isa::Avx2 => return unsafe { tile_avx2_store(&mut self) },
-                Isa::Avx512 => return unsafe { tile_avx512_store(&mut self) },
+                Isa::Avx2 => {
+                    return unsafe {
+                        match self.rows {
+                            1..=2 => tile_avx2_store::<2>(&mut self),
+                            3..=4 => tile_avx2_store::<4>(&mut self),
+                            _ => tile_avx2_store::<6>(&mut self),
+                        }
+                    }
+                }
+                Isa::Avx512 => {
+                    return unsafe {
+                        match self.rows {
+                            1..=2 => tile_avx512_store::<2>(&mut self),
+                            3..=4 => tile_avx512_store::<4>(&mut self),
+                            5..=7 => tile_avx512_store::<7>(&mut self),
+                            _ => tile_avx512_store::<14>(&mut self),
+                        }
+                    }
+                }
                 Isa::Scalar => {}
             }
         }
@@ -370,19 +398,19 @@ unsafe fn tile_avx2(
     k: usize,
     sums: &mut [[f32; NR]; MAX_MR],
 ) {
-    let acc = sums_avx2(a, lda, b, k);
+    let acc = sums_avx2::<6>(a, lda, b, b, k);
     for (r, pair) in acc.iter().enumerate() {
         _mm256_storeu_ps(sums[r].as_mut_ptr(), pair[0]);
         _mm256_storeu_ps(sums[r].as_mut_ptr().add(8), pair[1]);
     }
 }
 
-/// The AVX2 kernel on a whole tile, written into `out`.
+/// The AVX2 kernel on a tile of [`NR`] columns and at most `R` rows, written into `out`.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2_store(t: &mut Tile<'_>) {
-    let acc = sums_avx2(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.k);
+unsafe fn tile_avx2_store<const R: usize>(t: &mut Tile<'_>) {
+    let acc = sums_avx2::<R>(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.next.as_ptr(), t.k);
     let out = t.out.as_mut_ptr();
     let (b0, b1) = match t.bias {
         Some(b) => (
@@ -391,7 +419,7 @@ unsafe fn tile_avx2_store(t: &mut Tile<'_>) {
         ),
         None => (_mm256_setzero_ps(), _mm256_setzero_ps()),
     };
-    for (r, pair) in acc.iter().enumerate() {
+    for (r, pair) in acc.iter().enumerate().take(t.rows) {
         let o = out.add(r * t.stride);
         let (mut v0, mut v1) = (_mm256_add_ps(pair[0], b0), _mm256_add_ps(pair[1], b1));
         if t.add {
@@ -403,14 +431,22 @@ unsafe fn tile_avx2_store(t: &mut Tile<'_>) {
     }
 }
 
-/// The inner loop of the AVX2 kernel: 6 rows x 2 vectors of sums over `k`.
+/// The inner loop of the AVX2 kernel: `R` (up to 6) rows x 2 vectors of sums over `k`, prefetching one
+/// line of `next` per step.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn sums_avx2(a: *const f32, lda: usize, b: *const f32, k: usize) -> [[__m256; 2]; 6] {
-    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
-    let step = |acc: &mut [[__m256; 2]; 6], l: usize| {
+unsafe fn sums_avx2<const R: usize>(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    next: *const f32,
+    k: usize,
+) -> [[__m256; 2]; R] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let step = |acc: &mut [[__m256; 2]; R], l: usize| {
+        _mm_prefetch::<_MM_HINT_T0>(next.add(l * NR) as *const i8);
         let b0 = _mm256_loadu_ps(b.add(l * NR));
         let b1 = _mm256_loadu_ps(b.add(l * NR + 8));
         for (r, pair) in acc.iter_mut().enumerate() {
@@ -441,24 +477,24 @@ unsafe fn tile_avx512(
     k: usize,
     sums: &mut [[f32; NR]; MAX_MR],
 ) {
-    let acc = sums_avx512(a, lda, b, k);
+    let acc = sums_avx512::<14>(a, lda, b, b, k);
     for (r, v) in acc.iter().enumerate() {
         _mm512_storeu_ps(sums[r].as_mut_ptr(), *v);
     }
 }
 
-/// The AVX-512 kernel on a whole tile, written into `out`.
+/// The AVX-512 kernel on a tile of [`NR`] columns and at most `R` rows, written into `out`.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512_store(t: &mut Tile<'_>) {
-    let acc = sums_avx512(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.k);
+unsafe fn tile_avx512_store<const R: usize>(t: &mut Tile<'_>) {
+    let acc = sums_avx512::<R>(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.next.as_ptr(), t.k);
     let out = t.out.as_mut_ptr();
     let bias = match t.bias {
         Some(b) => _mm512_loadu_ps(b.as_ptr()),
         None => _mm512_setzero_ps(),
     };
-    for (r, v) in acc.iter().enumerate() {
+    for (r, v) in acc.iter().enumerate().take(t.rows) {
         let o = out.add(r * t.stride);
         let mut v = _mm512_add_ps(*v, bias);
         if t.add {
@@ -468,14 +504,22 @@ unsafe fn tile_avx512_store(t: &mut Tile<'_>) {
     }
 }
 
-/// The inner loop of the AVX-512 kernel: 14 rows x 1 vector of sums over `k`.
+/// The inner loop of the AVX-512 kernel: `R` (up to 14) rows x 1 vector of sums over `k`, prefetching one
+/// line of `next` per step.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn sums_avx512(a: *const f32, lda: usize, b: *const f32, k: usize) -> [__m512; 14] {
-    let mut acc = [_mm512_setzero_ps(); 14];
+unsafe fn sums_avx512<const R: usize>(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    next: *const f32,
+    k: usize,
+) -> [__m512; R] {
+    let mut acc = [_mm512_setzero_ps(); R];
     for l in 0..k {
+        _mm_prefetch::<_MM_HINT_T0>(next.add(l * NR) as *const i8);
         let bl = _mm512_loadu_ps(b.add(l * NR));
         let al = a.add(l);
         for (r, v) in acc.iter_mut().enumerate() {
@@ -534,15 +578,41 @@ impl PanelLinear {
         if rows == 0 {
             return;
         }
-        let block = self.block_rows(rows);
-        out[..rows * n]
-            .par_chunks_mut(block * n)
-            .enumerate()
-            .for_each(|(b, out)| {
-                let first = b * block;
-                let count = out.len() / n;
-                self.forward_here(&x[first * k..(first + count) * k], count, out, then, first);
-            });
+        self.blocks(rows, out, |first, count, out| {
+            self.forward_here(&x[first * k..(first + count) * k], count, out, then, first);
+        });
+    }
+
+    /// Runs `f(first row, rows, their output)` over blocks of `out`'s `rows` rows, in parallel:
+    /// at least one block per thread, about [`BLOCK_ROWS`] rows each, whole tiles of the
+    /// kernel spread evenly over the blocks and the rows past the last whole tile in the last
+    /// block (170 rows in two blocks of 84 and 86 rather than 98 and 72: a partial tile costs
+    /// about its rows, a whole one 14 rows).
+    fn blocks(
+        &self,
+        rows: usize,
+        out: &mut [f32],
+        f: impl Fn(usize, usize, &mut [f32]) + Sync,
+    ) {
+        let (mr, n) = (self.isa.rows(), self.weights.n);
+        let (tiles, rest) = (rows / mr, rows % mr);
+        let count = rayon::current_num_threads()
+            .max(rows.div_ceil(BLOCK_ROWS))
+            .min(tiles.max(1));
+        let mut parts = Vec::with_capacity(count);
+        let (mut first, mut out) = (0, &mut out[..rows * n]);
+        for b in 0..count {
+            let mut len = (tiles / count + usize::from(b < tiles % count)) * mr;
+            if b + 1 == count {
+                len += rest;
+            }
+            let (mine, tail) = out.split_at_mut(len * n);
+            parts.push((first, len, mine));
+            (first, out) = (first + len, tail);
+        }
+        parts
+            .into_par_iter()
+            .for_each(|(first, len, out)| f(first, len, out));
     }
 
     /// The same on this thread, for rows that are rows `first..` of the whole output (where
@@ -585,19 +655,14 @@ impl PanelLinear {
             }
             return;
         }
-        let block = self.block_rows(rows);
-        out[..rows * n]
-            .par_chunks_mut(block * n)
-            .enumerate()
-            .for_each(|(b, out)| {
-                let count = out.len() / n;
-                let a = Rows {
-                    data: &x[b * block * k..],
-                    rows: count,
-                    stride: k,
-                };
-                product(self.isa, a, &self.weights, out, n, &self.bias, true);
-            });
+        self.blocks(rows, out, |first, count, out| {
+            let a = Rows {
+                data: &x[first * k..],
+                rows: count,
+                stride: k,
+            };
+            product(self.isa, a, &self.weights, out, n, &self.bias, true);
+        });
     }
 
     /// One input row: `out = x · wᵀ + bias`, or `out += x · wᵀ + bias` when `accumulate` (a
@@ -721,6 +786,8 @@ mod tests {
                 (15, 33, 17),
                 (29, 300, 40),
                 (7, 600, 48),
+                (4, 40, 16),
+                (11, 20, 32),
                 (3, 0, 5),
             ] {
                 let stride = k + 3;
@@ -888,6 +955,50 @@ mod tests {
                         assert!((g - (w + b)).abs() < 1e-5, "{isa:?} {rows} rows");
                     }
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use crate::models::kernels::Weight;
+    use crate::models::noise;
+
+    #[test]
+    #[ignore]
+    fn prefill_shapes_speed() {
+        let shapes = [(1024usize, 4096usize), (2048, 1024), (1024, 6144), (3072, 1024)];
+        let layers: Vec<Vec<PanelLinear>> = (0..8)
+            .map(|_| {
+                shapes
+                    .iter()
+                    .map(|&(i, o)| {
+                        PanelLinear::new(&Linear {
+                            weight: Weight::F32(noise(i * o, 1)),
+                            bias: vec![0.0; o],
+                            inputs: i,
+                            outputs: o,
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        for rows in [168usize, 170, 6000] {
+            let x = noise(rows * 6144, 2);
+            let mut out = vec![0.0; rows * 6144];
+            for round in 0..3 {
+                let t = std::time::Instant::now();
+                let mut flops = 0.0;
+                for layer in &layers {
+                    for l in layer {
+                        l.forward(&x, rows, &mut out, Then::Nothing);
+                        flops += 2.0 * (rows * l.inputs() * l.outputs()) as f64;
+                    }
+                }
+                let s = t.elapsed().as_secs_f64();
+                eprintln!("rows {rows} round {round}: {:.1} GFLOP/s", flops / s / 1e9);
             }
         }
     }

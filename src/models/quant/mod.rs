@@ -1,13 +1,17 @@
-//! Int8 linear layers for the BERT-family encoders ([`Precision::Int8`]): dynamic
-//! quantization as onnxruntime's `quantize_dynamic` does it, with finer scales.
+//! Int8 linear layers for the BERT-family encoders and the Qwen3 reranker
+//! ([`Precision::Int8`]): dynamic quantization as onnxruntime's `quantize_dynamic` does it,
+//! with finer scales.
 //!
 //! - **Weights**, once at load: per output channel, symmetric, `q = round(w / s)` with
-//!   `s = max |w| / 63`, so `q` lies in `[-63, 63]` (7 bits). That range is what keeps AVX2's
-//!   `vpmaddubsw` exact: it adds two u8 x i8 products into an i16 with saturation, and
-//!   `2 x 255 x 63 = 32130` fits where `2 x 255 x 127` would not. (The alternatives cost more:
-//!   7-bit activations lose more than 7-bit weights, since activations have outlier features
-//!   and only one scale per row, and the sign trick of `vpsignb` adds two instructions per
-//!   product.) onnxruntime's `reduce_range` makes the same choice for the same reason.
+//!   `s = max |w| / m`: `m = 127` (8 bits) for the kernels that sum in i32 (VNNI, scalar),
+//!   `m = 63` (7 bits) for AVX2. That range is what keeps AVX2's `vpmaddubsw` exact: it adds
+//!   two u8 x i8 products into an i16 with saturation, and `2 x 255 x 63 = 32130` fits where
+//!   `2 x 255 x 127` would not. (The alternatives cost more: 7-bit activations lose more than
+//!   7-bit weights, since activations have outlier features and only one scale per row, and
+//!   the sign trick of `vpsignb` adds two instructions per product.) onnxruntime's
+//!   `reduce_range` makes the same choice for the same reason. So int8 results differ a
+//!   little between a CPU with VNNI and one without (as float results differ between
+//!   kernels), and are closer to f32 with VNNI.
 //! - **Activations**, at every call: per row, asymmetric, `u = round(x / s) + z` in
 //!   `[0, 255]` with `s = (max - min) / 255` over the row (zero included in the range, so it
 //!   is exact). Unsigned is what `vpmaddubsw` and `vpdpbusd` take as their first operand; the
@@ -38,8 +42,6 @@ use super::kernels::Weight;
 use super::kernels::{Linear, Then};
 use simd::{Group, Isa, Sums, GROUP, MR, NR};
 
-/// The largest weight magnitude after quantization (see the module notes).
-const WEIGHT_MAX: f32 = 63.0;
 
 /// Most values per row kept out of the 8-bit range and added back in f32.
 const MAX_OUTLIERS: usize = 8;
@@ -79,10 +81,12 @@ pub(crate) struct QuantLinear {
 impl QuantLinear {
     /// Quantizes a float layer, for the best kernel this CPU has.
     pub fn new(linear: &Linear) -> Self {
-        Self::with_isa(linear, Isa::detect())
+        let isa = Isa::detect();
+        Self::with_isa(linear, isa, isa.weight_max())
     }
 
-    fn with_isa(linear: &Linear, isa: Isa) -> Self {
+    /// Quantizes for the kernel `isa`, weights to `[-weight_max, weight_max]`.
+    fn with_isa(linear: &Linear, isa: Isa, weight_max: f32) -> Self {
         let (inputs, outputs) = (linear.inputs, linear.outputs);
         let groups = inputs.div_ceil(4);
         let panels = outputs.div_ceil(NR);
@@ -95,9 +99,9 @@ impl QuantLinear {
             .zip(quantized.chunks_exact_mut(inputs))
         {
             let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let scale = if max > 0.0 { max / WEIGHT_MAX } else { 1.0 };
+            let scale = if max > 0.0 { max / weight_max } else { 1.0 };
             for (q, &w) in q.iter_mut().zip(row) {
-                *q = (w / scale).round().clamp(-WEIGHT_MAX, WEIGHT_MAX) as i8;
+                *q = (w / scale).round().clamp(-weight_max, weight_max) as i8;
             }
             scales.push(scale);
             sums.push(q.iter().map(|&v| v as i32).sum());
@@ -534,7 +538,7 @@ mod tests {
             let q = QuantLinear::new(&lin);
             q.forward(&x, rows, &mut got, &mut scratch, Then::Nothing);
             let mut scalar = vec![0.0; rows * outputs];
-            QuantLinear::with_isa(&lin, Isa::Scalar).forward(
+            QuantLinear::with_isa(&lin, Isa::Scalar, q.isa.weight_max()).forward(
                 &x,
                 rows,
                 &mut scalar,
@@ -551,7 +555,8 @@ mod tests {
                     // Rounding errors: half a step of each factor, summed over the inputs
                     // (a loose bound; the typical error is far below it).
                     let bound = inputs as f32
-                        * (0.5 * row_range / 255.0 * wmax + 0.5 * wmax / 63.0 * row_range / 2.0);
+                        * (0.5 * row_range / 255.0 * wmax
+                            + 0.5 * wmax / q.isa.weight_max() * row_range / 2.0);
                     let e = (got[r * outputs + c] - want[r * outputs + c]).abs();
                     assert!(e <= bound, "row {r} col {c}: error {e} > {bound}");
                 }

@@ -73,6 +73,18 @@ impl Isa {
         Isa::Scalar
     }
 
+    /// The largest weight magnitude this kernel takes (see the module notes): 63 for AVX2,
+    /// whose `vpmaddubsw` adds two products into an i16 with saturation
+    /// (`2 x 255 x 63 = 32130` fits, `2 x 255 x 127` would not); 127 for the kernels that
+    /// sum in i32 (VNNI, scalar), which keeps one more bit of every weight.
+    pub(crate) fn weight_max(self) -> f32 {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => 63.0,
+            _ => 127.0,
+        }
+    }
+
     /// Its name, for reports.
     pub(crate) fn name(self) -> &'static str {
         match self {

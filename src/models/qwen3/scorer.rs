@@ -20,15 +20,16 @@ pub(crate) struct Qwen3Scorer {
 }
 
 impl Qwen3Scorer {
-    /// Loads the weights in `dir` for prompts of at most `max_positions` tokens, keeping only
-    /// the `yes - no` row difference of the output head. Layers load in parallel on the
-    /// current rayon pool.
+    /// Loads the weights in `dir` for prompts of at most `max_positions` tokens, its matrices
+    /// in `format` (f32 or int8), keeping only the `yes - no` row difference of the output
+    /// head. Layers load in parallel on the current rayon pool.
     pub fn load(
         dir: &Path,
         cfg: Qwen3Config,
         yes: u32,
         no: u32,
         max_positions: usize,
+        format: MatrixFormat,
     ) -> Result<Self> {
         let weights = Weights::open(dir)?;
         let h = cfg.hidden_size;
@@ -40,7 +41,7 @@ impl Qwen3Scorer {
             .zip(&rows[h..])
             .map(|(y, n)| y - n)
             .collect();
-        let decoder = Decoder::from_weights(weights, cfg, MatrixFormat::F32)?;
+        let decoder = Decoder::from_weights(weights, cfg, format)?;
         Ok(Qwen3Scorer {
             model: Qwen3Model::new(decoder, max_positions),
             head,

@@ -6,9 +6,10 @@ use rayon::prelude::*;
 
 use super::instructions::Instructions;
 use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
+use crate::models::qwen3::layers::MatrixFormat;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
-use crate::models::{plan_packed_batches, ModelOptions, ModelPool};
+use crate::models::{plan_packed_batches, ModelOptions, ModelPool, Precision};
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};
 
@@ -100,6 +101,7 @@ pub struct Qwen3Reranker {
     token_budget: usize,
     max_batch_size: usize,
     pool: ModelPool,
+    precision: Precision,
 }
 
 impl std::fmt::Debug for Qwen3Reranker {
@@ -112,6 +114,7 @@ impl std::fmt::Debug for Qwen3Reranker {
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
             .field("threads", &self.pool.threads())
+            .field("precision", &self.precision)
             .field("default_instruction", &self.default_instruction)
             .finish_non_exhaustive()
     }
@@ -132,6 +135,12 @@ impl Qwen3Reranker {
     /// Loads `dir` with the defaults.
     pub fn from_dir(dir: impl Into<PathBuf>) -> Result<Self> {
         Self::builder(dir).build()
+    }
+
+    /// The number format of the decoder's matrices ([`ModelOptions::precision`]: f32, or
+    /// int8 with `Precision::Int8`).
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The model's configuration.
@@ -282,7 +291,16 @@ impl Qwen3RerankerBuilder {
     /// Checks the options, loads the tokenizer and the weights.
     pub fn build(self) -> Result<Qwen3Reranker> {
         self.options.validate("Qwen3-Reranker", 1)?;
-        self.options.require_f32("Qwen3-Reranker")?;
+        let format = match self.options.precision {
+            Precision::F32 => MatrixFormat::F32,
+            Precision::Int8 => MatrixFormat::Int8,
+            other => {
+                return Err(Error::Config(format!(
+                    "Qwen3-Reranker: precision {other} is not supported (f32 or int8; bf16 is \
+                     for Qwen3 generation)"
+                )))
+            }
+        };
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         let default_instruction = match &self.entity_type {
             Some(entity) => self
@@ -311,7 +329,8 @@ impl Qwen3RerankerBuilder {
             )));
         }
         let encoder = PromptEncoder::from_file(&tokenizer, max_length)?;
-        let scorer = Qwen3Scorer::load(dir, config, encoder.yes_id(), encoder.no_id(), max_length)?;
+        let (yes, no) = (encoder.yes_id(), encoder.no_id());
+        let scorer = Qwen3Scorer::load(dir, config, yes, no, max_length, format)?;
         let rows = scorer.vocab_rows();
         if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
             return Err(Error::model(format!(
@@ -328,6 +347,7 @@ impl Qwen3RerankerBuilder {
             token_budget: self.options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
             max_batch_size: self.options.max_batch_size.unwrap_or(usize::MAX),
             pool,
+            precision: self.options.precision,
         })
     }
 }
