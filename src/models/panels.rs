@@ -35,6 +35,9 @@ const MAX_MR: usize = 14;
 /// Columns of `k` per packed block of the left operand: a panel's block (`KC x NR` floats,
 /// 16 KB) stays in the level-1 cache while the left operand's rows stream past it.
 const KC: usize = 256;
+/// Columns per group of panels: a block's outputs in one group (about 100 rows of 1024
+/// floats, 400 KB) stay in the level-2 cache across the blocks of `k`.
+const NC: usize = 1024;
 
 /// The micro-kernel in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,50 +200,102 @@ pub(crate) fn product(
     let blocks = m.div_ceil(mr);
     // Split `k` evenly: 384 in two blocks of 192, not 256 + 128.
     let kc = k.div_ceil(k.div_ceil(KC));
+    let panels = n.div_ceil(NR);
     with_scratch(&PACKED, |packed| {
-        for k0 in (0..k).step_by(kc) {
-            let kb = kc.min(k - k0);
-            // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall in
-            // different sets of the level-1 cache.
-            let lda = kb.div_ceil(16) * 16 + 16 * (1 - kb.div_ceil(16) % 2);
-            copy_rows(a, k0, kb, lda, blocks * mr, packed);
-            let first = k0 == 0;
-            for p in 0..n.div_ceil(NR) {
-                let c0 = p * NR;
-                let cols = NR.min(n - c0);
-                let panel = &b.data[p * NR * k + k0 * NR..][..kb * NR];
-                // The first block of `k` adds the bias (and replaces `out` unless
-                // accumulating), the others add to the sums so far.
-                let bias = first.then(|| &bias[c0..c0 + cols]);
-                let add = !first || accumulate;
-                // The first tile pulls the next panel's block into the cache as it goes (one
-                // line per step of `k`), so that it need not wait for memory when its turn
-                // comes: the weights of a large model stream from memory, not the cache.
-                let next = match p + 1 < n.div_ceil(NR) {
-                    true => &b.data[(p + 1) * NR * k + k0 * NR..][..kb * NR],
-                    false => panel,
+        // Groups of columns outermost: a group's outputs stay in the level-2 cache while
+        // every block of `k` adds to them.
+        for g0 in (0..panels).step_by(NC / NR) {
+            let group = g0..panels.min(g0 + NC / NR);
+            for k0 in (0..k).step_by(kc) {
+                let kb = kc.min(k - k0);
+                // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall
+                // in different sets of the level-1 cache.
+                let lda = kb.div_ceil(16) * 16 + 16 * (1 - kb.div_ceil(16) % 2);
+                copy_rows(a, k0, kb, lda, blocks * mr, packed);
+                let block = KBlock {
+                    isa,
+                    rows: a.rows,
+                    packed,
+                    lda,
+                    k0,
+                    kb,
                 };
-                for blk in 0..blocks {
-                    let r0 = blk * mr;
-                    let tile = Tile {
-                        a: &packed[r0 * lda..][..mr * lda],
-                        lda,
-                        b: panel,
-                        next: if blk == 0 { next } else { panel },
-                        k: kb,
-                        mr,
-                        out: &mut out[r0 * out_stride + c0..],
-                        stride: out_stride,
-                        rows: mr.min(m - r0),
-                        cols,
-                        bias,
-                        add,
-                    };
-                    tile.run(isa);
-                }
+                block.columns(b, group.clone(), out, out_stride, bias, accumulate);
             }
         }
     });
+}
+
+/// One block of `k` of a product's left operand: columns `k0..k0 + kb` of its `rows` rows,
+/// copied `lda` apart (see [`copy_rows`]) for the `isa` kernel.
+struct KBlock<'a> {
+    isa: Isa,
+    rows: usize,
+    packed: &'a [f32],
+    lda: usize,
+    k0: usize,
+    kb: usize,
+}
+
+impl KBlock<'_> {
+    /// The tiles of panels `group` over this block of `k` (see [`product`]): bias or
+    /// accumulation as `product` says, each panel's first tile prefetching the next panel.
+    fn columns(
+        &self,
+        b: &Panels,
+        group: std::ops::Range<usize>,
+        out: &mut [f32],
+        out_stride: usize,
+        bias: &[f32],
+        accumulate: bool,
+    ) {
+        let KBlock {
+            isa,
+            rows: m,
+            packed,
+            lda,
+            k0,
+            kb,
+        } = *self;
+        let (k, n, mr) = (b.k, b.n, isa.rows());
+        let blocks = m.div_ceil(mr);
+        let first = k0 == 0;
+        let end = group.end;
+        for p in group {
+            let c0 = p * NR;
+            let cols = NR.min(n - c0);
+            let panel = &b.data[p * NR * k + k0 * NR..][..kb * NR];
+            // The first block of `k` adds the bias (and replaces `out` unless
+            // accumulating), the others add to the sums so far.
+            let bias = first.then(|| &bias[c0..c0 + cols]);
+            let add = !first || accumulate;
+            // The first tile pulls the next panel's block into the cache as it goes (one
+            // line per step of `k`), so that it need not wait for memory when its turn
+            // comes: the weights of a large model stream from memory, not the cache.
+            let next = match p + 1 < end {
+                true => &b.data[(p + 1) * NR * k + k0 * NR..][..kb * NR],
+                false => panel,
+            };
+            for blk in 0..blocks {
+                let r0 = blk * mr;
+                let tile = Tile {
+                    a: &packed[r0 * lda..][..mr * lda],
+                    lda,
+                    b: panel,
+                    next: if blk == 0 { next } else { panel },
+                    k: kb,
+                    mr,
+                    out: &mut out[r0 * out_stride + c0..],
+                    stride: out_stride,
+                    rows: mr.min(m - r0),
+                    cols,
+                    bias,
+                    add,
+                };
+                tile.run(isa);
+            }
+        }
+    }
 }
 
 thread_local! {
@@ -588,12 +643,7 @@ impl PanelLinear {
     /// kernel spread evenly over the blocks and the rows past the last whole tile in the last
     /// block (170 rows in two blocks of 84 and 86 rather than 98 and 72: a partial tile costs
     /// about its rows, a whole one 14 rows).
-    fn blocks(
-        &self,
-        rows: usize,
-        out: &mut [f32],
-        f: impl Fn(usize, usize, &mut [f32]) + Sync,
-    ) {
+    fn blocks(&self, rows: usize, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
         let (mr, n) = (self.isa.rows(), self.weights.n);
         let (tiles, rest) = (rows / mr, rows % mr);
         let count = rayon::current_num_threads()
@@ -955,50 +1005,6 @@ mod tests {
                         assert!((g - (w + b)).abs() < 1e-5, "{isa:?} {rows} rows");
                     }
                 }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod speed {
-    use super::*;
-    use crate::models::kernels::Weight;
-    use crate::models::noise;
-
-    #[test]
-    #[ignore]
-    fn prefill_shapes_speed() {
-        let shapes = [(1024usize, 4096usize), (2048, 1024), (1024, 6144), (3072, 1024)];
-        let layers: Vec<Vec<PanelLinear>> = (0..8)
-            .map(|_| {
-                shapes
-                    .iter()
-                    .map(|&(i, o)| {
-                        PanelLinear::new(&Linear {
-                            weight: Weight::F32(noise(i * o, 1)),
-                            bias: vec![0.0; o],
-                            inputs: i,
-                            outputs: o,
-                        })
-                    })
-                    .collect()
-            })
-            .collect();
-        for rows in [168usize, 170, 6000] {
-            let x = noise(rows * 6144, 2);
-            let mut out = vec![0.0; rows * 6144];
-            for round in 0..3 {
-                let t = std::time::Instant::now();
-                let mut flops = 0.0;
-                for layer in &layers {
-                    for l in layer {
-                        l.forward(&x, rows, &mut out, Then::Nothing);
-                        flops += 2.0 * (rows * l.inputs() * l.outputs()) as f64;
-                    }
-                }
-                let s = t.elapsed().as_secs_f64();
-                eprintln!("rows {rows} round {round}: {:.1} GFLOP/s", flops / s / 1e9);
             }
         }
     }

@@ -223,7 +223,11 @@ fn int8_qwen3_reranker_keeps_the_ranking_of_the_fixture_triples() {
     // A triple alone gives the logit it gets in the batch (quantization is per row).
     for i in [0, 7, 31] {
         let one = model.score_inputs(&inputs[i..=i]).unwrap()[0].logit;
-        assert!((one - logits[i]).abs() < 1e-4, "triple {i}: {one} vs {}", logits[i]);
+        assert!(
+            (one - logits[i]).abs() < 1e-4,
+            "triple {i}: {one} vs {}",
+            logits[i]
+        );
     }
 }
 

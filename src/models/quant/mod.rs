@@ -42,7 +42,6 @@ use super::kernels::Weight;
 use super::kernels::{Linear, Then};
 use simd::{Group, Isa, Sums, GROUP, MR, NR};
 
-
 /// Most values per row kept out of the 8-bit range and added back in f32.
 const MAX_OUTLIERS: usize = 8;
 
