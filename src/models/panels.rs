@@ -1,6 +1,8 @@
 //! Float32 matrix products on the crate's own micro-kernels, over a right-hand matrix packed in
-//! column panels: the products of the encoders' linear layers, whose weights are packed once,
-//! at load time. (Attention's small per-head products stay on `gemm`, which was faster there.)
+//! column panels: the products of every model's f32 linear layers (the encoders', Qwen3's),
+//! whose weights are packed once, at load time, and the one-row products of a Qwen3 decode
+//! step over the same panels. (Attention's small per-head products stay on `gemm`, which was
+//! faster there.)
 //!
 //! Why not `gemm` (the crate candle uses, and these products' engine before): on the shapes
 //! of a small encoder (`k` of 32 to 1536, a few hundred to a few thousand rows) its AVX2
@@ -17,9 +19,19 @@
 //! - AVX2 + FMA: 6 rows x 16 columns, two 256-bit accumulators per row (12 of 16 registers);
 //! - anything else: the same tiles in plain Rust.
 //!
-//! Every path sums each output over `k` in the same order (one product added per step, in
-//! `f32`), so the vector kernels agree with the scalar one to rounding of the fused
-//! multiply-add.
+//! A product splits its rows into blocks of whole tiles, spread evenly over the threads (the
+//! last block takes the rows past the last whole tile, on a kernel of about their height), and
+//! walks the columns in groups of [`NC`] so that a block's outputs stay in the level-2 cache
+//! across the blocks of `k`. The first tile on each panel prefetches the next panel's block:
+//! a large model's weights come from memory, not the cache.
+//!
+//! A one-row product ([`PanelLinear::gemv`]) reads each panel once, in order: decoding is bound
+//! by how fast the weights stream, and a panel is one contiguous run.
+//!
+//! Every tile, whatever its kernel, sums each output over `k` in the same order (one product
+//! added per step, in `f32`), so the vector tiles agree with the scalar one to rounding of the
+//! fused multiply-add. The one-row kernels keep a few independent sums over `k` (to hide the
+//! latency of the multiply-add) and add them at the end.
 
 use rayon::prelude::*;
 #[cfg(target_arch = "x86_64")]

@@ -4,8 +4,8 @@
 //!
 //! - [`Qwen3Config`] (`config`): the `config.json` keys the forward passes read, checked.
 //! - `layers`: the weights in the kernels' layout: fused QKV and gate/up projections per
-//!   layer (f32, or bf16 for generation), token embeddings read from the mapped file, the final
-//!   norm (`Decoder`).
+//!   layer (f32 panels; bf16 rows for generation, int8 for scoring as options), token
+//!   embeddings read from the mapped file, the final norm (`Decoder`).
 //! - `ops`: the vectorized row-wise steps: RMSNorm, per-head q/k RMSNorm fused with RoPE,
 //!   `SiLU(gate) * up`, and the RoPE tables.
 //! - `forward`: the packed forward pass over whole prompts (`Qwen3Model`), which both uses of
@@ -15,7 +15,8 @@
 //!   token at a time through matrix-vector products that allocate nothing (decode).
 //!
 //! Weights come from the one loader, `models::weights`; matrix products from
-//! `models::kernels` and `models::gemv`.
+//! `models::panels` (f32), `models::quant` (int8), `models::kernels` and `models::gemv` (bf16,
+//! the output head, attention).
 
 mod config;
 pub(crate) mod forward;
