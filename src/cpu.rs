@@ -27,6 +27,69 @@ pub(crate) fn avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// The float kernels a CPU runs: the one three-way choice every hand-written f32 kernel makes
+/// (`models::panels`' tiles and one-row products, `models::gemv`'s bf16 dot products).
+/// A vector variant is only ever made on a CPU that has its instructions, which is what the
+/// kernels' `unsafe` blocks rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FloatIsa {
+    /// Plain Rust, whatever the compiler vectorizes.
+    Portable,
+    /// AVX2 + FMA, 256-bit.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512F, 512-bit (only with the `avx512` feature).
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl FloatIsa {
+    /// The widest set this CPU runs (detected once).
+    pub(crate) fn detect() -> FloatIsa {
+        static ISA: std::sync::OnceLock<FloatIsa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if avx512f() {
+                    return FloatIsa::Avx512;
+                }
+                if avx2_fma() {
+                    return FloatIsa::Avx2;
+                }
+            }
+            FloatIsa::Portable
+        })
+    }
+
+    /// Every set this CPU runs, the portable one first (for the tests that compare kernels).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<FloatIsa> {
+        #[allow(unused_mut)]
+        let mut all = vec![FloatIsa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx2_fma() {
+                all.push(FloatIsa::Avx2);
+            }
+            if avx512f() {
+                all.push(FloatIsa::Avx512);
+            }
+        }
+        all
+    }
+
+    /// Its name: `"avx512"`, `"avx2"` or `"portable"`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            FloatIsa::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            FloatIsa::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            FloatIsa::Avx512 => "avx512",
+        }
+    }
+}
+
 /// The vector instruction set the crate's kernels run on here: `"avx512"`, `"avx2"` (with FMA),
 /// or `"portable"` (plain Rust, whatever the compiler vectorizes). Worth logging next to any
 /// timing, since the same build runs at different speeds on different CPUs.
@@ -36,16 +99,7 @@ pub(crate) fn avx2_fma() -> bool {
 /// assert!(["avx512", "avx2", "portable"].contains(&isa));
 /// ```
 pub fn simd_isa() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if avx512f() {
-            return "avx512";
-        }
-        if avx2_fma() {
-            return "avx2";
-        }
-    }
-    "portable"
+    FloatIsa::detect().name()
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@
 //! Hand-written rather than a crate's: `gemm` has no `bf16 x f32` product and no single-row
 //! path that avoids packing; the kernels are a few lines per instruction set.
 
-use std::sync::OnceLock;
-
 use rayon::prelude::*;
+
+use crate::cpu::FloatIsa;
 
 /// How a matrix's values are stored.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,7 +55,7 @@ pub(crate) fn gemv(w: Rows<'_>, x: &[f32], out: &mut [f32], accumulate: bool) {
         }
         return;
     }
-    let kernel = Kernel::detect();
+    let isa = FloatIsa::detect();
     let per = rows_per_task(cols);
     out.par_chunks_mut(per).enumerate().for_each(|(task, out)| {
         let first = task * per;
@@ -63,7 +63,7 @@ pub(crate) fn gemv(w: Rows<'_>, x: &[f32], out: &mut [f32], accumulate: bool) {
             let r = first + i;
             let d = match w {
                 Rows::F32(w) => crate::dot::dot_f32(&w[r * cols..(r + 1) * cols], x),
-                Rows::Bf16(w) => kernel.dot_bf16(&w[r * cols..(r + 1) * cols], x),
+                Rows::Bf16(w) => dot_bf16(isa, &w[r * cols..(r + 1) * cols], x),
             };
             if accumulate {
                 *o += d;
@@ -74,51 +74,21 @@ pub(crate) fn gemv(w: Rows<'_>, x: &[f32], out: &mut [f32], accumulate: bool) {
     });
 }
 
-/// The dot-product kernels this CPU runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
-    /// 16-lane FMA (`avx512f`).
-    Avx512,
-    /// 8-lane FMA (`avx2` + `fma`).
-    Avx2,
-    /// Plain Rust, eight partial sums.
-    Portable,
-}
-
-impl Kernel {
-    /// The widest kernel this CPU supports (detected once).
-    pub fn detect() -> Kernel {
-        static KERNEL: OnceLock<Kernel> = OnceLock::new();
-        *KERNEL.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if crate::cpu::avx512f() {
-                    return Kernel::Avx512;
-                }
-                if crate::cpu::avx2_fma() {
-                    return Kernel::Avx2;
-                }
-            }
-            Kernel::Portable
-        })
-    }
-
-    /// `Σ w x` over `bf16` weights.
-    #[inline]
-    pub fn dot_bf16(self, w: &[u16], x: &[f32]) -> f32 {
-        assert_eq!(w.len(), x.len());
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            #[allow(unsafe_code)]
-            // SAFETY: `detect` chose this kernel only on a CPU with these features; the lengths
-            // are equal (asserted above), and the kernels read only within them.
-            Kernel::Avx512 => unsafe { x86::dot_bf16_avx512(w, x) },
-            #[cfg(target_arch = "x86_64")]
-            #[allow(unsafe_code)]
-            // SAFETY: as above.
-            Kernel::Avx2 => unsafe { x86::dot_bf16_avx2(w, x) },
-            _ => dot_bf16_portable(w, x),
-        }
+/// `Σ w x` over `bf16` weights, on the `isa` kernel.
+#[inline]
+pub(crate) fn dot_bf16(isa: FloatIsa, w: &[u16], x: &[f32]) -> f32 {
+    assert_eq!(w.len(), x.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        // SAFETY: a vector `FloatIsa` is only made on a CPU with its features; the lengths
+        // are equal (asserted above), and the kernels read only within them.
+        FloatIsa::Avx512 => unsafe { x86::dot_bf16_avx512(w, x) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        // SAFETY: as above.
+        FloatIsa::Avx2 => unsafe { x86::dot_bf16_avx2(w, x) },
+        _ => dot_bf16_portable(w, x),
     }
 }
 
@@ -252,20 +222,6 @@ mod tests {
         w.zip(x).map(|(a, &b)| a as f64 * b as f64).sum()
     }
 
-    fn kernels() -> Vec<Kernel> {
-        let mut k = vec![Kernel::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::cpu::avx2_fma() {
-                k.push(Kernel::Avx2);
-            }
-            if crate::cpu::avx512f() {
-                k.push(Kernel::Avx512);
-            }
-        }
-        k
-    }
-
     #[test]
     fn every_kernel_matches_a_float64_dot_product_at_every_length() {
         for n in [
@@ -293,8 +249,8 @@ mod tests {
             // the f32 kernels' own tests are in `recall::dense::kernels`
             let got = crate::dot::dot_f32(&w, &x) as f64;
             assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "f32 n={n}");
-            for k in kernels() {
-                let got = k.dot_bf16(&wb, &x) as f64;
+            for k in FloatIsa::available() {
+                let got = dot_bf16(k, &wb, &x) as f64;
                 assert!(
                     (got - want_b).abs() <= 1e-4 * (1.0 + want_b.abs()),
                     "{k:?} bf16 n={n}"

@@ -51,61 +51,18 @@ const KC: usize = 256;
 /// floats, 400 KB) stay in the level-2 cache across the blocks of `k`.
 const NC: usize = 1024;
 
-/// The micro-kernel in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Isa {
-    /// Plain Rust.
-    Scalar,
-    /// AVX2 + FMA, 6 x 16 tiles.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    /// AVX-512F, 14 x 16 tiles.
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
+/// The micro-kernels' instruction set (see `crate::cpu`).
+pub(crate) use crate::cpu::FloatIsa as Isa;
 
-impl Isa {
-    /// The best kernel this CPU runs (checked at run time; AVX-512 only with the `avx512`
-    /// feature, see `crate::cpu`).
-    pub(crate) fn detect() -> Isa {
+/// Rows per tile of the `isa` kernel: 14 for AVX-512 (one 512-bit accumulator a row, 15 of
+/// 32 registers), 6 for AVX2 + FMA (two 256-bit ones a row, 12 of 16), 4 in plain Rust.
+fn tile_rows(isa: Isa) -> usize {
+    match isa {
+        Isa::Portable => 4,
         #[cfg(target_arch = "x86_64")]
-        {
-            if crate::cpu::avx512f() {
-                return Isa::Avx512;
-            }
-            if crate::cpu::avx2_fma() {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Scalar
-    }
-
-    /// Rows per tile.
-    pub(crate) fn rows(self) -> usize {
-        match self {
-            Isa::Scalar => 4,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => 6,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => 14,
-        }
-    }
-
-    /// Every kernel this CPU runs, the scalar one first (for the tests).
-    #[cfg(test)]
-    fn available() -> Vec<Isa> {
-        #[allow(unused_mut)]
-        let mut all = vec![Isa::Scalar];
+        Isa::Avx2 => 6,
         #[cfg(target_arch = "x86_64")]
-        {
-            if crate::cpu::avx2_fma() {
-                all.push(Isa::Avx2);
-            }
-            if crate::cpu::avx512f() {
-                all.push(Isa::Avx512);
-            }
-        }
-        all
+        Isa::Avx512 => 14,
     }
 }
 
@@ -208,7 +165,7 @@ pub(crate) fn product(
         }
         return;
     }
-    let mr = isa.rows();
+    let mr = tile_rows(isa);
     let blocks = m.div_ceil(mr);
     // Split `k` evenly: 384 in two blocks of 192, not 256 + 128.
     let kc = k.div_ceil(k.div_ceil(KC));
@@ -269,7 +226,7 @@ impl KBlock<'_> {
             k0,
             kb,
         } = *self;
-        let (k, n, mr) = (b.k, b.n, isa.rows());
+        let (k, n, mr) = (b.k, b.n, tile_rows(isa));
         let blocks = m.div_ceil(mr);
         let first = k0 == 0;
         let end = group.end;
@@ -358,11 +315,11 @@ struct Tile<'a> {
 impl Tile<'_> {
     fn run(mut self, isa: Isa) {
         let mr = self.mr;
-        assert!(mr == isa.rows() && self.rows <= mr && self.cols <= NR);
+        assert!(mr == tile_rows(isa) && self.rows <= mr && self.cols <= NR);
         assert!(self.lda >= self.k && self.a.len() >= (mr - 1) * self.lda + self.k);
         assert!(self.b.len() >= self.k * NR && self.next.len() >= self.k * NR);
         assert!(self.out.len() >= (self.rows - 1) * self.stride + self.cols);
-        // SAFETY (all four): an `Isa::Avx2` / `Isa::Avx512` is only made by `Isa::detect` on
+        // SAFETY (all four): an `Isa::Avx2` / `Isa::Avx512` is only made (`FloatIsa::detect`) on
         // a CPU with AVX2 + FMA / AVX-512F; the asserts above keep the reads (`k` x at most
         // `mr` and `k x NR` floats) inside `a` and `b`, and the writes (`rows` rows of `NR`)
         // inside `out`.
@@ -390,12 +347,12 @@ impl Tile<'_> {
                         }
                     }
                 }
-                Isa::Scalar => {}
+                Isa::Portable => {}
             }
         }
         let mut sums = [[0.0f32; NR]; MAX_MR];
         match isa {
-            Isa::Scalar => tile_scalar(self.a, self.lda, self.b, self.k, mr, &mut sums),
+            Isa::Portable => tile_scalar(self.a, self.lda, self.b, self.k, mr, &mut sums),
             #[cfg(target_arch = "x86_64")]
             #[allow(unsafe_code)]
             Isa::Avx2 => unsafe {
@@ -629,7 +586,7 @@ impl PanelLinear {
     /// Rows per parallel block for a product over `rows` rows: whole tiles of the kernel,
     /// about [`BLOCK_ROWS`], fewer when that would leave a thread idle.
     pub fn block_rows(&self, rows: usize) -> usize {
-        let mr = self.isa.rows();
+        let mr = tile_rows(self.isa);
         let per_thread = rows.div_ceil(rayon::current_num_threads());
         per_thread.min(BLOCK_ROWS).div_ceil(mr).max(1) * mr
     }
@@ -656,7 +613,7 @@ impl PanelLinear {
     /// block (170 rows in two blocks of 84 and 86 rather than 98 and 72: a partial tile costs
     /// about its rows, a whole one 14 rows).
     fn blocks(&self, rows: usize, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
-        let (mr, n) = (self.isa.rows(), self.weights.n);
+        let (mr, n) = (tile_rows(self.isa), self.weights.n);
         let (tiles, rest) = (rows / mr, rows % mr);
         let count = rayon::current_num_threads()
             .max(rows.div_ceil(BLOCK_ROWS))
@@ -759,7 +716,7 @@ fn panel_sums(isa: Isa, panel: &[f32], x: &[f32]) -> [f32; NR] {
     assert!(panel.len() >= x.len() * NR);
     let mut sums = [0.0f32; NR];
     match isa {
-        // SAFETY (both): an `Isa::Avx2` / `Isa::Avx512` is only made by `Isa::detect` on a
+        // SAFETY (both): an `Isa::Avx2` / `Isa::Avx512` is only made (`FloatIsa::detect`) on a
         // CPU with AVX2 + FMA / AVX-512F; the assert above keeps the reads inside `panel`.
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
@@ -767,7 +724,7 @@ fn panel_sums(isa: Isa, panel: &[f32], x: &[f32]) -> [f32; NR] {
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         Isa::Avx2 => unsafe { panel_sums_avx2(panel.as_ptr(), x, &mut sums) },
-        Isa::Scalar => {
+        Isa::Portable => {
             for (l, &xv) in x.iter().enumerate() {
                 for (s, &w) in sums.iter_mut().zip(&panel[l * NR..][..NR]) {
                     *s = xv.mul_add(w, *s);
@@ -902,7 +859,7 @@ mod tests {
             stride: k,
         };
         let mut want = vec![0.0; m * n];
-        product(Isa::Scalar, rows, &b, &mut want, n, &vec![0.0; n], false);
+        product(Isa::Portable, rows, &b, &mut want, n, &vec![0.0; n], false);
         for isa in Isa::available() {
             let mut got = vec![0.0; m * n];
             product(isa, rows, &b, &mut got, n, &vec![0.0; n], false);
@@ -929,7 +886,7 @@ mod tests {
             let residual = noise(rows * outputs, 12);
             let mut want = vec![0.0; rows * outputs];
             product(
-                Isa::Scalar,
+                Isa::Portable,
                 Rows {
                     data: &x,
                     rows,

@@ -60,6 +60,31 @@ fn spearman(a: &[f32], b: &[f32]) -> f64 {
     1.0 - 6.0 * d2 / (n * (n * n - 1.0))
 }
 
+/// How int8 logits agree with reference ones.
+struct Agreement {
+    /// Spearman correlation.
+    rho: f64,
+    /// Largest absolute difference.
+    worst: f32,
+    /// Largest reference magnitude.
+    spread: f32,
+}
+
+/// The agreement of `logits` with `reference`, printed under `name`.
+fn agreement(name: &str, logits: &[f32], reference: &[f32]) -> Agreement {
+    let rho = spearman(logits, reference);
+    let spread = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = logits
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    eprintln!(
+        "int8 {name}: spearman {rho:.4}, max |logit error| {worst:.4} (max |logit| {spread:.3})"
+    );
+    Agreement { rho, worst, spread }
+}
+
 #[test]
 fn int8_minilm_embeddings_are_close_to_the_reference() {
     let dir = minilm_dir();
@@ -146,16 +171,7 @@ fn int8_cross_encoder_keeps_the_ranking_of_the_fixture_pairs() {
         .unwrap();
     assert_eq!(model.precision(), Precision::Int8);
     let logits = model.logits(&pairs).unwrap();
-    let rho = spearman(&logits, &reference);
-    let spread = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let worst = logits
-        .iter()
-        .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    eprintln!(
-        "int8 ce_tiny_a: spearman {rho:.4}, max |logit error| {worst:.4} (max |logit| {spread:.3})"
-    );
+    let Agreement { rho, worst, spread } = agreement("ce_tiny_a", &logits, &reference);
     assert!(rho >= 0.99, "spearman {rho}");
     assert!(worst <= 0.05 * spread.max(1.0), "max logit error {worst}");
     // One pair at a time gives the same logits as the batch.
@@ -204,16 +220,7 @@ fn int8_qwen3_reranker_keeps_the_ranking_of_the_fixture_triples() {
         .iter()
         .map(|s| s.logit)
         .collect();
-    let rho = spearman(&logits, &reference);
-    let spread = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let worst = logits
-        .iter()
-        .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    eprintln!(
-        "int8 qwen3_tiny_a: spearman {rho:.4}, max |logit error| {worst:.4} (max |logit| {spread:.3})"
-    );
+    let Agreement { rho, worst, spread } = agreement("qwen3_tiny_a", &logits, &reference);
     assert!(rho >= 0.98, "spearman {rho}");
     assert!(worst <= 0.15 * spread.max(1.0), "max logit error {worst}");
     assert!(
