@@ -257,6 +257,65 @@ fn max_length_cuts_only_the_body() {
     assert!(e.to_string().contains("max_length 48"), "{e}");
 }
 
+#[test]
+fn prompts_that_share_their_first_tokens_score_as_they_do_alone() {
+    let Some((model, json)) = fixture() else {
+        return;
+    };
+    let r = Qwen3Reranker::builder(&model)
+        .options(ModelOptions::default().threads(2))
+        .build()
+        .unwrap();
+    let cases = cases(&json);
+    // Short prompts of the fixture: same template prefix, different bodies and queries.
+    let mut short: Vec<&Case> = cases.iter().filter(|c| c.input_ids.len() < 200).collect();
+    short.sort_by_key(|c| c.input_ids.len());
+    let (a, b, c) = (
+        &short[0].input_ids,
+        &short[1].input_ids,
+        &short[2].input_ids,
+    );
+    let mut a_longer = a.clone();
+    a_longer.extend_from_slice(&b[b.len() - 20..]);
+    let mut other_start = b.clone();
+    other_start[0] = 13;
+    let batches: Vec<Vec<&[u32]>> = vec![
+        // The template prefix shared by all three.
+        vec![a, b, c],
+        // Identical prompts: all but the last token shared.
+        vec![a, a, a],
+        // One prompt whole inside another: the shorter keeps its last token.
+        vec![a, &a_longer],
+        vec![&a_longer, a, b],
+        // Nothing shared: the first tokens differ.
+        vec![a, &other_start, c],
+        // A one-token prompt shares nothing.
+        vec![&a[..1], a],
+    ];
+    let mut worst = 0f32;
+    for (i, batch) in batches.iter().enumerate() {
+        let together = r.score_token_ids(batch).unwrap();
+        assert_eq!(together.len(), batch.len());
+        for (j, (ids, t)) in batch.iter().zip(&together).enumerate() {
+            let alone = r.score_token_ids(&[ids]).unwrap()[0];
+            let diff = (t.logit - alone.logit).abs();
+            worst = worst.max(diff);
+            assert!(
+                diff < 1e-5,
+                "batch {i}, prompt {j}: logit {} in the batch, {} alone",
+                t.logit,
+                alone.logit
+            );
+        }
+    }
+    // And against the reference, the three short prompts in one pass.
+    let together = r.score_token_ids(&[a, b, c]).unwrap();
+    for (case, s) in short.iter().zip(&together) {
+        assert!((s.logit as f64 - case.logit).abs() < TOL);
+    }
+    eprintln!("worst |logit in a batch - alone| with shared prefixes: {worst:.2e}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random checkpoints of other shapes, checked against a float64 re-implementation.
 

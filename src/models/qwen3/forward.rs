@@ -13,6 +13,13 @@
 //! K/V). Queries go in blocks of [`QUERY_BLOCK`] rows, each against the keys up to its last
 //! row only, so the products skip most of the masked upper triangle.
 //!
+//! Prompts that begin with the same tokens share them. Reranking scores many documents
+//! against one query, so every prompt of a batch starts with the same system prompt,
+//! instruction and query (72 of the 382 tokens of each prompt in the scoring benchmark). The
+//! longest prefix common to all prompts of a batch is packed once, at the top; each prompt's
+//! own rows follow and attend to the shared rows' keys as to their own. Every row is the same
+//! computation as in a prompt run alone, so the results are too, to rounding.
+//!
 //! Only each prompt's last token is carried through the last layer's attention queries, output
 //! projection and MLP, and the final norm: [`Qwen3Model::last_rows`] returns those rows, for
 //! the scorer's `yes - no` head (`scorer`) or the generator's output head (`generate`, which
@@ -120,8 +127,7 @@ impl Qwen3Model {
         let cfg = &self.decoder.cfg;
         let h = cfg.hidden_size;
         let mut ws = Workspace::new(&batch, cfg, self.layout);
-        let ids: Vec<u32> = prompts.iter().flat_map(|p| p.iter().copied()).collect();
-        self.embed(&ids, &mut ws.x)?;
+        self.embed(&batch.ids, &mut ws.x)?;
         let (last, rest) = match self.decoder.layers.split_last() {
             Some(split) => split,
             None => return Err(Error::model("a Qwen3 model without layers")),
@@ -136,7 +142,8 @@ impl Qwen3Model {
             ws.x = x;
         }
         // The last layer: keys and values from every row, everything else on each prompt's
-        // last row only.
+        // last row only. A cache holds one prompt, which shares no rows, so `total` is its
+        // length.
         self.attend(last, &batch, &mut ws, true);
         if let Some(cache) = cache {
             cache.store(rest.len(), &ws.qkv, self.layout);
@@ -164,8 +171,8 @@ impl Qwen3Model {
     }
 
     /// The first half of a layer, on every row: `x += o(attention(qkv(rms(x))))` up to the
-    /// attention context, which is left in `ws.ctx` (`rows` rows, `query_rows` of them per
-    /// prompt as `attention` computes them).
+    /// attention context, which is left in `ws.ctx` (one row per packed row, or with
+    /// `last_only` one per prompt, as `attention` computes them).
     fn attend(&self, l: &Layer, b: &Packed, ws: &mut Workspace, last_only: bool) {
         let eps = self.eps();
         let t = b.total;
@@ -207,40 +214,91 @@ impl Qwen3Model {
     }
 }
 
-/// The packed layout of one batch.
+/// The packed layout of one batch: the rows every prompt begins with (if two or more prompts
+/// share any), then each prompt's own rows.
 struct Packed {
-    /// Tokens in the batch.
+    /// Rows in the batch.
     total: usize,
-    /// Per-prompt lengths.
-    lens: Vec<usize>,
-    /// Row of each prompt's first token.
-    starts: Vec<usize>,
-    /// One past the row of each prompt's last token.
-    ends: Vec<usize>,
+    /// The token id of each row.
+    ids: Vec<u32>,
     /// Each row's position in its prompt.
     positions: Vec<u32>,
+    /// The shared rows (if any), then one segment per prompt, in row order.
+    segments: Vec<Segment>,
+    /// One past the row of each prompt's last token.
+    ends: Vec<usize>,
+}
+
+/// Consecutive rows of a packed batch that attend causally among themselves, after all of
+/// the `context` rows at the top of the batch (the shared prefix of their prompt).
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    /// The first row.
+    start: usize,
+    /// Rows in the segment (at least one).
+    len: usize,
+    /// Rows `0..context` that come before the segment in its prompt.
+    context: usize,
+    /// Whether the segment ends a prompt (false only for the shared prefix).
+    ends_prompt: bool,
 }
 
 impl Packed {
     fn new(prompts: &[&[u32]]) -> Self {
-        let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
-        let mut starts = Vec::with_capacity(lens.len());
-        let mut ends = Vec::with_capacity(lens.len());
-        let mut at = 0;
-        for &len in &lens {
-            starts.push(at);
-            at += len;
-            ends.push(at);
+        let shared = shared_prefix(prompts);
+        let mut segments = Vec::with_capacity(prompts.len() + 1);
+        if shared > 0 {
+            segments.push(Segment {
+                start: 0,
+                len: shared,
+                context: 0,
+                ends_prompt: false,
+            });
         }
-        let positions = lens.iter().flat_map(|&len| 0..len as u32).collect();
+        let mut ids: Vec<u32> = prompts.first().map_or(&[][..], |p| &p[..shared]).to_vec();
+        let mut positions: Vec<u32> = (0..shared as u32).collect();
+        let mut ends = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            let own = &p[shared..];
+            segments.push(Segment {
+                start: ids.len(),
+                len: own.len(),
+                context: shared,
+                ends_prompt: true,
+            });
+            ids.extend_from_slice(own);
+            positions.extend(shared as u32..p.len() as u32);
+            ends.push(ids.len());
+        }
         Packed {
-            total: at,
-            lens,
-            starts,
-            ends,
+            total: ids.len(),
+            ids,
             positions,
+            segments,
+            ends,
         }
     }
+}
+
+/// How many leading tokens every prompt shares: none for fewer than two prompts, and never a
+/// prompt's last token, so that every prompt keeps a row of its own.
+fn shared_prefix(prompts: &[&[u32]]) -> usize {
+    let [first, rest @ ..] = prompts else {
+        return 0;
+    };
+    if rest.is_empty() {
+        return 0;
+    }
+    let mut shared = first.len();
+    for p in rest {
+        shared = first[..shared]
+            .iter()
+            .zip(p.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+    }
+    let shortest = prompts.iter().map(|p| p.len()).min().unwrap_or(0);
+    shared.min(shortest.saturating_sub(1))
 }
 
 /// The buffers of one batch, allocated once and reused by every layer.
@@ -283,8 +341,8 @@ thread_local! {
 }
 
 /// Causal attention within each prompt into `ctx` (`(rows, q_heads * head_dim)`): one row per
-/// token, or with `last_only` one row per prompt (its last token's query against all of its
-/// keys). `heads` is scratch for the per-head outputs.
+/// packed row, or with `last_only` one row per prompt (its last token's query against all of
+/// its keys). `heads` is scratch for the per-head outputs.
 fn attention(
     qkv: &[f32],
     ctx: &mut [f32],
@@ -303,58 +361,61 @@ fn attention(
         row_stride: layout.width(),
         col_stride: 1,
     };
-    let queries = |s: usize| if last_only { 1 } else { b.lens[s] };
-    let rows: usize = (0..b.lens.len()).map(queries).sum();
+    let queries = |s: &Segment| match (last_only, s.ends_prompt) {
+        (false, _) => s.len,
+        (true, true) => 1,
+        (true, false) => 0,
+    };
+    let rows: usize = b.segments.iter().map(queries).sum();
     let scale = 1.0 / (d as f32).sqrt();
-    // Head-major output: task (head, prompt) owns a contiguous `(queries, d)` chunk.
-    let mut chunks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(nh * b.lens.len());
+    // Head-major output: task (head, segment) owns a contiguous `(queries, d)` chunk.
+    let mut chunks: Vec<(usize, Segment, &mut [f32])> = Vec::with_capacity(nh * b.segments.len());
     let mut rest = &mut heads[..nh * rows * d];
     for head in 0..nh {
-        for s in 0..b.lens.len() {
+        for s in &b.segments {
             let (mine, tail) = rest.split_at_mut(queries(s) * d);
-            chunks.push((head, s, mine));
+            if !mine.is_empty() {
+                chunks.push((head, *s, mine));
+            }
             rest = tail;
         }
     }
     chunks.into_par_iter().for_each(|(head, s, out)| {
-        let (start, len) = (b.starts[s], b.lens[s]);
         let kv = head / group;
-        let keys = all.block(start, len, qw + kv * d, d);
-        let values = all.block(start, len, qw + kw + kv * d, d);
-        // Query rows first..len of the prompt, in blocks; block rows see keys 0..=row.
-        let first = len - queries(s);
+        let (k_col, v_col) = (qw + kv * d, qw + kw + kv * d);
+        let (c, len) = (s.context, s.len);
+        // Keys and values of the shared rows before the segment, then of its own rows.
+        let (shared_keys, shared_values) = (all.block(0, c, k_col, d), all.block(0, c, v_col, d));
+        let (keys, values) = (
+            all.block(s.start, len, k_col, d),
+            all.block(s.start, len, v_col, d),
+        );
+        // Query rows first..len of the segment, in blocks; a block's row r sees all the
+        // shared keys and its own keys 0..=r. Scores are `[shared | own]` per row.
+        let first = len - queries(&s);
         SCORES.with(|cell| {
             let mut scores = cell.borrow_mut();
             let mut q0 = first;
             while q0 < len {
                 let q1 = (q0 + QUERY_BLOCK).min(len);
-                let (nq, nk) = (q1 - q0, q1);
-                let q = all.block(start + q0, nq, head * d, d);
+                let (nq, width) = (q1 - q0, c + q1);
+                let q = all.block(s.start + q0, nq, head * d, d);
                 scores.clear();
-                scores.resize(nq * nk, 0.0);
-                matmul(
-                    q,
-                    keys.block(0, nk, 0, d).t(),
-                    &mut scores,
-                    nk,
-                    scale,
-                    false,
-                    Threads::One,
-                );
-                for (r, row) in scores.chunks_exact_mut(nk).enumerate() {
-                    let visible = q0 + r + 1;
+                scores.resize(nq * width, 0.0);
+                let own_keys = keys.block(0, q1, 0, d).t();
+                let one = Threads::One;
+                matmul(q, shared_keys.t(), &mut scores, width, scale, false, one);
+                matmul(q, own_keys, &mut scores[c..], width, scale, false, one);
+                for (r, row) in scores.chunks_exact_mut(width).enumerate() {
+                    let visible = c + q0 + r + 1;
                     softmax_row(&mut row[..visible]);
                     row[visible..].fill(0.0);
                 }
-                matmul(
-                    Mat::new(&scores, nq, nk),
-                    values.block(0, nk, 0, d),
-                    &mut out[(q0 - first) * d..(q1 - first) * d],
-                    d,
-                    1.0,
-                    false,
-                    Threads::One,
-                );
+                let p = Mat::new(&scores, nq, width);
+                let out = &mut out[(q0 - first) * d..(q1 - first) * d];
+                matmul(p.block(0, nq, 0, c), shared_values, out, d, 1.0, false, one);
+                let own_values = values.block(0, q1, 0, d);
+                matmul(p.block(0, nq, c, q1), own_values, out, d, 1.0, c > 0, one);
                 q0 = q1;
             }
         });
@@ -370,4 +431,41 @@ fn attention(
                 dst.copy_from_slice(&heads[src..src + d]);
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_prefix_is_common_to_all_prompts_and_leaves_each_a_row() {
+        let (a, b, c) = ([1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 7]);
+        assert_eq!(shared_prefix(&[&a, &b]), 3);
+        assert_eq!(shared_prefix(&[&a, &b, &c]), 2);
+        assert_eq!(shared_prefix(&[&a, &a]), 3);
+        assert_eq!(shared_prefix(&[&a[..2], &a]), 1);
+        assert_eq!(shared_prefix(&[&a[..1], &a]), 0);
+        assert_eq!(shared_prefix(&[&a, &[9, 2, 3]]), 0);
+        assert_eq!(shared_prefix(&[&a]), 0);
+        assert_eq!(shared_prefix(&[]), 0);
+    }
+
+    #[test]
+    fn a_packed_batch_holds_the_shared_rows_once() {
+        let (a, b) = ([1u32, 2, 3, 4], [1u32, 2, 5]);
+        let p = Packed::new(&[&a, &b]);
+        assert_eq!(p.ids, [1, 2, 3, 4, 5]);
+        assert_eq!(p.positions, [0, 1, 2, 3, 2]);
+        assert_eq!(p.ends, [4, 5]);
+        assert_eq!(p.total, 5);
+        let spans: Vec<_> = p
+            .segments
+            .iter()
+            .map(|s| (s.start, s.len, s.context, s.ends_prompt))
+            .collect();
+        assert_eq!(spans, [(0, 2, 0, false), (2, 2, 2, true), (4, 1, 2, true)]);
+        let alone = Packed::new(&[&a]);
+        assert_eq!((alone.ids.len(), alone.segments.len()), (4, 1));
+        assert_eq!(alone.positions, [0, 1, 2, 3]);
+    }
 }
