@@ -154,7 +154,7 @@ pub(crate) enum Weight {
     /// contiguous, what a matrix-vector product (a decode step) streams.
     F32(Vec<f32>),
     /// `bf16` bit patterns, `(outputs, inputs)`: half the memory and the bandwidth of a decode
-    /// step; products over many rows widen (and transpose) a block to `f32` first.
+    /// step (a bf16 generator's output head); products over many rows widen the matrix first.
     Bf16(Vec<u16>),
 }
 
@@ -170,48 +170,6 @@ impl Weight {
             ),
         }
     }
-}
-
-/// `dst (cols, rows) = f(src (rows, cols))ᵀ`, both row-major, `dst`'s rows `dst_stride` apart
-/// (at least `rows`; a wider matrix whose columns `0..rows` are written), in tiles (so that
-/// reads and writes both stay within a few cache lines), in parallel over blocks of `dst`'s
-/// rows.
-pub(crate) fn transpose_into<T: Copy + Sync>(
-    src: &[T],
-    rows: usize,
-    cols: usize,
-    dst: &mut [f32],
-    dst_stride: usize,
-    f: impl Fn(T) -> f32 + Sync,
-) {
-    const TILE: usize = 32;
-    if rows == 0 || cols == 0 {
-        return;
-    }
-    let end = (cols - 1) * dst_stride + rows;
-    assert!(src.len() >= rows * cols && dst_stride >= rows && dst.len() >= end);
-    dst[..end]
-        .par_chunks_mut(TILE * dst_stride)
-        .enumerate()
-        .for_each(|(block, out)| {
-            let c0 = block * TILE;
-            // Every line but the last of the whole matrix is `dst_stride` long.
-            let width = (out.len() + dst_stride - rows) / dst_stride;
-            for r0 in (0..rows).step_by(TILE) {
-                let r1 = (r0 + TILE).min(rows);
-                for c in 0..width {
-                    let line = &mut out[c * dst_stride..c * dst_stride + rows];
-                    for r in r0..r1 {
-                        line[r] = f(src[r * cols + c0 + c]);
-                    }
-                }
-            }
-        });
-}
-
-thread_local! {
-    /// `bf16` weights widened (and transposed) for one product over many rows (prefill).
-    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's scratch buffer `key`, reused across calls; a call re-entered on
@@ -241,17 +199,6 @@ impl Linear {
             row.copy_from_slice(bias);
         }
         self.product(x, rows, start, n, out, n);
-    }
-
-    /// `out (rows, outputs) += x (rows, inputs) · weightᵀ + bias`: the product accumulates into
-    /// `out` (a residual stream) directly. One row goes through [`Linear::gemv`].
-    pub fn forward_add(&self, x: &[f32], rows: usize, out: &mut [f32]) {
-        let out = &mut out[..rows * self.outputs];
-        if rows == 1 {
-            return self.gemv(x, out, true);
-        }
-        self.product(x, rows, 0, self.outputs, out, self.outputs);
-        self.add_bias(out);
     }
 
     /// One input row: `out = weight · x + bias`, or `out += weight · x + bias` when
@@ -309,22 +256,13 @@ impl Linear {
                 let w = Mat::new(w, self.outputs, self.inputs).block(start, n, 0, self.inputs);
                 matmul(a, w.t(), out, stride, 1.0, true, Threads::Pool);
             }
-            Weight::Bf16(w) => with_scratch(&WIDE, |wide| {
-                // Widened and transposed in one pass: `(inputs, n)`.
-                let src = &w[start * self.inputs..(start + n) * self.inputs];
-                wide.clear();
-                wide.resize(src.len(), 0.0);
-                transpose_into(
-                    src,
-                    n,
-                    self.inputs,
-                    wide,
-                    n,
-                    crate::models::gemv::bf16_to_f32,
-                );
-                let w = Mat::new(wide, self.inputs, n);
-                matmul(a, w, out, stride, 1.0, true, Threads::Pool);
-            }),
+            Weight::Bf16(_) => {
+                // Only an output head keeps bf16 rows, and it sees one row at a time
+                // (`gemv`); a product over many rows widens the matrix first.
+                let w = self.weight.to_f32();
+                let w = Mat::new(&w, self.outputs, self.inputs).block(start, n, 0, self.inputs);
+                matmul(a, w.t(), out, stride, 1.0, true, Threads::Pool);
+            }
         }
     }
 }
@@ -733,7 +671,7 @@ mod tests {
         };
         let mut want = vec![0.0; rows * outputs];
         rows_layer.forward(&x, rows, &mut want);
-        // the bf16 layer widens (and transposes) before its product: compare it with the
+        // the bf16 layer widens before its product: compare it with the
         // same rounded weights in f32
         let bf16 = rows_layer.to_bf16();
         let rounded = Linear {
@@ -764,33 +702,6 @@ mod tests {
             layer.gemv(&x[..inputs], &mut one, false);
             for c in 0..outputs {
                 assert!((one[c] - want[c]).abs() < 1e-5);
-            }
-        }
-    }
-
-    #[test]
-    fn transpose_tiles_cover_every_element() {
-        for (rows, cols) in [(1, 1), (3, 70), (70, 3), (33, 65), (64, 64), (0, 5)] {
-            let src: Vec<u16> = (0..rows * cols).map(|i| i as u16).collect();
-            let mut dst = vec![-1.0; rows * cols];
-            transpose_into(&src, rows, cols, &mut dst, rows, f32::from);
-            for r in 0..rows {
-                for c in 0..cols {
-                    assert_eq!(dst[c * rows + r], (r * cols + c) as f32);
-                }
-            }
-            // into columns 2..2 + rows of a wider matrix, the others untouched
-            let stride = rows + 5;
-            let mut wide = vec![-1.0; cols * stride];
-            transpose_into(&src, rows, cols, &mut wide[2..], stride, f32::from);
-            for c in 0..cols {
-                for j in 0..stride {
-                    let want = match j.checked_sub(2) {
-                        Some(r) if r < rows => (r * cols + c) as f32,
-                        _ => -1.0,
-                    };
-                    assert_eq!(wide[c * stride + j], want);
-                }
             }
         }
     }

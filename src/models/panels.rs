@@ -28,6 +28,12 @@
 //! A one-row product ([`PanelLinear::gemv`]) reads each panel once, in order: decoding is bound
 //! by how fast the weights stream, and a panel is one contiguous run.
 //!
+//! Panels hold `f32` or `bf16` values ([`PanelLinear::bf16`], Qwen3 generation with
+//! `Precision::Bf16`): half the bytes for a decode step to stream. A product over many rows
+//! widens each `bf16` panel block to `f32` once (16 KB, in the level-1 cache) and runs the same
+//! tiles over it; a one-row product widens in registers. Widening is exact, so `bf16` panels
+//! give the `f32` results of their rounded values, bit for bit.
+//!
 //! Every tile, whatever its kernel, sums each output over `k` in the same order (one product
 //! added per step, in `f32`), so the vector tiles agree with the scalar one to rounding of the
 //! fused multiply-add. The one-row kernels keep a few independent sums over `k` (to hide the
@@ -38,6 +44,7 @@ use rayon::prelude::*;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use crate::models::gemv::{bf16_to_f32, f32_to_bf16};
 use crate::models::kernels::{with_scratch, Linear, Then};
 
 /// Columns per panel (one 512-bit vector, two 256-bit ones).
@@ -67,11 +74,19 @@ fn tile_rows(isa: Isa) -> usize {
 }
 
 /// A `(k, n)` matrix packed in panels of [`NR`] columns (see the module docs).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Panels {
-    data: Vec<f32>,
+    data: Values,
     k: usize,
     n: usize,
+}
+
+/// The values of [`Panels`], panel after panel.
+#[derive(Debug, Clone, PartialEq)]
+enum Values {
+    F32(Vec<f32>),
+    /// `bf16` bit patterns (the top half of an `f32`).
+    Bf16(Vec<u16>),
 }
 
 impl Panels {
@@ -103,10 +118,20 @@ impl Panels {
                 }
             });
         Panels {
-            data,
+            data: Values::F32(data),
             k: inputs,
             n: outputs,
         }
+    }
+
+    /// The same matrix with its values rounded to the nearest `bf16` (ties to even, as
+    /// PyTorch rounds).
+    fn to_bf16(&self) -> Self {
+        let data = match &self.data {
+            Values::F32(v) => Values::Bf16(v.par_iter().map(|&x| f32_to_bf16(x)).collect()),
+            Values::Bf16(v) => Values::Bf16(v.clone()),
+        };
+        Panels { data, ..*self }
     }
 
     /// The matrix as torch's `(n, k)` weight layout (the transpose, unpacked).
@@ -114,9 +139,12 @@ impl Panels {
     fn to_torch(&self) -> Vec<f32> {
         let mut w = vec![0.0; self.n * self.k];
         for j in 0..self.n {
-            let panel = &self.data[(j / NR) * NR * self.k..];
+            let at = |l: usize| (j / NR) * NR * self.k + l * NR + j % NR;
             for l in 0..self.k {
-                w[j * self.k + l] = panel[l * NR + j % NR];
+                w[j * self.k + l] = match &self.data {
+                    Values::F32(v) => v[at(l)],
+                    Values::Bf16(v) => bf16_to_f32(v[at(l)]),
+                };
             }
         }
         w
@@ -171,27 +199,29 @@ pub(crate) fn product(
     let kc = k.div_ceil(k.div_ceil(KC));
     let panels = n.div_ceil(NR);
     with_scratch(&PACKED, |packed| {
-        // Groups of columns outermost: a group's outputs stay in the level-2 cache while
-        // every block of `k` adds to them.
-        for g0 in (0..panels).step_by(NC / NR) {
-            let group = g0..panels.min(g0 + NC / NR);
-            for k0 in (0..k).step_by(kc) {
-                let kb = kc.min(k - k0);
-                // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall
-                // in different sets of the level-1 cache.
-                let lda = kb.div_ceil(16) * 16 + 16 * (1 - kb.div_ceil(16) % 2);
-                copy_rows(a, k0, kb, lda, blocks * mr, packed);
-                let block = KBlock {
-                    isa,
-                    rows: a.rows,
-                    packed,
-                    lda,
-                    k0,
-                    kb,
-                };
-                block.columns(b, group.clone(), out, out_stride, bias, accumulate);
+        with_scratch(&WIDE, |wide| {
+            // Groups of columns outermost: a group's outputs stay in the level-2 cache while
+            // every block of `k` adds to them.
+            for g0 in (0..panels).step_by(NC / NR) {
+                let group = g0..panels.min(g0 + NC / NR);
+                for k0 in (0..k).step_by(kc) {
+                    let kb = kc.min(k - k0);
+                    // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall
+                    // in different sets of the level-1 cache.
+                    let lda = kb.div_ceil(16) * 16 + 16 * (1 - kb.div_ceil(16) % 2);
+                    copy_rows(a, k0, kb, lda, blocks * mr, packed);
+                    let block = KBlock {
+                        isa,
+                        rows: a.rows,
+                        packed,
+                        lda,
+                        k0,
+                        kb,
+                    };
+                    block.columns(b, group.clone(), out, out_stride, bias, accumulate, wide);
+                }
             }
-        }
+        })
     });
 }
 
@@ -208,7 +238,9 @@ struct KBlock<'a> {
 
 impl KBlock<'_> {
     /// The tiles of panels `group` over this block of `k` (see [`product`]): bias or
-    /// accumulation as `product` says, each panel's first tile prefetching the next panel.
+    /// accumulation as `product` says, each `f32` panel's first tile prefetching the next
+    /// panel; a `bf16` panel's block is widened into `wide` first.
+    #[allow(clippy::too_many_arguments)]
     fn columns(
         &self,
         b: &Panels,
@@ -217,6 +249,7 @@ impl KBlock<'_> {
         out_stride: usize,
         bias: &[f32],
         accumulate: bool,
+        wide: &mut Vec<f32>,
     ) {
         let KBlock {
             isa,
@@ -233,18 +266,29 @@ impl KBlock<'_> {
         for p in group {
             let c0 = p * NR;
             let cols = NR.min(n - c0);
-            let panel = &b.data[p * NR * k + k0 * NR..][..kb * NR];
+            let block = |p: usize| {
+                let start = p * NR * k + k0 * NR;
+                start..start + kb * NR
+            };
+            // The first tile pulls the next panel's block into the cache as it goes (one
+            // line per step of `k`), so that it need not wait for memory when its turn
+            // comes: the weights of a large model stream from memory, not the cache. (A
+            // `bf16` block is read in order as it is widened, which the hardware prefetches.)
+            let (panel, next) = match &b.data {
+                Values::F32(v) => {
+                    let panel = &v[block(p)];
+                    (panel, if p + 1 < end { &v[block(p + 1)] } else { panel })
+                }
+                Values::Bf16(v) => {
+                    wide.clear();
+                    wide.extend(v[block(p)].iter().map(|&x| bf16_to_f32(x)));
+                    (&wide[..], &wide[..])
+                }
+            };
             // The first block of `k` adds the bias (and replaces `out` unless
             // accumulating), the others add to the sums so far.
             let bias = first.then(|| &bias[c0..c0 + cols]);
             let add = !first || accumulate;
-            // The first tile pulls the next panel's block into the cache as it goes (one
-            // line per step of `k`), so that it need not wait for memory when its turn
-            // comes: the weights of a large model stream from memory, not the cache.
-            let next = match p + 1 < end {
-                true => &b.data[(p + 1) * NR * k + k0 * NR..][..kb * NR],
-                false => panel,
-            };
             for blk in 0..blocks {
                 let r0 = blk * mr;
                 let tile = Tile {
@@ -270,6 +314,8 @@ impl KBlock<'_> {
 thread_local! {
     /// The left operand's block of `k` of the product running on this thread.
     static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A `bf16` panel's block of `k`, widened, for the product running on this thread.
+    static WIDE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Copies columns `k0..k0 + kb` of `a`'s rows into `packed`, rows `lda` apart, zero rows
@@ -578,6 +624,16 @@ impl PanelLinear {
         }
     }
 
+    /// Packs a layer's weights rounded to `bf16` (half the memory, and half the bytes a
+    /// one-row product streams); products compute in `f32` on the widened values.
+    pub fn bf16(linear: &Linear) -> Self {
+        let f32 = PanelLinear::new(linear);
+        PanelLinear {
+            weights: f32.weights.to_bf16(),
+            ..f32
+        }
+    }
+
     /// Outputs per row.
     pub fn outputs(&self) -> usize {
         self.weights.n
@@ -700,8 +756,11 @@ impl PanelLinear {
             .for_each(|(task, out)| {
                 for (i, out) in out.chunks_mut(NR).enumerate() {
                     let p = task * per + i;
-                    let panel = &self.weights.data[p * NR * k..][..NR * k];
-                    let sums = panel_sums(self.isa, panel, x);
+                    let panel = p * NR * k..(p + 1) * NR * k;
+                    let sums = match &self.weights.data {
+                        Values::F32(v) => panel_sums(self.isa, &v[panel], x),
+                        Values::Bf16(v) => panel_sums_bf16(self.isa, &v[panel], x),
+                    };
                     let bias = &self.bias[p * NR..][..out.len()];
                     for ((o, s), b) in out.iter_mut().zip(sums).zip(bias) {
                         *o = if accumulate { *o + s + b } else { s + b };
@@ -779,6 +838,100 @@ unsafe fn panel_sums_avx2(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
         let xv = _mm256_set1_ps(xv);
         acc[0][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w), acc[0][0]);
         acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w.add(8)), acc[0][1]);
+    }
+    _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_add_ps(acc[0][0], acc[1][0]));
+    _mm256_storeu_ps(
+        sums.as_mut_ptr().add(8),
+        _mm256_add_ps(acc[0][1], acc[1][1]),
+    );
+}
+
+/// [`panel_sums`] over a `bf16` panel, widened in registers: the sums, in the same order,
+/// of the `f32` panel of the same values.
+fn panel_sums_bf16(isa: Isa, panel: &[u16], x: &[f32]) -> [f32; NR] {
+    assert!(panel.len() >= x.len() * NR);
+    let mut sums = [0.0f32; NR];
+    match isa {
+        // SAFETY (both): as in `panel_sums`; the assert above keeps the reads inside `panel`.
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx512 => unsafe { panel_sums_bf16_avx512(panel.as_ptr(), x, &mut sums) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx2 => unsafe { panel_sums_bf16_avx2(panel.as_ptr(), x, &mut sums) },
+        Isa::Portable => {
+            for (l, &xv) in x.iter().enumerate() {
+                for (s, &w) in sums.iter_mut().zip(&panel[l * NR..][..NR]) {
+                    *s = xv.mul_add(bf16_to_f32(w), *s);
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// [`NR`] `bf16` values at `w` as one 512-bit `f32` vector.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_avx512(w: *const u16) -> __m512 {
+    let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(w.cast()));
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits))
+}
+
+/// 8 `bf16` values at `w` as one 256-bit `f32` vector.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2")]
+unsafe fn widen_avx2(w: *const u16) -> __m256 {
+    let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(w.cast()));
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+}
+
+/// [`panel_sums_avx512`] over `bf16` values.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn panel_sums_bf16_avx512(panel: *const u16, x: &[f32], sums: &mut [f32; NR]) {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let quads = x.chunks_exact(4);
+    let tail = quads.remainder();
+    let mut w = panel;
+    for q in quads {
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_fmadd_ps(_mm512_set1_ps(q[j]), widen_avx512(w.add(j * NR)), *a);
+        }
+        w = w.add(4 * NR);
+    }
+    for (j, &xv) in tail.iter().enumerate() {
+        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xv), widen_avx512(w.add(j * NR)), acc[j]);
+    }
+    let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    _mm512_storeu_ps(sums.as_mut_ptr(), total);
+}
+
+/// [`panel_sums_avx2`] over `bf16` values.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn panel_sums_bf16_avx2(panel: *const u16, x: &[f32], sums: &mut [f32; NR]) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
+    let pairs = x.chunks_exact(2);
+    let tail = pairs.remainder();
+    let mut w = panel;
+    for q in pairs {
+        for (j, pair) in acc.iter_mut().enumerate() {
+            let xv = _mm256_set1_ps(q[j]);
+            let row = w.add(j * NR);
+            pair[0] = _mm256_fmadd_ps(xv, widen_avx2(row), pair[0]);
+            pair[1] = _mm256_fmadd_ps(xv, widen_avx2(row.add(8)), pair[1]);
+        }
+        w = w.add(2 * NR);
+    }
+    if let Some(&xv) = tail.first() {
+        let xv = _mm256_set1_ps(xv);
+        acc[0][0] = _mm256_fmadd_ps(xv, widen_avx2(w), acc[0][0]);
+        acc[0][1] = _mm256_fmadd_ps(xv, widen_avx2(w.add(8)), acc[0][1]);
     }
     _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_add_ps(acc[0][0], acc[1][0]));
     _mm256_storeu_ps(
@@ -974,6 +1127,49 @@ mod tests {
                         assert!((g - (w + b)).abs() < 1e-5, "{isa:?} {rows} rows");
                     }
                 }
+            }
+        }
+    }
+
+    /// A layer of `bf16` panels gives, bit for bit, what the `f32` layer of its rounded
+    /// weights gives: over many rows (widened blocks), accumulating, and one row (widened in
+    /// registers), on every kernel.
+    #[test]
+    fn bf16_panels_compute_the_f32_product_of_their_values() {
+        use crate::models::kernels::Weight;
+        for &(inputs, outputs, rows) in &[(515, 35, 31), (64, 48, 7), (3, 17, 2), (300, 16, 250)] {
+            let linear = Linear {
+                weight: Weight::F32(noise(inputs * outputs, 31)),
+                bias: noise(outputs, 32),
+                inputs,
+                outputs,
+            };
+            let half = PanelLinear::bf16(&linear);
+            let rounded = Linear {
+                weight: Weight::F32(half.weights.to_torch()),
+                ..linear.clone()
+            };
+            assert_ne!(rounded.weight.to_f32(), linear.weight.to_f32());
+            let x = noise(rows * inputs, 33);
+            for isa in Isa::available() {
+                let half = PanelLinear {
+                    isa,
+                    ..half.clone()
+                };
+                let full = PanelLinear {
+                    isa,
+                    ..PanelLinear::new(&rounded)
+                };
+                let run = |l: &PanelLinear| {
+                    let mut many = vec![0.0; rows * outputs];
+                    l.forward(&x, rows, &mut many, Then::Nothing);
+                    let mut added = noise(rows * outputs, 34);
+                    l.forward_add(&x, rows, &mut added);
+                    let mut one = vec![0.0; outputs];
+                    l.gemv(&x[..inputs], &mut one, false);
+                    (many, added, one)
+                };
+                assert_eq!(run(&half), run(&full), "{isa:?} {inputs}x{outputs}");
             }
         }
     }

@@ -7,9 +7,9 @@
 //! appended to the cache, attention over the cached positions, the head again. The step
 //! allocates nothing: the cache and every buffer it writes live in a [`DecodeState`] sized
 //! before decoding starts ([`DecodeState::reserve`]). Its matrix products have one input row,
-//! so they stream each weight once from memory (`models::panels` for f32 layers,
-//! `models::gemv` for bf16 ones and the output head); with [`Precision::Bf16`] the weights
-//! are half the bytes.
+//! so they stream each weight once from memory (`models::panels` for the layers, f32 or bf16,
+//! `models::gemv` for the output head); with [`Precision::Bf16`] the weights are half the
+//! bytes.
 
 use std::path::Path;
 

@@ -49,7 +49,15 @@ pub(crate) struct Layer {
 
 impl Layer {
     /// Loads layer `i` (`model.layers.{i}.*`), fusing the projections as it reads them.
-    pub fn load(w: &Weights, cfg: &Qwen3Config, i: usize, format: MatrixFormat) -> Result<Self> {
+    /// Each matrix is read into `buffer` (grown as needed and reused; see [`stacked`]), then
+    /// put in `format`.
+    pub fn load(
+        w: &Weights,
+        cfg: &Qwen3Config,
+        i: usize,
+        format: MatrixFormat,
+        buffer: &mut Vec<f32>,
+    ) -> Result<Self> {
         let p = format!("model.layers.{i}");
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
         let layout = qkv_layout(cfg);
@@ -66,6 +74,7 @@ impl Layer {
             h,
             bias,
             format,
+            buffer,
         )?;
         let mlp = |name: &str| format!("{p}.mlp.{name}");
         let gate_up = stacked(
@@ -74,16 +83,19 @@ impl Layer {
             h,
             false,
             format,
+            buffer,
         )?;
+        let o = stacked(w, &[(attn("o_proj"), h)], q_out, bias, format, buffer)?;
+        let down = stacked(w, &[(mlp("down_proj"), h)], ffn, false, format, buffer)?;
         Ok(Layer {
             input_norm: w.f32(&format!("{p}.input_layernorm.weight"), &[h])?,
             qkv,
             q_norm: w.f32(&attn("q_norm.weight"), &[hd])?,
             k_norm: w.f32(&attn("k_norm.weight"), &[hd])?,
-            o: stacked(w, &[(attn("o_proj"), h)], q_out, bias, format)?,
+            o,
             post_norm: w.f32(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
             gate_up,
-            down: stacked(w, &[(mlp("down_proj"), h)], ffn, false, format)?,
+            down,
         })
     }
 }
@@ -91,21 +103,21 @@ impl Layer {
 /// How a [`Decoder`] keeps its matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MatrixFormat {
-    /// `f32` in column panels ([`Matrix::F32`]): scoring and generation.
+    /// `f32` in column panels ([`Matrix::Panels`]): scoring and generation.
     F32,
-    /// `bf16` rows ([`Matrix::Bf16`]): generation with `Precision::Bf16`.
+    /// `bf16` in column panels ([`Matrix::Panels`]): generation with `Precision::Bf16`.
     Bf16,
     /// `int8` ([`Matrix::Int8`]): scoring with `Precision::Int8`.
     Int8,
 }
 
 impl MatrixFormat {
-    /// `linear` (row-major `f32`, as read) in this format.
-    pub fn apply(self, linear: Linear) -> Matrix {
+    /// `linear` (row-major `f32`, as read) in this format: a copy, `linear` is left as it is.
+    pub fn apply(self, linear: &Linear) -> Matrix {
         match self {
-            MatrixFormat::F32 => Matrix::F32(PanelLinear::new(&linear)),
-            MatrixFormat::Bf16 => Matrix::Bf16(linear.to_bf16()),
-            MatrixFormat::Int8 => Matrix::Int8(QuantLinear::new(&linear)),
+            MatrixFormat::F32 => Matrix::Panels(PanelLinear::new(linear)),
+            MatrixFormat::Bf16 => Matrix::Panels(PanelLinear::bf16(linear)),
+            MatrixFormat::Int8 => Matrix::Int8(QuantLinear::new(linear)),
         }
     }
 }
@@ -113,13 +125,10 @@ impl MatrixFormat {
 /// One matrix of a layer, in the form its use wants. `out = x · wᵀ + bias` in every form.
 #[derive(Debug, Clone)]
 pub(crate) enum Matrix {
-    /// `f32` packed in column panels (`models::panels`): products over many rows (scoring,
-    /// prefill) run on the crate's tiles without gathering the weights, and a decode step
-    /// streams each panel once.
-    F32(PanelLinear),
-    /// `bf16` rows ([`Weight::Bf16`]): half the bytes a decode step streams; products over
-    /// many rows widen a block at a time.
-    Bf16(Linear),
+    /// `f32` or `bf16` packed in column panels (`models::panels`): products over many rows
+    /// (scoring, prefill) run on the crate's tiles without gathering the weights, and a
+    /// decode step streams each panel once (`bf16`: half the bytes, widened as they come).
+    Panels(PanelLinear),
     /// `int8` weights and activations quantized per row on the fly (`models::quant`): scoring
     /// only.
     Int8(QuantLinear),
@@ -136,8 +145,7 @@ impl Matrix {
     /// Values per input row.
     pub fn inputs(&self) -> usize {
         match self {
-            Matrix::F32(l) => l.inputs(),
-            Matrix::Bf16(l) => l.inputs,
+            Matrix::Panels(l) => l.inputs(),
             Matrix::Int8(q) => q.inputs(),
         }
     }
@@ -145,8 +153,7 @@ impl Matrix {
     /// Values per output row.
     pub fn outputs(&self) -> usize {
         match self {
-            Matrix::F32(l) => l.outputs(),
-            Matrix::Bf16(l) => l.outputs,
+            Matrix::Panels(l) => l.outputs(),
             Matrix::Int8(q) => q.outputs(),
         }
     }
@@ -154,8 +161,7 @@ impl Matrix {
     /// `out (rows, outputs) = x (rows, inputs) · wᵀ + bias`.
     pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         match self {
-            Matrix::F32(l) => l.forward(x, rows, out, Then::Nothing),
-            Matrix::Bf16(l) => l.forward(x, rows, out),
+            Matrix::Panels(l) => l.forward(x, rows, out, Then::Nothing),
             Matrix::Int8(q) => with_scratch(&QUANT_ROWS, |scratch| {
                 q.forward(x, rows, out, scratch, Then::Nothing)
             }),
@@ -165,8 +171,7 @@ impl Matrix {
     /// `out (rows, outputs) += x (rows, inputs) · wᵀ + bias`: a residual stream.
     pub fn forward_add(&self, x: &[f32], rows: usize, out: &mut [f32]) {
         match self {
-            Matrix::F32(l) => l.forward_add(x, rows, out),
-            Matrix::Bf16(l) => l.forward_add(x, rows, out),
+            Matrix::Panels(l) => l.forward_add(x, rows, out),
             Matrix::Int8(_) => with_scratch(&SUMS, |sums| {
                 let n = rows * self.outputs();
                 sums.resize(n, 0.0);
@@ -182,8 +187,7 @@ impl Matrix {
     /// One input row (a decode step): `out = w · x + bias`, or `+=` when `accumulate`.
     pub fn gemv(&self, x: &[f32], out: &mut [f32], accumulate: bool) {
         match self {
-            Matrix::F32(l) => l.gemv(x, out, accumulate),
-            Matrix::Bf16(l) => l.gemv(x, out, accumulate),
+            Matrix::Panels(l) => l.gemv(x, out, accumulate),
             Matrix::Int8(_) if accumulate => self.forward_add(x, 1, out),
             Matrix::Int8(_) => self.forward(x, 1, out),
         }
@@ -200,35 +204,51 @@ pub(crate) fn qkv_layout(cfg: &Qwen3Config) -> QkvLayout {
 }
 
 /// Linear layers `prefix.weight` of `(outputs, inputs)` each (and `prefix.bias` when `bias`),
-/// read straight into one stacked `(Σ outputs, inputs)` layer, in `format`.
+/// read into one stacked `(Σ outputs, inputs)` layer, in `format`.
+///
+/// The row-major values are read into `buffer`, which keeps its memory from one matrix to the
+/// next: a fresh buffer per matrix would have the kernel map and zero every page of it once
+/// more (half the load time of a 0.6B model went there), only for the values to be copied
+/// into `format` and freed.
 fn stacked(
     w: &Weights,
     parts: &[(String, usize)],
     inputs: usize,
     bias: bool,
     format: MatrixFormat,
+    buffer: &mut Vec<f32>,
 ) -> Result<Matrix> {
     let outputs: usize = parts.iter().map(|(_, n)| n).sum();
-    let mut weight = vec![0.0f32; outputs * inputs];
+    let size = outputs * inputs;
+    // Every value is overwritten below: only new capacity needs a value.
+    if buffer.len() < size {
+        buffer.resize(size, 0.0);
+    }
+    buffer.truncate(size);
     let mut biases = vec![0.0f32; outputs];
     let mut at = 0;
     for (prefix, n) in parts {
         w.read_into(
             &format!("{prefix}.weight"),
             &[*n, inputs],
-            &mut weight[at * inputs..(at + n) * inputs],
+            &mut buffer[at * inputs..(at + n) * inputs],
         )?;
         if bias {
             w.read_into(&format!("{prefix}.bias"), &[*n], &mut biases[at..at + n])?;
         }
         at += n;
     }
-    Ok(format.apply(Linear {
-        weight: Weight::F32(weight),
+    let linear = Linear {
+        weight: Weight::F32(std::mem::take(buffer)),
         bias: biases,
         inputs,
         outputs,
-    }))
+    };
+    let matrix = format.apply(&linear);
+    if let Weight::F32(values) = linear.weight {
+        *buffer = values;
+    }
+    Ok(matrix)
 }
 
 /// The token embeddings, read from the memory-mapped file a batch at a time: only the rows of
@@ -275,7 +295,8 @@ pub(crate) struct Decoder {
 impl Decoder {
     /// Loads the decoder from an opened checkpoint ([`Weights::open`]), which the embeddings
     /// keep; the layers load in parallel on the current rayon pool, each layer's matrices put
-    /// in `format` as soon as the layer is read (norms stay f32).
+    /// in `format` as soon as the layer is read (norms stay f32), through one read buffer per
+    /// loading task.
     pub fn from_weights(weights: Weights, cfg: Qwen3Config, format: MatrixFormat) -> Result<Self> {
         let h = cfg.hidden_size;
         let shape = weights.shape(EMBED)?.to_vec();
@@ -286,7 +307,9 @@ impl Decoder {
         }
         let layers = (0..cfg.num_hidden_layers)
             .into_par_iter()
-            .map(|i| Layer::load(&weights, &cfg, i, format))
+            .map_init(Vec::new, |buffer, i| {
+                Layer::load(&weights, &cfg, i, format, buffer)
+            })
             .collect::<Result<Vec<_>>>()?;
         let final_norm = weights.f32("model.norm.weight", &[h])?;
         Ok(Decoder {

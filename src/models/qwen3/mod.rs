@@ -15,8 +15,8 @@
 //!   token at a time through matrix-vector products that allocate nothing (decode).
 //!
 //! Weights come from the one loader, `models::weights`; matrix products from
-//! `models::panels` (f32), `models::quant` (int8), `models::kernels` and `models::gemv` (bf16,
-//! the output head, attention).
+//! `models::panels` (the layers in f32 or bf16), `models::quant` (int8), `models::kernels`
+//! (attention) and `models::gemv` (the output head).
 
 mod config;
 pub(crate) mod forward;
