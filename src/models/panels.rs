@@ -280,8 +280,7 @@ impl KBlock<'_> {
                     (panel, if p + 1 < end { &v[block(p + 1)] } else { panel })
                 }
                 Values::Bf16(v) => {
-                    wide.clear();
-                    wide.extend(v[block(p)].iter().map(|&x| bf16_to_f32(x)));
+                    widen(isa, &v[block(p)], wide);
                     (&wide[..], &wide[..])
                 }
             };
@@ -868,6 +867,52 @@ fn panel_sums_bf16(isa: Isa, panel: &[u16], x: &[f32]) -> [f32; NR] {
         }
     }
     sums
+}
+
+/// `dst = src` widened from `bf16` to `f32` (resized to `src`'s length): a panel's block
+/// before its tiles run. Every thread widens every block of its product, once per block of
+/// rows, so this runs as often as the tiles' loads do and must be as fast.
+fn widen(isa: Isa, src: &[u16], dst: &mut Vec<f32>) {
+    dst.resize(src.len(), 0.0);
+    let (vectors, tail) = (src.len() / NR * NR, src.len() % NR);
+    match isa {
+        // SAFETY (both): as in `panel_sums`; each step reads and writes `NR` values below
+        // `vectors`, inside both slices.
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx512 => unsafe { widen_all_avx512(&src[..vectors], &mut dst[..vectors]) },
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        Isa::Avx2 => unsafe { widen_all_avx2(&src[..vectors], &mut dst[..vectors]) },
+        Isa::Portable => {
+            for (d, &s) in dst[..vectors].iter_mut().zip(&src[..vectors]) {
+                *d = bf16_to_f32(s);
+            }
+        }
+    }
+    for (d, &s) in dst[vectors..].iter_mut().zip(&src[vectors..]).take(tail) {
+        *d = bf16_to_f32(s);
+    }
+}
+
+/// [`widen`]'s AVX-512 loop over whole vectors (`src.len()` a multiple of [`NR`]).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_all_avx512(src: &[u16], dst: &mut [f32]) {
+    for (d, s) in dst.chunks_exact_mut(NR).zip(src.chunks_exact(NR)) {
+        _mm512_storeu_ps(d.as_mut_ptr(), widen_avx512(s.as_ptr()));
+    }
+}
+
+/// [`widen`]'s AVX2 loop over whole vectors (`src.len()` a multiple of [`NR`]).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2")]
+unsafe fn widen_all_avx2(src: &[u16], dst: &mut [f32]) {
+    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+        _mm256_storeu_ps(d.as_mut_ptr(), widen_avx2(s.as_ptr()));
+    }
 }
 
 /// [`NR`] `bf16` values at `w` as one 512-bit `f32` vector.
