@@ -8,17 +8,18 @@
 //! attention within each prompt, the output projection added to the residual by the product
 //! itself, one fused gate/up product, `SiLU(gate) * up`, the down projection added the same way.
 //!
-//! Attention runs one task per (prompt, query head) on the rayon pool; query head `h` reads
-//! the rows of key/value head `h / group` in place (grouped-query attention without repeating
-//! K/V). Queries go in blocks of [`QUERY_BLOCK`] rows, each against the keys up to its last
-//! row only, so the products skip most of the masked upper triangle.
-//!
 //! Prompts that begin with the same tokens share them. Reranking scores many documents
 //! against one query, so every prompt of a batch starts with the same system prompt,
 //! instruction and query (72 of the 382 tokens of each prompt in the scoring benchmark). The
 //! longest prefix common to all prompts of a batch is packed once, at the top; each prompt's
 //! own rows follow and attend to the shared rows' keys as to their own. Every row is the same
 //! computation as in a prompt run alone, so the results are too, to rounding.
+//!
+//! Attention runs one task per (segment, query head) on the rayon pool, a segment being the
+//! shared rows or one prompt's own rows; query head `h` reads the rows of key/value head
+//! `h / group` in place (grouped-query attention without repeating K/V). Queries go in blocks
+//! of [`QUERY_BLOCK`] rows, each against the shared keys and its own keys up to its last row
+//! only, so the products skip most of the masked upper triangle.
 //!
 //! Only each prompt's last token is carried through the last layer's attention queries, output
 //! projection and MLP, and the final norm: [`Qwen3Model::last_rows`] returns those rows, for

@@ -1,7 +1,9 @@
 //! Qwen3-Reranker: instruction-aware yes/no relevance from a Qwen3 causal LM.
 //!
 //! - [`Qwen3Reranker`] (feature `models`): loads a local `Qwen3ForCausalLM` directory and scores
-//!   documents with the official prompt ([`template`]), `score = sigmoid(l_yes - l_no)`.
+//!   documents with the official prompt ([`template`]), `score = sigmoid(l_yes - l_no)`. The
+//!   documents of one query share the prompt's system part, instruction and query: a batch
+//!   runs those tokens through the model once, not once per document.
 //! - [`Instructions`]: the default, task-type and entity-type instructions a host can override.
 //! - [`Qwen3Config`] (feature `models`): the `config.json` keys the forward pass reads (it
 //!   lives with the model in `models::qwen3`).
