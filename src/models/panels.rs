@@ -758,7 +758,7 @@ impl PanelLinear {
                     let panel = p * NR * k..(p + 1) * NR * k;
                     let sums = match &self.weights.data {
                         Values::F32(v) => panel_sums(self.isa, &v[panel], x),
-                        Values::Bf16(v) => panel_sums_bf16(self.isa, &v[panel], x),
+                        Values::Bf16(v) => panel_sums(self.isa, &v[panel], x),
                     };
                     let bias = &self.bias[p * NR..][..out.len()];
                     for ((o, s), b) in out.iter_mut().zip(sums).zip(bias) {
@@ -769,8 +769,75 @@ impl PanelLinear {
     }
 }
 
-/// `Σ_l x[l] panel[l]`: the [`NR`] sums of one panel (`x.len()` rows of [`NR`]) against `x`.
-fn panel_sums(isa: Isa, panel: &[f32], x: &[f32]) -> [f32; NR] {
+/// A value that panels store: `f32`, or `bf16` bits (`u16`) widened to `f32` as they are read
+/// (exactly: a `bf16` is the top half of an `f32`).
+#[allow(unsafe_code)]
+trait PanelValue: Copy {
+    fn to_f32(self) -> f32;
+
+    /// [`NR`] values at `p` as one 512-bit `f32` vector.
+    ///
+    /// # Safety
+    /// AVX-512F is present, and `NR` values from `p` are readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load_avx512(p: *const Self) -> __m512;
+
+    /// 8 values at `p` as one 256-bit `f32` vector.
+    ///
+    /// # Safety
+    /// AVX2 is present, and 8 values from `p` are readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load_avx2(p: *const Self) -> __m256;
+}
+
+#[allow(unsafe_code)]
+impl PanelValue for f32 {
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_avx512(p: *const f32) -> __m512 {
+        _mm512_loadu_ps(p)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_avx2(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
+    }
+}
+
+#[allow(unsafe_code)]
+impl PanelValue for u16 {
+    fn to_f32(self) -> f32 {
+        bf16_to_f32(self)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_avx512(p: *const u16) -> __m512 {
+        let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_avx2(p: *const u16) -> __m256 {
+        let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+    }
+}
+
+/// `Σ_l x[l] panel[l]`: the [`NR`] sums of one panel (`x.len()` rows of [`NR`]) against `x`,
+/// in the same order whatever the values' type (so `bf16` panels give the sums of the `f32`
+/// panel of the same values).
+fn panel_sums<T: PanelValue>(isa: Isa, panel: &[T], x: &[f32]) -> [f32; NR] {
     assert!(panel.len() >= x.len() * NR);
     let mut sums = [0.0f32; NR];
     match isa {
@@ -785,7 +852,7 @@ fn panel_sums(isa: Isa, panel: &[f32], x: &[f32]) -> [f32; NR] {
         Isa::Portable => {
             for (l, &xv) in x.iter().enumerate() {
                 for (s, &w) in sums.iter_mut().zip(&panel[l * NR..][..NR]) {
-                    *s = xv.mul_add(w, *s);
+                    *s = xv.mul_add(w.to_f32(), *s);
                 }
             }
         }
@@ -797,19 +864,19 @@ fn panel_sums(isa: Isa, panel: &[f32], x: &[f32]) -> [f32; NR] {
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx512f")]
-unsafe fn panel_sums_avx512(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
+unsafe fn panel_sums_avx512<T: PanelValue>(panel: *const T, x: &[f32], sums: &mut [f32; NR]) {
     let mut acc = [_mm512_setzero_ps(); 4];
     let quads = x.chunks_exact(4);
     let tail = quads.remainder();
     let mut w = panel;
     for q in quads {
         for (j, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(_mm512_set1_ps(q[j]), _mm512_loadu_ps(w.add(j * NR)), *a);
+            *a = _mm512_fmadd_ps(_mm512_set1_ps(q[j]), T::load_avx512(w.add(j * NR)), *a);
         }
         w = w.add(4 * NR);
     }
     for (j, &xv) in tail.iter().enumerate() {
-        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xv), _mm512_loadu_ps(w.add(j * NR)), acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xv), T::load_avx512(w.add(j * NR)), acc[j]);
     }
     let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     _mm512_storeu_ps(sums.as_mut_ptr(), total);
@@ -819,7 +886,7 @@ unsafe fn panel_sums_avx512(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn panel_sums_avx2(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
+unsafe fn panel_sums_avx2<T: PanelValue>(panel: *const T, x: &[f32], sums: &mut [f32; NR]) {
     let mut acc = [[_mm256_setzero_ps(); 2]; 2];
     let pairs = x.chunks_exact(2);
     let tail = pairs.remainder();
@@ -828,15 +895,15 @@ unsafe fn panel_sums_avx2(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
         for (j, pair) in acc.iter_mut().enumerate() {
             let xv = _mm256_set1_ps(q[j]);
             let row = w.add(j * NR);
-            pair[0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row), pair[0]);
-            pair[1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row.add(8)), pair[1]);
+            pair[0] = _mm256_fmadd_ps(xv, T::load_avx2(row), pair[0]);
+            pair[1] = _mm256_fmadd_ps(xv, T::load_avx2(row.add(8)), pair[1]);
         }
         w = w.add(2 * NR);
     }
     if let Some(&xv) = tail.first() {
         let xv = _mm256_set1_ps(xv);
-        acc[0][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w), acc[0][0]);
-        acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w.add(8)), acc[0][1]);
+        acc[0][0] = _mm256_fmadd_ps(xv, T::load_avx2(w), acc[0][0]);
+        acc[0][1] = _mm256_fmadd_ps(xv, T::load_avx2(w.add(8)), acc[0][1]);
     }
     _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_add_ps(acc[0][0], acc[1][0]));
     _mm256_storeu_ps(
@@ -845,36 +912,12 @@ unsafe fn panel_sums_avx2(panel: *const f32, x: &[f32], sums: &mut [f32; NR]) {
     );
 }
 
-/// [`panel_sums`] over a `bf16` panel, widened in registers: the sums, in the same order,
-/// of the `f32` panel of the same values.
-fn panel_sums_bf16(isa: Isa, panel: &[u16], x: &[f32]) -> [f32; NR] {
-    assert!(panel.len() >= x.len() * NR);
-    let mut sums = [0.0f32; NR];
-    match isa {
-        // SAFETY (both): as in `panel_sums`; the assert above keeps the reads inside `panel`.
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        Isa::Avx512 => unsafe { panel_sums_bf16_avx512(panel.as_ptr(), x, &mut sums) },
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        Isa::Avx2 => unsafe { panel_sums_bf16_avx2(panel.as_ptr(), x, &mut sums) },
-        Isa::Portable => {
-            for (l, &xv) in x.iter().enumerate() {
-                for (s, &w) in sums.iter_mut().zip(&panel[l * NR..][..NR]) {
-                    *s = xv.mul_add(bf16_to_f32(w), *s);
-                }
-            }
-        }
-    }
-    sums
-}
-
 /// `dst = src` widened from `bf16` to `f32` (resized to `src`'s length): a panel's block
 /// before its tiles run. Every thread widens every block of its product, once per block of
 /// rows, so this runs as often as the tiles' loads do and must be as fast.
 fn widen(isa: Isa, src: &[u16], dst: &mut Vec<f32>) {
     dst.resize(src.len(), 0.0);
-    let (vectors, tail) = (src.len() / NR * NR, src.len() % NR);
+    let vectors = src.len() / NR * NR;
     match isa {
         // SAFETY (both): as in `panel_sums`; each step reads and writes `NR` values below
         // `vectors`, inside both slices.
@@ -890,7 +933,7 @@ fn widen(isa: Isa, src: &[u16], dst: &mut Vec<f32>) {
             }
         }
     }
-    for (d, &s) in dst[vectors..].iter_mut().zip(&src[vectors..]).take(tail) {
+    for (d, &s) in dst[vectors..].iter_mut().zip(&src[vectors..]) {
         *d = bf16_to_f32(s);
     }
 }
@@ -901,7 +944,7 @@ fn widen(isa: Isa, src: &[u16], dst: &mut Vec<f32>) {
 #[target_feature(enable = "avx512f")]
 unsafe fn widen_all_avx512(src: &[u16], dst: &mut [f32]) {
     for (d, s) in dst.chunks_exact_mut(NR).zip(src.chunks_exact(NR)) {
-        _mm512_storeu_ps(d.as_mut_ptr(), widen_avx512(s.as_ptr()));
+        _mm512_storeu_ps(d.as_mut_ptr(), u16::load_avx512(s.as_ptr()));
     }
 }
 
@@ -911,78 +954,8 @@ unsafe fn widen_all_avx512(src: &[u16], dst: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 unsafe fn widen_all_avx2(src: &[u16], dst: &mut [f32]) {
     for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-        _mm256_storeu_ps(d.as_mut_ptr(), widen_avx2(s.as_ptr()));
+        _mm256_storeu_ps(d.as_mut_ptr(), u16::load_avx2(s.as_ptr()));
     }
-}
-
-/// [`NR`] `bf16` values at `w` as one 512-bit `f32` vector.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx512f")]
-unsafe fn widen_avx512(w: *const u16) -> __m512 {
-    let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(w.cast()));
-    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits))
-}
-
-/// 8 `bf16` values at `w` as one 256-bit `f32` vector.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx2")]
-unsafe fn widen_avx2(w: *const u16) -> __m256 {
-    let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(w.cast()));
-    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
-}
-
-/// [`panel_sums_avx512`] over `bf16` values.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx512f")]
-unsafe fn panel_sums_bf16_avx512(panel: *const u16, x: &[f32], sums: &mut [f32; NR]) {
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let quads = x.chunks_exact(4);
-    let tail = quads.remainder();
-    let mut w = panel;
-    for q in quads {
-        for (j, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(_mm512_set1_ps(q[j]), widen_avx512(w.add(j * NR)), *a);
-        }
-        w = w.add(4 * NR);
-    }
-    for (j, &xv) in tail.iter().enumerate() {
-        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xv), widen_avx512(w.add(j * NR)), acc[j]);
-    }
-    let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    _mm512_storeu_ps(sums.as_mut_ptr(), total);
-}
-
-/// [`panel_sums_avx2`] over `bf16` values.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn panel_sums_bf16_avx2(panel: *const u16, x: &[f32], sums: &mut [f32; NR]) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; 2];
-    let pairs = x.chunks_exact(2);
-    let tail = pairs.remainder();
-    let mut w = panel;
-    for q in pairs {
-        for (j, pair) in acc.iter_mut().enumerate() {
-            let xv = _mm256_set1_ps(q[j]);
-            let row = w.add(j * NR);
-            pair[0] = _mm256_fmadd_ps(xv, widen_avx2(row), pair[0]);
-            pair[1] = _mm256_fmadd_ps(xv, widen_avx2(row.add(8)), pair[1]);
-        }
-        w = w.add(2 * NR);
-    }
-    if let Some(&xv) = tail.first() {
-        let xv = _mm256_set1_ps(xv);
-        acc[0][0] = _mm256_fmadd_ps(xv, widen_avx2(w), acc[0][0]);
-        acc[0][1] = _mm256_fmadd_ps(xv, widen_avx2(w.add(8)), acc[0][1]);
-    }
-    _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_add_ps(acc[0][0], acc[1][0]));
-    _mm256_storeu_ps(
-        sums.as_mut_ptr().add(8),
-        _mm256_add_ps(acc[0][1], acc[1][1]),
-    );
 }
 
 #[cfg(test)]
