@@ -5,7 +5,8 @@
 //! `models/qwen3-0.6b-shape/`, or the directory in `RERANK_QWEN3_BENCH_MODEL`); the bench skips
 //! when it is absent. Threads: `RERANK_BENCH_THREADS` (default: all cores); set
 //! `RAYON_NUM_THREADS` to the same value so the matrix products split the work the same way.
-//! `RERANK_BENCH_PRECISION=int8` loads the model with `Precision::Int8` (default f32).
+//! `RERANK_BENCH_PRECISION=int8` or `bf16` loads the model with `Precision::Int8` or
+//! `Precision::Bf16` (default f32).
 //!
 //! ```text
 //! cargo bench --bench qwen3                       # criterion (10 samples)

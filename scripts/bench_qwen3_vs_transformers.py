@@ -7,7 +7,8 @@ Scores 20 documents of ~300 tokens against one query with the Qwen3-Reranker pro
   - "last logits only": the same with logits_to_keep=1 (no full-vocabulary projection at every position),
     the fairest baseline for the Rust scorer, which projects only the last position onto W[yes] - W[no].
 The Rust side is `cargo bench --bench qwen3` in its JSON mode (RERANK_BENCH_JSON=1), one timed call per
-process (with --int8, a second Rust side loads the model with Precision::Int8), with the same thread count (RAYON_NUM_THREADS too). The three are interleaved round by round so
+process (with --int8 / --bf16, one more Rust side loads the model with Precision::Int8 / Precision::Bf16),
+with the same thread count (RAYON_NUM_THREADS too). The three are interleaved round by round so
 that a change in machine load hits all of them; the speed-up is the median over rounds of
 (transformers seconds / rust seconds). It checks that both sides saw the same token counts and close
 logits, and prints seconds, tokens/s, speed-ups, the achieved GFLOP/s (2 x non-embedding parameters x
@@ -37,7 +38,7 @@ from bench_common import CARGO_FEATURES
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("RERANK_BENCH_VENV", Path.home() / ".cache" / "rerank" / "venv-bench"))
 RUST = "rerank"
-RUST_INT8 = "rerank int8"
+EXTRA = ("int8", "bf16")  # the opt-in precisions, each one more Rust side "rerank <precision>"
 BASELINE = "rerank (baseline)"
 
 
@@ -163,7 +164,7 @@ class Transformers:
 
 def rust_run(model_dir, threads, root=ROOT, precision="f32"):
     """One timed Rust call (a fresh process, no warm-up: nothing in it is compiled at run time) of the
-    checkout in `root`, with the model's matrices in `precision` (f32 or int8)."""
+    checkout in `root`, with the model's matrices in `precision` (f32, int8 or bf16)."""
     env = dict(os.environ)
     env.update({
         "RERANK_BENCH_PRECISION": precision,
@@ -197,9 +198,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of (transformers last-logits, transformers model card, rust), interleaved")
     ap.add_argument("--skip-model-card", action="store_true")
-    ap.add_argument("--int8", action="store_true",
-                    help="one more side, \"rerank int8\" (Precision::Int8), with its logits' agreement with "
-                         "transformers (Spearman, max difference)")
+    for p in EXTRA:
+        ap.add_argument(f"--{p}", action="store_true",
+                        help=f"one more side, \"rerank {p}\" (Precision::{p.title()}), with its logits' "
+                             "agreement with transformers and with rust f32 (Spearman, max difference)")
     ap.add_argument("--baseline-root", default=None,
                     help="another checkout of rerank (e.g. `git archive main` unpacked) run as one more side, "
                          "\"rerank (baseline)\", to compare before and after in the same run")
@@ -226,9 +228,11 @@ def main():
     times = {name: [] for name, _ in variants}
     times[RUST] = []
     ratios = {name: [] for name, _ in variants}
-    if args.int8:
-        times[RUST_INT8] = []
-        int8_ratios = []
+    extra = [p for p in EXTRA if getattr(args, p)]
+    extra_ratios = {}
+    for p in extra:
+        times[f"{RUST} {p}"] = []
+        extra_ratios[f"{RUST} {p}"] = []
     logits = {}
     tokens = {}
     rust_loads, rust_rss, prompt_lens = [], [], None
@@ -251,11 +255,12 @@ def main():
         times[RUST].append(rust["median_s"])
         logits[RUST], tokens[RUST] = rust["logits"], rust["prompt_tokens"]
         rust_loads.append(rust["load_s"])
-        if args.int8:
-            q = rust_run(args.model, args.threads, precision="int8")
-            times[RUST_INT8].append(q["median_s"])
-            logits[RUST_INT8], tokens[RUST_INT8] = q["logits"], q["prompt_tokens"]
-            int8_ratios.append(times["transformers (last logits only)"][-1] / q["median_s"])
+        for p in extra:
+            name = f"{RUST} {p}"
+            q = rust_run(args.model, args.threads, precision=p)
+            times[name].append(q["median_s"])
+            logits[name], tokens[name] = q["logits"], q["prompt_tokens"]
+            extra_ratios[name].append(times["transformers (last logits only)"][-1] / q["median_s"])
         rust_rss.append((rust.get("rss_after_load_mb"), rust.get("peak_rss_mb")))
         prompt_lens = rust.get("prompt_lens")
         for name, _ in variants:
@@ -269,13 +274,13 @@ def main():
         print(f"WARNING: token counts differ: {tokens}")
     worst = max(abs(a - b) for a, b in zip(logits[RUST], logits[ref]))
     print(f"max |logit difference| rust vs transformers: {worst:.2e}")
-    if args.int8:
-        q, f = logits[RUST_INT8], logits[ref]
-        print(f"int8: Spearman with transformers' logits {spearman(q, f):.4f}, with rust f32's "
+    for p in extra:
+        q, f = logits[f"{RUST} {p}"], logits[ref]
+        print(f"{p}: Spearman with transformers' logits {spearman(q, f):.4f}, with rust f32's "
               f"{spearman(q, logits[RUST]):.4f}; max |logit difference| {max(abs(a - b) for a, b in zip(q, f)):.3f} "
               f"(logits span {min(f):.3f} .. {max(f):.3f})")
-        print(f"int8 speed-ups per round over transformers (last logits only): "
-              f"{[round(x, 3) for x in int8_ratios]}")
+        print(f"{p} speed-ups per round over transformers (last logits only): "
+              f"{[round(x, 3) for x in extra_ratios[f'{RUST} {p}']]}")
     flops = nominal_flops(args.model, prompt_lens) if prompt_lens else None
     print(f"cpu flags: {cpu_flags()}; threads {args.threads}")
     print(f"{'implementation':34} {'median s':>9} {'tokens/s':>9} {'GFLOP/s':>8} {'rust speed-up (median of rounds)':>34}")
@@ -283,9 +288,9 @@ def main():
         med = statistics.median(secs)
         if name in ratios:
             speedup = statistics.median(ratios[name])
-        elif name == RUST_INT8:
-            # The other way round: int8 against transformers (last logits only).
-            speedup = statistics.median(int8_ratios)
+        elif name in extra_ratios:
+            # The other way round: the opt-in precision against transformers (last logits only).
+            speedup = statistics.median(extra_ratios[name])
         else:
             speedup = statistics.median(baseline_ratios) if name == BASELINE else 1.0
         gflops = f"{flops / med / 1e9:8.1f}" if flops else f"{'-':>8}"

@@ -21,6 +21,12 @@ pub(crate) fn avx512_vnni() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
+/// Whether the AVX-512 bf16 dot products (`vdpbf16ps`, `vcvtne2ps2bf16`) may run here.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_bf16() -> bool {
+    avx512f() && std::arch::is_x86_feature_detected!("avx512bf16")
+}
+
 /// Whether AVX2 with FMA is present (the baseline of the vector kernels).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn avx2_fma() -> bool {

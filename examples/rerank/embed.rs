@@ -43,6 +43,9 @@ pub enum PrecisionArg {
     F32,
     /// 8-bit integer linear layers (faster; close to f32, not equal).
     Int8,
+    /// bfloat16 linear layers (Qwen3-Reranker only; faster where the CPU has AVX-512 bf16;
+    /// close to f32, not equal).
+    Bf16,
 }
 
 #[cfg(feature = "models")]
@@ -51,6 +54,7 @@ impl From<PrecisionArg> for rerank::models::Precision {
         match p {
             PrecisionArg::F32 => rerank::models::Precision::F32,
             PrecisionArg::Int8 => rerank::models::Precision::Int8,
+            PrecisionArg::Bf16 => rerank::models::Precision::Bf16,
         }
     }
 }

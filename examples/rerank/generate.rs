@@ -58,7 +58,7 @@ pub struct Args {
     #[arg(long)]
     threads: Option<usize>,
     /// Number format of the weights: f32 (exact), or bf16 (half the memory and bytes per
-    /// token; activations stay f32).
+    /// token; the layers' inputs are rounded to bf16 too, sums stay f32).
     #[arg(long, value_enum, default_value_t = WeightsArg::F32)]
     precision: WeightsArg,
     /// Print the ids, the text and the timings as one JSON object.

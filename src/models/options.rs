@@ -25,12 +25,17 @@ pub enum Precision {
     /// [`BertEmbedder`]: crate::BertEmbedder
     /// [`Qwen3Reranker`]: crate::rerankers::qwen3::Qwen3Reranker
     Int8,
-    /// `bfloat16` weights for Qwen3 generation ([`Qwen3Chat`]): every matrix of the decoder
-    /// and the output head rounded to bf16 at load (half the memory, and half the bytes a
-    /// decode step streams), activations, sums, norms and the KV cache in f32. Close to f32
-    /// rather than equal (`docs/benchmarks.md` gives the greedy agreement). The encoders and
-    /// the Qwen3 reranker refuse it at `build()`.
+    /// `bfloat16` linear layers for Qwen3, scoring ([`Qwen3Reranker`]) and generation
+    /// ([`Qwen3Chat`]): every matrix of the decoder rounded to bf16 at load (half the memory,
+    /// and half the bytes a decode step streams), and every product of a decoder matrix
+    /// rounding its inputs to bf16 and summing in f32, as PyTorch's bf16 matrix multiply does.
+    /// On CPUs with AVX-512 bf16 (`vdpbf16ps`: AMD Zen 4, Intel Cooper Lake and Sapphire
+    /// Rapids) that runs at about twice the f32 rate; elsewhere at the f32 rate. Norms,
+    /// softmax, attention, the residual stream, the KV cache and the output head's inputs stay
+    /// in f32 (generation's output head is bf16 too). Close to f32 rather than equal
+    /// (`docs/benchmarks.md` gives the agreement). The encoders refuse it at `build()`.
     ///
+    /// [`Qwen3Reranker`]: crate::rerankers::qwen3::Qwen3Reranker
     /// [`Qwen3Chat`]: crate::answer::Qwen3Chat
     Bf16,
 }

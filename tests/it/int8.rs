@@ -1,5 +1,5 @@
 //! The opt-in int8 path of the BERT-family encoders and the Qwen3 reranker
-//! ([`Precision::Int8`]): close to f32 on the shared fixtures (embeddings of the real
+//! ([`Precision::Int8`]), and the Qwen3 reranker's bf16 ([`Precision::Bf16`]): close to f32 on the shared fixtures (embeddings of the real
 //! all-MiniLM-L6-v2, logits of the tiny cross-encoder and of the tiny Qwen3), a different
 //! embedder id.
 //!
@@ -79,9 +79,7 @@ fn agreement(name: &str, logits: &[f32], reference: &[f32]) -> Agreement {
         .zip(reference)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
-    eprintln!(
-        "int8 {name}: spearman {rho:.4}, max |logit error| {worst:.4} (max |logit| {spread:.3})"
-    );
+    eprintln!("{name}: spearman {rho:.4}, max |logit error| {worst:.4} (max |logit| {spread:.3})");
     Agreement { rho, worst, spread }
 }
 
@@ -171,7 +169,7 @@ fn int8_cross_encoder_keeps_the_ranking_of_the_fixture_pairs() {
         .unwrap();
     assert_eq!(model.precision(), Precision::Int8);
     let logits = model.logits(&pairs).unwrap();
-    let Agreement { rho, worst, spread } = agreement("ce_tiny_a", &logits, &reference);
+    let Agreement { rho, worst, spread } = agreement("int8 ce_tiny_a", &logits, &reference);
     assert!(rho >= 0.99, "spearman {rho}");
     assert!(worst <= 0.05 * spread.max(1.0), "max logit error {worst}");
     // One pair at a time gives the same logits as the batch.
@@ -179,13 +177,14 @@ fn int8_cross_encoder_keeps_the_ranking_of_the_fixture_pairs() {
     assert!((single[0] - logits[0]).abs() < 1e-5);
 }
 
-/// The Qwen3 reranker in int8 keeps the ranking of the fixture's 32 triples (the reference
-/// logits of transformers) to a Spearman correlation of 0.98, one triple at a time and in one
-/// batch alike. The bar is lower than the cross-encoder's: the tiny random model's logit is a
-/// small difference (`yes - no`) of two large ones, which magnifies every rounding, and AVX2's
-/// 7-bit weights give 0.989 here (VNNI's 8-bit ones 0.996).
+/// The Qwen3 reranker in int8 and in bf16 keeps the ranking of the fixture's 32 triples (the
+/// reference logits of transformers), one triple at a time and in one batch alike. The int8
+/// bar (a Spearman correlation of 0.98) is lower than the cross-encoder's: the tiny random
+/// model's logit is a small difference (`yes - no`) of two large ones, which magnifies every
+/// rounding, and AVX2's 7-bit weights give 0.989 here (VNNI's 8-bit ones 0.996). bf16 rounds
+/// to 8 significant bits rather than to a 256th of a row's range, and must keep 0.99.
 #[test]
-fn int8_qwen3_reranker_keeps_the_ranking_of_the_fixture_triples() {
+fn qwen3_reranker_in_int8_and_bf16_keeps_the_ranking_of_the_fixture_triples() {
     let scores = Path::new(QWEN3_FIXTURE).join("../scores.json");
     let Ok(text) = std::fs::read_to_string(&scores) else {
         crate::common::skip(&format!("skipping: {} not found", scores.display()));
@@ -205,54 +204,57 @@ fn int8_qwen3_reranker_keeps_the_ranking_of_the_fixture_triples() {
         .iter()
         .map(|c| (c["logit_yes"].as_f64().unwrap() - c["logit_no"].as_f64().unwrap()) as f32)
         .collect();
-    let model = Qwen3Reranker::builder(QWEN3_FIXTURE)
-        .options(
-            ModelOptions::default()
-                .threads(2)
-                .precision(Precision::Int8),
-        )
-        .build()
-        .unwrap();
-    assert_eq!(model.precision(), Precision::Int8);
-    let logits: Vec<f32> = model
-        .score_inputs(&inputs)
-        .unwrap()
-        .iter()
-        .map(|s| s.logit)
-        .collect();
-    let Agreement { rho, worst, spread } = agreement("qwen3_tiny_a", &logits, &reference);
-    assert!(rho >= 0.98, "spearman {rho}");
-    assert!(worst <= 0.15 * spread.max(1.0), "max logit error {worst}");
-    assert!(
-        logits.iter().zip(&reference).any(|(a, b)| a != b),
-        "int8 gave the f32 logits"
-    );
-    // A triple alone gives the logit it gets in the batch (quantization is per row).
-    for i in [0, 7, 31] {
-        let one = model.score_inputs(&inputs[i..=i]).unwrap()[0].logit;
+    for (precision, min_rho, max_error) in
+        [(Precision::Int8, 0.98, 0.15), (Precision::Bf16, 0.99, 0.1)]
+    {
+        let model = Qwen3Reranker::builder(QWEN3_FIXTURE)
+            .options(ModelOptions::default().threads(2).precision(precision))
+            .build()
+            .unwrap();
+        assert_eq!(model.precision(), precision);
+        let logits: Vec<f32> = model
+            .score_inputs(&inputs)
+            .unwrap()
+            .iter()
+            .map(|s| s.logit)
+            .collect();
+        let name = format!("{precision} qwen3_tiny_a");
+        let Agreement { rho, worst, spread } = agreement(&name, &logits, &reference);
+        assert!(rho >= min_rho, "{precision}: spearman {rho}");
         assert!(
-            (one - logits[i]).abs() < 1e-4,
-            "triple {i}: {one} vs {}",
-            logits[i]
+            worst <= max_error * spread.max(1.0),
+            "{precision}: max logit error {worst}"
         );
+        assert!(
+            logits
+                .iter()
+                .zip(&reference)
+                .any(|(a, b)| (a - b).abs() > 1e-4),
+            "{precision} gave the f32 logits"
+        );
+        // A triple alone gives the logit it gets in the batch (rounding is per value or per
+        // row, never across rows).
+        for i in [0, 7, 31] {
+            let one = model.score_inputs(&inputs[i..=i]).unwrap()[0].logit;
+            assert!(
+                (one - logits[i]).abs() < 1e-4,
+                "{precision} triple {i}: {one} vs {}",
+                logits[i]
+            );
+        }
     }
 }
 
-/// bf16 is for Qwen3 generation: the encoders and the Qwen3 reranker refuse it.
+/// bf16 is for Qwen3: the encoders refuse it.
 #[test]
-fn scoring_models_refuse_bf16() {
-    if !Path::new(QWEN3_FIXTURE).join("config.json").is_file() {
-        crate::common::skip(&format!("skipping: {QWEN3_FIXTURE} is absent"));
+fn encoders_refuse_bf16() {
+    let dir = Path::new(CE_FIXTURE).join("model");
+    if !dir.join("config.json").is_file() {
+        crate::common::skip(&format!("skipping: {CE_FIXTURE} is absent"));
         return;
     }
-    let bf16 = || ModelOptions::default().precision(Precision::Bf16);
-    let e = Qwen3Reranker::builder(QWEN3_FIXTURE)
-        .options(bf16())
-        .build()
-        .unwrap_err();
-    assert!(matches!(e, Error::Config(_)), "{e}");
-    let e = CrossEncoder::builder(Path::new(CE_FIXTURE).join("model"))
-        .options(bf16())
+    let e = CrossEncoder::builder(dir)
+        .options(ModelOptions::default().precision(Precision::Bf16))
         .build()
         .unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");

@@ -372,7 +372,7 @@ impl Encoder {
         if !matches!(precision, Precision::F32 | Precision::Int8) {
             return Err(Error::Config(format!(
                 "precision {precision} is not supported by the BERT-family encoders (f32 or \
-                 int8; bf16 is for Qwen3 generation)"
+                 int8; bf16 is for Qwen3 models)"
             )));
         }
         let (h, i) = (cfg.hidden, cfg.intermediate);

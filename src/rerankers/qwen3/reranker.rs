@@ -137,8 +137,8 @@ impl Qwen3Reranker {
         Self::builder(dir).build()
     }
 
-    /// The number format of the decoder's matrices ([`ModelOptions::precision`]: f32, or
-    /// int8 with `Precision::Int8`).
+    /// The number format of the decoder's matrices ([`ModelOptions::precision`]: f32, bf16
+    /// or int8).
     pub fn precision(&self) -> Precision {
         self.precision
     }
@@ -293,13 +293,8 @@ impl Qwen3RerankerBuilder {
         self.options.validate("Qwen3-Reranker", 1)?;
         let format = match self.options.precision {
             Precision::F32 => MatrixFormat::F32,
+            Precision::Bf16 => MatrixFormat::Bf16,
             Precision::Int8 => MatrixFormat::Int8,
-            other => {
-                return Err(Error::Config(format!(
-                    "Qwen3-Reranker: precision {other} is not supported (f32 or int8; bf16 is \
-                     for Qwen3 generation)"
-                )))
-            }
         };
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         let default_instruction = match &self.entity_type {

@@ -28,11 +28,14 @@
 //! A one-row product ([`PanelLinear::gemv`]) reads each panel once, in order: decoding is bound
 //! by how fast the weights stream, and a panel is one contiguous run.
 //!
-//! Panels hold `f32` or `bf16` values ([`PanelLinear::bf16`], Qwen3 generation with
-//! `Precision::Bf16`): half the bytes for a decode step to stream. A product over many rows
-//! widens each `bf16` panel block to `f32` once (16 KB, in the level-1 cache) and runs the same
-//! tiles over it; a one-row product widens in registers. Widening is exact, so `bf16` panels
-//! give the `f32` results of their rounded values, bit for bit.
+//! Panels hold `f32` or `bf16` values ([`PanelLinear::bf16`], Qwen3 with `Precision::Bf16`):
+//! half the bytes for a decode step to stream. A `bf16` product is PyTorch's: its inputs are
+//! rounded to `bf16` as well, every product of two `bf16` values is exact in `f32`, and the
+//! sums are `f32`. A `bf16` panel stores its rows in pairs (see [`bf16`]), the operand layout
+//! of the AVX-512 `bf16` dot product (`vdpbf16ps`: two products a lane per instruction, twice
+//! the `f32` tiles' rate); where the CPU lacks it, a product over many rows widens each block
+//! to `f32` once (16 KB, in the level-1 cache) and runs the `f32` tiles over it, and a
+//! one-row product widens in registers.
 //!
 //! Every tile, whatever its kernel, sums each output over `k` in the same order (one product
 //! added per step, in `f32`), so the vector tiles agree with the scalar one to rounding of the
@@ -44,8 +47,9 @@ use rayon::prelude::*;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use crate::models::gemv::{bf16_to_f32, f32_to_bf16};
 use crate::models::kernels::{with_scratch, Linear, Then};
+
+mod bf16;
 
 /// Columns per panel (one 512-bit vector, two 256-bit ones).
 pub(crate) const NR: usize = 16;
@@ -85,7 +89,8 @@ pub(crate) struct Panels {
 #[derive(Debug, Clone, PartialEq)]
 enum Values {
     F32(Vec<f32>),
-    /// `bf16` bit patterns (the top half of an `f32`).
+    /// `bf16` bit patterns (the top half of an `f32`), each panel's rows in pairs (see
+    /// [`bf16`]): `k` rounded up to even rows, the padding row zero.
     Bf16(Vec<u16>),
 }
 
@@ -125,13 +130,33 @@ impl Panels {
     }
 
     /// The same matrix with its values rounded to the nearest `bf16` (ties to even, as
-    /// PyTorch rounds).
+    /// PyTorch rounds), in the paired layout.
     fn to_bf16(&self) -> Self {
         let data = match &self.data {
-            Values::F32(v) => Values::Bf16(v.par_iter().map(|&x| f32_to_bf16(x)).collect()),
+            Values::F32(v) => Values::Bf16(bf16::pairs(v, self.k)),
             Values::Bf16(v) => Values::Bf16(v.clone()),
         };
         Panels { data, ..*self }
+    }
+
+    /// Values per panel: `k` rows of [`NR`] (`bf16`: `k` rounded up to even).
+    fn panel_len(&self) -> usize {
+        NR * match self.data {
+            Values::F32(_) => self.k,
+            Values::Bf16(_) => self.k.next_multiple_of(2),
+        }
+    }
+
+    /// Where rows `k0..k0 + kb` of panel `p` lie in the values (`k0` even; a `bf16` block of
+    /// odd `kb`, the last, takes its padding row too).
+    fn block(&self, p: usize, k0: usize, kb: usize) -> std::ops::Range<usize> {
+        let start = p * self.panel_len() + k0 * NR;
+        start
+            ..start
+                + NR * match self.data {
+                    Values::F32(_) => kb,
+                    Values::Bf16(_) => kb.next_multiple_of(2),
+                }
     }
 
     /// The matrix as torch's `(n, k)` weight layout (the transpose, unpacked).
@@ -139,15 +164,58 @@ impl Panels {
     fn to_torch(&self) -> Vec<f32> {
         let mut w = vec![0.0; self.n * self.k];
         for j in 0..self.n {
-            let at = |l: usize| (j / NR) * NR * self.k + l * NR + j % NR;
+            let panel = (j / NR) * self.panel_len();
             for l in 0..self.k {
                 w[j * self.k + l] = match &self.data {
-                    Values::F32(v) => v[at(l)],
-                    Values::Bf16(v) => bf16_to_f32(v[at(l)]),
+                    Values::F32(v) => v[panel + f32::at(l, j % NR)],
+                    Values::Bf16(v) => v[panel + u16::at(l, j % NR)].to_f32(),
                 };
             }
         }
         w
+    }
+}
+
+/// The kernels a product runs: the `f32` tiles of `isa`, and for `bf16` panels whether the
+/// `bf16` dot-product tiles (AVX-512 `vdpbf16ps`) run instead of widening to `f32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kernels {
+    isa: Isa,
+    bf16_dot: bool,
+}
+
+impl Kernels {
+    /// The best kernels this CPU has.
+    pub fn detect() -> Kernels {
+        let isa = Isa::detect();
+        #[cfg(target_arch = "x86_64")]
+        let bf16_dot = isa == Isa::Avx512 && crate::cpu::avx512_bf16();
+        #[cfg(not(target_arch = "x86_64"))]
+        let bf16_dot = false;
+        Kernels { isa, bf16_dot }
+    }
+
+    /// The `f32` tiles of `isa`, `bf16` panels widened.
+    #[cfg(test)]
+    fn widening(isa: Isa) -> Kernels {
+        Kernels {
+            isa,
+            bf16_dot: false,
+        }
+    }
+
+    /// Every choice this CPU runs, the portable one first (for the tests that compare them).
+    #[cfg(test)]
+    fn available() -> Vec<Kernels> {
+        let mut all: Vec<Kernels> = Isa::available()
+            .into_iter()
+            .map(Kernels::widening)
+            .collect();
+        let best = Kernels::detect();
+        if best.bf16_dot {
+            all.push(best);
+        }
+        all
     }
 }
 
@@ -160,11 +228,12 @@ pub(crate) struct Rows<'a> {
 }
 
 /// `out (a.rows, b.n) = a · b + bias` (or `+=` when `accumulate`) on the calling thread,
-/// `out`'s rows `out_stride` apart (at least `b.n`), in tiles of the `isa` kernel.
+/// `out`'s rows `out_stride` apart (at least `b.n`), in tiles of the chosen kernels. With
+/// `bf16` panels, `a` is rounded to `bf16` as it is copied.
 ///
 /// Panics if a slice is shorter than the shapes say (a bug in the caller).
 pub(crate) fn product(
-    isa: Isa,
+    kernels: Kernels,
     a: Rows<'_>,
     b: &Panels,
     out: &mut [f32],
@@ -193,10 +262,15 @@ pub(crate) fn product(
         }
         return;
     }
+    let isa = kernels.isa;
     let mr = tile_rows(isa);
     let blocks = m.div_ceil(mr);
-    // Split `k` evenly: 384 in two blocks of 192, not 256 + 128.
-    let kc = k.div_ceil(k.div_ceil(KC));
+    let dot = kernels.bf16_dot && matches!(b.data, Values::Bf16(_));
+    // Split `k` evenly: 384 in two blocks of 192, not 256 + 128; blocks start at even rows
+    // (a `bf16` panel's rows come in pairs). A panel's block of `bf16` pairs is half the
+    // bytes of an `f32` one: twice the rows fill the same 16 KB.
+    let most = if dot { 2 * KC } else { KC };
+    let kc = k.div_ceil(k.div_ceil(most)).next_multiple_of(2);
     let panels = n.div_ceil(NR);
     with_scratch(&PACKED, |packed| {
         with_scratch(&WIDE, |wide| {
@@ -206,15 +280,16 @@ pub(crate) fn product(
                 let group = g0..panels.min(g0 + NC / NR);
                 for k0 in (0..k).step_by(kc) {
                     let kb = kc.min(k - k0);
-                    // Rows `lda` apart: an odd number of cache lines, so that a tile's rows fall
-                    // in different sets of the level-1 cache.
-                    let lda = kb.div_ceil(16) * 16 + 16 * (1 - kb.div_ceil(16) % 2);
-                    copy_rows(a, k0, kb, lda, blocks * mr, packed);
+                    let left = if dot {
+                        Left::Pairs(bf16::copy_pairs(a, k0, kb, blocks * mr, &mut packed.1))
+                    } else {
+                        let round = matches!(b.data, Values::Bf16(_));
+                        Left::Floats(copy_rows(a, k0, kb, blocks * mr, round, &mut packed.0))
+                    };
                     let block = KBlock {
                         isa,
                         rows: a.rows,
-                        packed,
-                        lda,
+                        left,
                         k0,
                         kb,
                     };
@@ -225,21 +300,44 @@ pub(crate) fn product(
     });
 }
 
+/// `k`'s values per copied row of a left operand block of `kb`: an odd number of cache
+/// lines (of `per_line` values), so that a tile's rows fall in different sets of the
+/// level-1 cache.
+fn row_stride(kb: usize, per_line: usize) -> usize {
+    let lines = kb.div_ceil(per_line);
+    (lines + 1 - lines % 2) * per_line
+}
+
+/// A product's left operand, one block of `k` copied (`lda` values apart).
+#[derive(Clone, Copy)]
+enum Left<'a> {
+    /// `f32` rows ([`copy_rows`]).
+    Floats(Copied<'a, f32>),
+    /// Rows of `bf16` pairs, one `u32` per two columns ([`bf16::copy_pairs`]).
+    Pairs(Copied<'a, u32>),
+}
+
+/// Rows of a left operand's block, copied `lda` values apart.
+#[derive(Clone, Copy)]
+struct Copied<'a, T> {
+    data: &'a [T],
+    lda: usize,
+}
+
 /// One block of `k` of a product's left operand: columns `k0..k0 + kb` of its `rows` rows,
-/// copied `lda` apart (see [`copy_rows`]) for the `isa` kernel.
+/// copied for the `isa` kernel.
 struct KBlock<'a> {
     isa: Isa,
     rows: usize,
-    packed: &'a [f32],
-    lda: usize,
+    left: Left<'a>,
     k0: usize,
     kb: usize,
 }
 
 impl KBlock<'_> {
     /// The tiles of panels `group` over this block of `k` (see [`product`]): bias or
-    /// accumulation as `product` says, each `f32` panel's first tile prefetching the next
-    /// panel; a `bf16` panel's block is widened into `wide` first.
+    /// accumulation as `product` says, each panel's first tile prefetching the next panel; a
+    /// `bf16` panel's block is widened into `wide` first unless the left operand is in pairs.
     #[allow(clippy::too_many_arguments)]
     fn columns(
         &self,
@@ -254,34 +352,35 @@ impl KBlock<'_> {
         let KBlock {
             isa,
             rows: m,
-            packed,
-            lda,
+            left,
             k0,
             kb,
         } = *self;
-        let (k, n, mr) = (b.k, b.n, tile_rows(isa));
+        let (n, mr) = (b.n, tile_rows(isa));
         let blocks = m.div_ceil(mr);
         let first = k0 == 0;
         let end = group.end;
         for p in group {
             let c0 = p * NR;
             let cols = NR.min(n - c0);
-            let block = |p: usize| {
-                let start = p * NR * k + k0 * NR;
-                start..start + kb * NR
-            };
             // The first tile pulls the next panel's block into the cache as it goes (one
             // line per step of `k`), so that it need not wait for memory when its turn
             // comes: the weights of a large model stream from memory, not the cache. (A
-            // `bf16` block is read in order as it is widened, which the hardware prefetches.)
-            let (panel, next) = match &b.data {
-                Values::F32(v) => {
-                    let panel = &v[block(p)];
-                    (panel, if p + 1 < end { &v[block(p + 1)] } else { panel })
-                }
-                Values::Bf16(v) => {
-                    widen(isa, &v[block(p)], wide);
-                    (&wide[..], &wide[..])
+            // block widened to `f32` is read in order as it is widened, which the hardware
+            // prefetches.)
+            let next = if p + 1 < end { p + 1 } else { p };
+            let (panel, next): (Operand<'_>, Operand<'_>) = match (&b.data, left) {
+                (Values::F32(v), _) => (
+                    Operand::F32(&v[b.block(p, k0, kb)]),
+                    Operand::F32(&v[b.block(next, k0, kb)]),
+                ),
+                (Values::Bf16(v), Left::Pairs(_)) => (
+                    Operand::Bf16(&v[b.block(p, k0, kb)]),
+                    Operand::Bf16(&v[b.block(next, k0, kb)]),
+                ),
+                (Values::Bf16(v), Left::Floats(_)) => {
+                    bf16::widen(isa, &v[b.block(p, k0, kb)], wide);
+                    (Operand::F32(wide), Operand::F32(wide))
                 }
             };
             // The first block of `k` adds the bias (and replaces `out` unless
@@ -290,13 +389,7 @@ impl KBlock<'_> {
             let add = !first || accumulate;
             for blk in 0..blocks {
                 let r0 = blk * mr;
-                let tile = Tile {
-                    a: &packed[r0 * lda..][..mr * lda],
-                    lda,
-                    b: panel,
-                    next: if blk == 0 { next } else { panel },
-                    k: kb,
-                    mr,
+                let out = Out {
                     out: &mut out[r0 * out_stride + c0..],
                     stride: out_stride,
                     rows: mr.min(m - r0),
@@ -304,38 +397,169 @@ impl KBlock<'_> {
                     bias,
                     add,
                 };
-                tile.run(isa);
+                let next = if blk == 0 { next } else { panel };
+                match (left, panel, next) {
+                    (Left::Floats(a), Operand::F32(b), Operand::F32(next)) => Tile {
+                        a: &a.data[r0 * a.lda..][..mr * a.lda],
+                        lda: a.lda,
+                        b,
+                        next,
+                        k: kb,
+                        mr,
+                        out,
+                    }
+                    .run(isa),
+                    (Left::Pairs(a), Operand::Bf16(b), Operand::Bf16(next)) => bf16::DotTile {
+                        a: &a.data[r0 * a.lda..][..mr * a.lda],
+                        lda: a.lda,
+                        b,
+                        next,
+                        pairs: kb.div_ceil(2),
+                        out,
+                    }
+                    .run(),
+                    _ => unreachable!("a left operand in pairs goes with bf16 panels"),
+                }
             }
         }
     }
 }
 
+/// A panel's block as a tile reads it.
+#[derive(Clone, Copy)]
+enum Operand<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
+}
+
 thread_local! {
-    /// The left operand's block of `k` of the product running on this thread.
-    static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The left operand's block of `k` of the product running on this thread (as `f32`
+    /// rows, or as rows of `bf16` pairs).
+    static PACKED: RefCell<(Vec<f32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
     /// A `bf16` panel's block of `k`, widened, for the product running on this thread.
     static WIDE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Copies columns `k0..k0 + kb` of `a`'s rows into `packed`, rows `lda` apart, zero rows
-/// after the last one up to `rows`. The kernels read the copy, not `a`: its rows are short
-/// and close together, where `a`'s may be thousands of floats apart (the rows of a tile would
-/// then share level-1 cache sets and evict each other).
-fn copy_rows(a: Rows<'_>, k0: usize, kb: usize, lda: usize, rows: usize, packed: &mut Vec<f32>) {
+/// Copies columns `k0..k0 + kb` of `a`'s rows into `packed` (rounded to `bf16` when `round`),
+/// rows an odd number of cache lines apart ([`row_stride`]), zero rows after the last one up
+/// to `rows`. The kernels read the copy, not `a`: its rows are short and close together,
+/// where `a`'s may be thousands of floats apart (the rows of a tile would then share level-1
+/// cache sets and evict each other).
+fn copy_rows<'a>(
+    a: Rows<'_>,
+    k0: usize,
+    kb: usize,
+    rows: usize,
+    round: bool,
+    packed: &'a mut Vec<f32>,
+) -> Copied<'a, f32> {
+    let lda = row_stride(kb, 16);
     // Grown, never cleared: every value the kernels read is written below (the copied rows'
     // first `kb` columns, the padding rows' too), so zeroing the whole buffer first would
     // only write it twice.
     packed.resize(rows * lda, 0.0);
     for (r, row) in packed.chunks_exact_mut(lda).take(rows).enumerate() {
         match a.data.get(r * a.stride + k0..).filter(|_| r < a.rows) {
-            Some(src) => row[..kb].copy_from_slice(&src[..kb]),
+            Some(src) => {
+                row[..kb].copy_from_slice(&src[..kb]);
+                if round {
+                    bf16::round(&mut row[..kb]);
+                }
+            }
             None => row[..kb].fill(0.0),
+        }
+    }
+    Copied { data: packed, lda }
+}
+
+/// Where a tile's sums go: `rows x cols` outputs (at most the kernel's rows x [`NR`]) at the
+/// start of `out`, rows `stride` apart.
+pub(super) struct Out<'a> {
+    out: &'a mut [f32],
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    /// Added to every row (the first block of `k`).
+    bias: Option<&'a [f32]>,
+    /// Whether the sums add to `out` rather than replace it.
+    add: bool,
+}
+
+impl Out<'_> {
+    /// Checks that `rows` rows of [`NR`] fit (the vector stores write whole rows only when
+    /// `cols` is [`NR`]).
+    fn check(&self, mr: usize) {
+        assert!(self.rows <= mr && self.cols <= NR);
+        assert!(self.out.len() >= (self.rows - 1) * self.stride + self.cols);
+    }
+
+    /// Writes `sums` the way the tile says (the partial tiles' path).
+    fn store(self, sums: &[[f32; NR]; MAX_MR]) {
+        for (r, sum) in sums.iter().enumerate().take(self.rows) {
+            let out = &mut self.out[r * self.stride..][..self.cols];
+            for (c, o) in out.iter_mut().enumerate() {
+                let v = sum[c] + self.bias.map_or(0.0, |b| b[c]);
+                *o = if self.add { *o + v } else { v };
+            }
+        }
+    }
+
+    /// Writes the first `rows` of `acc`, one vector of [`NR`] a row.
+    ///
+    /// # Safety
+    /// AVX-512F is present, and `cols` is [`NR`] (checked by [`Out::check`]).
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store_avx512(&mut self, acc: &[__m512]) {
+        debug_assert_eq!(self.cols, NR);
+        let out = self.out.as_mut_ptr();
+        let bias = match self.bias {
+            Some(b) => _mm512_loadu_ps(b.as_ptr()),
+            None => _mm512_setzero_ps(),
+        };
+        for (r, v) in acc.iter().enumerate().take(self.rows) {
+            let o = out.add(r * self.stride);
+            let mut v = _mm512_add_ps(*v, bias);
+            if self.add {
+                v = _mm512_add_ps(v, _mm512_loadu_ps(o));
+            }
+            _mm512_storeu_ps(o, v);
+        }
+    }
+
+    /// Writes the first `rows` of `acc`, two vectors of 8 a row.
+    ///
+    /// # Safety
+    /// AVX2 is present, and `cols` is [`NR`] (checked by [`Out::check`]).
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_avx2(&mut self, acc: &[[__m256; 2]]) {
+        debug_assert_eq!(self.cols, NR);
+        let out = self.out.as_mut_ptr();
+        let (b0, b1) = match self.bias {
+            Some(b) => (
+                _mm256_loadu_ps(b.as_ptr()),
+                _mm256_loadu_ps(b.as_ptr().add(8)),
+            ),
+            None => (_mm256_setzero_ps(), _mm256_setzero_ps()),
+        };
+        for (r, pair) in acc.iter().enumerate().take(self.rows) {
+            let o = out.add(r * self.stride);
+            let (mut v0, mut v1) = (_mm256_add_ps(pair[0], b0), _mm256_add_ps(pair[1], b1));
+            if self.add {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(o));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(o.add(8)));
+            }
+            _mm256_storeu_ps(o, v0);
+            _mm256_storeu_ps(o.add(8), v1);
         }
     }
 }
 
-/// One tile: `rows x cols` outputs (at most the kernel's rows x [`NR`]) at the start of
-/// `out` (rows `stride` apart), from the copied rows of the left operand and a panel block.
+/// One `f32` tile: the sums over `k` of the copied rows of the left operand against a panel
+/// block, into [`Out`].
 struct Tile<'a> {
     /// `mr` rows of `k` values, `lda` apart.
     a: &'a [f32],
@@ -347,35 +571,28 @@ struct Tile<'a> {
     k: usize,
     /// Rows of the kernel (of the copied block).
     mr: usize,
-    out: &'a mut [f32],
-    stride: usize,
-    rows: usize,
-    cols: usize,
-    /// Added to every row (the first block of `k`).
-    bias: Option<&'a [f32]>,
-    /// Whether the sums add to `out` rather than replace it.
-    add: bool,
+    out: Out<'a>,
 }
 
 impl Tile<'_> {
     fn run(mut self, isa: Isa) {
         let mr = self.mr;
-        assert!(mr == tile_rows(isa) && self.rows <= mr && self.cols <= NR);
+        assert!(mr == tile_rows(isa));
+        self.out.check(mr);
         assert!(self.lda >= self.k && self.a.len() >= (mr - 1) * self.lda + self.k);
         assert!(self.b.len() >= self.k * NR && self.next.len() >= self.k * NR);
-        assert!(self.out.len() >= (self.rows - 1) * self.stride + self.cols);
         // SAFETY (all four): an `Isa::Avx2` / `Isa::Avx512` is only made (`FloatIsa::detect`) on
         // a CPU with AVX2 + FMA / AVX-512F; the asserts above keep the reads (`k` x at most
         // `mr` and `k x NR` floats) inside `a` and `b`, and the writes (`rows` rows of `NR`)
         // inside `out`.
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
-        if self.cols == NR {
+        if self.out.cols == NR {
             // A tile of fewer rows (the last of a block) runs a kernel of about its height.
             match isa {
                 Isa::Avx2 => {
                     return unsafe {
-                        match self.rows {
+                        match self.out.rows {
                             1..=2 => tile_avx2_store::<2>(&mut self),
                             3..=4 => tile_avx2_store::<4>(&mut self),
                             _ => tile_avx2_store::<6>(&mut self),
@@ -384,7 +601,7 @@ impl Tile<'_> {
                 }
                 Isa::Avx512 => {
                     return unsafe {
-                        match self.rows {
+                        match self.out.rows {
                             1..=2 => tile_avx512_store::<2>(&mut self),
                             3..=4 => tile_avx512_store::<4>(&mut self),
                             5..=7 => tile_avx512_store::<7>(&mut self),
@@ -421,18 +638,7 @@ impl Tile<'_> {
                 )
             },
         }
-        self.store(&sums);
-    }
-
-    /// Writes `sums` into `out` the way the tile says (the partial tiles' path).
-    fn store(self, sums: &[[f32; NR]; MAX_MR]) {
-        for (r, sum) in sums.iter().enumerate().take(self.rows) {
-            let out = &mut self.out[r * self.stride..][..self.cols];
-            for (c, o) in out.iter_mut().enumerate() {
-                let v = sum[c] + self.bias.map_or(0.0, |b| b[c]);
-                *o = if self.add { *o + v } else { v };
-            }
-        }
+        self.out.store(&sums);
     }
 }
 
@@ -480,24 +686,7 @@ unsafe fn tile_avx2(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2_store<const R: usize>(t: &mut Tile<'_>) {
     let acc = sums_avx2::<R>(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.next.as_ptr(), t.k);
-    let out = t.out.as_mut_ptr();
-    let (b0, b1) = match t.bias {
-        Some(b) => (
-            _mm256_loadu_ps(b.as_ptr()),
-            _mm256_loadu_ps(b.as_ptr().add(8)),
-        ),
-        None => (_mm256_setzero_ps(), _mm256_setzero_ps()),
-    };
-    for (r, pair) in acc.iter().enumerate().take(t.rows) {
-        let o = out.add(r * t.stride);
-        let (mut v0, mut v1) = (_mm256_add_ps(pair[0], b0), _mm256_add_ps(pair[1], b1));
-        if t.add {
-            v0 = _mm256_add_ps(v0, _mm256_loadu_ps(o));
-            v1 = _mm256_add_ps(v1, _mm256_loadu_ps(o.add(8)));
-        }
-        _mm256_storeu_ps(o, v0);
-        _mm256_storeu_ps(o.add(8), v1);
-    }
+    t.out.store_avx2(&acc);
 }
 
 /// The inner loop of the AVX2 kernel: `R` (up to 6) rows x 2 vectors of sums over `k`, prefetching one
@@ -558,19 +747,7 @@ unsafe fn tile_avx512(
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512_store<const R: usize>(t: &mut Tile<'_>) {
     let acc = sums_avx512::<R>(t.a.as_ptr(), t.lda, t.b.as_ptr(), t.next.as_ptr(), t.k);
-    let out = t.out.as_mut_ptr();
-    let bias = match t.bias {
-        Some(b) => _mm512_loadu_ps(b.as_ptr()),
-        None => _mm512_setzero_ps(),
-    };
-    for (r, v) in acc.iter().enumerate().take(t.rows) {
-        let o = out.add(r * t.stride);
-        let mut v = _mm512_add_ps(*v, bias);
-        if t.add {
-            v = _mm512_add_ps(v, _mm512_loadu_ps(o));
-        }
-        _mm512_storeu_ps(o, v);
-    }
+    t.out.store_avx512(&acc);
 }
 
 /// The inner loop of the AVX-512 kernel: `R` (up to 14) rows x 1 vector of sums over `k`, prefetching one
@@ -605,7 +782,7 @@ unsafe fn sums_avx512<const R: usize>(
 pub(crate) struct PanelLinear {
     weights: Panels,
     bias: Vec<f32>,
-    isa: Isa,
+    kernels: Kernels,
 }
 
 /// Rows per block of a [`PanelLinear`] product, about: a block of the widest output (a
@@ -619,12 +796,13 @@ impl PanelLinear {
         PanelLinear {
             weights: Panels::from_torch(&w, linear.inputs, linear.outputs),
             bias: linear.bias.clone(),
-            isa: Isa::detect(),
+            kernels: Kernels::detect(),
         }
     }
 
     /// Packs a layer's weights rounded to `bf16` (half the memory, and half the bytes a
-    /// one-row product streams); products compute in `f32` on the widened values.
+    /// one-row product streams); products round their inputs to `bf16` too and sum in `f32`
+    /// (see the module docs).
     pub fn bf16(linear: &Linear) -> Self {
         let f32 = PanelLinear::new(linear);
         PanelLinear {
@@ -641,7 +819,7 @@ impl PanelLinear {
     /// Rows per parallel block for a product over `rows` rows: whole tiles of the kernel,
     /// about [`BLOCK_ROWS`], fewer when that would leave a thread idle.
     pub fn block_rows(&self, rows: usize) -> usize {
-        let mr = tile_rows(self.isa);
+        let mr = tile_rows(self.kernels.isa);
         let per_thread = rows.div_ceil(rayon::current_num_threads());
         per_thread.min(BLOCK_ROWS).div_ceil(mr).max(1) * mr
     }
@@ -668,7 +846,7 @@ impl PanelLinear {
     /// block (170 rows in two blocks of 84 and 86 rather than 98 and 72: a partial tile costs
     /// about its rows, a whole one 14 rows).
     fn blocks(&self, rows: usize, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
-        let (mr, n) = (tile_rows(self.isa), self.weights.n);
+        let (mr, n) = (tile_rows(self.kernels.isa), self.weights.n);
         let (tiles, rest) = (rows / mr, rows % mr);
         let count = rayon::current_num_threads()
             .max(rows.div_ceil(BLOCK_ROWS))
@@ -705,7 +883,7 @@ impl PanelLinear {
             rows,
             stride: k,
         };
-        product(self.isa, a, &self.weights, out, n, &self.bias, false);
+        product(self.kernels, a, &self.weights, out, n, &self.bias, false);
         then.run(&mut out[..rows * n], first * n);
     }
 
@@ -735,7 +913,7 @@ impl PanelLinear {
                 rows: count,
                 stride: k,
             };
-            product(self.isa, a, &self.weights, out, n, &self.bias, true);
+            product(self.kernels, a, &self.weights, out, n, &self.bias, true);
         });
     }
 
@@ -748,18 +926,28 @@ impl PanelLinear {
     pub fn gemv(&self, x: &[f32], out: &mut [f32], accumulate: bool) {
         let (k, n) = (self.weights.k, self.weights.n);
         assert!(x.len() == k && out.len() == n, "gemv: shapes");
+        match &self.weights.data {
+            Values::F32(v) => self.gemv_on(v, x, out, accumulate),
+            Values::Bf16(v) => with_scratch(&ROUNDED, |rounded| {
+                rounded.clear();
+                rounded.extend_from_slice(x);
+                bf16::round(rounded);
+                self.gemv_on(v, rounded, out, accumulate)
+            }),
+        }
+    }
+
+    /// [`PanelLinear::gemv`] over the panels' values `v`.
+    fn gemv_on<T: PanelValue + Sync>(&self, v: &[T], x: &[f32], out: &mut [f32], accumulate: bool) {
+        let len = self.weights.panel_len();
         // Panels per task: about 128 KB of weights each.
-        let per = (32_768 / (k * NR).max(1)).max(1);
+        let per = (32_768 / len.max(1)).max(1);
         out.par_chunks_mut(per * NR)
             .enumerate()
             .for_each(|(task, out)| {
                 for (i, out) in out.chunks_mut(NR).enumerate() {
                     let p = task * per + i;
-                    let panel = p * NR * k..(p + 1) * NR * k;
-                    let sums = match &self.weights.data {
-                        Values::F32(v) => panel_sums(self.isa, &v[panel], x),
-                        Values::Bf16(v) => panel_sums(self.isa, &v[panel], x),
-                    };
+                    let sums = panel_sums(self.kernels.isa, &v[p * len..][..len], x);
                     let bias = &self.bias[p * NR..][..out.len()];
                     for ((o, s), b) in out.iter_mut().zip(sums).zip(bias) {
                         *o = if accumulate { *o + s + b } else { s + b };
@@ -769,29 +957,65 @@ impl PanelLinear {
     }
 }
 
-/// A value that panels store: `f32`, or `bf16` bits (`u16`) widened to `f32` as they are read
-/// (exactly: a `bf16` is the top half of an `f32`).
+thread_local! {
+    /// A one-row product's input rounded to `bf16` (the product over `bf16` panels).
+    static ROUNDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A value that panels store, in its panel layout: `f32` (row after row), or `bf16` bits
+/// (`u16`) in pairs of rows (see [`bf16`]), widened to `f32` as they are read (exactly: a
+/// `bf16` is the top half of an `f32`). In both layouts rows `2q` and `2q + 1` start at
+/// `2q` x [`NR`].
 #[allow(unsafe_code)]
 trait PanelValue: Copy {
+    /// Where row `l`, column `c` of a panel lies in it.
+    fn at(l: usize, c: usize) -> usize;
+
+    /// Values in a panel of `k` rows.
+    fn len(k: usize) -> usize;
+
     fn to_f32(self) -> f32;
 
-    /// [`NR`] values at `p` as one 512-bit `f32` vector.
+    /// Rows `2q` and `2q + 1` of a panel from `p` (their start), [`NR`] columns each.
     ///
     /// # Safety
-    /// AVX-512F is present, and `NR` values from `p` are readable.
+    /// AVX-512F is present, and `2 NR` values from `p` are readable.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn load_avx512(p: *const Self) -> __m512;
+    unsafe fn pair_avx512(p: *const Self) -> [__m512; 2];
 
-    /// 8 values at `p` as one 256-bit `f32` vector.
+    /// Row `2q` alone (the last row of an odd `k`), from `p` as in `pair_avx512`.
     ///
     /// # Safety
-    /// AVX2 is present, and 8 values from `p` are readable.
+    /// AVX-512F is present, and the row's values are readable (`2 NR` values for `bf16`, whose
+    /// padding row follows).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn load_avx2(p: *const Self) -> __m256;
+    unsafe fn row_avx512(p: *const Self) -> __m512;
+
+    /// Rows `2q` and `2q + 1` as `[row][half]`, 8 columns a vector.
+    ///
+    /// # Safety
+    /// AVX2 is present, and `2 NR` values from `p` are readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn pair_avx2(p: *const Self) -> [[__m256; 2]; 2];
+
+    /// Row `2q` alone, two vectors of 8.
+    ///
+    /// # Safety
+    /// As `row_avx512`, with AVX2.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn row_avx2(p: *const Self) -> [__m256; 2];
 }
 
 #[allow(unsafe_code)]
 impl PanelValue for f32 {
+    fn at(l: usize, c: usize) -> usize {
+        l * NR + c
+    }
+
+    fn len(k: usize) -> usize {
+        k * NR
+    }
+
     fn to_f32(self) -> f32 {
         self
     }
@@ -799,38 +1023,29 @@ impl PanelValue for f32 {
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn load_avx512(p: *const f32) -> __m512 {
+    unsafe fn pair_avx512(p: *const f32) -> [__m512; 2] {
+        [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(NR))]
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_avx512(p: *const f32) -> __m512 {
         _mm512_loadu_ps(p)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn load_avx2(p: *const f32) -> __m256 {
-        _mm256_loadu_ps(p)
-    }
-}
-
-#[allow(unsafe_code)]
-impl PanelValue for u16 {
-    fn to_f32(self) -> f32 {
-        bf16_to_f32(self)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load_avx512(p: *const u16) -> __m512 {
-        let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits))
+    unsafe fn pair_avx2(p: *const f32) -> [[__m256; 2]; 2] {
+        [Self::row_avx2(p), Self::row_avx2(p.add(NR))]
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn load_avx2(p: *const u16) -> __m256 {
-        let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+    unsafe fn row_avx2(p: *const f32) -> [__m256; 2] {
+        [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
     }
 }
 
@@ -838,11 +1053,12 @@ impl PanelValue for u16 {
 /// in the same order whatever the values' type (so `bf16` panels give the sums of the `f32`
 /// panel of the same values).
 fn panel_sums<T: PanelValue>(isa: Isa, panel: &[T], x: &[f32]) -> [f32; NR] {
-    assert!(panel.len() >= x.len() * NR);
+    assert!(panel.len() >= T::len(x.len()));
     let mut sums = [0.0f32; NR];
     match isa {
         // SAFETY (both): an `Isa::Avx2` / `Isa::Avx512` is only made (`FloatIsa::detect`) on a
-        // CPU with AVX2 + FMA / AVX-512F; the assert above keeps the reads inside `panel`.
+        // CPU with AVX2 + FMA / AVX-512F; the assert above keeps the reads inside `panel`
+        // (`T::len` counts a `bf16` panel's padding row, which its last pair reads).
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code)]
         Isa::Avx512 => unsafe { panel_sums_avx512(panel.as_ptr(), x, &mut sums) },
@@ -851,8 +1067,8 @@ fn panel_sums<T: PanelValue>(isa: Isa, panel: &[T], x: &[f32]) -> [f32; NR] {
         Isa::Avx2 => unsafe { panel_sums_avx2(panel.as_ptr(), x, &mut sums) },
         Isa::Portable => {
             for (l, &xv) in x.iter().enumerate() {
-                for (s, &w) in sums.iter_mut().zip(&panel[l * NR..][..NR]) {
-                    *s = xv.mul_add(w.to_f32(), *s);
+                for (c, s) in sums.iter_mut().enumerate() {
+                    *s = xv.mul_add(panel[T::at(l, c)].to_f32(), *s);
                 }
             }
         }
@@ -869,14 +1085,26 @@ unsafe fn panel_sums_avx512<T: PanelValue>(panel: *const T, x: &[f32], sums: &mu
     let quads = x.chunks_exact(4);
     let tail = quads.remainder();
     let mut w = panel;
+    let fma =
+        |acc: &mut __m512, x: f32, w: __m512| *acc = _mm512_fmadd_ps(_mm512_set1_ps(x), w, *acc);
     for q in quads {
-        for (j, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(_mm512_set1_ps(q[j]), T::load_avx512(w.add(j * NR)), *a);
-        }
+        let [w0, w1] = T::pair_avx512(w);
+        let [w2, w3] = T::pair_avx512(w.add(2 * NR));
+        fma(&mut acc[0], q[0], w0);
+        fma(&mut acc[1], q[1], w1);
+        fma(&mut acc[2], q[2], w2);
+        fma(&mut acc[3], q[3], w3);
         w = w.add(4 * NR);
     }
-    for (j, &xv) in tail.iter().enumerate() {
-        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xv), T::load_avx512(w.add(j * NR)), acc[j]);
+    let mut rest = tail.chunks_exact(2);
+    for (j, p) in rest.by_ref().enumerate() {
+        let [w0, w1] = T::pair_avx512(w);
+        fma(&mut acc[2 * j], p[0], w0);
+        fma(&mut acc[2 * j + 1], p[1], w1);
+        w = w.add(2 * NR);
+    }
+    if let Some(&xv) = rest.remainder().first() {
+        fma(&mut acc[tail.len() - 1], xv, T::row_avx512(w));
     }
     let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     _mm512_storeu_ps(sums.as_mut_ptr(), total);
@@ -891,71 +1119,25 @@ unsafe fn panel_sums_avx2<T: PanelValue>(panel: *const T, x: &[f32], sums: &mut 
     let pairs = x.chunks_exact(2);
     let tail = pairs.remainder();
     let mut w = panel;
+    let fma = |acc: &mut [__m256; 2], x: f32, w: [__m256; 2]| {
+        let xv = _mm256_set1_ps(x);
+        acc[0] = _mm256_fmadd_ps(xv, w[0], acc[0]);
+        acc[1] = _mm256_fmadd_ps(xv, w[1], acc[1]);
+    };
     for q in pairs {
-        for (j, pair) in acc.iter_mut().enumerate() {
-            let xv = _mm256_set1_ps(q[j]);
-            let row = w.add(j * NR);
-            pair[0] = _mm256_fmadd_ps(xv, T::load_avx2(row), pair[0]);
-            pair[1] = _mm256_fmadd_ps(xv, T::load_avx2(row.add(8)), pair[1]);
-        }
+        let [w0, w1] = T::pair_avx2(w);
+        fma(&mut acc[0], q[0], w0);
+        fma(&mut acc[1], q[1], w1);
         w = w.add(2 * NR);
     }
     if let Some(&xv) = tail.first() {
-        let xv = _mm256_set1_ps(xv);
-        acc[0][0] = _mm256_fmadd_ps(xv, T::load_avx2(w), acc[0][0]);
-        acc[0][1] = _mm256_fmadd_ps(xv, T::load_avx2(w.add(8)), acc[0][1]);
+        fma(&mut acc[0], xv, T::row_avx2(w));
     }
     _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_add_ps(acc[0][0], acc[1][0]));
     _mm256_storeu_ps(
         sums.as_mut_ptr().add(8),
         _mm256_add_ps(acc[0][1], acc[1][1]),
     );
-}
-
-/// `dst = src` widened from `bf16` to `f32` (resized to `src`'s length): a panel's block
-/// before its tiles run. Every thread widens every block of its product, once per block of
-/// rows, so this runs as often as the tiles' loads do and must be as fast.
-fn widen(isa: Isa, src: &[u16], dst: &mut Vec<f32>) {
-    dst.resize(src.len(), 0.0);
-    let vectors = src.len() / NR * NR;
-    match isa {
-        // SAFETY (both): as in `panel_sums`; each step reads and writes `NR` values below
-        // `vectors`, inside both slices.
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        Isa::Avx512 => unsafe { widen_all_avx512(&src[..vectors], &mut dst[..vectors]) },
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        Isa::Avx2 => unsafe { widen_all_avx2(&src[..vectors], &mut dst[..vectors]) },
-        Isa::Portable => {
-            for (d, &s) in dst[..vectors].iter_mut().zip(&src[..vectors]) {
-                *d = bf16_to_f32(s);
-            }
-        }
-    }
-    for (d, &s) in dst[vectors..].iter_mut().zip(&src[vectors..]) {
-        *d = bf16_to_f32(s);
-    }
-}
-
-/// [`widen`]'s AVX-512 loop over whole vectors (`src.len()` a multiple of [`NR`]).
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx512f")]
-unsafe fn widen_all_avx512(src: &[u16], dst: &mut [f32]) {
-    for (d, s) in dst.chunks_exact_mut(NR).zip(src.chunks_exact(NR)) {
-        _mm512_storeu_ps(d.as_mut_ptr(), u16::load_avx512(s.as_ptr()));
-    }
-}
-
-/// [`widen`]'s AVX2 loop over whole vectors (`src.len()` a multiple of [`NR`]).
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx2")]
-unsafe fn widen_all_avx2(src: &[u16], dst: &mut [f32]) {
-    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-        _mm256_storeu_ps(d.as_mut_ptr(), u16::load_avx2(s.as_ptr()));
-    }
 }
 
 #[cfg(test)]
@@ -994,7 +1176,15 @@ mod tests {
                         rows: m,
                         stride,
                     };
-                    product(isa, rows, &b, &mut out, out_stride, &bias, false);
+                    product(
+                        Kernels::widening(isa),
+                        rows,
+                        &b,
+                        &mut out,
+                        out_stride,
+                        &bias,
+                        false,
+                    );
                     for i in 0..m {
                         for j in 0..out_stride {
                             let got = out[i * out_stride + j];
@@ -1030,10 +1220,19 @@ mod tests {
             stride: k,
         };
         let mut want = vec![0.0; m * n];
-        product(Isa::Portable, rows, &b, &mut want, n, &vec![0.0; n], false);
+        let portable = Kernels::widening(Isa::Portable);
+        product(portable, rows, &b, &mut want, n, &vec![0.0; n], false);
         for isa in Isa::available() {
             let mut got = vec![0.0; m * n];
-            product(isa, rows, &b, &mut got, n, &vec![0.0; n], false);
+            product(
+                Kernels::widening(isa),
+                rows,
+                &b,
+                &mut got,
+                n,
+                &vec![0.0; n],
+                false,
+            );
             assert_eq!(got, want, "{isa:?}");
         }
     }
@@ -1057,7 +1256,7 @@ mod tests {
             let residual = noise(rows * outputs, 12);
             let mut want = vec![0.0; rows * outputs];
             product(
-                Isa::Portable,
+                Kernels::widening(Isa::Portable),
                 Rows {
                     data: &x,
                     rows,
@@ -1120,7 +1319,7 @@ mod tests {
             let tolerance = 1e-4 * (1.0 + (inputs as f64).sqrt());
             for isa in Isa::available() {
                 let layer = PanelLinear {
-                    isa,
+                    kernels: Kernels::widening(isa),
                     ..PanelLinear::new(&linear)
                 };
                 let mut out = vec![0.0; outputs];
@@ -1149,13 +1348,21 @@ mod tests {
         }
     }
 
-    /// A layer of `bf16` panels gives, bit for bit, what the `f32` layer of its rounded
-    /// weights gives: over many rows (widened blocks), accumulating, and one row (widened in
-    /// registers), on every kernel.
+    /// A layer of `bf16` panels computes the `f32` product of its rounded weights and its
+    /// inputs rounded to `bf16`: bit for bit on the widening kernels (over many rows, widened
+    /// blocks; accumulating; one row, widened in registers), to rounding of the sums on the
+    /// dot-product ones; with odd `k`, several blocks of `k` and partial tiles and panels.
     #[test]
-    fn bf16_panels_compute_the_f32_product_of_their_values() {
+    fn bf16_panels_compute_the_f32_product_of_rounded_values() {
         use crate::models::kernels::Weight;
-        for &(inputs, outputs, rows) in &[(515, 35, 31), (64, 48, 7), (3, 17, 2), (300, 16, 250)] {
+        for &(inputs, outputs, rows) in &[
+            (515, 35, 31),
+            (64, 48, 7),
+            (3, 17, 2),
+            (300, 16, 250),
+            (1, 16, 15),
+            (600, 32, 1),
+        ] {
             let linear = Linear {
                 weight: Weight::F32(noise(inputs * outputs, 31)),
                 bias: noise(outputs, 32),
@@ -1169,25 +1376,68 @@ mod tests {
             };
             assert_ne!(rounded.weight.to_f32(), linear.weight.to_f32());
             let x = noise(rows * inputs, 33);
-            for isa in Isa::available() {
-                let half = PanelLinear {
-                    isa,
-                    ..half.clone()
-                };
-                let full = PanelLinear {
-                    isa,
-                    ..PanelLinear::new(&rounded)
-                };
-                let run = |l: &PanelLinear| {
+            let mut x_rounded = x.clone();
+            bf16::round(&mut x_rounded);
+            assert_ne!(x, x_rounded);
+            let tolerance = 1e-5 * (1.0 + (inputs as f32).sqrt());
+            for kernels in Kernels::available() {
+                let run = |l: &PanelLinear, x: &[f32]| {
+                    let l = PanelLinear {
+                        kernels,
+                        ..l.clone()
+                    };
                     let mut many = vec![0.0; rows * outputs];
-                    l.forward(&x, rows, &mut many, Then::Nothing);
+                    l.forward(x, rows, &mut many, Then::Nothing);
                     let mut added = noise(rows * outputs, 34);
-                    l.forward_add(&x, rows, &mut added);
+                    l.forward_add(x, rows, &mut added);
                     let mut one = vec![0.0; outputs];
                     l.gemv(&x[..inputs], &mut one, false);
-                    (many, added, one)
+                    [many, added, one]
                 };
-                assert_eq!(run(&half), run(&full), "{isa:?} {inputs}x{outputs}");
+                let got = run(&half, &x);
+                let want = run(&PanelLinear::new(&rounded), &x_rounded);
+                if !kernels.bf16_dot {
+                    assert_eq!(got, want, "{kernels:?} {inputs}x{outputs}");
+                    continue;
+                }
+                for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+                    assert!(
+                        (g - w).abs() <= tolerance,
+                        "{kernels:?} {inputs}x{outputs}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The paired layout: every value where `at` says, the padding row of an odd `k` zero,
+    /// and a widened block equal to the `f32` rows of its values on every kernel.
+    #[test]
+    fn bf16_pairs_hold_the_rows_of_each_panel() {
+        for (k, n) in [(1, 3), (5, 17), (64, 32)] {
+            // Integers below 256 are exact in `bf16`.
+            let value = |l: usize, j: usize| ((l % 16) * 16 + j % 16) as f32;
+            let f32s = Panels::from_fn(k, n, value);
+            let half = f32s.to_bf16();
+            assert_eq!(half.to_torch(), f32s.to_torch());
+            let Values::Bf16(v) = &half.data else {
+                unreachable!()
+            };
+            assert_eq!(v.len(), n.div_ceil(NR) * half.panel_len());
+            if k % 2 == 1 {
+                for c in 0..NR {
+                    assert_eq!(v[u16::at(k, c)], 0, "padding row");
+                }
+            }
+            let block = half.block(0, 0, k);
+            for isa in Isa::available() {
+                let mut wide = Vec::new();
+                bf16::widen(isa, &v[block.clone()], &mut wide);
+                for l in 0..k {
+                    for c in 0..NR.min(n) {
+                        assert_eq!(wide[l * NR + c], value(l, c), "{isa:?}");
+                    }
+                }
             }
         }
     }
