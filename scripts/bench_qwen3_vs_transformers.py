@@ -74,7 +74,7 @@ def cpu_flags():
         words = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         return "unknown"
-    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni") if f in words)
+    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni") if f in words)
 
 
 def nominal_flops(model_dir, prompt_lens):

@@ -9,7 +9,7 @@
 //! before decoding starts ([`DecodeState::reserve`]). Its matrix products have one input row,
 //! so they stream each weight once from memory (`models::panels` for the layers, f32 or bf16,
 //! `models::gemv` for the output head); with [`Precision::Bf16`] the weights are half the
-//! bytes.
+//! bytes, and prefill runs on `bf16` dot products where the CPU has them.
 
 use std::path::Path;
 

@@ -105,7 +105,8 @@ impl Layer {
 pub(crate) enum MatrixFormat {
     /// `f32` in column panels ([`Matrix::Panels`]): scoring and generation.
     F32,
-    /// `bf16` in column panels ([`Matrix::Panels`]): generation with `Precision::Bf16`.
+    /// `bf16` in column panels ([`Matrix::Panels`]): scoring and generation with
+    /// `Precision::Bf16` (the products' inputs rounded to `bf16` too).
     Bf16,
     /// `int8` ([`Matrix::Int8`]): scoring with `Precision::Int8`.
     Int8,
@@ -127,7 +128,7 @@ impl MatrixFormat {
 pub(crate) enum Matrix {
     /// `f32` or `bf16` packed in column panels (`models::panels`): products over many rows
     /// (scoring, prefill) run on the crate's tiles without gathering the weights, and a
-    /// decode step streams each panel once (`bf16`: half the bytes, widened as they come).
+    /// decode step streams each panel once (`bf16`: half the bytes).
     Panels(PanelLinear),
     /// `int8` weights and activations quantized per row on the fly (`models::quant`): scoring
     /// only.

@@ -4,7 +4,7 @@
 //!
 //! - [`Qwen3Config`] (`config`): the `config.json` keys the forward passes read, checked.
 //! - `layers`: the weights in the kernels' layout: fused QKV and gate/up projections per
-//!   layer (f32 panels; bf16 rows for generation, int8 for scoring as options), token
+//!   layer (f32 panels; bf16 panels or, for scoring, int8 as options), token
 //!   embeddings read from the mapped file, the final norm (`Decoder`).
 //! - `ops`: the vectorized row-wise steps: RMSNorm, per-head q/k RMSNorm fused with RoPE,
 //!   `SiLU(gate) * up`, and the RoPE tables.
