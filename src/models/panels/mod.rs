@@ -115,10 +115,17 @@ impl Panels {
         data.par_chunks_mut(NR * inputs.max(1))
             .enumerate()
             .for_each(|(p, panel)| {
-                for c in 0..NR.min(outputs - p * NR) {
-                    let row = &w[(p * NR + c) * inputs..][..inputs];
-                    for (l, &v) in row.iter().enumerate() {
-                        panel[l * NR + c] = v;
+                let rows = &w[p * NR * inputs..][..NR.min(outputs - p * NR) * inputs];
+                // In squares of NR x NR: a square's 16 panel rows (1 KB) stay in the level-1
+                // cache while each of its weight rows is read in order. A whole column per
+                // weight row wrote one float per cache line, 64 KB apart at k = 1024: 0.5 s of
+                // CPU in a 0.6B Qwen3's load, 0.3 s this way.
+                for l0 in (0..inputs).step_by(NR) {
+                    let square = &mut panel[l0 * NR..(l0 + NR).min(inputs) * NR];
+                    for (c, row) in rows.chunks_exact(inputs).enumerate() {
+                        for (dst, &v) in square.chunks_exact_mut(NR).zip(&row[l0..]) {
+                            dst[c] = v;
+                        }
                     }
                 }
             });
