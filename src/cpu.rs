@@ -21,8 +21,9 @@ pub(crate) fn avx512_vnni() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
-/// Whether the AVX-512 bf16 dot products (`vdpbf16ps`, `vcvtne2ps2bf16`) may run here.
-#[cfg(target_arch = "x86_64")]
+/// Whether the AVX-512 bf16 dot products (`vdpbf16ps`, `vcvtne2ps2bf16`) may run here (the
+/// models' bf16 panels are their only user).
+#[cfg(all(target_arch = "x86_64", feature = "models"))]
 pub(crate) fn avx512_bf16() -> bool {
     avx512f() && std::arch::is_x86_feature_detected!("avx512bf16")
 }
