@@ -323,9 +323,15 @@ impl Qwen3RerankerBuilder {
                 tokenizer.display()
             )));
         }
-        let encoder = PromptEncoder::from_file(&tokenizer, max_length)?;
-        let (yes, no) = (encoder.yes_id(), encoder.no_id());
-        let scorer = Qwen3Scorer::load(dir, config, yes, no, max_length, format)?;
+        // The tokenizer loads while the layers do.
+        let (scorer, encoder) = Qwen3Scorer::load(
+            dir,
+            config,
+            max_length,
+            format,
+            || PromptEncoder::from_file(&tokenizer, max_length),
+            |e| (e.yes_id(), e.no_id()),
+        )?;
         let rows = scorer.vocab_rows();
         if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
             return Err(Error::model(format!(
