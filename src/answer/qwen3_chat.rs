@@ -190,12 +190,15 @@ impl Qwen3ChatBuilder {
                 tokenizer_path.display()
             )));
         }
-        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
-            .map_err(|e| Error::tokenizer(format!("{}: {e}", tokenizer_path.display())))?;
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        tokenizer.with_padding(None);
+        let load_tokenizer = || -> Result<Tokenizer> {
+            let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
+                .map_err(|e| Error::tokenizer(format!("{}: {e}", tokenizer_path.display())))?;
+            tokenizer
+                .with_truncation(None)
+                .map_err(|e| Error::tokenizer(e.to_string()))?;
+            tokenizer.with_padding(None);
+            Ok(tokenizer)
+        };
 
         let max_positions = self
             .options
@@ -203,7 +206,15 @@ impl Qwen3ChatBuilder {
             .or(config.max_position_embeddings)
             .unwrap_or(DEFAULT_MAX_POSITIONS);
         let pool = self.options.thread_pool("qwen3-chat")?;
-        let model = pool.install(|| CausalLm::load(dir, config, precision, max_positions))?;
+        // The tokenizer (about 0.35 s for Qwen3's) loads while the layers do.
+        let (model, tokenizer) = pool.install(|| {
+            rayon::join(
+                || CausalLm::load(dir, config, precision, max_positions),
+                load_tokenizer,
+            )
+        });
+        let tokenizer = tokenizer?;
+        let model = model?;
         let state = model.state();
 
         let mut stop_ids = Vec::new();
