@@ -20,37 +20,35 @@ pub(crate) struct Qwen3Scorer {
 }
 
 impl Qwen3Scorer {
-    /// Loads the weights in `dir` for prompts of at most `max_positions` tokens, its matrices
-    /// in `format` (f32, bf16 or int8), keeping only the `yes - no` row difference of the
-    /// output head. Layers load in parallel on the current rayon pool, and `side` (the
-    /// caller's tokenizer, about 0.35 s for Qwen3's) loads beside them; `yes_no` then gives the
-    /// two token ids from what it loaded. An error of `side` is returned first.
-    pub fn load<T: Send>(
+    /// Loads the decoder in `dir` for prompts of at most `max_positions` tokens, its matrices
+    /// in `format` (f32, bf16 or int8): what [`Qwen3Scorer::new`] takes, once the caller's
+    /// tokenizer (which may load meanwhile) has given the `yes` and `no` ids. Layers load in
+    /// parallel on the current rayon pool; a checkpoint without an output head fails before
+    /// they do.
+    pub fn load_model(
         dir: &Path,
         cfg: Qwen3Config,
         max_positions: usize,
         format: MatrixFormat,
-        side: impl FnOnce() -> Result<T> + Send,
-        yes_no: impl FnOnce(&T) -> (u32, u32),
-    ) -> Result<(Self, T)> {
+    ) -> Result<Qwen3Model> {
         let weights = Weights::open(dir)?;
-        let h = cfg.hidden_size;
-        let head_name = head_name(&weights, &cfg)?;
-        let (decoder, side) = rayon::join(|| Decoder::from_weights(weights, cfg, format), side);
-        let side = side?;
-        let decoder = decoder?;
-        let (yes, no) = yes_no(&side);
-        let rows = decoder.embed.weights().rows(head_name, h, &[yes, no])?;
+        head_name(&weights, &cfg)?;
+        let decoder = Decoder::from_weights(weights, cfg, format)?;
+        Ok(Qwen3Model::new(decoder, max_positions))
+    }
+
+    /// The scorer over `model`, keeping only the `yes - no` row difference of its output head
+    /// (read from the mapped checkpoint; an id outside the head is an error).
+    pub fn new(model: Qwen3Model, yes: u32, no: u32) -> Result<Self> {
+        let h = model.config().hidden_size;
+        let weights = model.decoder.embed.weights();
+        let rows = weights.rows(head_name(weights, model.config())?, h, &[yes, no])?;
         let head: Vec<f32> = rows[..h]
             .iter()
             .zip(&rows[h..])
             .map(|(y, n)| y - n)
             .collect();
-        let scorer = Qwen3Scorer {
-            model: Qwen3Model::new(decoder, max_positions),
-            head,
-        };
-        Ok((scorer, side))
+        Ok(Qwen3Scorer { model, head })
     }
 
     /// The configuration.
