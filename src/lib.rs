@@ -58,6 +58,7 @@ mod cpu;
 mod document;
 mod dot;
 mod error;
+mod filter;
 #[cfg(any(feature = "http", feature = "milvus"))]
 mod http;
 
@@ -84,6 +85,7 @@ pub mod store;
 pub use cpu::simd_isa;
 pub use document::{Document, Hit, Metadata};
 pub use error::{BoxError, Error, Result};
+pub use filter::Filter;
 
 // The five traits.
 pub use answer::Generator;
@@ -115,7 +117,8 @@ pub use rerankers::{EmbeddingReranker, FallbackReranker};
 #[cfg(feature = "sqlite")]
 pub use store::Store;
 
-/// The README's code examples, compiled and run as doctests.
-#[cfg(doctest)]
+/// The README's code examples, compiled and run as doctests (the cross-encoder one needs the
+/// `models` feature).
+#[cfg(all(doctest, feature = "models"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -25,6 +25,10 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Keep stage-1 order when stage 1 returns no more candidates than --top-k (default: the
+    /// reranker orders every list; the output says when it was skipped).
+    #[arg(long)]
+    skip_rerank_within_top_k: bool,
     /// JSON file of known people for the query classifier: {"alias": "Canonical Name", ...}.
     #[arg(long)]
     aliases: Option<PathBuf>,
@@ -41,6 +45,7 @@ pub fn run(args: Args) -> CliResult {
         .classifier(crate::classify::classifier(args.aliases.as_ref())?)
         .pii_guard(rerank::PiiGuard::default())
         .top_k(args.top_k)
+        .skip_rerank_within_top_k(args.skip_rerank_within_top_k)
         .build()?;
     let response = pipeline.search(&args.query)?;
     if args.json {
@@ -83,6 +88,7 @@ pub fn response_json(response: &rerank::SearchResponse) -> serde_json::Value {
         "scorer": response.scorer,
         "rerank_fallback": response.rerank_fallback,
         "rerank_error": response.rerank_error,
+        "stage2_skipped": response.stage2_skipped,
         "classification": response.classification,
         "cache_hit": response.cache_hit,
         "timings": response.timings,
@@ -115,4 +121,12 @@ pub fn print_table(response: &rerank::SearchResponse) {
         "({} candidates, scorer {}, retrieve {:.2} ms, total {:.2} ms)",
         response.candidates, response.scorer, t.retrieve_ms, t.total_ms
     );
+    if let Some(why) = &response.stage2_skipped {
+        println!("(stage 2 did not rerank: {why})");
+    }
+    match (&response.rerank_error, response.reranked) {
+        (Some(e), true) => println!("(a fallback scorer stood in for the reranker: {e})"),
+        (Some(e), false) => println!("(the reranker failed, stage-1 order kept: {e})"),
+        (None, _) => {}
+    }
 }

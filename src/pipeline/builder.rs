@@ -137,7 +137,14 @@ impl PipelineBuilder {
         self
     }
 
-    /// Drops hits whose final score is below `threshold`.
+    /// Skips stage 2 when stage 1 returns no more candidates than `top_k` (default: false, the
+    /// reranker orders every candidate list); see [`SearchOptions::skip_rerank_within_top_k`].
+    pub fn skip_rerank_within_top_k(mut self, skip: bool) -> Self {
+        self.options.skip_rerank_within_top_k = skip;
+        self
+    }
+
+    /// Drops hits whose final score is below `threshold` (protected hits are kept).
     pub fn score_threshold(mut self, threshold: f32) -> Self {
         self.options.score_threshold = Some(threshold);
         self

@@ -327,6 +327,7 @@ impl PipelineConfig {
         let mut options = self.search.clone();
         if let Some(r) = &self.reranker {
             options.rerank_depth = r.depth;
+            options.skip_rerank_within_top_k = r.skip_within_top_k;
         }
         let mut builder = Pipeline::builder().retriever(retriever).options(options);
         for (name, r) in modes {

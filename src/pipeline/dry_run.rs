@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{instruct, InstructionSource, Pipeline, SearchRequest};
+use super::{stage2, InstructionSource, Pipeline, SearchRequest};
 use crate::classify::{Classification, Route};
 use crate::parse;
 use crate::{Error, Result};
@@ -30,8 +30,12 @@ pub struct SearchPlan {
     pub modes: Vec<String>,
     /// Stage-1 candidates that would be fetched.
     pub candidates: usize,
-    /// Whether a reranker would run (it runs when more candidates than `top_k` come back).
+    /// Whether a reranker is set. It runs on every non-empty candidate list, unless
+    /// [`SearchOptions::skip_rerank_within_top_k`](super::SearchOptions::skip_rerank_within_top_k)
+    /// is set (see `rerank_skipped_within_top_k`).
     pub rerank: bool,
+    /// Whether stage 2 is skipped when stage 1 returns no more candidates than `top_k`.
+    pub rerank_skipped_within_top_k: bool,
     /// Rerank depth (`None`: every candidate).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank_depth: Option<usize>,
@@ -68,7 +72,7 @@ impl Pipeline {
             std::sync::Arc::new(crate::Document::new("", "")),
             0.0,
         )];
-        let instruction = instruct::assign(
+        let instruction = stage2::assign(
             self.instructions.as_ref(),
             request.instruction.as_deref(),
             plan.two_phase
@@ -97,6 +101,7 @@ impl Pipeline {
             modes: self.modes.names(),
             candidates,
             rerank: self.reranker.is_some(),
+            rerank_skipped_within_top_k: self.options.skip_rerank_within_top_k,
             rerank_depth,
             instruction,
             hyde,

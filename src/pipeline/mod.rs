@@ -4,8 +4,9 @@
 //!   `build()`; [`PipelineConfig`] (`config`): the same from YAML / TOML / JSON;
 //! - [`SearchRequest`] (`request`) and [`SearchOptions`] (`options`): per-call and per-pipeline
 //!   settings; [`Filter`] and [`DedupKey`];
-//! - the query-side steps (`query_stages`): guard, cache, HyDE and expansion, protected order;
-//! - post-processing (`postprocess`): threshold, dedup, top-k;
+//! - the query-side steps (`query_stages`): guard, cache, HyDE and expansion;
+//! - stage 2 and post-processing (`stage2`): the candidates in, reranked (with reranker
+//!   instructions) and protected, then threshold, dedup and top-k;
 //! - the panic boundary around the host's components (`guarded`);
 //! - [`SearchResponse`] (`response`) with per-stage [`Timings`];
 //! - [`Pipeline::answer`] (`answer`) and its [`Answer`] (`answer_response`).
@@ -16,18 +17,18 @@ mod builder;
 mod config;
 mod dry_run;
 mod guarded;
-mod instruct;
 mod modes;
 mod options;
-mod postprocess;
 mod query_stages;
 mod request;
 mod response;
 mod sections;
+mod stage2;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use crate::filter::{Filter, LANGUAGE_FIELD, PATH_FIELD, SOURCE_TYPE_FIELD};
 pub use answer_response::{
     canned_chitchat_reply, Answer, AnswerFlags, AnswerOptions, AnswerTimings, ChitchatMode,
     CHITCHAT_SYSTEM_PROMPT,
@@ -39,22 +40,22 @@ pub use config::{
     RerankerKind, RetrieverConfig, StoreConfig,
 };
 pub use dry_run::SearchPlan;
-pub use instruct::{InstructionSource, UsedInstruction};
 pub use modes::HYBRID_MODE;
-pub use options::{DedupKey, Filter, SearchOptions, LANGUAGE_FIELD, PATH_FIELD, SOURCE_TYPE_FIELD};
+pub use options::{DedupKey, SearchOptions};
 pub use request::SearchRequest;
 pub use response::{SearchResponse, Timings};
+pub use stage2::{InstructionSource, UsedInstruction};
 
 use modes::RecallModes;
 use query_stages::QueryStages;
+use stage2::Stage2Input;
 
 use crate::answer::Generator;
 use crate::cache::SemanticCache;
-use crate::classify::{Classification, QueryClassifier};
+use crate::classify::QueryClassifier;
 use crate::parse::{self, TwoPhaseMode};
 use crate::rerankers::qwen3::Instructions;
-use crate::rerankers::RerankQuery;
-use crate::{Embedder, Error, Hit, Reranker, Result, Retriever};
+use crate::{Embedder, Error, Reranker, Result, Retriever};
 
 /// A two-stage retrieval pipeline. Build it with [`Pipeline::builder`]; it is `Send + Sync`,
 /// so one instance behind an `Arc` serves many threads.
@@ -86,16 +87,6 @@ impl std::fmt::Debug for Pipeline {
             .field("instructions", &self.instructions.is_some())
             .finish()
     }
-}
-
-/// The outcome of stage 2.
-struct Stage2 {
-    hits: Vec<Hit>,
-    reranked: bool,
-    scorer: String,
-    error: Option<String>,
-    scored: usize,
-    instructions: Vec<UsedInstruction>,
 }
 
 impl Pipeline {
@@ -149,8 +140,10 @@ impl Pipeline {
     /// stage 1 fetches [`SearchOptions::candidates_for`]`(top_k)` candidates (with HyDE and
     /// query variants when configured) and numbers them (stage-1 rank);
     /// metadata filters drop candidates (before reranking, so no model time is spent on them);
-    /// stage 2 reranks when a reranker is set and more than `top_k` candidates remain, falling
-    /// back to stage-1 order if it fails, and keeps the top lexical matches of factual queries
+    /// stage 2 reranks when a reranker is set (unless
+    /// [`SearchOptions::skip_rerank_within_top_k`] is set and no more than `top_k` candidates
+    /// remain; [`SearchResponse::stage2_skipped`] says why it did not), falling back to
+    /// stage-1 order if it fails, and keeps the top lexical matches of factual queries
     /// first ([`ProtectPolicy`](crate::rerankers::ProtectPolicy)); then threshold (protected hits are kept), dedup and top-k.
     pub fn search_with(&self, request: &SearchRequest) -> Result<SearchResponse> {
         let start = Instant::now();
@@ -210,13 +203,6 @@ impl Pipeline {
             .collect();
         hits.retain(|h| filters.iter().all(|f| f.matches(&h.document)));
 
-        let explicit = Explicit {
-            request: request.instruction.as_deref(),
-            two_phase: plan
-                .two_phase
-                .as_ref()
-                .and_then(|q| q.instruction.as_deref()),
-        };
         let depth = request.rerank_depth.or(self.options.rerank_depth);
         if depth == Some(0) {
             return Err(Error::InvalidInput(
@@ -224,15 +210,24 @@ impl Pipeline {
             ));
         }
         let stage2 = self.rerank_stage(
-            &plan.recall,
-            plan.rerank,
-            explicit,
-            hits,
-            top_k,
-            depth,
-            classification.as_ref(),
+            Stage2Input {
+                query: &plan.recall,
+                rerank: plan.rerank,
+                request_instruction: request.instruction.as_deref(),
+                two_phase_instruction: plan
+                    .two_phase
+                    .as_ref()
+                    .and_then(|q| q.instruction.as_deref()),
+                hits,
+                top_k,
+                depth,
+                classification: classification.as_ref(),
+            },
             &mut timings,
         );
+        if let Some(why) = &stage2.skipped {
+            tracing::debug!(stage = "rerank", reason = %why, "stage 2 did not rerank");
+        }
 
         let t = Instant::now();
         let threshold = request.score_threshold.or(self.options.score_threshold);
@@ -271,130 +266,13 @@ impl Pipeline {
             mode,
             reranked_candidates: stage2.scored,
             instructions: stage2.instructions,
+            stage2_skipped: stage2.skipped,
         };
         self.cache_store(probe, query, &response);
         Ok(response)
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn rerank_stage(
-        &self,
-        query: &str,
-        rq: RerankQuery,
-        explicit: Explicit<'_>,
-        hits: Vec<Hit>,
-        top_k: usize,
-        depth: Option<usize>,
-        classification: Option<&Classification>,
-        timings: &mut Timings,
-    ) -> Stage2 {
-        let stage1 = |hits, error| Stage2 {
-            hits,
-            reranked: false,
-            scorer: "stage1".into(),
-            error,
-            scored: 0,
-            instructions: Vec::new(),
-        };
-        let Some(reranker) = &self.reranker else {
-            return stage1(hits, None);
-        };
-        if hits.len() <= top_k {
-            return stage1(hits, None);
-        }
-        let t = Instant::now();
-        // Only the first `depth` candidates are reranked; the rest follow in stage-1 order.
-        let mut head = hits;
-        let tail = head.split_off(depth.unwrap_or(usize::MAX).min(head.len()));
-        let assigned = instruct::assign(
-            self.instructions.as_ref(),
-            explicit.request,
-            explicit.two_phase,
-            classification,
-            &head,
-        );
-        let groups = instruct::groups(&assigned);
-        let texts: Vec<String> = head.iter().map(|h| h.document.full_text()).collect();
-        let mut scores = vec![f32::NAN; head.len()];
-        let mut scorer = String::new();
-        let mut fallback_reason = None;
-        let mut failure = None;
-        for (a, idx) in &groups {
-            let q = RerankQuery {
-                text: rq.text.clone(),
-                instruction: a.text.clone(),
-            };
-            let refs: Vec<&str> = idx.iter().map(|&i| texts[i].as_str()).collect();
-            let result = reranker.score_detailed(&q, &refs).and_then(|out| {
-                if out.scores.len() == refs.len() {
-                    Ok(out)
-                } else {
-                    Err(Error::rerank(format!(
-                        "{} returned {} scores for {} documents",
-                        out.scorer,
-                        out.scores.len(),
-                        refs.len()
-                    )))
-                }
-            });
-            match result {
-                Ok(out) => {
-                    for (&i, s) in idx.iter().zip(out.scores) {
-                        scores[i] = s;
-                    }
-                    scorer = out.scorer;
-                    fallback_reason = fallback_reason.or(out.fallback_reason);
-                }
-                Err(e) => {
-                    failure = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        timings.rerank_ms = Some(ms(t));
-        if let Some(e) = failure {
-            tracing::warn!(stage = "rerank", error = %e, "reranker failed: stage-1 order kept");
-            let mut hits = head;
-            hits.extend(tail);
-            return stage1(hits, Some(e));
-        }
-        if let Some(reason) = &fallback_reason {
-            tracing::warn!(stage = "rerank", scorer = %scorer, reason = %reason, "fallback scorer used");
-        }
-        tracing::debug!(
-            stage = "rerank",
-            scorer = %scorer,
-            scored = head.len(),
-            ms = timings.rerank_ms,
-            "stage 2 done"
-        );
-        let scored = head.len();
-        for (h, s) in head.iter_mut().zip(scores) {
-            h.rerank_score = Some(s);
-            // A NaN or infinite score (a host reranker's bug) ranks below every real
-            // score instead of above it; `rerank_score` keeps what the reranker said.
-            h.score = if s.is_finite() { s } else { f32::NEG_INFINITY };
-        }
-        let mut hits = self.order_reranked(query, classification, head);
-        hits.extend(tail);
-        Stage2 {
-            hits,
-            reranked: true,
-            scorer,
-            error: fallback_reason,
-            scored,
-            instructions: instruct::report(&groups),
-        }
-    }
 }
 
-/// The instructions a query brings itself.
-#[derive(Clone, Copy)]
-struct Explicit<'a> {
-    request: Option<&'a str>,
-    two_phase: Option<&'a str>,
-}
-
-fn ms(since: Instant) -> f64 {
+pub(crate) fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{ms, Pipeline, SearchRequest, SearchResponse, Timings};
 use crate::cache::SemanticCache;
-use crate::classify::{Classification, LegalExtractor, QueryKind, Route};
+use crate::classify::{Classification, LegalExtractor, Route};
 use crate::expand::{
     generate_variants, hyde_embedding, retrieve_expanded, ExpansionConfig, HydeConfig,
 };
@@ -227,22 +227,6 @@ impl Pipeline {
             hyde,
             variants,
         })
-    }
-
-    /// Orders reranked hits (stage-1 order in, rerank score in `score`): protected reranking
-    /// for factual queries, plain score order otherwise.
-    pub(super) fn order_reranked(
-        &self,
-        query: &str,
-        classification: Option<&Classification>,
-        hits: Vec<Hit>,
-    ) -> Vec<Hit> {
-        let kind = match classification {
-            Some(c) => c.kind,
-            // Without a classifier nothing is known to be factual.
-            None => QueryKind::Semantic,
-        };
-        self.query.protection.order(query, kind, hits)
     }
 }
 

@@ -73,4 +73,9 @@ pub struct SearchResponse {
     /// (empty when no instruction was passed on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instructions: Vec<UsedInstruction>,
+    /// Why stage 2 did not rerank, when it did not: no reranker is configured, stage 1
+    /// returned nothing, or [`SearchOptions::skip_rerank_within_top_k`](super::SearchOptions::skip_rerank_within_top_k)
+    /// applied. `None` when it reranked, or when it failed (see `rerank_error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage2_skipped: Option<String>,
 }

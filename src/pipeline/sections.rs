@@ -146,6 +146,10 @@ pub struct RerankerConfig {
     /// every candidate). A request can override it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<usize>,
+    /// Skip stage 2 when stage 1 returns no more candidates than `top_k` (default: false, the
+    /// reranker orders every candidate list). The response's `stage2_skipped` says when it did.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_within_top_k: bool,
     /// The instruction policy (default: none; only request and `[INSTRUCT]` instructions are
     /// passed on). See [`Instructions`]: `default`, `tasks`, `entities`, `by_task`,
     /// `entity_field`.
@@ -174,6 +178,7 @@ impl RerankerConfig {
             kind,
             model,
             depth: None,
+            skip_within_top_k: false,
             instructions: None,
             fallback: None,
         }

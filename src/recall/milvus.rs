@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Retriever, SearchQuery};
 use crate::http::{self, Attempt, ClientSettings, Reply, RetryPolicy, Sleeper};
-use crate::pipeline::Filter;
+use crate::Filter;
 use crate::{Document, Embedder, Error, Hit, Result};
 
 /// The most hits Milvus returns for one search (its `topk` limit).

@@ -36,7 +36,7 @@ pub use matryoshka::MatryoshkaIndex;
 #[cfg(feature = "milvus")]
 pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};
 
-use crate::pipeline::Filter;
+use crate::Filter;
 use crate::{Hit, Result};
 
 /// What a retriever is asked for.

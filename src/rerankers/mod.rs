@@ -20,7 +20,9 @@ pub use embedding::{EmbeddingReranker, VectorSource};
 pub use lexical::LexicalReranker;
 pub use protect::ProtectPolicy;
 
-use crate::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
 
 #[cfg(feature = "models")]
 mod cross_encoder;
@@ -66,6 +68,37 @@ impl RerankQuery {
     }
 }
 
+impl From<&str> for RerankQuery {
+    fn from(text: &str) -> Self {
+        RerankQuery::new(text)
+    }
+}
+
+impl From<String> for RerankQuery {
+    fn from(text: String) -> Self {
+        RerankQuery::new(text)
+    }
+}
+
+impl From<&String> for RerankQuery {
+    fn from(text: &String) -> Self {
+        RerankQuery::new(text.as_str())
+    }
+}
+
+/// One document of a [`Reranker::rank`] result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    /// The document's position in the input.
+    pub index: usize,
+    /// Its score: higher is more relevant (the scale is the reranker's).
+    pub score: f32,
+    /// The document's text, from [`Reranker::rank_with_documents`]; `None` from
+    /// [`Reranker::rank`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document: Option<String>,
+}
+
 /// Scores from [`Reranker::score_detailed`], with what produced them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RerankScores {
@@ -95,6 +128,100 @@ pub trait Reranker: Send + Sync {
     /// A short name for responses (e.g. `"cross-encoder"`).
     fn name(&self) -> &str {
         "reranker"
+    }
+
+    /// Scores `documents` against `query` and returns them best first, as indices into
+    /// `documents` with their scores: the shape of sentence-transformers' `CrossEncoder.rank`.
+    /// `top_n` keeps only the best N (`None`: all). Equal scores keep input order; a NaN
+    /// score ranks last.
+    ///
+    /// ```
+    /// use rerank::rerankers::LexicalReranker;
+    /// use rerank::Reranker;
+    ///
+    /// let docs = ["Cats sleep a lot", "BM25 ranks documents by term statistics", "Dogs bark"];
+    /// let ranked = LexicalReranker.rank("how does bm25 rank documents", &docs, Some(2))?;
+    /// assert_eq!(ranked[0].index, 1);
+    /// assert_eq!(ranked.len(), 2);
+    /// # Ok::<(), rerank::Error>(())
+    /// ```
+    fn rank<S: AsRef<str>>(
+        &self,
+        query: impl Into<RerankQuery>,
+        documents: &[S],
+        top_n: Option<usize>,
+    ) -> Result<Vec<Ranked>>
+    where
+        Self: Sized,
+    {
+        rank_by_scores(self, &query.into(), documents, top_n)
+    }
+
+    /// Like [`Reranker::rank`], with each document's text in [`Ranked::document`].
+    fn rank_with_documents<S: AsRef<str>>(
+        &self,
+        query: impl Into<RerankQuery>,
+        documents: &[S],
+        top_n: Option<usize>,
+    ) -> Result<Vec<Ranked>>
+    where
+        Self: Sized,
+    {
+        let mut ranked = rank_by_scores(self, &query.into(), documents, top_n)?;
+        for r in &mut ranked {
+            r.document = Some(documents[r.index].as_ref().to_string());
+        }
+        Ok(ranked)
+    }
+}
+
+/// [`Reranker::rank`] for any reranker, `dyn` ones included.
+fn rank_by_scores<R: Reranker + ?Sized, S: AsRef<str>>(
+    reranker: &R,
+    query: &RerankQuery,
+    documents: &[S],
+    top_n: Option<usize>,
+) -> Result<Vec<Ranked>> {
+    if documents.is_empty() || top_n == Some(0) {
+        return Ok(Vec::new());
+    }
+    let docs: Vec<&str> = documents.iter().map(AsRef::as_ref).collect();
+    let scores = reranker.score(query, &docs)?;
+    if scores.len() != docs.len() {
+        return Err(Error::rerank(format!(
+            "{} returned {} scores for {} documents",
+            reranker.name(),
+            scores.len(),
+            docs.len()
+        )));
+    }
+    let mut ranked: Vec<Ranked> = scores
+        .into_iter()
+        .enumerate()
+        .map(|(index, score)| Ranked {
+            index,
+            score,
+            document: None,
+        })
+        .collect();
+    // Best first; NaN last; ties in input order (the sort is stable).
+    ranked.sort_by(|a, b| match (a.score.is_nan(), b.score.is_nan()) {
+        (false, false) => b.score.total_cmp(&a.score),
+        (a_nan, b_nan) => a_nan.cmp(&b_nan),
+    });
+    ranked.truncate(top_n.unwrap_or(usize::MAX));
+    Ok(ranked)
+}
+
+impl<R: Reranker + ?Sized> Reranker for &R {
+    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+        (**self).score(query, docs)
+    }
+    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
+        (**self).score_detailed(query, docs)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
     }
 }
 

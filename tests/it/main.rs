@@ -29,6 +29,7 @@ mod properties;
 mod protected;
 mod qwen3_greedy;
 mod qwen3_parity;
+mod rank;
 mod redis_cache;
 mod reliability;
 mod store;

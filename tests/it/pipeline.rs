@@ -125,7 +125,8 @@ fn rerank_reorders_and_keeps_stage1_ranks_and_scores() {
 }
 
 #[test]
-fn no_rerank_when_candidates_do_not_exceed_top_k() {
+fn a_configured_reranker_orders_even_a_short_list() {
+    // Stage 1 returns no more candidates than top_k: their order still matters.
     let (r, _) = Fixed::new(docs(3));
     let p = Pipeline::builder()
         .retriever(r)
@@ -134,10 +135,61 @@ fn no_rerank_when_candidates_do_not_exceed_top_k() {
         .build()
         .unwrap();
     let resp = p.search("q").unwrap();
+    assert!(resp.reranked);
+    assert_eq!(resp.scorer, "by-number");
+    assert_eq!(resp.stage2_skipped, None);
+    assert_eq!(resp.reranked_candidates, 3);
+    assert_eq!(ids(&resp.hits), ["d2", "d1", "d0"]);
+}
+
+#[test]
+fn skip_rerank_within_top_k_keeps_stage1_order_and_says_why() {
+    let (r, _) = Fixed::new(docs(3));
+    let p = Pipeline::builder()
+        .retriever(r)
+        .reranker(ByNumber)
+        .top_k(3)
+        .skip_rerank_within_top_k(true)
+        .build()
+        .unwrap();
+    let resp = p.search("q").unwrap();
     assert!(!resp.reranked);
     assert_eq!(resp.scorer, "stage1");
     assert_eq!(ids(&resp.hits), ["d0", "d1", "d2"]);
     assert!(resp.hits.iter().all(|h| h.rerank_score.is_none()));
+    let why = resp.stage2_skipped.as_deref().unwrap();
+    assert!(
+        why.contains("3 candidates") && why.contains("top_k 3"),
+        "{why}"
+    );
+    assert!(why.contains("skip_rerank_within_top_k"), "{why}");
+    // The JSON form carries the reason and reads back.
+    let json = serde_json::to_string(&resp).unwrap();
+    let back: rerank::SearchResponse = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.stage2_skipped, resp.stage2_skipped);
+    // A top_k below the candidates reranks as before.
+    let resp = p.search_with(&SearchRequest::new("q").top_k(2)).unwrap();
+    assert!(resp.reranked);
+    assert_eq!(resp.stage2_skipped, None);
+    assert_eq!(ids(&resp.hits), ["d2", "d1"]);
+    // The dry run says so too.
+    assert!(
+        p.plan(&SearchRequest::new("q"))
+            .unwrap()
+            .rerank_skipped_within_top_k
+    );
+}
+
+#[test]
+fn without_a_reranker_the_response_says_stage2_did_not_run() {
+    let (r, _) = Fixed::new(docs(5));
+    let p = Pipeline::builder().retriever(r).top_k(3).build().unwrap();
+    let resp = p.search("q").unwrap();
+    assert!(!resp.reranked);
+    assert_eq!(
+        resp.stage2_skipped.as_deref(),
+        Some("no reranker is configured")
+    );
 }
 
 #[test]
