@@ -59,6 +59,9 @@ fn show(title: &str, r: &SearchResponse) {
         if r.rerank_fallback { " (fallback)" } else { "" },
         r.timings.total_ms
     );
+    if let Some(why) = &r.stage2_skipped {
+        println!("  stage 2 did not rerank: {why}");
+    }
     for h in &r.hits {
         println!(
             "  {:<34} rerank_score {:>5}  original_rank {:>2}",
