@@ -54,13 +54,12 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod cpu;
 mod document;
-mod dot;
 mod error;
 mod filter;
 #[cfg(any(feature = "http", feature = "milvus"))]
 mod http;
+mod simd;
 
 pub mod text;
 
@@ -82,10 +81,10 @@ pub mod models;
 #[cfg(feature = "sqlite")]
 pub mod store;
 
-pub use cpu::simd_isa;
 pub use document::{Document, Hit, Metadata};
 pub use error::{BoxError, Error, Result};
 pub use filter::Filter;
+pub use simd::simd_isa;
 
 // The five traits.
 pub use answer::Generator;

@@ -68,21 +68,18 @@ impl<E: Embedder + ?Sized> Embedder for Box<E> {
     }
 }
 
-/// Cosine similarity of two vectors (0 when either has zero norm or lengths differ).
+/// Cosine similarity of two vectors (0 when either has zero norm or lengths differ), on the
+/// crate's f32 dot product.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
         return 0.0;
     }
-    let (mut dot, mut na, mut nb) = (0f32, 0f32, 0f32);
-    for (x, y) in a.iter().zip(b) {
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
+    let dot = crate::simd::dot::kernel();
+    let (ab, na, nb) = (dot(a, b), dot(a, a), dot(b, b));
     if na == 0.0 || nb == 0.0 {
         0.0
     } else {
-        dot / (na.sqrt() * nb.sqrt())
+        ab / (na.sqrt() * nb.sqrt())
     }
 }
 

@@ -12,18 +12,18 @@
 //!   pass (scoring, prefill) and the KV-cached decode step (generation);
 //! - shared: the one weights loader (`weights`), length batching under one token budget
 //!   (`batch`), the CPU kernels (`kernels`: products, the one `Linear`, row-wise steps;
-//!   `panels` for the encoders' f32 layers on the crate's own micro-kernels; `gemv` for
-//!   single-row products in f32 or bf16; `quant` for int8), the model directory
+//!   `panels` for the layers' f32 and bf16 panels; `quant` for int8), the model directory
 //!   (`dir`) and options with the one thread-pool helper (`options`).
 //!
 //! No candle code runs: weights are read with `safetensors` + `memmap2`, and the products run
-//! on the crate's own SIMD kernels and `gemm` (the kernels candle itself uses).
+//! on the crate's own SIMD kernels and `gemm` (the kernels candle itself uses). The kernels
+//! themselves (micro-kernels, one-row products in f32 or bf16, int8 sums), the `gemm` call
+//! and the memory map are in `crate::simd`.
 
 mod batch;
 pub(crate) mod bert;
 mod config;
 mod dir;
-pub(crate) mod gemv;
 #[cfg(feature = "hf-hub")]
 mod hub;
 pub(crate) mod kernels;

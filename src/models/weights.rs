@@ -9,19 +9,19 @@
 //! tokens). Every error names the file and the tensor.
 //!
 //! Reading a tensor leaves its pages out of the process: once converted, the mapped range is
-//! handed back to the kernel (`MADV_DONTNEED`; the file stays in the page cache), so loading a
-//! model holds its weights once (the converted copy), not twice. Parsing the headers checks that
-//! each file is as long as its header says, so a truncated download is an error at open time,
-//! never a read past the end of the map.
+//! handed back to the kernel (`MADV_DONTNEED`, through the map of `simd::mmap`; the file stays
+//! in the page cache), so loading a model holds its weights once (the converted copy), not
+//! twice. Parsing the headers checks that each file is as long as its header says, so a
+//! truncated download is an error at open time, never a read past the end of the map.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
 use rayon::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors};
 
+use crate::simd::mmap::FileMap;
 use crate::{Error, Result};
 
 /// The single-file checkpoint name.
@@ -32,7 +32,7 @@ pub(crate) const INDEX_FILE: &str = "model.safetensors.index.json";
 /// One mapped file.
 struct Mapped {
     path: PathBuf,
-    map: Mmap,
+    map: FileMap,
     /// Offset of the data section (after the 8-byte length and the JSON header).
     data_start: usize,
 }
@@ -234,33 +234,17 @@ impl Weights {
     /// Hands the pages of a tensor that was just converted back to the kernel.
     fn release(&self, e: &Entry) {
         let f = &self.files[e.file];
-        #[cfg(unix)]
-        #[allow(unsafe_code)]
-        // SAFETY: the map is a read-only file mapping, and no reference into the released
-        // range outlives this call's callers' reads (they copied the values out). After
-        // MADV_DONTNEED a later access re-reads the pages from the file, so the contents seen
-        // through `map` never change: this only drops resident pages. Failure is harmless (the
-        // pages stay resident), so it is ignored.
-        unsafe {
-            let _ = f.map.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                f.data_start + e.start,
-                e.end - e.start,
-            );
-        }
-        #[cfg(not(unix))]
-        let _ = f;
+        f.map.release(f.data_start + e.start, e.end - e.start);
     }
 }
 
 /// Maps `path` and lists its tensors (`file` is its index among the checkpoint's files).
 fn map_file(path: &Path, file: usize) -> Result<(Mapped, Vec<(String, Entry)>)> {
     let handle = File::open(path).map_err(|e| Error::io(path, e))?;
-    #[allow(unsafe_code)]
-    // SAFETY: the file is mapped read-only. As with every memory-mapped model file, it must not
-    // be truncated or rewritten while mapped; the header check below makes sure that the file is
-    // as long as its header says when it is opened.
-    let map = unsafe { Mmap::map(&handle) }.map_err(|e| Error::io(path, e))?;
+    // Read-only; as with every memory-mapped model file, it must not be truncated or rewritten
+    // while mapped. The header check below makes sure that the file is as long as its header
+    // says when it is opened.
+    let map = FileMap::open(&handle).map_err(|e| Error::io(path, e))?;
     let (header, metadata) = SafeTensors::read_metadata(&map).map_err(|e| {
         Error::model_caused(
             format!(

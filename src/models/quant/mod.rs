@@ -25,22 +25,20 @@
 //!   in the epilogue against the same int8 weights (`v s_w q[j][c]`), in f32. The choice
 //!   depends on the row alone, so a text embeds the same alone or in any batch (the idea of
 //!   LLM.int8()'s mixed-precision decomposition, without its per-batch column choice).
-//! - **Products**: 32-bit integer sums in the kernels of [`simd`] (AVX-512 VNNI, AVX-VNNI or
-//!   AVX2, picked at run time; a scalar fallback elsewhere), then one float epilogue that
-//!   applies the scales and adds the bias.
+//! - **Products**: 32-bit integer sums in the kernels of `simd::quant` (AVX-512 VNNI,
+//!   AVX-VNNI or AVX2, picked at run time; a scalar fallback elsewhere), then one float
+//!   epilogue that applies the scales and adds the bias.
 //!
 //! Layer norm, softmax, GELU, attention and the embeddings stay in f32.
 //!
 //! [`Precision::Int8`]: crate::models::Precision::Int8
-
-mod simd;
 
 use rayon::prelude::*;
 
 #[cfg(test)]
 use super::kernels::Weight;
 use super::kernels::{Linear, Then};
-use simd::{Group, Isa, Sums, GROUP, MR, NR};
+use crate::simd::quant::{tiles, Group, Isa, Sums, GROUP, MR, NR};
 
 /// Most values per row kept out of the 8-bit range and added back in f32.
 const MAX_OUTLIERS: usize = 8;
@@ -273,7 +271,7 @@ impl pulp::WithSimd for ChunkProduct<'_> {
             let scales: &[f32; NR] = layer.scales[c0..c0 + NR].try_into().expect("padded");
             let sums: &[i32; NR] = layer.sums[c0..c0 + NR].try_into().expect("padded");
             let bias: &[f32; NR] = layer.bias[c0..c0 + NR].try_into().expect("padded");
-            simd::tiles(layer.isa, rows, stride, count, panel, &mut tile);
+            tiles(layer.isa, rows, stride, count, panel, &mut tile);
             for (i, acc) in tile.iter().enumerate() {
                 let (sx, z) = (a.scales[first + i], a.zeros[first + i]);
                 let value = |c: usize| sx * scales[c] * (acc[c] - z * sums[c]) as f32 + bias[c];

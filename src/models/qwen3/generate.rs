@@ -8,7 +8,7 @@
 //! allocates nothing: the cache and every buffer it writes live in a [`DecodeState`] sized
 //! before decoding starts ([`DecodeState::reserve`]). Its matrix products have one input row,
 //! so they stream each weight once from memory (`models::panels` for the layers, f32 or bf16,
-//! `models::gemv` for the output head); with [`Precision::Bf16`] the weights are half the
+//! `simd::gemv` for the output head); with [`Precision::Bf16`] the weights are half the
 //! bytes, and prefill runs on `bf16` dot products where the CPU has them.
 
 use std::path::Path;
@@ -323,7 +323,7 @@ fn attend_one(
             let q = &q[head * d..(head + 1) * d];
             let scores = &mut scores[..n];
             for (j, s) in scores.iter_mut().enumerate() {
-                *s = crate::dot::dot_f32(q, &keys[j * kw + kv * d..][..d]) * scale;
+                *s = crate::simd::dot::dot_f32(q, &keys[j * kw + kv * d..][..d]) * scale;
             }
             softmax_row(scores);
             out.fill(0.0);

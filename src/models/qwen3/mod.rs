@@ -16,7 +16,7 @@
 //!
 //! Weights come from the one loader, `models::weights`; matrix products from
 //! `models::panels` (the layers in f32 or bf16), `models::quant` (int8), `models::kernels`
-//! (attention) and `models::gemv` (the output head).
+//! (attention) and `simd::gemv` (the output head).
 
 mod config;
 pub(crate) mod forward;

@@ -72,7 +72,7 @@ impl Qwen3Scorer {
         let rows = self.model.last_rows(prompts, None)?;
         Ok(rows
             .chunks_exact(h)
-            .map(|row| crate::dot::dot_f32(row, &self.head))
+            .map(|row| crate::simd::dot::dot_f32(row, &self.head))
             .collect())
     }
 }

@@ -3,6 +3,7 @@
 
 use std::str::FromStr;
 
+use crate::simd::dense::f32_to_f16;
 use crate::{Error, Result};
 
 /// How a [`DenseIndex`](super::DenseIndex) stores the vectors it scans.
@@ -227,147 +228,12 @@ pub(super) fn quantize(row: &[f32], codes: &mut Vec<i8>) -> f32 {
     amax / 127.0
 }
 
-// f16 conversion by hand: the `half` crate is only a dependency of the `models` feature, and
-// the model-free core needs just these two functions (the scan itself converts with F16C or
-// AVX-512 instructions where the CPU has them; these are the portable path and the encoder).
-
-/// The IEEE binary16 bits nearest to `x` (ties to even; overflow to infinity; NaN stays a
-/// quiet NaN), as F16C's `vcvtps2ph` with round-to-nearest computes them.
-pub(super) fn f32_to_f16(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32;
-    let man = b & 0x7f_ffff;
-    if exp == 0xff {
-        // infinity, or NaN (quiet, upper payload bits kept)
-        let nan = if man != 0 {
-            0x200 | (man >> 13) as u16
-        } else {
-            0
-        };
-        return sign | 0x7c00 | nan;
-    }
-    // the exponent re-biased for f16 (bias 15 instead of 127)
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        // a subnormal f16 (or zero): units of 2^-24
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32; // 14..=24
-        let h = m >> shift;
-        let rem = m & ((1 << shift) - 1);
-        let halfway = 1 << (shift - 1);
-        let h = if rem > halfway || (rem == halfway && h & 1 == 1) {
-            h + 1
-        } else {
-            h
-        };
-        return sign | h as u16;
-    }
-    let h = ((e as u32) << 10) | (man >> 13);
-    let rem = man & 0x1fff;
-    // rounding up may carry into the exponent, up to infinity: both are the right bits
-    let h = if rem > 0x1000 || (rem == 0x1000 && h & 1 == 1) {
-        h + 1
-    } else {
-        h
-    };
-    sign | h as u16
-}
-
-/// The f32 value of IEEE binary16 bits (exact).
-#[inline(always)]
-pub(super) fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = match exp {
-        0 if man == 0 => sign,
-        0 => {
-            // subnormal: man x 2^-24, exact in f32
-            let v = man as f32 * (1.0 / 16_777_216.0);
-            return if sign != 0 { -v } else { v };
-        }
-        0x1f => sign | 0x7f80_0000 | (man << 13),
-        _ => sign | ((exp + 112) << 23) | (man << 13),
-    };
-    f32::from_bits(bits)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn f16_round_trips_every_value() {
-        for h in 0..=u16::MAX {
-            let x = f16_to_f32(h);
-            if x.is_nan() {
-                assert!(f32_to_f16(x) & 0x7c00 == 0x7c00 && f32_to_f16(x) & 0x3ff != 0);
-            } else {
-                assert_eq!(f32_to_f16(x), h, "{h:#x} {x}");
-            }
-        }
-    }
-
-    #[test]
-    fn f16_known_values() {
-        assert_eq!(f32_to_f16(1.0), 0x3c00);
-        assert_eq!(f32_to_f16(-2.0), 0xc000);
-        assert_eq!(f32_to_f16(65504.0), 0x7bff);
-        assert_eq!(f32_to_f16(65520.0), 0x7c00); // rounds up to infinity
-        assert_eq!(f32_to_f16(1e-8), 0); // below half the smallest subnormal
-        assert_eq!(f32_to_f16(2f32.powi(-24)), 1);
-        assert_eq!(f32_to_f16(-0.0), 0x8000);
-        assert_eq!(f32_to_f16(f32::INFINITY), 0x7c00);
-        assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
-        // ties to even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10
-        assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3c00);
-        assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
-    }
-
-    /// F16C's conversion (round to nearest even), where the CPU has it.
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unsafe_code)]
-    fn hardware_f16(x: f32) -> Option<u16> {
-        #[target_feature(enable = "f16c")]
-        unsafe fn convert(x: f32) -> u16 {
-            use std::arch::x86_64::*;
-            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set1_ps(x));
-            _mm_extract_epi16::<0>(h) as u16
-        }
-        // SAFETY: called only after the CPU reported F16C.
-        std::arch::is_x86_feature_detected!("f16c").then(|| unsafe { convert(x) })
-    }
-
     proptest! {
-        #[test]
-        fn f16_encoding_matches_the_hardware(bits in any::<u32>()) {
-            let x = f32::from_bits(bits);
-            #[cfg(target_arch = "x86_64")]
-            if let Some(h) = hardware_f16(x) {
-                prop_assert_eq!(f32_to_f16(x), h, "{:#x}", bits);
-            }
-            // and it is the nearest: no f16 lies strictly closer
-            let h = f32_to_f16(x);
-            if x.is_finite() && x.abs() < 65504.0 {
-                let y = f64::from(f16_to_f32(h));
-                let err = (y - f64::from(x)).abs();
-                for n in [h.wrapping_add(1), h.wrapping_sub(1)] {
-                    let z = f64::from(f16_to_f32(n));
-                    if z.is_finite() {
-                        prop_assert!(err <= (z - f64::from(x)).abs());
-                    }
-                }
-            }
-        }
-
         #[test]
         fn int8_codes_reconstruct_the_row(row in prop::collection::vec(-1f32..1f32, 1..100)) {
             let mut codes = Vec::new();

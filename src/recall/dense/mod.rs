@@ -24,10 +24,10 @@
 //! AVX-512F or AVX2 + FMA, f16 with AVX-512F or F16C + FMA conversions, int8 with AVX-512 VNNI
 //! (`vpdpbusd`) or AVX2 (`vpmaddubsw` + `vpmaddwd`), each with a portable fallback it is tested
 //! against (hand-written rather than a SIMD crate: the kernels are short, and the model-free
-//! core stays free of `pulp`).
+//! core stays free of `pulp`). They live with the crate's other kernels, in `simd::dot` (f32)
+//! and `simd::dense` (f16, int8).
 
 mod compact;
-mod kernels;
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -39,10 +39,10 @@ use rayon::prelude::*;
 use super::bm25::check_capacity;
 use super::{Retriever, SearchQuery};
 use crate::rerankers::VectorSource;
+use crate::simd::dense::Kernels;
 use crate::{Document, Embedder, Error, Hit, Result};
 pub use compact::VectorStorage;
 use compact::{quantize, Compact};
-use kernels::Kernels;
 
 /// Rows scored per rayon task.
 const CHUNK_ROWS: usize = 4096;
@@ -280,7 +280,7 @@ impl DenseIndex {
         let k = k.min(rows);
         let candidates = store.storage.candidates(k).min(rows);
         let kernels = Kernels::detect();
-        let dot = crate::dot::kernel();
+        let dot = crate::simd::dot::kernel();
         let exact = |_: usize, row: &[f32]| dot(row, &q);
         let best = match &store.compact {
             // a compact scan that keeps every row would only add the rescoring
@@ -419,7 +419,7 @@ fn rescore(
         .into_iter()
         .map(|(r, _)| {
             let row = &matrix[r * dim..(r + 1) * dim];
-            Scored(rankable(crate::dot::dot_f32(row, q)), r)
+            Scored(rankable(crate::simd::dot::dot_f32(row, q)), r)
         })
         .collect();
     best.sort();
@@ -549,7 +549,7 @@ mod tests {
             .enumerate()
             .collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let dot = crate::dot::kernel();
+        let dot = crate::simd::dot::kernel();
         for k in [1, 10, 100, rows] {
             let got = top_rows(&m, dim, k, |_, r| dot(r, &q));
             assert_eq!(got, all[..k].to_vec(), "{k}");

@@ -1,5 +1,6 @@
-//! The dot products of the dense scan, one per stored format, chosen at run time (the f32
-//! one is the crate's, `crate::dot`; its tests are here, beside the others).
+//! The dot products of the dense scan (`recall::dense`), one per stored format, chosen at run
+//! time (the f32 one is the crate's, `super::dot`; its tests are here, beside the others), and
+//! the f16 conversions of its compact copy.
 //!
 //! Each format has a portable kernel (plain Rust, vectorizable by the compiler) and x86-64
 //! kernels compiled for wider instruction sets, used only on CPUs that report them:
@@ -19,31 +20,29 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::compact::f16_to_f32;
-
 /// Accumulators in the portable f16 dot product (two AVX registers of 8 lanes).
 const LANES: usize = 16;
 
 #[cfg(test)]
-use crate::dot::{dot_f32_portable, f32_kernels};
+use super::dot::{dot_f32_portable, f32_kernels};
 
 /// f16 row (raw bits) x f32 query.
-pub(super) type DotF16 = fn(&[u16], &[f32]) -> f32;
+pub(crate) type DotF16 = fn(&[u16], &[f32]) -> f32;
 /// i8 row x i8 query, both with codes in `-127..=127`: the exact sum (wrapping past `i32`,
 /// which needs more than 133,000 dimensions of extreme codes).
-pub(super) type DotI8 = fn(&[i8], &[i8]) -> i32;
+pub(crate) type DotI8 = fn(&[i8], &[i8]) -> i32;
 
-/// The compact formats' kernels of this CPU (the f32 one is `crate::dot::kernel`). Each reads
+/// The compact formats' kernels of this CPU (the f32 one is `super::dot::kernel`). Each reads
 /// `min(a.len(), b.len())` elements.
 #[derive(Clone, Copy)]
-pub(super) struct Kernels {
-    pub(super) f16: DotF16,
-    pub(super) i8: DotI8,
+pub(crate) struct Kernels {
+    pub(crate) f16: DotF16,
+    pub(crate) i8: DotI8,
 }
 
 impl Kernels {
     /// The fastest kernel of each format that this CPU runs (detected once).
-    pub(super) fn detect() -> Kernels {
+    pub(crate) fn detect() -> Kernels {
         static KERNELS: OnceLock<Kernels> = OnceLock::new();
         *KERNELS.get_or_init(|| Kernels {
             f16: f16_kernels()[0].1,
@@ -53,14 +52,14 @@ impl Kernels {
 }
 
 /// Every f16 kernel this CPU runs, fastest first; the portable one is last.
-pub(super) fn f16_kernels() -> Vec<(&'static str, DotF16)> {
+pub(crate) fn f16_kernels() -> Vec<(&'static str, DotF16)> {
     let mut out: Vec<(&'static str, DotF16)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::cpu::avx512f() {
+        if super::avx512f() {
             out.push(("avx512f", dot_f16_avx512));
         }
-        if crate::cpu::avx2_fma() && std::arch::is_x86_feature_detected!("f16c") {
+        if super::avx2_fma() && std::arch::is_x86_feature_detected!("f16c") {
             out.push(("avx2+fma+f16c", dot_f16_avx2));
         }
     }
@@ -69,11 +68,11 @@ pub(super) fn f16_kernels() -> Vec<(&'static str, DotF16)> {
 }
 
 /// Every i8 kernel this CPU runs, fastest first; the portable one is last.
-pub(super) fn i8_kernels() -> Vec<(&'static str, DotI8)> {
+pub(crate) fn i8_kernels() -> Vec<(&'static str, DotI8)> {
     let mut out: Vec<(&'static str, DotI8)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::cpu::avx512_vnni() {
+        if super::avx512_vnni() {
             out.push(("avx512vnni", dot_i8_vnni512));
         }
         if std::arch::is_x86_feature_detected!("avx2") {
@@ -88,7 +87,7 @@ pub(super) fn i8_kernels() -> Vec<(&'static str, DotI8)> {
 // Portable kernels (the references the others are tested against).
 
 /// `sum(f32(a[i]) * b[i])`, each f16 converted by [`f16_to_f32`].
-pub(super) fn dot_f16_portable(a: &[u16], b: &[f32]) -> f32 {
+pub(crate) fn dot_f16_portable(a: &[u16], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
@@ -105,10 +104,82 @@ pub(super) fn dot_f16_portable(a: &[u16], b: &[f32]) -> f32 {
 }
 
 /// `sum(a[i] * b[i])` in `i32` (wrapping, as the SIMD kernels do).
-pub(super) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
+pub(crate) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).fold(0i32, |s, (&x, &y)| {
         s.wrapping_add(i32::from(x) * i32::from(y))
     })
+}
+
+// f16 conversion by hand: the `half` crate is only a dependency of the `models` feature, and
+// the model-free core needs just these two functions (the scan itself converts with F16C or
+// AVX-512 instructions where the CPU has them; these are the portable path and the encoder).
+
+/// The IEEE binary16 bits nearest to `x` (ties to even; overflow to infinity; NaN stays a
+/// quiet NaN), as F16C's `vcvtps2ph` with round-to-nearest computes them.
+pub(crate) fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        // infinity, or NaN (quiet, upper payload bits kept)
+        let nan = if man != 0 {
+            0x200 | (man >> 13) as u16
+        } else {
+            0
+        };
+        return sign | 0x7c00 | nan;
+    }
+    // the exponent re-biased for f16 (bias 15 instead of 127)
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        // a subnormal f16 (or zero): units of 2^-24
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32; // 14..=24
+        let h = m >> shift;
+        let rem = m & ((1 << shift) - 1);
+        let halfway = 1 << (shift - 1);
+        let h = if rem > halfway || (rem == halfway && h & 1 == 1) {
+            h + 1
+        } else {
+            h
+        };
+        return sign | h as u16;
+    }
+    let h = ((e as u32) << 10) | (man >> 13);
+    let rem = man & 0x1fff;
+    // rounding up may carry into the exponent, up to infinity: both are the right bits
+    let h = if rem > 0x1000 || (rem == 0x1000 && h & 1 == 1) {
+        h + 1
+    } else {
+        h
+    };
+    sign | h as u16
+}
+
+/// The f32 value of IEEE binary16 bits (exact).
+#[inline(always)]
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = match exp {
+        0 if man == 0 => sign,
+        0 => {
+            // subnormal: man x 2^-24, exact in f32
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+        0x1f => sign | 0x7f80_0000 | (man << 13),
+        _ => sign | ((exp + 112) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,7 +188,6 @@ pub(super) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
 
 /// f16 x f32 dot product with F16C conversions (8 halves at a time) and AVX2 FMAs.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 fn dot_f16_avx2(a: &[u16], b: &[f32]) -> f32 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn inner(a: &[u16], b: &[f32]) -> f32 {
@@ -159,7 +229,6 @@ fn dot_f16_avx2(a: &[u16], b: &[f32]) -> f32 {
 
 /// f16 x f32 dot product with AVX-512F: 16 halves converted at a time, four accumulators.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 fn dot_f16_avx512(a: &[u16], b: &[f32]) -> f32 {
     #[target_feature(enable = "avx512f")]
     unsafe fn inner(a: &[u16], b: &[f32]) -> f32 {
@@ -200,7 +269,6 @@ fn dot_f16_avx512(a: &[u16], b: &[f32]) -> f32 {
 /// (`vpmaddubsw`; exact, as `2 x 127 x 127 < 2^15` for codes in -127..=127), then to i32
 /// (`vpmaddwd`).
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
     #[target_feature(enable = "avx2")]
     unsafe fn inner(a: &[i8], b: &[i8]) -> i32 {
@@ -239,7 +307,6 @@ fn dot_i8_avx2(a: &[i8], b: &[i8]) -> i32 {
 /// i8 dot product with AVX-512 VNNI: `|b|` (unsigned) times `a` with `b`'s sign, four
 /// products at a time into i32 (`vpdpbusd`), a masked tail.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 fn dot_i8_vnni512(a: &[i8], b: &[i8]) -> i32 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn inner(a: &[i8], b: &[i8]) -> i32 {
@@ -277,8 +344,6 @@ fn dot_i8_vnni512(a: &[i8], b: &[i8]) -> i32 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    use crate::recall::dense::compact::f32_to_f16;
 
     fn reference(a: &[f32], b: &[f32]) -> f64 {
         a.iter()
@@ -383,6 +448,70 @@ mod tests {
             let want: i32 = a.iter().zip(&b).map(|(&x, &y)| i32::from(x) * i32::from(y)).sum();
             for (name, dot) in i8_kernels() {
                 prop_assert_eq!(dot(&a, &b), want, "{}", name);
+            }
+        }
+    }
+
+    #[test]
+    fn f16_round_trips_every_value() {
+        for h in 0..=u16::MAX {
+            let x = f16_to_f32(h);
+            if x.is_nan() {
+                assert!(f32_to_f16(x) & 0x7c00 == 0x7c00 && f32_to_f16(x) & 0x3ff != 0);
+            } else {
+                assert_eq!(f32_to_f16(x), h, "{h:#x} {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_known_values() {
+        assert_eq!(f32_to_f16(1.0), 0x3c00);
+        assert_eq!(f32_to_f16(-2.0), 0xc000);
+        assert_eq!(f32_to_f16(65504.0), 0x7bff);
+        assert_eq!(f32_to_f16(65520.0), 0x7c00); // rounds up to infinity
+        assert_eq!(f32_to_f16(1e-8), 0); // below half the smallest subnormal
+        assert_eq!(f32_to_f16(2f32.powi(-24)), 1);
+        assert_eq!(f32_to_f16(-0.0), 0x8000);
+        assert_eq!(f32_to_f16(f32::INFINITY), 0x7c00);
+        assert_eq!(f16_to_f32(0x3555), 0.333_251_95);
+        // ties to even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10
+        assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3c00);
+        assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
+    }
+
+    /// F16C's conversion (round to nearest even), where the CPU has it.
+    #[cfg(target_arch = "x86_64")]
+    fn hardware_f16(x: f32) -> Option<u16> {
+        #[target_feature(enable = "f16c")]
+        unsafe fn convert(x: f32) -> u16 {
+            use std::arch::x86_64::*;
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set1_ps(x));
+            _mm_extract_epi16::<0>(h) as u16
+        }
+        // SAFETY: called only after the CPU reported F16C.
+        std::arch::is_x86_feature_detected!("f16c").then(|| unsafe { convert(x) })
+    }
+
+    proptest! {
+        #[test]
+        fn f16_encoding_matches_the_hardware(bits in any::<u32>()) {
+            let x = f32::from_bits(bits);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(h) = hardware_f16(x) {
+                prop_assert_eq!(f32_to_f16(x), h, "{:#x}", bits);
+            }
+            // and it is the nearest: no f16 lies strictly closer
+            let h = f32_to_f16(x);
+            if x.is_finite() && x.abs() < 65504.0 {
+                let y = f64::from(f16_to_f32(h));
+                let err = (y - f64::from(x)).abs();
+                for n in [h.wrapping_add(1), h.wrapping_sub(1)] {
+                    let z = f64::from(f16_to_f32(n));
+                    if z.is_finite() {
+                        prop_assert!(err <= (z - f64::from(x)).abs());
+                    }
+                }
             }
         }
     }

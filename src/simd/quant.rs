@@ -1,4 +1,4 @@
-//! The integer dot-product kernels of the int8 path, the only `unsafe` SIMD in the crate.
+//! The integer dot-product kernels of the int8 layers (`models::quant`).
 //!
 //! One kernel shape: up to eight rows of unsigned 8-bit activations times one panel of
 //! [`NR`] columns of signed 8-bit weights, summed over `k` into 32-bit integers. The panel
@@ -8,8 +8,8 @@
 //!
 //! - AVX2: `vpmaddubsw` multiplies u8 x i8 and adds adjacent pairs into i16 *with
 //!   saturation*; `vpmaddwd` against ones adds those pairs into i32. Weights are kept in
-//!   `[-63, 63]` (see `super`), so a pair is at most `2 x 255 x 63 = 32130 < 32767`: the i16
-//!   step never saturates and the result is exact.
+//!   `[-63, 63]` (see `models::quant`), so a pair is at most `2 x 255 x 63 = 32130 < 32767`:
+//!   the i16 step never saturates and the result is exact.
 //! - AVX-VNNI / AVX-512 VNNI (256-bit, with VL): `vpdpbusd` does the same four-term product
 //!   and accumulates in i32 in one instruction, without an i16 step. With AVX-512's 32
 //!   registers the kernel takes eight rows, so each weight load feeds twice the products.
@@ -60,7 +60,7 @@ impl Isa {
     pub(crate) fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::cpu::avx512_vnni() {
+            if super::avx512_vnni() {
                 return Isa::Vnni { evex: true };
             }
             if is_x86_feature_detected!("avxvnni") {
@@ -127,13 +127,10 @@ pub(crate) fn tiles(
         // asserts above keep every activation read (rows x k bytes at `stride`) inside `a`
         // and every write inside `out`, and the panel reads cover `panel` exactly.
         #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
         Isa::Avx2 => unsafe { tiles_avx2(a.as_ptr(), stride, rows, panel, out) },
         #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
         Isa::Vnni { evex: true } => unsafe { tiles_vnni512(a.as_ptr(), stride, rows, panel, out) },
         #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
         Isa::Vnni { evex: false } => unsafe { tiles_avxvnni(a.as_ptr(), stride, rows, panel, out) },
     }
 }
@@ -149,7 +146,6 @@ macro_rules! row_loop {
         /// `4 x panel.len()` readable bytes each at row stride `stride`; `out.len() >= rows`.
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        #[allow(unsafe_code)]
         unsafe fn $name(
             a: *const u8,
             stride: usize,
@@ -217,7 +213,6 @@ pub(crate) fn tiles_scalar(
 /// `a + r * stride + 4 g .. + 4` must be readable.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(unsafe_code)]
 unsafe fn broadcast(a: *const u8, stride: usize, r: usize, g: usize) -> __m256i {
     // SAFETY: the caller guarantees the four bytes are readable; the read is unaligned.
     unsafe { _mm256_set1_epi32((a.add(r * stride + g * 4) as *const i32).read_unaligned()) }
@@ -229,7 +224,6 @@ unsafe fn broadcast(a: *const u8, stride: usize, r: usize, g: usize) -> __m256i 
 /// Needs AVX (implied by the callers' features).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(unsafe_code)]
 unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut [Sums]) {
     for (row, sums) in out.iter_mut().zip(acc) {
         // SAFETY: each row of `out` holds 16 i32 = two 32-byte stores, unaligned allowed.
@@ -247,7 +241,6 @@ unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut [Sums]) {
 /// at row stride `stride`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
 unsafe fn tile_avx2<const R: usize>(
     a: *const u8,
     stride: usize,
@@ -282,7 +275,6 @@ unsafe fn tile_avx2<const R: usize>(
 /// As [`tile_avx2`], with AVX-VNNI instead of AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avxvnni")]
-#[allow(unsafe_code)]
 unsafe fn tile_avxvnni<const R: usize>(
     a: *const u8,
     stride: usize,
@@ -313,7 +305,6 @@ unsafe fn tile_avxvnni<const R: usize>(
 /// As [`tile_avx2`], with AVX-512 VNNI and VL instead of AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-#[allow(unsafe_code)]
 unsafe fn tile_vnni512<const R: usize>(
     a: *const u8,
     stride: usize,

@@ -1,9 +1,9 @@
-//! The f32 dot product, one kernel for the whole crate (the dense scan, the Qwen3 scorer's
-//! head, the decode steps' attention and matrix-vector products), picked at run time: AVX-512F,
-//! AVX2 + FMA, or a portable loop the compiler vectorizes. The kernels sum in different orders,
-//! so their results differ in the last bits from one to another (each is tested against the
-//! portable one, `recall::dense::kernels`); the one chosen on a machine is always the same, so
-//! results are reproducible there.
+//! The f32 dot product, one kernel for the whole crate (the dense scan, `embed::cosine`, the
+//! Qwen3 scorer's head, the decode steps' attention and matrix-vector products), picked at run
+//! time: AVX-512F, AVX2 + FMA, or a portable loop the compiler vectorizes. The kernels sum in
+//! different orders, so their results differ in the last bits from one to another (each is
+//! tested against the portable one, in `dense`'s tests); the one chosen on a machine is always
+//! the same, so results are reproducible there.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -32,10 +32,10 @@ pub(crate) fn f32_kernels() -> Vec<(&'static str, DotF32)> {
     let mut out: Vec<(&'static str, DotF32)> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::cpu::avx512f() {
+        if super::avx512f() {
             out.push(("avx512f", dot_f32_avx512));
         }
-        if crate::cpu::avx2_fma() {
+        if super::avx2_fma() {
             out.push(("avx2+fma", dot_f32_avx2));
         }
     }
@@ -66,7 +66,6 @@ pub(crate) fn dot_f32_portable(a: &[f32], b: &[f32]) -> f32 {
 
 /// [`dot_f32_portable`]'s loop with fused multiply-adds, compiled for AVX2 + FMA.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn inner(a: &[f32], b: &[f32]) -> f32 {
@@ -90,7 +89,6 @@ fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
 
 /// f32 dot product with AVX-512F: four 16-lane FMA accumulators, a masked tail.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
     #[target_feature(enable = "avx512f")]
     unsafe fn inner(a: &[f32], b: &[f32]) -> f32 {

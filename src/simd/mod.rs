@@ -1,3 +1,28 @@
+//! The crate's vector kernels and every `unsafe` block it has. The crate root denies
+//! `unsafe_code`; this folder alone allows it, so that all the code whose soundness is checked
+//! by hand, rather than by the compiler, is in one place, each part behind safe functions:
+//!
+//! - `dot` (the one f32 dot product of the crate), `dense` (the dense scan's f16 and i8 dot
+//!   products, and its f16 conversions), and with the `models` feature `gemv` (one-row products over f32 / bf16
+//!   weights), `panels` (the micro-kernels of the models' packed f32 / bf16 layers) and
+//!   `quant` (the int8 layers' integer kernels). They are `#[target_feature]` functions over
+//!   `std::arch` intrinsics: calling one on a CPU without its instructions is undefined
+//!   behaviour, so each is only called after this module's run-time detection reported them
+//!   (the functions below, [`FloatIsa`], or a kernel list built from them). Their loads and
+//!   stores go through raw pointers; each safe entry point asserts the slice lengths that keep
+//!   them in bounds.
+//! - `gemm` (feature `models`): the `gemm` crate's product takes raw pointers and strides;
+//!   `gemm::matmul` checks that every element of its strided views lies inside its slices.
+//! - `mmap` (feature `models`): mapping a file is unsafe because the file could be truncated
+//!   or rewritten while mapped, and `madvise(MADV_DONTNEED)` because it drops pages that
+//!   references may still point to; the weights loader (`models::weights`) maps each file once,
+//!   read-only, checks its length against its header, and releases only ranges it has copied.
+//!
+//! Not here: the models' element-wise loops (layer norm, softmax, activations, the int8
+//! layers' row statistics), safe code that `pulp` compiles for the CPU's widest instructions.
+//!
+//! # CPU features
+//!
 //! Which vector instruction sets the hand-written kernels may use: what the CPU reports at run
 //! time, with AVX-512 only when the crate was built with the `avx512` feature (on by default).
 //!
@@ -5,6 +30,21 @@
 //! instruction set of CPUs without AVX-512 (AMD Zen 3, many Intel client parts). That is how
 //! the AVX2 code paths are measured and profiled on a machine that has AVX-512 too: the `gemm`
 //! crate's products and `pulp`'s element-wise loops follow the same feature.
+
+#![allow(unsafe_code)]
+
+pub(crate) mod dense;
+pub(crate) mod dot;
+#[cfg(feature = "models")]
+pub(crate) mod gemm;
+#[cfg(feature = "models")]
+pub(crate) mod gemv;
+#[cfg(feature = "models")]
+pub(crate) mod mmap;
+#[cfg(feature = "models")]
+pub(crate) mod panels;
+#[cfg(feature = "models")]
+pub(crate) mod quant;
 
 /// Whether the AVX-512F kernels may run here.
 #[cfg(target_arch = "x86_64")]
@@ -35,7 +75,7 @@ pub(crate) fn avx2_fma() -> bool {
 }
 
 /// The float kernels a CPU runs: the one three-way choice every hand-written f32 kernel makes
-/// (`models::panels`' tiles and one-row products, `models::gemv`'s bf16 dot products).
+/// (`panels`' tiles and one-row products, `gemv`'s bf16 dot products).
 /// A vector variant is only ever made on a CPU that has its instructions, which is what the
 /// kernels' `unsafe` blocks rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

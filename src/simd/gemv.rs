@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 
-use crate::cpu::FloatIsa;
+use super::FloatIsa;
 
 /// How a matrix's values are stored.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,7 +62,7 @@ pub(crate) fn gemv(w: Rows<'_>, x: &[f32], out: &mut [f32], accumulate: bool) {
         for (i, o) in out.iter_mut().enumerate() {
             let r = first + i;
             let d = match w {
-                Rows::F32(w) => crate::dot::dot_f32(&w[r * cols..(r + 1) * cols], x),
+                Rows::F32(w) => super::dot::dot_f32(&w[r * cols..(r + 1) * cols], x),
                 Rows::Bf16(w) => dot_bf16(isa, &w[r * cols..(r + 1) * cols], x),
             };
             if accumulate {
@@ -80,12 +80,10 @@ pub(crate) fn dot_bf16(isa: FloatIsa, w: &[u16], x: &[f32]) -> f32 {
     assert_eq!(w.len(), x.len());
     match isa {
         #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
         // SAFETY: a vector `FloatIsa` is only made on a CPU with its features; the lengths
         // are equal (asserted above), and the kernels read only within them.
         FloatIsa::Avx512 => unsafe { x86::dot_bf16_avx512(w, x) },
         #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
         // SAFETY: as above.
         FloatIsa::Avx2 => unsafe { x86::dot_bf16_avx2(w, x) },
         _ => dot_bf16_portable(w, x),
@@ -127,7 +125,6 @@ fn dot_bf16_portable(w: &[u16], x: &[f32]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
 mod x86 {
     //! The x86-64 kernels: four independent accumulators per call, unaligned loads, the tail
     //! in scalar code. Callers guarantee the CPU features and `w.len() == x.len()`.
@@ -246,8 +243,8 @@ mod tests {
             let wb: Vec<u16> = w.iter().map(|&v| f32_to_bf16(v)).collect();
             let want = dot64(w.iter().copied(), &x);
             let want_b = dot64(wb.iter().map(|&b| bf16_to_f32(b)), &x);
-            // the f32 kernels' own tests are in `recall::dense::kernels`
-            let got = crate::dot::dot_f32(&w, &x) as f64;
+            // the f32 kernels' own tests are in `simd::dense`
+            let got = crate::simd::dot::dot_f32(&w, &x) as f64;
             assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "f32 n={n}");
             for k in FloatIsa::available() {
                 let got = dot_bf16(k, &wb, &x) as f64;
