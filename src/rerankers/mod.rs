@@ -213,38 +213,21 @@ fn rank_by_scores<R: Reranker + ?Sized, S: AsRef<str>>(
     Ok(ranked)
 }
 
-impl<R: Reranker + ?Sized> Reranker for &R {
-    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
-        (**self).score(query, docs)
-    }
-    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        (**self).score_detailed(query, docs)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
+/// `Reranker` for references and smart pointers to a reranker: every method forwards.
+macro_rules! forward_reranker {
+    ($($pointer:ty),*) => {$(
+        impl<R: Reranker + ?Sized> Reranker for $pointer {
+            fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+                (**self).score(query, docs)
+            }
+            fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
+                (**self).score_detailed(query, docs)
+            }
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+        }
+    )*};
 }
 
-impl<R: Reranker + ?Sized> Reranker for Arc<R> {
-    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
-        (**self).score(query, docs)
-    }
-    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        (**self).score_detailed(query, docs)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-}
-
-impl<R: Reranker + ?Sized> Reranker for Box<R> {
-    fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
-        (**self).score(query, docs)
-    }
-    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        (**self).score_detailed(query, docs)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-}
+forward_reranker!(&R, Arc<R>, Box<R>);
