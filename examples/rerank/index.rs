@@ -6,8 +6,12 @@
 //! ```
 //! The store ends up holding exactly the corpus: new and changed documents are (re)analyzed,
 //! and with `--model` embedded when no vector for their content and model is stored;
-//! unchanged ones cost a hash; documents no longer in the corpus are removed. Each batch is one
-//! transaction, so an interrupted run keeps every batch it finished. Prints one JSON object
+//! unchanged ones cost a hash; documents no longer in the corpus are removed. The whole corpus
+//! is read and checked (every line a document with a non-empty id) before the first batch is
+//! written. A corpus that would remove every stored document (an empty file, or one that shares
+//! no id with the store) is refused unless `--replace-all` says that is meant. Each batch is one
+//! transaction, so an interrupted run keeps every batch it finished; at the end the write-ahead
+//! log is checkpointed, so the store is one whole file when the command returns. Prints one JSON object
 //! (`documents`, `added`, `updated`, `unchanged`, `removed`, `embedded`, `seconds`), or a line
 //! without `--json`. A progress bar goes to stderr when the run is long and stderr is a terminal.
 
@@ -36,6 +40,10 @@ pub struct Args {
     /// Threads for the embedding model (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Allow a corpus that removes every document the store holds (an empty corpus, or one
+    /// that shares no id with the store).
+    #[arg(long)]
+    replace_all: bool,
     /// Documents per transaction.
     #[arg(long, default_value_t = 512)]
     batch: usize,
@@ -58,13 +66,37 @@ pub fn run(args: Args) -> CliResult {
         )?),
         None => None,
     };
+    if let Some(n) = docs.iter().position(|d| d.id.trim().is_empty()) {
+        return Err(format!(
+            "{}:{}: a document with an empty id; nothing was written",
+            args.corpus.display(),
+            line_of_document(&args.corpus, n)
+        )
+        .into());
+    }
     let store = Arc::new(Store::open(&args.db)?);
     let keep: HashSet<&str> = docs.iter().map(|d| d.id.as_str()).collect();
-    let gone: Vec<String> = store
-        .ids()?
-        .into_iter()
+    let stored = store.ids()?;
+    let gone: Vec<String> = stored
+        .iter()
         .filter(|id| !keep.contains(id.as_str()))
+        .cloned()
         .collect();
+    if !stored.is_empty() && gone.len() == stored.len() && !args.replace_all {
+        return Err(format!(
+            "{} would remove all {} documents of {}: {}; nothing was written (pass \
+             --replace-all if that is meant)",
+            args.corpus.display(),
+            stored.len(),
+            args.db.display(),
+            if docs.is_empty() {
+                "it holds no document"
+            } else {
+                "it shares no id with the store"
+            }
+        )
+        .into());
+    }
 
     let bar = progress(docs.len() as u64);
     let mut total = UpsertReport::default();
@@ -81,6 +113,8 @@ pub fn run(args: Args) -> CliResult {
     }
     let removed = store.remove(&gone)?;
     bar.finish_and_clear();
+    // The file alone holds the store once the log is copied into it.
+    store.checkpoint()?;
     let out = serde_json::json!({
         "db": args.db,
         "documents": store.len()?,
@@ -107,6 +141,21 @@ pub fn run(args: Args) -> CliResult {
         );
     }
     Ok(())
+}
+
+/// The line of `path` that holds its `n`-th document (0-based), counting as
+/// `Document::read_jsonl` does (blank lines hold none).
+fn line_of_document(path: &std::path::Path, n: usize) -> usize {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .nth(n)
+                .map(|(i, _)| i + 1)
+        })
+        .unwrap_or(n + 1)
 }
 
 /// A progress bar on stderr that shows itself only after a second, and never when stderr is

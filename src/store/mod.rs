@@ -79,6 +79,20 @@ pub struct Store {
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     analyzer: EnglishAnalyzer,
+    /// Opened with [`Store::open_read_only`]: every write is refused.
+    read_only: bool,
+}
+
+impl Drop for Store {
+    /// Closes the read connections first, then the writer: SQLite's last connection to a file
+    /// checkpoints the write-ahead log into it and removes the log, so the store is one whole
+    /// file once the last `Store` of it in any process is dropped.
+    fn drop(&mut self) {
+        self.readers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -126,12 +140,76 @@ impl Store {
             writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
             analyzer: EnglishAnalyzer::default(),
+            read_only: false,
         })
+    }
+
+    /// Opens an existing store for reading only: nothing is written to the file, not even on
+    /// open, so a store on read-only media or owned by another user can be searched. A path
+    /// that does not exist, an empty file and an SQLite file that is not a store are refused
+    /// with [`Error::Store`] (and left as they are), as is a file shorter than its header says
+    /// (truncated by a copy). Every write through it ([`Store::upsert`], the cache's entries)
+    /// fails with [`Error::Store`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        if !path.is_file() {
+            return Err(Error::Store {
+                path,
+                message: "no such store (fill one with `rerank index`)".into(),
+                source: None,
+            });
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| sql_error(&path, "cannot open the file", e))?;
+        schema::check_read_only(&conn, &path)?;
+        Ok(Store {
+            path,
+            writer: Mutex::new(conn),
+            readers: Mutex::new(Vec::new()),
+            analyzer: EnglishAnalyzer::default(),
+            read_only: true,
+        })
+    }
+
+    /// Whether the store was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The store's file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Copies every committed write from the write-ahead log (`FILE-wal`) into the file itself
+    /// and empties the log, so that the file alone holds the whole store (to copy it, say).
+    /// Dropping the last `Store` of a file does this too; call it to know that it worked. It
+    /// waits for readers of other processes for up to 10 s, then fails with [`Error::Store`].
+    pub fn checkpoint(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let (busy, log, copied): (i64, i64, i64) = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(|e| sql_error(&self.path, "checkpoint failed", e))?;
+        if busy != 0 || copied < log {
+            return Err(Error::Store {
+                path: self.path.clone(),
+                message: format!(
+                    "checkpoint incomplete: {copied} of {log} log pages copied (another \
+                     connection is reading); the file and its -wal file belong together until \
+                     it completes"
+                ),
+                source: None,
+            });
+        }
+        Ok(())
     }
 
     /// The number of documents.
@@ -349,6 +427,13 @@ impl Store {
         bump: bool,
         f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
     ) -> Result<T> {
+        if self.read_only {
+            return Err(Error::Store {
+                path: self.path.clone(),
+                message: "the store was opened read-only: nothing was written".into(),
+                source: None,
+            });
+        }
         let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let err = |e| sql_error(&self.path, "write failed (nothing was written)", e);
         let tx = conn

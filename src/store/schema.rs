@@ -74,13 +74,22 @@ INSERT INTO cache_counters (name, value) VALUES ('hits', 0), ('misses', 0);
 ";
 
 /// Sets the connection up (WAL, foreign keys off, a busy timeout) and creates the schema in a
-/// new file, or checks an existing one: a newer schema is refused before anything is written.
+/// new file, or checks an existing one: a newer schema or a truncated file is refused before
+/// anything is written.
 pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
     let err = |e| sql_error(path, "cannot open", e);
+    check_length(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(err)?;
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
+    // One statement, one snapshot: a creator in another process commits all three at once.
+    let (version, app, tables): (i64, i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version), \
+                    (SELECT application_id FROM pragma_application_id), \
+                    (SELECT count(*) FROM sqlite_master)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
         .map_err(err)?;
     if version > SCHEMA_VERSION {
         return Err(Error::UnsupportedSchema {
@@ -89,12 +98,6 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
             supported: SCHEMA_VERSION,
         });
     }
-    let app: i64 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(err)?;
-    let tables: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-        .map_err(err)?;
     if version == 0 && (tables > 0 || app != 0) || version > 0 && app != APPLICATION_ID {
         return Err(Error::Store {
             path: path.to_path_buf(),
@@ -107,13 +110,111 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(err)?;
     if version == 0 {
-        let tx = conn.transaction().map_err(err)?;
+        // Two processes may create the same new file at once: the write lock decides, and the
+        // one that waited finds the schema the other wrote.
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let (version, app): (i64, i64) = tx
+            .query_row(
+                "SELECT (SELECT user_version FROM pragma_user_version), \
+                        (SELECT application_id FROM pragma_application_id)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(err)?;
+        if version > 0 {
+            tx.commit().map_err(err)?;
+            if app != APPLICATION_ID || version > SCHEMA_VERSION {
+                return Err(Error::Store {
+                    path: path.to_path_buf(),
+                    message: "another process made this file something other than a rerank \
+                              store of this version while it was being created"
+                        .into(),
+                    source: None,
+                });
+            }
+            return Ok(());
+        }
         tx.execute_batch(CREATE).map_err(err)?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .map_err(err)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         tx.commit().map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Checks an existing store opened read-only (nothing is written): long enough for its header,
+/// a store's application id and a schema this version reads.
+pub(super) fn check_read_only(conn: &Connection, path: &Path) -> Result<()> {
+    let err = |e| sql_error(path, "cannot open", e);
+    check_length(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(err)?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err)?;
+    let app: i64 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(err)?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::UnsupportedSchema {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version == 0 || app != APPLICATION_ID {
+        return Err(Error::Store {
+            path: path.to_path_buf(),
+            message: "not a rerank store (an empty file, or another SQLite file; fill a store \
+                      with `rerank index`)"
+                .into(),
+            source: None,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a file shorter than the database size its SQLite header records (a copy or a
+/// download cut short): SQLite would open it and fail, or miss rows, only when a query reaches
+/// the missing pages. A file too short for a header, or one that is not SQLite, is left to
+/// SQLite's own checks.
+fn check_length(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Ok(());
+    };
+    let mut header = [0u8; 100];
+    if file.read_exact(&mut header).is_err() || !header.starts_with(b"SQLite format 3\0") {
+        return Ok(());
+    }
+    let be32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536u64,
+        n => u64::from(n),
+    };
+    // The page count is valid only when the "version-valid-for" number matches the change
+    // counter (files written by SQLite 3.7.0 and later).
+    let (pages, change_counter, valid_for) = (be32(28), be32(24), be32(92));
+    if pages == 0 || change_counter != valid_for {
+        return Ok(());
+    }
+    let expected = page_size * u64::from(pages);
+    let actual = file.metadata().map(|m| m.len()).unwrap_or(expected);
+    if actual < expected {
+        return Err(Error::Store {
+            path: path.to_path_buf(),
+            message: format!(
+                "the file is truncated: {actual} bytes where its header records {pages} pages \
+                 of {page_size} bytes ({expected} bytes); restore it from a whole copy"
+            ),
+            source: None,
+        });
     }
     Ok(())
 }

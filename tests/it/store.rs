@@ -506,3 +506,109 @@ fn a_pipeline_config_with_a_store_section_recalls_from_the_file() {
         .unwrap_err();
     assert!(e.to_string().contains("k1 0.9"), "{e}");
 }
+
+/// After the last `Store` of a file is dropped (or `checkpoint` returns), the file alone holds
+/// every document: a copy of just that file opens with all of them.
+#[test]
+fn the_file_alone_holds_the_store_after_checkpoint_and_after_drop() {
+    let many: Vec<Document> = (0..3000)
+        .map(|i| Document::new(format!("d{i}"), text_of(i)))
+        .collect();
+    let db = TempDb::new("whole");
+    let wal = PathBuf::from(format!("{}-wal", db.0.display()));
+    let copy = TempDb::new("whole-copy");
+    {
+        let store = Arc::new(Store::open(&db.0).unwrap());
+        for chunk in many.chunks(500) {
+            store.upsert(chunk.to_vec()).unwrap();
+        }
+        // Readers leave pooled connections behind; they must not keep the log alive.
+        let bm25 = store.bm25();
+        assert!(!bm25
+            .retrieve(&SearchQuery::new("alpha"), 5)
+            .unwrap()
+            .is_empty());
+        assert!(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0) > 0);
+        store.checkpoint().unwrap();
+        assert_eq!(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0), 0);
+        std::fs::copy(&db.0, &copy.0).unwrap();
+        assert_eq!(Store::open(&copy.0).unwrap().len().unwrap(), many.len());
+        copy.clean();
+        store
+            .upsert([Document::new("late", "written after the checkpoint")])
+            .unwrap();
+    }
+    // Dropped: the log is gone and the file has the late write too.
+    assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0);
+    std::fs::copy(&db.0, &copy.0).unwrap();
+    let reopened = Store::open(&copy.0).unwrap();
+    assert_eq!(reopened.len().unwrap(), many.len() + 1);
+    assert!(reopened.get("late").unwrap().is_some());
+}
+
+/// A store opened read-only is searched without a byte of the file changing; writes are refused
+/// with a clear error; a missing path, an empty file and a truncated copy are refused on open.
+#[test]
+fn read_only_stores_are_searched_unchanged_and_bad_files_are_refused_on_open() {
+    let db = TempDb::new("readonly");
+    {
+        let store = Store::open(&db.0).unwrap();
+        store.upsert(corpus()).unwrap();
+    }
+    let before = std::fs::read(&db.0).unwrap();
+    {
+        let store = Arc::new(Store::open_read_only(&db.0).unwrap());
+        assert!(store.is_read_only());
+        assert_bm25_parity(&store, &QUERIES);
+        let err = store.upsert([Document::new("x", "y")]).unwrap_err();
+        assert!(err.to_string().contains("opened read-only"), "{err}");
+        store.checkpoint().unwrap();
+    }
+    assert_eq!(std::fs::read(&db.0).unwrap(), before);
+
+    let missing = TempDb::new("readonly-missing");
+    let err = Store::open_read_only(&missing.0).unwrap_err();
+    assert!(err.to_string().contains("no such store"), "{err}");
+    std::fs::write(&missing.0, b"").unwrap();
+    let err = Store::open_read_only(&missing.0).unwrap_err();
+    assert!(err.to_string().contains("not a rerank store"), "{err}");
+    assert_eq!(std::fs::metadata(&missing.0).unwrap().len(), 0);
+
+    // A copy cut short is refused by both opens, before anything reads or writes it.
+    let cut = TempDb::new("readonly-cut");
+    std::fs::write(&cut.0, &before[..before.len() / 2]).unwrap();
+    let opens: [fn(&Path) -> Result<Store>; 2] = [
+        |p: &Path| Store::open(p),
+        |p: &Path| Store::open_read_only(p),
+    ];
+    for open in opens {
+        let err = open(cut.0.as_path()).unwrap_err();
+        assert!(err.to_string().contains("the file is truncated"), "{err}");
+    }
+    assert_eq!(
+        std::fs::metadata(&cut.0).unwrap().len() as usize,
+        before.len() / 2
+    );
+}
+
+/// Several openers creating the same new file at once all get the store (one creates the
+/// schema, the others find it); none fails with "table meta already exists".
+#[test]
+fn concurrent_creators_of_a_new_store_all_succeed() {
+    for round in 0..20 {
+        let db = TempDb::new(&format!("race-{round}"));
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (path, barrier) = (db.0.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|s| s.len())
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap().unwrap().unwrap(), 0, "round {round}");
+        }
+    }
+}

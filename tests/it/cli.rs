@@ -1,0 +1,190 @@
+//! The command-line example (`examples/rerank/`) as a user runs it: what it prints and what it
+//! leaves on disk. `cargo test` builds the example beside the test binary.
+#![cfg(feature = "sqlite")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HANDBOOK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
+
+/// The built `rerank` example (`target/<profile>/examples/rerank`), if `cargo test` built it.
+fn rerank_cli() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.join("examples");
+    let path = dir.join(format!("rerank{}", std::env::consts::EXE_SUFFIX));
+    if path.is_file() {
+        Some(path)
+    } else {
+        crate::common::skip(&format!(
+            "skipping: {} not built (cargo test builds it)",
+            path.display()
+        ));
+        None
+    }
+}
+
+fn run(cli: &Path, args: &[&str]) -> Output {
+    Command::new(cli)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[cfg(feature = "models")]
+#[test]
+fn search_reranks_a_short_list_and_says_when_the_option_skips_it() {
+    let Some(cli) = rerank_cli() else {
+        return;
+    };
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/ce_tiny_a/model"
+    );
+    if !Path::new(model).join("model.safetensors").is_file() {
+        crate::common::skip(&format!("skipping: {model} not found"));
+        return;
+    }
+    let query = "how do I roll back a failed deployment";
+    let base = [
+        "search",
+        "--corpus",
+        HANDBOOK,
+        "--reranker",
+        model,
+        "--json",
+    ];
+    let out = run(&cli, &[&base[..], &[query]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    // Stage 1 finds three candidates, fewer than the default top_k of 10: all are reranked.
+    assert_eq!(json["candidates"], 3);
+    assert_eq!(json["reranked"], true);
+    assert_eq!(json["scorer"], "cross-encoder");
+    assert!(json["stage2_skipped"].is_null());
+    let hits = json["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 3);
+    assert!(hits.iter().all(|h| h["rerank_score"].is_number()));
+    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+
+    let skip = [&base[..], &["--skip-rerank-within-top-k", query]].concat();
+    let json: serde_json::Value = serde_json::from_str(&stdout(&run(&cli, &skip))).unwrap();
+    assert_eq!(json["reranked"], false);
+    assert_eq!(json["scorer"], "stage1");
+    let why = json["stage2_skipped"].as_str().unwrap();
+    assert!(
+        why.contains("3 candidates") && why.contains("top_k 10"),
+        "{why}"
+    );
+
+    // The table says it in words.
+    let table: Vec<&str> = skip.iter().copied().filter(|a| *a != "--json").collect();
+    let text = stdout(&run(&cli, &table));
+    assert!(
+        text.contains("stage 2 did not rerank: 3 candidates"),
+        "{text}"
+    );
+}
+
+/// A temporary store path; the file and its side files are removed on drop.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let db = TempDb(
+            std::env::temp_dir().join(format!("rerank-cli-{name}-{}.db", std::process::id())),
+        );
+        db.clean();
+        db
+    }
+    fn side(&self, suffix: &str) -> PathBuf {
+        PathBuf::from(format!("{}{suffix}", self.0.display()))
+    }
+    fn clean(&self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(self.side(suffix));
+        }
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+#[test]
+fn index_leaves_one_whole_file_and_refuses_to_empty_the_store_by_mistake() {
+    let Some(cli) = rerank_cli() else {
+        return;
+    };
+    let db = TempDb::new("index");
+    let dbs = db.0.display().to_string();
+    let out = run(
+        &cli,
+        &["index", "--db", &dbs, "--corpus", HANDBOOK, "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["documents"], 25);
+    // The command has returned: the file alone holds the store.
+    let wal = db.side("-wal");
+    assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0);
+    let copy = TempDb::new("index-copy");
+    std::fs::copy(&db.0, &copy.0).unwrap();
+    assert_eq!(rerank::Store::open(&copy.0).unwrap().len().unwrap(), 25);
+
+    // An empty corpus, and one that shares no id with the store, are refused.
+    let dir = std::env::temp_dir();
+    let empty = dir.join(format!("rerank-cli-empty-{}.jsonl", std::process::id()));
+    std::fs::write(&empty, "\n").unwrap();
+    let other = dir.join(format!("rerank-cli-other-{}.jsonl", std::process::id()));
+    std::fs::write(&other, "{\"id\": \"x1\", \"text\": \"another corpus\"}\n").unwrap();
+    for (corpus, why) in [
+        (&empty, "it holds no document"),
+        (&other, "it shares no id with the store"),
+    ] {
+        let c = corpus.display().to_string();
+        let out = run(&cli, &["index", "--db", &dbs, "--corpus", &c]);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(err.contains("would remove all 25 documents"), "{err}");
+        assert!(err.contains(why) && err.contains("--replace-all"), "{err}");
+    }
+    assert_eq!(rerank::Store::open(&db.0).unwrap().len().unwrap(), 25);
+    // Said explicitly, it replaces.
+    let c = other.display().to_string();
+    let out = run(
+        &cli,
+        &["index", "--db", &dbs, "--corpus", &c, "--replace-all"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x1"]);
+
+    // An empty id anywhere writes nothing and names the file and line.
+    let bad = dir.join(format!("rerank-cli-badid-{}.jsonl", std::process::id()));
+    let mut text = std::fs::read_to_string(HANDBOOK).unwrap();
+    text.push_str("\n{\"id\": \"\", \"text\": \"no id\"}\n");
+    std::fs::write(&bad, &text).unwrap();
+    let b = bad.display().to_string();
+    let out = run(&cli, &["index", "--db", &dbs, "--corpus", &b]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{b}:27: a document with an empty id")),
+        "{err}"
+    );
+    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x1"]);
+    for f in [empty, other, bad] {
+        std::fs::remove_file(f).unwrap();
+    }
+}
