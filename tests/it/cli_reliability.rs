@@ -1,12 +1,16 @@
 //! The `rerank` command-line example as a user runs it: a closed stdout, huge sizes, endless
 //! input lines, personal data. The binary is the one `cargo test` builds next to the tests
-//! (`target/debug/examples/rerank`); without it these tests say so and return.
+//! (`target/debug/examples/rerank`), or the one `RERANK_BIN` names; without it these tests say
+//! so and return.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// The example binary, when it was built with the tests.
 fn rerank_bin() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("RERANK_BIN") {
+        return Some(PathBuf::from(bin));
+    }
     let exe = std::env::current_exe().ok()?;
     let bin = exe.parent()?.parent()?.join("examples").join("rerank");
     if bin.is_file() {
