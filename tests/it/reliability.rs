@@ -465,11 +465,12 @@ fn a_huge_top_k_returns_every_document() {
 #[test]
 fn a_hashing_dimension_beyond_the_bound_is_a_config_error() {
     let yaml = "retriever: { type: vector }\nembedder: { type: hashing, dim: 100000000 }\n";
-    let e = rerank::PipelineConfig::from_yaml_str(yaml)
+    let Err(e) = rerank::PipelineConfig::from_yaml_str(yaml)
         .unwrap()
         .build(Vec::new())
-        .err()
-        .expect("dim 10^8 was accepted");
+    else {
+        panic!("dim 10^8 was accepted");
+    };
     assert!(matches!(e, Error::Config(_)), "{e:?}");
     assert!(e.to_string().contains("65536"), "{e}");
 }
