@@ -155,13 +155,80 @@ pub(crate) fn cmp_score_desc(a: f32, b: f32) -> std::cmp::Ordering {
     }
 }
 
+/// The longest line the crate's line readers accept: 64 MiB. A longer line (a file of one
+/// endless line, `/dev/zero`) is an error naming the file and the line, never a buffer that
+/// grows until the process aborts.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// Calls `f(line number, line)` for each non-blank line of `reader`, one line in memory at a
+/// time; `origin` (a file name) names the input in errors. A line longer than
+/// [`MAX_LINE_BYTES`] or not UTF-8 is an [`Error::Parse`](crate::Error::Parse) naming
+/// `origin` and the line, and nothing after it is read. `\n` and `\r\n` end lines.
+pub fn read_bounded_lines<R: std::io::BufRead>(
+    reader: R,
+    origin: &str,
+    f: impl FnMut(usize, &str) -> crate::Result<()>,
+) -> crate::Result<()> {
+    read_lines_up_to(reader, origin, MAX_LINE_BYTES, f)
+}
+
+/// [`read_bounded_lines`] with lines of at most `max` bytes.
+fn read_lines_up_to<R: std::io::BufRead>(
+    mut reader: R,
+    origin: &str,
+    max: usize,
+    mut f: impl FnMut(usize, &str) -> crate::Result<()>,
+) -> crate::Result<()> {
+    use std::io::{BufRead, Read};
+    let mut buf = Vec::new();
+    let mut number = 0;
+    loop {
+        buf.clear();
+        number += 1;
+        // Room for the line, `\r\n`, and nothing more: a longer line stops here.
+        let limit = max as u64 + 2;
+        let read = (&mut reader)
+            .take(limit)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| crate::Error::io(origin, e))?;
+        if read == 0 {
+            return Ok(());
+        }
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+        }
+        if buf.len() > max {
+            return Err(crate::Error::parse(
+                format!("{origin}:{number}"),
+                format!("a line longer than {max} bytes"),
+            ));
+        }
+        let line = std::str::from_utf8(&buf)
+            .map_err(|e| crate::Error::parse(format!("{origin}:{number}"), e))?;
+        if !line.trim().is_empty() {
+            f(number, line)?;
+        }
+    }
+}
+
 impl Document {
-    /// Reads a JSONL corpus: one JSON document per line (blank lines skipped).
-    /// Errors name the file and the line.
+    /// Reads a JSONL corpus: one JSON document per line (blank lines skipped), one line in
+    /// memory at a time, each at most [`MAX_LINE_BYTES`]. Errors name the file and the line.
     pub fn read_jsonl(path: impl AsRef<std::path::Path>) -> crate::Result<Vec<Document>> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| crate::Error::io(path, e))?;
-        Document::parse_jsonl(&text, &path.display().to_string())
+        let file = std::fs::File::open(path).map_err(|e| crate::Error::io(path, e))?;
+        let origin = path.display().to_string();
+        let mut docs = Vec::new();
+        read_bounded_lines(std::io::BufReader::new(file), &origin, |number, line| {
+            let doc = serde_json::from_str::<Document>(line)
+                .map_err(|e| crate::Error::parse(format!("{origin}:{number}"), e))?;
+            docs.push(doc);
+            Ok(())
+        })?;
+        Ok(docs)
     }
 
     /// Parses JSONL text (see [`Document::read_jsonl`]); `origin` names the input in errors.
@@ -174,5 +241,54 @@ impl Document {
                     .map_err(|e| crate::Error::parse(format!("{origin}:{}", i + 1), e))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize) -> crate::Result<Vec<(usize, String)>> {
+        let mut out = Vec::new();
+        read_lines_up_to(input, "in.jsonl", max, |n, l| {
+            out.push((n, l.to_string()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn lines_are_bounded_and_errors_name_the_line() {
+        let got = lines(b"abc\r\n\n  \nabcd\nlast", 4).unwrap();
+        let want = [(1, "abc"), (4, "abcd"), (5, "last")];
+        let want: Vec<(usize, String)> = want.iter().map(|&(n, l)| (n, l.into())).collect();
+        assert_eq!(got, want);
+        // Five bytes, with or without a newline after them, are one byte too many.
+        for input in [
+            &b"ok\nabcde\nnever read"[..],
+            b"ok\nabcde",
+            b"ok\nabcde\r\n",
+        ] {
+            let e = lines(input, 4).unwrap_err();
+            assert!(matches!(e, crate::Error::Parse { .. }));
+            let e = e.to_string();
+            assert!(
+                e.contains("in.jsonl:2") && e.contains("longer than 4"),
+                "{e}"
+            );
+        }
+        let e = lines(b"ok\n\xff\n", 4).unwrap_err().to_string();
+        assert!(e.contains("in.jsonl:2"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_endless_line_is_an_error_not_an_abort() {
+        // /dev/zero is one line without end: the reader stops after MAX_LINE_BYTES.
+        let e = Document::read_jsonl("/dev/zero").unwrap_err().to_string();
+        assert!(
+            e.contains("/dev/zero:1") && e.contains("longer than 67108864"),
+            "{e}"
+        );
     }
 }

@@ -81,7 +81,7 @@ pub mod models;
 #[cfg(feature = "sqlite")]
 pub mod store;
 
-pub use document::{Document, Hit, Metadata};
+pub use document::{read_bounded_lines, Document, Hit, Metadata, MAX_LINE_BYTES};
 pub use error::{BoxError, Error, Result};
 pub use filter::Filter;
 pub use simd::simd_isa;

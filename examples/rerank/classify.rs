@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use rerank::classify::{read_aliases, RuleClassifier};
+use rerank::guard::PiiGuard;
 use rerank::QueryClassifier;
 
 use crate::CliResult;
@@ -29,6 +30,14 @@ pub fn classifier(aliases: Option<&PathBuf>) -> CliResult<RuleClassifier> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if args.query.trim().is_empty() {
+        return Err(rerank::Error::InvalidInput(
+            "the query is empty: pass the text to classify as the last argument".into(),
+        )
+        .into());
+    }
+    // Personal data is refused before anything runs, as in a pipeline (the default guard).
+    PiiGuard::default().check(&args.query)?;
     let c = classifier(args.aliases.as_ref())?.classify(&args.query);
     if args.json {
         println!("{}", serde_json::to_string(&c)?);

@@ -103,7 +103,8 @@ struct Output<'a> {
     embedding: &'a [f32],
 }
 
-/// Reads the `text` of each non-blank line.
+/// Reads the `text` of each non-blank line; a line longer than `rerank::MAX_LINE_BYTES`
+/// (`--input /dev/zero`) is an error naming the file and the line.
 fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
     let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
         Box::new(BufReader::new(std::io::stdin()))
@@ -111,16 +112,14 @@ fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
         let file = std::fs::File::open(path).map_err(|e| rerank::Error::io(path, e))?;
         Box::new(BufReader::new(file))
     };
+    let origin = path.display().to_string();
     let mut texts = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| rerank::Error::io(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed: Line = serde_json::from_str(&line)
-            .map_err(|e| rerank::Error::parse(format!("{}:{}", path.display(), i + 1), e))?;
+    rerank::read_bounded_lines(reader, &origin, |number, line| {
+        let parsed: Line = serde_json::from_str(line)
+            .map_err(|e| rerank::Error::parse(format!("{origin}:{number}"), e))?;
         texts.push(parsed.text);
-    }
+        Ok(())
+    })?;
     Ok(texts)
 }
 

@@ -69,7 +69,54 @@ enum Command {
     Score(score::Args),
 }
 
+/// The exit status of a command whose stdout was closed (`rerank search ... | head -c 10`):
+/// 141, what a shell reports for a process ended by SIGPIPE.
+const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Every command ends quietly when its stdout is closed: `println!` panics on a broken pipe
+/// (Rust ignores SIGPIPE), and `writeln!` returns the error. The panic hook turns that panic into
+/// exit status 141 without a message (any other panic is reported as usual), and `main` does
+/// the same for a broken-pipe error a command returns. One place, for every command.
+fn end_quietly_on_broken_pipe() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        // std's message: "failed printing to stdout: Broken pipe (os error 32)".
+        let broken = std::io::Error::from(std::io::ErrorKind::BrokenPipe).to_string();
+        if message.starts_with("failed printing to stdout")
+            && (message.contains("os error 32") || message.contains(&broken))
+        {
+            std::process::exit(BROKEN_PIPE_EXIT);
+        }
+        default_hook(info);
+    }));
+}
+
+/// Whether `e`, or an error under it, is an I/O error of kind `BrokenPipe`.
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let kind = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => Some(io.kind()),
+            None => e
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind),
+        };
+        if kind == Some(std::io::ErrorKind::BrokenPipe) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 fn main() -> ExitCode {
+    end_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Answer(args) => answer::run(args),
@@ -86,6 +133,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::from(BROKEN_PIPE_EXIT as u8),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

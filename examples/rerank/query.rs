@@ -59,6 +59,8 @@ pub fn run(args: Args) -> CliResult {
     let out = if args.classify_only {
         let classifier = config.classifier.clone().unwrap_or_default().build(&[])?;
         let q = question()?;
+        // The query is printed back: personal data is refused first, as the pipeline does.
+        config.pii.clone().unwrap_or_default().build().check(&q)?;
         json!({
             "query": q,
             "classification": rerank::QueryClassifier::classify(&classifier, &q),

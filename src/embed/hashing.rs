@@ -33,11 +33,16 @@ pub struct HashingEmbedder {
 }
 
 impl HashingEmbedder {
-    /// An embedder into `dim` buckets (at least 8).
+    /// The most buckets: each embedding is `dim` floats, and a vector index holds one per
+    /// document, so a larger `dim` (a config saying 10^8 would abort the process) is refused.
+    pub const MAX_DIM: usize = 65_536;
+
+    /// An embedder into `dim` buckets (8 to [`HashingEmbedder::MAX_DIM`]).
     pub fn new(dim: usize) -> Result<Self> {
-        if dim < 8 {
+        if !(8..=Self::MAX_DIM).contains(&dim) {
             return Err(Error::Config(format!(
-                "hashing embedder: dim must be at least 8, got {dim}"
+                "hashing embedder: dim must be between 8 and {}, got {dim}",
+                Self::MAX_DIM
             )));
         }
         Ok(HashingEmbedder { dim })
@@ -105,5 +110,13 @@ mod tests {
             m.row(0).to_vec()
         );
         assert!(HashingEmbedder::new(4).is_err());
+    }
+
+    #[test]
+    fn the_dimension_is_bounded() {
+        assert!(HashingEmbedder::new(HashingEmbedder::MAX_DIM).is_ok());
+        let e = HashingEmbedder::new(100_000_000).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e}");
+        assert!(e.to_string().contains("between 8 and 65536"), "{e}");
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -119,16 +119,11 @@ struct QueryLine {
     text: String,
 }
 
-/// Calls `f(line number, line)` for each non-blank line of `path`.
-fn for_each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
+/// Calls `f(line number, line)` for each non-blank line of `path` (each at most
+/// [`MAX_LINE_BYTES`](crate::MAX_LINE_BYTES)).
+fn for_each_line(path: &Path, f: impl FnMut(usize, &str) -> Result<()>) -> Result<()> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| Error::io(path, e))?;
-        if !line.trim().is_empty() {
-            f(i + 1, &line)?;
-        }
-    }
-    Ok(())
+    crate::read_bounded_lines(BufReader::new(file), &path.display().to_string(), f)
 }
 
 fn at(path: &Path, line: usize) -> String {

@@ -67,7 +67,7 @@ impl PiiGuard {
             return Vec::new();
         }
         let mut found = Vec::new();
-        let mut masked = text.to_string();
+        let mut masked = Normalized::new(text).text;
         for kind in [
             PiiKind::Email,
             PiiKind::Ssn,
@@ -115,14 +115,17 @@ impl PiiGuard {
                 continue;
             }
             // Matches may share a separator (two SSNs one space apart): repeat until none is
-            // left. Each pass replaces at least one value, so this ends.
+            // left. Each pass replaces at least one value, so this ends. Values are found in
+            // the normalized text and replaced in the original (the rest of it is unchanged).
             loop {
-                let spans = find(kind, &out);
+                let normalized = Normalized::new(&out);
+                let spans = find(kind, &normalized.text);
                 if spans.is_empty() {
                     break;
                 }
                 // Replace from the end so earlier spans stay valid.
                 for (start, end) in spans.into_iter().rev() {
+                    let (start, end) = normalized.original(start, end);
                     out.replace_range(start..end, &format!("[{kind}]"));
                 }
             }
@@ -131,7 +134,104 @@ impl PiiGuard {
     }
 }
 
-/// Byte spans of the values of `kind` in `text`.
+/// A query as the patterns read it, with the way back to the original text.
+///
+/// Personal data can be written so that a pattern over ASCII misses it: digits of another
+/// script (full-width `１２３`, Arabic-Indic `١٢٣`, Devanagari `१२३`, ... every Unicode decimal
+/// digit), separators other than a space or a dash (no-break, thin and ideographic spaces, en
+/// and em dashes, the minus sign, dot leaders), invisible characters between the digits (zero
+/// width space and joiners, soft hyphen, word joiner, byte order mark, direction marks), and
+/// full-width letters and signs (`＠`). Normalizing maps each of these to its ASCII form (or
+/// drops it) before the patterns run, so they see `123-45-6789` however it was typed.
+struct Normalized {
+    /// The normalized text.
+    text: String,
+    /// Per byte of `text`, the byte range of the original character it came from.
+    from: Vec<(usize, usize)>,
+}
+
+impl Normalized {
+    fn new(original: &str) -> Self {
+        let mut text = String::with_capacity(original.len());
+        let mut from = Vec::with_capacity(original.len());
+        for (at, c) in original.char_indices() {
+            let Some(n) = normalize_char(c) else { continue };
+            let before = text.len();
+            text.push(n);
+            let span = (at, at + c.len_utf8());
+            from.extend(std::iter::repeat_n(span, text.len() - before));
+        }
+        Normalized { text, from }
+    }
+
+    /// The byte range of the original text that `start..end` of the normalized text came
+    /// from (`start < end`).
+    fn original(&self, start: usize, end: usize) -> (usize, usize) {
+        (self.from[start].0, self.from[end - 1].1)
+    }
+}
+
+/// `c` as the patterns should read it; `None` for an invisible character.
+fn normalize_char(c: char) -> Option<char> {
+    if c.is_ascii() {
+        return Some(c);
+    }
+    let n = match c {
+        // Invisible: soft hyphen, Mongolian vowel separator, zero-width space, non-joiner,
+        // joiner, direction marks and embeddings, word joiner and invisible operators, byte
+        // order mark.
+        '\u{AD}'
+        | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{2069}'
+        | '\u{FEFF}' => return None,
+        // Dashes: hyphen, non-breaking hyphen, figure dash, en and em dash, horizontal bar,
+        // minus sign, small and full-width hyphen-minus.
+        '\u{2010}'..='\u{2015}' | '\u{2212}' | '\u{FE58}' | '\u{FE63}' => '-',
+        // Dots: middle dot, one dot leader, hyphenation point, katakana middle dot, small full
+        // stop.
+        '\u{B7}' | '\u{2024}' | '\u{2027}' | '\u{30FB}' | '\u{FE52}' => '.',
+        '\u{FE6B}' => '@',
+        // Full-width ASCII (`＠`, `．`, `－`, letters and digits).
+        '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+        // Every other space: no-break, en to hair, narrow no-break, ideographic.
+        c if c.is_whitespace() => ' ',
+        c => decimal_digit(c).unwrap_or(c),
+    };
+    Some(n)
+}
+
+/// The ASCII digit of a Unicode decimal digit (general category Nd) of any script.
+///
+/// Unicode encodes each script's decimal digits as one run of ten code points, zero to nine
+/// (some runs follow each other, e.g. the mathematical digits): the value is the distance from
+/// the start of the run, modulo ten.
+fn decimal_digit(c: char) -> Option<char> {
+    if !c.is_numeric() || !is_decimal_digit(c) {
+        return None;
+    }
+    let mut start = c as u32;
+    while let Some(prev) = start.checked_sub(1).and_then(char::from_u32) {
+        if !is_decimal_digit(prev) {
+            break;
+        }
+        start -= 1;
+    }
+    let value = (c as u32 - start) % 10;
+    char::from_digit(value, 10)
+}
+
+fn is_decimal_digit(c: char) -> bool {
+    static ND: OnceLock<Option<Regex>> = OnceLock::new();
+    let nd = ND.get_or_init(|| Regex::new(r"^\p{Nd}$").ok());
+    let mut buf = [0u8; 4];
+    nd.as_ref()
+        .is_some_and(|r| r.is_match(c.encode_utf8(&mut buf)))
+}
+
+/// Byte spans of the values of `kind` in `text` (normalized: see [`Normalized`]).
 fn find(kind: PiiKind, text: &str) -> Vec<(usize, usize)> {
     let re = patterns();
     let spans = |r: &Option<Regex>, valid: &dyn Fn(&str) -> bool| -> Vec<(usize, usize)> {
@@ -188,11 +288,15 @@ struct Patterns {
 fn patterns() -> &'static Patterns {
     static P: OnceLock<Patterns> = OnceLock::new();
     P.get_or_init(|| Patterns {
-        email: Regex::new(r"(?i)\b[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b").ok(),
-        // 123-45-6789 or 123 45 6789; not inside a longer number.
-        ssn: Regex::new(r"(?:^|[^\d-])(\d{3}[- ]\d{2}[- ]\d{4})(?:$|[^\d-])").ok(),
-        // 13 to 19 digits, optionally grouped by single spaces or dashes.
-        card: Regex::new(r"\b\d(?:[ -]?\d){12,18}\b").ok(),
+        // Letters and digits of any script (`josé@exämple.de`, `用户@例子.公司`).
+        email: Regex::new(
+            r"(?i)\b[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}\b",
+        )
+        .ok(),
+        // 123-45-6789, 123 45 6789 or 123.45.6789; not inside a longer number.
+        ssn: Regex::new(r"(?:^|[^\d.-])(\d{3}[-. ]\d{2}[-. ]\d{4})(?:$|[^\d-]|\.(?:$|\D))").ok(),
+        // 13 to 19 digits, optionally grouped by single spaces, dashes or dots.
+        card: Regex::new(r"\b\d(?:[ .-]?\d){12,18}\b").ok(),
         // (415) 555-2671, 415-555-2671, 415.555.2671, 415 555 2671, +1 415 555 2671, 1-415-555-2671.
         us_phone: Regex::new(r"(?:\+?\b1[ .-]?)?(?:\(\d{3}\)\s?|\b\d{3}[ .-])\d{3}[ .-]\d{4}\b")
             .ok(),
@@ -253,6 +357,44 @@ mod tests {
         assert!(!luhn_valid("4111111111111112"));
         assert!(!luhn_valid(""));
         assert!(!luhn_valid("12a4"));
+    }
+
+    #[test]
+    fn digits_of_every_script_become_ascii() {
+        for (c, d) in [
+            ('٧', '7'),
+            ('۴', '4'),
+            ('९', '9'),
+            ('৪', '4'),
+            ('໕', '5'),
+            ('３', '3'),
+            ('\u{1D7D8}', '0'),
+            ('\u{1D7E1}', '9'),
+            ('\u{1D7FF}', '9'),
+        ] {
+            assert_eq!(normalize_char(c), Some(d), "{c:?}");
+        }
+        // Superscripts, fractions and roman numerals are numbers, not decimal digits.
+        for c in ['²', '½', 'Ⅻ', 'a', 'é'] {
+            assert_eq!(decimal_digit(c), None, "{c:?}");
+        }
+        assert_eq!(normalize_char('\u{200B}'), None);
+        assert_eq!(normalize_char('\u{A0}'), Some(' '));
+        assert_eq!(normalize_char('\u{2013}'), Some('-'));
+    }
+
+    #[test]
+    fn normalized_values_are_redacted_in_the_original_text() {
+        let g = PiiGuard::default();
+        assert_eq!(
+            g.redact("ssn １２３－４５－６７８９ and café"),
+            "ssn [ssn] and café"
+        );
+        assert_eq!(
+            g.redact("call 4111\u{200B}1111\u{A0}1111 1111 now ١"),
+            "call [credit_card] now ١"
+        );
+        assert_eq!(g.redact("to josé@exämple.de, ok"), "to [email], ok");
     }
 
     #[test]

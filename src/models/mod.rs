@@ -44,7 +44,7 @@ pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
 pub(crate) use options::ModelPool;
-pub use options::{ModelOptions, Precision};
+pub use options::{max_threads, ModelOptions, Precision, MAX_LENGTH};
 pub use quant::int8_kernel;
 
 /// `n` reproducible values in `[-1, 1)` from `seed` (a linear congruential generator): the

@@ -148,6 +148,15 @@ impl ModelOptions {
                 return Err(Error::Config(format!("{model}: {name} must be at least 1")));
             }
         }
+        if let Some(n) = self.threads {
+            check_threads(model, n)?;
+        }
+        if let Some(n) = self.max_length.filter(|&n| n > MAX_LENGTH) {
+            return Err(Error::Config(format!(
+                "{model}: max_length {n} is more than the {MAX_LENGTH} tokens a model is loaded \
+                 for"
+            )));
+        }
         if let Some(n) = self.max_length.filter(|&n| n < min_length) {
             return Err(Error::Config(format!(
                 "{model}: max_length {n} is too short; it must be at least {min_length} \
@@ -163,6 +172,7 @@ impl ModelOptions {
         let Some(n) = self.threads else {
             return Ok(ModelPool(None));
         };
+        check_threads(name, n)?;
         let name = name.to_string();
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -171,6 +181,34 @@ impl ModelOptions {
             .map(|pool| ModelPool(Some(pool)))
             .map_err(|e| Error::Config(format!("cannot start {n} threads: {e}")))
     }
+}
+
+/// The longest `max_length` a model accepts (2^20 tokens): positional tables and caches are
+/// sized by it, so a larger value is an [`Error::Config`], never an allocation of that size.
+pub const MAX_LENGTH: usize = 1 << 20;
+
+/// The most threads a private model pool may have: four times the available parallelism, and
+/// never more than 1,024. More threads than that only cost time to start (`threads: 100000`
+/// spent minutes spawning them); [`ModelOptions`] refuses them with an [`Error::Config`].
+pub fn max_threads() -> usize {
+    available_cores().saturating_mul(4).min(1024)
+}
+
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// An [`Error::Config`] naming `owner` when `threads` is above [`max_threads`].
+pub(crate) fn check_threads(owner: &str, threads: usize) -> Result<()> {
+    let max = max_threads();
+    if threads > max {
+        return Err(Error::Config(format!(
+            "{owner}: threads {threads} is more than {max} (four times the {} available \
+             cores, at most 1024)",
+            available_cores()
+        )));
+    }
+    Ok(())
 }
 
 /// Where a model runs its work: a private rayon pool of [`ModelOptions::threads`] threads, or
@@ -204,10 +242,29 @@ mod tests {
             ModelOptions::default().token_budget(0),
             ModelOptions::default().max_batch_size(0),
             ModelOptions::default().max_length(1),
+            ModelOptions::default().max_length(MAX_LENGTH + 1),
+            ModelOptions::default().threads(max_threads() + 1),
+            ModelOptions::default().threads(100_000),
         ] {
             let e = bad.validate("m", 2).unwrap_err().to_string();
             assert!(e.starts_with("invalid configuration: m: "), "{e}");
         }
+    }
+
+    #[test]
+    fn thread_counts_are_bounded_before_a_pool_starts() {
+        assert!(max_threads() >= 4 && max_threads() <= 1024);
+        assert!(ModelOptions::default()
+            .threads(max_threads())
+            .validate("m", 2)
+            .is_ok());
+        let e = ModelOptions::default()
+            .threads(100_000)
+            .thread_pool("m")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("threads 100000 is more than"), "{e}");
     }
 
     #[test]

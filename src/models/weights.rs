@@ -114,17 +114,67 @@ impl Weights {
         self.entry(name).map(|e| e.shape.as_slice())
     }
 
-    /// Reads `name` as `f32` after checking that its shape is `expected`.
+    /// The `config.json` beside the checkpoint's files (they are all in the model directory),
+    /// for errors about a size it gives.
+    pub fn config_path(&self) -> PathBuf {
+        match self.files.first() {
+            Some(f) => f.path.with_file_name("config.json"),
+            None => PathBuf::from("config.json"),
+        }
+    }
+
+    /// Checks a size that `config.json` gives (`key` is `value`) against axis `axis` of the
+    /// stored tensor `name`, before anything is allocated with it: a size from a config file
+    /// must never size an allocation that the weights do not back (a `hidden_size` of 10^9
+    /// would abort the process). A mismatch, or a tensor without that axis, is an
+    /// [`Error::Model`] naming `config.json`, the key, the tensor and its file.
+    pub fn check_config_size(
+        &self,
+        key: &str,
+        value: usize,
+        name: &str,
+        axis: usize,
+    ) -> Result<()> {
+        let e = self.entry(name)?;
+        if e.shape.get(axis) == Some(&value) {
+            return Ok(());
+        }
+        Err(Error::model(format!(
+            "{}: {key} is {value}, but tensor {name} in {} has shape {:?} (axis {axis} should \
+             be {key})",
+            self.config_path().display(),
+            self.path(e).display(),
+            e.shape
+        )))
+    }
+
+    /// Checks that the checkpoint has the tensor `name` that `config.json`'s `key` (`value`)
+    /// implies, e.g. the last layer `num_hidden_layers` announces: an [`Error::Model`] naming
+    /// `config.json` and the key otherwise.
+    pub fn check_config_tensor(&self, key: &str, value: usize, name: &str) -> Result<()> {
+        if self.has(name) {
+            return Ok(());
+        }
+        Err(Error::model(format!(
+            "{}: {key} is {value}, but there is no tensor {name} in {}",
+            self.config_path().display(),
+            self.label()
+        )))
+    }
+
+    /// Reads `name` as `f32` after checking that its shape is `expected`. The shape is checked
+    /// before the result is allocated, so a wrong size from `config.json` is an error, never an
+    /// allocation the file does not back.
     pub fn f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
-        let mut out = vec![0.0; expected.iter().product()];
+        self.expect_shape(name, expected)?;
+        let mut out = vec![0.0; element_count(expected)?];
         self.read_into(name, expected, &mut out)?;
         Ok(out)
     }
 
-    /// Reads `name` as `f32` into `out` (whose length must be the product of `expected`)
-    /// after checking that its shape is `expected`; for weights stacked into one buffer (fused
-    /// projections) without an intermediate copy.
-    pub fn read_into(&self, name: &str, expected: &[usize], out: &mut [f32]) -> Result<()> {
+    /// Checks that `name` is stored with the shape `expected` (what `config.json` implies):
+    /// an [`Error::Model`] naming the file, the tensor and both shapes otherwise.
+    pub fn expect_shape(&self, name: &str, expected: &[usize]) -> Result<()> {
         let e = self.entry(name)?;
         if e.shape != expected {
             return Err(Error::model(format!(
@@ -133,7 +183,16 @@ impl Weights {
                 e.shape
             )));
         }
-        if out.len() != expected.iter().product::<usize>() {
+        Ok(())
+    }
+
+    /// Reads `name` as `f32` into `out` (whose length must be the product of `expected`)
+    /// after checking that its shape is `expected`; for weights stacked into one buffer (fused
+    /// projections) without an intermediate copy.
+    pub fn read_into(&self, name: &str, expected: &[usize], out: &mut [f32]) -> Result<()> {
+        self.expect_shape(name, expected)?;
+        let e = self.entry(name)?;
+        if out.len() != element_count(expected)? {
             return Err(Error::model(format!(
                 "reading {name}: a buffer of {} values for shape {expected:?}",
                 out.len()
@@ -155,7 +214,11 @@ impl Weights {
     /// `(ids.len(), width)` row-major `f32` matrix. A row id outside the matrix is an
     /// [`Error::Model`] saying that the tokenizer does not belong to these weights.
     pub fn rows(&self, name: &str, width: usize, ids: &[u32]) -> Result<Vec<f32>> {
-        let mut out = vec![0.0; ids.len() * width];
+        let e = self.entry(name)?;
+        if e.shape.len() != 2 || e.shape[1] != width {
+            return Err(self.not_rows_of(name, e, width));
+        }
+        let mut out = vec![0.0; element_count(&[ids.len(), width])?];
         self.rows_into(name, width, ids, &mut out)?;
         Ok(out)
     }
@@ -165,13 +228,9 @@ impl Weights {
     pub fn rows_into(&self, name: &str, width: usize, ids: &[u32], out: &mut [f32]) -> Result<()> {
         let e = self.entry(name)?;
         if e.shape.len() != 2 || e.shape[1] != width {
-            return Err(Error::model(format!(
-                "{}: tensor {name} has shape {:?}, expected (rows, {width})",
-                self.path(e).display(),
-                e.shape
-            )));
+            return Err(self.not_rows_of(name, e, width));
         }
-        if out.len() != ids.len() * width {
+        if Some(out.len()) != ids.len().checked_mul(width) {
             return Err(Error::model(format!(
                 "reading rows of {name}: a buffer of {} values for {} rows of {width}",
                 out.len(),
@@ -201,6 +260,14 @@ impl Weights {
         self.tensors
             .get(name)
             .ok_or_else(|| Error::model(format!("{}: missing tensor {name}", self.label())))
+    }
+
+    fn not_rows_of(&self, name: &str, e: &Entry, width: usize) -> Error {
+        Error::model(format!(
+            "{}: tensor {name} has shape {:?}, expected (rows, {width})",
+            self.path(e).display(),
+            e.shape
+        ))
     }
 
     fn path(&self, e: &Entry) -> &Path {
@@ -274,6 +341,15 @@ fn map_file(path: &Path, file: usize) -> Result<(Mapped, Vec<(String, Entry)>)> 
         data_start: 8 + header,
     };
     Ok((mapped, entries))
+}
+
+/// The number of values of a tensor of shape `shape`; a product that overflows `usize` (sizes
+/// from a hostile `config.json`) is an [`Error::Model`], never a wrapped size or a panic.
+pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::model(format!("a tensor of shape {shape:?} has too many values")))
 }
 
 /// Bytes per element of the dtypes [`convert`] reads.
@@ -456,6 +532,45 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let e = Weights::open(&dir).unwrap_err().to_string();
         assert!(e.contains("no model.safetensors"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_are_checked_before_anything_is_allocated() {
+        let dir = temp_dir("sizes");
+        write(
+            &dir.join(SINGLE_FILE),
+            &[("m", Dtype::F32, vec![2, 2], f32_bytes(&[1.0; 4]))],
+        );
+        let w = Weights::open(&dir).unwrap();
+        // Shapes whose allocation would abort (2^60 values) or overflow (2^124): errors.
+        for expected in [vec![1usize << 30, 1 << 30], vec![1 << 62, 1 << 62]] {
+            let e = w.f32("m", &expected).unwrap_err().to_string();
+            assert!(e.contains("tensor m has shape [2, 2]"), "{e}");
+        }
+        assert!(w.rows("m", 1 << 62, &[0, 1]).is_err());
+        assert!(element_count(&[1 << 62, 8]).is_err());
+        assert_eq!(element_count(&[3, 4, 5]).unwrap(), 60);
+        assert_eq!(element_count(&[]).unwrap(), 1);
+        // A config size is compared with the header, and the error names config.json, the
+        // key, the tensor and its file.
+        w.check_config_size("hidden_size", 2, "m", 1).unwrap();
+        let e = w
+            .check_config_size("hidden_size", 1_000_000_000, "m", 1)
+            .unwrap_err();
+        assert!(matches!(e, Error::Model { .. }));
+        let e = e.to_string();
+        assert!(
+            e.contains("config.json: hidden_size is 1000000000")
+                && e.contains("tensor m in")
+                && e.contains(SINGLE_FILE),
+            "{e}"
+        );
+        assert!(w.check_config_size("k", 2, "m", 2).is_err(), "no such axis");
+        let e = w
+            .check_config_tensor("num_hidden_layers", 9, "layer.8")
+            .unwrap_err();
+        assert!(e.to_string().contains("num_hidden_layers is 9"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

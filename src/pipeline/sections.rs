@@ -315,7 +315,9 @@ impl Default for PiiConfig {
 }
 
 impl PiiConfig {
-    pub(super) fn build(&self) -> PiiGuard {
+    /// The guard this section describes (a CLI that prints a query checks it with the same
+    /// guard as the pipeline).
+    pub fn build(&self) -> PiiGuard {
         if self.enabled {
             PiiGuard::new(self.kinds.iter().copied())
         } else {

@@ -9,6 +9,7 @@ mod cache;
 mod cases;
 mod classify;
 mod cli;
+mod cli_reliability;
 mod common;
 mod concurrency;
 mod cross_encoder_parity;

@@ -278,3 +278,199 @@ fn store_batches_refuse_empty_ids_and_keep_the_last_duplicate() {
     drop(store);
     clean();
 }
+
+/// A copy of a shared fixture model (`ce_tiny_a`, `qwen3_tiny_a`) whose `config.json` has
+/// `key` set to `value`; `None` (the test returns) when the fixture is not there.
+#[cfg(feature = "models")]
+fn hostile_copy(fixture: &str, key: &str, value: serde_json::Value) -> Option<std::path::PathBuf> {
+    let from = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"))
+        .join(fixture)
+        .join("model");
+    if !from.join("model.safetensors").is_file() {
+        crate::common::skip(&format!("skipping: {} not found", from.display()));
+        return None;
+    }
+    let tag = format!("{fixture}-{key}-{value}").replace(|c: char| !c.is_alphanumeric(), "_");
+    let dir = std::env::temp_dir().join(format!("rerank-hostile-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config[key] = value;
+    std::fs::write(&path, config.to_string()).unwrap();
+    Some(dir)
+}
+
+/// Sizes from `config.json` far beyond the weights (10^9, 10^12, 2^62): each load path returns
+/// an `Error::Model` naming `config.json` and the key before it allocates, never an abort
+/// ("memory allocation failed") or a "capacity overflow" panic.
+#[cfg(feature = "models")]
+#[test]
+fn hostile_sizes_in_a_cross_encoder_config_are_model_errors_naming_the_key() {
+    use rerank::models::ModelOptions;
+    use rerank::rerankers::{load_reranker, CrossEncoder};
+    const HUGE: [u64; 3] = [1_000_000_000, 1_000_000_000_000, 1 << 62];
+    let keys = [
+        "hidden_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "intermediate_size",
+        "num_hidden_layers",
+    ];
+    for key in keys {
+        for value in HUGE {
+            let Some(dir) = hostile_copy("ce_tiny_a", key, value.into()) else {
+                return;
+            };
+            let errors = [
+                CrossEncoder::from_dir(&dir).err(),
+                load_reranker(&dir, &ModelOptions::default()).err(),
+                rerank::BertEmbedder::from_dir(&dir).err(),
+            ];
+            for e in errors {
+                let e = e.unwrap_or_else(|| panic!("{key} {value} was accepted"));
+                assert!(matches!(e, Error::Model { .. }), "{key} {value}: {e:?}");
+                let msg = e.to_string();
+                assert!(msg.contains("config.json"), "{key} {value}: {msg}");
+                // A position table bigger than the weights' is refused by name; the other
+                // keys are compared with the tensor shapes.
+                assert!(msg.contains(key), "{key} {value}: {msg}");
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+    // The label count of the head (no id2label, a huge num_labels).
+    let Some(dir) = hostile_copy("ce_tiny_a", "id2label", serde_json::Value::Null) else {
+        return;
+    };
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["num_labels"] = (1u64 << 62).into();
+    std::fs::write(&path, config.to_string()).unwrap();
+    let e = CrossEncoder::from_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("num_labels") && e.contains("classifier.weight"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "models")]
+#[test]
+fn hostile_sizes_in_a_qwen3_config_are_model_errors_naming_the_key() {
+    use rerank::answer::Qwen3Chat;
+    use rerank::models::ModelOptions;
+    use rerank::rerankers::{load_reranker, Qwen3Reranker};
+    let cases: [(&str, u64); 8] = [
+        ("hidden_size", 1_000_000_000),
+        ("hidden_size", 1 << 62),
+        ("head_dim", 1_000_000_000),
+        ("head_dim", 1 << 62),
+        ("intermediate_size", 1 << 62),
+        ("num_hidden_layers", 1_000_000_000),
+        // 2^61 heads of 8: the product overflows nothing, but matches no projection.
+        ("num_attention_heads", 1 << 61),
+        ("max_position_embeddings", 1_000_000_000_000),
+    ];
+    for (key, value) in cases {
+        let Some(dir) = hostile_copy("qwen3_tiny_a", key, value.into()) else {
+            return;
+        };
+        if key == "num_attention_heads" {
+            // Heads that are a multiple of the key/value heads, so only the sizes are wrong.
+            let path = dir.join("config.json");
+            let mut config: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            config["num_key_value_heads"] = (1u64 << 60).into();
+            std::fs::write(&path, config.to_string()).unwrap();
+        }
+        let errors = [
+            Qwen3Reranker::from_dir(&dir).err(),
+            load_reranker(&dir, &ModelOptions::default()).err(),
+            Qwen3Chat::builder(&dir).build().err(),
+        ];
+        for e in errors {
+            let e = e.unwrap_or_else(|| panic!("{key} {value} was accepted"));
+            assert!(matches!(e, Error::Model { .. }), "{key} {value}: {e:?}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("config.json") && msg.contains(key),
+                "{key} {value}: {msg}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // head_dim x heads that overflows usize.
+    let Some(dir) = hostile_copy("qwen3_tiny_a", "head_dim", (1u64 << 62).into()) else {
+        return;
+    };
+    let e = Qwen3Reranker::from_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("config.json") && e.contains("head_dim"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A `top_k` meaning "all" (2^32, 2^40, `usize::MAX`) returns every matching document from
+/// every recall path, without sizing anything by it.
+#[test]
+fn a_huge_top_k_returns_every_document() {
+    let huge = [1usize << 32, 1 << 40, usize::MAX];
+    let index = index();
+    for k in huge {
+        assert_eq!(index.search("rust", k).len(), 30, "bm25 k={k}");
+        assert_eq!(index.search_exhaustive("rust", k).len(), 30, "k={k}");
+    }
+    // The pipeline, from a config as a user writes it.
+    let docs: Vec<Document> = (0..30)
+        .map(|i| Document::new(format!("d{i}"), format!("rust note {i}")))
+        .collect();
+    let hybrid = "{ type: hybrid, retrievers: [{ type: bm25 }, { type: vector }] }";
+    for retriever in ["{ type: bm25 }", "{ type: vector }", hybrid] {
+        let yaml = format!(
+            "retriever: {retriever}\nembedder: {{ type: hashing }}\n\
+             search: {{ top_k: 1099511627776, max_candidates: 1099511627776 }}\n"
+        );
+        let p = rerank::PipelineConfig::from_yaml_str(&yaml)
+            .unwrap()
+            .build(docs.clone())
+            .unwrap();
+        assert_eq!(p.search("rust note").unwrap().hits.len(), 30, "{retriever}");
+    }
+    #[cfg(feature = "sqlite")]
+    {
+        let path = std::env::temp_dir().join(format!("rerank-huge-k-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let store = std::sync::Arc::new(rerank::Store::open(&path).unwrap());
+        store.upsert(docs.clone()).unwrap();
+        for k in huge {
+            assert_eq!(
+                store.bm25().search("rust", k).unwrap().len(),
+                30,
+                "store k={k}"
+            );
+        }
+        drop(store);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn a_hashing_dimension_beyond_the_bound_is_a_config_error() {
+    let yaml = "retriever: { type: vector }\nembedder: { type: hashing, dim: 100000000 }\n";
+    let Err(e) = rerank::PipelineConfig::from_yaml_str(yaml)
+        .unwrap()
+        .build(Vec::new())
+    else {
+        panic!("dim 10^8 was accepted");
+    };
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert!(e.to_string().contains("65536"), "{e}");
+}

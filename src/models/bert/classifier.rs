@@ -53,6 +53,12 @@ impl SequenceClassifier {
         let (h, labels) = (enc_config.hidden, config.num_labels);
         let w = EncoderWeights::open(dir, if roberta { "roberta" } else { "bert" })?;
         let encoder = Encoder::load(&w, enc_config, precision)?;
+        let head = if roberta {
+            "classifier.out_proj.weight"
+        } else {
+            "classifier.weight"
+        };
+        w.check_root_size("num_labels (or the size of id2label)", labels, head, 0)?;
         let (dense, out) = if roberta {
             (
                 w.root_linear("classifier.dense", h, h)?,

@@ -349,6 +349,32 @@ impl EncoderWeights {
         })
     }
 
+    /// Checks every size `config.json` gives against the tensor shapes in the safetensors
+    /// header, before any of them sizes an allocation: a mismatch is an [`Error::Model`] naming
+    /// `config.json` and the key (see [`Weights::check_config_size`]).
+    pub fn check_config(&self, cfg: &EncoderConfig) -> Result<()> {
+        let name = |n: &str| format!("{}{n}", self.prefix);
+        let w = &self.weights;
+        let word = name("embeddings.word_embeddings.weight");
+        w.check_config_size("hidden_size", cfg.hidden, &word, 1)?;
+        w.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
+        let position = name("embeddings.position_embeddings.weight");
+        w.check_config_size("max_position_embeddings", cfg.positions, &position, 0)?;
+        let token_type = name("embeddings.token_type_embeddings.weight");
+        w.check_config_size("type_vocab_size", cfg.type_vocab, &token_type, 0)?;
+        let last = cfg.layers - 1;
+        let last_query = name(&format!("encoder.layer.{last}.attention.self.query.weight"));
+        w.check_config_tensor("num_hidden_layers", cfg.layers, &last_query)?;
+        let inner = name("encoder.layer.0.intermediate.dense.weight");
+        w.check_config_size("intermediate_size", cfg.intermediate, &inner, 0)
+    }
+
+    /// Checks a size `config.json` gives (`key` is `value`) against axis `axis` of the tensor
+    /// `name` at the file's root (a task head), before it sizes an allocation.
+    pub fn check_root_size(&self, key: &str, value: usize, name: &str, axis: usize) -> Result<()> {
+        self.weights.check_config_size(key, value, name, axis)
+    }
+
     /// A layer norm under `name`: `weight`/`bias`, or the older `gamma`/`beta` names.
     fn norm(&self, name: &str, n: usize) -> Result<Norm> {
         let (w, b) = if self.encoder_has(&format!("{name}.weight")) {
@@ -375,6 +401,7 @@ impl Encoder {
                  int8; bf16 is for Qwen3 models)"
             )));
         }
+        w.check_config(&cfg)?;
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?;
         let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?;

@@ -90,6 +90,11 @@ impl RopeParameters {
     }
 }
 
+/// The most positions a Qwen3 model is loaded for (`max_position_embeddings`, or a builder's
+/// `max_length`): the RoPE table and the KV cache are sized by it, so a larger value from a
+/// config file is an error, never an allocation of that size.
+pub const MAX_POSITIONS: usize = crate::models::options::MAX_LENGTH;
+
 /// The architecture name this module loads.
 pub const ARCHITECTURE: &str = "Qwen3ForCausalLM";
 
@@ -184,6 +189,12 @@ impl Qwen3Config {
         if !(rope_theta.is_finite() && rope_theta > 0.0) {
             return Err(Error::model(format!(
                 "rope_theta {rope_theta} must be positive"
+            )));
+        }
+        if let Some(n) = raw.max_position_embeddings.filter(|&n| n > MAX_POSITIONS) {
+            return Err(Error::model(format!(
+                "max_position_embeddings {n} is more than the {MAX_POSITIONS} positions a model \
+                 is loaded for (its RoPE table is sized by it)"
             )));
         }
         let rms_norm_eps = raw.rms_norm_eps.unwrap_or(1e-6);

@@ -219,6 +219,10 @@ fn stacked(
     format: MatrixFormat,
     buffer: &mut Vec<f32>,
 ) -> Result<Matrix> {
+    // The shapes are checked before the buffer grows to what they imply.
+    for (prefix, n) in parts {
+        w.expect_shape(&format!("{prefix}.weight"), &[*n, inputs])?;
+    }
     let outputs: usize = parts.iter().map(|(_, n)| n).sum();
     let size = outputs * inputs;
     // Every value is overwritten below: only new capacity needs a value.
@@ -300,6 +304,7 @@ impl Decoder {
     /// loading task.
     pub fn from_weights(weights: Weights, cfg: Qwen3Config, format: MatrixFormat) -> Result<Self> {
         let h = cfg.hidden_size;
+        check_config(&weights, &cfg)?;
         let shape = weights.shape(EMBED)?.to_vec();
         if shape.len() != 2 || shape[1] != h {
             return Err(Error::model(format!(
@@ -324,6 +329,38 @@ impl Decoder {
             final_norm,
         })
     }
+}
+
+/// Checks every size `config.json` gives against the tensor shapes in the safetensors header,
+/// before any of them sizes an allocation (the fused projections are sized from the config): a
+/// mismatch, or a product that overflows, is an [`Error::Model`] naming `config.json` and the
+/// key.
+fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
+    let layer = |n: usize, name: &str| format!("model.layers.{n}.{name}");
+    w.check_config_size("hidden_size", cfg.hidden_size, EMBED, 1)?;
+    let last = cfg.num_hidden_layers - 1;
+    let last_norm = layer(last, "input_layernorm.weight");
+    w.check_config_tensor("num_hidden_layers", cfg.num_hidden_layers, &last_norm)?;
+    let gate = layer(0, "mlp.gate_proj.weight");
+    w.check_config_size("intermediate_size", cfg.intermediate_size, &gate, 0)?;
+    let q_norm = layer(0, "self_attn.q_norm.weight");
+    w.check_config_size("head_dim", cfg.head_dim, &q_norm, 0)?;
+    let heads = [
+        ("num_attention_heads", cfg.num_attention_heads, "q_proj"),
+        ("num_key_value_heads", cfg.num_key_value_heads, "k_proj"),
+    ];
+    for (key, n, proj) in heads {
+        let rows = n.checked_mul(cfg.head_dim).ok_or_else(|| {
+            Error::model(format!(
+                "{}: {key} {n} times head_dim {} overflows",
+                w.config_path().display(),
+                cfg.head_dim
+            ))
+        })?;
+        let name = layer(0, &format!("self_attn.{proj}.weight"));
+        w.check_config_size(&format!("{key} x head_dim"), rows, &name, 0)?;
+    }
+    Ok(())
 }
 
 /// The name of the output head's matrix: the embeddings when tied, else `lm_head.weight` (an

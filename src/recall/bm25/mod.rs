@@ -463,6 +463,8 @@ impl Bm25Index {
         if k == 0 || inner.live == 0 || terms.is_empty() {
             return Vec::new();
         }
+        // `k` sizes the search's heap: a huge `k` (meaning "all") is the live documents.
+        let k = k.min(inner.live);
         let scorer = Scorer::new(self.params, inner.live, inner.total_len);
         let ids: Vec<u32> = terms
             .iter()
