@@ -7,22 +7,6 @@ use std::process::{Command, Output};
 
 const HANDBOOK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
 
-/// The built `rerank` example (`target/<profile>/examples/rerank`), if `cargo test` built it.
-fn rerank_cli() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.join("examples");
-    let path = dir.join(format!("rerank{}", std::env::consts::EXE_SUFFIX));
-    if path.is_file() {
-        Some(path)
-    } else {
-        crate::common::skip(&format!(
-            "skipping: {} not built (cargo test builds it)",
-            path.display()
-        ));
-        None
-    }
-}
-
 fn run(cli: &Path, args: &[&str]) -> Output {
     Command::new(cli)
         .args(args)
@@ -42,7 +26,7 @@ fn stderr(out: &Output) -> String {
 #[cfg(feature = "models")]
 #[test]
 fn search_reranks_a_short_list_and_says_when_the_option_skips_it() {
-    let Some(cli) = rerank_cli() else {
+    let Some(cli) = crate::common::rerank_cli() else {
         return;
     };
     let model = concat!(
@@ -124,7 +108,7 @@ impl Drop for TempDb {
 
 #[test]
 fn index_leaves_one_whole_file_and_refuses_to_empty_the_store_by_mistake() {
-    let Some(cli) = rerank_cli() else {
+    let Some(cli) = crate::common::rerank_cli() else {
         return;
     };
     let db = TempDb::new("index");

@@ -6,24 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// The example binary, when it was built with the tests.
-fn rerank_bin() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os("RERANK_BIN") {
-        return Some(PathBuf::from(bin));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("examples").join("rerank");
-    if bin.is_file() {
-        Some(bin)
-    } else {
-        eprintln!(
-            "skipping: {} not built (cargo test builds it; --test it alone does not)",
-            bin.display()
-        );
-        None
-    }
-}
-
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rerank-cli-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -59,7 +41,7 @@ fn run_into_a_closed_pipe(bin: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn every_command_ends_quietly_on_a_closed_stdout() {
-    let Some(bin) = rerank_bin() else {
+    let Some(bin) = crate::common::rerank_cli() else {
         return;
     };
     let dir = scratch("pipe");
@@ -122,7 +104,7 @@ fn every_command_ends_quietly_on_a_closed_stdout() {
 
 #[test]
 fn a_huge_top_k_returns_every_document_without_an_abort() {
-    let Some(bin) = rerank_bin() else {
+    let Some(bin) = crate::common::rerank_cli() else {
         return;
     };
     let dir = scratch("topk");
@@ -150,7 +132,7 @@ fn a_huge_top_k_returns_every_document_without_an_abort() {
 
 #[test]
 fn the_query_is_guarded_and_an_empty_one_refused() {
-    let Some(bin) = rerank_bin() else {
+    let Some(bin) = crate::common::rerank_cli() else {
         return;
     };
     let dir = scratch("guard");
@@ -195,7 +177,7 @@ fn the_query_is_guarded_and_an_empty_one_refused() {
 #[cfg(all(unix, feature = "models"))]
 #[test]
 fn embed_input_lines_are_bounded_and_threads_too() {
-    let Some(bin) = rerank_bin() else {
+    let Some(bin) = crate::common::rerank_cli() else {
         return;
     };
     let model = Path::new(concat!(

@@ -22,3 +22,24 @@ pub fn cases<T: serde::de::DeserializeOwned>(file: &str) -> Vec<T> {
     assert!(!cases.case.is_empty(), "{path} has no [[case]]");
     cases.case
 }
+
+/// The `rerank` command-line example: the one `RERANK_BIN` names, else the one `cargo test`
+/// builds next to the test binary (`target/<profile>/examples/rerank`; `--test it` alone does
+/// not build it). `None`, through [`skip`], when there is none.
+pub fn rerank_cli() -> Option<std::path::PathBuf> {
+    if let Some(bin) = std::env::var_os("RERANK_BIN") {
+        return Some(bin.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let name = format!("rerank{}", std::env::consts::EXE_SUFFIX);
+    let bin = exe.parent()?.parent()?.join("examples").join(name);
+    if bin.is_file() {
+        Some(bin)
+    } else {
+        skip(&format!(
+            "skipping: {} not built (cargo test builds it; --test it alone does not)",
+            bin.display()
+        ));
+        None
+    }
+}
