@@ -117,8 +117,12 @@ fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
         if line.trim().is_empty() {
             continue;
         }
-        let parsed: Line = serde_json::from_str(&line)
-            .map_err(|e| rerank::Error::parse(format!("{}:{}", path.display(), i + 1), e))?;
+        let parsed: Line = serde_json::from_str(&line).map_err(|e| {
+            rerank::Error::parse(
+                format!("{}:{}", path.display(), i + 1),
+                format!("{e}; expected one JSON object per line: {{\"text\": \"...\"}}"),
+            )
+        })?;
         texts.push(parsed.text);
     }
     Ok(texts)

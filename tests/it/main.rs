@@ -8,6 +8,7 @@ mod beir_bm25;
 mod cache;
 mod cases;
 mod classify;
+mod cli;
 mod common;
 mod concurrency;
 mod cross_encoder_parity;
