@@ -216,36 +216,83 @@ fn read_lines_up_to<R: std::io::BufRead>(
 
 impl Document {
     /// Reads a JSONL corpus: one JSON document per line (blank lines skipped), one line in
-    /// memory at a time, each at most [`MAX_LINE_BYTES`]. Errors name the file and the line.
+    /// memory at a time, each at most [`MAX_LINE_BYTES`]. Errors name the file and the line,
+    /// and the format expected.
     pub fn read_jsonl(path: impl AsRef<std::path::Path>) -> crate::Result<Vec<Document>> {
         let path = path.as_ref();
         let file = std::fs::File::open(path).map_err(|e| crate::Error::io(path, e))?;
         let origin = path.display().to_string();
         let mut docs = Vec::new();
         read_bounded_lines(std::io::BufReader::new(file), &origin, |number, line| {
-            let doc = serde_json::from_str::<Document>(line)
-                .map_err(|e| crate::Error::parse(format!("{origin}:{number}"), e))?;
+            let doc = serde_json::from_str::<Document>(line).map_err(|e| {
+                crate::Error::parse(format!("{origin}:{number}"), JsonlError::new(line, e))
+            })?;
             docs.push(doc);
             Ok(())
         })?;
         Ok(docs)
     }
 
-    /// Parses JSONL text (see [`Document::read_jsonl`]); `origin` names the input in errors.
+    /// Parses JSONL text (see [`Document::read_jsonl`]); `origin` names the input in errors,
+    /// which read `could not parse ORIGIN:LINE: ...` and say the format expected.
     pub fn parse_jsonl(text: &str, origin: &str) -> crate::Result<Vec<Document>> {
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, line)| {
-                serde_json::from_str::<Document>(line)
-                    .map_err(|e| crate::Error::parse(format!("{origin}:{}", i + 1), e))
+                serde_json::from_str::<Document>(line).map_err(|e| {
+                    crate::Error::parse(format!("{origin}:{}", i + 1), JsonlError::new(line, e))
+                })
             })
             .collect()
     }
 }
 
+/// A JSONL line that is not a document: the parser's error, its column within the line (the
+/// parser's own "line 1" would be misleading), and the format expected.
+#[derive(Debug)]
+struct JsonlError {
+    message: String,
+    source: serde_json::Error,
+}
+
+/// What a JSONL corpus line must be.
+const JSONL_FORMAT: &str = "a JSONL corpus has one JSON object per line with \"id\" and \"text\" \
+     strings, e.g. {\"id\": \"doc-1\", \"text\": \"...\"} (\"title\", \"source\", \"page\" and \
+     \"metadata\" are optional)";
+
+impl JsonlError {
+    fn new(line: &str, source: serde_json::Error) -> Self {
+        let full = source.to_string();
+        let position = format!(" at line {} column {}", source.line(), source.column());
+        let what = full.strip_suffix(&position).unwrap_or(&full);
+        let mut message = format!("{what} at column {}; {JSONL_FORMAT}", source.column());
+        let start = line.trim_start();
+        if start.starts_with('[') {
+            message.push_str(" (this line starts a JSON array: write one object per line)");
+        } else if !start.starts_with('{') {
+            message.push_str(" (this line is not JSON: is the file JSONL?)");
+        }
+        JsonlError { message, source }
+    }
+}
+
+impl std::fmt::Display for JsonlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for JsonlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::error::Error as _;
+
     use super::*;
 
     fn lines(input: &[u8], max: usize) -> crate::Result<Vec<(usize, String)>> {
@@ -290,5 +337,38 @@ mod tests {
             e.contains("/dev/zero:1") && e.contains("longer than 67108864"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_document_says_where_and_what_is_expected() {
+        let text = "{\"id\": \"a\", \"text\": \"x\"}\n\nid,text\n";
+        let e = Document::parse_jsonl(text, "notes.csv").unwrap_err();
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("could not parse notes.csv:3: expected value at column 1; "),
+            "{shown}"
+        );
+        assert!(shown.contains(JSONL_FORMAT), "{shown}");
+        assert!(
+            shown.ends_with("(this line is not JSON: is the file JSONL?)"),
+            "{shown}"
+        );
+        assert!(!shown.contains("line 1"), "{shown}");
+        // The parser's error stays reachable.
+        let cause = e.source().unwrap().source().unwrap();
+        assert!(cause.is::<serde_json::Error>());
+
+        let e = Document::parse_jsonl("[{\"id\": \"a\", \"text\": \"x\"}]\n", "docs.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("could not parse docs.json:1: "), "{e}");
+        assert!(e.contains("a JSON array"), "{e}");
+
+        let e = Document::parse_jsonl("{\"id\": \"a\", \"body\": \"x\"}\n", "c.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `text` at column"), "{e}");
+        assert!(e.contains("\"id\" and \"text\""), "{e}");
+        assert!(!e.contains("is the file JSONL"), "{e}");
     }
 }

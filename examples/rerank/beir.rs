@@ -34,9 +34,7 @@
 //! To add a retriever: a variant in [`RetrieverKind`] and an arm in [`build_retriever`].
 //! Stage 2 is [`rerank_run`].
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,6 +44,7 @@ use rerank::recall::{Bm25Params, Fusion, SearchQuery, VectorStorage};
 use rerank::rerankers::RerankQuery;
 use rerank::{Bm25Index, DenseIndex, Document, Embedder, Hit, Hybrid, Reranker, Retriever};
 
+use crate::recall::RetrieverKind;
 use crate::CliResult;
 
 /// Metrics reported, in this order.
@@ -67,7 +66,7 @@ pub struct Args {
     #[arg(long)]
     data: PathBuf,
     /// Stage-1 retriever: bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
-    #[arg(long, default_value = "bm25")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = RetrieverKind::Bm25)]
     retriever: RetrieverKind,
     /// The embedding model directory for dense and hybrid (e.g. models/all-MiniLM-L6-v2).
     #[arg(long, value_name = "DIR")]
@@ -120,42 +119,6 @@ pub struct Args {
     /// best depth x rescore rescored in f32; f16:R or int8:R sets rescore R).
     #[arg(long, default_value = "f32", value_name = "f32|f16|int8")]
     vector_storage: VectorStorage,
-}
-
-/// The stage-1 retrievers this command can build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetrieverKind {
-    /// In-memory BM25 with the default English analyzer.
-    Bm25,
-    /// Exact cosine over BERT embeddings.
-    Dense,
-    /// Reciprocal rank fusion of BM25 and dense.
-    Hybrid,
-}
-
-impl FromStr for RetrieverKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "bm25" => Ok(RetrieverKind::Bm25),
-            "dense" => Ok(RetrieverKind::Dense),
-            "hybrid" => Ok(RetrieverKind::Hybrid),
-            other => Err(format!(
-                "unknown retriever {other:?} (available: bm25, dense, hybrid)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for RetrieverKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RetrieverKind::Bm25 => "bm25",
-            RetrieverKind::Dense => "dense",
-            RetrieverKind::Hybrid => "hybrid",
-        })
-    }
 }
 
 /// The stage-1 retriever chosen by `args`, and the embedder for its queries (dense, hybrid).

@@ -43,8 +43,7 @@ pub fn run(args: Args) -> CliResult {
         .cache
         .as_deref()
         .ok_or("give the cache with --cache redis://HOST:PORT[/DB]")?;
-    reachable(url)?;
-    let cache = crate::recall::redis_cache(url)?;
+    let (cache, url) = reachable_cache(url)?;
     let out = match args.action {
         Action::Stats => {
             let stats = cache.stats();
@@ -79,19 +78,24 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Fails unless Redis answers a PING: the cache itself treats a Redis that is down as empty,
-/// which would make this command print zeros and invalidate nothing, silently.
+/// The cache at `url`, once Redis answers a PING: the cache itself treats a Redis that is down
+/// as empty, which would make this command print zeros and invalidate nothing, silently. The
+/// error names the URL (password hidden) and what to check.
+/// Also returns the URL as printed (password hidden).
 #[cfg(feature = "redis")]
-fn reachable(url: &str) -> CliResult {
-    let client = redis::Client::open(url)?;
-    let mut connection = client.get_connection_with_timeout(std::time::Duration::from_secs(2))?;
-    redis::cmd("PING")
-        .query::<String>(&mut connection)
-        .map_err(|e| format!("{url}: Redis does not answer ({e})"))?;
-    Ok(())
+fn reachable_cache(url: &str) -> CliResult<(Cache, String)> {
+    let store = crate::recall::redis_store(url)?;
+    store.ping()?;
+    let shown = store.url().to_string();
+    Ok((
+        rerank::SemanticCache::builder().store(store).build()?,
+        shown,
+    ))
 }
 
+type Cache = rerank::SemanticCache<rerank::SearchResponse>;
+
 #[cfg(not(feature = "redis"))]
-fn reachable(url: &str) -> CliResult {
+fn reachable_cache(url: &str) -> CliResult<(Cache, String)> {
     Err(format!("--cache {url}: needs the `redis` feature").into())
 }

@@ -115,8 +115,12 @@ fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
     let origin = path.display().to_string();
     let mut texts = Vec::new();
     rerank::read_bounded_lines(reader, &origin, |number, line| {
-        let parsed: Line = serde_json::from_str(line)
-            .map_err(|e| rerank::Error::parse(format!("{origin}:{number}"), e))?;
+        let parsed: Line = serde_json::from_str(line).map_err(|e| {
+            rerank::Error::parse(
+                format!("{origin}:{number}"),
+                format!("{e}; expected one JSON object per line: {{\"text\": \"...\"}}"),
+            )
+        })?;
         texts.push(parsed.text);
         Ok(())
     })?;

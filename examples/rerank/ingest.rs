@@ -41,12 +41,13 @@ pub fn run(args: Args) -> CliResult {
     };
     let chunker = Chunker::new(args.size, args.overlap, unit)?;
     let docs = pdf_dir_documents(&args.pdf, &chunker)?;
-    let file = std::fs::File::create(&args.out)?;
+    let io = |e| rerank::Error::io(&args.out, e);
+    let file = std::fs::File::create(&args.out).map_err(io)?;
     let mut out = std::io::BufWriter::new(file);
     for d in &docs {
-        writeln!(out, "{}", serde_json::to_string(d)?)?;
+        writeln!(out, "{}", serde_json::to_string(d)?).map_err(io)?;
     }
-    out.flush()?;
+    out.flush().map_err(io)?;
     eprintln!("{} chunks written to {}", docs.len(), args.out.display());
     Ok(())
 }

@@ -65,7 +65,8 @@ enum Command {
     Classify(classify::Args),
     /// The query layer of a pipeline config: answer, --classify-only, --dry-run, --cache-stats, --invalidate-act.
     Query(query::Args),
-    /// Score (query, document) pairs from a JSONL file with a local model.
+    /// Score (query, document) pairs from a JSONL file with a local model (a cross-encoder,
+    /// Qwen3-Reranker or BERT bi-encoder: what `search --reranker` takes).
     Score(score::Args),
 }
 

@@ -107,12 +107,14 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Sends `tracing` events at `level` and above to stderr.
+/// Sends `tracing` events at `level` and above to stderr, coloured only when stderr is a
+/// terminal (a log file or a pipe gets no escape codes).
 fn init_logging(level: &str) -> CliResult {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .map_err(|e| format!("--log-level {level:?}: {e}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init()
         .map_err(|e| format!("logging: {e}"))?;

@@ -14,6 +14,28 @@ use rerank::{
 use crate::embed::{load_embedder, PrecisionArg};
 use crate::CliResult;
 
+/// The stage-1 retrievers (`--retriever` of `search`, `answer` and `beir`): clap refuses any
+/// other value and lists these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RetrieverKind {
+    /// In-memory BM25 with the default English analyzer.
+    Bm25,
+    /// Exact cosine over BERT embeddings.
+    Dense,
+    /// Reciprocal rank fusion of BM25 and dense.
+    Hybrid,
+}
+
+impl std::fmt::Display for RetrieverKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RetrieverKind::Bm25 => "bm25",
+            RetrieverKind::Dense => "dense",
+            RetrieverKind::Hybrid => "hybrid",
+        })
+    }
+}
+
 #[derive(clap::Args)]
 pub struct RecallArgs {
     /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line
@@ -30,8 +52,8 @@ pub struct RecallArgs {
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
     /// bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
-    #[arg(long, default_value = "bm25")]
-    pub retriever: String,
+    #[arg(long, value_enum, ignore_case = true, default_value_t = RetrieverKind::Bm25)]
+    pub retriever: RetrieverKind,
     /// The embedding model (a BERT bi-encoder directory) of dense and hybrid recall and of the
     /// semantic cache.
     #[arg(long, value_name = "DIR")]
@@ -109,18 +131,37 @@ impl RecallArgs {
     fn embedder(&self) -> CliResult<Arc<dyn Embedder>> {
         match &self.model {
             Some(dir) => load_embedder(dir, self.threads, PrecisionArg::default()),
-            None => Err(format!(
-                "--retriever {}, --vector-store and --cache need --model DIR (the embedding model)",
-                self.retriever
-            )
-            .into()),
+            None => Err(self.needs_model().into()),
         }
+    }
+
+    /// Says which of the flags given need an embedding model: only those given are named.
+    fn needs_model(&self) -> String {
+        let mut flags = Vec::new();
+        if self.retriever != RetrieverKind::Bm25 {
+            flags.push(format!("--retriever {}", self.retriever));
+        }
+        if self.vector_store.is_some() {
+            flags.push("--vector-store".to_string());
+        }
+        if self.cache.is_some() {
+            flags.push("--cache".to_string());
+        }
+        let (flags, verb) = match flags.as_slice() {
+            [one] => (one.clone(), "needs"),
+            [rest @ .., last] => (format!("{} and {last}", rest.join(", ")), "need"),
+            [] => ("this command".to_string(), "needs"),
+        };
+        format!(
+            "{flags} {verb} --model DIR, the embedding model (a BERT bi-encoder directory such as \
+             all-MiniLM-L6-v2: `scripts/fetch_models.sh` fetches it)"
+        )
     }
 
     /// A pipeline builder with the retriever, reranker, embedder and cache these flags ask
     /// for.
     pub fn builder(&self) -> CliResult<PipelineBuilder> {
-        let wants_embedder = self.retriever != "bm25" || self.cache.is_some();
+        let wants_embedder = self.retriever != RetrieverKind::Bm25 || self.cache.is_some();
         let embedder = if wants_embedder {
             Some(self.embedder()?)
         } else {
@@ -141,25 +182,15 @@ impl RecallArgs {
     }
 
     fn retriever_box(&self, embedder: Option<Arc<dyn Embedder>>) -> CliResult<Box<dyn Retriever>> {
-        let kind = self.retriever.as_str();
-        if !matches!(kind, "bm25" | "dense" | "hybrid") {
-            return Err(
-                format!("unknown retriever {kind:?} (available: bm25, dense, hybrid)").into(),
-            );
-        }
+        let kind = self.retriever;
         let docs = match &self.corpus {
             Some(path) => Some(Document::read_jsonl(path)?),
             None => None,
         };
+        // Searching only reads: the store opens read-only (a missing or empty file is refused
+        // and left as it is; a store on read-only media is searched).
         let store = match &self.db {
-            Some(db) if !db.is_file() => {
-                return Err(format!(
-                    "{}: no such store (fill one with `rerank index`)",
-                    db.display()
-                )
-                .into())
-            }
-            Some(db) => Some(Arc::new(Store::open(db)?)),
+            Some(db) => Some(Arc::new(Store::open_read_only(db)?)),
             None => None,
         };
         let lexical = || -> CliResult<Box<dyn Retriever>> {
@@ -173,7 +204,7 @@ impl RecallArgs {
                 (None, None) => Err("give --corpus FILE or --db FILE".into()),
             }
         };
-        if kind == "bm25" {
+        if kind == RetrieverKind::Bm25 {
             if self.vector_store.is_some() {
                 return Err(
                     "--vector-store is the dense side: use --retriever dense or hybrid".into(),
@@ -181,7 +212,7 @@ impl RecallArgs {
             }
             return lexical();
         }
-        let embedder = embedder.ok_or("--retriever dense or hybrid needs --model DIR")?;
+        let embedder = embedder.ok_or_else(|| self.needs_model())?;
         let dense: Box<dyn Retriever> = match (&self.vector_store, &store, &docs) {
             (Some(uri), _, _) => {
                 let visible = Duration::from_secs(60);
@@ -196,8 +227,8 @@ impl RecallArgs {
             (None, None, None) => unreachable!("clap requires --corpus or --db"),
         };
         Ok(match kind {
-            "dense" => dense,
-            _ => Box::new(
+            RetrieverKind::Dense => dense,
+            RetrieverKind::Bm25 | RetrieverKind::Hybrid => Box::new(
                 Hybrid::new(Fusion::Rrf { k: 60.0 })
                     .with(lexical()?, 1.0)
                     .with(dense, 1.0)
@@ -226,13 +257,21 @@ fn load_reranker(dir: &Path, _threads: Option<usize>) -> CliResult<Box<dyn reran
 /// The response cache shared through Redis at `url`.
 #[cfg(feature = "redis")]
 pub fn redis_cache(url: &str) -> CliResult<rerank::SemanticCache<rerank::SearchResponse>> {
+    Ok(rerank::SemanticCache::builder()
+        .store(redis_store(url)?)
+        .build()?)
+}
+
+/// The store of the response cache shared through Redis at `url` (not connected yet).
+#[cfg(feature = "redis")]
+pub fn redis_store(url: &str) -> CliResult<rerank::cache::RedisCacheStore<rerank::SearchResponse>> {
     if !url.starts_with("redis://") {
-        return Err(format!("--cache {url:?}: expected redis://HOST:PORT[/DB]").into());
+        // The URL is not echoed: it may hold a password.
+        return Err("--cache expects redis://[USER:PASSWORD@]HOST:PORT[/DB]".into());
     }
-    let store = rerank::cache::RedisCacheStore::builder(url)
+    Ok(rerank::cache::RedisCacheStore::builder(url)
         .timeout(Duration::from_millis(200))
-        .build()?;
-    Ok(rerank::SemanticCache::builder().store(store).build()?)
+        .build()?)
 }
 
 /// Without the `redis` feature there is no shared cache.

@@ -1,10 +1,17 @@
 //! `rerank score`: score (query, document) pairs from a JSONL file with a local model.
 //!
 //! Input lines `{"query": ..., "document": ...}` (plus `"instruction"` for Qwen3-Reranker);
-//! output one line per input line, in input order: `{"score": f, "logit": f}` (score after the
-//! model's activation, logit raw; for Qwen3-Reranker `logit = l_yes - l_no` and
-//! `score = sigmoid(logit)`). The model kind comes from `architectures` in the model's
-//! `config.json`: cross-encoders (BERT, XLM-RoBERTa) or `Qwen3ForCausalLM`.
+//! output one line per input line, in input order: `{"score": f, "logit": f}`. `score` --model
+//! takes every model `search --reranker` takes, chosen by `architectures` in its
+//! `config.json` (the loading is `rerank::rerankers::load_reranker`'s):
+//!
+//! - a cross-encoder (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`):
+//!   `score` after the model's activation (`--raw`: none), `logit` raw;
+//! - `Qwen3ForCausalLM` (Qwen3-Reranker): `logit = l_yes - l_no`, `score = sigmoid(logit)`
+//!   (`--raw`: the logit);
+//! - `BertModel`, a sentence-transformers bi-encoder such as all-MiniLM-L6-v2 (an embedding
+//!   reranker): `score` and `logit` are both the cosine of the query's and the document's
+//!   embeddings, in [-1, 1] (`--raw` changes nothing).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,7 +20,8 @@ use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model directory (config.json, tokenizer.json, model.safetensors).
+    /// Model directory (config.json, tokenizer.json, model.safetensors): a cross-encoder,
+    /// Qwen3-Reranker or BERT bi-encoder, as `search --reranker` takes.
     #[arg(long)]
     model: PathBuf,
     /// JSONL input: one {"query", "document"} per line.
@@ -61,15 +69,21 @@ struct Line {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let text = std::fs::read_to_string(&args.input)
-        .map_err(|e| format!("{}: {e}", args.input.display()))?;
+    let text =
+        std::fs::read_to_string(&args.input).map_err(|e| rerank::Error::io(&args.input, e))?;
     let mut lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let parsed: Line = serde_json::from_str(line)
-            .map_err(|e| format!("{}:{}: {e}", args.input.display(), i + 1))?;
+        let parsed: Line = serde_json::from_str(line).map_err(|e| {
+            format!(
+                "{}:{}: {e}; expected one JSON object per line: {{\"query\": \"...\", \
+                 \"document\": \"...\"}} (\"instruction\" optional)",
+                args.input.display(),
+                i + 1
+            )
+        })?;
         lines.push(parsed);
     }
     let scores = score_lines(&args, &lines)?;
@@ -82,7 +96,9 @@ pub fn run(args: Args) -> CliResult {
 }
 
 /// Loads the scorer that `config.json` calls for and returns (score, logit) per line, in
-/// input order.
+/// input order. Cross-encoders and Qwen3-Reranker are loaded here for their logits and
+/// per-line instructions; every other model goes through `load_reranker`, so `score` takes
+/// what `search --reranker` takes and refuses the rest with the same error.
 #[cfg(feature = "models")]
 fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::models::{Architecture, ModelDir};
@@ -105,13 +121,36 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
             Ok(scores.into_iter().map(|s| (s.score, s.logit)).collect())
         }
         Architecture::Qwen3ForCausalLm => score_qwen3(args, lines),
-        other => Err(format!(
-            "{}: unsupported architecture {other} (supported: BertForSequenceClassification, \
-             XLMRobertaForSequenceClassification, Qwen3ForCausalLM)",
-            args.model.display()
-        )
-        .into()),
+        _ => score_reranker(args, lines),
     }
+}
+
+/// Any other reranker `load_reranker` takes (an embedding reranker over a BERT bi-encoder):
+/// its score is both the score and the logit. The lines of one query are scored together.
+#[cfg(feature = "models")]
+fn score_reranker(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
+    use rerank::rerankers::{load_reranker, RerankQuery};
+
+    let reranker = load_reranker(&args.model, &model_options(args))?;
+    // The lines of each query, queries in order of first appearance.
+    let mut by_query: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut slot = std::collections::HashMap::new();
+    for (i, line) in lines.iter().enumerate() {
+        let k = *slot.entry(line.query.as_str()).or_insert_with(|| {
+            by_query.push((line.query.as_str(), Vec::new()));
+            by_query.len() - 1
+        });
+        by_query[k].1.push(i);
+    }
+    let mut out = vec![(0.0, 0.0); lines.len()];
+    for (query, at) in by_query {
+        let docs: Vec<&str> = at.iter().map(|&i| lines[i].document.as_str()).collect();
+        let scores = reranker.score(&RerankQuery::new(query), &docs)?;
+        for (&i, score) in at.iter().zip(scores) {
+            out[i] = (score, score);
+        }
+    }
+    Ok(out)
 }
 
 /// The model options the flags ask for.

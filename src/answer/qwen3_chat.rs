@@ -172,7 +172,10 @@ impl Qwen3ChatBuilder {
                 "Qwen3Chat: precision {precision} is not supported (f32 or bf16)"
             )));
         }
-        let config_path = dir.join("config.json");
+        // Says whether the directory does not exist, is not one, or has no config.json.
+        let config_path = crate::models::ModelDir::open(dir)?
+            .path()
+            .join("config.json");
         let config = Qwen3Config::from_file(&config_path)?;
         let config_text =
             std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;

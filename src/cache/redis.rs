@@ -176,6 +176,8 @@ struct Link {
 /// ```
 pub struct RedisCacheStore<V> {
     client: redis::Client,
+    /// The URL, its password hidden: what errors show.
+    url: String,
     namespace: String,
     timeout: Duration,
     retry_after: Duration,
@@ -187,6 +189,7 @@ pub struct RedisCacheStore<V> {
 impl<V> std::fmt::Debug for RedisCacheStore<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisCacheStore")
+            .field("url", &self.url)
             .field("namespace", &self.namespace)
             .field("timeout", &self.timeout)
             .field("retry_after", &self.retry_after)
@@ -234,10 +237,15 @@ impl<V> RedisCacheStoreBuilder<V> {
     }
 
     /// Checks the URL and the settings. Does not connect: a Redis that is down at build time
-    /// makes lookups misses until it is up.
+    /// makes lookups misses until it is up ([`RedisCacheStore::ping`] checks that it answers).
     pub fn build(self) -> Result<RedisCacheStore<V>> {
-        let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| Error::Config(format!("redis cache store: invalid URL ({e})")))?;
+        let url = redact_url(&self.url);
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::Config(format!(
+                "redis cache store: invalid URL {url:?} ({e}); expected \
+                 redis://[USER:PASSWORD@]HOST:PORT[/DB]"
+            ))
+        })?;
         if self.timeout.is_zero() {
             return Err(Error::Config(
                 "redis cache store: the timeout must be longer than zero".into(),
@@ -250,6 +258,7 @@ impl<V> RedisCacheStoreBuilder<V> {
         }
         Ok(RedisCacheStore {
             client,
+            url,
             namespace: self.namespace,
             timeout: self.timeout,
             retry_after: self.retry_after,
@@ -276,6 +285,18 @@ impl<V> RedisCacheStore<V> {
     /// The namespace (prefix of every key).
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// The URL the store connects to, with any password replaced by `***` (as errors show it).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Checks that Redis answers (a `PING`, within the timeout). The cache treats a Redis that
+    /// is down as empty, so a tool that reports on it (stats, invalidation) calls this first;
+    /// the error names the URL and what to check.
+    pub fn ping(&self) -> Result<()> {
+        self.run(|conn| redis::cmd("PING").query::<String>(conn).map(|_| ()))
     }
 
     /// The number of invalidations that could not reach Redis yet (they are replayed on the
@@ -318,7 +339,11 @@ impl<V> RedisCacheStore<V> {
             if idle.is_none() && link.down_until.is_some_and(|t| Instant::now() < t) {
                 return Err(Error::backend(
                     COMPONENT,
-                    "redis is unreachable (waiting before reconnecting)",
+                    Failure {
+                        url: self.url.clone(),
+                        address: self.address(),
+                        cause: Cause::Waiting(self.retry_after),
+                    },
                 ));
             }
             (idle, std::mem::take(&mut link.pending))
@@ -365,7 +390,24 @@ impl<V> RedisCacheStore<V> {
             // The other idle connections go to the same server: let them be tried anew.
             link.idle.clear();
         }
-        Error::backend(COMPONENT, e)
+        let cause = if link_down {
+            Cause::Link(e)
+        } else {
+            Cause::Reply(e)
+        };
+        Error::backend(
+            COMPONENT,
+            Failure {
+                url: self.url.clone(),
+                address: self.address(),
+                cause,
+            },
+        )
+    }
+
+    /// Where the server should listen: `host:port`, or the socket's path.
+    fn address(&self) -> String {
+        self.client.get_connection_info().addr().to_string()
     }
 
     fn invalidate(&self, conn: &mut Connection, p: &Pending) -> RedisResult<usize> {
@@ -417,6 +459,111 @@ impl<V> RedisCacheStore<V> {
         }
         result
     }
+}
+
+/// What went wrong with Redis.
+#[derive(Debug)]
+enum Cause {
+    /// The link failed (connection refused, reset, timeout): Redis is down or elsewhere.
+    Link(RedisError),
+    /// Redis answered with an error, or with a reply that does not convert.
+    Reply(RedisError),
+    /// The last connection failed less than this long ago: not retried yet.
+    Waiting(Duration),
+}
+
+/// A failure of the store, shown with its URL (password hidden) and what to check; the
+/// [`RedisError`] stays reachable as its source.
+#[derive(Debug)]
+struct Failure {
+    url: String,
+    address: String,
+    cause: Cause,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Failure {
+            url,
+            address,
+            cause,
+        } = self;
+        let check = || {
+            if address.starts_with('/') {
+                format!("is redis-server listening on the socket {address}?")
+            } else {
+                format!(
+                    "is redis-server running at {address}? (`scripts/redis.sh start PORT DIR` \
+                     starts a local one)"
+                )
+            }
+        };
+        match cause {
+            Cause::Link(e) => write!(f, "{url} is unreachable: {e}; {}", check()),
+            Cause::Waiting(after) => write!(
+                f,
+                "{url} is unreachable (the last connection failed less than {after:?} ago, not \
+                 retried yet); {}",
+                check()
+            ),
+            Cause::Reply(e) if is_auth_error(e) => write!(
+                f,
+                "{url} refused the login: {e}; check the user and password in the URL"
+            ),
+            Cause::Reply(e) => write!(f, "{url}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            Cause::Link(e) | Cause::Reply(e) => Some(e),
+            Cause::Waiting(_) => None,
+        }
+    }
+}
+
+fn is_auth_error(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// `url` with its password hidden: the password of the user info
+/// (`redis://user:PASSWORD@host`; a user info without `:` is hidden whole) and the value of a
+/// `pass` or `password` query parameter (`redis+unix:///run/redis.sock?pass=PASSWORD`) become
+/// `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let (before_query, query) = rest.split_at(query_at);
+    let before_query = match before_query.rfind('@') {
+        Some(at) => {
+            let (userinfo, host) = (&before_query[..at], &before_query[at + 1..]);
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***@{host}"),
+                None => format!("***@{host}"),
+            }
+        }
+        None => before_query.to_string(),
+    };
+    let query = match query.strip_prefix('?') {
+        Some(params) => {
+            let params: Vec<String> = params
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((key, _)) if matches!(key, "pass" | "password") => format!("{key}=***"),
+                    _ => p.to_string(),
+                })
+                .collect();
+            format!("?{}", params.join("&"))
+        }
+        None => String::new(),
+    };
+    format!("{scheme}{before_query}{query}")
 }
 
 /// Whether an error says the link is unusable (I/O, timeout), as opposed to an error reply or
@@ -743,6 +890,62 @@ mod tests {
     #[test]
     fn glob_characters_are_escaped() {
         assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn passwords_are_hidden_in_urls() {
+        for (url, shown) in [
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            ("redis://:s3cret@host:6379", "redis://:***@host:6379"),
+            (
+                "redis://alice:s3cret@host:6379/2",
+                "redis://alice:***@host:6379/2",
+            ),
+            ("rediss://alice:p@ss:w/rd@host", "rediss://alice:***@host"),
+            ("redis://s3cret@host", "redis://***@host"),
+            (
+                "redis+unix:///run/redis.sock?db=1&pass=s3cret",
+                "redis+unix:///run/redis.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///run/redis.sock?password=s3cret",
+                "unix:///run/redis.sock?password=***",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_redis_that_is_down_is_named_with_what_to_check() {
+        // Port 1 on the loopback: nothing listens there.
+        let store = RedisCacheStore::<String>::builder("redis://bob:s3cret@127.0.0.1:1/0")
+            .retry_after(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        assert_eq!(store.url(), "redis://bob:***@127.0.0.1:1/0");
+        let e = store.ping().unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "redis cache store failed: redis://bob:***@127.0.0.1:1/0 is unreachable: "
+            ),
+            "{e}"
+        );
+        assert!(
+            e.contains("is redis-server running at 127.0.0.1:1? (`scripts/redis.sh start"),
+            "{e}"
+        );
+        assert!(!e.contains("s3cret"), "{e}");
+        // The next call is not tried yet, and says so in the same terms.
+        let e = store.len().unwrap_err().to_string();
+        assert!(e.contains("not retried yet"), "{e}");
+        assert!(e.contains("is redis-server running at 127.0.0.1:1?"), "{e}");
+        let e = RedisCacheStore::<String>::builder("http://u:s3cret@x")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"http://u:***@x\""), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
     }
 
     #[test]

@@ -127,12 +127,14 @@ pub fn read_aliases(path: impl AsRef<Path>) -> Result<BTreeMap<String, String>> 
 ///
 /// **Kind.** Factual signals: a possessive followed by an identifier keyword
 /// (`possessive_identifier`, a pattern), "what is X's ..." (`what_is_possessive`, a pattern),
-/// a known name (`known_name:NAME`), an identifier keyword in a short query
-/// (`identifier_keyword:WORD`), a short query with a known name (`short_known_name`). Semantic
-/// signals: action verbs (`action_verb:WORD`), discovery words (`discovery_word:WORD`), a long
-/// query (`long_query`). Patterns weigh 2, heuristics 1; the heavier side wins, a tie goes to
-/// factual for short queries and semantic otherwise; with no signal, short queries default to
-/// factual (`default_factual`) and others to semantic (`default_semantic`).
+/// a numbered section ("section 420", "s. 5(2)", "§ 7": `section_reference:N`, a pattern, since
+/// the query asks for that provision), a known name (`known_name:NAME`), an identifier keyword
+/// in a short query (`identifier_keyword:WORD`), a short query with a known name
+/// (`short_known_name`). Semantic signals: action verbs (`action_verb:WORD`), discovery words
+/// (`discovery_word:WORD`), a long query (`long_query`). Patterns weigh 2, heuristics 1; the
+/// heavier side wins, a tie goes to factual for short queries and semantic otherwise; with no
+/// signal, short queries default to factual (`default_factual`) and others to semantic
+/// (`default_semantic`).
 ///
 /// **Intent.** `chitchat` when the query is only greetings, thanks, farewells or small talk;
 /// `clarification` when nothing searchable is left (`nothing_searchable`) or the query refers
@@ -144,7 +146,11 @@ pub fn read_aliases(path: impl AsRef<Path>) -> Result<BTreeMap<String, String>> 
 /// ("define X", "what does section N say", ...); else `standard`.
 ///
 /// **Task type.** The category with the most matching words (troubleshooting, then design, then
-/// implementation on ties); `general` when none matches.
+/// implementation on ties); `general` when none matches. Words inside a name do not count: a
+/// run of two or more capitalized words, possibly joined by lower-case "of", "the", "and",
+/// "for" (the "Code" of "Penal Code", "Labour Code", "Code of Civil Procedure"). The first
+/// word of a sentence starts no name when it is itself a task-type word ("Install Redis",
+/// "Write Python code"), unless a joining word follows it ("Code of Civil Procedure").
 ///
 /// **Confidence.** For chitchat and back-references 1.0; for the nothing-searchable heuristic
 /// 0.7; otherwise that of the kind decision: 1.0 when a pattern signal was on the winning side,
@@ -252,12 +258,13 @@ impl RuleClassifier {
     fn run(&self, query: &str, has_history: bool) -> Classification {
         let ws = words(query);
         let plain: Vec<String> = ws.iter().map(|w| w.text.clone()).collect();
+        let refs = self.legal.extract(query);
         let mut signals = Vec::new();
 
         let (intent, intent_confidence) = self.intent(query, &plain, has_history, &mut signals);
-        let (kind, kind_confidence) = self.kind(&ws, &plain, &mut signals);
-        let (route, route_confidence, legal) = self.route(query, &mut signals);
-        let task_type = self.task_type(&plain, &mut signals);
+        let (kind, kind_confidence) = self.kind(&ws, &plain, &refs, &mut signals);
+        let (route, route_confidence, legal) = self.route(query, refs, &mut signals);
+        let task_type = self.task_type(&ws, &plain, &mut signals);
 
         Classification {
             kind,
@@ -336,7 +343,13 @@ impl RuleClassifier {
         phrases > 0
     }
 
-    fn kind(&self, ws: &[Word], plain: &[String], signals: &mut Vec<String>) -> (QueryKind, f32) {
+    fn kind(
+        &self,
+        ws: &[Word],
+        plain: &[String],
+        refs: &LegalRefs,
+        signals: &mut Vec<String>,
+    ) -> (QueryKind, f32) {
         let n = plain.len();
         let short = n <= self.config.short_query_words;
         let is_identifier = |w: &str| self.identifiers.iter().any(|k| is_form_of(w, k));
@@ -364,6 +377,16 @@ impl RuleClassifier {
                     && ws.get(2).is_some_and(|w| w.possessive)));
         if what_is_possessive {
             signals.push("what_is_possessive".into());
+            factual += 2;
+            factual_pattern = true;
+        }
+        // A numbered section asks for that provision: its exact match matters.
+        if !refs.sections.is_empty() {
+            signals.extend(
+                refs.sections
+                    .iter()
+                    .map(|n| format!("section_reference:{n}")),
+            );
             factual += 2;
             factual_pattern = true;
         }
@@ -433,7 +456,12 @@ impl RuleClassifier {
         }
     }
 
-    fn route(&self, query: &str, signals: &mut Vec<String>) -> (Route, f32, LegalRefs) {
+    fn route(
+        &self,
+        query: &str,
+        refs: LegalRefs,
+        signals: &mut Vec<String>,
+    ) -> (Route, f32, LegalRefs) {
         let mut analytical = false;
         for r in &self.analytical {
             if let Some(m) = r.find(query) {
@@ -443,7 +471,6 @@ impl RuleClassifier {
         }
 
         let mut complex = false;
-        let refs = self.legal.extract(query);
         if refs.acts.len() > 1 {
             signals.push("multiple_acts".into());
             complex = true;
@@ -478,7 +505,8 @@ impl RuleClassifier {
         }
     }
 
-    fn task_type(&self, plain: &[String], signals: &mut Vec<String>) -> TaskType {
+    fn task_type(&self, ws: &[Word], plain: &[String], signals: &mut Vec<String>) -> TaskType {
+        let in_name = self.names(ws);
         let mut best = (0usize, TaskType::General);
         // Tie order: troubleshooting, design, implementation (the first to reach a count wins).
         for (task, name, phrases) in [
@@ -496,7 +524,7 @@ impl RuleClassifier {
         ] {
             let hits: Vec<&Vec<String>> = phrases
                 .iter()
-                .filter(|p| contains_phrase(plain, p))
+                .filter(|p| contains_phrase_outside(plain, &in_name, p))
                 .collect();
             for p in &hits {
                 signals.push(format!("{name}:{}", p.join(" ")));
@@ -507,6 +535,66 @@ impl RuleClassifier {
         }
         best.1
     }
+
+    /// Which words are inside a name: a run of two or more capitalized words, possibly joined
+    /// by [`NAME_JOINERS`], within one sentence. A sentence's first word that is a task-type
+    /// word starts no name unless a joiner follows it ("Install Redis", but "Code of Civil
+    /// Procedure").
+    fn names(&self, ws: &[Word]) -> Vec<bool> {
+        let joiner = |w: &Word| !w.capitalized && NAME_JOINERS.contains(&w.text.as_str());
+        let task_word = |w: &Word| {
+            [&self.implementation, &self.troubleshooting, &self.design]
+                .iter()
+                .any(|list| list.iter().any(|p| p.first() == Some(&w.text)))
+        };
+        let mut in_name = vec![false; ws.len()];
+        let mut i = 0;
+        while i < ws.len() {
+            let w = &ws[i];
+            let starts = w.capitalized
+                && !(w.sentence_start && task_word(w) && !ws.get(i + 1).is_some_and(joiner));
+            if !starts {
+                i += 1;
+                continue;
+            }
+            // Extend over joiners to the next capitalized word of the same sentence.
+            let (mut end, mut capitals) = (i + 1, 1);
+            // A possessive ends a name ("Taylor's API key" is not one).
+            while !ws[end - 1].possessive {
+                let mut k = end;
+                while ws.get(k).is_some_and(|w| joiner(w) && !w.sentence_start) {
+                    k += 1;
+                }
+                match ws.get(k) {
+                    Some(next) if next.capitalized && !next.sentence_start => {
+                        capitals += 1;
+                        end = k + 1;
+                    }
+                    _ => break,
+                }
+            }
+            if capitals >= 2 {
+                in_name[i..end].iter_mut().for_each(|x| *x = true);
+            }
+            i = end;
+        }
+        in_name
+    }
+}
+
+/// Lower-case words that may join the capitalized words of a name ("Code of Civil Procedure",
+/// "Bank of the West").
+const NAME_JOINERS: &[&str] = &[
+    "of", "the", "and", "for", "on", "de", "du", "des", "la", "le",
+];
+
+/// Whether `phrase` occurs in `words` with none of its words inside a name.
+fn contains_phrase_outside(words: &[String], in_name: &[bool], phrase: &[String]) -> bool {
+    !phrase.is_empty()
+        && words
+            .windows(phrase.len())
+            .zip(in_name.windows(phrase.len()))
+            .any(|(w, named)| w == phrase && !named.iter().any(|&x| x))
 }
 
 impl QueryClassifier for RuleClassifier {

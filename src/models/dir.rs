@@ -14,25 +14,39 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// The weights file name.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
 
-/// A model directory on disk. Opening it only checks that it is a directory; each file is
-/// looked up when needed, and a missing one gives an [`Error::Model`] naming it.
+/// Where to get a model directory, for the errors of a missing or incomplete one.
+pub(crate) const FETCH_HINT: &str = "`scripts/fetch_models.sh` fetches the embedder \
+    all-MiniLM-L6-v2 into $RERANK_MODELS_DIR (default models/), and \
+    `scripts/fetch_reranker.sh NAME` a cross-encoder from the Hugging Face hub";
+
+/// A model directory on disk. Opening it checks that it is a directory with a `config.json`;
+/// each other file is looked up when needed, and a missing one gives an [`Error::Model`]
+/// naming it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelDir {
     root: PathBuf,
 }
 
 impl ModelDir {
-    /// Opens `path`, which must be an existing directory.
+    /// Opens `path`, which must be an existing directory with a `config.json`. The error says
+    /// which of these is wrong (the path does not exist, is not a directory, has no
+    /// `config.json`) and where to get a model.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let root = path.as_ref().to_path_buf();
-        if !root.is_dir() {
-            return Err(Error::model(format!(
-                "{}: not a model directory (expected a folder with {CONFIG_FILE}, \
-                 {TOKENIZER_FILE} and {WEIGHTS_FILE})",
-                root.display()
-            )));
-        }
-        Ok(ModelDir { root })
+        let problem = if !root.exists() {
+            "does not exist"
+        } else if !root.is_dir() {
+            "is not a directory"
+        } else if !root.join(CONFIG_FILE).is_file() {
+            "has no config.json"
+        } else {
+            return Ok(ModelDir { root });
+        };
+        Err(Error::model(format!(
+            "{}: {problem} (a model directory holds {CONFIG_FILE}, {TOKENIZER_FILE} and \
+             {WEIGHTS_FILE}; {FETCH_HINT})",
+            root.display()
+        )))
     }
 
     /// The directory.
@@ -111,14 +125,35 @@ mod tests {
         let e = ModelDir::open("/nonexistent/model")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("/nonexistent/model"), "{e}");
+        assert!(e.contains("/nonexistent/model: does not exist ("), "{e}");
+        assert!(!e.contains("not a directory"), "{e}");
+        for fetch in ["scripts/fetch_models.sh", "scripts/fetch_reranker.sh NAME"] {
+            assert!(e.contains(fetch), "{e}");
+        }
         let dir = std::env::temp_dir().join(format!("rerank-modeldir-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let m = ModelDir::open(&dir).unwrap();
-        let e = m.config().unwrap_err();
+        let e = ModelDir::open(&dir).unwrap_err();
         assert!(matches!(e, Error::Model { .. }));
-        assert!(e.to_string().contains("config.json"), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!("{}: has no config.json (", dir.display())),
+            "{e}"
+        );
+        assert!(e.contains("scripts/fetch_models.sh"), "{e}");
+        let file = dir.join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let e = ModelDir::open(&file).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{}: is not a directory (", file.display())),
+            "{e}"
+        );
         std::fs::write(dir.join(CONFIG_FILE), "{not json").unwrap();
+        let m = ModelDir::open(&dir).unwrap();
+        assert!(m
+            .file(TOKENIZER_FILE)
+            .unwrap_err()
+            .to_string()
+            .contains(TOKENIZER_FILE));
         let e = m.config().unwrap_err();
         assert!(matches!(e, Error::Parse { .. }), "{e}");
         std::fs::write(dir.join(WEIGHTS_FILE), b"garbage").unwrap();

@@ -141,6 +141,11 @@ pub(crate) struct Word {
     pub text: String,
     /// True when the word ended in a possessive (`Taylor's`, `James'`).
     pub possessive: bool,
+    /// True when the word began with an upper-case letter (`Penal`, `IPC`).
+    pub capitalized: bool,
+    /// True when the word begins the text or a sentence (after `.`, `!`, `?`, `:`, `;` or a
+    /// line break), where a capital says nothing about names.
+    pub sentence_start: bool,
 }
 
 /// Splits `text` into words: runs of letters and digits, keeping apostrophes inside a word
@@ -149,6 +154,9 @@ pub(crate) struct Word {
 pub(crate) fn words(text: &str) -> Vec<Word> {
     let mut out = Vec::new();
     let mut current = String::new();
+    let mut capitalized = false;
+    // A sentence ends before the first word too.
+    let mut sentence_end = true;
     let chars: Vec<char> = text.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
         let c = if c == '\u{2019}' || c == '\u{2018}' {
@@ -157,6 +165,9 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
             c
         };
         if c.is_alphanumeric() {
+            if current.is_empty() {
+                capitalized = c.is_uppercase();
+            }
             current.extend(c.to_lowercase());
         } else if c == '\'' && !current.is_empty() {
             // Keep an apostrophe only when it sits between word characters or closes a
@@ -165,13 +176,16 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
             if next_is_word || current.ends_with('s') {
                 current.push('\'');
             } else {
-                push_word(&mut out, &mut current);
+                push_word(&mut out, &mut current, capitalized, &mut sentence_end);
             }
         } else {
-            push_word(&mut out, &mut current);
+            push_word(&mut out, &mut current, capitalized, &mut sentence_end);
+            if matches!(c, '.' | '!' | '?' | ':' | ';' | '\n') {
+                sentence_end = true;
+            }
         }
     }
-    push_word(&mut out, &mut current);
+    push_word(&mut out, &mut current, capitalized, &mut sentence_end);
     out
 }
 
@@ -181,7 +195,12 @@ const CONTRACTION_BASES: [&str; 14] = [
     "why", "this",
 ];
 
-fn push_word(out: &mut Vec<Word>, current: &mut String) {
+fn push_word(
+    out: &mut Vec<Word>,
+    current: &mut String,
+    capitalized: bool,
+    sentence_end: &mut bool,
+) {
     if current.is_empty() {
         return;
     }
@@ -197,7 +216,12 @@ fn push_word(out: &mut Vec<Word>, current: &mut String) {
     // `what's`, `it's`, `let's` are contractions, not possessives.
     let possessive = possessive && !CONTRACTION_BASES.contains(&text.as_str());
     if !text.is_empty() {
-        out.push(Word { text, possessive });
+        out.push(Word {
+            text,
+            possessive,
+            capitalized,
+            sentence_start: std::mem::take(sentence_end),
+        });
     }
 }
 
@@ -244,6 +268,26 @@ pub(crate) fn phrase_words(phrase: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capitals_and_sentence_starts_are_flagged() {
+        let flags: Vec<(bool, bool)> = words("Penal Code. write code: Fix it; IPC")
+            .iter()
+            .map(|w| (w.capitalized, w.sentence_start))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                (true, true),
+                (true, false),
+                (false, true),
+                (false, false),
+                (true, true),
+                (false, false),
+                (true, true)
+            ]
+        );
+    }
 
     #[test]
     fn possessives_and_apostrophes() {

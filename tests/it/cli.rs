@@ -172,3 +172,32 @@ fn index_leaves_one_whole_file_and_refuses_to_empty_the_store_by_mistake() {
         std::fs::remove_file(f).unwrap();
     }
 }
+
+#[test]
+fn search_reads_a_store_without_writing_and_refuses_an_empty_file() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let db = TempDb::new("search-ro");
+    let dbs = db.0.display().to_string();
+    let out = run(&cli, &["index", "--db", &dbs, "--corpus", HANDBOOK]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = std::fs::read(&db.0).unwrap();
+    let out = run(&cli, &["search", "--db", &dbs, "--json", "Taylor's KTN"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["hits"][0]["id"], "people-taylor");
+    assert_eq!(std::fs::read(&db.0).unwrap(), before);
+
+    let empty = TempDb::new("search-empty");
+    std::fs::write(&empty.0, b"").unwrap();
+    let es = empty.0.display().to_string();
+    let out = run(&cli, &["search", "--db", &es, "Taylor's KTN"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not a rerank store"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::metadata(&empty.0).unwrap().len(), 0);
+}

@@ -9,6 +9,7 @@ mod cache;
 mod cases;
 mod classify;
 mod cli;
+mod cli_errors;
 mod cli_reliability;
 mod common;
 mod concurrency;

@@ -1,6 +1,6 @@
 //! [`Qwen3Reranker`]: loading, batching by length, and the [`Reranker`] implementation.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rayon::prelude::*;
 
@@ -9,7 +9,7 @@ use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
 use crate::models::qwen3::layers::MatrixFormat;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
-use crate::models::{plan_packed_batches, ModelOptions, ModelPool, Precision};
+use crate::models::{plan_packed_batches, ModelDir, ModelOptions, ModelPool, Precision};
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};
 
@@ -311,7 +311,8 @@ impl Qwen3RerankerBuilder {
             None => self.instructions.default_instruction().to_string(),
         };
         let dir = self.dir.as_path();
-        let config = Qwen3Config::from_file(&require_file(dir, "config.json")?)?;
+        // Says whether the directory does not exist, is not one, or has no config.json.
+        let config = Qwen3Config::from_file(&ModelDir::open(dir)?.path().join("config.json"))?;
         let tokenizer = match &self.tokenizer {
             Some(path) => path.clone(),
             None => dir.join("tokenizer.json"),
@@ -348,18 +349,6 @@ impl Qwen3RerankerBuilder {
             pool,
             precision: self.options.precision,
         })
-    }
-}
-
-fn require_file(dir: &Path, name: &str) -> Result<PathBuf> {
-    let path = dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::model(format!(
-            "{}: no {name} (expected a local Qwen3ForCausalLM directory)",
-            dir.display()
-        )))
     }
 }
 

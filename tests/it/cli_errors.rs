@@ -1,0 +1,314 @@
+//! The `rerank` command-line example (`examples/rerank/`), run as a user runs it: what its
+//! errors say (the real problem and the next step) and what it writes to stderr.
+#![cfg(feature = "sqlite")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HANDBOOK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
+
+/// The example's binary (see [`crate::common::rerank_cli`]); these tests need it.
+fn rerank_bin() -> PathBuf {
+    crate::common::rerank_cli().expect("the rerank example is built by `cargo test`")
+}
+
+/// Runs `rerank ARGS` in `dir` (the crate's folder when `None`), stdin closed; stdout and
+/// stderr are pipes, not terminals.
+fn run_in(dir: Option<&Path>, args: &[&str]) -> Output {
+    Command::new(rerank_bin())
+        .args(args)
+        .current_dir(dir.unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR"))))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the rerank example runs")
+}
+
+/// Runs `rerank ARGS`, which must fail, and returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = run_in(None, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "rerank {args:?} succeeded:\n{stderr}"
+    );
+    stderr
+}
+
+/// A scratch folder under the target directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cli_{tag}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn an_unknown_retriever_is_refused_with_the_valid_values() {
+    for command in ["search", "answer"] {
+        let e = fails(&[
+            command,
+            "--corpus",
+            HANDBOOK,
+            "--retriever",
+            "semantic",
+            "leave",
+        ]);
+        assert!(
+            e.contains("invalid value 'semantic' for '--retriever <RETRIEVER>'"),
+            "{e}"
+        );
+        assert!(e.contains("[possible values: bm25, dense, hybrid]"), "{e}");
+        assert!(!e.contains("--model"), "{e}");
+    }
+    let e = fails(&["beir", "--data", HANDBOOK, "--retriever", "semantic"]);
+    assert!(e.contains("[possible values: bm25, dense, hybrid]"), "{e}");
+}
+
+#[test]
+fn the_flags_that_need_a_model_are_the_ones_given() {
+    let corpus = ["search", "--corpus", HANDBOOK];
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--retriever", "dense"],
+            "error: --retriever dense needs --model DIR",
+        ),
+        (
+            &["--cache", "redis://127.0.0.1:1"],
+            "error: --cache needs --model DIR",
+        ),
+        (
+            &[
+                "--retriever",
+                "hybrid",
+                "--vector-store",
+                "milvus://127.0.0.1:1/notes",
+                "--cache",
+                "redis://127.0.0.1:1",
+            ],
+            "error: --retriever hybrid, --vector-store and --cache need --model DIR",
+        ),
+    ];
+    for (flags, want) in cases {
+        let args: Vec<&str> = corpus
+            .iter()
+            .chain(flags)
+            .copied()
+            .chain(["leave"])
+            .collect();
+        let e = fails(&args);
+        assert!(e.starts_with(want), "{args:?}:\n{e}");
+        assert!(e.contains("scripts/fetch_models.sh"), "{e}");
+        for flag in ["--retriever", "--vector-store", "--cache"] {
+            assert_eq!(
+                e.contains(flag),
+                flags.contains(&flag),
+                "{flag} in {args:?}:\n{e}"
+            );
+        }
+    }
+    // The retriever's value is checked whatever its case, as before.
+    let out = run_in(
+        None,
+        &[
+            "search",
+            "--corpus",
+            HANDBOOK,
+            "--retriever",
+            "BM25",
+            "leave",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_corpus_that_is_not_jsonl_names_the_file_the_line_and_the_format() {
+    let scratch = Scratch::new("corpus");
+    let csv = scratch.file("notes.csv", "id,text\nd1,annual leave\n");
+    for command in ["search", "answer"] {
+        let e = fails(&[command, "--corpus", &csv, "leave"]);
+        assert!(
+            e.contains(&format!(
+                "could not parse {csv}:1: expected value at column 1; "
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains("one JSON object per line with \"id\" and \"text\""),
+            "{e}"
+        );
+    }
+    let db = scratch.0.join("notes.db").display().to_string();
+    let e = fails(&["index", "--db", &db, "--corpus", &csv]);
+    assert!(e.contains(&format!("{csv}:1:")), "{e}");
+}
+
+#[cfg(feature = "models")]
+#[test]
+fn a_missing_model_directory_says_so_and_where_to_get_one() {
+    let scratch = Scratch::new("model");
+    let input = scratch.file("pairs.jsonl", "{\"query\": \"q\", \"document\": \"d\"}\n");
+    let missing = scratch.0.join("no-such-model").display().to_string();
+    let empty = scratch.0.display().to_string();
+    for (args, problem) in [
+        (
+            vec!["score", "--model", &missing, "--input", &input],
+            format!("{missing}: does not exist ("),
+        ),
+        (
+            vec!["score", "--model", &empty, "--input", &input],
+            format!("{empty}: has no config.json ("),
+        ),
+        (
+            vec!["score", "--model", &input, "--input", &input],
+            format!("{input}: is not a directory ("),
+        ),
+        (
+            vec![
+                "search",
+                "--corpus",
+                HANDBOOK,
+                "--reranker",
+                &missing,
+                "leave",
+            ],
+            format!("{missing}: does not exist ("),
+        ),
+    ] {
+        let e = fails(&args);
+        assert!(e.contains(&problem), "{args:?}:\n{e}");
+        assert!(!e.contains("not a model directory"), "{e}");
+        assert!(e.contains("`scripts/fetch_models.sh`"), "{e}");
+        assert!(e.contains("`scripts/fetch_reranker.sh NAME`"), "{e}");
+    }
+}
+
+/// `score` takes an embedder directory, as `search --reranker` does: the score (and the
+/// logit) is the embeddings' cosine, the one `load_reranker`'s reranker gives.
+#[cfg(feature = "models")]
+#[test]
+fn score_takes_an_embedder_directory_as_search_reranker_does() {
+    use rerank::models::ModelOptions;
+    use rerank::rerankers::{load_reranker, RerankQuery};
+
+    let base = std::env::var_os("RERANK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")));
+    let model = base.join("all-MiniLM-L6-v2");
+    if !model.join("model.safetensors").is_file() {
+        crate::common::skip(&format!("skipping: {} has no model", model.display()));
+        return;
+    }
+    let pairs = [
+        (
+            "how many days of annual leave",
+            "Employees get 25 days of annual leave a year.",
+        ),
+        ("how do vaccines work", "Vaccines train the immune system."),
+        (
+            "how many days of annual leave",
+            "The cafeteria opens at eight.",
+        ),
+    ];
+    let scratch = Scratch::new("score");
+    let lines: String = pairs
+        .iter()
+        .map(|(q, d)| format!("{}\n", serde_json::json!({"query": q, "document": d})))
+        .collect();
+    let input = scratch.file("pairs.jsonl", &lines);
+    let model_arg = model.display().to_string();
+    let out = run_in(None, &["score", "--model", &model_arg, "--input", &input]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<(f64, f64)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
+        })
+        .collect();
+    assert_eq!(got.len(), pairs.len(), "{got:?}");
+    let reranker = load_reranker(&model, &ModelOptions::default()).unwrap();
+    for ((query, doc), (score, logit)) in pairs.iter().zip(&got) {
+        assert_eq!(score, logit);
+        let want = reranker.score(&RerankQuery::new(*query), &[doc]).unwrap()[0];
+        assert!(
+            (score - f64::from(want)).abs() < 1e-4,
+            "{query}: {score} vs {want}"
+        );
+    }
+    // The leave policy answers the leave question better than the cafeteria does.
+    assert!(got[0].0 > got[2].0 + 0.2, "{got:?}");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_that_is_down_is_named_with_what_to_check() {
+    // A port nothing listens on: one the system just handed out and took back.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://reader:s3cret@127.0.0.1:{port}/0");
+    let e = fails(&["cache", "stats", "--cache", &url]);
+    assert!(
+        e.contains(&format!(
+            "redis://reader:***@127.0.0.1:{port}/0 is unreachable: "
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("is redis-server running at 127.0.0.1:{port}?")),
+        "{e}"
+    );
+    assert!(e.contains("`scripts/redis.sh start PORT DIR`"), "{e}");
+    assert!(!e.contains("s3cret"), "{e}");
+}
+
+/// Log lines written to a pipe carry no colour codes (a terminal still gets them).
+#[test]
+fn logs_to_a_pipe_have_no_escape_codes() {
+    let scratch = Scratch::new("logs");
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/configs/legal_router.yaml"
+    );
+    // The cache file lands in the scratch folder (the working directory).
+    let out = run_in(
+        Some(&scratch.0),
+        &[
+            "query",
+            "--config",
+            config,
+            "--log-level",
+            "debug",
+            "Compare the Delhi High Court and the Bombay High Court on bail",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("DEBUG"), "no log line:\n{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "escape codes in:\n{stderr:?}");
+}
