@@ -105,8 +105,20 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
             source: None,
         });
     }
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(err)?;
+    // Switching a new file to WAL takes its lock without waiting on the busy handler: another
+    // process opening the same new file at that moment makes it busy for a moment, so retry.
+    let mut tries = 0;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 200 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            other => break other.map_err(err)?,
+        }
+    }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(err)?;
     if version == 0 {
