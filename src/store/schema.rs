@@ -81,23 +81,12 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
     check_length(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(err)?;
-    // One statement, one snapshot: a creator in another process commits all three at once.
-    let (version, app, tables): (i64, i64, i64) = conn
-        .query_row(
-            "SELECT (SELECT user_version FROM pragma_user_version), \
-                    (SELECT application_id FROM pragma_application_id), \
-                    (SELECT count(*) FROM sqlite_master)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .map_err(err)?;
-    if version > SCHEMA_VERSION {
-        return Err(Error::UnsupportedSchema {
-            path: path.to_path_buf(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
+    let Identity {
+        version,
+        app,
+        tables,
+    } = identity(conn).map_err(err)?;
+    refuse_newer(path, version)?;
     if version == 0 && (tables > 0 || app != 0) || version > 0 && app != APPLICATION_ID {
         return Err(Error::Store {
             path: path.to_path_buf(),
@@ -127,14 +116,7 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(err)?;
-        let (version, app): (i64, i64) = tx
-            .query_row(
-                "SELECT (SELECT user_version FROM pragma_user_version), \
-                        (SELECT application_id FROM pragma_application_id)",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(err)?;
+        let Identity { version, app, .. } = identity(&tx).map_err(err)?;
         if version > 0 {
             tx.commit().map_err(err)?;
             if app != APPLICATION_ID || version > SCHEMA_VERSION {
@@ -165,19 +147,8 @@ pub(super) fn check_read_only(conn: &Connection, path: &Path) -> Result<()> {
     check_length(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(err)?;
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(err)?;
-    let app: i64 = conn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(err)?;
-    if version > SCHEMA_VERSION {
-        return Err(Error::UnsupportedSchema {
-            path: path.to_path_buf(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
+    let Identity { version, app, .. } = identity(conn).map_err(err)?;
+    refuse_newer(path, version)?;
     if version == 0 || app != APPLICATION_ID {
         return Err(Error::Store {
             path: path.to_path_buf(),
@@ -185,6 +156,43 @@ pub(super) fn check_read_only(conn: &Connection, path: &Path) -> Result<()> {
                       with `rerank index`)"
                 .into(),
             source: None,
+        });
+    }
+    Ok(())
+}
+
+/// What a file says it is: its schema version, application id and number of schema objects.
+struct Identity {
+    version: i64,
+    app: i64,
+    tables: i64,
+}
+
+/// Reads the [`Identity`] in one statement, so one snapshot: a creator in another process
+/// commits all three at once.
+fn identity(conn: &Connection) -> rusqlite::Result<Identity> {
+    conn.query_row(
+        "SELECT (SELECT user_version FROM pragma_user_version), \
+                (SELECT application_id FROM pragma_application_id), \
+                (SELECT count(*) FROM sqlite_master)",
+        [],
+        |r| {
+            Ok(Identity {
+                version: r.get(0)?,
+                app: r.get(1)?,
+                tables: r.get(2)?,
+            })
+        },
+    )
+}
+
+/// Refuses a schema newer than this version reads, before anything is written.
+fn refuse_newer(path: &Path, version: i64) -> Result<()> {
+    if version > SCHEMA_VERSION {
+        return Err(Error::UnsupportedSchema {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
         });
     }
     Ok(())
