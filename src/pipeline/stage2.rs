@@ -31,7 +31,7 @@ use super::{ms, Pipeline, Timings};
 use crate::classify::{Classification, QueryKind, TaskType};
 use crate::rerankers::qwen3::Instructions;
 use crate::rerankers::RerankQuery;
-use crate::{Error, Hit};
+use crate::Hit;
 
 /// Everything stage 2 needs for one search.
 pub(super) struct Stage2Input<'a> {
@@ -132,18 +132,9 @@ impl Pipeline {
                 instruction: a.text.clone(),
             };
             let refs: Vec<&str> = idx.iter().map(|&i| texts[i].as_str()).collect();
-            let result = reranker.score_detailed(&q, &refs).and_then(|out| {
-                if out.scores.len() == refs.len() {
-                    Ok(out)
-                } else {
-                    Err(Error::rerank(format!(
-                        "{} returned {} scores for {} documents",
-                        out.scorer,
-                        out.scores.len(),
-                        refs.len()
-                    )))
-                }
-            });
+            let result = reranker
+                .score_detailed(&q, &refs)
+                .and_then(|out| out.one_per_document(refs.len()));
             match result {
                 Ok(out) => {
                     for (&i, s) in idx.iter().zip(out.scores) {

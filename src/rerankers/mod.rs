@@ -110,6 +110,21 @@ pub struct RerankScores {
     pub fallback_reason: Option<String>,
 }
 
+impl RerankScores {
+    /// These scores, or an [`Error::Rerank`] when they are not one per document (a host
+    /// reranker's bug), which names the scorer.
+    pub(crate) fn one_per_document(self, documents: usize) -> Result<Self> {
+        if self.scores.len() == documents {
+            return Ok(self);
+        }
+        Err(Error::rerank(format!(
+            "{} returned {} scores for {documents} documents",
+            self.scorer,
+            self.scores.len(),
+        )))
+    }
+}
+
 /// A stage-2 reranker: one score per document, in input order, higher is more relevant.
 pub trait Reranker: Send + Sync {
     /// Scores each of `docs` against `query`; the result has `docs.len()` entries.
@@ -186,15 +201,10 @@ fn rank_by_scores<R: Reranker + ?Sized, S: AsRef<str>>(
         return Ok(Vec::new());
     }
     let docs: Vec<&str> = documents.iter().map(AsRef::as_ref).collect();
-    let scores = reranker.score(query, &docs)?;
-    if scores.len() != docs.len() {
-        return Err(Error::rerank(format!(
-            "{} returned {} scores for {} documents",
-            reranker.name(),
-            scores.len(),
-            docs.len()
-        )));
-    }
+    let scores = reranker
+        .score_detailed(query, &docs)?
+        .one_per_document(docs.len())?
+        .scores;
     let mut ranked: Vec<Ranked> = scores
         .into_iter()
         .enumerate()
