@@ -89,7 +89,7 @@ pub use simd::simd_isa;
 // The five traits.
 pub use answer::Generator;
 pub use classify::QueryClassifier;
-pub use embed::Embedder;
+pub use embed::{Embedder, Role};
 pub use recall::Retriever;
 pub use rerankers::Reranker;
 

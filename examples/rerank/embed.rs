@@ -2,12 +2,13 @@
 //!
 //! ```text
 //! cargo run --release --example rerank -- embed --model models/all-MiniLM-L6-v2 \
-//!     --input texts.jsonl [--threads N] [--max-length N] [--precision f32|int8] \
-//!     > embeddings.jsonl
+//!     --input texts.jsonl [--role query|document] [--threads N] [--max-length N] \
+//!     [--precision f32|int8] > embeddings.jsonl
 //! ```
 //! Input: one `{"text": ...}` object per line (`--input -` reads stdin; blank lines are
-//! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, mean-pooled
-//! and L2-normalized.
+//! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, pooled,
+//! projected and normalized as the model directory says (`modules.json`). `--role` picks the
+//! model's query or document prompt (default: document; symmetric models ignore it).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,28 @@ pub struct Args {
     /// Number format of the model's linear layers (`ModelOptions::precision`).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     precision: PrecisionArg,
+    /// Whether the texts are queries or documents (picks the model's prompt).
+    #[arg(long, value_enum, default_value_t = RoleArg::Document)]
+    role: RoleArg,
+}
+
+/// `--role`: the CLI's spelling of `rerank::Role`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleArg {
+    /// Search queries (the model's query prompt, e.g. e5's "query: ").
+    Query,
+    /// Documents / passages (the model's document prompt, if any).
+    #[default]
+    Document,
+}
+
+impl From<RoleArg> for rerank::Role {
+    fn from(r: RoleArg) -> Self {
+        match r {
+            RoleArg::Query => rerank::Role::Query,
+            RoleArg::Document => rerank::Role::Document,
+        }
+    }
 }
 
 /// `--precision`: the number format of a model's linear layers (the CLI's spelling of
@@ -142,7 +165,7 @@ pub fn run(args: Args) -> CliResult {
         .options(options)
         .build()?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let embeddings = embedder.embed(&refs)?;
+    let embeddings = embedder.embed_as(&refs, args.role.into())?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for row in embeddings.rows() {
@@ -166,6 +189,7 @@ pub fn run(args: Args) -> CliResult {
         args.threads,
         args.max_length,
         args.precision,
+        args.role,
     );
     Err("the embed subcommand needs the `models` feature of rerank".into())
 }

@@ -1,16 +1,15 @@
-//! BERT sentence embeddings (sentence-transformers bi-encoders such as all-MiniLM-L6-v2) on the
-//! packed encoder: mean pooling over each text's tokens, then L2 normalization.
+//! BERT sentence embeddings (sentence-transformers bi-encoders such as all-MiniLM-L6-v2,
+//! bge-small-en-v1.5, e5-small-v2) on the packed encoder, with the pooling, projection,
+//! normalization and prompts their directory declares (see `layout`).
 
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
-use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use super::Embedder;
-use crate::models::bert::encoder::{
-    mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence,
-};
+use super::layout::{Layout, PoolingMode};
+use super::{Embedder, Role};
+use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use crate::models::{
     plan_batches, ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE, TOKENIZER_FILE,
 };
@@ -22,24 +21,37 @@ pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
 /// Default [`ModelOptions::max_batch_size`].
 pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 
-/// `max_seq_length` when the directory has no `sentence_bert_config.json`.
-const FALLBACK_MAX_SEQ_LENGTH: usize = 512;
-
-/// Torch's `F.normalize` epsilon: norms below it are clamped.
-const NORMALIZE_EPS: f32 = 1e-12;
-
-/// A BERT bi-encoder loaded from a local sentence-transformers directory.
+/// A BERT bi-encoder loaded from a local sentence-transformers (or plain transformers)
+/// directory.
 ///
-/// The directory holds `config.json` (a BERT config), `tokenizer.json`, `model.safetensors`
-/// (memory-mapped while loading), and optionally `sentence_bert_config.json`
-/// (`max_seq_length`) and `1_Pooling/config.json` (must ask for mean pooling).
+/// The directory holds `config.json` (a BERT config), `tokenizer.json` and
+/// `model.safetensors` (memory-mapped while loading), and, for a sentence-transformers model:
+/// - `modules.json`: Transformer, Pooling, then any Dense and Normalize modules, in order;
+/// - `1_Pooling/config.json`: pooling modes `cls`, `mean`, `max`, `mean_sqrt_len_tokens`,
+///   `lasttoken` (several are concatenated, as sentence-transformers does), and
+///   `include_prompt`;
+/// - a Dense module's `config.json` (`in_features`, `out_features`, `bias`,
+///   `activation_function` Identity or Tanh) and `model.safetensors`;
+/// - `sentence_bert_config.json`: `max_seq_length`, `do_lower_case`;
+/// - `config_sentence_transformers.json`: `prompts` (the query prompt is `prompts.query`, the
+///   document prompt `prompts.document`, `passage` or `corpus`, either falling back to
+///   `default_prompt_name`) and `similarity_fn_name`.
 ///
-/// Each text is tokenized as `[CLS] text [SEP]`, truncated on the right to `max_seq_length`
-/// tokens (the truncation and padding baked into `tokenizer.json` are ignored, as
-/// sentence-transformers does), run through the encoder, mean-pooled over its real tokens and
-/// L2-normalized. Texts are sorted by length and grouped into batches under a token budget;
-/// each batch runs *packed* (the texts' tokens concatenated, attention within each text), so
-/// no compute goes to padding. Rows come back in input order.
+/// Without `modules.json` it does what sentence-transformers does with a plain transformers
+/// directory: mean pooling, no normalization, no prompts, `max_seq_length` the smaller of
+/// `max_position_embeddings` and `model_max_length` in `tokenizer_config.json`. Anything it
+/// cannot reproduce (another module, pooling mode or activation, a similarity that does not
+/// rank as cosine) is refused at load with an [`Error::Model`] naming the file and the key.
+///
+/// Each text is prefixed with its role's prompt ([`Role`]; builder methods override the
+/// prompts), lower-cased if the model says so, tokenized as `[CLS] text [SEP]` and
+/// truncated on the right to `max_seq_length` tokens (the truncation and padding baked into
+/// `tokenizer.json` are ignored, as sentence-transformers does), run through the encoder,
+/// pooled over its real tokens (leaving the prompt's tokens out when `include_prompt` is
+/// false), then projected and normalized as the modules say. Texts are sorted by length and
+/// grouped into batches under a token budget; each batch runs *packed* (the texts' tokens
+/// concatenated, attention within each text), so no compute goes to padding. Rows come back
+/// in input order.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once. With
 /// [`ModelOptions::threads`] the work runs in a dedicated thread pool of that size;
@@ -53,13 +65,17 @@ const NORMALIZE_EPS: f32 = 1e-12;
 ///     .build()?;
 /// let m = embedder.embed(&["hello world", "BM25 is a ranking function"])?;
 /// assert_eq!(m.shape(), &[2, 384]);
+/// let q = embedder.embed_query("what ranks documents?")?;
+/// assert_eq!(q.len(), 384);
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct BertEmbedder {
     encoder: Encoder,
     tokenizer: Tokenizer,
-    dim: usize,
-    max_seq_length: usize,
+    layout: Layout,
+    /// How many leading tokens of a `[Query, Document]` text are its prompt, left out of
+    /// pooling (0 unless `include_prompt` is false).
+    prompt_tokens: [usize; 2],
     token_budget: usize,
     max_batch_size: usize,
     pool: ModelPool,
@@ -74,15 +90,35 @@ pub struct BertEmbedder {
 pub struct BertEmbedderBuilder {
     dir: PathBuf,
     options: ModelOptions,
+    /// Prompts set by the host, replacing the model's.
+    prompts: Vec<(Role, String)>,
 }
 
 impl BertEmbedderBuilder {
     /// Sets the [`ModelOptions`]. For an embedder, `max_length` is the longest text, `[CLS]`
     /// and `[SEP]` included (default: `max_seq_length` in `sentence_bert_config.json`, else
-    /// `min(512, max_position_embeddings)`); `token_budget` defaults to
-    /// [`DEFAULT_TOKEN_BUDGET`] and `max_batch_size` to [`DEFAULT_MAX_BATCH_SIZE`].
+    /// the smaller of `max_position_embeddings` and the tokenizer's `model_max_length`);
+    /// `token_budget` defaults to [`DEFAULT_TOKEN_BUDGET`] and `max_batch_size` to
+    /// [`DEFAULT_MAX_BATCH_SIZE`].
     pub fn options(mut self, options: ModelOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Replaces the model's prompt for `role` (from `config_sentence_transformers.json`) with
+    /// `prompt`, put verbatim before each text of that role; an empty prompt means none.
+    /// The prompts are part of [`Embedder::id`].
+    ///
+    /// ```no_run
+    /// use rerank::{BertEmbedder, Role};
+    /// let e5 = BertEmbedder::builder("models/e5-small-v2")
+    ///     .prompt(Role::Query, "query: ")
+    ///     .prompt(Role::Document, "passage: ")
+    ///     .build()?;
+    /// # Ok::<(), rerank::Error>(())
+    /// ```
+    pub fn prompt(mut self, role: Role, prompt: impl Into<String>) -> Self {
+        self.prompts.push((role, prompt.into()));
         self
     }
 
@@ -91,36 +127,6 @@ impl BertEmbedderBuilder {
         self.options.validate("BertEmbedder", 2)?;
         BertEmbedder::load(self)
     }
-}
-
-/// The fields of `sentence_bert_config.json` this embedder reads.
-#[derive(Deserialize)]
-struct SentenceBertConfig {
-    max_seq_length: Option<usize>,
-}
-
-/// The fields of `1_Pooling/config.json` this embedder reads.
-#[derive(Deserialize)]
-struct PoolingConfig {
-    word_embedding_dimension: Option<usize>,
-    #[serde(default)]
-    pooling_mode_cls_token: bool,
-    #[serde(default)]
-    pooling_mode_mean_tokens: bool,
-    #[serde(default)]
-    pooling_mode_max_tokens: bool,
-    #[serde(default)]
-    pooling_mode_mean_sqrt_len_tokens: bool,
-}
-
-/// sentence-transformers' pooling settings, relative to the model directory.
-const POOLING_FILE: &str = "1_Pooling/config.json";
-/// sentence-transformers' `max_seq_length`, relative to the model directory.
-const SENTENCE_BERT_FILE: &str = "sentence_bert_config.json";
-
-/// Reads the fields of `T` from a parsed JSON file (`path` names it in errors).
-fn from_value<T: serde::de::DeserializeOwned>(v: serde_json::Value, path: &Path) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::model(format!("{}: {e}", path.display())))
 }
 
 impl BertEmbedder {
@@ -134,6 +140,7 @@ impl BertEmbedder {
         BertEmbedderBuilder {
             dir: dir.as_ref().to_path_buf(),
             options: ModelOptions::default(),
+            prompts: Vec::new(),
         }
     }
 
@@ -152,42 +159,14 @@ impl BertEmbedder {
             }
         }
         let config = EncoderConfig::from_value(&value, &config_path, false)?;
-
-        let pooling_path = dir.join(POOLING_FILE);
-        if let Some(pooling) = model_dir.optional_json(POOLING_FILE)? {
-            let pooling: PoolingConfig = from_value(pooling, &pooling_path)?;
-            let mean_only = pooling.pooling_mode_mean_tokens
-                && !pooling.pooling_mode_cls_token
-                && !pooling.pooling_mode_max_tokens
-                && !pooling.pooling_mode_mean_sqrt_len_tokens;
-            if !mean_only {
-                return Err(Error::model(format!(
-                    "{}: only mean pooling (pooling_mode_mean_tokens alone) is supported",
-                    pooling_path.display()
-                )));
-            }
-            if let Some(d) = pooling.word_embedding_dimension {
-                if d != config.hidden {
-                    return Err(Error::model(format!(
-                        "{}: word_embedding_dimension {d} does not match hidden_size {} in \
-                         config.json",
-                        pooling_path.display(),
-                        config.hidden
-                    )));
-                }
-            }
+        let mut layout = Layout::read(&model_dir, config.hidden, config.max_length())?;
+        for (role, prompt) in builder.prompts {
+            layout.prompts.set(role, prompt);
         }
-
-        let from_st = match model_dir.optional_json(SENTENCE_BERT_FILE)? {
-            Some(v) => {
-                from_value::<SentenceBertConfig>(v, &dir.join(SENTENCE_BERT_FILE))?.max_seq_length
-            }
-            None => None,
-        };
-        let max_seq_length = options
-            .max_length
-            .or(from_st)
-            .unwrap_or(FALLBACK_MAX_SEQ_LENGTH.min(config.max_length()));
+        if let Some(n) = options.max_length {
+            layout.max_seq_length = n;
+        }
+        let max_seq_length = layout.max_seq_length;
         if max_seq_length > config.max_length() || max_seq_length < 2 {
             return Err(Error::model(format!(
                 "max_length {max_seq_length} must be between 2 and max_position_embeddings \
@@ -197,9 +176,15 @@ impl BertEmbedder {
             )));
         }
 
-        let tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
+        let mut tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
+        if layout.do_lower_case {
+            add_lowercase(&mut tokenizer)?;
+        }
+        let prompt_tokens = [
+            prompt_length(&tokenizer, &layout, Role::Query)?,
+            prompt_length(&tokenizer, &layout, Role::Document)?,
+        ];
         let weights = EncoderWeights::open(&model_dir, "bert")?;
-        let dim = config.hidden;
         let encoder = Encoder::load(&weights, config, options.precision)?;
 
         let pool = options.thread_pool("bert")?;
@@ -207,8 +192,8 @@ impl BertEmbedder {
         Ok(BertEmbedder {
             encoder,
             tokenizer,
-            dim,
-            max_seq_length,
+            layout,
+            prompt_tokens,
             token_budget: options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
             max_batch_size: options.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
             pool,
@@ -219,7 +204,7 @@ impl BertEmbedder {
 
     /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
     pub fn max_length(&self) -> usize {
-        self.max_seq_length
+        self.layout.max_seq_length
     }
 
     /// The number format of the encoder's linear layers ([`ModelOptions::precision`]).
@@ -232,29 +217,59 @@ impl BertEmbedder {
         self.pool.threads()
     }
 
-    /// The token ids the model sees for `text` (`[CLS] ... [SEP]`, truncated).
+    /// The pooling modes, in the order their vectors are concatenated.
+    pub fn pooling(&self) -> &[PoolingMode] {
+        &self.layout.modes
+    }
+
+    /// The prompt put before texts of `role` (`None`: none).
+    pub fn prompt(&self, role: Role) -> Option<&str> {
+        self.layout.prompts.get(role)
+    }
+
+    /// `similarity_fn_name` of `config_sentence_transformers.json` (`None` when absent). The
+    /// crate ranks by cosine; a model that asks for `dot` or `euclidean` loads only when its
+    /// vectors are normalized (where those rank as cosine does).
+    pub fn similarity_fn_name(&self) -> Option<&str> {
+        self.layout.similarity.as_deref()
+    }
+
+    /// Whether the directory is a sentence-transformers one (has `modules.json`).
+    pub fn is_sentence_transformers(&self) -> bool {
+        self.layout.sentence_transformers
+    }
+
+    /// The token ids the model sees for `text` as a document (`[CLS] ... [SEP]`, truncated).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        self.token_ids_as(text, Role::Document)
+    }
+
+    /// The token ids the model sees for `text` as `role`: its prompt, then the text.
+    pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
         let enc = self
             .tokenizer
-            .encode_fast(text, true)
+            .encode_fast(self.layout.prepare(text, role), true)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
-    fn embed_in_pool(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        let mut out = Array2::zeros((texts.len(), self.dim));
+    fn embed_in_pool(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+        let dim = self.layout.dim();
+        let mut out = Array2::zeros((texts.len(), dim));
         if texts.is_empty() {
             return Ok(out);
         }
+        let prepared: Vec<String> = texts.iter().map(|t| self.layout.prepare(t, role)).collect();
         let encodings = self
             .tokenizer
-            .encode_batch_fast(texts.to_vec(), true)
+            .encode_batch_fast(prepared, true)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
+        let skip = self.prompt_tokens[role_index(role)];
         for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
             let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
-            let pooled = self.forward(&rows)?;
+            let pooled = self.forward(&rows, skip)?;
             for (row, &i) in pooled.iter().zip(&batch.indices) {
                 out.row_mut(i)
                     .iter_mut()
@@ -265,8 +280,9 @@ impl BertEmbedder {
         Ok(out)
     }
 
-    /// One packed forward pass; returns one normalized embedding per row.
-    fn forward(&self, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+    /// One packed forward pass; returns one finished embedding per row (pooled, projected,
+    /// normalized as the layout says), leaving the first `skip` tokens out of pooling.
+    fn forward(&self, rows: &[&[u32]], skip: usize) -> Result<Vec<Vec<f32>>> {
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let zeros = vec![0u32; longest];
         let seqs: Vec<Sequence<'_>> = rows
@@ -276,14 +292,77 @@ impl BertEmbedder {
                 types: &zeros[..ids.len()],
             })
             .collect();
-        let hidden = self.encoder.forward(&seqs, Output::AllTokens)?;
-        let lens: Vec<usize> = rows.iter().map(|r| r.len()).collect();
-        let mut pooled = mean_pool(&hidden, &lens, self.dim);
-        for row in &mut pooled {
-            l2_normalize(row);
+        let width = self.encoder.config().hidden;
+        if self.layout.first_token_only() {
+            let hidden = self.encoder.forward(&seqs, Output::FirstToken)?;
+            return Ok(hidden
+                .chunks_exact(width)
+                .map(|first| self.layout.finish(first, 1, 0))
+                .collect());
         }
-        Ok(pooled)
+        let hidden = self.encoder.forward(&seqs, Output::AllTokens)?;
+        let mut start = 0;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let len = row.len();
+            let states = &hidden[start * width..(start + len) * width];
+            out.push(self.layout.finish(states, len, skip));
+            start += len;
+        }
+        Ok(out)
     }
+}
+
+/// 0 for [`Role::Query`], 1 for [`Role::Document`].
+fn role_index(role: Role) -> usize {
+    match role {
+        Role::Query => 0,
+        Role::Document => 1,
+    }
+}
+
+/// How many leading tokens of a text of `role` are its prompt, left out of pooling when the
+/// model's `include_prompt` is false; 0 otherwise. As sentence-transformers counts them: the
+/// prompt alone tokenized with its special tokens, less one (`[CLS]` and the prompt's tokens).
+fn prompt_length(tokenizer: &Tokenizer, layout: &Layout, role: Role) -> Result<usize> {
+    if layout.include_prompt || layout.prompts.get(role).is_none() {
+        return Ok(0);
+    }
+    let enc = tokenizer
+        .encode_fast(layout.prepare("", role), true)
+        .map_err(|e| Error::tokenizer(e.to_string()))?;
+    let n = enc.get_ids().len();
+    let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
+    Ok(if ends_special { n - 1 } else { n })
+}
+
+/// Puts a `Lowercase` normalizer first in `tokenizer`, unless it already has one (as
+/// sentence-transformers does for `do_lower_case: true`: it lower-cases the text, prompt
+/// included, but not the special tokens typed in it).
+fn add_lowercase(tokenizer: &mut Tokenizer) -> Result<()> {
+    use tokenizers::normalizers::{Lowercase, NormalizerWrapper, Sequence};
+    let current = tokenizer.get_normalizer().cloned();
+    let has = match &current {
+        Some(NormalizerWrapper::Lowercase(_)) => true,
+        Some(NormalizerWrapper::Sequence(seq)) => seq
+            .as_ref()
+            .iter()
+            .any(|n| matches!(n, NormalizerWrapper::Lowercase(_))),
+        _ => false,
+    };
+    if has {
+        return Ok(());
+    }
+    let mut chain = vec![NormalizerWrapper::Lowercase(Lowercase)];
+    match current {
+        Some(NormalizerWrapper::Sequence(seq)) => chain.extend(seq),
+        Some(other) => chain.push(other),
+        None => {}
+    }
+    tokenizer
+        .with_normalizer(Some(Sequence::new(chain)))
+        .map_err(|e| Error::tokenizer(format!("adding a Lowercase normalizer: {e}")))?;
+    Ok(())
 }
 
 /// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
@@ -303,33 +382,24 @@ fn load_tokenizer(dir: &ModelDir, max_seq_length: usize, vocab_size: usize) -> R
     Ok(tokenizer)
 }
 
-/// Divides `v` by its L2 norm (clamped below at [`NORMALIZE_EPS`], as torch does).
-fn l2_normalize(v: &mut [f32]) {
-    let norm = v
-        .iter()
-        .map(|x| x * x)
-        .sum::<f32>()
-        .sqrt()
-        .max(NORMALIZE_EPS);
-    v.iter_mut().for_each(|x| *x /= norm);
-}
-
 impl Embedder for BertEmbedder {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        self.pool.install(|| self.embed_in_pool(texts))
+    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+        self.pool.install(|| self.embed_in_pool(texts, role))
     }
 
     fn dim(&self) -> usize {
-        self.dim
+        self.layout.dim()
     }
 
     /// `bert-` and the first 16 bytes (hex) of the SHA-256 of `config.json`, `tokenizer.json`,
     /// `model.safetensors` and `max_length`: the same for the same model and settings on any
     /// machine. `None` when a file cannot be read.
     ///
-    /// With [`Precision::Int8`] the hash also covers the precision (int8 vectors are close to
-    /// f32 ones, not equal), so stored vectors of one are never read as the other; f32 ids are
-    /// unchanged.
+    /// Unless the model is mean pooling + normalization with no prompts (all-MiniLM, whose id
+    /// is unchanged), the hash also covers the pooling, the Dense and Normalize steps (with
+    /// the Dense weights), lower-casing and both prompts, so changing a prompt changes the id.
+    /// With [`Precision::Int8`] it also covers the precision (int8 vectors are close to f32
+    /// ones, not equal), so stored vectors of one are never read as the other.
     fn id(&self) -> Option<String> {
         self.id
             .get_or_init(|| {
@@ -339,10 +409,13 @@ impl Embedder for BertEmbedder {
                     let mut f = std::fs::File::open(self.dir.join(file)).ok()?;
                     std::io::copy(&mut f, &mut hash).ok()?;
                 }
-                hash.update((self.max_seq_length as u64).to_le_bytes());
+                hash.update((self.layout.max_seq_length as u64).to_le_bytes());
                 let precision = self.encoder.precision();
                 if precision != Precision::F32 {
                     hash.update(precision.as_str().as_bytes());
+                }
+                if !self.layout.is_mean_normalize() {
+                    hash.update(self.layout.describe().as_bytes());
                 }
                 let digest = hash.finalize();
                 let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
@@ -355,8 +428,11 @@ impl Embedder for BertEmbedder {
 impl std::fmt::Debug for BertEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BertEmbedder")
-            .field("dim", &self.dim)
-            .field("max_length", &self.max_seq_length)
+            .field("dim", &self.layout.dim())
+            .field("max_length", &self.layout.max_seq_length)
+            .field("pooling", &self.layout.modes)
+            .field("query_prompt", &self.prompt(Role::Query))
+            .field("document_prompt", &self.prompt(Role::Document))
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
             .field("precision", &self.precision())
@@ -395,24 +471,6 @@ mod tests {
     #[test]
     fn no_batches_for_no_input() {
         assert!(plan_batches(&[], 10, 10).is_empty());
-    }
-
-    #[test]
-    fn normalize_matches_torch_eps() {
-        let mut v = [3.0f32, 4.0];
-        l2_normalize(&mut v);
-        assert_eq!(v, [0.6, 0.8]);
-        let mut z = [0.0f32, 0.0];
-        l2_normalize(&mut z);
-        assert_eq!(z, [0.0, 0.0]);
-    }
-
-    #[test]
-    fn mean_pool_averages_each_sequence_of_a_packed_batch() {
-        // Two sequences of 2 and 3 rows, width 2.
-        let hidden = [1f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
-        let pooled = mean_pool(&hidden, &[2, 3], 2);
-        assert_eq!(pooled, vec![vec![2.0, 3.0], vec![7.0, 8.0]]);
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod qwen3_parity;
 mod rank;
 mod redis_cache;
 mod reliability;
+mod st_embed_parity;
 mod store;
 mod systems;
 mod trec_eval_parity;
