@@ -1,6 +1,11 @@
-//! Text embeddings: the [`Embedder`] trait, and [`BertEmbedder`] with the `models` feature.
+//! Text embeddings: the [`Embedder`] trait with its [`Role`]s, and [`BertEmbedder`] with the
+//! `models` feature.
 //!
-//! - [`BertEmbedder`] (`bert`, feature `models`): mean-pooled, L2-normalized BERT vectors;
+//! - [`Role`]: whether texts are queries or documents; asymmetric models prompt the two sides
+//!   differently, and every caller in the crate says which side it embeds;
+//! - [`BertEmbedder`] (`bert`, feature `models`): BERT sentence-transformers models with the
+//!   pooling, Dense, Normalize and prompts their directory declares (`layout`: reading
+//!   `modules.json` and the module configs, refusing what cannot be reproduced);
 //! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
 //! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder.
 
