@@ -293,7 +293,9 @@ impl BertEmbedder {
             })
             .collect();
         let width = self.encoder.config().hidden;
-        if self.layout.first_token_only() {
+        // cls alone needs only the first token's row (unless a prompt is left out of pooling:
+        // then cls takes the first token after it).
+        if self.layout.first_token_only() && skip == 0 {
             let hidden = self.encoder.forward(&seqs, Output::FirstToken)?;
             return Ok(hidden
                 .chunks_exact(width)

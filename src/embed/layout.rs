@@ -725,7 +725,7 @@ impl Layout {
                 }
                 PoolingMode::LastToken => {
                     if kept.is_empty() {
-                        out.extend(std::iter::repeat(0.0).take(h));
+                        out.extend(std::iter::repeat_n(0.0, h));
                     } else {
                         out.extend_from_slice(&rows[(len - 1) * h..len * h]);
                     }

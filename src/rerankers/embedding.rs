@@ -121,13 +121,14 @@ impl Reranker for EmbeddingReranker {
         };
         // The query is embedded as a query, the documents without a stored vector as
         // documents (asymmetric models prompt the two sides differently).
-        let q = self.embedder.embed_query(&query.text)?;
-        if q.len() != dim {
+        let q = self.embedder.embed_queries(&[query.text.as_str()])?;
+        if q.nrows() != 1 || q.ncols() != dim {
             return Err(Error::rerank(format!(
-                "the embedder returned a query vector of {} dimensions, not {dim}",
-                q.len()
+                "the embedder returned {:?} for one query of {dim} dimensions",
+                q.shape()
             )));
         }
+        let q = q.row(0).to_vec();
         let texts: Vec<&str> = docs
             .iter()
             .zip(&stored)
