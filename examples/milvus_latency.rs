@@ -45,7 +45,7 @@ impl Rng {
 /// Never called: every query carries its embedding.
 struct Precomputed;
 impl Embedder for Precomputed {
-    fn embed(&self, _: &[&str]) -> rerank::Result<Array2<f32>> {
+    fn embed_as(&self, _: &[&str], _role: rerank::Role) -> rerank::Result<Array2<f32>> {
         Err(rerank::Error::Config(
             "queries carry their embeddings".into(),
         ))

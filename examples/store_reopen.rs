@@ -63,7 +63,7 @@ fn documents(n: usize) -> Vec<Document> {
 struct Hashed;
 
 impl Embedder for Hashed {
-    fn embed(&self, texts: &[&str]) -> rerank::Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> rerank::Result<Array2<f32>> {
         let mut m = Array2::zeros((texts.len(), DIM));
         for (i, t) in texts.iter().enumerate() {
             for word in t.split_whitespace() {

@@ -89,7 +89,7 @@ pub use simd::simd_isa;
 // The five traits.
 pub use answer::Generator;
 pub use classify::QueryClassifier;
-pub use embed::Embedder;
+pub use embed::{Embedder, Role};
 pub use recall::Retriever;
 pub use rerankers::Reranker;
 
@@ -107,7 +107,7 @@ pub use answer::Qwen3Chat;
 pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
-pub use embed::BertEmbedder;
+pub use embed::{load_embedder, BertEmbedder, Qwen3Embedder};
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};
 #[cfg(feature = "models")]

@@ -294,7 +294,7 @@ fn search_queries(
         return Ok(plain.collect());
     };
     let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
-    let embeddings = embedder.embed(&texts)?;
+    let embeddings = embedder.embed_queries(&texts)?;
     Ok(plain
         .zip(embeddings.rows())
         .map(|(q, e)| q.with_embedding(e.to_vec()))

@@ -1,13 +1,15 @@
-//! `rerank embed`: embed texts with a BERT bi-encoder (e.g. all-MiniLM-L6-v2).
+//! `rerank embed`: embed texts with an embedding model (all-MiniLM-L6-v2, bge, e5,
+//! multilingual-e5, bge-m3, Qwen3-Embedding), by directory or hub id.
 //!
 //! ```text
 //! cargo run --release --example rerank -- embed --model models/all-MiniLM-L6-v2 \
-//!     --input texts.jsonl [--threads N] [--max-length N] [--precision f32|int8] \
-//!     > embeddings.jsonl
+//!     --input texts.jsonl [--role query|document] [--threads N] [--max-length N] \
+//!     [--precision f32|int8] > embeddings.jsonl
 //! ```
 //! Input: one `{"text": ...}` object per line (`--input -` reads stdin; blank lines are
-//! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, mean-pooled
-//! and L2-normalized.
+//! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, pooled,
+//! projected and normalized as the model directory says (`modules.json`). `--role` picks the
+//! model's query or document prompt (default: document; symmetric models ignore it).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,7 +19,9 @@ use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The model directory (config.json, tokenizer.json, model.safetensors).
+    /// The model: a directory (config.json, tokenizer.json, model.safetensors, and the
+    /// sentence-transformers files), or a hub id such as BAAI/bge-small-en-v1.5 (downloaded
+    /// with the `hf-hub` feature).
     #[arg(long)]
     model: PathBuf,
     /// JSONL input, one {"text": ...} per line; `-` for stdin.
@@ -32,6 +36,28 @@ pub struct Args {
     /// Number format of the model's linear layers (`ModelOptions::precision`).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     precision: PrecisionArg,
+    /// Whether the texts are queries or documents (picks the model's prompt).
+    #[arg(long, value_enum, default_value_t = RoleArg::Document)]
+    role: RoleArg,
+}
+
+/// `--role`: the CLI's spelling of `rerank::Role`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleArg {
+    /// Search queries (the model's query prompt, e.g. e5's "query: ").
+    Query,
+    /// Documents / passages (the model's document prompt, if any).
+    #[default]
+    Document,
+}
+
+impl From<RoleArg> for rerank::Role {
+    fn from(r: RoleArg) -> Self {
+        match r {
+            RoleArg::Query => rerank::Role::Query,
+            RoleArg::Document => rerank::Role::Document,
+        }
+    }
 }
 
 /// `--precision`: the number format of a model's linear layers (the CLI's spelling of
@@ -59,10 +85,11 @@ impl From<PrecisionArg> for rerank::models::Precision {
     }
 }
 
-/// The BERT bi-encoder in `dir`, in the precision asked for.
+/// The embedding model `model` (a directory or a hub id, see `rerank::load_embedder`), in the
+/// precision asked for.
 #[cfg(feature = "models")]
 pub fn load_embedder(
-    dir: &Path,
+    model: &Path,
     threads: Option<usize>,
     precision: PrecisionArg,
 ) -> CliResult<Arc<dyn rerank::Embedder>> {
@@ -71,23 +98,19 @@ pub fn load_embedder(
         precision: precision.into(),
         ..Default::default()
     };
-    Ok(Arc::new(
-        rerank::BertEmbedder::builder(dir)
-            .options(options)
-            .build()?,
-    ))
+    Ok(Arc::from(rerank::load_embedder(model, &options)?))
 }
 
 /// Without the `models` feature there is no embedder.
 #[cfg(not(feature = "models"))]
 pub fn load_embedder(
-    dir: &Path,
+    model: &Path,
     _threads: Option<usize>,
     _precision: PrecisionArg,
 ) -> CliResult<Arc<dyn rerank::Embedder>> {
     Err(format!(
         "{}: embedding models need the `models` feature",
-        dir.display()
+        model.display()
     )
     .into())
 }
@@ -132,7 +155,6 @@ pub fn run(args: Args) -> CliResult {
     use std::io::Write;
 
     use rerank::models::ModelOptions;
-    use rerank::{BertEmbedder, Embedder};
 
     let texts = read_texts(&args.input)?;
     let options = ModelOptions {
@@ -141,11 +163,9 @@ pub fn run(args: Args) -> CliResult {
         precision: args.precision.into(),
         ..ModelOptions::default()
     };
-    let embedder = BertEmbedder::builder(&args.model)
-        .options(options)
-        .build()?;
+    let embedder = rerank::load_embedder(&args.model, &options)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let embeddings = embedder.embed(&refs)?;
+    let embeddings = embedder.embed_as(&refs, args.role.into())?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for row in embeddings.rows() {
@@ -169,6 +189,7 @@ pub fn run(args: Args) -> CliResult {
         args.threads,
         args.max_length,
         args.precision,
+        args.role,
     );
     Err("the embed subcommand needs the `models` feature of rerank".into())
 }

@@ -418,7 +418,7 @@ mod tests {
     /// Embeds a text as (number of "alpha" words, number of "beta" words).
     struct CountAb;
     impl Embedder for CountAb {
-        fn embed(&self, texts: &[&str]) -> Result<ndarray::Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], _role: crate::Role) -> Result<ndarray::Array2<f32>> {
             let mut m = ndarray::Array2::zeros((texts.len(), 2));
             for (i, t) in texts.iter().enumerate() {
                 for w in t.split_whitespace() {

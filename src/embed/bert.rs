@@ -1,48 +1,60 @@
-//! BERT sentence embeddings (sentence-transformers bi-encoders such as all-MiniLM-L6-v2) on the
-//! packed encoder: mean pooling over each text's tokens, then L2 normalization.
+//! BERT-family sentence embeddings (sentence-transformers bi-encoders such as all-MiniLM-L6-v2,
+//! bge-small-en-v1.5, e5-small-v2, and on XLM-RoBERTa multilingual-e5 and bge-m3's dense
+//! vector) on the packed encoder, with the pooling, projection,
+//! normalization and prompts their directory declares (see `layout`).
 
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
-use serde::Deserialize;
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::Tokenizer;
 
-use super::Embedder;
-use crate::models::bert::encoder::{
-    mean_pool, Encoder, EncoderConfig, EncoderWeights, Output, Sequence,
-};
-use crate::models::{
-    plan_batches, ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE, TOKENIZER_FILE,
-};
+use super::builder::{load_tokenizer, model_id, prompt_length, role_index, EmbedderBuilder};
+use super::layout::{Layout, PoolingMode};
+use super::{Embedder, Role};
+use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
+use crate::models::{plan_batches, ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};
 
-/// Default [`ModelOptions::token_budget`] (texts x longest text; no padding is computed).
+/// Default [`ModelOptions::token_budget`](crate::models::ModelOptions::token_budget) (texts x longest text; no padding is computed).
 pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
 
-/// Default [`ModelOptions::max_batch_size`].
+/// Default [`ModelOptions::max_batch_size`](crate::models::ModelOptions::max_batch_size).
 pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 
-/// `max_seq_length` when the directory has no `sentence_bert_config.json`.
-const FALLBACK_MAX_SEQ_LENGTH: usize = 512;
-
-/// Torch's `F.normalize` epsilon: norms below it are clamped.
-const NORMALIZE_EPS: f32 = 1e-12;
-
-/// A BERT bi-encoder loaded from a local sentence-transformers directory.
+/// A BERT bi-encoder loaded from a local sentence-transformers (or plain transformers)
+/// directory.
 ///
-/// The directory holds `config.json` (a BERT config), `tokenizer.json`, `model.safetensors`
-/// (memory-mapped while loading), and optionally `sentence_bert_config.json`
-/// (`max_seq_length`) and `1_Pooling/config.json` (must ask for mean pooling).
+/// The directory holds `config.json` (a BERT config), `tokenizer.json` and
+/// `model.safetensors` (memory-mapped while loading), and, for a sentence-transformers model:
+/// - `modules.json`: Transformer, Pooling, then any Dense and Normalize modules, in order;
+/// - `1_Pooling/config.json`: pooling modes `cls`, `mean`, `max`, `mean_sqrt_len_tokens`,
+///   `lasttoken` (several are concatenated, as sentence-transformers does), and
+///   `include_prompt`;
+/// - a Dense module's `config.json` (`in_features`, `out_features`, `bias`,
+///   `activation_function` Identity or Tanh) and `model.safetensors`;
+/// - `sentence_bert_config.json`: `max_seq_length`, `do_lower_case`;
+/// - `config_sentence_transformers.json`: `prompts` (the query prompt is `prompts.query`, the
+///   document prompt `prompts.document`, `passage` or `corpus`, either falling back to
+///   `default_prompt_name`) and `similarity_fn_name`.
 ///
-/// Each text is tokenized as `[CLS] text [SEP]`, truncated on the right to `max_seq_length`
-/// tokens (the truncation and padding baked into `tokenizer.json` are ignored, as
-/// sentence-transformers does), run through the encoder, mean-pooled over its real tokens and
-/// L2-normalized. Texts are sorted by length and grouped into batches under a token budget;
-/// each batch runs *packed* (the texts' tokens concatenated, attention within each text), so
-/// no compute goes to padding. Rows come back in input order.
+/// Without `modules.json` it does what sentence-transformers does with a plain transformers
+/// directory: mean pooling, no normalization, no prompts, `max_seq_length` the smaller of
+/// `max_position_embeddings` and `model_max_length` in `tokenizer_config.json`. Anything it
+/// cannot reproduce (another module, pooling mode or activation, a similarity that does not
+/// rank as cosine) is refused at load with an [`Error::Model`] naming the file and the key.
+///
+/// Each text is prefixed with its role's prompt ([`Role`]; builder methods override the
+/// prompts), lower-cased if the model says so, tokenized as `[CLS] text [SEP]` and
+/// truncated on the right to `max_seq_length` tokens (the truncation and padding baked into
+/// `tokenizer.json` are ignored, as sentence-transformers does), run through the encoder,
+/// pooled over its real tokens (leaving the prompt's tokens out when `include_prompt` is
+/// false), then projected and normalized as the modules say. Texts are sorted by length and
+/// grouped into batches under a token budget; each batch runs *packed* (the texts' tokens
+/// concatenated, attention within each text), so no compute goes to padding. Rows come back
+/// in input order.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once. With
-/// [`ModelOptions::threads`] the work runs in a dedicated thread pool of that size;
+/// [`ModelOptions::threads`](crate::models::ModelOptions::threads) the work runs in a dedicated thread pool of that size;
 /// otherwise in the caller's rayon pool (the global one by default).
 ///
 /// ```no_run
@@ -53,74 +65,36 @@ const NORMALIZE_EPS: f32 = 1e-12;
 ///     .build()?;
 /// let m = embedder.embed(&["hello world", "BM25 is a ranking function"])?;
 /// assert_eq!(m.shape(), &[2, 384]);
+/// let q = embedder.embed_query("what ranks documents?")?;
+/// assert_eq!(q.len(), 384);
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct BertEmbedder {
     encoder: Encoder,
     tokenizer: Tokenizer,
-    dim: usize,
-    max_seq_length: usize,
+    layout: Layout,
+    /// How many leading tokens of a `[Query, Document]` text are its prompt, left out of
+    /// pooling (0 unless `include_prompt` is false).
+    prompt_tokens: [usize; 2],
     token_budget: usize,
     max_batch_size: usize,
     pool: ModelPool,
     /// The model directory, for [`Embedder::id`].
     dir: PathBuf,
+    family: Family,
     /// [`Embedder::id`], computed on first use (it reads the weights once).
     id: std::sync::OnceLock<Option<String>>,
 }
 
-/// Options for [`BertEmbedder`]; checked by [`BertEmbedderBuilder::build`].
-#[derive(Debug, Clone)]
-pub struct BertEmbedderBuilder {
-    dir: PathBuf,
-    options: ModelOptions,
-}
+/// Options for [`BertEmbedder`]; checked by [`build`](EmbedderBuilder::build).
+pub type BertEmbedderBuilder = EmbedderBuilder<BertEmbedder>;
 
-impl BertEmbedderBuilder {
-    /// Sets the [`ModelOptions`]. For an embedder, `max_length` is the longest text, `[CLS]`
-    /// and `[SEP]` included (default: `max_seq_length` in `sentence_bert_config.json`, else
-    /// `min(512, max_position_embeddings)`); `token_budget` defaults to
-    /// [`DEFAULT_TOKEN_BUDGET`] and `max_batch_size` to [`DEFAULT_MAX_BATCH_SIZE`].
-    pub fn options(mut self, options: ModelOptions) -> Self {
-        self.options = options;
-        self
-    }
-
+impl EmbedderBuilder<BertEmbedder> {
     /// Checks the options, then loads the model directory.
     pub fn build(self) -> Result<BertEmbedder> {
         self.options.validate("BertEmbedder", 2)?;
         BertEmbedder::load(self)
     }
-}
-
-/// The fields of `sentence_bert_config.json` this embedder reads.
-#[derive(Deserialize)]
-struct SentenceBertConfig {
-    max_seq_length: Option<usize>,
-}
-
-/// The fields of `1_Pooling/config.json` this embedder reads.
-#[derive(Deserialize)]
-struct PoolingConfig {
-    word_embedding_dimension: Option<usize>,
-    #[serde(default)]
-    pooling_mode_cls_token: bool,
-    #[serde(default)]
-    pooling_mode_mean_tokens: bool,
-    #[serde(default)]
-    pooling_mode_max_tokens: bool,
-    #[serde(default)]
-    pooling_mode_mean_sqrt_len_tokens: bool,
-}
-
-/// sentence-transformers' pooling settings, relative to the model directory.
-const POOLING_FILE: &str = "1_Pooling/config.json";
-/// sentence-transformers' `max_seq_length`, relative to the model directory.
-const SENTENCE_BERT_FILE: &str = "sentence_bert_config.json";
-
-/// Reads the fields of `T` from a parsed JSON file (`path` names it in errors).
-fn from_value<T: serde::de::DeserializeOwned>(v: serde_json::Value, path: &Path) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::model(format!("{}: {e}", path.display())))
 }
 
 impl BertEmbedder {
@@ -131,63 +105,20 @@ impl BertEmbedder {
 
     /// A builder for a model directory.
     pub fn builder(dir: impl AsRef<Path>) -> BertEmbedderBuilder {
-        BertEmbedderBuilder {
-            dir: dir.as_ref().to_path_buf(),
-            options: ModelOptions::default(),
-        }
+        EmbedderBuilder::new(dir.as_ref())
     }
 
     fn load(builder: BertEmbedderBuilder) -> Result<Self> {
-        let options = builder.options;
+        let options = &builder.options;
         let model_dir = ModelDir::open(&builder.dir)?;
         let dir = model_dir.path();
         let config_path = dir.join(CONFIG_FILE);
         let value = model_dir.config()?;
-        if let Some(model_type) = value.get("model_type").and_then(|v| v.as_str()) {
-            if model_type != "bert" {
-                return Err(Error::model(format!(
-                    "{}: unsupported model_type {model_type:?}; BertEmbedder loads BERT models",
-                    config_path.display()
-                )));
-            }
-        }
-        let config = EncoderConfig::from_value(&value, &config_path, false)?;
-
-        let pooling_path = dir.join(POOLING_FILE);
-        if let Some(pooling) = model_dir.optional_json(POOLING_FILE)? {
-            let pooling: PoolingConfig = from_value(pooling, &pooling_path)?;
-            let mean_only = pooling.pooling_mode_mean_tokens
-                && !pooling.pooling_mode_cls_token
-                && !pooling.pooling_mode_max_tokens
-                && !pooling.pooling_mode_mean_sqrt_len_tokens;
-            if !mean_only {
-                return Err(Error::model(format!(
-                    "{}: only mean pooling (pooling_mode_mean_tokens alone) is supported",
-                    pooling_path.display()
-                )));
-            }
-            if let Some(d) = pooling.word_embedding_dimension {
-                if d != config.hidden {
-                    return Err(Error::model(format!(
-                        "{}: word_embedding_dimension {d} does not match hidden_size {} in \
-                         config.json",
-                        pooling_path.display(),
-                        config.hidden
-                    )));
-                }
-            }
-        }
-
-        let from_st = match model_dir.optional_json(SENTENCE_BERT_FILE)? {
-            Some(v) => {
-                from_value::<SentenceBertConfig>(v, &dir.join(SENTENCE_BERT_FILE))?.max_seq_length
-            }
-            None => None,
-        };
-        let max_seq_length = options
-            .max_length
-            .or(from_st)
-            .unwrap_or(FALLBACK_MAX_SEQ_LENGTH.min(config.max_length()));
+        let family = Family::of(&value, &config_path)?;
+        let config = EncoderConfig::from_value(&value, &config_path, family.roberta_positions())?;
+        let mut layout = Layout::read(&model_dir, config.hidden, config.max_length())?;
+        builder.apply(&mut layout);
+        let max_seq_length = layout.max_seq_length;
         if max_seq_length > config.max_length() || max_seq_length < 2 {
             return Err(Error::model(format!(
                 "max_length {max_seq_length} must be between 2 and max_position_embeddings \
@@ -197,9 +128,12 @@ impl BertEmbedder {
             )));
         }
 
-        let tokenizer = load_tokenizer(&model_dir, max_seq_length, config.vocab)?;
-        let weights = EncoderWeights::open(&model_dir, "bert")?;
-        let dim = config.hidden;
+        let tokenizer = load_tokenizer(&model_dir, &layout, config.vocab)?;
+        let prompt_tokens = [
+            prompt_length(&tokenizer, &layout, Role::Query)?,
+            prompt_length(&tokenizer, &layout, Role::Document)?,
+        ];
+        let weights = EncoderWeights::open(&model_dir, family.prefix())?;
         let encoder = Encoder::load(&weights, config, options.precision)?;
 
         let pool = options.thread_pool("bert")?;
@@ -207,22 +141,23 @@ impl BertEmbedder {
         Ok(BertEmbedder {
             encoder,
             tokenizer,
-            dim,
-            max_seq_length,
+            layout,
+            prompt_tokens,
             token_budget: options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
             max_batch_size: options.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
             pool,
             dir: dir.to_path_buf(),
+            family,
             id: std::sync::OnceLock::new(),
         })
     }
 
     /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
     pub fn max_length(&self) -> usize {
-        self.max_seq_length
+        self.layout.max_seq_length
     }
 
-    /// The number format of the encoder's linear layers ([`ModelOptions::precision`]).
+    /// The number format of the encoder's linear layers ([`ModelOptions::precision`](crate::models::ModelOptions::precision)).
     pub fn precision(&self) -> Precision {
         self.encoder.precision()
     }
@@ -232,29 +167,59 @@ impl BertEmbedder {
         self.pool.threads()
     }
 
-    /// The token ids the model sees for `text` (`[CLS] ... [SEP]`, truncated).
+    /// The pooling modes, in the order their vectors are concatenated.
+    pub fn pooling(&self) -> &[PoolingMode] {
+        &self.layout.modes
+    }
+
+    /// The prompt put before texts of `role` (`None`: none).
+    pub fn prompt(&self, role: Role) -> Option<&str> {
+        self.layout.prompts.get(role)
+    }
+
+    /// `similarity_fn_name` of `config_sentence_transformers.json` (`None` when absent). The
+    /// crate ranks by cosine; a model that asks for `dot` or `euclidean` loads only when its
+    /// vectors are normalized (where those rank as cosine does).
+    pub fn similarity_fn_name(&self) -> Option<&str> {
+        self.layout.similarity.as_deref()
+    }
+
+    /// Whether the directory is a sentence-transformers one (has `modules.json`).
+    pub fn is_sentence_transformers(&self) -> bool {
+        self.layout.sentence_transformers
+    }
+
+    /// The token ids the model sees for `text` as a document (`[CLS] ... [SEP]`, truncated).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        self.token_ids_as(text, Role::Document)
+    }
+
+    /// The token ids the model sees for `text` as `role`: its prompt, then the text.
+    pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
         let enc = self
             .tokenizer
-            .encode_fast(text, true)
+            .encode_fast(self.layout.prepare(text, role), true)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
-    fn embed_in_pool(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        let mut out = Array2::zeros((texts.len(), self.dim));
+    fn embed_in_pool(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+        let dim = self.layout.dim();
+        let mut out = Array2::zeros((texts.len(), dim));
         if texts.is_empty() {
             return Ok(out);
         }
+        let prepared: Vec<String> = texts.iter().map(|t| self.layout.prepare(t, role)).collect();
         let encodings = self
             .tokenizer
-            .encode_batch_fast(texts.to_vec(), true)
+            .encode_batch_fast(prepared, true)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
+        let skip = self.prompt_tokens[role_index(role)];
         for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
             let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
-            let pooled = self.forward(&rows)?;
+            let pooled = self.forward(&rows, skip)?;
             for (row, &i) in pooled.iter().zip(&batch.indices) {
                 out.row_mut(i)
                     .iter_mut()
@@ -265,8 +230,9 @@ impl BertEmbedder {
         Ok(out)
     }
 
-    /// One packed forward pass; returns one normalized embedding per row.
-    fn forward(&self, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+    /// One packed forward pass; returns one finished embedding per row (pooled, projected,
+    /// normalized as the layout says), leaving the first `skip` tokens out of pooling.
+    fn forward(&self, rows: &[&[u32]], skip: usize) -> Result<Vec<Vec<f32>>> {
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let zeros = vec![0u32; longest];
         let seqs: Vec<Sequence<'_>> = rows
@@ -276,77 +242,109 @@ impl BertEmbedder {
                 types: &zeros[..ids.len()],
             })
             .collect();
-        let hidden = self.encoder.forward(&seqs, Output::AllTokens)?;
-        let lens: Vec<usize> = rows.iter().map(|r| r.len()).collect();
-        let mut pooled = mean_pool(&hidden, &lens, self.dim);
-        for row in &mut pooled {
-            l2_normalize(row);
+        let width = self.encoder.config().hidden;
+        // cls alone needs only the first token's row (unless a prompt is left out of pooling:
+        // then cls takes the first token after it).
+        if self.layout.first_token_only() && skip == 0 {
+            let hidden = self.encoder.forward(&seqs, Output::FirstToken)?;
+            return Ok(hidden
+                .chunks_exact(width)
+                .map(|first| self.layout.finish(first, 1, 0))
+                .collect());
         }
-        Ok(pooled)
+        let hidden = self.encoder.forward(&seqs, Output::AllTokens)?;
+        let mut start = 0;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let len = row.len();
+            let states = &hidden[start * width..(start + len) * width];
+            out.push(self.layout.finish(states, len, skip));
+            start += len;
+        }
+        Ok(out)
     }
 }
 
-/// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
-/// `max_seq_length` tokens (special tokens included), on the right.
-fn load_tokenizer(dir: &ModelDir, max_seq_length: usize, vocab_size: usize) -> Result<Tokenizer> {
-    let path = dir.path().join(TOKENIZER_FILE);
-    let mut tokenizer = dir.tokenizer_within(vocab_size)?;
-    tokenizer.with_padding(None);
-    tokenizer
-        .with_truncation(Some(TruncationParams {
-            max_length: max_seq_length,
-            strategy: TruncationStrategy::LongestFirst,
-            direction: TruncationDirection::Right,
-            stride: 0,
-        }))
-        .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
-    Ok(tokenizer)
+/// The BERT-family encoders the embedder runs, told apart by `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// `bert` (all-MiniLM, bge-*-en, e5-*-v2, arctic, mxbai-embed).
+    Bert,
+    /// `xlm-roberta` (multilingual-e5, bge-m3) and `roberta`: BERT's layers with positions
+    /// numbered from `pad_token_id + 1` and one token type.
+    Roberta,
 }
 
-/// Divides `v` by its L2 norm (clamped below at [`NORMALIZE_EPS`], as torch does).
-fn l2_normalize(v: &mut [f32]) {
-    let norm = v
-        .iter()
-        .map(|x| x * x)
-        .sum::<f32>()
-        .sqrt()
-        .max(NORMALIZE_EPS);
-    v.iter_mut().for_each(|x| *x /= norm);
+impl Family {
+    /// The family `config.json` names (`model_type`; a config without one is read as BERT).
+    fn of(config: &serde_json::Value, file: &Path) -> Result<Self> {
+        match config.get("model_type").and_then(|v| v.as_str()) {
+            None | Some("bert") => Ok(Family::Bert),
+            Some("xlm-roberta" | "roberta") => Ok(Family::Roberta),
+            Some(other) => Err(Error::model(format!(
+                "{}: unsupported model_type {other:?}; BertEmbedder loads bert, xlm-roberta \
+                 and roberta encoders (load_embedder picks the loader for qwen3)",
+                file.display()
+            ))),
+        }
+    }
+
+    /// Whether positions start after the padding id (RoBERTa's numbering).
+    fn roberta_positions(self) -> bool {
+        self == Family::Roberta
+    }
+
+    /// The prefix of the encoder's tensors in a checkpoint with a head (a bare encoder has
+    /// none).
+    fn prefix(self) -> &'static str {
+        match self {
+            Family::Bert => "bert",
+            Family::Roberta => "roberta",
+        }
+    }
+
+    /// The prefix of [`Embedder::id`].
+    fn id_prefix(self) -> &'static str {
+        match self {
+            Family::Bert => "bert",
+            Family::Roberta => "xlmr",
+        }
+    }
 }
 
 impl Embedder for BertEmbedder {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        self.pool.install(|| self.embed_in_pool(texts))
+    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+        self.pool.install(|| self.embed_in_pool(texts, role))
     }
 
     fn dim(&self) -> usize {
-        self.dim
+        self.layout.dim()
     }
 
-    /// `bert-` and the first 16 bytes (hex) of the SHA-256 of `config.json`, `tokenizer.json`,
-    /// `model.safetensors` and `max_length`: the same for the same model and settings on any
-    /// machine. `None` when a file cannot be read.
+    /// `bert-` (`xlmr-` for XLM-RoBERTa and RoBERTa) and the first 16 bytes (hex) of the
+    /// SHA-256 of `config.json`, `tokenizer.json`, `model.safetensors` and `max_length`: the
+    /// same for the same model and settings on any machine. `None` when a file cannot be read.
     ///
-    /// With [`Precision::Int8`] the hash also covers the precision (int8 vectors are close to
-    /// f32 ones, not equal), so stored vectors of one are never read as the other; f32 ids are
-    /// unchanged.
+    /// Unless the model is mean pooling + normalization with no prompts (all-MiniLM, whose id
+    /// is unchanged), the hash also covers the pooling, the Dense and Normalize steps (with
+    /// the Dense weights), lower-casing and both prompts, so changing a prompt changes the id.
+    /// With [`Precision::Int8`] it also covers the precision (int8 vectors are close to f32
+    /// ones, not equal), so stored vectors of one are never read as the other.
     fn id(&self) -> Option<String> {
         self.id
             .get_or_init(|| {
-                use sha2::{Digest, Sha256};
-                let mut hash = Sha256::new();
-                for file in [CONFIG_FILE, TOKENIZER_FILE, crate::models::WEIGHTS_FILE] {
-                    let mut f = std::fs::File::open(self.dir.join(file)).ok()?;
-                    std::io::copy(&mut f, &mut hash).ok()?;
-                }
-                hash.update((self.max_seq_length as u64).to_le_bytes());
+                let length = (self.layout.max_seq_length as u64).to_le_bytes();
                 let precision = self.encoder.precision();
-                if precision != Precision::F32 {
-                    hash.update(precision.as_str().as_bytes());
-                }
-                let digest = hash.finalize();
-                let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-                Some(format!("bert-{hex}"))
+                let precision = match precision {
+                    Precision::F32 => "",
+                    other => other.as_str(),
+                };
+                let layout = match self.layout.is_mean_normalize() {
+                    true => String::new(),
+                    false => self.layout.describe(),
+                };
+                let extra = [&length[..], precision.as_bytes(), layout.as_bytes()];
+                model_id(self.family.id_prefix(), &self.dir, &extra)
             })
             .clone()
     }
@@ -355,8 +353,11 @@ impl Embedder for BertEmbedder {
 impl std::fmt::Debug for BertEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BertEmbedder")
-            .field("dim", &self.dim)
-            .field("max_length", &self.max_seq_length)
+            .field("dim", &self.layout.dim())
+            .field("max_length", &self.layout.max_seq_length)
+            .field("pooling", &self.layout.modes)
+            .field("query_prompt", &self.prompt(Role::Query))
+            .field("document_prompt", &self.prompt(Role::Document))
             .field("token_budget", &self.token_budget)
             .field("max_batch_size", &self.max_batch_size)
             .field("precision", &self.precision())
@@ -368,6 +369,7 @@ impl std::fmt::Debug for BertEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::ModelOptions;
 
     #[test]
     fn batches_respect_budget_and_cover_every_index_once() {
@@ -395,24 +397,6 @@ mod tests {
     #[test]
     fn no_batches_for_no_input() {
         assert!(plan_batches(&[], 10, 10).is_empty());
-    }
-
-    #[test]
-    fn normalize_matches_torch_eps() {
-        let mut v = [3.0f32, 4.0];
-        l2_normalize(&mut v);
-        assert_eq!(v, [0.6, 0.8]);
-        let mut z = [0.0f32, 0.0];
-        l2_normalize(&mut z);
-        assert_eq!(z, [0.0, 0.0]);
-    }
-
-    #[test]
-    fn mean_pool_averages_each_sequence_of_a_packed_batch() {
-        // Two sequences of 2 and 3 rows, width 2.
-        let hidden = [1f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
-        let pooled = mean_pool(&hidden, &[2, 3], 2);
-        assert_eq!(pooled, vec![vec![2.0, 3.0], vec![7.0, 8.0]]);
     }
 
     #[test]

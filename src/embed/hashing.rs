@@ -74,7 +74,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 impl Embedder for HashingEmbedder {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: crate::Role) -> Result<Array2<f32>> {
         let mut out = Array2::zeros((texts.len(), self.dim));
         for (i, t) in texts.iter().enumerate() {
             for (j, x) in self.vector(t).into_iter().enumerate() {

@@ -70,8 +70,9 @@ pub fn truncate_normalized(full: &[f32], dims: usize) -> Vec<f32> {
 }
 
 impl Embedder for Matryoshka {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        let full = self.inner.embed(texts)?;
+    /// The inner embedder's vectors for `role`, cut and re-normalized.
+    fn embed_as(&self, texts: &[&str], role: super::Role) -> Result<Array2<f32>> {
+        let full = self.inner.embed_as(texts, role)?;
         let mut out = Array2::zeros((texts.len(), self.dims));
         for (i, row) in full.rows().into_iter().enumerate() {
             let cut = truncate_normalized(row.as_slice().unwrap_or(&row.to_vec()), self.dims);

@@ -1,13 +1,30 @@
-//! Text embeddings: the [`Embedder`] trait, and [`BertEmbedder`] with the `models` feature.
+//! Text embeddings: the [`Embedder`] trait with its [`Role`]s, and the model embedders with
+//! the `models` feature.
 //!
-//! - [`BertEmbedder`] (`bert`, feature `models`): mean-pooled, L2-normalized BERT vectors;
+//! - [`Role`]: whether texts are queries or documents; asymmetric models prompt the two sides
+//!   differently, and every caller in the crate says which side it embeds;
+//! - [`load_embedder`] (`load`): a model by hub name or directory, its family picked from
+//!   `config.json`, its default prompts from the [registry](crate::models::registry);
+//! - [`BertEmbedder`] (`bert`): BERT, XLM-RoBERTa and RoBERTa sentence-transformers models
+//!   with the pooling, Dense, Normalize and prompts their directory declares (`layout`:
+//!   reading `modules.json` and the module configs, refusing what cannot be reproduced);
+//! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
+//! - [`EmbedderBuilder`] (`builder`): the options both load with, and what they share;
 //! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
 //! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder.
 
 #[cfg(feature = "models")]
 mod bert;
+#[cfg(feature = "models")]
+mod builder;
 mod hashing;
+#[cfg(feature = "models")]
+mod layout;
+#[cfg(feature = "models")]
+mod load;
 mod matryoshka;
+#[cfg(feature = "models")]
+mod qwen3;
 
 use std::sync::Arc;
 
@@ -20,33 +37,104 @@ pub use matryoshka::{truncate_normalized, Matryoshka};
 
 #[cfg(feature = "models")]
 pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
+#[cfg(feature = "models")]
+pub use builder::EmbedderBuilder;
+#[cfg(feature = "models")]
+pub use layout::PoolingMode;
+#[cfg(feature = "models")]
+pub use load::load_embedder;
+#[cfg(feature = "models")]
+pub use qwen3::{Qwen3Embedder, Qwen3EmbedderBuilder};
+
+/// Which side of a search a text is on. Asymmetric models (e5, bge, Qwen3-Embedding) embed a
+/// query and a document differently, usually with a prompt put before the text ("query: ",
+/// "passage: ", an instruction); symmetric models (all-MiniLM) ignore the role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Role {
+    /// A search query (or a cache key: what a user asked).
+    Query,
+    /// A text to be found: a document, a passage, a hypothetical answer (HyDE).
+    #[default]
+    Document,
+}
+
+impl Role {
+    /// `"query"` or `"document"` (the names sentence-transformers gives these prompts).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Query => "query",
+            Role::Document => "document",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Turns texts into fixed-size vectors, one row per text, in input order.
+///
+/// An implementation writes [`embed_as`](Embedder::embed_as), which says whether the texts
+/// are queries or documents ([`Role`]); a symmetric model ignores the role. Callers use the
+/// one-call shorthands: [`embed`](Embedder::embed) / [`embed_one`](Embedder::embed_one) for
+/// documents (and for symmetric models, where the role makes no difference),
+/// [`embed_queries`](Embedder::embed_queries) / [`embed_query`](Embedder::embed_query) for
+/// queries. Every caller in the crate passes the right role: documents at indexing, in the
+/// store and for HyDE's hypothetical answer; queries in dense and Milvus search, in the
+/// semantic cache and on the query side of the embedding reranker.
 pub trait Embedder: Send + Sync {
-    /// Embeds `texts`; the result has shape `(texts.len(), self.dim())`.
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>>;
+    /// Embeds `texts` as `role`; the result has shape `(texts.len(), self.dim())`.
+    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>>;
 
     /// The embedding dimension.
     fn dim(&self) -> usize;
 
     /// A stable identifier of the model and its settings (for a [`BertEmbedder`], a hash of its
-    /// config, weights and `max_length`), so that stored vectors are never mixed across models.
+    /// config, weights, `max_length`, and its pooling, prompts and modules where they differ
+    /// from mean pooling + normalization), so that stored vectors are never mixed across models.
     /// `None` (the default) means the embedder cannot say; the SQLite store then refuses to keep
     /// its vectors.
     fn id(&self) -> Option<String> {
         None
     }
 
-    /// Embeds one text.
+    /// Embeds `texts` as documents ([`Role::Document`]).
+    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        self.embed_as(texts, Role::Document)
+    }
+
+    /// Embeds `texts` as queries ([`Role::Query`]).
+    fn embed_queries(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        self.embed_as(texts, Role::Query)
+    }
+
+    /// Embeds one document.
     fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
-        let m = self.embed(&[text])?;
-        Ok(m.row(0).to_vec())
+        single_row(self.embed_as(&[text], Role::Document)?)
+    }
+
+    /// Embeds one query.
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        single_row(self.embed_as(&[text], Role::Query)?)
     }
 }
 
+/// The one row of `m`; another row count is an [`Error::Model`](crate::Error::Model).
+fn single_row(m: Array2<f32>) -> Result<Vec<f32>> {
+    if m.nrows() != 1 {
+        return Err(crate::Error::model(format!(
+            "the embedder returned {} rows for one text",
+            m.nrows()
+        )));
+    }
+    Ok(m.row(0).to_vec())
+}
+
 impl<E: Embedder + ?Sized> Embedder for Arc<E> {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        (**self).embed(texts)
+    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+        (**self).embed_as(texts, role)
     }
     fn dim(&self) -> usize {
         (**self).dim()
@@ -57,8 +145,8 @@ impl<E: Embedder + ?Sized> Embedder for Arc<E> {
 }
 
 impl<E: Embedder + ?Sized> Embedder for Box<E> {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        (**self).embed(texts)
+    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+        (**self).embed_as(texts, role)
     }
     fn dim(&self) -> usize {
         (**self).dim()

@@ -105,6 +105,7 @@ pub fn hyde_embedding(
     config: &HydeConfig,
 ) -> Result<Vec<f32>> {
     let document = hypothetical_document(generator, query, config)?;
+    // The hypothetical answer stands in for a document, so it is embedded as one.
     let embedding = embedder.embed_one(&document)?;
     if embedding.is_empty() || embedding.iter().any(|x| !x.is_finite()) {
         return Err(Error::model(

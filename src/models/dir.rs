@@ -94,11 +94,21 @@ impl ModelDir {
         Architecture::from_config(&self.config()?, &path)
     }
 
-    /// Loads `tokenizer.json` as is (callers decide truncation and padding).
+    /// Loads `tokenizer.json` as transformers 5 uses it (callers decide truncation and
+    /// padding): as is, except where `tokenizer_config.json` names a tokenizer class that
+    /// transformers rebuilds from the file's vocabulary (see [`rebuild_as_transformers`]).
     pub fn tokenizer(&self) -> Result<tokenizers::Tokenizer> {
         let path = self.file(TOKENIZER_FILE)?;
-        tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))
+        let mut tokenizer = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
+        let class = self
+            .optional_json(TOKENIZER_CONFIG_FILE)?
+            .and_then(|c| c.get("tokenizer_class")?.as_str().map(str::to_string));
+        if let Some(class) = class {
+            rebuild_as_transformers(&mut tokenizer, &class)
+                .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
+        }
+        Ok(tokenizer)
     }
 
     /// Loads `tokenizer.json` as is, refusing a tokenizer with more tokens than the model's
@@ -114,6 +124,49 @@ impl ModelDir {
         }
         Ok(tokenizer)
     }
+}
+
+/// The tokenizer settings, relative to the model directory.
+const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+
+/// Does to `tokenizer` what transformers 5 does when it loads tokenizer class `class`.
+///
+/// `XLMRobertaTokenizer` (and its `Fast` alias; XLM-R, multilingual-e5, bge-m3,
+/// bge-reranker) keeps only the vocabulary of a Unigram `tokenizer.json` and the
+/// sentencepiece `Precompiled` normalizer, and builds the rest itself: whitespace split
+/// first, then `Metaspace` (`▁`, always prepended). A text's leading and trailing whitespace
+/// and its line breaks then give no `▁` token of their own, and the `Replace` and other
+/// normalizers a converted file may carry are gone. The reference models are run that way,
+/// so this crate reads the file that way too. Other classes load as the file says.
+fn rebuild_as_transformers(tokenizer: &mut tokenizers::Tokenizer, class: &str) -> Result<()> {
+    use tokenizers::normalizers::NormalizerWrapper;
+    use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
+    use tokenizers::pre_tokenizers::sequence::Sequence;
+    use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
+    use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+    use tokenizers::ModelWrapper;
+
+    if !matches!(class, "XLMRobertaTokenizer" | "XLMRobertaTokenizerFast")
+        || !matches!(tokenizer.get_model(), ModelWrapper::Unigram(_))
+    {
+        return Ok(());
+    }
+    let precompiled = match tokenizer.get_normalizer() {
+        Some(NormalizerWrapper::Precompiled(p)) => Some(p.clone()),
+        Some(NormalizerWrapper::Sequence(seq)) => seq.as_ref().iter().find_map(|n| match n {
+            NormalizerWrapper::Precompiled(p) => Some(p.clone()),
+            _ => None,
+        }),
+        _ => None,
+    };
+    tokenizer
+        .with_normalizer(precompiled.map(NormalizerWrapper::Precompiled))
+        .map_err(|e| Error::tokenizer(format!("{class}: {e}")))?;
+    tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![
+        PreTokenizerWrapper::WhitespaceSplit(WhitespaceSplit),
+        PreTokenizerWrapper::Metaspace(Metaspace::new('▁', PrependScheme::Always, true)),
+    ]))));
+    Ok(())
 }
 
 #[cfg(test)]

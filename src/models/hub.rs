@@ -124,6 +124,44 @@ impl HubModel {
     }
 }
 
+/// The files of a sentence-transformers directory besides the weights and the tokenizer.
+const SENTENCE_TRANSFORMERS_FILES: [&str; 5] = [
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
+
+impl HubModel {
+    /// [`fetch`](Self::fetch) for a sentence-transformers model: also `modules.json`,
+    /// `sentence_bert_config.json`, `config_sentence_transformers.json`, the tokenizer's
+    /// settings, and each module folder's `config.json` and `model.safetensors` that
+    /// `modules.json` names (`1_Pooling`, `2_Dense`, ...), where they exist.
+    pub fn fetch_sentence_transformers(&self) -> Result<ModelDir> {
+        let dir = self.fetch(&SENTENCE_TRANSFORMERS_FILES)?;
+        let Some(modules) = dir.optional_json("modules.json")? else {
+            return Ok(dir);
+        };
+        let folders: Vec<&str> = modules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("path").and_then(serde_json::Value::as_str))
+            .filter(|p| !p.is_empty() && !p.contains(".."))
+            .collect();
+        if folders.is_empty() {
+            return Ok(dir);
+        }
+        let files: Vec<String> = folders
+            .iter()
+            .flat_map(|f| [format!("{f}/{CONFIG_FILE}"), format!("{f}/{WEIGHTS_FILE}")])
+            .collect();
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        self.fetch(&files)
+    }
+}
+
 /// Whether an `HF_HUB_OFFLINE` value turns offline mode on.
 fn offline_flag(value: Option<&str>) -> bool {
     value.is_some_and(|v| {

@@ -3,7 +3,8 @@
 //! The public part is small: [`ModelOptions`] (one set of options for every model builder),
 //! [`ModelDir`] (a local model directory: `config.json`, `tokenizer.json`, memory-mapped
 //! `model.safetensors`), [`Architecture`] (what a `config.json` describes, to dispatch on) and,
-//! with the `hf-hub` feature, [`HubModel`] to fetch a directory from the Hugging Face hub.
+//! with the `hf-hub` feature, [`HubModel`] to fetch a directory from the Hugging Face hub;
+//! [`registry`]: the models the crate knows by hub name.
 //!
 //! The rest is internal, one folder per model family on one shared layer:
 //! - `bert/`: the packed (padding-free) BERT / XLM-R encoder, its sequence-classification head
@@ -31,6 +32,7 @@ mod options;
 pub(crate) mod panels;
 mod quant;
 pub(crate) mod qwen3;
+pub mod registry;
 pub(crate) mod weights;
 
 pub(crate) use batch::{plan_batches, plan_packed_batches};

@@ -104,6 +104,18 @@ impl Weights {
         Ok(Weights { files, tensors })
     }
 
+    /// The same checkpoint with `prefix` put before every tensor name: how a checkpoint saved
+    /// from a bare model (`embed_tokens.weight`, as Qwen3-Embedding's) is read by code that
+    /// names the tensors of the model with its head (`model.embed_tokens.weight`).
+    pub fn prefixed(mut self, prefix: &str) -> Self {
+        self.tensors = self
+            .tensors
+            .into_iter()
+            .map(|(name, entry)| (format!("{prefix}{name}"), entry))
+            .collect();
+        self
+    }
+
     /// Whether the checkpoint has a tensor called `name`.
     pub fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)

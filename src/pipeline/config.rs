@@ -504,7 +504,8 @@ fn build_milvus(
     model: &Path,
     docs: &[Document],
 ) -> Result<Box<dyn Retriever>> {
-    let embedder = std::sync::Arc::new(crate::embed::BertEmbedder::from_dir(model)?);
+    let options = crate::models::ModelOptions::default();
+    let embedder = std::sync::Arc::from(crate::load_embedder(model, &options)?);
     let milvus = crate::recall::MilvusRetriever::builder(url, collection, embedder).build()?;
     milvus.add_missing(docs, std::time::Duration::from_secs(60))?;
     Ok(Box::new(milvus))
@@ -598,8 +599,9 @@ fn build_dense(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> 
 
 #[cfg(feature = "models")]
 fn build_dense(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    let embedder = crate::embed::BertEmbedder::from_dir(model)?;
-    let index = crate::DenseIndex::new(std::sync::Arc::new(embedder));
+    let options = crate::models::ModelOptions::default();
+    let embedder = crate::load_embedder(model, &options)?;
+    let index = crate::DenseIndex::new(std::sync::Arc::from(embedder));
     index.add(docs.to_vec())?;
     Ok(Box::new(index))
 }
@@ -810,7 +812,8 @@ mod store_recall {
 
     #[cfg(feature = "models")]
     fn dense(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
-        let embedder: Arc<dyn crate::Embedder> = Arc::new(crate::BertEmbedder::from_dir(model)?);
+        let options = crate::models::ModelOptions::default();
+        let embedder: Arc<dyn crate::Embedder> = Arc::from(crate::load_embedder(model, &options)?);
         store.embed_missing(&*embedder)?;
         Ok(Box::new(store.dense(embedder)?))
     }

@@ -84,8 +84,8 @@ impl Generator for Guarded<dyn Generator> {
 }
 
 impl Embedder for Guarded<dyn Embedder> {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-        catch(|| "embedder".into(), || self.0.embed(texts))
+    fn embed_as(&self, texts: &[&str], role: crate::Role) -> Result<Array2<f32>> {
+        catch(|| "embedder".into(), || self.0.embed_as(texts, role))
     }
     fn dim(&self) -> usize {
         self.0.dim()

@@ -114,7 +114,7 @@ impl Pipeline {
         };
         let t = Instant::now();
         let scope = cache_scope(request, top_k);
-        let embedding = embedder.embed_one(query).ok();
+        let embedding = embedder.embed_query(query).ok();
         let hit = embedding
             .as_ref()
             .and_then(|e| cache.get_scoped(&scope, query, e));

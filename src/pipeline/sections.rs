@@ -59,9 +59,11 @@ impl Default for RecallConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum EmbedderConfig {
-    /// A BERT embedder from a local directory (feature `models`).
+    /// An embedding model (feature `models`), loaded by [`load_embedder`](crate::load_embedder):
+    /// BERT, XLM-RoBERTa or Qwen3-Embedding. `type: bert` or `type: model`.
+    #[serde(alias = "model")]
     Bert {
-        /// The model directory.
+        /// The model directory, or a hub id (downloaded with the `hf-hub` feature).
         model: PathBuf,
         /// Keep only the first N dimensions, re-normalized (a Matryoshka model; default: all).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,7 +90,7 @@ impl EmbedderConfig {
             EmbedderConfig::Hashing { dim, dims } => {
                 (Arc::new(crate::embed::HashingEmbedder::new(*dim)?), *dims)
             }
-            EmbedderConfig::Bert { model, dims } => (bert(model)?, *dims),
+            EmbedderConfig::Bert { model, dims } => (embedder(model)?, *dims),
         };
         Ok(match dims {
             Some(d) => Arc::new(crate::embed::Matryoshka::new(full, d)?),
@@ -98,12 +100,15 @@ impl EmbedderConfig {
 }
 
 #[cfg(feature = "models")]
-fn bert(model: &Path) -> Result<Arc<dyn Embedder>> {
-    Ok(Arc::new(crate::BertEmbedder::from_dir(model)?))
+fn embedder(model: &Path) -> Result<Arc<dyn Embedder>> {
+    Ok(Arc::from(crate::load_embedder(
+        model,
+        &crate::models::ModelOptions::default(),
+    )?))
 }
 
 #[cfg(not(feature = "models"))]
-fn bert(_model: &Path) -> Result<Arc<dyn Embedder>> {
+fn embedder(_model: &Path) -> Result<Arc<dyn Embedder>> {
     Err(Error::Config(
         "embedder: a BERT embedder needs the `models` feature of rerank".into(),
     ))
@@ -221,8 +226,10 @@ impl RerankerConfig {
                 Box::new(b.build()?)
             }
             RerankerKind::Embedding => {
-                let embedder = crate::embed::BertEmbedder::from_dir(self.model()?)?;
-                Box::new(crate::rerankers::EmbeddingReranker::new(Arc::new(embedder)))
+                let options = crate::models::ModelOptions::default();
+                let embedder: Arc<dyn Embedder> =
+                    Arc::from(crate::load_embedder(self.model()?, &options)?);
+                Box::new(crate::rerankers::EmbeddingReranker::new(embedder))
             }
         })
     }

@@ -129,7 +129,7 @@ impl Retriever for MatryoshkaIndex {
     fn retrieve(&self, query: &SearchQuery, k: usize) -> Result<Vec<Hit>> {
         let full_query = match &query.embedding {
             Some(e) => e.as_ref().clone(),
-            None => self.full.embed_one(&query.text)?,
+            None => self.full.embed_query(&query.text)?,
         };
         if full_query.len() != self.full.dim() {
             return Err(Error::InvalidInput(format!(

@@ -662,7 +662,7 @@ impl Retriever for MilvusRetriever {
         match &query.embedding {
             Some(e) => self.search_vector(e, k, &query.filters),
             None => {
-                let e = self.embedder.embed_one(&query.text)?;
+                let e = self.embedder.embed_query(&query.text)?;
                 self.search_vector(&e, k, &query.filters)
             }
         }
@@ -808,7 +808,7 @@ mod tests {
 
     struct Fixed(usize);
     impl Embedder for Fixed {
-        fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], _role: crate::Role) -> Result<Array2<f32>> {
             Ok(Array2::ones((texts.len(), self.0)))
         }
         fn dim(&self) -> usize {

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use ndarray::Array2;
+
 use super::{RerankQuery, Reranker};
 use crate::embed::cosine;
 use crate::{Embedder, Error, Result};
@@ -40,7 +42,7 @@ impl<V: VectorSource + ?Sized> VectorSource for Arc<V> {
 /// /// Counts of the letters a and b.
 /// struct Ab;
 /// impl Embedder for Ab {
-///     fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+///     fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<Array2<f32>> {
 ///         Ok(Array2::from_shape_fn((texts.len(), 2), |(i, j)| {
 ///             texts[i].matches(['a', 'b'][j]).count() as f32
 ///         }))
@@ -117,15 +119,27 @@ impl Reranker for EmbeddingReranker {
             }
             None => vec![None; docs.len()],
         };
-        let mut texts = Vec::with_capacity(docs.len() + 1);
-        texts.push(query.text.as_str());
-        texts.extend(
-            docs.iter()
-                .zip(&stored)
-                .filter(|(_, v)| v.is_none())
-                .map(|(d, _)| *d),
-        );
-        let m = self.embedder.embed(&texts)?;
+        // The query is embedded as a query, the documents without a stored vector as
+        // documents (asymmetric models prompt the two sides differently).
+        let q = self.embedder.embed_queries(&[query.text.as_str()])?;
+        if q.nrows() != 1 || q.ncols() != dim {
+            return Err(Error::rerank(format!(
+                "the embedder returned {:?} for one query of {dim} dimensions",
+                q.shape()
+            )));
+        }
+        let q = q.row(0).to_vec();
+        let texts: Vec<&str> = docs
+            .iter()
+            .zip(&stored)
+            .filter(|(_, v)| v.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        let m = if texts.is_empty() {
+            Array2::zeros((0, dim))
+        } else {
+            self.embedder.embed(&texts)?
+        };
         if m.nrows() != texts.len() {
             return Err(Error::rerank(format!(
                 "the embedder returned {} rows for {} texts",
@@ -133,8 +147,7 @@ impl Reranker for EmbeddingReranker {
                 texts.len()
             )));
         }
-        let q = m.row(0).to_vec();
-        let mut embedded = m.rows().into_iter().skip(1);
+        let mut embedded = m.rows().into_iter();
         stored
             .iter()
             .map(|v| match v {
@@ -159,10 +172,11 @@ mod tests {
     use ndarray::Array2;
 
     use super::*;
+    use crate::Role;
 
-    /// Fixed 2-d vectors by text, recording every call.
+    /// Fixed 2-d vectors by text, recording every call and its role.
     struct Table {
-        calls: Mutex<Vec<Vec<String>>>,
+        calls: Mutex<Vec<(Role, Vec<String>)>>,
     }
 
     impl Table {
@@ -174,11 +188,11 @@ mod tests {
     }
 
     impl Embedder for Table {
-        fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
             self.calls
                 .lock()
                 .unwrap()
-                .push(texts.iter().map(|t| t.to_string()).collect());
+                .push((role, texts.iter().map(|t| t.to_string()).collect()));
             let mut m = Array2::zeros((texts.len(), 2));
             for (i, t) in texts.iter().enumerate() {
                 let v = match *t {
@@ -202,8 +216,8 @@ mod tests {
     /// Returns one row too few.
     struct Short;
     impl Embedder for Short {
-        fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
-            Ok(Array2::zeros((texts.len() - 1, 2)))
+        fn embed_as(&self, texts: &[&str], _role: Role) -> Result<Array2<f32>> {
+            Ok(Array2::zeros((texts.len().saturating_sub(1), 2)))
         }
         fn dim(&self) -> usize {
             2
@@ -223,11 +237,12 @@ mod tests {
         for (got, want) in s.iter().zip(expect) {
             assert!((got - want).abs() < 1e-6, "{s:?}");
         }
-        // One embedder call, query first.
+        // The query as a query, then the documents as documents, in one call.
         let calls = table.calls.lock().unwrap();
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0][0], "q");
-        assert_eq!(calls[0].len(), 6);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0], (Role::Query, vec!["q".to_string()]));
+        assert_eq!(calls[1].0, Role::Document);
+        assert_eq!(calls[1].1.len(), 5);
     }
 
     #[test]
@@ -268,8 +283,10 @@ mod tests {
         let s = r.score(&q, &docs).unwrap();
         assert_eq!(s, plain);
         let calls = table.calls.lock().unwrap();
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0], ["q", "opposite", "zero"]);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0], (Role::Query, vec!["q".to_string()]));
+        assert_eq!(calls[1].0, Role::Document);
+        assert_eq!(calls[1].1, ["opposite", "zero"]);
     }
 
     #[test]

@@ -1,24 +1,29 @@
-//! [`load_reranker`]: the reranker a local model directory holds, chosen by its `config.json`.
+//! [`load_reranker`]: the reranker a hub name or local model directory holds, chosen by its
+//! `config.json` and its sentence-transformers modules.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use super::{CrossEncoder, EmbeddingReranker, Qwen3Reranker};
-use crate::embed::BertEmbedder;
+use crate::models::registry::{self, Task};
 use crate::models::{Architecture, ModelDir, ModelOptions, CONFIG_FILE};
-use crate::{Error, Reranker, Result};
+use crate::{Embedder, Error, Reranker, Result};
 
-/// Loads the reranker in `dir`, chosen by `architectures` in its `config.json`:
+/// Loads the reranker `model` names: a local directory, or a hub id such as
+/// `BAAI/bge-reranker-v2-m3` (fetched with the `hf-hub` feature, as
+/// [`load_embedder`](crate::load_embedder) fetches; a model the
+/// [registry](crate::models::registry) marks unsupported is refused before any download).
 ///
-/// | architecture | reranker |
+/// | the directory holds | reranker |
 /// |---|---|
 /// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
-/// | `BertModel` (a sentence-transformers bi-encoder) | [`EmbeddingReranker`] over a [`BertEmbedder`] |
+/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
-/// The model gets `options` ([`ModelOptions::default`] for the model's own defaults). Any
-/// other architecture is an [`Error::Model`] that names
-/// the file and the supported ones.
+/// So Qwen3-Embedding, whose `config.json` also says `Qwen3ForCausalLM`, is never taken for
+/// a yes/no reranker. The model gets `options` ([`ModelOptions::default`] for the model's own
+/// defaults). Any other architecture is an [`Error::Model`] that names the file and the
+/// supported ones.
 ///
 /// ```no_run
 /// use rerank::models::ModelOptions;
@@ -30,28 +35,49 @@ use crate::{Error, Reranker, Result};
 /// assert_eq!(scores.len(), 2);
 /// # Ok::<(), rerank::Error>(())
 /// ```
-pub fn load_reranker(dir: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Reranker>> {
-    let dir = dir.as_ref();
-    let model = ModelDir::open(dir)?;
+pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Reranker>> {
+    let (dir, _) = registry::locate(model.as_ref(), Task::CrossEncoder)?;
+    let model = ModelDir::open(&dir)?;
+    if is_embedding_model(&model)? {
+        return embedding_reranker(&dir, options);
+    }
     match model.architecture()? {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification => {
-            let builder = CrossEncoder::builder(dir).options(options.clone());
+            let builder = CrossEncoder::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
         Architecture::Qwen3ForCausalLm => {
-            let builder = Qwen3Reranker::builder(dir).options(options.clone());
+            let builder = Qwen3Reranker::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
-        Architecture::BertModel => {
-            let builder = BertEmbedder::builder(dir).options(options.clone());
-            Ok(Box::new(EmbeddingReranker::new(Arc::new(builder.build()?))))
+        Architecture::BertModel => embedding_reranker(&dir, options),
+        Architecture::Other(name) if name == "XLMRobertaModel" || name == "Qwen3Model" => {
+            embedding_reranker(&dir, options)
         }
         other => Err(Error::model(format!(
             "{}: unsupported architecture {other} for a reranker (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-             Qwen3ForCausalLM, BertModel)",
+             Qwen3ForCausalLM, and embedding models: BertModel, XLMRobertaModel, Qwen3Model)",
             dir.join(CONFIG_FILE).display()
         ))),
     }
+}
+
+/// Whether sentence-transformers' modules make the directory an embedding model (its
+/// `modules.json` has a Pooling module).
+fn is_embedding_model(model: &ModelDir) -> Result<bool> {
+    let Some(modules) = model.optional_json("modules.json")? else {
+        return Ok(false);
+    };
+    Ok(modules.as_array().into_iter().flatten().any(|m| {
+        m.get("type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t.rsplit('.').next() == Some("Pooling"))
+    }))
+}
+
+fn embedding_reranker(dir: &Path, options: &ModelOptions) -> Result<Box<dyn Reranker>> {
+    let embedder: Arc<dyn Embedder> = Arc::from(crate::load_embedder(dir, options)?);
+    Ok(Box::new(EmbeddingReranker::new(embedder)))
 }

@@ -476,7 +476,7 @@ const IGNORED: [&str; 10] = [
 ];
 
 impl Embedder for ContentWords {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<Array2<f32>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.fail {
             return Err(Error::model("embedder down"));

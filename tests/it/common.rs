@@ -43,3 +43,91 @@ pub fn rerank_cli() -> Option<std::path::PathBuf> {
         None
     }
 }
+
+/// A loopback server in the hub's URL layout: `GET /{repo}/resolve/main/{file}` serves
+/// `dir/{file}` with the headers the hub's clients read (`x-repo-commit`, `etag`, and
+/// `Range` answered with `206` + `Content-Range`, as `hf-hub` asks for a file's size); any
+/// other path is a 404. `GET /stop` (see [`stop_hub`]) ends it; the handle then returns how
+/// many files it served.
+pub fn hub_server(
+    repo: &'static str,
+    dir: std::path::PathBuf,
+) -> (String, std::thread::JoinHandle<usize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        let mut served = 0;
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut range: Option<(usize, Option<usize>)> = None;
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                let lower = header.to_ascii_lowercase();
+                if let Some(spec) = lower.trim().strip_prefix("range: bytes=") {
+                    let (a, b) = spec.split_once('-').unwrap_or((spec, ""));
+                    range = a.parse().ok().map(|a| (a, b.parse().ok()));
+                }
+                header.clear();
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            if path == "/stop" {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                break;
+            }
+            let prefix = format!("/{repo}/resolve/main/");
+            let file = path
+                .strip_prefix(&prefix)
+                .filter(|f| !f.contains(".."))
+                .map(|f| dir.join(f));
+            let Some(body) = file.and_then(|f| std::fs::read(f).ok()) else {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                continue;
+            };
+            served += 1;
+            let size = body.len();
+            let etag = format!("\"{size}-{}\"", path.len());
+            let commit = "0123456789abcdef0123456789abcdef01234567";
+            let (status, part, extra) = match range {
+                Some((start, end)) if start < size.max(1) => {
+                    let end = end
+                        .unwrap_or(size.saturating_sub(1))
+                        .min(size.saturating_sub(1));
+                    let part = if size == 0 {
+                        &body[..]
+                    } else {
+                        &body[start..=end]
+                    };
+                    let extra = format!("Content-Range: bytes {start}-{end}/{size}\r\n");
+                    ("206 Partial Content", part, extra)
+                }
+                _ => ("200 OK", &body[..], String::new()),
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\n{extra}x-repo-commit: {commit}\r\n\
+                 etag: {etag}\r\nConnection: close\r\n\r\n",
+                part.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(part);
+        }
+        served
+    });
+    (format!("http://{addr}"), handle)
+}
+
+/// Ends a [`hub_server`].
+pub fn stop_hub(base: &str) {
+    use std::io::Write;
+    let addr = base.trim_start_matches("http://");
+    if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+        let _ = s.write_all(b"GET /stop HTTP/1.1\r\nHost: x\r\n\r\n");
+    }
+}

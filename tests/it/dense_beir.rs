@@ -185,7 +185,7 @@ pub(crate) fn setup(name: &str) -> Option<Setup> {
     bm25.add(data.corpus.clone()).unwrap();
     let judged = data.judged_queries();
     let texts: Vec<&str> = judged.iter().map(|q| q.text.as_str()).collect();
-    let q_emb = embedder.embed(&texts).unwrap();
+    let q_emb = embedder.embed_queries(&texts).unwrap();
     let queries = judged
         .iter()
         .zip(q_emb.rows())

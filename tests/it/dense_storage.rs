@@ -16,7 +16,7 @@ const QUERIES: u64 = 100;
 struct Fixed(usize);
 
 impl Embedder for Fixed {
-    fn embed(&self, texts: &[&str]) -> rerank::Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> rerank::Result<Array2<f32>> {
         Ok(Array2::zeros((texts.len(), self.0)))
     }
     fn dim(&self) -> usize {

@@ -54,7 +54,7 @@ struct Vocab {
 }
 
 impl Embedder for Vocab {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<Array2<f32>> {
         let mut m = Array2::zeros((texts.len(), self.words.len()));
         for (i, t) in texts.iter().enumerate() {
             self.seen.lock().unwrap().push(t.to_string());

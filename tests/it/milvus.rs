@@ -49,7 +49,7 @@ fn collection(tag: &str) -> String {
 /// Words hashed into 64 buckets, L2-normalized: documents sharing words are close.
 struct Words;
 impl Embedder for Words {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<Array2<f32>> {
         let mut m = Array2::<f32>::zeros((texts.len(), 64));
         for (i, t) in texts.iter().enumerate() {
             for w in t.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
@@ -257,7 +257,7 @@ fn a_collection_of_another_dimension_is_refused() {
     m.ensure_collection().unwrap();
     struct Small;
     impl Embedder for Small {
-        fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<Array2<f32>> {
             Ok(Array2::ones((texts.len(), 8)))
         }
         fn dim(&self) -> usize {

@@ -2,8 +2,6 @@
 //! `CrossEncoder.rank`; and `scripts/fetch_reranker.sh`, which gets a cross-encoder from a hub
 //! (here a loopback server in the hub's URL layout) into a folder `load_reranker` reads.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -138,65 +136,6 @@ fn a_cross_encoder_ranks_like_sentence_transformers() {
     }
 }
 
-/// Serves `dir`'s files at `/{repo}/resolve/main/{file}`, as the hub does; 404 otherwise.
-/// Returns the base address and a handle that counts the requests served.
-fn hub_server(repo: &'static str, dir: PathBuf) -> (String, std::thread::JoinHandle<usize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    listener.set_nonblocking(false).unwrap();
-    let handle = std::thread::spawn(move || {
-        let mut served = 0;
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { break };
-            let mut line = String::new();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            if reader.read_line(&mut line).is_err() {
-                continue;
-            }
-            // Drain the headers.
-            let mut header = String::new();
-            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
-                header.clear();
-            }
-            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-            if path == "/stop" {
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-                break;
-            }
-            let prefix = format!("/{repo}/resolve/main/");
-            let file = path
-                .strip_prefix(&prefix)
-                .filter(|f| !f.contains(".."))
-                .map(|f| dir.join(f));
-            match file.and_then(|f| std::fs::read(f).ok()) {
-                Some(body) => {
-                    served += 1;
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = stream.write_all(head.as_bytes());
-                    let _ = stream.write_all(&body);
-                }
-                None => {
-                    let _ = stream.write_all(
-                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    );
-                }
-            }
-        }
-        served
-    });
-    (format!("http://{addr}"), handle)
-}
-
-fn stop(base: &str) {
-    let addr = base.trim_start_matches("http://");
-    if let Ok(mut s) = std::net::TcpStream::connect(addr) {
-        let _ = s.write_all(b"GET /stop HTTP/1.1\r\nHost: x\r\n\r\n");
-    }
-}
-
 fn fetch_script(base: &str, name: &str, dest: &Path) -> std::process::Output {
     Command::new("bash")
         .arg(concat!(
@@ -216,7 +155,7 @@ fn the_fetch_script_gets_a_cross_encoder_from_a_hub() {
     let Some(fixture) = ce_tiny() else {
         return;
     };
-    let (base, server) = hub_server("test-org/ce-tiny", fixture.clone());
+    let (base, server) = crate::common::hub_server("test-org/ce-tiny", fixture.clone());
     let tmp = std::env::temp_dir().join(format!("rerank-fetch-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let dest = tmp.join("ce-tiny");
@@ -255,7 +194,7 @@ fn the_fetch_script_gets_a_cross_encoder_from_a_hub() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
-    stop(&base);
+    crate::common::stop_hub(&base);
     // config, tokenizer, weights and the tokenizer's two side files.
     assert!(server.join().unwrap() >= 5);
     std::fs::remove_dir_all(&tmp).unwrap();

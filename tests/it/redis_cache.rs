@@ -595,7 +595,11 @@ fn one_store_serves_many_threads() {
 /// Words hashed into 32 buckets, L2-normalized (the pipelines' cache embedder).
 struct Words;
 impl rerank::Embedder for Words {
-    fn embed(&self, texts: &[&str]) -> rerank::Result<ndarray::Array2<f32>> {
+    fn embed_as(
+        &self,
+        texts: &[&str],
+        _role: rerank::Role,
+    ) -> rerank::Result<ndarray::Array2<f32>> {
         let mut m = ndarray::Array2::<f32>::zeros((texts.len(), 32));
         for (i, t) in texts.iter().enumerate() {
             for w in t.split_whitespace() {

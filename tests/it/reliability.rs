@@ -264,7 +264,7 @@ fn store_batches_refuse_empty_ids_and_keep_the_last_duplicate() {
     /// An embedder that cannot name its model.
     struct Anonymous;
     impl rerank::Embedder for Anonymous {
-        fn embed(&self, texts: &[&str]) -> Result<ndarray::Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<ndarray::Array2<f32>> {
             Ok(ndarray::Array2::ones((texts.len(), 2)))
         }
         fn dim(&self) -> usize {

@@ -62,7 +62,7 @@ impl Letters {
 }
 
 impl Embedder for Letters {
-    fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+    fn embed_as(&self, texts: &[&str], _role: rerank::Role) -> Result<Array2<f32>> {
         self.calls.fetch_add(texts.len(), Ordering::SeqCst);
         Ok(Array2::from_shape_fn((texts.len(), 26), |(i, j)| {
             let c = (b'a' + j as u8) as char;

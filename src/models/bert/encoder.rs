@@ -707,20 +707,3 @@ fn attention(
         }
     });
 }
-
-/// Mean of each sequence's rows of `hidden` (`(tokens, width)`, sequences in order).
-pub(crate) fn mean_pool(hidden: &[f32], lens: &[usize], width: usize) -> Vec<Vec<f32>> {
-    let mut out = Vec::with_capacity(lens.len());
-    let mut start = 0;
-    for &len in lens {
-        let mut sum = vec![0.0f32; width];
-        for row in hidden[start * width..(start + len) * width].chunks_exact(width) {
-            sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
-        }
-        let n = len.max(1) as f32;
-        sum.iter_mut().for_each(|s| *s /= n);
-        out.push(sum);
-        start += len;
-    }
-    out
-}

@@ -98,6 +98,10 @@ pub const MAX_POSITIONS: usize = crate::models::options::MAX_LENGTH;
 /// The architecture name this module loads.
 pub const ARCHITECTURE: &str = "Qwen3ForCausalLM";
 
+/// The decoder without its output head (an embedding model saved from transformers'
+/// `Qwen3Model`); it loads as an embedder only.
+pub const BARE_ARCHITECTURE: &str = "Qwen3Model";
+
 impl Qwen3Config {
     /// Reads and checks `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
@@ -116,7 +120,10 @@ impl Qwen3Config {
     pub fn from_json_str(text: &str) -> Result<Self> {
         let raw: RawConfig =
             serde_json::from_str(text).map_err(|e| Error::parse("config.json", e))?;
-        let is_qwen3 = raw.architectures.iter().any(|a| a == ARCHITECTURE)
+        let is_qwen3 = raw
+            .architectures
+            .iter()
+            .any(|a| a == ARCHITECTURE || a == BARE_ARCHITECTURE)
             || (raw.architectures.is_empty() && raw.model_type.as_deref() == Some("qwen3"));
         if !is_qwen3 {
             return Err(Error::model(format!(

@@ -302,7 +302,15 @@ impl Decoder {
     /// keep; the layers load in parallel on the current rayon pool, each layer's matrices put
     /// in `format` as soon as the layer is read (norms stay f32), through one read buffer per
     /// loading task.
+    ///
+    /// A checkpoint saved from the bare decoder (`embed_tokens.weight`, `layers.N.*`, as
+    /// Qwen3-Embedding's is) is read under the same `model.` names.
     pub fn from_weights(weights: Weights, cfg: Qwen3Config, format: MatrixFormat) -> Result<Self> {
+        let weights = if !weights.has(EMBED) && weights.has(&EMBED["model.".len()..]) {
+            weights.prefixed("model.")
+        } else {
+            weights
+        };
         let h = cfg.hidden_size;
         check_config(&weights, &cfg)?;
         let shape = weights.shape(EMBED)?.to_vec();

@@ -18,7 +18,7 @@
 //! `models::panels` (the layers in f32 or bf16), `models::quant` (int8), `models::kernels`
 //! (attention) and `simd::gemv` (the output head).
 
-mod config;
+pub(crate) mod config;
 pub(crate) mod forward;
 pub(crate) mod generate;
 pub(crate) mod layers;

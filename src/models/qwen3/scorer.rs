@@ -37,6 +37,18 @@ impl Qwen3Scorer {
         Ok(Qwen3Model::new(decoder, max_positions))
     }
 
+    /// [`load_model`](Self::load_model) for a checkpoint that needs no output head (an
+    /// embedding model's, saved from the bare decoder).
+    pub fn load_model_without_head(
+        dir: &Path,
+        cfg: Qwen3Config,
+        max_positions: usize,
+        format: MatrixFormat,
+    ) -> Result<Qwen3Model> {
+        let decoder = Decoder::from_weights(Weights::open(dir)?, cfg, format)?;
+        Ok(Qwen3Model::new(decoder, max_positions))
+    }
+
     /// The scorer over `model`, keeping only the `yes - no` row difference of its output head
     /// (read from the mapped checkpoint; an id outside the head is an error).
     pub fn new(model: Qwen3Model, yes: u32, no: u32) -> Result<Self> {

@@ -432,7 +432,7 @@ impl Retriever for DenseIndex {
         match &query.embedding {
             Some(e) => self.top_k(e, k),
             None => {
-                let e = self.embedder.embed_one(&query.text)?;
+                let e = self.embedder.embed_query(&query.text)?;
                 self.top_k(&e, k)
             }
         }
@@ -450,7 +450,7 @@ mod tests {
     /// Bag-of-letters embedder: counts of a..e.
     struct Letters;
     impl Embedder for Letters {
-        fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], _role: crate::Role) -> Result<Array2<f32>> {
             let mut m = Array2::zeros((texts.len(), 5));
             for (i, t) in texts.iter().enumerate() {
                 for c in t.chars() {
@@ -592,7 +592,7 @@ mod tests {
     /// Queries come as embeddings; documents only through `from_embeddings`.
     struct Dim(usize);
     impl Embedder for Dim {
-        fn embed(&self, texts: &[&str]) -> Result<Array2<f32>> {
+        fn embed_as(&self, texts: &[&str], _role: crate::Role) -> Result<Array2<f32>> {
             Ok(Array2::zeros((texts.len(), self.0)))
         }
         fn dim(&self) -> usize {

@@ -1,0 +1,192 @@
+//! [`EmbedderBuilder`]: the options every embedding model loads with, and the text
+//! preparation the model families share (tokenizer, lower-casing, prompt lengths, the id).
+
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use super::layout::Layout;
+use super::Role;
+use crate::models::{ModelDir, ModelOptions, TOKENIZER_FILE};
+use crate::{Error, Result};
+
+/// Options for an embedding model directory, checked when the model loads:
+/// `BertEmbedder::builder(dir)` ([`BertEmbedderBuilder`](super::BertEmbedderBuilder)) and
+/// `Qwen3Embedder::builder(dir)` ([`Qwen3EmbedderBuilder`](super::Qwen3EmbedderBuilder));
+/// [`load_embedder`](super::load_embedder) picks the family from `config.json`.
+#[derive(Debug, Clone)]
+pub struct EmbedderBuilder<M> {
+    pub(crate) dir: PathBuf,
+    pub(crate) options: ModelOptions,
+    /// Prompts set by the host, replacing the model's.
+    prompts: Vec<(Role, String)>,
+    /// Prompts used where the model's directory has none for the role (a registry entry's).
+    default_prompts: Vec<(Role, String)>,
+    model: PhantomData<fn() -> M>,
+}
+
+impl<M> EmbedderBuilder<M> {
+    /// A builder for the model in `dir` with default options.
+    pub(crate) fn new(dir: &Path) -> Self {
+        EmbedderBuilder {
+            dir: dir.to_path_buf(),
+            options: ModelOptions::default(),
+            prompts: Vec::new(),
+            default_prompts: Vec::new(),
+            model: PhantomData,
+        }
+    }
+
+    /// Sets the [`ModelOptions`]. For an embedder, `max_length` is the longest text in tokens,
+    /// special tokens included (default: `max_seq_length` in `sentence_bert_config.json`, else
+    /// the smaller of the position table and the tokenizer's `model_max_length`);
+    /// `token_budget` defaults to [`DEFAULT_TOKEN_BUDGET`](super::DEFAULT_TOKEN_BUDGET) and
+    /// `max_batch_size` to [`DEFAULT_MAX_BATCH_SIZE`](super::DEFAULT_MAX_BATCH_SIZE).
+    pub fn options(mut self, options: ModelOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Replaces the model's prompt for `role` (from `config_sentence_transformers.json`) with
+    /// `prompt`, put verbatim before each text of that role; an empty prompt means none.
+    /// The prompts are part of [`Embedder::id`](super::Embedder::id).
+    ///
+    /// ```no_run
+    /// use rerank::{BertEmbedder, Role};
+    /// let e5 = BertEmbedder::builder("models/e5-small-v2")
+    ///     .prompt(Role::Query, "query: ")
+    ///     .prompt(Role::Document, "passage: ")
+    ///     .build()?;
+    /// # Ok::<(), rerank::Error>(())
+    /// ```
+    pub fn prompt(mut self, role: Role, prompt: impl Into<String>) -> Self {
+        self.prompts.push((role, prompt.into()));
+        self
+    }
+
+    /// Uses `prompt` for `role` only where the model's directory declares no prompt for it
+    /// (many published models leave their model card's prompts out of
+    /// `config_sentence_transformers.json`; the [registry](crate::models::registry) fills them
+    /// in this way). A [`prompt`](Self::prompt) set by the host still wins.
+    pub fn default_prompt(mut self, role: Role, prompt: impl Into<String>) -> Self {
+        self.default_prompts.push((role, prompt.into()));
+        self
+    }
+
+    /// Applies the prompts and the `max_length` option to the directory's `layout`.
+    pub(crate) fn apply(&self, layout: &mut Layout) {
+        for (role, prompt) in &self.default_prompts {
+            if layout.prompts.get(*role).is_none() {
+                layout.prompts.set(*role, prompt.clone());
+            }
+        }
+        for (role, prompt) in &self.prompts {
+            layout.prompts.set(*role, prompt.clone());
+        }
+        if let Some(n) = self.options.max_length {
+            layout.max_seq_length = n;
+        }
+    }
+}
+
+/// 0 for [`Role::Query`], 1 for [`Role::Document`].
+pub(crate) fn role_index(role: Role) -> usize {
+    match role {
+        Role::Query => 0,
+        Role::Document => 1,
+    }
+}
+
+/// How many leading tokens of a text of `role` are its prompt, left out of pooling when the
+/// model's `include_prompt` is false; 0 otherwise. As sentence-transformers counts them: the
+/// prompt alone tokenized with its special tokens, less a special token that ends it.
+pub(crate) fn prompt_length(tokenizer: &Tokenizer, layout: &Layout, role: Role) -> Result<usize> {
+    if layout.include_prompt || layout.prompts.get(role).is_none() {
+        return Ok(0);
+    }
+    let enc = tokenizer
+        .encode_fast(layout.prepare("", role), true)
+        .map_err(|e| Error::tokenizer(e.to_string()))?;
+    let n = enc.get_ids().len();
+    let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
+    Ok(if ends_special { n - 1 } else { n })
+}
+
+/// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
+/// `max_seq_length` tokens (special tokens included), on the right, and lower-casing put
+/// first when the layout says `do_lower_case`.
+pub(crate) fn load_tokenizer(
+    dir: &ModelDir,
+    layout: &Layout,
+    vocab_size: usize,
+) -> Result<Tokenizer> {
+    let path = dir.path().join(TOKENIZER_FILE);
+    let mut tokenizer = dir.tokenizer_within(vocab_size)?;
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: layout.max_seq_length,
+            strategy: TruncationStrategy::LongestFirst,
+            direction: TruncationDirection::Right,
+            stride: 0,
+        }))
+        .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
+    if layout.do_lower_case {
+        add_lowercase(&mut tokenizer)?;
+    }
+    Ok(tokenizer)
+}
+
+/// Puts a `Lowercase` normalizer first in `tokenizer`, unless it already has one (as
+/// sentence-transformers does for `do_lower_case: true`: it lower-cases the text, prompt
+/// included, but not the special tokens typed in it).
+fn add_lowercase(tokenizer: &mut Tokenizer) -> Result<()> {
+    use tokenizers::normalizers::{Lowercase, NormalizerWrapper, Sequence};
+    let current = tokenizer.get_normalizer().cloned();
+    let has = match &current {
+        Some(NormalizerWrapper::Lowercase(_)) => true,
+        Some(NormalizerWrapper::Sequence(seq)) => seq
+            .as_ref()
+            .iter()
+            .any(|n| matches!(n, NormalizerWrapper::Lowercase(_))),
+        _ => false,
+    };
+    if has {
+        return Ok(());
+    }
+    let mut chain = vec![NormalizerWrapper::Lowercase(Lowercase)];
+    match current {
+        Some(NormalizerWrapper::Sequence(seq)) => chain.extend(seq),
+        Some(other) => chain.push(other),
+        None => {}
+    }
+    tokenizer
+        .with_normalizer(Some(Sequence::new(chain)))
+        .map_err(|e| Error::tokenizer(format!("adding a Lowercase normalizer: {e}")))?;
+    Ok(())
+}
+
+/// `{family}-` and the first 16 bytes (hex) of the SHA-256 of the files of `dir` that exist
+/// among `config.json`, `tokenizer.json`, `model.safetensors` (or its shard index), then of
+/// `extra`: the same for the same model and settings on any machine. `None` when a file that
+/// exists cannot be read.
+pub(crate) fn model_id(family: &str, dir: &Path, extra: &[&[u8]]) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let weights = if dir.join(crate::models::WEIGHTS_FILE).is_file() {
+        crate::models::WEIGHTS_FILE
+    } else {
+        "model.safetensors.index.json"
+    };
+    for file in [crate::models::CONFIG_FILE, TOKENIZER_FILE, weights] {
+        let mut f = std::fs::File::open(dir.join(file)).ok()?;
+        std::io::copy(&mut f, &mut hash).ok()?;
+    }
+    for bytes in extra {
+        hash.update(bytes);
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{family}-{hex}"))
+}

@@ -1,0 +1,101 @@
+//! [`load_embedder`]: an embedding model by hub name or local directory, its family chosen by
+//! its `config.json`.
+
+use std::path::Path;
+
+use super::{BertEmbedder, Embedder, EmbedderBuilder, Qwen3Embedder, Role};
+use crate::models::registry::{self, KnownModel, Task};
+use crate::models::{ModelDir, ModelOptions, CONFIG_FILE};
+use crate::{Error, Result};
+
+/// Loads the embedding model `model`: a local directory, or a hub id such as
+/// `BAAI/bge-small-en-v1.5`.
+///
+/// - A directory is loaded as it is. When its folder is named after a model of the
+///   [registry](crate::models::registry) (`models/bge-small-en-v1.5`), the registry's prompts
+///   fill in the roles the directory declares none for.
+/// - A hub id that is not a local directory is fetched with the `hf-hub` feature
+///   ([`HubModel::fetch_sentence_transformers`](crate::models::HubModel): the standard hub
+///   cache, `HF_ENDPOINT`, `HF_HUB_OFFLINE`); a model the registry marks unsupported is
+///   refused before anything is downloaded. Without the feature, a hub id that is not a
+///   directory is an error that says how to get the files.
+///
+/// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta` and `roberta`
+/// load as a [`BertEmbedder`], `qwen3` as a [`Qwen3Embedder`]; anything else is an
+/// [`Error::Model`] naming the file and the supported types.
+///
+/// ```no_run
+/// use rerank::models::ModelOptions;
+/// use rerank::{load_embedder, Embedder};
+/// let embedder = load_embedder("BAAI/bge-small-en-v1.5", &ModelOptions::default())?;
+/// let query = embedder.embed_query("what ranks documents?")?; // with bge's instruction
+/// let docs = embedder.embed(&["BM25 ranks documents by term statistics."])?;
+/// assert_eq!(query.len(), docs.ncols());
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Embedder>> {
+    let (dir, known) = registry::locate(model.as_ref(), Task::Embedding)?;
+    let model_dir = ModelDir::open(&dir)?;
+    let config = model_dir.config()?;
+    let model_type = config
+        .get("model_type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("bert");
+    match model_type {
+        "bert" | "xlm-roberta" | "roberta" => {
+            let builder = with_registry(BertEmbedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
+        "qwen3" => {
+            let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
+        other => Err(Error::model(format!(
+            "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
+             xlm-roberta, roberta, qwen3)",
+            dir.join(CONFIG_FILE).display()
+        ))),
+    }
+}
+
+/// The builder with `options` and the registry entry's prompts as defaults.
+fn with_registry<M>(
+    builder: EmbedderBuilder<M>,
+    options: &ModelOptions,
+    known: Option<&KnownModel>,
+) -> EmbedderBuilder<M> {
+    let mut builder = builder.options(options.clone());
+    if let Some(known) = known {
+        if let Some(p) = known.query_prompt {
+            builder = builder.default_prompt(Role::Query, p);
+        }
+        if let Some(p) = known.document_prompt {
+            builder = builder.default_prompt(Role::Document, p);
+        }
+    }
+    builder
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_directory_that_is_not_a_hub_id_says_so() {
+        let e = load_embedder("no/such/dir", &ModelOptions::default())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("no such model directory"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_and_reranker_ids_are_refused_before_any_download() {
+        let o = ModelOptions::default();
+        let e = load_embedder("nomic-ai/nomic-embed-text-v1.5", &o)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("nomic_bert"), "{e}");
+        let e = load_embedder("BAAI/bge-reranker-base", &o).err().unwrap();
+        assert!(e.to_string().contains("load_reranker"), "{e}");
+    }
+}

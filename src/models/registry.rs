@@ -1,0 +1,489 @@
+//! The registry of known models: what a hub name stands for before anything is downloaded.
+//!
+//! [`load_embedder`](crate::load_embedder) and
+//! [`load_reranker`](crate::rerankers::load_reranker) look a name up here to refuse a model the
+//! crate cannot run before fetching gigabytes, and to fill in the prompts a model card asks
+//! for when the model's own `config_sentence_transformers.json` leaves them out (bge's query
+//! instruction, e5's `query: ` / `passage: `). Everything else is read from the model's
+//! directory, which wins where the two differ. `docs/models.md` is this table with the
+//! figures each model was tested to.
+
+use std::path::{Path, PathBuf};
+
+use crate::embed::PoolingMode;
+use crate::{Error, Result};
+
+/// What a model does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Task {
+    /// A bi-encoder: texts to vectors ([`Embedder`](crate::Embedder)).
+    Embedding,
+    /// A sequence classifier scoring (query, document) pairs
+    /// ([`CrossEncoder`](crate::CrossEncoder)).
+    CrossEncoder,
+    /// A causal LM scoring with a yes/no head ([`Qwen3Reranker`](crate::Qwen3Reranker)).
+    LlmReranker,
+}
+
+/// Whether the crate runs a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Loads and matches its reference.
+    Supported,
+    /// Refused at load, with the reason.
+    Unsupported(&'static str),
+}
+
+/// One model of the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownModel {
+    /// The hub id, e.g. `BAAI/bge-small-en-v1.5`.
+    pub id: &'static str,
+    /// What it does.
+    pub task: Task,
+    /// `model_type` in its `config.json` (`bert`, `xlm-roberta`, `qwen3`, ...).
+    pub model_type: &'static str,
+    /// The pooling of an embedder (`None` for rerankers).
+    pub pooling: Option<PoolingMode>,
+    /// The prompt its model card puts before queries (used when the directory has none).
+    pub query_prompt: Option<&'static str>,
+    /// The prompt its model card puts before documents (used when the directory has none).
+    pub document_prompt: Option<&'static str>,
+    /// The embedding dimension (`None` for rerankers).
+    pub dim: Option<usize>,
+    /// The longest input in tokens that sentence-transformers gives it.
+    pub max_length: usize,
+    /// Dimensions the model card says the embedding may be cut to (Matryoshka), largest first.
+    pub matryoshka: &'static [usize],
+    /// The licence, as an SPDX id.
+    pub licence: &'static str,
+    /// Whether the crate runs it.
+    pub support: Support,
+}
+
+/// The query instruction of bge-*-en-v1.5, mxbai-embed and arctic-embed.
+const BGE_QUERY: &str = "Represent this sentence for searching relevant passages: ";
+/// Qwen3-Embedding's default query instruction.
+const QWEN3_QUERY: &str =
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:";
+
+const fn embedder(
+    id: &'static str,
+    model_type: &'static str,
+    pooling: PoolingMode,
+    dim: usize,
+    max_length: usize,
+    licence: &'static str,
+) -> KnownModel {
+    KnownModel {
+        id,
+        task: Task::Embedding,
+        model_type,
+        pooling: Some(pooling),
+        query_prompt: None,
+        document_prompt: None,
+        dim: Some(dim),
+        max_length,
+        matryoshka: &[],
+        licence,
+        support: Support::Supported,
+    }
+}
+
+const fn reranker(
+    id: &'static str,
+    task: Task,
+    model_type: &'static str,
+    max_length: usize,
+    licence: &'static str,
+) -> KnownModel {
+    KnownModel {
+        id,
+        task,
+        model_type,
+        pooling: None,
+        query_prompt: None,
+        document_prompt: None,
+        dim: None,
+        max_length,
+        matryoshka: &[],
+        licence,
+        support: Support::Supported,
+    }
+}
+
+impl KnownModel {
+    const fn prompts(
+        mut self,
+        query: Option<&'static str>,
+        document: Option<&'static str>,
+    ) -> Self {
+        self.query_prompt = query;
+        self.document_prompt = document;
+        self
+    }
+
+    const fn matryoshka(mut self, dims: &'static [usize]) -> Self {
+        self.matryoshka = dims;
+        self
+    }
+
+    const fn unsupported(mut self, why: &'static str) -> Self {
+        self.support = Support::Unsupported(why);
+        self
+    }
+
+    /// The repository name without its owner (`bge-small-en-v1.5`).
+    pub fn name(&self) -> &'static str {
+        self.id.rsplit('/').next().unwrap_or(self.id)
+    }
+}
+
+use PoolingMode::{Cls, LastToken, Mean};
+use Task::{CrossEncoder, LlmReranker};
+
+/// Every known model, embedders first.
+pub const MODELS: &[KnownModel] = &[
+    embedder(
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "bert",
+        Mean,
+        384,
+        256,
+        "Apache-2.0",
+    ),
+    embedder(
+        "sentence-transformers/all-MiniLM-L12-v2",
+        "bert",
+        Mean,
+        384,
+        256,
+        "Apache-2.0",
+    ),
+    embedder("BAAI/bge-small-en-v1.5", "bert", Cls, 384, 512, "MIT").prompts(Some(BGE_QUERY), None),
+    embedder("BAAI/bge-base-en-v1.5", "bert", Cls, 768, 512, "MIT").prompts(Some(BGE_QUERY), None),
+    embedder("BAAI/bge-large-en-v1.5", "bert", Cls, 1024, 512, "MIT")
+        .prompts(Some(BGE_QUERY), None),
+    embedder("intfloat/e5-small-v2", "bert", Mean, 384, 512, "MIT")
+        .prompts(Some("query: "), Some("passage: ")),
+    embedder("intfloat/e5-base-v2", "bert", Mean, 768, 512, "MIT")
+        .prompts(Some("query: "), Some("passage: ")),
+    embedder(
+        "intfloat/multilingual-e5-small",
+        "xlm-roberta",
+        Mean,
+        384,
+        512,
+        "MIT",
+    )
+    .prompts(Some("query: "), Some("passage: ")),
+    embedder(
+        "intfloat/multilingual-e5-base",
+        "xlm-roberta",
+        Mean,
+        768,
+        512,
+        "MIT",
+    )
+    .prompts(Some("query: "), Some("passage: ")),
+    embedder(
+        "intfloat/multilingual-e5-large",
+        "xlm-roberta",
+        Mean,
+        1024,
+        512,
+        "MIT",
+    )
+    .prompts(Some("query: "), Some("passage: ")),
+    embedder("BAAI/bge-m3", "xlm-roberta", Cls, 1024, 8192, "MIT"),
+    embedder(
+        "Snowflake/snowflake-arctic-embed-s",
+        "bert",
+        Cls,
+        384,
+        512,
+        "Apache-2.0",
+    )
+    .prompts(Some(BGE_QUERY), None),
+    embedder(
+        "mixedbread-ai/mxbai-embed-large-v1",
+        "bert",
+        Cls,
+        1024,
+        512,
+        "Apache-2.0",
+    )
+    .prompts(Some(BGE_QUERY), None),
+    embedder(
+        "Qwen/Qwen3-Embedding-0.6B",
+        "qwen3",
+        LastToken,
+        1024,
+        32768,
+        "Apache-2.0",
+    )
+    .prompts(Some(QWEN3_QUERY), None)
+    .matryoshka(&[1024, 768, 512, 256, 128, 64, 32]),
+    embedder(
+        "Alibaba-NLP/gte-modernbert-base",
+        "modernbert",
+        Cls,
+        768,
+        8192,
+        "Apache-2.0",
+    )
+    .unsupported("ModernBERT encoders are not supported yet"),
+    embedder(
+        "nomic-ai/nomic-embed-text-v1.5",
+        "nomic_bert",
+        Mean,
+        768,
+        8192,
+        "Apache-2.0",
+    )
+    .prompts(Some("search_query: "), Some("search_document: "))
+    .matryoshka(&[768, 512, 256, 128, 64])
+    .unsupported("nomic_bert (rotary BERT with SwiGLU, remote code) is not supported"),
+    reranker(
+        "cross-encoder/ms-marco-MiniLM-L-6-v2",
+        CrossEncoder,
+        "bert",
+        512,
+        "Apache-2.0",
+    ),
+    reranker(
+        "cross-encoder/ms-marco-MiniLM-L-12-v2",
+        CrossEncoder,
+        "bert",
+        512,
+        "Apache-2.0",
+    ),
+    reranker(
+        "BAAI/bge-reranker-base",
+        CrossEncoder,
+        "xlm-roberta",
+        512,
+        "MIT",
+    ),
+    reranker(
+        "BAAI/bge-reranker-large",
+        CrossEncoder,
+        "xlm-roberta",
+        512,
+        "MIT",
+    ),
+    reranker(
+        "BAAI/bge-reranker-v2-m3",
+        CrossEncoder,
+        "xlm-roberta",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
+        "Qwen/Qwen3-Reranker-0.6B",
+        LlmReranker,
+        "qwen3",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
+        "Qwen/Qwen3-Reranker-4B",
+        LlmReranker,
+        "qwen3",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
+        "Qwen/Qwen3-Reranker-8B",
+        LlmReranker,
+        "qwen3",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
+        "Alibaba-NLP/gte-reranker-modernbert-base",
+        CrossEncoder,
+        "modernbert",
+        8192,
+        "Apache-2.0",
+    )
+    .unsupported("ModernBERT cross-encoders are not supported yet"),
+    reranker(
+        "mixedbread-ai/mxbai-rerank-base-v1",
+        CrossEncoder,
+        "deberta-v2",
+        512,
+        "Apache-2.0",
+    )
+    .unsupported("DeBERTa-v2/v3 cross-encoders are not supported yet"),
+    reranker(
+        "mixedbread-ai/mxbai-rerank-large-v1",
+        CrossEncoder,
+        "deberta-v2",
+        512,
+        "Apache-2.0",
+    )
+    .unsupported("DeBERTa-v2/v3 cross-encoders are not supported yet"),
+    reranker(
+        "mixedbread-ai/mxbai-rerank-base-v2",
+        LlmReranker,
+        "qwen2",
+        8192,
+        "Apache-2.0",
+    )
+    .unsupported("Qwen2 rerankers (mxbai-rerank-v2) are not supported yet"),
+    reranker(
+        "jinaai/jina-reranker-v2-base-multilingual",
+        CrossEncoder,
+        "xlm-roberta",
+        1024,
+        "CC-BY-NC-4.0",
+    )
+    .unsupported("Jina's flash-attention XLM-RoBERTa layout (remote code) is not supported yet"),
+    reranker(
+        "Alibaba-NLP/gte-multilingual-reranker-base",
+        CrossEncoder,
+        "new",
+        8192,
+        "Apache-2.0",
+    )
+    .unsupported("GTE \"new\" encoders (remote code) are not supported yet"),
+];
+
+/// The model with hub id `id` (compared without case), if the registry knows it.
+pub fn find(id: &str) -> Option<&'static KnownModel> {
+    MODELS.iter().find(|m| m.id.eq_ignore_ascii_case(id))
+}
+
+/// The model whose repository name (the part after the owner) is `name`, if exactly one
+/// known model has it: how a local copy in a folder named after the model
+/// (`models/bge-small-en-v1.5`) is recognised.
+pub fn find_by_name(name: &str) -> Option<&'static KnownModel> {
+    let mut found = MODELS
+        .iter()
+        .filter(|m| m.name().eq_ignore_ascii_case(name));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// The local directory `model` names (fetching it from the hub when it is a hub id), and its
+/// registry entry when it has one for `task` (an embedder, or either kind of reranker).
+/// A hub id the registry marks unsupported, or knows as the other kind of model, is refused
+/// before anything is downloaded.
+pub(crate) fn locate(model: &Path, task: Task) -> Result<(PathBuf, Option<&'static KnownModel>)> {
+    if model.is_dir() {
+        let known = model
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(find_by_name)
+            .filter(|m| (m.task == Task::Embedding) == (task == Task::Embedding));
+        return Ok((model.to_path_buf(), known));
+    }
+    let Some(id) = hub_id(model) else {
+        return Err(Error::model(format!(
+            "{}: no such model directory (a hub id is written owner/name, e.g. \
+             BAAI/bge-small-en-v1.5)",
+            model.display()
+        )));
+    };
+    let known = find(id);
+    if let Some(known) = known {
+        let embedder = known.task == Task::Embedding;
+        if embedder != (task == Task::Embedding) {
+            let (is, with) = match embedder {
+                true => ("an embedding model, not a reranker", "load_embedder"),
+                false => ("a reranker, not an embedding model", "load_reranker"),
+            };
+            return Err(Error::model(format!("{id} is {is} (load it with {with})")));
+        }
+        if let Support::Unsupported(why) = known.support {
+            return Err(Error::model(format!("{id}: {why}")));
+        }
+    }
+    Ok((fetch(id)?, known))
+}
+
+/// `model` as a hub id (`owner/name`, no other path syntax), if it is one.
+pub(crate) fn hub_id(model: &Path) -> Option<&str> {
+    let s = model.to_str()?;
+    let (owner, name) = s.split_once('/')?;
+    let part = |p: &str| {
+        !p.is_empty()
+            && !p.starts_with('.')
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    (part(owner) && part(name)).then_some(s)
+}
+
+#[cfg(feature = "hf-hub")]
+fn fetch(id: &str) -> Result<PathBuf> {
+    let dir = crate::models::HubModel::new(id).fetch_sentence_transformers()?;
+    Ok(dir.path().to_path_buf())
+}
+
+#[cfg(not(feature = "hf-hub"))]
+fn fetch(id: &str) -> Result<PathBuf> {
+    Err(Error::model(format!(
+        "{id}: no such directory, and downloading from the hub needs the `hf-hub` feature \
+         of rerank (or fetch the model folder first: scripts/fetch_model.sh {id})"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hub_ids_are_owner_slash_name() {
+        for id in [
+            "BAAI/bge-small-en-v1.5",
+            "intfloat/multilingual-e5-small",
+            "a/b",
+        ] {
+            assert_eq!(hub_id(Path::new(id)), Some(id));
+        }
+        for not in [
+            "models",
+            "/abs/path",
+            "./x/y",
+            "a/b/c",
+            "a/",
+            "/b",
+            "a b/c",
+            "../x",
+        ] {
+            assert_eq!(hub_id(Path::new(not)), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_and_names_resolve() {
+        for (i, m) in MODELS.iter().enumerate() {
+            assert!(m.id.contains('/'), "{}", m.id);
+            assert!(
+                MODELS[i + 1..]
+                    .iter()
+                    .all(|o| !o.id.eq_ignore_ascii_case(m.id)),
+                "{} twice",
+                m.id
+            );
+            assert_eq!(find(&m.id.to_uppercase()), Some(m));
+            assert_eq!(find_by_name(m.name()), Some(m));
+        }
+        assert_eq!(find("BAAI/bge-small"), None);
+    }
+
+    #[test]
+    fn embedders_have_a_dim_and_a_pooling_and_matryoshka_dims_fit() {
+        for m in MODELS {
+            assert_eq!(m.task == Task::Embedding, m.dim.is_some(), "{}", m.id);
+            assert_eq!(m.dim.is_some(), m.pooling.is_some(), "{}", m.id);
+            if let (Some(dim), Some(&first)) = (m.dim, m.matryoshka.first()) {
+                assert_eq!(first, dim, "{}", m.id);
+                assert!(m.matryoshka.windows(2).all(|w| w[0] > w[1]), "{}", m.id);
+            }
+        }
+    }
+}
