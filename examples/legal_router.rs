@@ -3,18 +3,22 @@
 //! Each question is routed (simple / standard / complex / analytical) with a route confidence
 //! (1.0 pattern, 0.7 counted references, 0.5 default) and the signals that fired; the acts,
 //! sections and courts it names are extracted (two different high courts count twice); HyDE
-//! runs only for complex and analytical routes; answers go through a semantic cache (TTL 24 h,
-//! 1 h for degraded answers) tagged by the acts they cite, so an amended act invalidates
-//! exactly its answers. Configuration: `examples/configs/legal_router.yaml` (its cache file is
-//! replaced here by a fresh one); the same layer as a CLI:
+//! runs only for complex and analytical routes, with a generator that can write a hypothetical
+//! document: the local Qwen3 chat model whose directory is the first argument (without one, the
+//! configured extractive generator only quotes its sources, and the plan says HyDE is off and
+//! why); whole answers go through a semantic cache (TTL 24 h, 1 h for degraded answers and for
+//! the fast-changing areas) tagged by the acts they cite, so a rephrased question is answered
+//! without retrieval or generation and an amended act invalidates exactly its answers.
+//! Configuration: `examples/configs/legal_router.yaml` (its cache file is replaced here by a
+//! fresh one); the same layer as a CLI:
 //! `cargo run --example rerank -- query --config examples/configs/legal_router.yaml "..."`.
 //!
 //! ```text
-//! cargo run --example legal_router
+//! cargo run --example legal_router [QWEN3_CHAT_MODEL_DIR]
 //! ```
 
 use rerank::classify::LegalExtractor;
-use rerank::pipeline::{PipelineConfig, SearchRequest};
+use rerank::pipeline::{GeneratorConfig, PipelineConfig, SearchRequest};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = PipelineConfig::from_path(concat!(
@@ -25,6 +29,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = std::env::temp_dir().join(format!("legal_router_{}.db", std::process::id()));
     if let Some(cache) = &mut config.cache {
         cache.path = Some(db.clone());
+    }
+    if let Some(model) = std::env::args_os().nth(1) {
+        config.generator = Some(GeneratorConfig::Qwen3Chat {
+            model: model.into(),
+        });
     }
     let pipeline = config.build(Vec::new())?;
 
@@ -46,6 +55,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if plan.hyde { "yes" } else { "no" },
             c.signals.join(", ")
         );
+        if let Some(why) = &plan.hyde_off {
+            println!("  HyDE off: {why}");
+        }
         if !c.legal.is_empty() {
             println!(
                 "  acts {:?}, sections {:?}, courts {:?}",

@@ -162,6 +162,11 @@ impl Generator for Extractive {
     fn name(&self) -> &str {
         "extractive"
     }
+
+    /// `false`: it only quotes its sources (no hypothetical documents, no query variants).
+    fn writes_freely(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -158,6 +158,13 @@ pub trait Generator: Send + Sync {
     fn name(&self) -> &str {
         "generator"
     }
+
+    /// Whether it writes text beyond its sources: a hypothetical document for HyDE, query
+    /// variants. `true` by default (a language model); [`Extractive`] only quotes its sources,
+    /// so it says `false`, and the pipeline neither asks it for HyDE nor plans HyDE with it.
+    fn writes_freely(&self) -> bool {
+        true
+    }
 }
 
 impl<G: Generator + ?Sized> Generator for Arc<G> {
@@ -167,6 +174,9 @@ impl<G: Generator + ?Sized> Generator for Arc<G> {
     fn name(&self) -> &str {
         (**self).name()
     }
+    fn writes_freely(&self) -> bool {
+        (**self).writes_freely()
+    }
 }
 
 impl<G: Generator + ?Sized> Generator for Box<G> {
@@ -175,5 +185,8 @@ impl<G: Generator + ?Sized> Generator for Box<G> {
     }
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn writes_freely(&self) -> bool {
+        (**self).writes_freely()
     }
 }

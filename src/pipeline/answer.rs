@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{canned_chitchat_reply, Answer, AnswerOptions, ChitchatMode, CHITCHAT_SYSTEM_PROMPT};
-use super::{ms, Pipeline, SearchRequest};
+use super::{ms, AnswerTimings, Pipeline, SearchRequest};
 use crate::answer::{
     distinct_citations, is_not_enough_information, strip_thinking, Extractive, GenerationRequest,
     NOT_ENOUGH_INFORMATION,
@@ -81,7 +81,47 @@ impl Pipeline {
             return Ok(answer);
         }
 
+        let t = Instant::now();
+        let probe = self.answer_cache_probe(query, request, &options_key(options));
+        if let Some(mut cached) = probe.hit {
+            cached.query = request.query.clone();
+            cached.intent = intent;
+            cached.classification = classification;
+            cached.flags.cache_hit = true;
+            cached.timings = AnswerTimings {
+                classify_ms,
+                total_ms: ms(start),
+                ..AnswerTimings::default()
+            };
+            tracing::info!(
+                stage = "answer",
+                ms = ms(t),
+                "answered from the answer cache"
+            );
+            return Ok(cached);
+        }
+        let (answer, tags) =
+            self.answer_fresh(request, options, classification, classify_ms, start)?;
+        self.answer_cache_store(probe, query, &answer, tags);
+        Ok(answer)
+    }
+
+    /// `answer_with` from the search on: the answer and the cache tags of its response.
+    fn answer_fresh(
+        &self,
+        request: &SearchRequest,
+        options: &AnswerOptions,
+        classification: Option<crate::classify::Classification>,
+        classify_ms: Option<f64>,
+        start: Instant,
+    ) -> Result<(Answer, Vec<String>)> {
+        let query = request.query.trim();
+        let intent = classification.as_ref().map(|c| c.intent);
         let response = self.search_with(request)?;
+        let tags = match self.query.answer_cache {
+            Some(_) => self.cache_tags(&response),
+            None => Vec::new(),
+        };
         let hits: Vec<_> = response
             .hits
             .into_iter()
@@ -102,7 +142,7 @@ impl Pipeline {
         answer.timings.prompt_ms = Some(ms(t));
         if prompt.sources.is_empty() {
             answer.timings.total_ms = ms(start);
-            return Ok(answer);
+            return Ok((answer, tags));
         }
         let mut generation_request = prompt.request;
         options.apply_to(&mut generation_request);
@@ -149,7 +189,7 @@ impl Pipeline {
         answer.generator = Some(generator.name().to_string());
         answer.finish_reason = generation.finish_reason;
         answer.timings.total_ms = ms(start);
-        Ok(answer)
+        Ok((answer, tags))
     }
 
     /// The reply to chitchat: canned, or from the generator when asked for and set.
@@ -181,4 +221,13 @@ impl Pipeline {
         answer.flags.chitchat = true;
         Ok(answer)
     }
+}
+
+/// A short key for the answer options, part of an answer cache entry's scope: an answer made
+/// with other options (threshold, context budget, prompt) is not served for these.
+fn options_key(options: &AnswerOptions) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{options:?}").hash(&mut h);
+    format!("{:016x}", h.finish())
 }

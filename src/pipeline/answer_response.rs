@@ -206,7 +206,9 @@ pub struct AnswerFlags {
     pub not_enough_information: bool,
     /// The reranker failed and stage-1 order was used.
     pub rerank_fallback: bool,
-    /// The hits came from the semantic cache (a response cached for a close enough query).
+    /// The hits came from the semantic cache (a response cached for a close enough query),
+    /// or, with an answer cache, the whole answer did: then nothing was retrieved or generated
+    /// for this call, and the timings say so.
     #[serde(default)]
     pub cache_hit: bool,
     /// At least one source was cut to fit the context budget.
@@ -216,7 +218,7 @@ pub struct AnswerFlags {
 }
 
 /// Milliseconds spent in each step of one answer; steps that did not run are `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AnswerTimings {
     /// Query classification (before retrieval).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -237,8 +239,8 @@ pub struct AnswerTimings {
     pub total_ms: f64,
 }
 
-/// A grounded answer.
-#[derive(Debug, Clone, Serialize)]
+/// A grounded answer. It round-trips through serde (JSON), as the answer cache stores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     /// The question as asked.
     pub query: String,

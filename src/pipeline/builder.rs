@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::guarded::Guarded;
 use super::modes::RecallModes;
 use super::query_stages::QueryStages;
-use super::{DedupKey, Filter, Pipeline, SearchOptions, SearchResponse};
+use super::{Answer, DedupKey, Filter, Pipeline, SearchOptions, SearchResponse};
 use crate::cache::SemanticCache;
 use crate::classify::LegalExtractor;
 use crate::expand::{ExpansionConfig, HydeConfig};
@@ -173,6 +173,28 @@ impl PipelineBuilder {
     /// queries are factual.
     pub fn protection(mut self, policy: ProtectPolicy) -> Self {
         self.query.protection = policy;
+        self
+    }
+
+    /// Sets a semantic cache of answers (needs an embedder): [`Pipeline::answer`] looks the
+    /// question up there before it retrieves anything, and a hit is returned as it was stored
+    /// (text, citations, sources, confidence) with `flags.cache_hit` set, without retrieval or
+    /// generation. Fresh answers are stored with the tags of their response (sources, `area:`,
+    /// `act:` with [`cache_act_tags`](Self::cache_act_tags), `route:`), so
+    /// `invalidate_tag` drops the answers that cite an act; a not-enough-information answer is
+    /// not stored. It may share its store (SQLite file, Redis) with the response cache: answers
+    /// live in their own scope.
+    pub fn answer_cache(mut self, cache: impl Into<Arc<SemanticCache<Answer>>>) -> Self {
+        self.query.answer_cache = Some(cache.into());
+        self
+    }
+
+    /// Gives cache entries tagged `tag` (a source, `area:NAME`, `act:NAME`, `route:simple`,
+    /// ...) a lifetime of `ttl`, for both caches: an entry with several such tags lives the
+    /// shortest of them. For fast-changing areas: `.cache_ttl_by_tag("area:tax",
+    /// Duration::from_secs(3600))` beside a one-day default.
+    pub fn cache_ttl_by_tag(mut self, tag: impl Into<String>, ttl: std::time::Duration) -> Self {
+        self.query.ttl_by_tag.push((tag.into(), ttl));
         self
     }
 

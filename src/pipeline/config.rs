@@ -360,7 +360,13 @@ impl PipelineConfig {
                     "cache: the semantic cache needs an `embedder` section".into(),
                 ));
             }
-            builder = builder.cache(cache.build()?);
+            builder = builder.cache(cache.build::<super::SearchResponse>()?);
+            if cache.answers {
+                builder = builder.answer_cache(cache.build::<super::Answer>()?);
+            }
+            for (tag, secs) in &cache.ttl_by_tag {
+                builder = builder.cache_ttl_by_tag(tag, std::time::Duration::from_secs(*secs));
+            }
             if cache.tag_acts {
                 let extractor = classifier
                     .as_ref()

@@ -43,10 +43,17 @@ pub struct SearchPlan {
     /// the candidates); `None` when no instruction would be passed on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instruction: Option<InstructionSource>,
-    /// Whether HyDE would run (configured for this route, with a generator and an embedder).
+    /// Whether HyDE would run (configured for this route, with an embedder and a generator
+    /// that writes freely: see [`Generator::writes_freely`](crate::Generator::writes_freely)).
     pub hyde: bool,
+    /// Why HyDE, configured for this route, would not run; `None` when it runs or is not
+    /// configured for the route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyde_off: Option<String>,
     /// Whether the semantic cache would be looked up.
     pub cache: bool,
+    /// Whether the answer cache would be looked up (by `answer`; a search does not use it).
+    pub answer_cache: bool,
     /// Whether query variants would be generated.
     pub expansion: bool,
 }
@@ -84,13 +91,13 @@ impl Pipeline {
         .pop()
         .filter(|a| a.text.is_some())
         .map(|a| a.source);
+        let hyde_off = self.hyde_off(route);
         let hyde = self
             .query
             .hyde
             .as_ref()
             .is_some_and(|h| h.applies_to(route))
-            && self.generator.is_some()
-            && self.embedder.is_some();
+            && hyde_off.is_none();
         Ok(SearchPlan {
             query: request.query.clone(),
             route,
@@ -105,7 +112,9 @@ impl Pipeline {
             rerank_depth,
             instruction,
             hyde,
+            hyde_off,
             cache: self.query.cache.is_some() && self.embedder.is_some(),
+            answer_cache: self.query.answer_cache.is_some() && self.embedder.is_some(),
             expansion: !request.variants.is_empty()
                 || self
                     .query

@@ -81,6 +81,9 @@ impl Generator for Guarded<dyn Generator> {
     fn name(&self) -> &str {
         self.0.name()
     }
+    fn writes_freely(&self) -> bool {
+        self.0.writes_freely()
+    }
 }
 
 impl Embedder for Guarded<dyn Embedder> {

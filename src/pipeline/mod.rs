@@ -125,6 +125,11 @@ impl Pipeline {
         self.query.cache.as_ref()
     }
 
+    /// The answer cache, when one is set ([`PipelineBuilder::answer_cache`]).
+    pub fn answer_cache(&self) -> Option<&Arc<SemanticCache<Answer>>> {
+        self.query.answer_cache.as_ref()
+    }
+
     /// Searches with the pipeline's defaults.
     pub fn search(&self, query: &str) -> Result<SearchResponse> {
         self.search_with(&SearchRequest::new(query))

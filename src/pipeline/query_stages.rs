@@ -2,9 +2,9 @@
 //! and protected ordering of reranked hits.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{ms, Pipeline, SearchRequest, SearchResponse, Timings};
+use super::{ms, Answer, Pipeline, SearchRequest, SearchResponse, Timings};
 use crate::cache::SemanticCache;
 use crate::classify::{Classification, LegalExtractor, Route};
 use crate::expand::{
@@ -31,16 +31,25 @@ pub(super) struct QueryStages {
     pub(super) expansion: Option<ExpansionConfig>,
     /// Tags cached responses with the acts their hits cite, when set.
     pub(super) act_tags: Option<LegalExtractor>,
+    /// The answer cache, when set (needs an embedder): `Pipeline::answer` is answered from it.
+    pub(super) answer_cache: Option<Arc<SemanticCache<Answer>>>,
+    /// Lifetimes by tag: an entry carrying some of these tags lives the shortest of their TTLs.
+    pub(super) ttl_by_tag: Vec<(String, Duration)>,
 }
 
 impl QueryStages {
     /// Checks the settings against the components the pipeline has.
     pub(super) fn validate(&self, has_generator: bool, has_embedder: bool) -> Result<()> {
         self.protection.validate()?;
-        if self.cache.is_some() && !has_embedder {
+        if (self.cache.is_some() || self.answer_cache.is_some()) && !has_embedder {
             return Err(Error::Config(
                 "the semantic cache needs an embedder: call .embedder(...)".into(),
             ));
+        }
+        if let Some((tag, _)) = self.ttl_by_tag.iter().find(|(_, ttl)| ttl.is_zero()) {
+            return Err(Error::Config(format!(
+                "the cache TTL of tag {tag:?} must be longer than zero"
+            )));
         }
         if let Some(hyde) = &self.hyde {
             hyde.validate()?;
@@ -65,13 +74,17 @@ impl QueryStages {
     }
 }
 
-/// A cache lookup: the query embedding and scope to store the response under afterwards.
-pub(super) struct CacheProbe {
+/// A cache lookup: the query embedding and scope to store the value under afterwards.
+pub(super) struct CacheProbe<V = SearchResponse> {
     embedding: Option<Vec<f32>>,
     scope: String,
-    /// The cached response, on a hit.
-    pub(super) hit: Option<SearchResponse>,
+    /// The cached value, on a hit.
+    pub(super) hit: Option<V>,
 }
+
+/// The scope prefix of answers in a store shared with responses: lookups of one never see the
+/// other.
+const ANSWER_SCOPE: &str = "answer\u{1f}";
 
 /// Stage-1 hits and what recall did beyond plain retrieval.
 pub(super) struct Recall {
@@ -131,29 +144,155 @@ impl Pipeline {
         }
     }
 
-    /// Stores a fresh response in the cache, tagged with its hits' sources; a degraded response
-    /// (reranker fallback) gets the short TTL.
+    /// Stores a fresh response in the cache, tagged as [`Pipeline::cache_tags`] says; a
+    /// degraded response (reranker fallback) gets the short TTL.
     pub(super) fn cache_store(&self, probe: CacheProbe, query: &str, response: &SearchResponse) {
         let (Some(cache), Some(embedding)) = (&self.query.cache, probe.embedding) else {
             return;
         };
+        let tags = self.cache_tags(response);
+        let options = self.insert_options(probe.scope, tags, response.rerank_fallback);
+        cache.insert_with(query, embedding, response.clone(), &options);
+    }
+
+    /// The tags of a cache entry made from `response`: its hits' sources, their `area`
+    /// metadata as `area:NAME`, the acts they cite (`act:NAME`, with
+    /// `PipelineBuilder::cache_act_tags`), and the query's route (`route:simple`, ...) when it
+    /// was classified.
+    pub(super) fn cache_tags(&self, response: &SearchResponse) -> Vec<String> {
         let mut tags: Vec<String> = response
             .hits
             .iter()
             .filter_map(|h| h.document.source.clone())
             .collect();
+        for hit in &response.hits {
+            match hit.document.metadata.get("area") {
+                Some(serde_json::Value::String(a)) => tags.push(format!("area:{a}")),
+                Some(serde_json::Value::Array(list)) => tags.extend(
+                    list.iter()
+                        .filter_map(|v| v.as_str().map(|a| format!("area:{a}"))),
+                ),
+                _ => {}
+            }
+        }
         if let Some(extractor) = &self.query.act_tags {
             tags.extend(act_tags(extractor, response));
         }
+        if let Some(c) = &response.classification {
+            if let Ok(serde_json::Value::String(route)) = serde_json::to_value(c.route) {
+                tags.push(format!("route:{route}"));
+            }
+        }
         tags.sort();
         tags.dedup();
-        let options = crate::cache::InsertOptions {
-            scope: probe.scope,
+        tags
+    }
+
+    /// How to insert an entry with `tags`: the short TTL when it is `degraded` (reranker
+    /// fallback), else the shortest TTL the tags have in `ttl_by_tag` (none: the cache's own).
+    fn insert_options(
+        &self,
+        scope: String,
+        tags: Vec<String>,
+        degraded: bool,
+    ) -> crate::cache::InsertOptions {
+        let ttl = self
+            .query
+            .ttl_by_tag
+            .iter()
+            .filter(|(tag, _)| tags.contains(tag))
+            .map(|(_, ttl)| *ttl)
+            .min();
+        crate::cache::InsertOptions {
+            scope,
             tags,
-            short_ttl: response.rerank_fallback,
-            ttl: None,
+            short_ttl: degraded,
+            ttl: ttl.filter(|_| !degraded),
+        }
+    }
+
+    /// Why HyDE, configured for `route`, would not run (no generator, no embedder, or a
+    /// generator that only quotes its sources); `None` when it runs or is not configured for
+    /// the route.
+    pub(super) fn hyde_off(&self, route: Route) -> Option<String> {
+        if !self
+            .query
+            .hyde
+            .as_ref()
+            .is_some_and(|h| h.applies_to(route))
+        {
+            return None;
+        }
+        match (&self.generator, &self.embedder) {
+            (None, _) => Some("no generator to write a hypothetical document".into()),
+            (_, None) => Some("no embedder for the hypothetical document".into()),
+            (Some(g), _) if !g.writes_freely() => Some(format!(
+                "the {} generator only quotes its sources: it writes no hypothetical \
+                 document (configure a language model, e.g. qwen3_chat)",
+                g.name()
+            )),
+            _ => None,
+        }
+    }
+
+    /// Looks the question up in the answer cache (when one is set and the embedder works).
+    pub(super) fn answer_cache_probe(
+        &self,
+        query: &str,
+        request: &SearchRequest,
+        options_key: &str,
+    ) -> CacheProbe<Answer> {
+        let (Some(cache), Some(embedder)) = (&self.query.answer_cache, &self.embedder) else {
+            return CacheProbe {
+                embedding: None,
+                scope: String::new(),
+                hit: None,
+            };
         };
-        cache.insert_with(query, embedding, response.clone(), &options);
+        let top_k = request.top_k.unwrap_or(self.options.top_k);
+        let scope = format!(
+            "{ANSWER_SCOPE}{}\u{1f}options={options_key}",
+            cache_scope(request, top_k)
+        );
+        let embedding = embedder.embed_query(query).ok();
+        let hit = embedding
+            .as_ref()
+            .and_then(|e| cache.get_scoped(&scope, query, e));
+        match (&embedding, &hit) {
+            (None, _) => {
+                tracing::warn!(stage = "cache", "query embedding failed: answer cache miss")
+            }
+            (_, Some(_)) => tracing::info!(
+                stage = "cache",
+                "answer cache hit: no retrieval, no generation"
+            ),
+            (_, None) => tracing::debug!(stage = "cache", "answer cache miss"),
+        }
+        CacheProbe {
+            embedding,
+            scope,
+            hit,
+        }
+    }
+
+    /// Stores a fresh answer in the answer cache with `tags` (those of the response it was
+    /// made from); a not-enough-information answer is not stored, a degraded one (reranker
+    /// fallback) gets the short TTL.
+    pub(super) fn answer_cache_store(
+        &self,
+        probe: CacheProbe<Answer>,
+        query: &str,
+        answer: &Answer,
+        tags: Vec<String>,
+    ) {
+        let (Some(cache), Some(embedding)) = (&self.query.answer_cache, probe.embedding) else {
+            return;
+        };
+        if answer.flags.not_enough_information {
+            return;
+        }
+        let options = self.insert_options(probe.scope, tags, answer.flags.rerank_fallback);
+        cache.insert_with(query, embedding, answer.clone(), &options);
     }
 
     /// Stage 1: HyDE (dense recall with a hypothetical answer's embedding) and multi-query
@@ -175,7 +314,7 @@ impl Pipeline {
         if let (Some(config), Some(generator), Some(embedder)) =
             (&self.query.hyde, &self.generator, &self.embedder)
         {
-            if config.applies_to(route) {
+            if config.applies_to(route) && self.hyde_off(route).is_none() {
                 // A failure falls back to the original query.
                 match hyde_embedding(generator.as_ref(), embedder.as_ref(), query, config) {
                     Ok(e) => {

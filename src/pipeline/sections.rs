@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AnswerOptions, SearchResponse};
+use super::AnswerOptions;
 use crate::answer::{GroundingChecker, PromptBuilder};
 use crate::cache::{CacheConfig, MemoryStore, SemanticCache};
 use crate::classify::{read_aliases, RuleClassifier, RuleConfig};
@@ -372,6 +372,13 @@ pub struct CacheSection {
     pub candidates: usize,
     /// Tag each response with the acts its hits cite, for invalidation by act (default false).
     pub tag_acts: bool,
+    /// Also cache whole answers (`Pipeline::answer`: a hit skips retrieval and generation), in
+    /// the same store (default false).
+    pub answers: bool,
+    /// Lifetimes in seconds by tag (a source, `area:NAME`, `act:NAME`, `route:simple`): an
+    /// entry with several of these tags lives the shortest (default: none, `ttl_secs` for all).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub ttl_by_tag: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for CacheSection {
@@ -387,6 +394,8 @@ impl Default for CacheSection {
             short_ttl_secs: c.short_ttl.as_secs(),
             candidates: c.candidates,
             tag_acts: false,
+            answers: false,
+            ttl_by_tag: Default::default(),
         }
     }
 }
@@ -412,11 +421,22 @@ impl CacheSection {
                 wrong("path", "`store: redis` takes a url, not a path")
             }
             _ => Ok(()),
+        }?;
+        match self.ttl_by_tag.iter().find(|(_, secs)| **secs == 0) {
+            Some((tag, _)) => wrong(
+                "ttl_by_tag",
+                &format!("the TTL of {tag:?} must be at least one second"),
+            ),
+            None => Ok(()),
         }
     }
 
-    /// The cache this section describes.
-    pub fn build(&self) -> Result<SemanticCache<SearchResponse>> {
+    /// The cache this section describes, of responses ([`SearchResponse`](super::SearchResponse)) or answers
+    /// ([`Answer`](crate::pipeline::Answer)).
+    pub fn build<V>(&self) -> Result<SemanticCache<V>>
+    where
+        V: Clone + Send + Sync + Serialize + serde::de::DeserializeOwned + 'static,
+    {
         self.check()?;
         let mut builder = SemanticCache::builder()
             .threshold(self.threshold)
@@ -439,7 +459,7 @@ impl CacheSection {
 }
 
 #[cfg(feature = "sqlite")]
-fn sqlite_store(path: Option<&Path>) -> Result<crate::store::SqliteCacheStore<SearchResponse>> {
+fn sqlite_store<V>(path: Option<&Path>) -> Result<crate::store::SqliteCacheStore<V>> {
     let path = path.ok_or_else(|| Error::Config("cache.path: missing".into()))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -449,17 +469,14 @@ fn sqlite_store(path: Option<&Path>) -> Result<crate::store::SqliteCacheStore<Se
 }
 
 #[cfg(not(feature = "sqlite"))]
-fn sqlite_store(_path: Option<&Path>) -> Result<MemoryStore<SearchResponse>> {
+fn sqlite_store<V: Clone>(_path: Option<&Path>) -> Result<MemoryStore<V>> {
     Err(Error::Config(
         "cache.store: `sqlite` needs the `sqlite` feature of rerank".into(),
     ))
 }
 
 #[cfg(feature = "redis")]
-fn redis_store(
-    url: &str,
-    namespace: Option<&str>,
-) -> Result<crate::cache::RedisCacheStore<SearchResponse>> {
+fn redis_store<V>(url: &str, namespace: Option<&str>) -> Result<crate::cache::RedisCacheStore<V>> {
     let mut b = crate::cache::RedisCacheStore::builder(url);
     if let Some(ns) = namespace {
         b = b.namespace(ns);
@@ -468,7 +485,7 @@ fn redis_store(
 }
 
 #[cfg(not(feature = "redis"))]
-fn redis_store(_url: &str, _namespace: Option<&str>) -> Result<MemoryStore<SearchResponse>> {
+fn redis_store<V: Clone>(_url: &str, _namespace: Option<&str>) -> Result<MemoryStore<V>> {
     Err(Error::Config(
         "cache.store: `redis` needs the `redis` feature of rerank".into(),
     ))

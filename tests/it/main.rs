@@ -10,6 +10,7 @@ mod cases;
 mod classify;
 mod cli;
 mod cli_errors;
+mod cli_query;
 mod cli_reliability;
 mod common;
 mod concurrency;

@@ -401,7 +401,15 @@ fn legal_router_routes_caches_by_act_and_persists() {
         c.legal.jurisdictions,
         ["delhi high court", "bombay high court"]
     );
-    assert!(p.hyde);
+    // HyDE is configured for the route, but the extractive generator writes no hypothetical
+    // document: the plan says it will not run, and why.
+    assert!(!p.hyde);
+    let off = p.hyde_off.as_deref().unwrap();
+    assert!(
+        off.contains("extractive") && off.contains("qwen3_chat"),
+        "{off}"
+    );
+    assert!(p.answer_cache);
     let p = plan("duties under the Companies Act 2013 and the Contract Act 1872");
     let c = p.classification.as_ref().unwrap();
     assert_eq!((c.route, c.route_confidence), (Route::Complex, 0.7));
@@ -499,4 +507,139 @@ fn a_refused_querys_personal_data_never_reaches_a_log_line() {
             "{fragment} reached the log:\n{text}"
         );
     }
+}
+
+/// Counts the calls of the extractive generator it wraps (and, like it, writes nothing freely).
+struct CountingGenerator(rerank::Extractive, Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Generator for CountingGenerator {
+    fn generate(
+        &self,
+        request: &rerank::answer::GenerationRequest,
+    ) -> rerank::Result<rerank::answer::Generation> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.generate(request)
+    }
+    fn writes_freely(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn legal_router_answers_a_rephrasing_from_the_cache_without_the_generator() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let db = TempDb::new("legal-answers");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let build = |calls: &Arc<AtomicUsize>| {
+        legal(&db)
+            .builder(Vec::new())
+            .unwrap()
+            .generator(CountingGenerator(
+                rerank::Extractive::default(),
+                calls.clone(),
+            ))
+            .build()
+            .unwrap()
+    };
+    let pipeline = build(&calls);
+    let asked = "duties of directors under the Companies Act 2013";
+    let rephrased = "What are the duties of directors under the Companies Act 2013?";
+    let first = pipeline.answer(asked).unwrap();
+    assert!(!first.flags.cache_hit && !first.flags.not_enough_information);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(first.timings.search.is_some() && first.timings.generate_ms.is_some());
+
+    // The rephrasing: the stored answer, its citations and confidence, no retrieval, no
+    // generation.
+    let second = pipeline.answer(rephrased).unwrap();
+    assert!(second.flags.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(second.query, rephrased);
+    assert_eq!(
+        (
+            &second.text,
+            &second.citations,
+            &second.sources,
+            second.confidence
+        ),
+        (
+            &first.text,
+            &first.citations,
+            &first.sources,
+            first.confidence
+        )
+    );
+    assert!(second.timings.search.is_none() && second.timings.generate_ms.is_none());
+
+    // Another process on the same file finds it too.
+    let other_calls = Arc::new(AtomicUsize::new(0));
+    let other = build(&other_calls);
+    assert!(other.answer(rephrased).unwrap().flags.cache_hit);
+    assert_eq!(other_calls.load(Ordering::SeqCst), 0);
+
+    // The act is amended: what cites it goes (the cached search response and the answer),
+    // and the next question is answered afresh.
+    let removed = pipeline
+        .cache()
+        .unwrap()
+        .invalidate_tag(&LegalExtractor::act_tag("Companies Act 2013"));
+    assert!(removed >= 1, "{removed}");
+    let third = pipeline.answer(rephrased).unwrap();
+    assert!(!third.flags.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(third.text, first.text);
+}
+
+#[test]
+fn fast_changing_areas_get_their_own_ttl() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    let clock = Arc::new(rerank::cache::ManualClock::new());
+    let cache = rerank::cache::SemanticCache::builder()
+        .ttl(Duration::from_secs(24 * 3600))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut config = load("legal_router.yaml");
+    config.cache = None;
+    let pipeline = config
+        .builder(Vec::new())
+        .unwrap()
+        .embedder(Arc::new(HashingEmbedder::new(512).unwrap()))
+        .generator(CountingGenerator(
+            rerank::Extractive::default(),
+            calls.clone(),
+        ))
+        .answer_cache(cache)
+        .cache_ttl_by_tag("area:technology", Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let it = "penalty for damage to a computer system under the Information Technology Act 2000";
+    let penal = "What does section 420 of the Penal Code say?";
+    for q in [it, penal, it, penal] {
+        pipeline.answer(q).unwrap();
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the repeats are cache hits"
+    );
+    // Two hours on: the technology answer (one hour) is gone, the penal one (a day) is not.
+    clock.advance(Duration::from_secs(2 * 3600));
+    assert!(!pipeline.answer(it).unwrap().flags.cache_hit);
+    assert!(pipeline.answer(penal).unwrap().flags.cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // The config spells the same: seconds by tag, zero refused.
+    let legal = load("legal_router.yaml");
+    let by_tag = &legal.cache.as_ref().unwrap().ttl_by_tag;
+    assert_eq!(by_tag.get("area:technology"), Some(&3600));
+    let mut bad = legal.clone();
+    bad.cache
+        .as_mut()
+        .unwrap()
+        .ttl_by_tag
+        .insert("area:x".into(), 0);
+    let e = bad.build(Vec::new()).err().unwrap().to_string();
+    assert!(e.contains("cache.ttl_by_tag"), "{e}");
 }

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Embedding throughput of the new architectures, Rust vs sentence-transformers, one run.
+
+For each architecture, a random model with the shape of the real one is written once (seeded;
+meaningless as an embedder, but it costs what the real one costs to run), in the
+sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
+
+  xlmr   bench-xlmr-e5-small: XLM-RoBERTa with multilingual-e5-small's shape (12 layers, hidden
+         384, 12 heads, ffn 1536), mean pooling + Normalize, e5's prompts; the tokenizer is
+         all-MiniLM-L6-v2's WordPiece (scripts/fetch_minilm.sh): English text gets realistic
+         token counts, varying from text to text as with the real 250k sentencepiece one (a
+         tiny trained vocabulary would cut every text at the cap, and hide the padding that
+         sentence-transformers computes and the packed encoder does not);
+  qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
+         1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
+         Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
+         Qwen3-Embedding's appended <|endoftext|>.
+
+Both sides embed the same first N SciFact documents (`title + " " + text`) as documents, capped
+at 256 tokens (max_seq_length), with the same thread count:
+  - Rust: `cargo bench --bench embed_models` (release; one process: load, one warm-up, then
+    --rounds timed `embed` calls), its JSON line;
+  - Python: `SentenceTransformer(dir).encode(texts, batch_size=32, prompt_name=...)`, median of
+    --rounds timed calls after a warm-up.
+It first checks that both compute the same embeddings (cosine >= 0.9999 on the first four),
+then prints docs/s of each and the ratio, and the CPU's vector flags.
+
+Usage (torch + sentence-transformers in this Python):
+  python scripts/bench_embed_models.py [--arch xlmr qwen3] [--threads 2] [--rounds 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_common import CARGO_FEATURES, ROOT, run, scifact_documents
+
+MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
+# A bench executable built before (`cargo bench --bench embed_models --no-run` prints it), to
+# time without rebuilding: RERANK_BENCH_BIN=target/release/deps/embed_models-HASH.
+BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
+MAX_SEQ = 256
+DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16}
+QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+
+
+def make_xlmr(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    tok = MODELS / "all-MiniLM-L6-v2"  # scripts/fetch_minilm.sh
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        torch.manual_seed(0)
+        cfg = XLMRobertaConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=12,
+                               num_attention_heads=12, intermediate_size=1536,
+                               max_position_embeddings=514, type_vocab_size=1, pad_token_id=1)
+        cfg.architectures = ["XLMRobertaModel"]
+        XLMRobertaModel(cfg, add_pooling_layer=False).eval().save_pretrained(enc)
+        for f in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]:
+            if (tok / f).exists():
+                (enc / f).write_bytes((tok / f).read_bytes())
+        modules = [Transformer(str(enc), max_seq_length=MAX_SEQ), Pooling(384, "mean"), Normalize()]
+        st = SentenceTransformer(modules=modules, prompts={"query": "query: ", "document": "passage: "},
+                                 device="cpu")
+        st.save(str(dest))
+        # sentence-transformers bakes truncation into tokenizer.json; ship the clean file.
+        (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
+
+
+def make_qwen3(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from tokenizers import Tokenizer, processors
+    from transformers import Qwen3Config, Qwen3Model
+
+    tok = ROOT.parent / "shared" / "fixtures" / "qwen3_tiny_a" / "model"
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        torch.manual_seed(0)
+        cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                          num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                          head_dim=128, max_position_embeddings=32768, rope_theta=1000000.0,
+                          tie_word_embeddings=True)
+        Qwen3Model(cfg).eval().save_pretrained(enc)
+        t = Tokenizer.from_file(str(tok / "tokenizer.json"))
+        eot = t.token_to_id("<|endoftext|>")
+        t.post_processor = processors.TemplateProcessing(
+            single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
+            special_tokens=[("<|endoftext|>", eot)])
+        t.save(str(enc / "tokenizer.json"))
+        conf = json.loads((tok / "tokenizer_config.json").read_text())
+        conf["padding_side"] = "left"
+        (enc / "tokenizer_config.json").write_text(json.dumps(conf))
+        modules = [Transformer(str(enc), max_seq_length=MAX_SEQ), Pooling(1024, "lasttoken"), Normalize()]
+        st = SentenceTransformer(modules=modules, prompts={"query": QWEN3_QUERY, "document": ""}, device="cpu")
+        st.save(str(dest))
+        (dest / "tokenizer.json").write_bytes((enc / "tokenizer.json").read_bytes())
+        cfgj = json.loads((dest / "config.json").read_text())
+        cfgj["architectures"] = ["Qwen3ForCausalLM"]  # as the published config says
+        (dest / "config.json").write_text(json.dumps(cfgj, indent=2))
+
+
+def fetched(dest: Path):
+    raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
+
+
+MAKERS = {
+    "minilm": ("all-MiniLM-L6-v2", fetched),  # the BERT baseline, the real model
+    "xlmr": ("bench-xlmr-e5-small", make_xlmr),
+    "qwen3": ("bench-qwen3-embedding-0.6b", make_qwen3),
+}
+
+
+def cpu_flags():
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "?"
+    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
+    return " ".join(f for f in keep if f in flags)
+
+
+def bench(arch: str, threads: int, rounds: int):
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    name, make = MAKERS[arch]
+    dest = MODELS / name
+    if not (dest / "modules.json").exists():
+        print(f"writing {dest}", file=sys.stderr)
+        make(dest)
+    texts = [t.replace("\n", " ") for t in scifact_documents(DOCS[arch])]
+    torch.set_num_threads(threads)
+    st = SentenceTransformer(str(dest), device="cpu")
+    prompt = "document" if st.prompts.get("document") else None
+    encode = lambda: st.encode(texts, batch_size=32, prompt_name=prompt, convert_to_numpy=True)
+    ref = encode()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        encode()
+        times.append(time.perf_counter() - t)
+    st_seconds = statistics.median(times)
+    del st
+
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write("\n".join(texts))
+        texts_file = f.name
+    env = dict(os.environ, RERANK_BENCH_EMBED_MODEL=str(dest), RERANK_BENCH_TEXTS=texts_file,
+               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
+               RERANK_BENCH_REPEATS=str(rounds))
+    cmd = [BENCH_BIN] if BENCH_BIN else ["cargo", "bench", *CARGO_FEATURES, "--bench", "embed_models"]
+    out = run(cmd, env)
+    os.unlink(texts_file)
+    line = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    ours = np.array(line["first"])
+    cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(ours, ref[: len(ours)])]
+    if min(cos) < 0.9999:
+        raise SystemExit(f"{arch}: embeddings differ from sentence-transformers (cosine {cos})")
+    rust_seconds = statistics.median(line["seconds"])
+    n = len(texts)
+    print(f"{arch} ({name}), {n} docs, {threads} threads, cpu [{cpu_flags()}]: "
+          f"rerank {n / rust_seconds:.2f} docs/s, sentence-transformers {n / st_seconds:.2f} docs/s, "
+          f"{st_seconds / rust_seconds:.2f}x (smallest cosine {min(cos):.7f}; load {line['load_seconds']:.1f} s)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", nargs="+", choices=sorted(MAKERS), default=["xlmr", "qwen3"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    for arch in args.arch:
+        bench(arch, args.threads, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
