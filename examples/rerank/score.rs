@@ -5,8 +5,9 @@
 //! takes every model `search --reranker` takes, chosen by `architectures` in its
 //! `config.json` (the loading is `rerank::rerankers::load_reranker`'s):
 //!
-//! - a cross-encoder (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`):
-//!   `score` after the model's activation (`--raw`: none), `logit` raw;
+//! - a cross-encoder (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`,
+//!   `ModernBertForSequenceClassification`): `score` after the model's activation (`--raw`:
+//!   none), `logit` raw;
 //! - `Qwen3ForCausalLM` (Qwen3-Reranker): `logit = l_yes - l_no`, `score = sigmoid(logit)`
 //!   (`--raw`: the logit);
 //! - `BertModel`, a sentence-transformers bi-encoder such as all-MiniLM-L6-v2 (an embedding
@@ -112,7 +113,8 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     let dir = ModelDir::open(&args.model)?;
     match dir.architecture()? {
         Architecture::BertForSequenceClassification
-        | Architecture::XlmRobertaForSequenceClassification => {
+        | Architecture::XlmRobertaForSequenceClassification
+        | Architecture::ModernBertForSequenceClassification => {
             let mut builder = CrossEncoder::builder(dir.path()).options(model_options(args));
             if args.raw {
                 builder = builder.raw_logits();

@@ -6,13 +6,13 @@
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
-use tokenizers::Tokenizer;
 
-use super::builder::{load_tokenizer, model_id, prompt_length, role_index, EmbedderBuilder};
-use super::layout::{Layout, PoolingMode};
+use super::builder::EmbedderBuilder;
+use super::layout::PoolingMode;
+use super::packed::{PackedEncoder, PackedTexts};
 use super::{Embedder, Role};
 use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
-use crate::models::{plan_batches, ModelDir, ModelPool, Precision, CONFIG_FILE};
+use crate::models::{ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};
 
 /// Default [`ModelOptions::token_budget`](crate::models::ModelOptions::token_budget) (texts x longest text; no padding is computed).
@@ -71,13 +71,8 @@ pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 /// ```
 pub struct BertEmbedder {
     encoder: Encoder,
-    tokenizer: Tokenizer,
-    layout: Layout,
-    /// How many leading tokens of a `[Query, Document]` text are its prompt, left out of
-    /// pooling (0 unless `include_prompt` is false).
-    prompt_tokens: [usize; 2],
-    token_budget: usize,
-    max_batch_size: usize,
+    /// The layout, tokenizer and batching (shared with the other encoder embedders).
+    text: PackedTexts,
     pool: ModelPool,
     /// The model directory, for [`Embedder::id`].
     dir: PathBuf,
@@ -116,23 +111,13 @@ impl BertEmbedder {
         let value = model_dir.config()?;
         let family = Family::of(&value, &config_path)?;
         let config = EncoderConfig::from_value(&value, &config_path, family.roberta_positions())?;
-        let mut layout = Layout::read(&model_dir, config.hidden, config.max_length())?;
-        builder.apply(&mut layout);
-        let max_seq_length = layout.max_seq_length;
-        if max_seq_length > config.max_length() || max_seq_length < 2 {
-            return Err(Error::model(format!(
-                "max_length {max_seq_length} must be between 2 and max_position_embeddings \
-                 {} ({})",
-                config.max_length(),
-                config_path.display()
-            )));
-        }
-
-        let tokenizer = load_tokenizer(&model_dir, &layout, config.vocab)?;
-        let prompt_tokens = [
-            prompt_length(&tokenizer, &layout, Role::Query)?,
-            prompt_length(&tokenizer, &layout, Role::Document)?,
-        ];
+        let text = PackedTexts::load(
+            &builder,
+            &model_dir,
+            config.hidden,
+            config.max_length(),
+            config.vocab,
+        )?;
         let weights = EncoderWeights::open(&model_dir, family.prefix())?;
         let encoder = Encoder::load(&weights, config, options.precision)?;
 
@@ -140,11 +125,7 @@ impl BertEmbedder {
 
         Ok(BertEmbedder {
             encoder,
-            tokenizer,
-            layout,
-            prompt_tokens,
-            token_budget: options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
-            max_batch_size: options.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
+            text,
             pool,
             dir: dir.to_path_buf(),
             family,
@@ -154,7 +135,7 @@ impl BertEmbedder {
 
     /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
     pub fn max_length(&self) -> usize {
-        self.layout.max_seq_length
+        self.text.layout.max_seq_length
     }
 
     /// The number format of the encoder's linear layers ([`ModelOptions::precision`](crate::models::ModelOptions::precision)).
@@ -169,24 +150,24 @@ impl BertEmbedder {
 
     /// The pooling modes, in the order their vectors are concatenated.
     pub fn pooling(&self) -> &[PoolingMode] {
-        &self.layout.modes
+        &self.text.layout.modes
     }
 
     /// The prompt put before texts of `role` (`None`: none).
     pub fn prompt(&self, role: Role) -> Option<&str> {
-        self.layout.prompts.get(role)
+        self.text.layout.prompts.get(role)
     }
 
     /// `similarity_fn_name` of `config_sentence_transformers.json` (`None` when absent). The
     /// crate ranks by cosine; a model that asks for `dot` or `euclidean` loads only when its
     /// vectors are normalized (where those rank as cosine does).
     pub fn similarity_fn_name(&self) -> Option<&str> {
-        self.layout.similarity.as_deref()
+        self.text.layout.similarity.as_deref()
     }
 
     /// Whether the directory is a sentence-transformers one (has `modules.json`).
     pub fn is_sentence_transformers(&self) -> bool {
-        self.layout.sentence_transformers
+        self.text.layout.sentence_transformers
     }
 
     /// The token ids the model sees for `text` as a document (`[CLS] ... [SEP]`, truncated).
@@ -196,43 +177,17 @@ impl BertEmbedder {
 
     /// The token ids the model sees for `text` as `role`: its prompt, then the text.
     pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode_fast(self.layout.prepare(text, role), true)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        self.text.token_ids_as(text, role)
+    }
+}
+
+impl PackedEncoder for Encoder {
+    fn hidden(&self) -> usize {
+        self.config().hidden
     }
 
-    fn embed_in_pool(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
-        let dim = self.layout.dim();
-        let mut out = Array2::zeros((texts.len(), dim));
-        if texts.is_empty() {
-            return Ok(out);
-        }
-        let prepared: Vec<String> = texts.iter().map(|t| self.layout.prepare(t, role)).collect();
-        let encodings = self
-            .tokenizer
-            .encode_batch_fast(prepared, true)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
-        let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
-        let skip = self.prompt_tokens[role_index(role)];
-        for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
-            let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
-            let pooled = self.forward(&rows, skip)?;
-            for (row, &i) in pooled.iter().zip(&batch.indices) {
-                out.row_mut(i)
-                    .iter_mut()
-                    .zip(row)
-                    .for_each(|(o, v)| *o = *v);
-            }
-        }
-        Ok(out)
-    }
-
-    /// One packed forward pass; returns one finished embedding per row (pooled, projected,
-    /// normalized as the layout says), leaving the first `skip` tokens out of pooling.
-    fn forward(&self, rows: &[&[u32]], skip: usize) -> Result<Vec<Vec<f32>>> {
+    /// One token type (0) per token: the embedders encode single texts.
+    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
         let zeros = vec![0u32; longest];
         let seqs: Vec<Sequence<'_>> = rows
@@ -242,26 +197,7 @@ impl BertEmbedder {
                 types: &zeros[..ids.len()],
             })
             .collect();
-        let width = self.encoder.config().hidden;
-        // cls alone needs only the first token's row (unless a prompt is left out of pooling:
-        // then cls takes the first token after it).
-        if self.layout.first_token_only() && skip == 0 {
-            let hidden = self.encoder.forward(&seqs, Output::FirstToken)?;
-            return Ok(hidden
-                .chunks_exact(width)
-                .map(|first| self.layout.finish(first, 1, 0))
-                .collect());
-        }
-        let hidden = self.encoder.forward(&seqs, Output::AllTokens)?;
-        let mut start = 0;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let len = row.len();
-            let states = &hidden[start * width..(start + len) * width];
-            out.push(self.layout.finish(states, len, skip));
-            start += len;
-        }
-        Ok(out)
+        self.forward(&seqs, output)
     }
 }
 
@@ -283,7 +219,8 @@ impl Family {
             Some("xlm-roberta" | "roberta") => Ok(Family::Roberta),
             Some(other) => Err(Error::model(format!(
                 "{}: unsupported model_type {other:?}; BertEmbedder loads bert, xlm-roberta \
-                 and roberta encoders (load_embedder picks the loader for qwen3)",
+                 and roberta encoders (load_embedder picks the loader for qwen3 and \
+                 modernbert)",
                 file.display()
             ))),
         }
@@ -314,11 +251,12 @@ impl Family {
 
 impl Embedder for BertEmbedder {
     fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
-        self.pool.install(|| self.embed_in_pool(texts, role))
+        self.pool
+            .install(|| self.text.embed(&self.encoder, texts, role))
     }
 
     fn dim(&self) -> usize {
-        self.layout.dim()
+        self.text.layout.dim()
     }
 
     /// `bert-` (`xlmr-` for XLM-RoBERTa and RoBERTa) and the first 16 bytes (hex) of the
@@ -333,18 +271,8 @@ impl Embedder for BertEmbedder {
     fn id(&self) -> Option<String> {
         self.id
             .get_or_init(|| {
-                let length = (self.layout.max_seq_length as u64).to_le_bytes();
-                let precision = self.encoder.precision();
-                let precision = match precision {
-                    Precision::F32 => "",
-                    other => other.as_str(),
-                };
-                let layout = match self.layout.is_mean_normalize() {
-                    true => String::new(),
-                    false => self.layout.describe(),
-                };
-                let extra = [&length[..], precision.as_bytes(), layout.as_bytes()];
-                model_id(self.family.id_prefix(), &self.dir, &extra)
+                let (family, precision) = (self.family.id_prefix(), self.encoder.precision());
+                self.text.id(family, &self.dir, precision)
             })
             .clone()
     }
@@ -353,13 +281,13 @@ impl Embedder for BertEmbedder {
 impl std::fmt::Debug for BertEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BertEmbedder")
-            .field("dim", &self.layout.dim())
-            .field("max_length", &self.layout.max_seq_length)
-            .field("pooling", &self.layout.modes)
+            .field("dim", &self.text.layout.dim())
+            .field("max_length", &self.text.layout.max_seq_length)
+            .field("pooling", &self.text.layout.modes)
             .field("query_prompt", &self.prompt(Role::Query))
             .field("document_prompt", &self.prompt(Role::Document))
-            .field("token_budget", &self.token_budget)
-            .field("max_batch_size", &self.max_batch_size)
+            .field("token_budget", &self.text.token_budget)
+            .field("max_batch_size", &self.text.max_batch_size)
             .field("precision", &self.precision())
             .field("threads", &self.threads())
             .finish()
@@ -369,7 +297,7 @@ impl std::fmt::Debug for BertEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::ModelOptions;
+    use crate::models::{plan_batches, ModelOptions};
 
     #[test]
     fn batches_respect_budget_and_cover_every_index_once() {

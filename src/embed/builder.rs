@@ -12,7 +12,9 @@ use crate::models::{ModelDir, ModelOptions, TOKENIZER_FILE};
 use crate::{Error, Result};
 
 /// Options for an embedding model directory, checked when the model loads:
-/// `BertEmbedder::builder(dir)` ([`BertEmbedderBuilder`](super::BertEmbedderBuilder)) and
+/// `BertEmbedder::builder(dir)` ([`BertEmbedderBuilder`](super::BertEmbedderBuilder)),
+/// `ModernBertEmbedder::builder(dir)`
+/// ([`ModernBertEmbedderBuilder`](super::ModernBertEmbedderBuilder)) and
 /// `Qwen3Embedder::builder(dir)` ([`Qwen3EmbedderBuilder`](super::Qwen3EmbedderBuilder));
 /// [`load_embedder`](super::load_embedder) picks the family from `config.json`.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{BertEmbedder, Embedder, EmbedderBuilder, Qwen3Embedder, Role};
+use super::{BertEmbedder, Embedder, EmbedderBuilder, ModernBertEmbedder, Qwen3Embedder, Role};
 use crate::models::registry::{self, KnownModel, Task};
 use crate::models::{ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Error, Result};
@@ -21,7 +21,8 @@ use crate::{Error, Result};
 ///   directory is an error that says how to get the files.
 ///
 /// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta` and `roberta`
-/// load as a [`BertEmbedder`], `qwen3` as a [`Qwen3Embedder`]; anything else is an
+/// load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `qwen3` as a
+/// [`Qwen3Embedder`]; anything else is an
 /// [`Error::Model`] naming the file and the supported types.
 ///
 /// ```no_run
@@ -46,13 +47,17 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(BertEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
+        "modernbert" => {
+            let builder = with_registry(ModernBertEmbedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         "qwen3" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
-             xlm-roberta, roberta, qwen3)",
+             xlm-roberta, roberta, modernbert, qwen3)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

@@ -8,8 +8,12 @@
 //! - [`BertEmbedder`] (`bert`): BERT, XLM-RoBERTa and RoBERTa sentence-transformers models
 //!   with the pooling, Dense, Normalize and prompts their directory declares (`layout`:
 //!   reading `modules.json` and the module configs, refusing what cannot be reproduced);
+//! - [`ModernBertEmbedder`] (`modernbert`): ModernBERT sentence-transformers models
+//!   (gte-modernbert, modernbert-embed) on the same layout;
+//! - `packed`: what the encoder embedders share around their encoder (layout, tokenizer,
+//!   prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
-//! - [`EmbedderBuilder`] (`builder`): the options both load with, and what they share;
+//! - [`EmbedderBuilder`] (`builder`): the options they all load with, and what they share;
 //! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
 //! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder.
 
@@ -23,6 +27,10 @@ mod layout;
 #[cfg(feature = "models")]
 mod load;
 mod matryoshka;
+#[cfg(feature = "models")]
+mod modernbert;
+#[cfg(feature = "models")]
+mod packed;
 #[cfg(feature = "models")]
 mod qwen3;
 
@@ -43,6 +51,8 @@ pub use builder::EmbedderBuilder;
 pub use layout::PoolingMode;
 #[cfg(feature = "models")]
 pub use load::load_embedder;
+#[cfg(feature = "models")]
+pub use modernbert::{ModernBertEmbedder, ModernBertEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use qwen3::{Qwen3Embedder, Qwen3EmbedderBuilder};
 

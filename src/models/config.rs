@@ -9,7 +9,7 @@ use crate::{Error, Result};
 
 /// The model architecture named by `architectures[0]` in `config.json`.
 ///
-/// Callers dispatch on it to pick a loader: a cross-encoder takes the two sequence-classification
+/// Callers dispatch on it to pick a loader: a cross-encoder takes the sequence-classification
 /// kinds, the Qwen3 reranker takes [`Architecture::Qwen3ForCausalLm`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -18,6 +18,8 @@ pub enum Architecture {
     BertForSequenceClassification,
     /// `XLMRobertaForSequenceClassification` (e.g. bge-reranker-base / -large).
     XlmRobertaForSequenceClassification,
+    /// `ModernBertForSequenceClassification` (e.g. gte-reranker-modernbert-base).
+    ModernBertForSequenceClassification,
     /// `Qwen3ForCausalLM` (Qwen3-Reranker, Qwen3 chat models).
     Qwen3ForCausalLm,
     /// `BertModel` (a bare encoder, e.g. all-MiniLM-L6-v2).
@@ -34,6 +36,9 @@ impl Architecture {
             "XLMRobertaForSequenceClassification" => {
                 Architecture::XlmRobertaForSequenceClassification
             }
+            "ModernBertForSequenceClassification" => {
+                Architecture::ModernBertForSequenceClassification
+            }
             "Qwen3ForCausalLM" => Architecture::Qwen3ForCausalLm,
             "BertModel" => Architecture::BertModel,
             other => Architecture::Other(other.to_string()),
@@ -46,6 +51,9 @@ impl Architecture {
             Architecture::BertForSequenceClassification => "BertForSequenceClassification",
             Architecture::XlmRobertaForSequenceClassification => {
                 "XLMRobertaForSequenceClassification"
+            }
+            Architecture::ModernBertForSequenceClassification => {
+                "ModernBertForSequenceClassification"
             }
             Architecture::Qwen3ForCausalLm => "Qwen3ForCausalLM",
             Architecture::BertModel => "BertModel",
@@ -219,6 +227,7 @@ mod tests {
         for name in [
             "BertForSequenceClassification",
             "XLMRobertaForSequenceClassification",
+            "ModernBertForSequenceClassification",
             "Qwen3ForCausalLM",
             "BertModel",
             "GPT2LMHeadModel",

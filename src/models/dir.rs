@@ -96,7 +96,7 @@ impl ModelDir {
 
     /// Loads `tokenizer.json` as transformers 5 uses it (callers decide truncation and
     /// padding): as is, except where `tokenizer_config.json` names a tokenizer class that
-    /// transformers rebuilds from the file's vocabulary (see [`rebuild_as_transformers`]).
+    /// transformers rebuilds from the file's vocabulary (see `rebuild_as_transformers`).
     pub fn tokenizer(&self) -> Result<tokenizers::Tokenizer> {
         let path = self.file(TOKENIZER_FILE)?;
         let mut tokenizer = tokenizers::Tokenizer::from_file(&path)

@@ -158,6 +158,9 @@ pub(crate) enum Then<'a> {
         bias: &'a [f32],
         eps: f32,
     },
+    /// `out += residual` (`residual` has the output's shape): the residual connection of a
+    /// pre-norm layer (ModernBERT's), whose norm comes before the product.
+    Add { residual: &'a [f32] },
 }
 
 impl Then<'_> {
@@ -190,6 +193,10 @@ impl Then<'_> {
                     row.iter_mut().zip(res).for_each(|(v, r)| *v += r);
                     layer_norm_row(row, weight, bias, eps);
                 }
+            }
+            Then::Add { residual } => {
+                let residual = &residual[first_value..][..out.len()];
+                out.iter_mut().zip(residual).for_each(|(v, r)| *v += r);
             }
         }
     }

@@ -9,10 +9,13 @@
 //! The rest is internal, one folder per model family on one shared layer:
 //! - `bert/`: the packed (padding-free) BERT / XLM-R encoder, its sequence-classification head
 //!   and the (query, document) tokenization of the cross-encoders;
+//! - `modernbert/`: the packed ModernBERT encoder (global and sliding-window attention, RoPE,
+//!   GeGLU) and its sequence-classification head;
 //! - `qwen3/`: the Qwen3 decoder: config, weights in the kernels' layout, the packed forward
 //!   pass (scoring, prefill) and the KV-cached decode step (generation);
 //! - shared: the one weights loader (`weights`), length batching under one token budget
-//!   (`batch`), the CPU kernels (`kernels`: products, the one `Linear`, row-wise steps;
+//!   (`batch`), the encoders' linear layers in their precision (`dense`), the CPU kernels
+//!   (`kernels`: products, the one `Linear`, row-wise steps;
 //!   `panels` for the layers' f32 and bf16 panels; `quant` for int8), the model directory
 //!   (`dir`) and options with the one thread-pool helper (`options`).
 //!
@@ -24,10 +27,12 @@
 mod batch;
 pub(crate) mod bert;
 mod config;
+pub(crate) mod dense;
 mod dir;
 #[cfg(feature = "hf-hub")]
 mod hub;
 pub(crate) mod kernels;
+pub(crate) mod modernbert;
 mod options;
 pub(crate) mod panels;
 mod quant;
@@ -40,11 +45,13 @@ pub(crate) use bert::classifier::SequenceClassifier;
 #[doc(hidden)]
 pub use bert::pair::PairEncoding;
 pub(crate) use bert::pair::PairTokenizer;
+pub(crate) use config::ClassifierConfig;
 pub use config::{Activation, Architecture};
 pub use dir::{ModelDir, WEIGHTS_FILE};
 pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
+pub(crate) use modernbert::classifier::ModernBertClassifier;
 pub(crate) use options::ModelPool;
 pub use options::{max_threads, ModelOptions, Precision, MAX_LENGTH};
 pub use quant::int8_kernel;

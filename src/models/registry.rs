@@ -232,8 +232,17 @@ pub const MODELS: &[KnownModel] = &[
         768,
         8192,
         "Apache-2.0",
+    ),
+    embedder(
+        "nomic-ai/modernbert-embed-base",
+        "modernbert",
+        Mean,
+        768,
+        8192,
+        "Apache-2.0",
     )
-    .unsupported("ModernBERT encoders are not supported yet"),
+    .prompts(Some("search_query: "), Some("search_document: "))
+    .matryoshka(&[768, 512, 256, 128, 64]),
     embedder(
         "nomic-ai/nomic-embed-text-v1.5",
         "nomic_bert",
@@ -307,8 +316,7 @@ pub const MODELS: &[KnownModel] = &[
         "modernbert",
         8192,
         "Apache-2.0",
-    )
-    .unsupported("ModernBERT cross-encoders are not supported yet"),
+    ),
     reranker(
         "mixedbread-ai/mxbai-rerank-base-v1",
         CrossEncoder,

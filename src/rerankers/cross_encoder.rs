@@ -1,4 +1,4 @@
-//! [`CrossEncoder`]: a cross-encoder reranker (BERT or XLM-RoBERTa sequence
+//! [`CrossEncoder`]: a cross-encoder reranker (BERT, XLM-RoBERTa or ModernBERT sequence
 //! classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
 
 use std::path::{Path, PathBuf};
@@ -9,8 +9,8 @@ pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ModelDir, ModelOptions, ModelPool, PairEncoding, PairTokenizer,
-    Precision, SequenceClassifier, CONFIG_FILE,
+    plan_batches, Architecture, ClassifierConfig, ModelDir, ModelOptions, ModelPool,
+    ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier, CONFIG_FILE,
 };
 use crate::rerankers::RerankQuery;
 use crate::{Error, Reranker, Result};
@@ -36,8 +36,10 @@ pub struct PairScore {
 /// A cross-encoder reranker (CPU, float32 or opt-in int8 ([`Precision::Int8`]); weights read by the one loader, forward pass on the
 /// crate's packed encoder).
 ///
-/// Loads `BertForSequenceClassification` (ms-marco-MiniLM style) or
-/// `XLMRobertaForSequenceClassification` (bge-reranker style) from a directory with
+/// Loads `BertForSequenceClassification` (ms-marco-MiniLM style),
+/// `XLMRobertaForSequenceClassification` (bge-reranker style) or
+/// `ModernBertForSequenceClassification` (gte-reranker-modernbert style: cls or mean pooling,
+/// global and sliding-window attention) from a directory with
 /// `config.json`, `tokenizer.json` and `model.safetensors` (memory-mapped). Pairs are built as
 /// sentence-transformers builds them (`[CLS] q [SEP] d [SEP]`, `longest_first` truncation to
 /// `max_length`), run in length-sorted batches under a token budget, each batch packed (no
@@ -56,7 +58,7 @@ pub struct PairScore {
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct CrossEncoder {
-    model: SequenceClassifier,
+    model: Model,
     tokenizer: PairTokenizer,
     activation: Activation,
     token_budget: usize,
@@ -185,6 +187,71 @@ impl Reranker for CrossEncoder {
     }
 }
 
+/// The sequence classifier a cross-encoder runs, by architecture.
+enum Model {
+    /// BERT and XLM-RoBERTa.
+    Bert(SequenceClassifier),
+    /// ModernBERT.
+    ModernBert(ModernBertClassifier),
+}
+
+impl Model {
+    /// The classifier `config.json` names; any other architecture is an [`Error::Model`]
+    /// naming the file and the supported ones.
+    fn load(dir: &ModelDir, precision: Precision) -> Result<Self> {
+        match dir.architecture()? {
+            Architecture::BertForSequenceClassification
+            | Architecture::XlmRobertaForSequenceClassification => {
+                SequenceClassifier::load(dir, precision).map(Model::Bert)
+            }
+            Architecture::ModernBertForSequenceClassification => {
+                ModernBertClassifier::load(dir, precision).map(Model::ModernBert)
+            }
+            other => Err(Error::model(format!(
+                "{}: unsupported architecture {other} for a cross-encoder (supported: \
+                 BertForSequenceClassification, XLMRobertaForSequenceClassification, \
+                 ModernBertForSequenceClassification)",
+                dir.path().join(CONFIG_FILE).display()
+            ))),
+        }
+    }
+
+    fn config(&self) -> &ClassifierConfig {
+        match self {
+            Model::Bert(m) => m.config(),
+            Model::ModernBert(m) => m.config(),
+        }
+    }
+
+    fn precision(&self) -> Precision {
+        match self {
+            Model::Bert(m) => m.precision(),
+            Model::ModernBert(m) => m.precision(),
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            Model::Bert(m) => m.vocab_size(),
+            Model::ModernBert(m) => m.vocab_size(),
+        }
+    }
+
+    fn max_length(&self) -> usize {
+        match self {
+            Model::Bert(m) => m.max_length(),
+            Model::ModernBert(m) => m.max_length(),
+        }
+    }
+
+    fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            Model::Bert(m) => m.logits(encodings),
+            Model::ModernBert(m) => m.logits(encodings),
+        }
+    }
+}
+
 enum Source {
     Dir(PathBuf),
     #[cfg(feature = "hf-hub")]
@@ -237,7 +304,7 @@ impl CrossEncoderBuilder {
             #[cfg(feature = "hf-hub")]
             Source::Hub(model) => model.fetch(&["tokenizer_config.json"])?,
         };
-        let model = SequenceClassifier::load(&dir, self.options.precision)?;
+        let model = Model::load(&dir, self.options.precision)?;
         let config = model.config().clone();
         if config.num_labels != 1 {
             return Err(Error::model(format!(

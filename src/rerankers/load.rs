@@ -16,9 +16,9 @@ use crate::{Embedder, Error, Reranker, Result};
 ///
 /// | the directory holds | reranker |
 /// |---|---|
-/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification` | [`CrossEncoder`] |
+/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
-/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
+/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
 /// So Qwen3-Embedding, whose `config.json` also says `Qwen3ForCausalLM`, is never taken for
 /// a yes/no reranker. The model gets `options` ([`ModelOptions::default`] for the model's own
@@ -43,7 +43,8 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
     }
     match model.architecture()? {
         Architecture::BertForSequenceClassification
-        | Architecture::XlmRobertaForSequenceClassification => {
+        | Architecture::XlmRobertaForSequenceClassification
+        | Architecture::ModernBertForSequenceClassification => {
             let builder = CrossEncoder::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
@@ -52,13 +53,19 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             Ok(Box::new(builder.build()?))
         }
         Architecture::BertModel => embedding_reranker(&dir, options),
-        Architecture::Other(name) if name == "XLMRobertaModel" || name == "Qwen3Model" => {
+        Architecture::Other(name)
+            if matches!(
+                name.as_str(),
+                "XLMRobertaModel" | "ModernBertModel" | "Qwen3Model"
+            ) =>
+        {
             embedding_reranker(&dir, options)
         }
         other => Err(Error::model(format!(
             "{}: unsupported architecture {other} for a reranker (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-             Qwen3ForCausalLM, and embedding models: BertModel, XLMRobertaModel, Qwen3Model)",
+             ModernBertForSequenceClassification, Qwen3ForCausalLM, and embedding models: \
+             BertModel, XLMRobertaModel, ModernBertModel, Qwen3Model)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

@@ -178,15 +178,15 @@ fn embedding_models_are_never_taken_for_yes_no_rerankers() {
     // An XLM-R embedder too, and a model_type nothing loads is refused naming the file.
     let reranker = load_reranker(fixture("st_xlmr_tiny").join("e5_mean"), &options()).unwrap();
     assert_eq!(reranker.name(), "embedding");
-    let tmp = temp("modernbert");
+    let tmp = temp("deberta");
     copy_dir(&fixture("st_xlmr_tiny").join("e5_mean"), &tmp);
     let config = tmp.join("config.json");
     let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, text.replace("\"xlm-roberta\"", "\"modernbert\"")).unwrap();
+    std::fs::write(&config, text.replace("\"xlm-roberta\"", "\"deberta-v2\"")).unwrap();
     let e = load_embedder(&tmp, &options()).err().unwrap();
     assert!(
         e.to_string()
-            .contains("model_type \"modernbert\" is not supported"),
+            .contains("model_type \"deberta-v2\" is not supported"),
         "{e}"
     );
     assert!(e.to_string().contains("config.json"), "{e}");

@@ -27,6 +27,7 @@ mod ingest;
 mod int8;
 mod load_reranker;
 mod milvus;
+mod modernbert;
 mod openai_http;
 mod pii;
 mod pipeline;

@@ -16,12 +16,13 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 use serde_json::Value;
 
+use crate::models::dense::Dense;
+pub(crate) use crate::models::dense::Output;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::kernels::{
     layer_norm_row, matmul, softmax_rows, with_scratch, Act, Linear, Mat, Then, Threads, Weight,
 };
-use crate::models::panels::PanelLinear;
-use crate::models::quant::{QuantLinear, QuantRows};
+use crate::models::quant::QuantRows;
 use crate::models::weights::Weights;
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -151,71 +152,6 @@ struct Layer {
     ff_norm: Norm,
 }
 
-/// A linear layer of the encoder in the precision it was loaded with.
-#[derive(Debug, Clone)]
-enum Dense {
-    F32(PanelLinear),
-    Int8(QuantLinear),
-}
-
-impl Dense {
-    fn new(linear: Linear, precision: Precision) -> Self {
-        match precision {
-            Precision::Int8 => Dense::Int8(QuantLinear::new(&linear)),
-            // `Encoder::load` refuses the others.
-            _ => Dense::F32(PanelLinear::new(&linear)),
-        }
-    }
-
-    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, then `then` on `out`, fused
-    /// into the product's blocks of rows.
-    fn forward(
-        &self,
-        x: &[f32],
-        rows: usize,
-        out: &mut [f32],
-        scratch: &mut QuantRows,
-        then: Then<'_>,
-    ) {
-        match self {
-            Dense::F32(l) => l.forward(x, rows, out, then),
-            Dense::Int8(q) => q.forward(x, rows, out, scratch, then),
-        }
-    }
-
-    /// Rows per block of [`feed_forward`] over `rows` rows.
-    fn block_rows(&self, rows: usize) -> usize {
-        match self {
-            Dense::F32(l) => l.block_rows(rows),
-            Dense::Int8(q) => q.block_rows(rows),
-        }
-    }
-
-    /// [`Dense::forward`] on this thread, for rows `first..` of the whole output.
-    fn forward_here(
-        &self,
-        x: &[f32],
-        rows: usize,
-        out: &mut [f32],
-        scratch: &mut QuantRows,
-        then: Then<'_>,
-        first: usize,
-    ) {
-        match self {
-            Dense::F32(l) => l.forward_here(x, rows, out, then, first),
-            Dense::Int8(q) => q.forward_here(x, rows, out, scratch, then, first),
-        }
-    }
-
-    /// Outputs per row.
-    fn outputs(&self) -> usize {
-        match self {
-            Dense::F32(l) => l.outputs(),
-            Dense::Int8(q) => q.outputs(),
-        }
-    }
-}
-
 /// One block's feed-forward activations, and their quantized rows in int8.
 #[derive(Default)]
 struct FfBlock {
@@ -257,15 +193,6 @@ fn feed_forward(
                 ff_out.forward_here(activations, count, out, quant, norm, first);
             });
         });
-}
-
-/// Which rows of the last layer the caller needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Output {
-    /// Every token (mean pooling).
-    AllTokens,
-    /// The first token of each sequence (`[CLS]` / `<s>` heads).
-    FirstToken,
 }
 
 /// One sequence of a batch: token ids and token type ids of equal length.

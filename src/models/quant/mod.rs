@@ -166,7 +166,7 @@ impl QuantLinear {
     ) {
         let n = self.outputs;
         assert!(x.len() >= rows * self.inputs && out.len() >= rows * n);
-        if let Then::AddNorm { residual, .. } = then {
+        if let Then::AddNorm { residual, .. } | Then::Add { residual } = then {
             assert!(residual.len() >= rows * n, "residual too short");
         }
         if rows == 0 {

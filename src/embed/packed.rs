@@ -1,0 +1,170 @@
+//! What the encoder embedders ([`BertEmbedder`](super::BertEmbedder),
+//! [`ModernBertEmbedder`](super::ModernBertEmbedder)) share around their encoder: the text
+//! side of the model directory ([`PackedTexts`]: its sentence-transformers layout, the
+//! tokenizer, the prompts' token counts), texts in length-sorted batches under a token budget,
+//! each batch run *packed* through the family's [`PackedEncoder`], and each text's hidden
+//! states pooled, projected and normalized as the layout says.
+
+use std::path::Path;
+
+use ndarray::Array2;
+use tokenizers::Tokenizer;
+
+use super::builder::{load_tokenizer, model_id, prompt_length, role_index, EmbedderBuilder};
+use super::layout::Layout;
+use super::{Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
+use crate::models::dense::Output;
+use crate::models::{plan_batches, ModelDir, Precision, CONFIG_FILE};
+use crate::{Error, Result};
+
+/// An encoder that runs token sequences packed (their tokens concatenated, attention within
+/// each): what an embedder built on [`PackedTexts`] needs from its model.
+pub(crate) trait PackedEncoder: Sync {
+    /// The width of the hidden states.
+    fn hidden(&self) -> usize;
+
+    /// The last hidden states of `rows` run as one packed batch, row-major with
+    /// [`hidden`](Self::hidden) columns: one row per token (rows in order) for
+    /// [`Output::AllTokens`], one per sequence for [`Output::FirstToken`].
+    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>>;
+}
+
+/// The text side of an encoder embedder: layout, tokenizer, prompt lengths and batching.
+pub(crate) struct PackedTexts {
+    pub tokenizer: Tokenizer,
+    pub layout: Layout,
+    /// How many leading tokens of a `[Query, Document]` text are its prompt, left out of
+    /// pooling (0 unless `include_prompt` is false).
+    prompt_tokens: [usize; 2],
+    pub token_budget: usize,
+    pub max_batch_size: usize,
+}
+
+impl PackedTexts {
+    /// Reads the layout of `dir`, whose encoder has `hidden`-wide states, `max_positions`
+    /// positions and `vocab` token embeddings; applies the builder's prompts and
+    /// `max_length`, which must be between 2 and `max_positions`; loads the tokenizer (no
+    /// more tokens than `vocab`) and counts the prompts' tokens.
+    pub fn load<M>(
+        builder: &EmbedderBuilder<M>,
+        dir: &ModelDir,
+        hidden: usize,
+        max_positions: usize,
+        vocab: usize,
+    ) -> Result<Self> {
+        let mut layout = Layout::read(dir, hidden, max_positions)?;
+        builder.apply(&mut layout);
+        let max_seq_length = layout.max_seq_length;
+        if max_seq_length > max_positions || max_seq_length < 2 {
+            return Err(Error::model(format!(
+                "max_length {max_seq_length} must be between 2 and max_position_embeddings \
+                 {max_positions} ({})",
+                dir.path().join(CONFIG_FILE).display()
+            )));
+        }
+        let tokenizer = load_tokenizer(dir, &layout, vocab)?;
+        let prompt_tokens = [
+            prompt_length(&tokenizer, &layout, Role::Query)?,
+            prompt_length(&tokenizer, &layout, Role::Document)?,
+        ];
+        let options = &builder.options;
+        Ok(PackedTexts {
+            tokenizer,
+            layout,
+            prompt_tokens,
+            token_budget: options.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET),
+            max_batch_size: options.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
+        })
+    }
+
+    /// The token ids the model sees for `text` as `role`: its prompt, then the text, with the
+    /// tokenizer's special tokens, truncated.
+    pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
+        let enc = self
+            .tokenizer
+            .encode_fast(self.layout.prepare(text, role), true)
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Embeds `texts` as `role` with `encoder`: one finished row per text, in input order.
+    pub fn embed(
+        &self,
+        encoder: &dyn PackedEncoder,
+        texts: &[&str],
+        role: Role,
+    ) -> Result<Array2<f32>> {
+        let dim = self.layout.dim();
+        let mut out = Array2::zeros((texts.len(), dim));
+        if texts.is_empty() {
+            return Ok(out);
+        }
+        let prepared: Vec<String> = texts.iter().map(|t| self.layout.prepare(t, role)).collect();
+        let encodings = self
+            .tokenizer
+            .encode_batch_fast(prepared, true)
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
+        let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
+        let skip = self.prompt_tokens[role_index(role)];
+        for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
+            let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
+            let pooled = self.forward(encoder, &rows, skip)?;
+            for (row, &i) in pooled.iter().zip(&batch.indices) {
+                out.row_mut(i)
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(o, v)| *o = *v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One packed forward pass; returns one finished embedding per row (pooled, projected,
+    /// normalized as the layout says), leaving the first `skip` tokens out of pooling.
+    fn forward(
+        &self,
+        encoder: &dyn PackedEncoder,
+        rows: &[&[u32]],
+        skip: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        let width = encoder.hidden();
+        // cls alone needs only the first token's row (unless a prompt is left out of pooling:
+        // then cls takes the first token after it).
+        if self.layout.first_token_only() && skip == 0 {
+            let hidden = encoder.encode(rows, Output::FirstToken)?;
+            return Ok(hidden
+                .chunks_exact(width)
+                .map(|first| self.layout.finish(first, 1, 0))
+                .collect());
+        }
+        let hidden = encoder.encode(rows, Output::AllTokens)?;
+        let mut start = 0;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let len = row.len();
+            let states = &hidden[start * width..(start + len) * width];
+            out.push(self.layout.finish(states, len, skip));
+            start += len;
+        }
+        Ok(out)
+    }
+
+    /// [`Embedder::id`](super::Embedder::id) of a model of `family` in `dir` loaded in
+    /// `precision`: `{family}-` and a hash of the model's files, `max_length`, the precision
+    /// (unless f32) and the layout (unless mean pooling + normalization with no prompts, whose
+    /// ids predate the layout's).
+    pub fn id(&self, family: &str, dir: &Path, precision: Precision) -> Option<String> {
+        let length = (self.layout.max_seq_length as u64).to_le_bytes();
+        let precision = match precision {
+            Precision::F32 => "",
+            other => other.as_str(),
+        };
+        let layout = match self.layout.is_mean_normalize() {
+            true => String::new(),
+            false => self.layout.describe(),
+        };
+        let extra = [&length[..], precision.as_bytes(), layout.as_bytes()];
+        model_id(family, dir, &extra)
+    }
+}

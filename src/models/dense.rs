@@ -1,0 +1,84 @@
+//! What the packed encoders (`bert::encoder`, `modernbert::encoder`) share: a linear layer in
+//! the precision it was loaded with ([`Dense`]: f32 panels or int8), and which rows of the
+//! last layer a caller needs ([`Output`]).
+
+use crate::models::kernels::{Linear, Then};
+use crate::models::panels::PanelLinear;
+use crate::models::quant::{QuantLinear, QuantRows};
+use crate::models::Precision;
+
+/// A linear layer of an encoder in the precision it was loaded with.
+#[derive(Debug, Clone)]
+pub(crate) enum Dense {
+    F32(PanelLinear),
+    Int8(QuantLinear),
+}
+
+impl Dense {
+    /// Packs `linear` for `precision`: int8 for [`Precision::Int8`], f32 panels otherwise (the
+    /// encoders refuse the other precisions before loading a layer).
+    pub fn new(linear: Linear, precision: Precision) -> Self {
+        match precision {
+            Precision::Int8 => Dense::Int8(QuantLinear::new(&linear)),
+            _ => Dense::F32(PanelLinear::new(&linear)),
+        }
+    }
+
+    /// `out (rows, outputs) = x (rows, inputs) · weightᵀ + bias`, then `then` on `out`, fused
+    /// into the product's blocks of rows.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+    ) {
+        match self {
+            Dense::F32(l) => l.forward(x, rows, out, then),
+            Dense::Int8(q) => q.forward(x, rows, out, scratch, then),
+        }
+    }
+
+    /// Rows per parallel block of a product over `rows` rows run block by block with
+    /// [`Dense::forward_here`] (a feed-forward layer's two products).
+    pub fn block_rows(&self, rows: usize) -> usize {
+        match self {
+            Dense::F32(l) => l.block_rows(rows),
+            Dense::Int8(q) => q.block_rows(rows),
+        }
+    }
+
+    /// [`Dense::forward`] on this thread, for rows `first..` of the whole output.
+    pub fn forward_here(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [f32],
+        scratch: &mut QuantRows,
+        then: Then<'_>,
+        first: usize,
+    ) {
+        match self {
+            Dense::F32(l) => l.forward_here(x, rows, out, then, first),
+            Dense::Int8(q) => q.forward_here(x, rows, out, scratch, then, first),
+        }
+    }
+
+    /// Outputs per row.
+    pub fn outputs(&self) -> usize {
+        match self {
+            Dense::F32(l) => l.outputs(),
+            Dense::Int8(q) => q.outputs(),
+        }
+    }
+}
+
+/// Which rows of the last layer the caller needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// Every token (mean pooling).
+    AllTokens,
+    /// The first token of each sequence (`[CLS]` / `<s>` heads).
+    FirstToken,
+}

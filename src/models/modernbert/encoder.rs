@@ -1,0 +1,894 @@
+//! The packed ModernBERT encoder forward pass, as transformers 5's `ModernBertModel`, on the
+//! shared CPU kernels.
+//!
+//! A batch is *packed* as in the BERT encoder (`bert::encoder`): the tokens of all its
+//! sequences are concatenated into one `(tokens, hidden)` matrix, the projections and the MLP
+//! run over real tokens only, and attention runs within each sequence, at positions counted
+//! from each sequence's first token. transformers pads a batch (or unpads it with flash
+//! attention) and masks; a token's keys are the same either way, so the outputs are too.
+//!
+//! Per layer (pre-norm), with `attn_norm` the identity in layer 0:
+//! `x = x + Wo · attention(RoPE(Q), RoPE(K), V)` over `Wqkv · attn_norm(x)`, then
+//! `x = x + Wo · (act(a) * g)` with `[a | g] = Wi · mlp_norm(x)` (GeGLU); then `final_norm`.
+//! Global layers attend over the whole sequence, sliding layers over the keys at most
+//! `local_attention / 2` positions away; each kind has its own RoPE theta. The embeddings are
+//! the token embeddings, layer-normed (no positions: RoPE carries them).
+//!
+//! Attention runs as one rayon task per (sequence, head, block of queries): a block's scores
+//! cover only the keys its queries can see (the whole sequence in a global layer, the block
+//! widened by the window in a sliding one), softmax runs over each query's own window, so the
+//! scores of a long sequence never fill a `(length, length)` matrix. When only each sequence's
+//! first token is wanted, the last layer computes its keys and values for every token and the
+//! rest for the first tokens only.
+
+use std::cell::RefCell;
+use std::sync::{Arc, RwLock};
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use super::config::ModernBertConfig;
+use crate::models::dense::{Dense, Output};
+use crate::models::dir::{ModelDir, WEIGHTS_FILE};
+use crate::models::kernels::{
+    layer_norm_row, matmul, simd, softmax_row, with_scratch, Act, Linear, Mat, Then, Threads,
+    Weight,
+};
+use crate::models::quant::QuantRows;
+use crate::models::qwen3::ops::{rope_head, Rope};
+use crate::models::weights::Weights;
+use crate::models::Precision;
+use crate::{Error, Result};
+
+/// Queries per attention task.
+const QUERY_BLOCK: usize = 64;
+/// Rows per task of the row-wise passes (norms, RoPE).
+const ROWS_PER_TASK: usize = 16;
+
+/// A layer norm's scale and shift (zeros without `norm_bias`: adding them changes nothing).
+#[derive(Debug, Clone)]
+pub(crate) struct Norm {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+}
+
+impl Norm {
+    /// `layer_norm(row)` in place.
+    #[inline(always)]
+    pub fn apply(&self, row: &mut [f32], eps: f32) {
+        layer_norm_row(row, &self.weight, &self.bias, eps);
+    }
+}
+
+/// One encoder layer.
+#[derive(Debug, Clone)]
+struct Layer {
+    /// `None` in layer 0 (transformers' `nn.Identity`).
+    attn_norm: Option<Norm>,
+    /// Queries, keys and values stacked (`3 * hidden` outputs), heads in order in each.
+    qkv: Dense,
+    out: Dense,
+    mlp_norm: Norm,
+    /// `[input | gate]`: `2 * intermediate` outputs.
+    wi: Dense,
+    wo: Dense,
+    /// Global attention (`full_attention`) or a sliding window.
+    global: bool,
+}
+
+/// The weights of a ModernBERT checkpoint, through the one weights loader: the encoder's
+/// tensors (`embeddings.*`, `layers.N.*`, `final_norm.*`) under `model.` in a task model
+/// (`ModernBertForSequenceClassification`, `...ForMaskedLM`) or at the file's root for a bare
+/// `ModernBertModel`; a task head's at the root.
+pub(crate) struct ModernBertWeights {
+    weights: Weights,
+    /// `"model."` or `""`.
+    prefix: &'static str,
+}
+
+impl ModernBertWeights {
+    /// Maps the checkpoint of `dir` and finds the encoder; weights without one are an
+    /// [`Error::Model`] naming the file.
+    pub fn open(dir: &ModelDir) -> Result<Self> {
+        let weights = Weights::open(dir.path())?;
+        let prefix = if weights.has("model.embeddings.tok_embeddings.weight") {
+            "model."
+        } else if weights.has("embeddings.tok_embeddings.weight") {
+            ""
+        } else {
+            return Err(Error::model(format!(
+                "{}: no ModernBERT encoder tensors (expected \
+                 embeddings.tok_embeddings.weight, or model.embeddings.tok_embeddings.weight)",
+                dir.path().join(WEIGHTS_FILE).display()
+            )));
+        };
+        Ok(ModernBertWeights { weights, prefix })
+    }
+
+    fn name(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The encoder's tensor `name` of shape `shape`.
+    fn encoder(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.weights.f32(&self.name(name), shape)
+    }
+
+    /// Checks every size `config.json` gives against the safetensors header, before any of
+    /// them sizes an allocation: a mismatch is an [`Error::Model`] naming `config.json` and
+    /// the key.
+    pub fn check_config(&self, cfg: &ModernBertConfig) -> Result<()> {
+        let w = &self.weights;
+        let word = self.name("embeddings.tok_embeddings.weight");
+        w.check_config_size("hidden_size", cfg.hidden, &word, 1)?;
+        w.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
+        let last = self.name(&format!("layers.{}.attn.Wqkv.weight", cfg.layers - 1));
+        w.check_config_tensor("num_hidden_layers", cfg.layers, &last)?;
+        let wo = self.name("layers.0.mlp.Wo.weight");
+        w.check_config_size("intermediate_size", cfg.intermediate, &wo, 1)
+    }
+
+    /// A linear layer `{name}.weight` `(outputs, inputs)`, with `{name}.bias` when `bias`
+    /// (zeros otherwise); `root` for a task head's, else the encoder's.
+    fn linear(
+        &self,
+        name: &str,
+        outputs: usize,
+        inputs: usize,
+        bias: bool,
+        root: bool,
+    ) -> Result<Linear> {
+        let full = |n: &str| if root { n.to_string() } else { self.name(n) };
+        Ok(Linear {
+            weight: Weight::F32(
+                self.weights
+                    .f32(&full(&format!("{name}.weight")), &[outputs, inputs])?,
+            ),
+            bias: if bias {
+                self.weights
+                    .f32(&full(&format!("{name}.bias")), &[outputs])?
+            } else {
+                vec![0.0; outputs]
+            },
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The encoder's linear layer `name`.
+    fn encoder_linear(
+        &self,
+        name: &str,
+        outputs: usize,
+        inputs: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        self.linear(name, outputs, inputs, bias, false)
+    }
+
+    /// A task head's linear layer `name` (at the file's root).
+    pub fn root_linear(
+        &self,
+        name: &str,
+        outputs: usize,
+        inputs: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        self.linear(name, outputs, inputs, bias, true)
+    }
+
+    /// A layer norm `name` of `n` values, with its bias when `bias`; `root` for a head's.
+    pub fn norm(&self, name: &str, n: usize, bias: bool, root: bool) -> Result<Norm> {
+        let full = |n: &str| if root { n.to_string() } else { self.name(n) };
+        Ok(Norm {
+            weight: self.weights.f32(&full(&format!("{name}.weight")), &[n])?,
+            bias: if bias {
+                self.weights.f32(&full(&format!("{name}.bias")), &[n])?
+            } else {
+                vec![0.0; n]
+            },
+        })
+    }
+
+    /// Checks a size `config.json` gives (`key` is `value`) against axis `axis` of the tensor
+    /// `name` at the file's root (a task head), before it sizes an allocation.
+    pub fn check_root_size(&self, key: &str, value: usize, name: &str, axis: usize) -> Result<()> {
+        self.weights.check_config_size(key, value, name, axis)
+    }
+}
+
+/// The RoPE tables of both layer kinds for positions `0..positions`.
+#[derive(Debug)]
+struct RopeTables {
+    global: Rope,
+    local: Rope,
+    positions: usize,
+}
+
+/// A ModernBERT encoder's weights, in f32 or int8 linear layers.
+#[derive(Debug)]
+pub(crate) struct ModernBertEncoder {
+    cfg: ModernBertConfig,
+    embeddings: Vec<f32>,
+    embed_norm: Norm,
+    layers: Vec<Layer>,
+    final_norm: Norm,
+    precision: Precision,
+    /// Built for the longest sequence seen so far (never more than `max_position_embeddings`):
+    /// the config's position count backs no tensor, so it sizes nothing at load.
+    rope: RwLock<Arc<RopeTables>>,
+}
+
+impl ModernBertEncoder {
+    /// Loads the encoder from `w` with the shapes `cfg` implies, after checking them against
+    /// the safetensors header; a missing tensor or a wrong shape is an [`Error::Model`] naming
+    /// the file and the tensor. With [`Precision::Int8`] the linear layers are quantized;
+    /// embeddings and norms stay in f32. [`Precision::Bf16`] is refused.
+    pub fn load(
+        w: &ModernBertWeights,
+        cfg: ModernBertConfig,
+        precision: Precision,
+    ) -> Result<Self> {
+        if !matches!(precision, Precision::F32 | Precision::Int8) {
+            return Err(Error::Config(format!(
+                "precision {precision} is not supported by the ModernBERT encoder (f32 or \
+                 int8; bf16 is for Qwen3 models)"
+            )));
+        }
+        w.check_config(&cfg)?;
+        let (h, i, nb) = (cfg.hidden, cfg.intermediate, cfg.norm_bias);
+        let embeddings = w.encoder("embeddings.tok_embeddings.weight", &[cfg.vocab, h])?;
+        let embed_norm = w.norm("embeddings.norm", h, nb, false)?;
+        let dense = |linear| Dense::new(linear, precision);
+        let layers = (0..cfg.layers)
+            .map(|n| {
+                let l = format!("layers.{n}");
+                let (ab, mb) = (cfg.attention_bias, cfg.mlp_bias);
+                Ok(Layer {
+                    attn_norm: match n {
+                        0 => None,
+                        _ => Some(w.norm(&format!("{l}.attn_norm"), h, nb, false)?),
+                    },
+                    qkv: dense(w.encoder_linear(&format!("{l}.attn.Wqkv"), 3 * h, h, ab)?),
+                    out: dense(w.encoder_linear(&format!("{l}.attn.Wo"), h, h, ab)?),
+                    mlp_norm: w.norm(&format!("{l}.mlp_norm"), h, nb, false)?,
+                    wi: dense(w.encoder_linear(&format!("{l}.mlp.Wi"), 2 * i, h, mb)?),
+                    wo: dense(w.encoder_linear(&format!("{l}.mlp.Wo"), h, i, mb)?),
+                    global: cfg.global[n],
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let final_norm = w.norm("final_norm", h, nb, false)?;
+        let rope = Arc::new(RopeTables {
+            global: Rope::new(cfg.head_dim(), cfg.global_theta, 0),
+            local: Rope::new(cfg.head_dim(), cfg.local_theta, 0),
+            positions: 0,
+        });
+        Ok(ModernBertEncoder {
+            cfg,
+            embeddings,
+            embed_norm,
+            layers,
+            final_norm,
+            precision,
+            rope: RwLock::new(rope),
+        })
+    }
+
+    /// The number format of the linear layers.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModernBertConfig {
+        &self.cfg
+    }
+
+    /// The RoPE tables for at least `positions` positions.
+    fn rope(&self, positions: usize) -> Arc<RopeTables> {
+        let current = Arc::clone(&self.rope.read().unwrap_or_else(|e| e.into_inner()));
+        if current.positions >= positions {
+            return current;
+        }
+        let mut slot = self.rope.write().unwrap_or_else(|e| e.into_inner());
+        if slot.positions >= positions {
+            return Arc::clone(&slot);
+        }
+        // Grown by doubling (so that longer and longer inputs rebuild them a few times only),
+        // never past the configured positions.
+        let n = positions
+            .next_power_of_two()
+            .max(64)
+            .min(self.cfg.max_positions)
+            .max(positions);
+        let d = self.cfg.head_dim();
+        let tables = Arc::new(RopeTables {
+            global: Rope::new(d, self.cfg.global_theta, n),
+            local: Rope::new(d, self.cfg.local_theta, n),
+            positions: n,
+        });
+        *slot = Arc::clone(&tables);
+        tables
+    }
+
+    /// Checks that every sequence can be encoded: non-empty, no longer than
+    /// `max_position_embeddings`, ids inside the embedding matrix.
+    fn check(&self, seqs: &[&[u32]]) -> Result<()> {
+        for ids in seqs {
+            if ids.is_empty() {
+                return Err(Error::InvalidInput(
+                    "an encoder input must be non-empty".into(),
+                ));
+            }
+            if ids.len() > self.cfg.max_positions {
+                return Err(Error::InvalidInput(format!(
+                    "a sequence of {} tokens is longer than the model's {} positions",
+                    ids.len(),
+                    self.cfg.max_positions
+                )));
+            }
+            if let Some(id) = ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
+                return Err(Error::model(format!(
+                    "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
+                     does not belong to these weights",
+                    self.cfg.vocab
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the encoder on `seqs` packed together. Returns the last hidden states (after the
+    /// final norm), row-major with `hidden` columns: one row per token for
+    /// [`Output::AllTokens`] (sequences in order), one row per sequence for
+    /// [`Output::FirstToken`].
+    pub fn forward(&self, seqs: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+        self.check(seqs)?;
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let h = self.cfg.hidden;
+        let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |acc, &l| {
+                let s = *acc;
+                *acc += l;
+                Some(s)
+            })
+            .collect();
+        let total: usize = lens.iter().sum();
+        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+        let rope = self.rope(lens.iter().copied().max().unwrap_or(0));
+        let mut ws = Workspace::new(total, &self.cfg);
+        self.embed(seqs, &mut ws.x);
+        let batch = Batch {
+            lens: &lens,
+            starts: &starts,
+            positions: &positions,
+            rope: &rope,
+        };
+        let n_layers = self.layers.len();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let first_only = output == Output::FirstToken && i + 1 == n_layers;
+            self.layer(layer, &mut ws, &batch, first_only);
+        }
+        let rows = match output {
+            Output::AllTokens => total,
+            // The last layer left one row per sequence at the front (configs have >= 1 layer).
+            Output::FirstToken => seqs.len(),
+        };
+        ws.x.truncate(rows * h);
+        let (norm, eps) = (&self.final_norm, self.cfg.eps);
+        ws.x.par_chunks_mut(h * ROWS_PER_TASK)
+            .for_each(|rows| norm_rows(rows, norm, eps));
+        Ok(ws.x)
+    }
+
+    /// Token embeddings, then the embedding norm, into `x`.
+    fn embed(&self, seqs: &[&[u32]], x: &mut [f32]) {
+        let h = self.cfg.hidden;
+        let ids: Vec<u32> = seqs.iter().flat_map(|s| s.iter().copied()).collect();
+        x.par_chunks_mut(h)
+            .zip(ids.par_iter())
+            .for_each(|(row, &id)| {
+                row.copy_from_slice(&self.embeddings[id as usize * h..][..h]);
+                self.embed_norm.apply(row, self.cfg.eps);
+            });
+    }
+
+    /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
+    /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
+    fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch<'_>, first_only: bool) {
+        let cfg = &self.cfg;
+        let (h, d) = (cfg.hidden, cfg.head_dim());
+        let total = batch.positions.len();
+        let n = total * h;
+        // Wqkv over attn_norm(x) (x itself in layer 0).
+        let input = match &l.attn_norm {
+            Some(norm) => {
+                let normed = &mut ws.normed[..n];
+                normed.copy_from_slice(&ws.x[..n]);
+                normed
+                    .par_chunks_mut(h * ROWS_PER_TASK)
+                    .for_each(|rows| norm_rows(rows, norm, cfg.eps));
+                &ws.normed[..n]
+            }
+            None => &ws.x[..n],
+        };
+        let qkv = &mut ws.qkv[..total * 3 * h];
+        l.qkv
+            .forward(input, total, qkv, &mut ws.quant, Then::Nothing);
+        let rope = if l.global {
+            &batch.rope.global
+        } else {
+            &batch.rope.local
+        };
+        rope_rows(qkv, batch.positions, h, d, rope);
+        let rows = if first_only { batch.lens.len() } else { total };
+        let window = (!l.global).then_some(cfg.window);
+        let shape = Heads {
+            hidden: h,
+            heads: cfg.heads,
+            dim: d,
+        };
+        attention(
+            qkv,
+            &mut ws.ctx[..rows * h],
+            batch,
+            shape,
+            window,
+            first_only,
+        );
+        if first_only {
+            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
+            for (i, &s) in batch.starts.iter().enumerate() {
+                ws.x.copy_within(s * h..(s + 1) * h, i * h);
+            }
+        }
+        // x = x + Wo ctx, into `proj`, which then becomes `x`.
+        let m = rows * h;
+        let residual = Then::Add {
+            residual: &ws.x[..m],
+        };
+        l.out.forward(
+            &ws.ctx[..m],
+            rows,
+            &mut ws.proj[..m],
+            &mut ws.quant,
+            residual,
+        );
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+        // x = x + Wo GeGLU(Wi mlp_norm(x)), the same way.
+        mlp(l, cfg, &ws.x[..m], rows, &mut ws.proj[..m]);
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+    }
+}
+
+/// Where a batch's sequences are, and the RoPE tables for them.
+struct Batch<'a> {
+    lens: &'a [usize],
+    starts: &'a [usize],
+    /// Each packed row's position within its sequence.
+    positions: &'a [u32],
+    rope: &'a RopeTables,
+}
+
+/// The attention's shape: `heads` heads of `dim` values, `hidden` in all.
+#[derive(Clone, Copy)]
+struct Heads {
+    hidden: usize,
+    heads: usize,
+    dim: usize,
+}
+
+/// Layer norm of every row of `rows` (whole rows of `norm`'s width), vectorized.
+fn norm_rows(rows: &mut [f32], norm: &Norm, eps: f32) {
+    struct Op<'a> {
+        rows: &'a mut [f32],
+        norm: &'a Norm,
+        eps: f32,
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            for row in self.rows.chunks_exact_mut(self.norm.weight.len()) {
+                self.norm.apply(row, self.eps);
+            }
+        }
+    }
+    simd(Op { rows, norm, eps })
+}
+
+/// RoPE on every query and key head of every row of `qkv` (`(rows, 3 * h)`, queries then keys
+/// then values), row `r` at position `positions[r]`.
+fn rope_rows(qkv: &mut [f32], positions: &[u32], h: usize, d: usize, rope: &Rope) {
+    struct Op<'a> {
+        rows: &'a mut [f32],
+        positions: &'a [u32],
+        h: usize,
+        d: usize,
+        rope: &'a Rope,
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            for (row, &p) in self.rows.chunks_exact_mut(3 * self.h).zip(self.positions) {
+                let (cos, sin) = self.rope.at(p as usize);
+                for head in row[..2 * self.h].chunks_exact_mut(self.d) {
+                    rope_head(head, cos, sin);
+                }
+            }
+        }
+    }
+    qkv.par_chunks_mut(3 * h * ROWS_PER_TASK)
+        .zip(positions.par_chunks(ROWS_PER_TASK))
+        .for_each(|(rows, positions)| {
+            simd(Op {
+                rows,
+                positions,
+                h,
+                d,
+                rope,
+            })
+        });
+}
+
+/// One block's MLP buffers: the normed rows, `[input | gate]`, the GeGLU's output, and their
+/// quantized rows in int8.
+#[derive(Default)]
+struct MlpBlock {
+    normed: Vec<f32>,
+    wide: Vec<f32>,
+    glu: Vec<f32>,
+    quant: QuantRows,
+}
+
+thread_local! {
+    /// The MLP block of this thread, reused across calls.
+    static MLP_BLOCK: RefCell<MlpBlock> = RefCell::new(MlpBlock::default());
+    /// Attention scores of one task, reused across calls on this thread.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out = x + Wo (act(a) * g)` with `[a | g] = Wi mlp_norm(x)` over `rows` rows, block by
+/// block of rows in parallel: a block's norm, `(rows, 2 * intermediate)` products and GeGLU
+/// stay in cache, and the whole intermediate matrix is never written.
+fn mlp(l: &Layer, cfg: &ModernBertConfig, x: &[f32], rows: usize, out: &mut [f32]) {
+    let (h, inner) = (cfg.hidden, cfg.intermediate);
+    if rows == 0 {
+        return;
+    }
+    let block = l.wi.block_rows(rows);
+    out[..rows * h]
+        .par_chunks_mut(block * h)
+        .enumerate()
+        .for_each(|(b, out)| {
+            let (first, count) = (b * block, out.len() / h);
+            with_scratch(
+                &MLP_BLOCK,
+                |MlpBlock {
+                     normed,
+                     wide,
+                     glu,
+                     quant,
+                 }| {
+                    normed.clear();
+                    normed.extend_from_slice(&x[first * h..(first + count) * h]);
+                    norm_rows(normed, &l.mlp_norm, cfg.eps);
+                    wide.resize(count * 2 * inner, 0.0);
+                    l.wi.forward_here(normed, count, wide, quant, Then::Nothing, 0);
+                    glu.resize(count * inner, 0.0);
+                    geglu_rows(wide, glu, inner, cfg.act);
+                    let residual = Then::Add { residual: x };
+                    l.wo.forward_here(glu, count, out, quant, residual, first);
+                },
+            );
+        });
+}
+
+/// `out[j] = act(a[j]) * g[j]` for every row `[a | g]` of `wide` (`(rows, 2 * inner)`), into
+/// `out` (`(rows, inner)`), on this thread, vectorized.
+fn geglu_rows(wide: &[f32], out: &mut [f32], inner: usize, act: Act) {
+    struct Op<'a> {
+        wide: &'a [f32],
+        out: &'a mut [f32],
+        inner: usize,
+        act: Act,
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            let n = self.inner;
+            for (w, o) in self
+                .wide
+                .chunks_exact(2 * n)
+                .zip(self.out.chunks_exact_mut(n))
+            {
+                let (a, g) = w.split_at(n);
+                o.copy_from_slice(a);
+                self.act.apply_here(o);
+                o.iter_mut().zip(g).for_each(|(v, g)| *v *= g);
+            }
+        }
+    }
+    simd(Op {
+        wide,
+        out,
+        inner,
+        act,
+    })
+}
+
+/// Softmax of `scores` (`(rows, width)`) with row `r` over its columns `ranges[r]` only, the
+/// columns outside set to zero; vectorized.
+fn softmax_in_windows(scores: &mut [f32], width: usize, ranges: &[(usize, usize)]) {
+    struct Op<'a> {
+        scores: &'a mut [f32],
+        width: usize,
+        ranges: &'a [(usize, usize)],
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            for (row, &(lo, hi)) in self.scores.chunks_exact_mut(self.width).zip(self.ranges) {
+                row[..lo].fill(0.0);
+                row[hi..].fill(0.0);
+                softmax_row(&mut row[lo..hi]);
+            }
+        }
+    }
+    simd(Op {
+        scores,
+        width,
+        ranges,
+    })
+}
+
+/// Scaled dot-product attention within each sequence, all heads, into `ctx`: one row per
+/// token (or per sequence with `first_only`, whose query is the sequence's first token); with
+/// a `window`, query `i` sees the keys `j` with `|i - j| <= window` only.
+fn attention(
+    qkv: &[f32],
+    ctx: &mut [f32],
+    batch: &Batch<'_>,
+    shape: Heads,
+    window: Option<usize>,
+    first_only: bool,
+) {
+    let Heads {
+        hidden: h,
+        heads,
+        dim: d,
+    } = shape;
+    let lens = batch.lens;
+    let all = Mat::new(qkv, batch.positions.len(), 3 * h);
+    let scale = 1.0 / (d as f32).sqrt();
+    let queries = |s: usize| if first_only { 1 } else { lens[s] };
+    // One task per (sequence, block of queries, head); a sequence's tasks are contiguous.
+    let mut first_task = Vec::with_capacity(lens.len());
+    let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
+    for s in 0..lens.len() {
+        first_task.push(tasks.len());
+        for q0 in (0..queries(s)).step_by(QUERY_BLOCK) {
+            tasks.extend((0..heads).map(|hd| (s, q0, hd)));
+        }
+    }
+    let blocks: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(s, q0, hd)| {
+            let (start, len) = (batch.starts[s], lens[s]);
+            let q1 = (q0 + QUERY_BLOCK).min(queries(s));
+            let nq = q1 - q0;
+            // The keys any query of the block sees, and each query's own.
+            let (k0, k1) = match window {
+                None => (0, len),
+                Some(w) => (q0.saturating_sub(w), (q1 + w).min(len)),
+            };
+            let nk = k1 - k0;
+            let ranges: Vec<(usize, usize)> = (q0..q1)
+                .map(|i| match window {
+                    None => (0, nk),
+                    Some(w) => (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0),
+                })
+                .collect();
+            let q = all.block(start + q0, nq, hd * d, d);
+            let k = all.block(start + k0, nk, h + hd * d, d);
+            let v = all.block(start + k0, nk, 2 * h + hd * d, d);
+            let mut out = vec![0.0f32; nq * d];
+            with_scratch(&SCORES, |scores| {
+                scores.clear();
+                scores.resize(nq * nk, 0.0);
+                matmul(q, k.t(), scores, nk, scale, false, Threads::One);
+                softmax_in_windows(scores, nk, &ranges);
+                matmul(
+                    Mat::new(scores, nq, nk),
+                    v,
+                    &mut out,
+                    d,
+                    1.0,
+                    false,
+                    Threads::One,
+                );
+            });
+            out
+        })
+        .collect();
+    // Scatter: row r of sequence s, head hd <- its block's row r % QUERY_BLOCK.
+    let mut per_seq: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
+    let mut rest = ctx;
+    for s in 0..lens.len() {
+        let (mine, tail) = rest.split_at_mut(queries(s) * h);
+        per_seq.push(mine);
+        rest = tail;
+    }
+    per_seq.into_par_iter().enumerate().for_each(|(s, out)| {
+        for (r, row) in out.chunks_exact_mut(h).enumerate() {
+            let base = first_task[s] + (r / QUERY_BLOCK) * heads;
+            let i = r % QUERY_BLOCK;
+            for hd in 0..heads {
+                let block = &blocks[base + hd];
+                row[hd * d..(hd + 1) * d].copy_from_slice(&block[i * d..(i + 1) * d]);
+            }
+        }
+    });
+}
+
+/// The buffers of one batch, sized for its tokens.
+struct Workspace {
+    /// Hidden states `(tokens, hidden)`.
+    x: Vec<f32>,
+    /// `attn_norm(x)`.
+    normed: Vec<f32>,
+    /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
+    qkv: Vec<f32>,
+    /// Attention context `(tokens, hidden)`.
+    ctx: Vec<f32>,
+    /// Projection outputs `(tokens, hidden)`.
+    proj: Vec<f32>,
+    /// The quantized inputs of the int8 linear layers (empty in f32).
+    quant: QuantRows,
+}
+
+impl Workspace {
+    fn new(tokens: usize, cfg: &ModernBertConfig) -> Self {
+        let h = cfg.hidden;
+        Workspace {
+            x: vec![0.0; tokens * h],
+            normed: vec![0.0; tokens * h],
+            qkv: vec![0.0; tokens * 3 * h],
+            ctx: vec![0.0; tokens * h],
+            proj: vec![0.0; tokens * h],
+            quant: QuantRows::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::noise;
+
+    /// Attention of one head in float64, by the definition, with an optional window.
+    fn reference(q: &[f32], k: &[f32], v: &[f32], d: usize, window: Option<usize>) -> Vec<f64> {
+        let n = q.len() / d;
+        let mut out = vec![0.0; n * d];
+        for i in 0..n {
+            let keys: Vec<usize> = (0..n)
+                .filter(|&j| window.is_none_or(|w| i.abs_diff(j) <= w))
+                .collect();
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|&j| {
+                    (0..d)
+                        .map(|c| q[i * d + c] as f64 * k[j * d + c] as f64)
+                        .sum::<f64>()
+                        / (d as f64).sqrt()
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+            for (&j, s) in keys.iter().zip(&scores) {
+                let p = (s - max).exp() / z;
+                for c in 0..d {
+                    out[i * d + c] += p * v[j * d + c] as f64;
+                }
+            }
+        }
+        out
+    }
+
+    /// Packed attention over sequences longer and shorter than the window and than a block of
+    /// queries equals the per-sequence definition, globally and in a window; the first-token
+    /// rows equal the first rows of the whole.
+    #[test]
+    fn windowed_packed_attention_matches_the_definition() {
+        let (heads, d) = (2, 4);
+        let h = heads * d;
+        let lens = [150usize, 3, 70, 1];
+        let total: usize = lens.iter().sum();
+        let qkv = noise(total * 3 * h, 7);
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |a, &l| {
+                *a += l;
+                Some(*a - l)
+            })
+            .collect();
+        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+        let rope = RopeTables {
+            global: Rope::new(d, 10.0, 0),
+            local: Rope::new(d, 10.0, 0),
+            positions: 0,
+        };
+        let batch = Batch {
+            lens: &lens,
+            starts: &starts,
+            positions: &positions,
+            rope: &rope,
+        };
+        let shape = Heads {
+            hidden: h,
+            heads,
+            dim: d,
+        };
+        for window in [None, Some(8), Some(500)] {
+            let mut ctx = vec![0.0; total * h];
+            attention(&qkv, &mut ctx, &batch, shape, window, false);
+            let mut first = vec![0.0; lens.len() * h];
+            attention(&qkv, &mut first, &batch, shape, window, true);
+            for (s, (&start, &len)) in starts.iter().zip(&lens).enumerate() {
+                for hd in 0..heads {
+                    let pick = |part: usize| -> Vec<f32> {
+                        (start..start + len)
+                            .flat_map(|r| {
+                                let c = part * h + hd * d;
+                                qkv[r * 3 * h + c..r * 3 * h + c + d].to_vec()
+                            })
+                            .collect()
+                    };
+                    let want = reference(&pick(0), &pick(1), &pick(2), d, window);
+                    for r in 0..len {
+                        for c in 0..d {
+                            let got = ctx[(start + r) * h + hd * d + c] as f64;
+                            let w = want[r * d + c];
+                            assert!(
+                                (got - w).abs() < 1e-5,
+                                "{window:?} seq {s} row {r}: {got} {w}"
+                            );
+                        }
+                    }
+                    // One query row runs gemm's matrix-vector path: the same up to rounding.
+                    let got = &first[s * h + hd * d..][..d];
+                    let all = &ctx[start * h + hd * d..][..d];
+                    for (g, a) in got.iter().zip(all) {
+                        assert!((g - a).abs() < 1e-6, "{window:?} seq {s}: {g} {a}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn geglu_is_act_of_the_first_half_times_the_second() {
+        let (rows, inner) = (5, 11);
+        let wide: Vec<f32> = noise(rows * 2 * inner, 3).iter().map(|v| v * 4.0).collect();
+        for act in [Act::Gelu, Act::GeluTanh, Act::Relu] {
+            let mut out = vec![0.0; rows * inner];
+            geglu_rows(&wide, &mut out, inner, act);
+            for r in 0..rows {
+                for j in 0..inner {
+                    let mut a = [wide[r * 2 * inner + j]];
+                    act.apply_here(&mut a);
+                    let want = a[0] * wide[r * 2 * inner + inner + j];
+                    assert_eq!(out[r * inner + j], want, "{act:?}");
+                }
+            }
+        }
+    }
+}
