@@ -214,6 +214,61 @@ pub(crate) fn post_json(
     read(response)
 }
 
+/// One attempt of an API call: POST `body` to `url` with an optional bearer token, then sort
+/// the reply the same way for every OpenAI-style API: 2xx is parsed by `parse`; 401 and 403
+/// fail at once, saying to check `key_source`; 408, 429, 5xx and network failures are worth
+/// another try; any other status fails. `error` makes the [`Error`] of a failure.
+pub(crate) fn api_attempt<T>(
+    agent: &ureq::Agent,
+    url: &str,
+    bearer: Option<&str>,
+    body: &Value,
+    key_source: &str,
+    parse: impl FnOnce(&str) -> std::result::Result<T, String>,
+    error: impl Fn(Option<u16>, String, Option<BoxError>) -> Error,
+) -> Attempt<T> {
+    let auth = bearer.map(|k| format!("Bearer {k}"));
+    let headers: Vec<(&str, &str)> = auth
+        .as_deref()
+        .map(|b| ("Authorization", b))
+        .into_iter()
+        .collect();
+    let reply = match post_json(agent, url, &headers, body) {
+        Ok(r) => r,
+        Err(t) if t.retryable => {
+            return Attempt::Retry {
+                reason: t.message,
+                status: None,
+                retry_after: None,
+            }
+        }
+        Err(t) => return Attempt::Fail(error(None, t.message, Some(t.source))),
+    };
+    let status = reply.status;
+    let detail = || format!("{} ({})", status_line(status), server_message(&reply.text));
+    match status {
+        200..=299 => match parse(&reply.text) {
+            Ok(v) => Attempt::Done(v),
+            Err(m) => Attempt::Fail(error(Some(status), m, None)),
+        },
+        401 | 403 => Attempt::Fail(error(
+            Some(status),
+            format!("{}; check {key_source} (not retried)", detail()),
+            None,
+        )),
+        _ if reply.is_retryable() => Attempt::Retry {
+            reason: detail(),
+            status: Some(status),
+            retry_after: reply.retry_after,
+        },
+        _ => Attempt::Fail(error(
+            Some(status),
+            format!("{} (not retried)", detail()),
+            None,
+        )),
+    }
+}
+
 /// One GET of `url`, read to its end.
 pub(crate) fn get(agent: &ureq::Agent, url: &str) -> std::result::Result<Reply, Transport> {
     let response = agent.get(url).call().map_err(transport)?;
@@ -413,3 +468,192 @@ mod tests {
         assert_eq!(server_message(&"x".repeat(400)).chars().count(), 303);
     }
 }
+
+/// The environment variable read for an API key by default.
+pub(crate) const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// What an OpenAI-style API client is configured with: the API root, the key (or the
+/// environment variable that holds it), and the HTTP settings. The builders of the
+/// OpenAI-compatible generator and embedder hold one and share their setters
+/// ([`api_builder_methods`]).
+#[derive(Clone)]
+pub(crate) struct ApiSettings {
+    /// The API root, e.g. `http://127.0.0.1:8000/v1`.
+    pub base_url: String,
+    /// The key, when set directly.
+    pub api_key: Option<String>,
+    /// The environment variable read for the key otherwise.
+    pub api_key_env: String,
+    /// Timeouts and retries.
+    pub http: ClientSettings,
+}
+
+impl std::fmt::Debug for ApiSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiSettings")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("api_key_env", &self.api_key_env)
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+impl ApiSettings {
+    /// `base_url`, the key from `OPENAI_API_KEY`, `timeout` per attempt, 10 s to connect, 3
+    /// retries from 500 ms to 8 s.
+    pub fn new(base_url: &str, timeout: Duration) -> Self {
+        ApiSettings {
+            base_url: base_url.into(),
+            api_key: None,
+            api_key_env: DEFAULT_API_KEY_ENV.into(),
+            http: ClientSettings {
+                timeout,
+                connect_timeout: Duration::from_secs(10),
+                max_retries: 3,
+                initial_backoff: Duration::from_millis(500),
+                max_backoff: Duration::from_secs(8),
+                sleeper: None,
+            },
+        }
+    }
+
+    /// Checks the settings and makes the client for `{base_url}/{path}`.
+    pub fn connect(self, path: &str) -> Result<ApiClient> {
+        let base = self.base_url.trim().trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "base_url must start with http:// or https://, got {:?}",
+                self.base_url
+            )));
+        }
+        let (agent, retry) = self.http.client("")?;
+        let (api_key, key_source) = match self.api_key {
+            Some(k) => (Some(k), "the configured API key".to_string()),
+            None => (
+                std::env::var(&self.api_key_env)
+                    .ok()
+                    .filter(|k| !k.trim().is_empty()),
+                format!("the {} environment variable", self.api_key_env),
+            ),
+        };
+        Ok(ApiClient {
+            agent,
+            url: format!("{base}/{path}"),
+            api_key,
+            key_source,
+            retry,
+        })
+    }
+}
+
+/// A client of one endpoint of an OpenAI-style API: POSTs with the key, retried as
+/// [`api_attempt`] sorts the replies.
+pub(crate) struct ApiClient {
+    agent: ureq::Agent,
+    /// The endpoint.
+    pub url: String,
+    api_key: Option<String>,
+    key_source: String,
+    /// The retry policy.
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("url", &self.url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiClient {
+    /// POSTs `body` until a reply parses (`parse`), fails, or the retries are spent; errors
+    /// are [`Error::Http`] naming the URL.
+    pub fn call<T>(
+        &self,
+        body: &Value,
+        parse: impl Fn(&str) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let error = |status, message, source| Error::Http {
+            url: self.url.clone(),
+            status,
+            message,
+            source,
+        };
+        self.retry.run(
+            || {
+                api_attempt(
+                    &self.agent,
+                    &self.url,
+                    self.api_key.as_deref(),
+                    body,
+                    &self.key_source,
+                    &parse,
+                    error,
+                )
+            },
+            |status, message| error(status, message, None),
+        )
+    }
+}
+
+/// The setters an OpenAI-style client builder shares, over its `api: ApiSettings` field:
+/// `base_url`, `api_key`, `api_key_env`, `timeout`, `connect_timeout`, `max_retries`,
+/// `backoff`, `sleeper`. `$path` is the endpoint appended to the base URL (for the docs).
+macro_rules! api_builder_methods {
+    ($path:literal, $timeout:literal) => {
+        #[doc = concat!("The API root, e.g. `http://127.0.0.1:8000/v1` (`/", $path, "` is appended).")]
+        pub fn base_url(mut self, url: impl Into<String>) -> Self {
+            self.api.base_url = url.into();
+            self
+        }
+
+        /// The API key (sent as `Authorization: Bearer ...`); overrides the environment variable.
+        pub fn api_key(mut self, key: impl Into<String>) -> Self {
+            self.api.api_key = Some(key.into());
+            self
+        }
+
+        /// The environment variable to read the key from when none is set (default
+        /// `OPENAI_API_KEY`). With neither, no `Authorization` header is sent (local servers).
+        pub fn api_key_env(mut self, name: impl Into<String>) -> Self {
+            self.api.api_key_env = name.into();
+            self
+        }
+
+        #[doc = concat!("The time limit for one whole attempt (default ", $timeout, ").")]
+        pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.api.http.timeout = timeout;
+            self
+        }
+
+        /// The time limit for connecting (default 10 s).
+        pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.api.http.connect_timeout = timeout;
+            self
+        }
+
+        /// Retries after the first attempt (default 3).
+        pub fn max_retries(mut self, n: u32) -> Self {
+            self.api.http.max_retries = n;
+            self
+        }
+
+        /// The first backoff delay (default 500 ms) and the cap (default 8 s).
+        pub fn backoff(mut self, initial: std::time::Duration, max: std::time::Duration) -> Self {
+            self.api.http.initial_backoff = initial;
+            self.api.http.max_backoff = max;
+            self
+        }
+
+        /// Replaces `std::thread::sleep` between retries (for tests, or to log the delays).
+        pub fn sleeper(mut self, sleeper: $crate::http::Sleeper) -> Self {
+            self.api.http.sleeper = Some(sleeper);
+            self
+        }
+    };
+}
+pub(crate) use api_builder_methods;

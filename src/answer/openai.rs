@@ -6,13 +6,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Generation, GenerationRequest, Generator};
-use crate::http::{self, Attempt, ClientSettings, RetryPolicy};
+use crate::http::{self, ApiClient, ApiSettings};
 use crate::{Error, Result};
-
-/// The environment variable read for the API key by default.
-pub const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
-
-pub use crate::http::Sleeper;
 
 /// A generator that calls an OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
 ///
@@ -32,120 +27,41 @@ pub use crate::http::Sleeper;
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct OpenAiCompatible {
-    agent: ureq::Agent,
-    url: String,
+    client: ApiClient,
     model: String,
-    api_key: Option<String>,
-    api_key_source: String,
-    retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for OpenAiCompatible {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiCompatible")
-            .field("url", &self.url)
+            .field("client", &self.client)
             .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
-            .field("retry", &self.retry)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
 /// Configures an [`OpenAiCompatible`] generator; [`OpenAiCompatibleBuilder::build`] checks it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OpenAiCompatibleBuilder {
-    base_url: String,
+    api: ApiSettings,
     model: Option<String>,
-    api_key: Option<String>,
-    api_key_env: String,
-    http: ClientSettings,
-}
-
-impl std::fmt::Debug for OpenAiCompatibleBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiCompatibleBuilder")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
-            .field("api_key_env", &self.api_key_env)
-            .field("http", &self.http)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Default for OpenAiCompatibleBuilder {
     fn default() -> Self {
         OpenAiCompatibleBuilder {
-            base_url: "https://api.openai.com/v1".into(),
+            api: ApiSettings::new("https://api.openai.com/v1", Duration::from_secs(120)),
             model: None,
-            api_key: None,
-            api_key_env: DEFAULT_API_KEY_ENV.into(),
-            http: ClientSettings {
-                timeout: Duration::from_secs(120),
-                connect_timeout: Duration::from_secs(10),
-                max_retries: 3,
-                initial_backoff: Duration::from_millis(500),
-                max_backoff: Duration::from_secs(8),
-                sleeper: None,
-            },
         }
     }
 }
 
 impl OpenAiCompatibleBuilder {
-    /// The API root, e.g. `http://127.0.0.1:8000/v1` (`/chat/completions` is appended).
-    pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
-        self
-    }
+    http::api_builder_methods!("chat/completions", "120 s");
 
     /// The model name sent with each request (required).
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
-        self
-    }
-
-    /// The API key (sent as `Authorization: Bearer ...`); overrides the environment variable.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into());
-        self
-    }
-
-    /// The environment variable to read the key from when none is set (default
-    /// `OPENAI_API_KEY`). With neither, no `Authorization` header is sent (local servers).
-    pub fn api_key_env(mut self, name: impl Into<String>) -> Self {
-        self.api_key_env = name.into();
-        self
-    }
-
-    /// The time limit for one whole attempt (default 120 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.http.timeout = timeout;
-        self
-    }
-
-    /// The time limit for connecting (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.http.connect_timeout = timeout;
-        self
-    }
-
-    /// Retries after the first attempt (default 3).
-    pub fn max_retries(mut self, n: u32) -> Self {
-        self.http.max_retries = n;
-        self
-    }
-
-    /// The first backoff delay (default 500 ms) and the cap (default 8 s).
-    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.http.initial_backoff = initial;
-        self.http.max_backoff = max;
-        self
-    }
-
-    /// Replaces `std::thread::sleep` between retries (for tests, or to log the delays).
-    pub fn sleeper(mut self, sleeper: Sleeper) -> Self {
-        self.http.sleeper = Some(sleeper);
         self
     }
 
@@ -156,30 +72,9 @@ impl OpenAiCompatibleBuilder {
                 "the OpenAI-compatible generator needs a model name: call .model(...)".into(),
             )
         })?;
-        let base = self.base_url.trim().trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(Error::Config(format!(
-                "base_url must start with http:// or https://, got {:?}",
-                self.base_url
-            )));
-        }
-        let (agent, retry) = self.http.client("")?;
-        let (api_key, api_key_source) = match self.api_key {
-            Some(k) => (Some(k), "the configured API key".to_string()),
-            None => (
-                std::env::var(&self.api_key_env)
-                    .ok()
-                    .filter(|k| !k.trim().is_empty()),
-                format!("the {} environment variable", self.api_key_env),
-            ),
-        };
         Ok(OpenAiCompatible {
-            agent,
-            url: format!("{base}/chat/completions"),
+            client: self.api.connect("chat/completions")?,
             model,
-            api_key,
-            api_key_source,
-            retry,
         })
     }
 }
@@ -192,12 +87,12 @@ impl OpenAiCompatible {
 
     /// The endpoint URL.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.client.url
     }
 
     /// The delay before retry number `retry` (0-based): `initial * 2^retry`, capped.
     pub fn backoff_delay(&self, retry: u32) -> Duration {
-        self.retry.delay(retry)
+        self.client.retry.delay(retry)
     }
 
     /// The JSON body for `request`.
@@ -215,74 +110,6 @@ impl OpenAiCompatible {
             body["stop"] = json!(request.stop);
         }
         body
-    }
-
-    fn attempt(&self, body: &Value) -> Attempt<Generation> {
-        let bearer = self.api_key.as_ref().map(|k| format!("Bearer {k}"));
-        let headers: Vec<(&str, &str)> = bearer
-            .as_deref()
-            .map(|b| ("Authorization", b))
-            .into_iter()
-            .collect();
-        let reply = match http::post_json(&self.agent, &self.url, &headers, body) {
-            Ok(r) => r,
-            Err(t) if t.retryable => {
-                return Attempt::Retry {
-                    reason: t.message,
-                    status: None,
-                    retry_after: None,
-                }
-            }
-            Err(t) => return Attempt::Fail(self.http_error(None, t.message, Some(t.source))),
-        };
-        let status = reply.status;
-        let detail = || {
-            format!(
-                "{} ({})",
-                http::status_line(status),
-                http::server_message(&reply.text)
-            )
-        };
-        match status {
-            200..=299 => match parse_completion(&reply.text) {
-                Ok(g) => Attempt::Done(g),
-                Err(m) => Attempt::Fail(self.http_error(
-                    Some(status),
-                    format!("invalid chat-completions response: {m}"),
-                    None,
-                )),
-            },
-            401 | 403 => Attempt::Fail(self.http_error(
-                Some(status),
-                format!("{}; check {} (not retried)", detail(), self.api_key_source),
-                None,
-            )),
-            _ if reply.is_retryable() => Attempt::Retry {
-                reason: detail(),
-                status: Some(status),
-                retry_after: reply.retry_after,
-            },
-            _ => Attempt::Fail(self.http_error(
-                Some(status),
-                format!("{} (not retried)", detail()),
-                None,
-            )),
-        }
-    }
-
-    /// An [`Error::Http`] for a POST to this generator's URL.
-    fn http_error(
-        &self,
-        status: Option<u16>,
-        message: String,
-        source: Option<crate::BoxError>,
-    ) -> Error {
-        Error::Http {
-            url: self.url.clone(),
-            status,
-            message,
-            source,
-        }
     }
 }
 
@@ -312,11 +139,9 @@ fn parse_completion(text: &str) -> std::result::Result<Generation, String> {
 
 impl Generator for OpenAiCompatible {
     fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
-        let body = self.body(request);
-        self.retry.run(
-            || self.attempt(&body),
-            |status, message| self.http_error(status, message, None),
-        )
+        self.client.call(&self.body(request), |text| {
+            parse_completion(text).map_err(|m| format!("invalid chat-completions response: {m}"))
+        })
     }
 
     fn name(&self) -> &str {

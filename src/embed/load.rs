@@ -90,7 +90,7 @@ mod tests {
         let e = load_embedder("no/such/dir", &ModelOptions::default())
             .err()
             .unwrap();
-        assert!(e.to_string().contains("no such model directory"), "{e}");
+        assert!(e.to_string().contains("no/such/dir: does not exist"), "{e}");
     }
 
     #[test]

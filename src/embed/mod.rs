@@ -29,6 +29,8 @@ mod load;
 mod matryoshka;
 #[cfg(feature = "models")]
 mod modernbert;
+#[cfg(feature = "http")]
+mod openai;
 #[cfg(feature = "models")]
 mod packed;
 #[cfg(feature = "models")]
@@ -53,6 +55,8 @@ pub use layout::PoolingMode;
 pub use load::load_embedder;
 #[cfg(feature = "models")]
 pub use modernbert::{ModernBertEmbedder, ModernBertEmbedderBuilder};
+#[cfg(feature = "http")]
+pub use openai::{OpenAiEmbedder, OpenAiEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use qwen3::{Qwen3Embedder, Qwen3EmbedderBuilder};
 

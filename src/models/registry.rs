@@ -389,11 +389,10 @@ pub(crate) fn locate(model: &Path, task: Task) -> Result<(PathBuf, Option<&'stat
         return Ok((model.to_path_buf(), known));
     }
     let Some(id) = hub_id(model) else {
-        return Err(Error::model(format!(
-            "{}: no such model directory (a hub id is written owner/name, e.g. \
-             BAAI/bge-small-en-v1.5)",
-            model.display()
-        )));
+        // Not a hub id: the directory's own error (missing, not a directory, no config.json),
+        // with where to get a model.
+        crate::models::ModelDir::open(model)?;
+        return Ok((model.to_path_buf(), None));
     };
     let known = find(id);
     if let Some(known) = known {

@@ -69,6 +69,32 @@ pub enum EmbedderConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dims: Option<usize>,
     },
+    /// An OpenAI-compatible `/embeddings` API (feature `http`): `OpenAiEmbedder`.
+    Openai {
+        /// The API root, e.g. `http://127.0.0.1:8080/v1`.
+        url: String,
+        /// The model name sent with each request.
+        model: String,
+        /// The environment variable holding the API key (default `OPENAI_API_KEY`; none set
+        /// means no `Authorization` header).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
+        /// Vector width asked of the server (the API's `dimensions`; Matryoshka models).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dimensions: Option<usize>,
+        /// The model's vector width (default: asked of the server with one probe at load).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dim: Option<usize>,
+        /// Put before every query (e.g. `"query: "`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        query_prompt: Option<String>,
+        /// Put before every document (e.g. `"passage: "`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        document_prompt: Option<String>,
+        /// Texts per request (default 64).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        batch_size: Option<usize>,
+    },
     /// The model-free [`HashingEmbedder`](crate::embed::HashingEmbedder).
     Hashing {
         /// Buckets (default 512).
@@ -91,11 +117,60 @@ impl EmbedderConfig {
                 (Arc::new(crate::embed::HashingEmbedder::new(*dim)?), *dims)
             }
             EmbedderConfig::Bert { model, dims } => (embedder(model)?, *dims),
+            EmbedderConfig::Openai { .. } => (self.openai()?, None),
         };
         Ok(match dims {
             Some(d) => Arc::new(crate::embed::Matryoshka::new(full, d)?),
             None => full,
         })
+    }
+}
+
+impl EmbedderConfig {
+    #[cfg(feature = "http")]
+    fn openai(&self) -> Result<Arc<dyn Embedder>> {
+        let EmbedderConfig::Openai {
+            url,
+            model,
+            api_key_env,
+            dimensions,
+            dim,
+            query_prompt,
+            document_prompt,
+            batch_size,
+        } = self
+        else {
+            return Err(Error::Config("embedder: not an openai section".into()));
+        };
+        let mut b = crate::embed::OpenAiEmbedder::builder()
+            .base_url(url)
+            .model(model);
+        if let Some(env) = api_key_env {
+            b = b.api_key_env(env);
+        }
+        if let Some(n) = dimensions {
+            b = b.dimensions(*n);
+        }
+        if let Some(n) = dim {
+            b = b.dim(*n);
+        }
+        if let Some(p) = query_prompt {
+            b = b.query_prompt(p);
+        }
+        if let Some(p) = document_prompt {
+            b = b.document_prompt(p);
+        }
+        if let Some(n) = batch_size {
+            b = b.batch_size(*n);
+        }
+        Ok(Arc::new(b.build()?))
+    }
+
+    #[cfg(not(feature = "http"))]
+    fn openai(&self) -> Result<Arc<dyn Embedder>> {
+        Err(Error::Config(
+            "embedder: `type: openai` needs the `http` feature of rerank".into(),
+        ))
     }
 }
 
