@@ -11,6 +11,9 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
          token counts, varying from text to text as with the real 250k sentencepiece one (a
          tiny trained vocabulary would cut every text at the cap, and hide the padding that
          sentence-transformers computes and the packed encoder does not);
+  modernbert  bench-gte-modernbert-base: ModernBERT with gte-modernbert-base's shape (22
+         layers, hidden 768, 12 heads, GeGLU 1152, global attention every third layer, the
+         others in a 128-token window), cls pooling + Normalize, all-MiniLM-L6-v2's tokenizer;
   qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
          1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
          Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
@@ -44,7 +47,7 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # time without rebuilding: RERANK_BENCH_BIN=target/release/deps/embed_models-HASH.
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
-DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16}
+DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -105,9 +108,40 @@ def make_qwen3(dest: Path):
         st = SentenceTransformer(modules=modules, prompts={"query": QWEN3_QUERY, "document": ""}, device="cpu")
         st.save(str(dest))
         (dest / "tokenizer.json").write_bytes((enc / "tokenizer.json").read_bytes())
+        # As the published model's: sentence-transformers 6 would otherwise save a "message"
+        # modality (the tokenizer has a chat template) and feed texts through the template.
+        (dest / "sentence_bert_config.json").write_text(
+            json.dumps({"max_seq_length": MAX_SEQ, "do_lower_case": False}))
         cfgj = json.loads((dest / "config.json").read_text())
         cfgj["architectures"] = ["Qwen3ForCausalLM"]  # as the published config says
         (dest / "config.json").write_text(json.dumps(cfgj, indent=2))
+
+
+def make_modernbert(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import ModernBertConfig, ModernBertModel
+
+    tok = MODELS / "all-MiniLM-L6-v2"  # scripts/fetch_minilm.sh
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        torch.manual_seed(0)
+        cfg = ModernBertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=22,
+                               num_attention_heads=12, intermediate_size=1152,
+                               global_attn_every_n_layers=3, local_attention=128,
+                               max_position_embeddings=8192, pad_token_id=0, cls_token_id=101,
+                               sep_token_id=102, bos_token_id=101, eos_token_id=102)
+        cfg.architectures = ["ModernBertModel"]
+        ModernBertModel(cfg).eval().save_pretrained(enc)
+        for f in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]:
+            if (tok / f).exists():
+                (enc / f).write_bytes((tok / f).read_bytes())
+        modules = [Transformer(str(enc), max_seq_length=MAX_SEQ), Pooling(768, "cls"), Normalize()]
+        st = SentenceTransformer(modules=modules, device="cpu")
+        st.save(str(dest))
+        (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
 
 
 def fetched(dest: Path):
@@ -118,6 +152,7 @@ MAKERS = {
     "minilm": ("all-MiniLM-L6-v2", fetched),  # the BERT baseline, the real model
     "xlmr": ("bench-xlmr-e5-small", make_xlmr),
     "qwen3": ("bench-qwen3-embedding-0.6b", make_qwen3),
+    "modernbert": ("bench-gte-modernbert-base", make_modernbert),
 }
 
 
@@ -177,7 +212,7 @@ def bench(arch: str, threads: int, rounds: int):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", nargs="+", choices=sorted(MAKERS), default=["xlmr", "qwen3"])
+    ap.add_argument("--arch", nargs="+", choices=sorted(MAKERS), default=["xlmr", "modernbert", "qwen3"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()

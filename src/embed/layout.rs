@@ -277,6 +277,20 @@ impl Layout {
                 layout.max_seq_length = n;
             }
             layout.do_lower_case = get_bool(&obj, "do_lower_case", false, &file)?;
+            // sentence-transformers 6 saves, for a tokenizer with a chat template, a "message"
+            // modality, and then feeds every text through that template: not reproduced here.
+            if let Some(Value::Object(modalities)) = obj.get("modality_config") {
+                if modalities.contains_key("message") {
+                    return Err(bad(
+                        &file,
+                        "modality_config.message",
+                        "sentence-transformers formats every text with the tokenizer's chat \
+                         template for this model, which is not supported (without the \
+                         \"message\" entry texts are embedded as they are, as published \
+                         models such as Qwen3-Embedding are)",
+                    ));
+                }
+            }
             // sentence-transformers 6 also records what the Transformer module outputs.
             for (key, want) in [
                 ("transformer_task", "feature-extraction"),

@@ -378,4 +378,16 @@ fn other_modules_and_settings_are_refused_naming_file_and_key() {
         v["module_input_name"] = "token_embeddings".into()
     });
     b.refused("2_Normalize/config.json", "module_input_name");
+
+    // A directory sentence-transformers 6 saved for a tokenizer with a chat template: it feeds
+    // every text through the template ("message" modality), which is refused, not ignored.
+    let b = Broken::of("cls_prompts", "message");
+    b.edit("sentence_bert_config.json", |v| {
+        v["modality_config"] = serde_json::json!({
+            "text": {"method": "forward", "method_output_name": "last_hidden_state"},
+            "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"}
+        })
+    });
+    let m = b.refused("sentence_bert_config.json", "modality_config.message");
+    assert!(m.contains("chat"), "{m}");
 }
