@@ -93,6 +93,11 @@ pub struct Classification {
     /// The acts, sections and jurisdictions the query names (empty when none).
     #[serde(default, skip_serializing_if = "LegalRefs::is_empty")]
     pub legal: LegalRefs,
+    /// The canonical names of the known people the query mentions, aliases resolved ("tay":
+    /// "Taylor Smith"). The pipeline adds them to the recall query and to the words that
+    /// protect exact matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub people: Vec<String>,
 }
 
 /// Classifies a query before retrieval.

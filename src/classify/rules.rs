@@ -276,6 +276,7 @@ impl RuleClassifier {
             route_confidence,
             signals,
             legal,
+            people: self.known_names(query),
         }
     }
 
@@ -396,6 +397,16 @@ impl RuleClassifier {
             .map(|(phrase, _)| phrase)
             .filter(|phrase| contains_phrase(plain, phrase))
             .collect();
+        // "Taylor's ...": a known person's possessive asks for something of theirs, whatever
+        // else the query says.
+        let known_possessive = self.known_names.iter().any(|(phrase, _)| {
+            !phrase.is_empty()
+                && (0..plain.len())
+                    .any(|i| plain[i..].starts_with(phrase) && ws[i + phrase.len() - 1].possessive)
+        });
+        if known_possessive {
+            signals.push("known_name_possessive".into());
+        }
         if !names.is_empty() {
             let mut seen = HashSet::new();
             for name in &names {
@@ -438,6 +449,9 @@ impl RuleClassifier {
             semantic += 1;
         }
 
+        if known_possessive {
+            return (QueryKind::Factual, PATTERN);
+        }
         if factual == 0 && semantic == 0 {
             return if short {
                 signals.push("default_factual".into());

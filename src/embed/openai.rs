@@ -116,7 +116,7 @@ impl OpenAiEmbedderBuilder {
         self
     }
 
-    /// Texts per request (default [`DEFAULT_BATCH_SIZE`]).
+    /// Texts per request (default 64).
     pub fn batch_size(mut self, n: usize) -> Self {
         self.batch_size = n;
         self

@@ -101,7 +101,7 @@ impl Pipeline {
         Ok(SearchPlan {
             query: request.query.clone(),
             route,
-            recall_text: plan.recall.clone(),
+            recall_text: super::with_people(&plan.recall, classification.as_ref()),
             rerank_text: plan.rerank.text.clone(),
             two_phase: plan.two_phase.is_some(),
             mode,

@@ -52,7 +52,7 @@ use stage2::Stage2Input;
 
 use crate::answer::Generator;
 use crate::cache::SemanticCache;
-use crate::classify::QueryClassifier;
+use crate::classify::{Classification, QueryClassifier};
 use crate::parse::{self, TwoPhaseMode};
 use crate::rerankers::qwen3::Instructions;
 use crate::{Embedder, Error, Reranker, Result, Retriever};
@@ -184,9 +184,10 @@ impl Pipeline {
 
         let (retriever, mode) = self.modes.pick(self.retriever.as_ref(), request)?;
         let n_candidates = self.options.candidates_for(top_k);
+        let recall_text = with_people(&plan.recall, classification.as_ref());
         let recall = self.recall(
             retriever.get(),
-            &plan.recall,
+            &recall_text,
             request,
             classification.as_ref(),
             n_candidates,
@@ -280,4 +281,20 @@ impl Pipeline {
 
 pub(crate) fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
+}
+
+/// The recall text with the canonical names of the people the query names by alias ("tay":
+/// "Taylor Smith") put after it, those it does not already spell out.
+pub(super) fn with_people(text: &str, classification: Option<&Classification>) -> String {
+    let mut out = text.to_string();
+    let lower = crate::text::plain_words(text).join(" ");
+    for name in classification.map_or(&[][..], |c| c.people.as_slice()) {
+        let name_words = crate::text::plain_words(name).join(" ");
+        let spelled = format!(" {lower} ").contains(&format!(" {name_words} "));
+        if !name_words.is_empty() && !spelled {
+            out.push(' ');
+            out.push_str(name);
+        }
+    }
+    out
 }

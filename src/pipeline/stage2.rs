@@ -194,12 +194,14 @@ impl Pipeline {
         classification: Option<&Classification>,
         hits: Vec<Hit>,
     ) -> Vec<Hit> {
-        let kind = match classification {
-            Some(c) => c.kind,
+        let (kind, people) = match classification {
+            Some(c) => (c.kind, c.people.as_slice()),
             // Without a classifier nothing is known to be factual.
-            None => QueryKind::Semantic,
+            None => (QueryKind::Semantic, &[][..]),
         };
-        self.query.protection.order(query, kind, hits)
+        self.query
+            .protection
+            .order_with_names(query, people, kind, hits)
     }
 
     /// Step 8: threshold (protected hits are kept), dedup (best hit per key wins), top-k.

@@ -1,9 +1,11 @@
-//! Protected reranking: for factual queries, the top lexical matches stay first.
+//! Protected reranking: for factual queries, the exact lexical matches stay first.
 //!
 //! A cross-encoder judges topical relevance; for a lookup such as "Taylor's KTN" the one
 //! document holding the identifier can look less "relevant" than general text about the topic.
-//! Protection keeps up to N of the top stage-1 hits that contain a significant query keyword in
-//! front, in stage-1 order, and reranks the rest below them.
+//! Protection keeps up to N of the stage-1 candidates that contain the query's significant
+//! keywords in front, in stage-1 order, and reranks the rest below them. Every candidate is
+//! scanned by default (after hybrid fusion the exact note is often 4th or lower); the ones
+//! that match the most keywords win the N places.
 
 use std::collections::HashSet;
 
@@ -21,8 +23,9 @@ use crate::{Error, Hit, Result};
 pub struct ProtectPolicy {
     /// At most this many hits are protected (default 3; 0 turns protection off).
     pub max_protected: usize,
-    /// Only the first `window` stage-1 hits are candidates (default 3).
-    pub window: usize,
+    /// Only the first `window` stage-1 hits are candidates (default: `None`, every candidate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
     /// Words that are never significant keywords (default: the classifier's English stopwords).
     pub stopwords: Vec<String>,
 }
@@ -31,7 +34,7 @@ impl Default for ProtectPolicy {
     fn default() -> Self {
         ProtectPolicy {
             max_protected: 3,
-            window: 3,
+            window: None,
             stopwords: QUERY_STOPWORDS.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -50,17 +53,21 @@ impl ProtectPolicy {
     pub fn top(n: usize) -> Self {
         ProtectPolicy {
             max_protected: n,
-            window: n,
+            window: Some(n),
             ..ProtectPolicy::default()
         }
     }
 
-    /// Checks the values: a non-zero `max_protected` needs a `window` at least as large.
+    /// Checks the values: a non-zero `max_protected` needs a `window`, when set, at least as
+    /// large.
     pub fn validate(&self) -> Result<()> {
-        if self.max_protected > 0 && self.window < self.max_protected {
+        if let Some(window) = self
+            .window
+            .filter(|&w| self.max_protected > 0 && w < self.max_protected)
+        {
             return Err(Error::Config(format!(
-                "protected reranking: window ({}) must be at least max_protected ({})",
-                self.window, self.max_protected
+                "protected reranking: window ({window}) must be at least max_protected ({})",
+                self.max_protected
             )));
         }
         Ok(())
@@ -86,24 +93,58 @@ impl ProtectPolicy {
     /// Orders reranked hits. `hits` must be in stage-1 order with their rerank score in
     /// [`Hit::score`].
     ///
-    /// For [`QueryKind::Factual`], up to `max_protected` of the first `window` hits whose text
-    /// (title included) contains a significant keyword of `query` as a whole word come first,
-    /// in stage-1 order, marked [`Hit::protected`]; the others follow by descending score.
-    /// For [`QueryKind::Semantic`] (or no keyword) the order is by score alone.
+    /// For [`QueryKind::Factual`], the hits within `window` (every hit by default) whose text
+    /// (title included) contains a significant keyword of `query` as a whole word are the
+    /// candidates; the `max_protected` of them that contain the most distinct keywords (the
+    /// earlier in stage-1 order on a tie) come first, in stage-1 order, marked
+    /// [`Hit::protected`]; the others follow by descending score. For
+    /// [`QueryKind::Semantic`] (or no keyword) the order is by score alone.
     pub fn order(&self, query: &str, kind: QueryKind, hits: Vec<Hit>) -> Vec<Hit> {
+        self.order_with_names(query, &[], kind, hits)
+    }
+
+    /// [`order`](Self::order) with the words of `names` (the canonical names of the people
+    /// the query mentions by alias: "tay" is "Taylor Smith") counted as keywords too.
+    pub fn order_with_names(
+        &self,
+        query: &str,
+        names: &[String],
+        kind: QueryKind,
+        hits: Vec<Hit>,
+    ) -> Vec<Hit> {
         let keywords = match kind {
-            QueryKind::Factual if self.max_protected > 0 => self.keywords(query),
+            QueryKind::Factual if self.max_protected > 0 => {
+                let mut k = self.keywords(query);
+                for word in names.iter().flat_map(|n| self.keywords(n)) {
+                    if !k.contains(&word) {
+                        k.push(word);
+                    }
+                }
+                k
+            }
             _ => Vec::new(),
         };
+        let window = self.window.unwrap_or(usize::MAX);
+        let mut matched: Vec<(usize, usize)> = Vec::new();
+        if !keywords.is_empty() {
+            for (i, hit) in hits.iter().enumerate().take(window) {
+                let n = matching_keywords(&hit.document.full_text(), &keywords);
+                if n > 0 {
+                    matched.push((n, i));
+                }
+            }
+        }
+        matched.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let chosen: HashSet<usize> = matched
+            .iter()
+            .take(self.max_protected)
+            .map(|&(_, i)| i)
+            .collect();
         let mut protected = Vec::new();
         let mut rest = Vec::with_capacity(hits.len());
         for (i, mut hit) in hits.into_iter().enumerate() {
-            let eligible = !keywords.is_empty()
-                && i < self.window
-                && protected.len() < self.max_protected
-                && contains_keyword(&hit.document.full_text(), &keywords);
-            hit.protected = eligible;
-            if eligible {
+            hit.protected = chosen.contains(&i);
+            if hit.protected {
                 protected.push(hit);
             } else {
                 rest.push(hit);
@@ -115,9 +156,10 @@ impl ProtectPolicy {
     }
 }
 
-fn contains_keyword(text: &str, keywords: &[String]) -> bool {
+/// How many of `keywords` `text` contains as whole words.
+fn matching_keywords(text: &str, keywords: &[String]) -> usize {
     let words: HashSet<String> = plain_words(text).into_iter().collect();
-    keywords.iter().any(|k| words.contains(k))
+    keywords.iter().filter(|k| words.contains(*k)).count()
 }
 
 #[cfg(test)]
@@ -145,12 +187,27 @@ mod tests {
             hit("d", "packing lists", 0.4),
             hit("e", "taylor swift tour", 0.5),
         ];
-        let out = ProtectPolicy::default().order("Taylor's KTN", QueryKind::Factual, hits);
+        let make = || hits.clone();
+        let out = ProtectPolicy::top(3).order("Taylor's KTN", QueryKind::Factual, make());
         // a and c are in the window (first 3) and contain a keyword; e contains one but is
         // outside the window.
         assert_eq!(ids(&out), ["a", "c", "e", "d", "b"]);
         assert!(out[0].protected && out[1].protected);
         assert!(out[2..].iter().all(|h| !h.protected));
+        // By default every candidate is scanned: e is protected too, behind a and c.
+        let out = ProtectPolicy::default().order("Taylor's KTN", QueryKind::Factual, make());
+        assert_eq!(ids(&out), ["a", "c", "e", "d", "b"]);
+        assert!(out[..3].iter().all(|h| h.protected));
+        // With one place, the hit holding both keywords wins it, wherever it is.
+        let one = ProtectPolicy {
+            max_protected: 1,
+            ..ProtectPolicy::default()
+        };
+        let mut late = make();
+        late.rotate_left(1); // a is now the last stage-1 hit
+        let out = one.order("Taylor's KTN", QueryKind::Factual, late);
+        assert_eq!(out[0].id(), "a");
+        assert!(out[0].protected && !out[1].protected);
     }
 
     #[test]
@@ -178,7 +235,7 @@ mod tests {
         ];
         let policy = ProtectPolicy {
             max_protected: 1,
-            window: 3,
+            window: Some(3),
             ..ProtectPolicy::default()
         };
         assert_eq!(
@@ -205,7 +262,7 @@ mod tests {
         assert!(ProtectPolicy::disabled().validate().is_ok());
         let bad = ProtectPolicy {
             max_protected: 3,
-            window: 1,
+            window: Some(1),
             ..ProtectPolicy::default()
         };
         assert!(bad.validate().is_err());

@@ -139,13 +139,12 @@ fn taylors_ktn_stays_first() {
         "it was still scored by the reranker"
     );
 
-    // Protected hits come first in stage-1 order (at most 3, from the top 3); the rest follow
-    // in the reranker's order.
+    // Protected hits come first in stage-1 order (at most 3, from every candidate); the rest
+    // follow in the reranker's order.
     let n_protected = response.hits.iter().filter(|h| h.protected).count();
     assert!((1..=3).contains(&n_protected));
     let (head, tail) = response.hits.split_at(n_protected);
     assert!(head.windows(2).all(|w| w[0].stage1_rank < w[1].stage1_rank));
-    assert!(head.iter().all(|h| h.stage1_rank <= 3));
     assert!(tail.iter().all(|h| !h.protected));
     assert!(tail
         .windows(2)
@@ -170,9 +169,17 @@ fn protection_survives_a_score_threshold() {
 #[test]
 fn semantic_query_uses_the_rerankers_order_unchanged() {
     let query = "prepare me for meeting with Sarah";
-    // Stage-1 candidates in order, then the reranker's scores, sorted (stable) by hand.
+    let classifier = || {
+        RuleClassifier::builder()
+            .alias("Sarah", "Sarah Lee")
+            .build()
+            .unwrap()
+    };
+    // Stage-1 candidates in order (the same recall text: "Sarah Lee" added by the alias map),
+    // then the reranker's scores, sorted (stable) by hand.
     let stage1 = Pipeline::builder()
         .retriever(index())
+        .classifier(classifier())
         .top_k(50)
         .dedup(DedupKey::None)
         .build()
@@ -191,12 +198,7 @@ fn semantic_query_uses_the_rerankers_order_unchanged() {
     let pipeline = Pipeline::builder()
         .retriever(index())
         .reranker(PrefersTravel)
-        .classifier(
-            RuleClassifier::builder()
-                .alias("Sarah", "Sarah Lee")
-                .build()
-                .unwrap(),
-        )
+        .classifier(classifier())
         .top_k(5)
         .dedup(DedupKey::None)
         .build()
@@ -253,7 +255,7 @@ fn a_wider_policy_protects_more() {
     // An inconsistent policy is rejected at build time.
     let bad = ProtectPolicy {
         max_protected: 4,
-        window: 2,
+        window: Some(2),
         ..ProtectPolicy::default()
     };
     assert!(Pipeline::builder()
@@ -261,4 +263,90 @@ fn a_wider_policy_protects_more() {
         .protection(bad)
         .build()
         .is_err());
+}
+
+/// Returns the documents in a fixed order (a hybrid fusion that put the exact note 5th).
+struct Fixed(Vec<Document>);
+
+impl rerank::Retriever for Fixed {
+    fn retrieve(&self, _q: &rerank::recall::SearchQuery, k: usize) -> Result<Vec<Hit>> {
+        Ok(self
+            .0
+            .iter()
+            .take(k)
+            .enumerate()
+            .map(|(i, d)| Hit::new(std::sync::Arc::new(d.clone()), 1.0 / (i + 1) as f32))
+            .collect())
+    }
+}
+
+#[test]
+fn the_exact_note_fifth_after_fusion_comes_out_first() {
+    // Stage 1 puts four travel texts (each with "KTN") before Taylor's note.
+    let docs = corpus();
+    let mut order: Vec<Document> = docs
+        .iter()
+        .filter(|d| d.id.starts_with("travel"))
+        .take(4)
+        .cloned()
+        .collect();
+    order.push(docs[0].clone());
+    order.extend(docs.iter().filter(|d| d.id.starts_with("sarah")).cloned());
+    let build = |policy: ProtectPolicy| {
+        Pipeline::builder()
+            .retriever(Fixed(order.clone()))
+            .reranker(PrefersTravel)
+            .classifier(
+                RuleClassifier::builder()
+                    .alias("tay", "Taylor Smith")
+                    .build()
+                    .unwrap(),
+            )
+            .protection(policy)
+            .top_k(3)
+            .build()
+            .unwrap()
+    };
+    // The old window of three never sees it: the reranker buries it.
+    let windowed = build(ProtectPolicy::top(3)).search("Taylor's KTN").unwrap();
+    assert_ne!(windowed.hits[0].id(), "taylor");
+    // Every candidate is scanned by default; the note holding both keywords wins a place.
+    let pipeline = build(ProtectPolicy {
+        max_protected: 1,
+        ..ProtectPolicy::default()
+    });
+    let response = pipeline.search("Taylor's KTN").unwrap();
+    assert_eq!(response.hits[0].id(), "taylor", "{:?}", ids(&response.hits));
+    assert!(response.hits[0].protected);
+    assert_eq!(response.hits[0].stage1_rank, 5);
+    // By alias: "tay" is Taylor Smith, whose name counts as keywords; the possessive of a
+    // known name is factual, and the name goes to recall too.
+    let response = pipeline.search("tay's KTN").unwrap();
+    let c = response.classification.as_ref().unwrap();
+    assert_eq!(c.kind, rerank::classify::QueryKind::Factual);
+    assert_eq!(c.people, ["Taylor Smith"]);
+    assert!(
+        c.signals.contains(&"known_name_possessive".to_string()),
+        "{:?}",
+        c.signals
+    );
+    assert_eq!(response.hits[0].id(), "taylor", "{:?}", ids(&response.hits));
+    let plan = pipeline
+        .plan(&rerank::pipeline::SearchRequest::new("tay's KTN"))
+        .unwrap();
+    assert_eq!(plan.recall_text, "tay's KTN Taylor Smith");
+    // A known name's possessive stays factual even beside words that read as semantic.
+    let c = rerank::QueryClassifier::classify(
+        &RuleClassifier::builder()
+            .alias("tay", "Taylor Smith")
+            .build()
+            .unwrap(),
+        "explain how I should prepare and organize tay's travel documents for the long trip",
+    );
+    assert_eq!(
+        c.kind,
+        rerank::classify::QueryKind::Factual,
+        "{:?}",
+        c.signals
+    );
 }
