@@ -137,17 +137,26 @@ impl LegalExtractor {
                 push_distinct(&mut refs.sections, n);
             }
         }
-        let mut places: Vec<(usize, String)> = self
+        let places: Vec<(usize, usize, String)> = self
             .jurisdictions
             .iter()
             .flat_map(|r| {
                 r.find_iter(text)
-                    .map(|m| (m.start(), normalize(m.as_str())))
+                    .map(|m| (m.start(), m.end(), normalize(m.as_str())))
             })
             .collect();
-        places.sort_by_key(|(at, _)| *at);
-        for (_, p) in places {
-            push_distinct(&mut refs.jurisdictions, p);
+        // A place inside a longer match ("Delhi" in "Delhi High Court") is that match.
+        let mut places: Vec<&(usize, usize, String)> = places
+            .iter()
+            .filter(|(s, e, _)| {
+                !places
+                    .iter()
+                    .any(|(s2, e2, _)| s2 <= s && e <= e2 && (e2 - s2) > (e - s))
+            })
+            .collect();
+        places.sort_by_key(|(at, _, _)| *at);
+        for (_, _, p) in places {
+            push_distinct(&mut refs.jurisdictions, p.clone());
         }
         refs
     }

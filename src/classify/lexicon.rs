@@ -137,6 +137,7 @@ pub const SIMPLE_PATTERNS: &[&str] = &[
     r"(?i)\b(text|wording) of (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
     r"(?i)\bshow me (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
     r"(?i)^\s*what is (section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
+    r"(?i)\bread (out )?(section|sec\.?|s\.|article|art\.|clause|rule|regulation|paragraph)\s*\d",
 ];
 
 /// Queries asking for comparison, evolution or an exhaustive survey (route `analytical`).
@@ -173,6 +174,8 @@ pub const JURISDICTION_PATTERNS: &[&str] = &[
     r"(?i)\b(house of lords|privy council|european court of human rights|echr|cjeu)\b",
     r"(?i)\b(united states|u\.s\.|usa|united kingdom|uk|england|wales|scotland|northern ireland|ireland|european union|eu|india|canada|australia|new zealand|singapore|hong kong|south africa|germany|france)\b",
     r"(?i)\b(california|new york|texas|delaware|florida|illinois|ontario|quebec|british columbia|new south wales|victoria)\b",
+    // Cities that seat courts: "bail in Delhi and Mumbai" names two jurisdictions.
+    r"(?i)\b(delhi|mumbai|bombay|kolkata|calcutta|chennai|madras|bengaluru|bangalore|hyderabad|allahabad|lucknow|london|edinburgh|dublin|toronto|sydney|melbourne|chicago|los angeles|san francisco)\b",
 ];
 
 /// Short names of acts and the names the act pattern gives them (compared case-insensitively,

@@ -218,6 +218,13 @@ fn complex_routes() {
     assert!(has(&out.signals, "multiple_jurisdictions"));
     let out = c.classify("Supreme Court and Court of Appeal rulings on adverse possession");
     assert_eq!(out.route, Route::Complex, "{out:?}");
+    // Cities that seat courts count as jurisdictions; a city inside a court's name is that
+    // court, once.
+    let out = c.classify("bail conditions in Delhi and Mumbai");
+    assert_eq!(out.route, Route::Complex, "{out:?}");
+    assert_eq!(out.legal.jurisdictions, ["delhi", "mumbai"]);
+    let out = c.classify("bail rulings of the Delhi High Court");
+    assert_eq!(out.legal.jurisdictions, ["delhi high court"]);
 
     // One act, two sections, one court: not complex.
     for q in [
@@ -225,6 +232,7 @@ fn complex_routes() {
         "the Companies Act and the companies act again",
         "sections 3 and 4 on notice",
         "Supreme Court rulings on adverse possession",
+        "bail rulings of the Delhi High Court",
         "Taylor's KTN",
     ] {
         let out = c.classify(q);
