@@ -55,7 +55,7 @@ use crate::cache::SemanticCache;
 use crate::classify::{Classification, QueryClassifier};
 use crate::parse::{self, TwoPhaseMode};
 use crate::rerankers::qwen3::Instructions;
-use crate::{Embedder, Error, Reranker, Result, Retriever};
+use crate::{Embedder, Error, Hit, Reranker, Result, Retriever};
 
 /// A two-stage retrieval pipeline. Build it with [`Pipeline::builder`]; it is `Send + Sync`,
 /// so one instance behind an `Arc` serves many threads.
@@ -273,9 +273,33 @@ impl Pipeline {
             reranked_candidates: stage2.scored,
             instructions: stage2.instructions,
             stage2_skipped: stage2.skipped,
+            reformulate: None,
+        };
+        let response = SearchResponse {
+            reformulate: self.reformulate_hint(&response.hits),
+            ..response
         };
         self.cache_store(probe, query, &response);
         Ok(response)
+    }
+}
+
+impl Pipeline {
+    /// The hint to reformulate, when the best of `hits` scores below the floor.
+    fn reformulate_hint(&self, hits: &[Hit]) -> Option<String> {
+        let floor = self.options.reformulate_below?;
+        match hits.first() {
+            None => Some(
+                "nothing matched: try other words, or a shorter [SEARCH] phrase with the key terms"
+                    .into(),
+            ),
+            Some(best) if best.score < floor => Some(format!(
+                "the best match scores {:.2}, below {floor:.2}: try rephrasing with the specific \
+                 terms the documents would use, or a shorter [SEARCH] phrase",
+                best.score
+            )),
+            Some(_) => None,
+        }
     }
 }
 

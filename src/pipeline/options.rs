@@ -33,6 +33,11 @@ pub struct SearchOptions {
     /// In a [`PipelineConfig`](super::PipelineConfig) it is `reranker.skip_within_top_k`.
     #[serde(skip)]
     pub skip_rerank_within_top_k: bool,
+    /// When the best hit scores below this (or nothing is found), the response carries a hint
+    /// to reformulate the query ([`SearchResponse::reformulate`](super::SearchResponse::reformulate);
+    /// default: none). The floor is on the final score, so it depends on the scorer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reformulate_below: Option<f32>,
 }
 
 impl Default for SearchOptions {
@@ -46,6 +51,7 @@ impl Default for SearchOptions {
             filters: Vec::new(),
             rerank_depth: None,
             skip_rerank_within_top_k: false,
+            reformulate_below: None,
         }
     }
 }

@@ -78,4 +78,9 @@ pub struct SearchResponse {
     /// applied. `None` when it reranked, or when it failed (see `rerank_error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage2_skipped: Option<String>,
+    /// A hint to reformulate the query, when the best hit scores below
+    /// [`SearchOptions::reformulate_below`](super::SearchOptions::reformulate_below) or nothing
+    /// was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reformulate: Option<String>,
 }

@@ -211,6 +211,7 @@ pub enum RerankerKind {
 ///   model: models/qwen3-reranker  # every type but lexical
 ///   depth: 30                     # rerank the first 30 candidates (default: all)
 ///   fallback: { budget_ms: 800 }  # lexical scores when the model fails or is late
+///   # or: fallback: { embedding_model: models/all-MiniLM-L6-v2 }  (embedding cosine)
 ///   instructions: { entity_field: entity_type, tasks: { design: "..." } }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,6 +250,10 @@ pub struct FallbackConfig {
     /// budget, only failures fall back).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_ms: Option<u64>,
+    /// The fallback scores by embedding cosine with this embedding model (a directory or a
+    /// hub id, as `load_embedder` takes; feature `models`) instead of by lexical overlap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<PathBuf>,
 }
 
 impl RerankerConfig {
@@ -269,8 +274,13 @@ impl RerankerConfig {
         let Some(fallback) = &self.fallback else {
             return Ok(primary);
         };
-        let mut builder = crate::rerankers::FallbackReranker::builder(primary)
-            .fallback(crate::rerankers::LexicalReranker);
+        let mut builder = crate::rerankers::FallbackReranker::builder(primary);
+        builder = match &fallback.embedding_model {
+            None => builder.fallback(crate::rerankers::LexicalReranker),
+            Some(model) => {
+                builder.fallback(crate::rerankers::EmbeddingReranker::new(embedder(model)?))
+            }
+        };
         if let Some(ms) = fallback.budget_ms {
             builder = builder.budget(Duration::from_millis(ms));
         }
@@ -679,6 +689,9 @@ pub struct GroundingConfig {
     pub high: f32,
     /// Confidence at or above which an answer is `medium` (default 0.5); below, `low`.
     pub medium: f32,
+    /// How chitchat is answered: `canned` (default) or `generator` (the configured generator
+    /// writes the reply).
+    pub chitchat: super::ChitchatMode,
 }
 
 impl Default for GroundingConfig {
@@ -690,6 +703,7 @@ impl Default for GroundingConfig {
             max_sources: 5,
             high: bands.high,
             medium: bands.medium,
+            chitchat: super::ChitchatMode::default(),
         }
     }
 }
@@ -700,7 +714,8 @@ impl GroundingConfig {
         let mut o = AnswerOptions::new()
             .prompt(PromptBuilder::new().max_sources(self.max_sources))
             .checker(GroundingChecker::new().threshold(self.threshold)?)
-            .bands(crate::answer::ConfidenceBands::new(self.high, self.medium)?);
+            .bands(crate::answer::ConfidenceBands::new(self.high, self.medium)?)
+            .chitchat(self.chitchat);
         if let Some(m) = self.min_score {
             o = o.min_score(m);
         }

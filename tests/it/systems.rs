@@ -93,10 +93,16 @@ fn every_example_config_loads_round_trips_and_builds() {
         let pipeline = config
             .build(Vec::new())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            pipeline.search("section leave cache note").is_ok(),
-            "{name}"
-        );
+        let query = match name {
+            // Strict two-phase: the format is required, and its absence is an error.
+            "two_phase_kb.toml" => {
+                let e = pipeline.search("section leave cache note").unwrap_err();
+                assert!(e.to_string().contains("[SEARCH]"), "{e}");
+                "[SEARCH] section leave [TASK] cache note"
+            }
+            _ => "section leave cache note",
+        };
+        assert!(pipeline.search(query).is_ok(), "{name}");
     }
 }
 
@@ -642,4 +648,67 @@ fn fast_changing_areas_get_their_own_ttl() {
         .insert("area:x".into(), 0);
     let e = bad.build(Vec::new()).err().unwrap().to_string();
     assert!(e.contains("cache.ttl_by_tag"), "{e}");
+}
+
+#[test]
+fn a_low_best_score_says_to_reformulate() {
+    let mut config = load("two_phase_kb.toml");
+    config.search.reformulate_below = Some(0.3);
+    config.reranker.as_mut().unwrap().skip_within_top_k = false;
+    let pipeline = config.build(Vec::new()).unwrap();
+    let weak = pipeline
+        .search("[SEARCH] quantum chromodynamics [TASK] gluon confinement lattice")
+        .unwrap();
+    let hint = weak.reformulate.as_deref().expect("a hint");
+    assert!(
+        hint.contains("rephras") || hint.contains("nothing matched"),
+        "{hint}"
+    );
+    let strong = pipeline
+        .search("[SEARCH] shutdown runtime [TASK] my service hangs on exit and the shutdown fails")
+        .unwrap();
+    assert!(strong.hits[0].score >= 0.3, "{:?}", strong.hits[0].score);
+    assert_eq!(strong.reformulate, None);
+}
+
+#[test]
+fn chitchat_by_the_generator_and_an_embedding_fallback_come_from_the_config() {
+    // grounding.chitchat: generator asks the configured generator for the reply.
+    let mut config = load("pdf_qa.yaml");
+    let mut grounding = config.grounding.clone().unwrap_or_default();
+    grounding.chitchat = rerank::pipeline::ChitchatMode::Generator;
+    config.grounding = Some(grounding);
+    let options = config.answer_options().unwrap();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let pipeline = config
+        .builder(Vec::new())
+        .unwrap()
+        .generator(CountingGenerator(
+            rerank::Extractive::default(),
+            calls.clone(),
+        ))
+        .build()
+        .unwrap();
+    let a = pipeline
+        .answer_with(&SearchRequest::new("thanks a lot!"), &options)
+        .unwrap();
+    assert!(a.sources.is_empty());
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // reranker.fallback.embedding_model: the fallback scores by embedding cosine.
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_bert_tiny/cls_prompts");
+    let yaml = format!(
+        "{{type: lexical, fallback: {{embedding_model: \"{}\"}}}}",
+        model.display()
+    );
+    let reranker: rerank::pipeline::RerankerConfig = serde_yaml_ng::from_str(&yaml).unwrap();
+    let mut config = load("two_phase_kb.toml");
+    config.reranker = Some(reranker.clone());
+    assert!(config.build(Vec::new()).is_ok());
+    let mut missing = reranker;
+    missing.fallback.as_mut().unwrap().embedding_model = Some("no/such/dir/x".into());
+    config.reranker = Some(missing);
+    let e = config.build(Vec::new()).err().unwrap().to_string();
+    assert!(e.contains("no/such/dir/x"), "{e}");
 }
