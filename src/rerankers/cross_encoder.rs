@@ -12,11 +12,10 @@ use crate::models::{
     plan_batches, Architecture, ClassifierConfig, ModelDir, ModelOptions, ModelPool,
     ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier, CONFIG_FILE,
 };
-use crate::rerankers::RerankQuery;
+use crate::rerankers::{RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 /// The longest input sentence-transformers uses by default (further capped by the model).
-const DEFAULT_MAX_LENGTH: usize = 512;
 /// Default [`ModelOptions::token_budget`] (`pairs x longest pair`) (`pairs x longest pair`). Batches are packed (no padding is
 /// computed) and attention runs per pair, so the budget only bounds the workspace
 /// (`tokens x (intermediate_size + 6 x hidden_size)` floats, 64 MiB for a MiniLM-L6).
@@ -137,11 +136,27 @@ impl CrossEncoder {
 
     /// Raw logits, one per pair, in input order.
     pub fn logits(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
+        Ok(self.logits_counted(pairs)?.0)
+    }
+
+    /// Raw logits, one per pair, in input order, and how many pairs were cut to
+    /// `max_length` (logged at debug level).
+    fn logits_counted(&self, pairs: &[(&str, &str)]) -> Result<(Vec<f32>, usize)> {
         if pairs.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         self.pool.install(|| {
             let encodings = self.tokenizer.encode_all(pairs)?;
+            let truncated = encodings.iter().filter(|e| e.truncated).count();
+            if truncated > 0 {
+                tracing::debug!(
+                    stage = "rerank",
+                    truncated,
+                    pairs = pairs.len(),
+                    max_length = self.max_length(),
+                    "pairs cut to max_length: the model judged their beginning only"
+                );
+            }
             let lengths: Vec<usize> = encodings.iter().map(PairEncoding::len).collect();
             let mut out = vec![0f32; pairs.len()];
             for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
@@ -159,7 +174,7 @@ impl CrossEncoder {
                     out[i] = row.first().copied().unwrap_or(f32::NAN);
                 }
             }
-            Ok(out)
+            Ok((out, truncated))
         })
     }
 
@@ -178,8 +193,21 @@ impl CrossEncoder {
 
 impl Reranker for CrossEncoder {
     fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+        Ok(self.score_detailed(query, docs)?.scores)
+    }
+
+    /// The scores, and how many documents were cut to `max_length` beside the query.
+    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
         let pairs: Vec<(&str, &str)> = docs.iter().map(|d| (query.text.as_str(), *d)).collect();
-        Ok(self.predict(&pairs)?.into_iter().map(|s| s.score).collect())
+        let (logits, truncated) = self.logits_counted(&pairs)?;
+        let scores = logits
+            .into_iter()
+            .map(|l| self.activation.apply(l))
+            .collect();
+        Ok(RerankScores {
+            truncated,
+            ..RerankScores::new(scores, self.name())
+        })
     }
 
     fn name(&self) -> &str {
@@ -275,8 +303,9 @@ impl CrossEncoderBuilder {
     }
 
     /// Sets the [`ModelOptions`]. For a cross-encoder, `max_length` is the longest (query,
-    /// document) pair (default: 512, capped by the model's position embeddings and
-    /// `model_max_length` in `tokenizer_config.json`), `token_budget` defaults to
+    /// document) pair (default, as sentence-transformers: `model_max_length` in
+    /// `tokenizer_config.json`, capped by the model's position embeddings; pairs longer are
+    /// cut, `longest_first`, and counted in [`RerankScores::truncated`]), `token_budget` defaults to
     /// [`DEFAULT_TOKEN_BUDGET`] and `max_batch_size` to [`DEFAULT_MAX_BATCH_SIZE`]; with
     /// `threads`, every step of the forward pass runs on a private pool of that many threads.
     pub fn options(mut self, options: ModelOptions) -> Self {
@@ -322,12 +351,14 @@ impl CrossEncoderBuilder {
                 )))
             }
             Some(n) => n,
+            // As sentence-transformers: the tokenizer's model_max_length, capped by the
+            // position table (bge-reranker-v2-m3 takes 8192, not 512).
             None => {
                 let tokenizer_max = dir
                     .optional_json("tokenizer_config.json")?
                     .and_then(|v| v.get("model_max_length").and_then(|m| m.as_u64()))
                     .map_or(usize::MAX, |m| m as usize);
-                DEFAULT_MAX_LENGTH.min(limit).min(tokenizer_max)
+                limit.min(tokenizer_max)
             }
         };
         let tokenizer = PairTokenizer::new(tokenizer, max_length)?;

@@ -134,18 +134,18 @@ impl FallbackReranker {
     }
 
     /// The primary's scores, or why there are none.
-    fn primary_scores(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>, Miss> {
+    fn primary_scores(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores, Miss> {
         let scores = match self.budget {
             None => self
                 .primary
-                .score(query, docs)
+                .score_detailed(query, docs)
                 .map_err(|e| Miss::Failed(e.to_string()))?,
             Some(budget) => self.primary_within(budget, query, docs)?,
         };
-        if scores.len() != docs.len() {
+        if scores.scores.len() != docs.len() {
             return Err(Miss::Failed(format!(
                 "returned {} scores for {} documents",
-                scores.len(),
+                scores.scores.len(),
                 docs.len()
             )));
         }
@@ -158,7 +158,7 @@ impl FallbackReranker {
         budget: Duration,
         query: &RerankQuery,
         docs: &[&str],
-    ) -> Result<Vec<f32>, Miss> {
+    ) -> Result<RerankScores, Miss> {
         let busy = self.abandoned_calls();
         if busy > 0 {
             return Err(Miss::Busy(busy));
@@ -177,7 +177,7 @@ impl FallbackReranker {
             .spawn(move || {
                 let _guard = guard;
                 let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-                let _ = tx.send(primary.score(&query, &refs));
+                let _ = tx.send(primary.score_detailed(&query, &refs));
             })
             .map_err(|e| Miss::Failed(format!("cannot start a thread: {e}")))?;
         let received = match rx.recv_timeout(budget) {
@@ -211,13 +211,7 @@ impl Reranker for FallbackReranker {
 
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
         let miss = match self.primary_scores(query, docs) {
-            Ok(scores) => {
-                return Ok(RerankScores {
-                    scores,
-                    scorer: self.primary.name().to_string(),
-                    fallback_reason: None,
-                })
-            }
+            Ok(scores) => return Ok(scores),
             Err(miss) => miss,
         };
         let reason = self.describe(&miss);
@@ -245,9 +239,8 @@ impl Reranker for FallbackReranker {
             None => reason,
         };
         Ok(RerankScores {
-            scores: out.scores,
-            scorer: out.scorer,
             fallback_reason: Some(reason),
+            ..out
         })
     }
 

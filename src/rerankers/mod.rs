@@ -108,9 +108,22 @@ pub struct RerankScores {
     pub scorer: String,
     /// When a fallback produced the scores: why the primary scorer did not.
     pub fallback_reason: Option<String>,
+    /// How many documents were cut to the model's `max_length` beside the query (the model
+    /// judged their beginning only); 0 when the scorer cannot tell.
+    pub truncated: usize,
 }
 
 impl RerankScores {
+    /// Scores from `scorer`, with nothing else to say (no fallback, nothing truncated).
+    pub fn new(scores: Vec<f32>, scorer: impl Into<String>) -> Self {
+        RerankScores {
+            scores,
+            scorer: scorer.into(),
+            fallback_reason: None,
+            truncated: 0,
+        }
+    }
+
     /// These scores, or an [`Error::Rerank`] when they are not one per document (a host
     /// reranker's bug), which names the scorer.
     pub(crate) fn one_per_document(self, documents: usize) -> Result<Self> {
@@ -133,11 +146,7 @@ pub trait Reranker: Send + Sync {
     /// Like [`Reranker::score`], and says which scorer produced the scores. Composite rerankers
     /// (e.g. one with a fallback) override it; the pipeline calls this method.
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        Ok(RerankScores {
-            scores: self.score(query, docs)?,
-            scorer: self.name().to_string(),
-            fallback_reason: None,
-        })
+        Ok(RerankScores::new(self.score(query, docs)?, self.name()))
     }
 
     /// A short name for responses (e.g. `"cross-encoder"`).

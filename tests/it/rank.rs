@@ -199,3 +199,53 @@ fn the_fetch_script_gets_a_cross_encoder_from_a_hub() {
     assert!(server.join().unwrap() >= 5);
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// The default length is the tokenizer's `model_max_length` capped by the position table, as
+/// sentence-transformers has it (not a flat 512), and every pair cut to it is counted.
+#[cfg(feature = "models")]
+#[test]
+fn truncated_pairs_are_counted_and_the_default_length_is_the_tokenizers() {
+    use rerank::models::ModelOptions;
+    let Some(dir) = ce_tiny() else {
+        return;
+    };
+    // A copy whose tokenizer says 128, under the table's 512.
+    let tmp = std::env::temp_dir().join(format!("rerank-maxlen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), tmp.join(entry.file_name())).unwrap();
+    }
+    let config = tmp.join("tokenizer_config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("\"model_max_length\": 512", "\"model_max_length\": 128"),
+    )
+    .unwrap();
+    assert_eq!(
+        rerank::CrossEncoder::from_dir(&dir).unwrap().max_length(),
+        512
+    );
+    let ce = rerank::CrossEncoder::from_dir(&tmp).unwrap();
+    assert_eq!(ce.max_length(), 128);
+
+    let long = "a long document about ranking functions ".repeat(40);
+    let docs = [
+        "a short one",
+        long.as_str(),
+        "another short one",
+        long.as_str(),
+    ];
+    let query = RerankQuery::new("what ranks documents");
+    let out = ce.score_detailed(&query, &docs).unwrap();
+    assert_eq!(out.truncated, 2);
+    assert_eq!(out.scores, ce.score(&query, &docs).unwrap());
+    let wide = rerank::CrossEncoder::builder(&tmp)
+        .options(ModelOptions::default().max_length(512))
+        .build()
+        .unwrap();
+    assert_eq!(wide.score_detailed(&query, &docs).unwrap().truncated, 0);
+    std::fs::remove_dir_all(&tmp).unwrap();
+}

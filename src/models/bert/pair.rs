@@ -25,6 +25,8 @@ pub struct PairEncoding {
     pub input_ids: Vec<u32>,
     /// Token type (segment) ids, one per input id.
     pub token_type_ids: Vec<u32>,
+    /// Whether the pair was cut to `max_length` (the model judged part of it only).
+    pub truncated: bool,
 }
 
 impl PairEncoding {
@@ -101,11 +103,13 @@ impl PairTokenizer {
         let err = |e: tokenizers::Error| Error::tokenizer(e.to_string());
         let q = self.tokenizer.encode_fast(query, false).map_err(err)?;
         let d = self.tokenizer.encode_fast(document, false).map_err(err)?;
+        let truncated = q.len() + d.len() > self.content.max_length;
         let (q, d) = truncate_encodings(q, Some(d), &self.content).map_err(err)?;
         let enc = self.tokenizer.post_process(q, d, true).map_err(err)?;
         Ok(PairEncoding {
             input_ids: enc.get_ids().to_vec(),
             token_type_ids: enc.get_type_ids().to_vec(),
+            truncated,
         })
     }
 
