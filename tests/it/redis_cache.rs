@@ -668,3 +668,64 @@ fn two_pipelines_share_cached_responses_and_invalidations_through_redis() {
     assert_eq!(b.cache().unwrap().invalidate_tag("refunds.md"), 1);
     assert!(!a.search("when are refunds paid").unwrap().cache_hit);
 }
+
+/// Counts the calls of the extractive generator it wraps.
+struct CountingGenerator(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Generator for CountingGenerator {
+    fn generate(
+        &self,
+        request: &rerank::answer::GenerationRequest,
+    ) -> rerank::Result<rerank::answer::Generation> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        rerank::Extractive::default().generate(request)
+    }
+    fn writes_freely(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn two_replicas_of_the_legal_router_share_answers_through_redis() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Some(server) = Server::start() else {
+        return;
+    };
+    // The shipped legal config, its cache moved to this Redis (answers cached, acts tagged).
+    let replica = |calls: &Arc<AtomicUsize>| {
+        let mut config = rerank::pipeline::PipelineConfig::from_path(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/configs/legal_router.yaml"
+        ))
+        .unwrap();
+        let cache = config.cache.as_mut().unwrap();
+        cache.store = rerank::pipeline::CacheStoreKind::Redis;
+        cache.path = None;
+        cache.url = Some(server.url());
+        cache.namespace = Some("legal-answers".into());
+        assert!(cache.answers && cache.tag_acts);
+        config
+            .builder(Vec::new())
+            .unwrap()
+            .generator(CountingGenerator(calls.clone()))
+            .build()
+            .unwrap()
+    };
+    let (calls_a, calls_b) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (a, b) = (replica(&calls_a), replica(&calls_b));
+    let asked = "duties of directors under the Companies Act 2013";
+    let rephrased = "What are the duties of directors under the Companies Act 2013?";
+    let first = a.answer(asked).unwrap();
+    assert!(!first.flags.cache_hit);
+    assert_eq!(calls_a.load(Ordering::SeqCst), 1);
+    // The other replica answers the rephrasing from Redis: no retrieval, no generator call.
+    let second = b.answer(rephrased).unwrap();
+    assert!(second.flags.cache_hit);
+    assert_eq!(second.text, first.text);
+    assert_eq!(calls_b.load(Ordering::SeqCst), 0);
+    // The act is amended in one replica: the other generates afresh.
+    let tag = rerank::classify::LegalExtractor::act_tag("Companies Act 2013");
+    assert!(b.cache().unwrap().invalidate_tag(&tag) >= 1);
+    assert!(!a.answer(rephrased).unwrap().flags.cache_hit);
+    assert_eq!(calls_a.load(Ordering::SeqCst), 2);
+}
