@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     );
                 }
             }
-            Err(Error::PiiRefused { kinds }) => {
+            Err(Error::PiiRefused { kinds, .. }) => {
                 println!(
                     "  refused: the question holds personal data ({kinds:?}); nothing was searched"
                 );

@@ -82,11 +82,16 @@ pub enum Error {
 
     /// The query contains personal data and was refused before any retrieval.
     ///
-    /// Only the kinds are named; the values themselves are never stored in the error.
-    #[error("query refused: it contains personal data ({})", PiiKind::join(.kinds))]
+    /// Only the kinds are named; the values themselves are never stored in the error. It
+    /// displays as its `message`: by default [`DEFAULT_REFUSAL`](crate::guard::DEFAULT_REFUSAL)
+    /// with the kinds, set with [`PiiGuard::message`](crate::PiiGuard::message) (config
+    /// `pii.message`).
+    #[error("{message}")]
     PiiRefused {
         /// The kinds of personal data found, in a fixed order, without duplicates.
         kinds: Vec<PiiKind>,
+        /// What to tell the user.
+        message: String,
     },
 
     /// A two-phase `[SEARCH] ... [TASK] ...` query is malformed (strict mode).

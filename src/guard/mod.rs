@@ -8,4 +8,4 @@ mod kind;
 mod pii;
 
 pub use kind::PiiKind;
-pub use pii::{luhn_valid, PiiGuard};
+pub use pii::{luhn_valid, PiiGuard, DEFAULT_REFUSAL};

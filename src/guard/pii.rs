@@ -21,20 +21,27 @@ use crate::{Error, Result};
 /// let guard = PiiGuard::default();
 /// assert!(guard.check("Taylor's passport number").is_ok());
 /// let err = guard.check("card 4111 1111 1111 1111, mail jo@example.com").unwrap_err();
-/// assert!(matches!(err, Error::PiiRefused { ref kinds } if kinds == &[PiiKind::CreditCard, PiiKind::Email]));
+/// assert!(matches!(err, Error::PiiRefused { ref kinds, .. } if kinds == &[PiiKind::CreditCard, PiiKind::Email]));
 /// assert!(!err.to_string().contains("4111"));
 /// # Ok::<(), rerank::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PiiGuard {
     kinds: Vec<PiiKind>,
+    message: String,
 }
+
+/// The refusal a user reads by default; `{kinds}` becomes the kinds found (`email, phone`).
+pub const DEFAULT_REFUSAL: &str =
+    "Please remove personal information from your question ({kinds}): it was refused before \
+     anything was searched.";
 
 impl Default for PiiGuard {
     /// Detects every kind.
     fn default() -> Self {
         PiiGuard {
             kinds: PiiKind::ALL.to_vec(),
+            message: DEFAULT_REFUSAL.into(),
         }
     }
 }
@@ -45,12 +52,28 @@ impl PiiGuard {
         let mut kinds: Vec<PiiKind> = kinds.into_iter().collect();
         kinds.sort();
         kinds.dedup();
-        PiiGuard { kinds }
+        PiiGuard {
+            kinds,
+            message: DEFAULT_REFUSAL.into(),
+        }
     }
 
     /// A guard that detects nothing.
     pub fn disabled() -> Self {
-        PiiGuard { kinds: Vec::new() }
+        PiiGuard::new([])
+    }
+
+    /// Sets the refusal the user reads ([`Error::PiiRefused`]'s message); `{kinds}` in it
+    /// becomes the kinds found. Default: [`DEFAULT_REFUSAL`].
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+
+    /// The refusal for `kinds` (non-empty): [`Error::PiiRefused`] with the message.
+    pub fn refusal(&self, kinds: Vec<PiiKind>) -> Error {
+        let message = self.message.replace("{kinds}", &PiiKind::join(&kinds));
+        Error::PiiRefused { kinds, message }
     }
 
     /// The kinds this guard detects.
@@ -97,7 +120,7 @@ impl PiiGuard {
         if kinds.is_empty() {
             Ok(())
         } else {
-            Err(Error::PiiRefused { kinds })
+            Err(self.refusal(kinds))
         }
     }
 

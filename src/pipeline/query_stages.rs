@@ -107,7 +107,7 @@ impl Pipeline {
         kinds.dedup();
         // Only the kinds are logged, never the query.
         tracing::warn!(stage = "guard", kinds = %PiiKind::join(&kinds), "query refused: personal data");
-        Err(Error::PiiRefused { kinds })
+        Err(self.query.pii.refusal(kinds))
     }
 
     /// Looks the query up in the semantic cache (when one is set and the embedder works).

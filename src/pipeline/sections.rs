@@ -395,6 +395,10 @@ pub struct PiiConfig {
     pub enabled: bool,
     /// The kinds looked for (default: all of `ssn`, `credit_card`, `email`, `phone`).
     pub kinds: Vec<PiiKind>,
+    /// The refusal the user reads; `{kinds}` becomes the kinds found (default:
+    /// [`DEFAULT_REFUSAL`](crate::guard::DEFAULT_REFUSAL)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl Default for PiiConfig {
@@ -402,6 +406,7 @@ impl Default for PiiConfig {
         PiiConfig {
             enabled: true,
             kinds: PiiKind::ALL.to_vec(),
+            message: None,
         }
     }
 }
@@ -410,10 +415,14 @@ impl PiiConfig {
     /// The guard this section describes (a CLI that prints a query checks it with the same
     /// guard as the pipeline).
     pub fn build(&self) -> PiiGuard {
-        if self.enabled {
+        let guard = if self.enabled {
             PiiGuard::new(self.kinds.iter().copied())
         } else {
             PiiGuard::disabled()
+        };
+        match &self.message {
+            Some(m) => guard.message(m),
+            None => guard,
         }
     }
 }

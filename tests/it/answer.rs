@@ -210,6 +210,7 @@ impl Retriever for Failing {
     fn retrieve(&self, _q: &SearchQuery, _k: usize) -> Result<Vec<Hit>> {
         Err(Error::PiiRefused {
             kinds: vec![PiiKind::Email],
+            message: "refused".into(),
         })
     }
 }
@@ -224,7 +225,7 @@ fn search_errors_are_returned_unchanged_and_the_generator_is_not_called() {
         .unwrap();
     let e = p.answer("mail me at a@b.example").unwrap_err();
     assert!(
-        matches!(&e, Error::PiiRefused { kinds } if kinds == &[PiiKind::Email]),
+        matches!(&e, Error::PiiRefused { kinds, .. } if kinds == &[PiiKind::Email]),
         "{e}"
     );
     assert_eq!(g.calls(), 0);

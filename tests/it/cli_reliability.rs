@@ -159,7 +159,10 @@ fn the_query_is_guarded_and_an_empty_one_refused() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}: {stdout}");
-        assert!(stderr.contains("personal data (ssn)"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("personal information from your question (ssn)"),
+            "{args:?}: {stderr}"
+        );
         assert!(
             !stdout.contains("１２３") && !stderr.contains("１２３"),
             "echoed"

@@ -56,7 +56,14 @@ fn the_error_never_contains_the_value() {
     let err = guard.check(&SECRETS.join(" and ")).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "query refused: it contains personal data (ssn, credit_card, email, phone)"
+        "Please remove personal information from your question (ssn, credit_card, email, \
+         phone): it was refused before anything was searched."
+    );
+    // The refusal is the host's to word; {kinds} is filled in.
+    let custom = guard.clone().message("No personal data, please ({kinds}).");
+    assert_eq!(
+        custom.check("mail jo@example.com").unwrap_err().to_string(),
+        "No personal data, please (email)."
     );
     // The guard's own Debug holds no query.
     assert!(!format!("{guard:?}").contains('@'));
@@ -102,7 +109,7 @@ fn the_pipeline_refuses_before_retrieval() {
         ("call +44 20 7946 0958", vec![PiiKind::Phone]),
     ] {
         match pipeline.search(query) {
-            Err(Error::PiiRefused { kinds }) => assert_eq!(kinds, expected, "{query}"),
+            Err(Error::PiiRefused { kinds, .. }) => assert_eq!(kinds, expected, "{query}"),
             other => panic!("{query}: expected a refusal, got {other:?}"),
         }
     }
