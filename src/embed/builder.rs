@@ -92,6 +92,34 @@ impl<M> EmbedderBuilder<M> {
     }
 }
 
+/// The encodings of `texts` as `role`: each its role's prompt, then the text, tokenized with
+/// the tokenizer's special tokens and truncation (in parallel, in input order).
+pub(crate) fn encode_texts(
+    tokenizer: &Tokenizer,
+    layout: &Layout,
+    texts: &[&str],
+    role: Role,
+) -> Result<Vec<tokenizers::Encoding>> {
+    let prepared: Vec<String> = texts.iter().map(|t| layout.prepare(t, role)).collect();
+    tokenizer
+        .encode_batch_fast(prepared, true)
+        .map_err(|e| Error::tokenizer(e.to_string()))
+}
+
+/// The token ids the model sees for `text` as `role`: its prompt, then the text, with the
+/// tokenizer's special tokens, truncated.
+pub(crate) fn token_ids(
+    tokenizer: &Tokenizer,
+    layout: &Layout,
+    text: &str,
+    role: Role,
+) -> Result<Vec<u32>> {
+    let enc = tokenizer
+        .encode_fast(layout.prepare(text, role), true)
+        .map_err(|e| Error::tokenizer(e.to_string()))?;
+    Ok(enc.get_ids().to_vec())
+}
+
 /// 0 for [`Role::Query`], 1 for [`Role::Document`].
 pub(crate) fn role_index(role: Role) -> usize {
     match role {

@@ -10,7 +10,9 @@ use std::path::Path;
 use ndarray::Array2;
 use tokenizers::Tokenizer;
 
-use super::builder::{load_tokenizer, model_id, prompt_length, role_index, EmbedderBuilder};
+use super::builder::{
+    encode_texts, load_tokenizer, model_id, prompt_length, role_index, token_ids, EmbedderBuilder,
+};
 use super::layout::Layout;
 use super::{Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 use crate::models::dense::Output;
@@ -80,11 +82,7 @@ impl PackedTexts {
     /// The token ids the model sees for `text` as `role`: its prompt, then the text, with the
     /// tokenizer's special tokens, truncated.
     pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode_fast(self.layout.prepare(text, role), true)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        token_ids(&self.tokenizer, &self.layout, text, role)
     }
 
     /// Embeds `texts` as `role` with `encoder`: one finished row per text, in input order.
@@ -99,11 +97,7 @@ impl PackedTexts {
         if texts.is_empty() {
             return Ok(out);
         }
-        let prepared: Vec<String> = texts.iter().map(|t| self.layout.prepare(t, role)).collect();
-        let encodings = self
-            .tokenizer
-            .encode_batch_fast(prepared, true)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        let encodings = encode_texts(&self.tokenizer, &self.layout, texts, role)?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
         let skip = self.prompt_tokens[role_index(role)];

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use ndarray::Array2;
 use tokenizers::Tokenizer;
 
-use super::builder::{load_tokenizer, model_id, EmbedderBuilder};
+use super::builder::{encode_texts, load_tokenizer, model_id, token_ids, EmbedderBuilder};
 use super::layout::{Layout, PoolingMode};
 use super::{Embedder, Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 use crate::models::qwen3::Qwen3Config;
@@ -144,11 +144,7 @@ impl Qwen3Embedder {
     /// The token ids the model sees for `text` as `role` (prompt and special tokens
     /// included, truncated): a parity-test hook.
     pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode_fast(self.layout.prepare(text, role), true)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        token_ids(&self.tokenizer, &self.layout, text, role)
     }
 
     fn embed_in_pool(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
@@ -156,11 +152,7 @@ impl Qwen3Embedder {
         if texts.is_empty() {
             return Ok(out);
         }
-        let prepared: Vec<String> = texts.iter().map(|t| self.layout.prepare(t, role)).collect();
-        let encodings = self
-            .tokenizer
-            .encode_batch_fast(prepared, true)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        let encodings = encode_texts(&self.tokenizer, &self.layout, texts, role)?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
         if let Some(i) = ids.iter().position(|row| row.is_empty()) {
             return Err(Error::InvalidInput(format!(
