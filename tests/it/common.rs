@@ -131,3 +131,20 @@ pub fn stop_hub(base: &str) {
         let _ = s.write_all(b"GET /stop HTTP/1.1\r\nHost: x\r\n\r\n");
     }
 }
+
+/// The extractive generator, counting its calls in the shared counter (and, like it, writing
+/// nothing freely): how a test sees that an answer came from a cache.
+pub struct CountingGenerator(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Generator for CountingGenerator {
+    fn generate(
+        &self,
+        request: &rerank::answer::GenerationRequest,
+    ) -> rerank::Result<rerank::answer::Generation> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        rerank::Extractive::default().generate(request)
+    }
+    fn writes_freely(&self) -> bool {
+        false
+    }
+}

@@ -669,22 +669,6 @@ fn two_pipelines_share_cached_responses_and_invalidations_through_redis() {
     assert!(!a.search("when are refunds paid").unwrap().cache_hit);
 }
 
-/// Counts the calls of the extractive generator it wraps.
-struct CountingGenerator(Arc<std::sync::atomic::AtomicUsize>);
-
-impl rerank::Generator for CountingGenerator {
-    fn generate(
-        &self,
-        request: &rerank::answer::GenerationRequest,
-    ) -> rerank::Result<rerank::answer::Generation> {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        rerank::Extractive::default().generate(request)
-    }
-    fn writes_freely(&self) -> bool {
-        false
-    }
-}
-
 #[test]
 fn two_replicas_of_the_legal_router_share_answers_through_redis() {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -707,7 +691,7 @@ fn two_replicas_of_the_legal_router_share_answers_through_redis() {
         config
             .builder(Vec::new())
             .unwrap()
-            .generator(CountingGenerator(calls.clone()))
+            .generator(crate::common::CountingGenerator(calls.clone()))
             .build()
             .unwrap()
     };

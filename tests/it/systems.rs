@@ -12,6 +12,8 @@ use rerank::pipeline::{
 use rerank::recall::keyword_overlap;
 use rerank::{Embedder, Error};
 
+use crate::common::CountingGenerator;
+
 fn config_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/configs")
@@ -515,22 +517,6 @@ fn a_refused_querys_personal_data_never_reaches_a_log_line() {
     }
 }
 
-/// Counts the calls of the extractive generator it wraps (and, like it, writes nothing freely).
-struct CountingGenerator(rerank::Extractive, Arc<std::sync::atomic::AtomicUsize>);
-
-impl rerank::Generator for CountingGenerator {
-    fn generate(
-        &self,
-        request: &rerank::answer::GenerationRequest,
-    ) -> rerank::Result<rerank::answer::Generation> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.generate(request)
-    }
-    fn writes_freely(&self) -> bool {
-        false
-    }
-}
-
 #[test]
 fn legal_router_answers_a_rephrasing_from_the_cache_without_the_generator() {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -540,10 +526,7 @@ fn legal_router_answers_a_rephrasing_from_the_cache_without_the_generator() {
         legal(&db)
             .builder(Vec::new())
             .unwrap()
-            .generator(CountingGenerator(
-                rerank::Extractive::default(),
-                calls.clone(),
-            ))
+            .generator(CountingGenerator(calls.clone()))
             .build()
             .unwrap()
     };
@@ -613,10 +596,7 @@ fn fast_changing_areas_get_their_own_ttl() {
         .builder(Vec::new())
         .unwrap()
         .embedder(Arc::new(HashingEmbedder::new(512).unwrap()))
-        .generator(CountingGenerator(
-            rerank::Extractive::default(),
-            calls.clone(),
-        ))
+        .generator(CountingGenerator(calls.clone()))
         .answer_cache(cache)
         .cache_ttl_by_tag("area:technology", Duration::from_secs(3600))
         .build()
@@ -683,10 +663,7 @@ fn chitchat_by_the_generator_and_an_embedding_fallback_come_from_the_config() {
     let pipeline = config
         .builder(Vec::new())
         .unwrap()
-        .generator(CountingGenerator(
-            rerank::Extractive::default(),
-            calls.clone(),
-        ))
+        .generator(CountingGenerator(calls.clone()))
         .build()
         .unwrap();
     let a = pipeline
