@@ -148,3 +148,18 @@ impl rerank::Generator for CountingGenerator {
         false
     }
 }
+
+/// Copies the folder `from`, subfolders included, into `to` (a model directory a test edits).
+#[allow(dead_code)]
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

@@ -107,20 +107,6 @@ fn qwen3_precisions_stay_close_to_f32() {
     }
 }
 
-/// Copies the files of `from` (one level of folders) into `to`.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 fn temp(tag: &str) -> PathBuf {
     let dir =
         std::env::temp_dir().join(format!("rerank-embed-models-{}-{tag}", std::process::id()));
@@ -133,7 +119,7 @@ fn a_folder_named_after_a_known_model_gets_its_model_cards_prompts() {
     let tmp = temp("registry");
     // bge_m3_cls declares no prompts; in a folder called multilingual-e5-small it gets e5's.
     let dir = tmp.join("multilingual-e5-small");
-    copy_dir(&fixture("st_xlmr_tiny").join("bge_m3_cls"), &dir);
+    crate::common::copy_dir(&fixture("st_xlmr_tiny").join("bge_m3_cls"), &dir);
     let e = load_embedder(&dir, &options()).unwrap();
     let by_hand = BertEmbedder::builder(&dir)
         .prompt(Role::Query, "query: ")
@@ -149,7 +135,7 @@ fn a_folder_named_after_a_known_model_gets_its_model_cards_prompts() {
     assert_ne!(e.embed_query(text).unwrap(), e.embed_one(text).unwrap());
     // A directory's own prompts win over the registry's.
     let own = tmp.join("bge-small-en-v1.5");
-    copy_dir(&fixture("st_xlmr_tiny").join("e5_mean"), &own);
+    crate::common::copy_dir(&fixture("st_xlmr_tiny").join("e5_mean"), &own);
     let e = load_embedder(&own, &options()).unwrap();
     let direct = BertEmbedder::from_dir(&own).unwrap();
     assert_eq!(
@@ -179,7 +165,7 @@ fn embedding_models_are_never_taken_for_yes_no_rerankers() {
     let reranker = load_reranker(fixture("st_xlmr_tiny").join("e5_mean"), &options()).unwrap();
     assert_eq!(reranker.name(), "embedding");
     let tmp = temp("deberta");
-    copy_dir(&fixture("st_xlmr_tiny").join("e5_mean"), &tmp);
+    crate::common::copy_dir(&fixture("st_xlmr_tiny").join("e5_mean"), &tmp);
     let config = tmp.join("config.json");
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("\"xlm-roberta\"", "\"deberta-v2\"")).unwrap();

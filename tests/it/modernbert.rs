@@ -275,7 +275,7 @@ impl Broken {
         let dir =
             std::env::temp_dir().join(format!("rerank-modernbert-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        copy_dir(from, &dir);
+        crate::common::copy_dir(from, &dir);
         Broken(dir)
     }
 
@@ -306,19 +306,6 @@ impl Broken {
 impl Drop for Broken {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), dest).unwrap();
-        }
     }
 }
 
@@ -401,7 +388,7 @@ fn the_registry_knows_the_modernbert_models() {
     let tmp = std::env::temp_dir().join(format!("rerank-modernbert-{}-reg", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let dir = tmp.join("modernbert-embed-base");
-    copy_dir(&fixture("st_modernbert_tiny").join("cls"), &dir);
+    crate::common::copy_dir(&fixture("st_modernbert_tiny").join("cls"), &dir);
     let e = load_embedder(&dir, &options()).unwrap();
     let by_hand = ModernBertEmbedder::builder(&dir)
         .prompt(Role::Query, "search_query: ")

@@ -212,11 +212,7 @@ fn truncated_pairs_are_counted_and_the_default_length_is_the_tokenizers() {
     // A copy whose tokenizer says 128, under the table's 512.
     let tmp = std::env::temp_dir().join(format!("rerank-maxlen-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).unwrap();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), tmp.join(entry.file_name())).unwrap();
-    }
+    crate::common::copy_dir(&dir, &tmp);
     let config = tmp.join("tokenizer_config.json");
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(

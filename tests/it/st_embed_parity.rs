@@ -248,7 +248,7 @@ impl Broken {
     fn of(case: &str, tag: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("rerank-st-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        copy_dir(&fixtures().join(case), &dir);
+        crate::common::copy_dir(&fixtures().join(case), &dir);
         Broken(dir)
     }
 
@@ -275,19 +275,6 @@ impl Broken {
 impl Drop for Broken {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), dest).unwrap();
-        }
     }
 }
 
