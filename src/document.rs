@@ -104,6 +104,10 @@ pub struct Hit {
     pub rerank_score: Option<f32>,
     /// True when the hit was kept on top by protected reranking (factual queries).
     pub protected: bool,
+    /// With passage scoring on ([`Passages`](crate::rerankers::Passages)): the byte range of
+    /// the document's [`full_text`](Document::full_text) whose window gave its rerank score.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage: Option<std::ops::Range<usize>>,
 }
 
 impl Hit {
@@ -118,6 +122,7 @@ impl Hit {
             vector_score: None,
             rerank_score: None,
             protected: false,
+            passage: None,
         }
     }
 

@@ -164,6 +164,7 @@ fn model_options(args: &Args) -> rerank::models::ModelOptions {
         max_batch_size: args.batch_size,
         threads: args.threads,
         precision: args.precision.into(),
+        ..rerank::models::ModelOptions::default()
     }
 }
 

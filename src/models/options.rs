@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rerankers::Passages;
 use crate::{Error, Result};
 
 /// The number format a model computes in.
@@ -102,6 +103,11 @@ pub struct ModelOptions {
     pub threads: Option<usize>,
     /// The number format (default [`Precision::F32`]).
     pub precision: Precision,
+    /// Rerankers only: score a document longer than the room beside the query by
+    /// overlapping windows and keep the best (default: off, the document is truncated). See
+    /// [`Passages`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passages: Option<Passages>,
 }
 
 impl ModelOptions {
@@ -135,6 +141,12 @@ impl ModelOptions {
         self
     }
 
+    /// Sets [`ModelOptions::passages`].
+    pub fn passages(mut self, passages: Passages) -> Self {
+        self.passages = Some(passages);
+        self
+    }
+
     /// Checks the values for `model` (named in the message): every count at least 1, and
     /// `max_length` at least `min_length` (the special tokens the model adds).
     pub(crate) fn validate(&self, model: &str, min_length: usize) -> Result<()> {
@@ -150,6 +162,10 @@ impl ModelOptions {
         }
         if let Some(n) = self.threads {
             check_threads(model, n)?;
+        }
+        if let Some(p) = &self.passages {
+            p.validate()
+                .map_err(|e| Error::Config(format!("{model}: {}", config_message(e))))?;
         }
         if let Some(n) = self.max_length.filter(|&n| n > MAX_LENGTH) {
             return Err(Error::Config(format!(
@@ -180,6 +196,14 @@ impl ModelOptions {
             .build()
             .map(|pool| ModelPool(Some(pool)))
             .map_err(|e| Error::Config(format!("cannot start {n} threads: {e}")))
+    }
+}
+
+/// The message of a configuration error, without its "invalid configuration: " prefix.
+fn config_message(e: Error) -> String {
+    match e {
+        Error::Config(m) => m,
+        other => other.to_string(),
     }
 }
 

@@ -213,6 +213,7 @@ pub enum RerankerKind {
 ///   fallback: { budget_ms: 800 }  # lexical scores when the model fails or is late
 ///   # or: fallback: { embedding_model: models/all-MiniLM-L6-v2 }  (embedding cosine)
 ///   instructions: { entity_field: entity_type, tasks: { design: "..." } }
+///   passages: { aggregate: max }  # long documents scored by windows, the best kept
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -240,6 +241,12 @@ pub struct RerankerConfig {
     /// longer than the budget (default: none; a failure keeps stage-1 order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<FallbackConfig>,
+    /// Score documents longer than the model's window by overlapping passages and keep the
+    /// best (cross-encoder and qwen3; default: off, long documents are truncated). Each hit's
+    /// `passage` then says which part of the document won. See
+    /// [`Passages`](crate::rerankers::Passages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passages: Option<crate::rerankers::Passages>,
 }
 
 /// The `reranker.fallback` section.
@@ -266,6 +273,7 @@ impl RerankerConfig {
             skip_within_top_k: false,
             instructions: None,
             fallback: None,
+            passages: None,
         }
     }
 
@@ -298,13 +306,27 @@ impl RerankerConfig {
 
     #[cfg(feature = "models")]
     fn build_primary(&self) -> Result<Box<dyn Reranker>> {
+        let mut options = crate::models::ModelOptions::default();
+        if let Some(passages) = self.passages {
+            if matches!(self.kind, RerankerKind::Embedding | RerankerKind::Lexical) {
+                return Err(Error::Config(format!(
+                    "reranker.passages: a {:?} reranker scores whole documents (passages are \
+                     for cross_encoder and qwen3)",
+                    self.kind
+                )));
+            }
+            options = options.passages(passages);
+        }
         Ok(match self.kind {
             RerankerKind::Lexical => Box::new(crate::rerankers::LexicalReranker),
-            RerankerKind::CrossEncoder => {
-                Box::new(crate::rerankers::CrossEncoder::from_dir(self.model()?)?)
-            }
+            RerankerKind::CrossEncoder => Box::new(
+                crate::rerankers::CrossEncoder::builder(self.model()?)
+                    .options(options)
+                    .build()?,
+            ),
             RerankerKind::Qwen3 => {
-                let mut b = crate::rerankers::Qwen3Reranker::builder(self.model()?);
+                let mut b =
+                    crate::rerankers::Qwen3Reranker::builder(self.model()?).options(options);
                 if let Some(i) = &self.instructions {
                     b = b.instructions(i.clone());
                 }

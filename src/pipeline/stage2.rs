@@ -123,6 +123,7 @@ impl Pipeline {
         let groups = groups(&assigned);
         let texts: Vec<String> = head.iter().map(|h| h.document.full_text()).collect();
         let mut scores = vec![f32::NAN; head.len()];
+        let mut passages = vec![None; head.len()];
         let mut scorer = String::new();
         let mut fallback_reason = None;
         let mut failure = None;
@@ -139,6 +140,9 @@ impl Pipeline {
                 Ok(out) => {
                     for (&i, s) in idx.iter().zip(out.scores) {
                         scores[i] = s;
+                    }
+                    for (&i, p) in idx.iter().zip(out.passages) {
+                        passages[i] = Some(p);
                     }
                     scorer = out.scorer;
                     fallback_reason = fallback_reason.or(out.fallback_reason);
@@ -167,8 +171,9 @@ impl Pipeline {
             "stage 2 done"
         );
         let scored = head.len();
-        for (h, s) in head.iter_mut().zip(scores) {
+        for ((h, s), p) in head.iter_mut().zip(scores).zip(passages) {
             h.rerank_score = Some(s);
+            h.passage = p;
             // A NaN or infinite score (a host reranker's bug) ranks below every real
             // score instead of above it; `rerank_score` keeps what the reranker said.
             h.score = if s.is_finite() { s } else { f32::NEG_INFINITY };

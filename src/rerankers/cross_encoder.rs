@@ -1,6 +1,7 @@
 //! [`CrossEncoder`]: a cross-encoder reranker (BERT, XLM-RoBERTa or ModernBERT sequence
 //! classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -12,12 +13,11 @@ use crate::models::{
     plan_batches, Architecture, ClassifierConfig, ModelDir, ModelOptions, ModelPool,
     ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier, CONFIG_FILE,
 };
-use crate::rerankers::{RerankQuery, RerankScores};
+use crate::rerankers::{PassagePlan, Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
-/// The longest input sentence-transformers uses by default (further capped by the model).
-/// Default [`ModelOptions::token_budget`] (`pairs x longest pair`) (`pairs x longest pair`). Batches are packed (no padding is
-/// computed) and attention runs per pair, so the budget only bounds the workspace
+/// Default [`ModelOptions::token_budget`] (`pairs x longest pair`). Batches are packed (no
+/// padding is computed) and attention runs per pair, so the budget only bounds the workspace
 /// (`tokens x (intermediate_size + 6 x hidden_size)` floats, 64 MiB for a MiniLM-L6).
 pub const DEFAULT_TOKEN_BUDGET: usize = 8192;
 /// Default [`ModelOptions::max_batch_size`] (sentence-transformers' default batch size).
@@ -63,6 +63,7 @@ pub struct CrossEncoder {
     token_budget: usize,
     max_batch_size: usize,
     pool: ModelPool,
+    passages: Option<Passages>,
     path: PathBuf,
 }
 
@@ -77,6 +78,7 @@ impl std::fmt::Debug for CrossEncoder {
             .field("max_batch_size", &self.max_batch_size)
             .field("precision", &self.precision())
             .field("threads", &self.threads())
+            .field("passages", &self.passages)
             .finish()
     }
 }
@@ -134,6 +136,17 @@ impl CrossEncoder {
         self.tokenizer.encode(query, document)
     }
 
+    /// The byte ranges of `document` that [`ModelOptions::passages`] scores beside `query`
+    /// (the whole text when it fits); an error when passages are off (a test hook).
+    #[doc(hidden)]
+    pub fn passage_windows(&self, query: &str, document: &str) -> Result<Vec<Range<usize>>> {
+        let passages = self
+            .passages
+            .ok_or_else(|| Error::Config("passages are off for this cross-encoder".into()))?;
+        let room = self.tokenizer.room(query)?;
+        Ok(passages.windows(document, &self.tokenizer.document_tokens(document)?, room))
+    }
+
     /// Raw logits, one per pair, in input order.
     pub fn logits(&self, pairs: &[(&str, &str)]) -> Result<Vec<f32>> {
         Ok(self.logits_counted(pairs)?.0)
@@ -178,6 +191,14 @@ impl CrossEncoder {
         })
     }
 
+    /// Each document's score (after the activation) beside `query`, and how many were cut.
+    fn scores(&self, query: &str, docs: &[&str]) -> Result<(Vec<f32>, usize)> {
+        let pairs: Vec<(&str, &str)> = docs.iter().map(|d| (query, *d)).collect();
+        let (logits, truncated) = self.logits_counted(&pairs)?;
+        let scores = logits.iter().map(|&l| self.activation.apply(l)).collect();
+        Ok((scores, truncated))
+    }
+
     /// Score (after the activation) and raw logit for each pair, in input order.
     pub fn predict(&self, pairs: &[(&str, &str)]) -> Result<Vec<PairScore>> {
         Ok(self
@@ -197,15 +218,25 @@ impl Reranker for CrossEncoder {
     }
 
     /// The scores, and how many documents were cut to `max_length` beside the query.
+    /// With [`ModelOptions::passages`], a document longer than the room beside the query is
+    /// scored by windows ([`Passages`]) and [`RerankScores::passages`] says which won.
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        let pairs: Vec<(&str, &str)> = docs.iter().map(|d| (query.text.as_str(), *d)).collect();
-        let (logits, truncated) = self.logits_counted(&pairs)?;
-        let scores = logits
-            .into_iter()
-            .map(|l| self.activation.apply(l))
-            .collect();
+        let Some(passages) = &self.passages else {
+            let (scores, truncated) = self.scores(&query.text, docs)?;
+            return Ok(RerankScores {
+                truncated,
+                ..RerankScores::new(scores, self.name())
+            });
+        };
+        let plan = self.pool.install(|| {
+            let room = self.tokenizer.room(&query.text)?;
+            PassagePlan::new(passages, docs, room, |d| self.tokenizer.document_tokens(d))
+        })?;
+        let (scores, truncated) = self.scores(&query.text, &plan.texts(docs)?)?;
+        let (scores, ranges) = plan.aggregate(docs.len(), &scores, passages.aggregate)?;
         Ok(RerankScores {
             truncated,
+            passages: ranges,
             ..RerankScores::new(scores, self.name())
         })
     }
@@ -375,6 +406,7 @@ impl CrossEncoderBuilder {
                 .max_batch_size
                 .unwrap_or(DEFAULT_MAX_BATCH_SIZE),
             pool,
+            passages: self.options.passages,
             path: dir.path().to_path_buf(),
         })
     }

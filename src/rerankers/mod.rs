@@ -8,16 +8,22 @@
 //! - [`LexicalReranker`] (`lexical`): model-free coverage of the query's content words;
 //! - [`FallbackReranker`] (`fallback`): a primary scorer with a fallback and a latency budget;
 //! - [`load_reranker`] (`load`, feature `models`): picks one of the above from `config.json`;
-//! - [`ProtectPolicy`] (`protect`): keeps the exact lexical matches of factual queries on top.
+//! - [`ProtectPolicy`] (`protect`): keeps the exact lexical matches of factual queries on top;
+//! - [`Passages`] (`passages`): long documents scored by overlapping windows (opt-in).
 
 mod embedding;
 mod lexical;
+pub(crate) mod passages;
 mod protect;
 
 use std::sync::Arc;
 
 pub use embedding::{EmbeddingReranker, VectorSource};
 pub use lexical::LexicalReranker;
+#[cfg(feature = "models")]
+pub(crate) use passages::tokens_of;
+pub(crate) use passages::PassagePlan;
+pub use passages::{PassageAggregate, Passages};
 pub use protect::ProtectPolicy;
 
 use serde::{Deserialize, Serialize};
@@ -109,8 +115,12 @@ pub struct RerankScores {
     /// When a fallback produced the scores: why the primary scorer did not.
     pub fallback_reason: Option<String>,
     /// How many documents were cut to the model's `max_length` beside the query (the model
-    /// judged their beginning only); 0 when the scorer cannot tell.
+    /// judged their beginning only); 0 when the scorer cannot tell. With [`Passages`] on,
+    /// the windows that were cut (normally none).
     pub truncated: usize,
+    /// With [`Passages`] on, one per document: the byte range of its text whose window gave
+    /// its score (the whole text when it fit beside the query). Empty otherwise.
+    pub passages: Vec<std::ops::Range<usize>>,
 }
 
 impl RerankScores {
@@ -121,6 +131,7 @@ impl RerankScores {
             scorer: scorer.into(),
             fallback_reason: None,
             truncated: 0,
+            passages: Vec::new(),
         }
     }
 

@@ -30,6 +30,7 @@ mod milvus;
 mod modernbert;
 mod openai_embed;
 mod openai_http;
+mod passages;
 mod pii;
 mod pipeline;
 mod properties;

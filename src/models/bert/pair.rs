@@ -113,6 +113,32 @@ impl PairTokenizer {
         })
     }
 
+    /// The tokens `document` alone has, with their byte ranges (for [`Passages`]).
+    ///
+    /// [`Passages`]: crate::rerankers::Passages
+    pub(crate) fn document_tokens(
+        &self,
+        document: &str,
+    ) -> Result<Vec<crate::rerankers::passages::Token>> {
+        let encoding = self
+            .tokenizer
+            .encode(document, false)
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        Ok(crate::rerankers::tokens_of(&encoding))
+    }
+
+    /// How many document tokens fit beside `query` without cutting either: the content
+    /// budget less the query's tokens, and at least half the budget (a longer query is cut
+    /// to make room, as `longest_first` cuts it).
+    pub(crate) fn room(&self, query: &str) -> Result<usize> {
+        let q = self
+            .tokenizer
+            .encode_fast(query, false)
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        let content = self.content.max_length;
+        Ok(content.saturating_sub(q.len()).max(content / 2))
+    }
+
     /// Encodes many pairs, in input order (in parallel on the current rayon pool).
     pub fn encode_all(&self, pairs: &[(&str, &str)]) -> Result<Vec<PairEncoding>> {
         use rayon::prelude::*;

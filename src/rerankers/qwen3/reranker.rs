@@ -10,7 +10,7 @@ use crate::models::qwen3::layers::MatrixFormat;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
 use crate::models::{plan_packed_batches, ModelDir, ModelOptions, ModelPool, Precision};
-use crate::rerankers::RerankQuery;
+use crate::rerankers::{PassagePlan, Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 /// The default number of tokens packed into one forward pass.
@@ -102,6 +102,7 @@ pub struct Qwen3Reranker {
     max_batch_size: usize,
     pool: ModelPool,
     precision: Precision,
+    passages: Option<Passages>,
 }
 
 impl std::fmt::Debug for Qwen3Reranker {
@@ -176,22 +177,70 @@ impl Qwen3Reranker {
         document: &str,
     ) -> Result<Vec<u32>> {
         let instruction = instruction.unwrap_or(&self.default_instruction);
-        self.encoder.encode(instruction, query, document)
+        Ok(self.encoder.encode(instruction, query, document)?.0)
+    }
+
+    /// The byte ranges of `document` that [`ModelOptions::passages`] scores beside `query`
+    /// (the whole text when it fits); an error when passages are off (a test hook).
+    #[doc(hidden)]
+    pub fn passage_windows(
+        &self,
+        query: &RerankQuery,
+        document: &str,
+    ) -> Result<Vec<std::ops::Range<usize>>> {
+        let passages = self
+            .passages
+            .ok_or_else(|| Error::Config("passages are off for this reranker".into()))?;
+        let room = self.room(query)?;
+        Ok(passages.windows(document, &self.encoder.document_tokens(document)?, room))
+    }
+
+    /// The document tokens that fit in a prompt beside `query` and its instruction.
+    fn room(&self, query: &RerankQuery) -> Result<usize> {
+        let instruction = query
+            .instruction
+            .as_deref()
+            .unwrap_or(&self.default_instruction);
+        self.encoder.room(instruction, &query.text)
     }
 
     /// Scores triples (each with its own instruction and query), in input order.
     pub fn score_inputs(&self, inputs: &[ScoreInput<'_>]) -> Result<Vec<Qwen3Score>> {
+        Ok(self.score_inputs_counted(inputs)?.0)
+    }
+
+    /// [`Qwen3Reranker::score_inputs`], and how many documents were cut to fit `max_length`
+    /// (logged at debug level).
+    fn score_inputs_counted(&self, inputs: &[ScoreInput<'_>]) -> Result<(Vec<Qwen3Score>, usize)> {
         self.pool.install(|| {
-            let prompts = inputs
+            let encoded = inputs
                 .par_iter()
-                .map(|i| self.encode(i.instruction, i.query, i.document))
+                .map(|i| {
+                    let instruction = i.instruction.unwrap_or(&self.default_instruction);
+                    self.encoder.encode(instruction, i.query, i.document)
+                })
                 .collect::<Result<Vec<_>>>()?;
-            self.score_batched(&prompts)
+            let truncated = encoded.iter().filter(|(_, cut)| *cut).count();
+            if truncated > 0 {
+                tracing::debug!(
+                    stage = "rerank",
+                    truncated,
+                    documents = inputs.len(),
+                    "documents cut to max_length: the model judged their beginning only"
+                );
+            }
+            let prompts: Vec<Vec<u32>> = encoded.into_iter().map(|(ids, _)| ids).collect();
+            Ok((self.score_batched(&prompts)?, truncated))
         })
     }
 
     /// Scores `docs` against one query, returning both the score and the logit per document.
     pub fn score_with_logits(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<Qwen3Score>> {
+        Ok(self.score_query(query, docs)?.0)
+    }
+
+    /// Scores `docs` against `query`, and says how many were cut.
+    fn score_query(&self, query: &RerankQuery, docs: &[&str]) -> Result<(Vec<Qwen3Score>, usize)> {
         let inputs: Vec<ScoreInput<'_>> = docs
             .iter()
             .map(|d| ScoreInput {
@@ -200,7 +249,7 @@ impl Qwen3Reranker {
                 document: d,
             })
             .collect();
-        self.score_inputs(&inputs)
+        self.score_inputs_counted(&inputs)
     }
 
     /// Scores already-tokenized prompts in exactly one packed forward pass (no budget split).
@@ -234,11 +283,35 @@ impl Qwen3Reranker {
 
 impl Reranker for Qwen3Reranker {
     fn score(&self, query: &RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
-        Ok(self
-            .score_with_logits(query, docs)?
-            .into_iter()
-            .map(|s| s.score)
-            .collect())
+        Ok(self.score_detailed(query, docs)?.scores)
+    }
+
+    /// The scores and how many documents were cut to `max_length`. With
+    /// [`ModelOptions::passages`], a document longer than the room beside the instruction and
+    /// query is scored by windows ([`Passages`]) and [`RerankScores::passages`] says which won.
+    fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
+        let scores = |docs: &[&str]| -> Result<(Vec<f32>, usize)> {
+            let (scores, truncated) = self.score_query(query, docs)?;
+            Ok((scores.into_iter().map(|s| s.score).collect(), truncated))
+        };
+        let Some(passages) = &self.passages else {
+            let (scores, truncated) = scores(docs)?;
+            return Ok(RerankScores {
+                truncated,
+                ..RerankScores::new(scores, self.name())
+            });
+        };
+        let plan = self.pool.install(|| {
+            let room = self.room(query)?;
+            PassagePlan::new(passages, docs, room, |d| self.encoder.document_tokens(d))
+        })?;
+        let (window_scores, truncated) = scores(&plan.texts(docs)?)?;
+        let (scores, ranges) = plan.aggregate(docs.len(), &window_scores, passages.aggregate)?;
+        Ok(RerankScores {
+            truncated,
+            passages: ranges,
+            ..RerankScores::new(scores, self.name())
+        })
     }
 
     fn name(&self) -> &str {
@@ -348,6 +421,7 @@ impl Qwen3RerankerBuilder {
             max_batch_size: self.options.max_batch_size.unwrap_or(usize::MAX),
             pool,
             precision: self.options.precision,
+            passages: self.options.passages,
         })
     }
 }

@@ -123,20 +123,51 @@ mod encoder {
             self.max_length - self.prefix.len() - self.suffix.len()
         }
 
-        /// `prefix + body (cut to the budget, from the right) + suffix`.
-        pub(crate) fn encode(&self, instruction: &str, query: &str, doc: &str) -> Result<Vec<u32>> {
+        /// `prefix + body (cut to the budget, from the right) + suffix`, and whether the body
+        /// was cut.
+        pub(crate) fn encode(
+            &self,
+            instruction: &str,
+            query: &str,
+            doc: &str,
+        ) -> Result<(Vec<u32>, bool)> {
             let body = format_body(instruction, query, doc);
-            let encoding = self
-                .tokenizer
-                .encode_fast(body.as_str(), false)
-                .map_err(|e| Error::tokenizer(e.to_string()))?;
-            let ids = encoding.get_ids();
+            let ids = self.ids(&body)?;
+            let cut = ids.len() > self.body_budget();
             let body = &ids[..ids.len().min(self.body_budget())];
             let mut out = Vec::with_capacity(self.prefix.len() + body.len() + self.suffix.len());
             out.extend_from_slice(&self.prefix);
             out.extend_from_slice(body);
             out.extend_from_slice(&self.suffix);
-            Ok(out)
+            Ok((out, cut))
+        }
+
+        /// How many document tokens fit in a prompt beside `instruction` and `query`: the body
+        /// budget less the body of an empty document, and at least half the budget (a longer
+        /// query is cut with the document's end).
+        pub(crate) fn room(&self, instruction: &str, query: &str) -> Result<usize> {
+            let budget = self.body_budget();
+            let fixed = self.ids(&format_body(instruction, query, ""))?.len();
+            Ok(budget.saturating_sub(fixed).max(budget / 2))
+        }
+
+        /// The tokens `document` alone has, with their byte ranges (for passages).
+        pub(crate) fn document_tokens(
+            &self,
+            document: &str,
+        ) -> Result<Vec<crate::rerankers::passages::Token>> {
+            let encoding = self
+                .tokenizer
+                .encode(document, false)
+                .map_err(|e| Error::tokenizer(e.to_string()))?;
+            Ok(crate::rerankers::tokens_of(&encoding))
+        }
+
+        fn ids(&self, text: &str) -> Result<Vec<u32>> {
+            self.tokenizer
+                .encode_fast(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| Error::tokenizer(e.to_string()))
         }
     }
 }
