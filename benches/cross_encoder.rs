@@ -11,13 +11,16 @@
 //! python scripts/make_ce_minilm.py
 //! cargo bench --bench cross_encoder
 //! ```
+//!
+//! Then the cost of passage scoring: the same 100 documents at `max_length` 512 and 128,
+//! truncated and by passages (the number of windows is printed).
 
 mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 
 use rerank::models::{ModelOptions, Precision};
-use rerank::rerankers::RerankQuery;
+use rerank::rerankers::{Passages, RerankQuery};
 use rerank::{CrossEncoder, Reranker};
 
 const DOCS: usize = 100;
@@ -64,6 +67,40 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("scifact_100docs_{name}_t{threads}"), |b| {
             b.iter(|| ce.score(&query, &docs).unwrap())
         });
+    }
+    // The cost of passage scoring (`ModelOptions::passages`, f32): at the model's 512 tokens
+    // (the few longer documents get more windows) and at 128 (most do), each beside the same
+    // length truncating instead.
+    for max_length in [512, 128] {
+        for passages in [false, true] {
+            let mut options = ModelOptions::default()
+                .threads(threads)
+                .max_length(max_length);
+            if passages {
+                options = options.passages(Passages::default());
+            }
+            let ce = CrossEncoder::builder(&model)
+                .options(options)
+                .build()
+                .unwrap();
+            let out = ce.score_detailed(&query, &docs).unwrap();
+            let windows = if passages {
+                docs.iter()
+                    .map(|d| ce.passage_windows(&query.text, d).unwrap().len())
+                    .sum()
+            } else {
+                docs.len()
+            };
+            eprintln!(
+                "max_length {max_length}, passages {passages}: {windows} inputs, {} cut",
+                out.truncated
+            );
+            let name = if passages { "passages" } else { "truncated" };
+            group.bench_function(
+                format!("scifact_100docs_max{max_length}_{name}_t{threads}"),
+                |b| b.iter(|| ce.score(&query, &docs).unwrap()),
+            );
+        }
     }
     group.finish();
 }

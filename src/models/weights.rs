@@ -116,6 +116,11 @@ impl Weights {
         self
     }
 
+    /// The names of every tensor, in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
     /// Whether the checkpoint has a tensor called `name`.
     pub fn has(&self, name: &str) -> bool {
         self.tensors.contains_key(name)

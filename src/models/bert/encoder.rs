@@ -239,7 +239,38 @@ impl EncoderWeights {
                 dir.path().join(WEIGHTS_FILE).display()
             )));
         };
-        Ok(EncoderWeights { weights, prefix })
+        let w = EncoderWeights { weights, prefix };
+        w.check_layout(dir)?;
+        Ok(w)
+    }
+
+    /// Refuses a checkpoint whose layers are not in transformers' layout
+    /// (`encoder.layer.N.attention.self.query`), naming the architecture and the layout it
+    /// is in, instead of failing later on a missing tensor. The layout known by name is the
+    /// flash-attention one of jina's remote code (jina-reranker-v2, jina-embeddings-v2/v3:
+    /// `encoder.layers.N.mixer.Wqkv`).
+    fn check_layout(&self, dir: &ModelDir) -> Result<()> {
+        let standard = format!("{}encoder.layer.0.attention.self.query.weight", self.prefix);
+        let has_layers = self.weights.names().any(|n| n.contains("encoder.layer"));
+        if self.weights.has(&standard) || !has_layers {
+            return Ok(());
+        }
+        let layout = if self.weights.names().any(|n| n.contains(".mixer.Wqkv.")) {
+            "jina's flash-attention layout (remote code: encoder.layers.N.mixer.Wqkv, \
+             mlp.fc1, norm1)"
+        } else {
+            "an unknown layout"
+        };
+        let architecture = dir
+            .architecture()
+            .map_or_else(|_| "(unknown)".to_string(), |a| a.name().to_string());
+        Err(Error::model(format!(
+            "{}: architecture {architecture} in {layout} is not supported (no {standard}); \
+             supported: BertForSequenceClassification, XLMRobertaForSequenceClassification, \
+             BertModel and XLMRobertaModel in transformers' layout \
+             (encoder.layer.N.attention.self.query)",
+            dir.path().join(WEIGHTS_FILE).display()
+        )))
     }
 
     /// The encoder's tensor `name` (relative to the encoder's root) of shape `shape`.
