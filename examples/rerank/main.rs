@@ -24,6 +24,7 @@ mod query;
 mod recall;
 mod score;
 mod search;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -65,6 +66,9 @@ enum Command {
     Classify(classify::Args),
     /// The query layer of a pipeline config: answer, --classify-only, --dry-run, --cache-stats, --invalidate-act.
     Query(query::Args),
+    /// Serve the config's pipeline over HTTP: Cohere /v2/rerank, OpenAI /v1/embeddings, TEI
+    /// /rerank and /embed, /search, /answer, /health, /metrics, /info.
+    Serve(serve::Args),
     /// Score (query, document) pairs from a JSONL file with a local model (a cross-encoder,
     /// Qwen3-Reranker or BERT bi-encoder: what `search --reranker` takes).
     Score(score::Args),
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
         Command::Classify(args) => classify::run(args),
         Command::Query(args) => query::run(args),
         Command::Score(args) => score::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -69,6 +69,12 @@ impl Reranker for Guarded<dyn Reranker> {
     fn name(&self) -> &str {
         self.0.name()
     }
+    fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
+        catch(
+            || format!("reranker {}", self.0.name()),
+            || self.0.score_pairs(pairs),
+        )
+    }
 }
 
 impl Generator for Guarded<dyn Generator> {

@@ -105,6 +105,11 @@ impl Pipeline {
         self.generator.as_ref()
     }
 
+    /// The stage-2 reranker, when one is set (behind the pipeline's panic boundary).
+    pub fn reranker(&self) -> Option<&dyn Reranker> {
+        self.reranker.as_deref()
+    }
+
     /// The embedder, when one is set.
     pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
         self.embedder.as_ref()

@@ -244,6 +244,17 @@ impl Reranker for CrossEncoder {
     fn name(&self) -> &str {
         "cross-encoder"
     }
+
+    /// Every pair in the same packed batches, whatever its query (with passages on, one
+    /// [`Reranker::score_detailed`] per query).
+    fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
+        if self.passages.is_some() {
+            return crate::rerankers::score_pairs_by_query(self, pairs);
+        }
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(q, d)| (q.text.as_str(), *d)).collect();
+        let (logits, _) = self.logits_counted(&pairs)?;
+        Ok(logits.iter().map(|&l| self.activation.apply(l)).collect())
+    }
 }
 
 /// The sequence classifier a cross-encoder runs, by architecture.

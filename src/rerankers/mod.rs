@@ -165,6 +165,14 @@ pub trait Reranker: Send + Sync {
         "reranker"
     }
 
+    /// Scores (query, document) pairs whose queries may differ, one score per pair in input
+    /// order: how a server scores the requests of many clients in one go. The default scores
+    /// each distinct query's documents with [`Reranker::score_detailed`]; the model rerankers
+    /// pack every pair into the same batches.
+    fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
+        score_pairs_by_query(self, pairs)
+    }
+
     /// Scores `documents` against `query` and returns them best first, as indices into
     /// `documents` with their scores: the shape of sentence-transformers' `CrossEncoder.rank`.
     /// `top_n` keeps only the best N (`None`: all). Equal scores keep input order; a NaN
@@ -243,6 +251,32 @@ fn rank_by_scores<R: Reranker + ?Sized, S: AsRef<str>>(
     Ok(ranked)
 }
 
+/// [`Reranker::score_pairs`] as one [`Reranker::score_detailed`] call per distinct query.
+pub(crate) fn score_pairs_by_query<R: Reranker + ?Sized>(
+    reranker: &R,
+    pairs: &[(&RerankQuery, &str)],
+) -> Result<Vec<f32>> {
+    let mut groups: Vec<(&RerankQuery, Vec<usize>)> = Vec::new();
+    for (i, (query, _)) in pairs.iter().enumerate() {
+        match groups.iter_mut().find(|(q, _)| q == query) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((query, vec![i])),
+        }
+    }
+    let mut out = vec![f32::NAN; pairs.len()];
+    for (query, members) in groups {
+        let docs: Vec<&str> = members.iter().map(|&i| pairs[i].1).collect();
+        let scores = reranker
+            .score_detailed(query, &docs)?
+            .one_per_document(docs.len())?
+            .scores;
+        for (i, s) in members.into_iter().zip(scores) {
+            out[i] = s;
+        }
+    }
+    Ok(out)
+}
+
 /// `Reranker` for references and smart pointers to a reranker: every method forwards.
 macro_rules! forward_reranker {
     ($($pointer:ty),*) => {$(
@@ -255,6 +289,9 @@ macro_rules! forward_reranker {
             }
             fn name(&self) -> &str {
                 (**self).name()
+            }
+            fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
+                (**self).score_pairs(pairs)
             }
         }
     )*};

@@ -153,3 +153,82 @@ fn a_pipeline_config_builds_the_qwen3_reranker() {
     let got = response.hits[0].rerank_score.unwrap();
     assert!((got - want[best]).abs() < 1e-6, "{got} vs {}", want[best]);
 }
+
+/// jina-reranker-v2's checkpoint says `XLMRobertaForSequenceClassification` but keeps its
+/// layers in the flash-attention layout of its remote code (fused `mixer.Wqkv`, `mlp.fc1`,
+/// `norm1`): refused naming the architecture and the layout, never a missing tensor.
+#[test]
+fn an_xlm_roberta_checkpoint_in_jinas_flash_layout_is_refused_by_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/xlmr_tiny");
+    let dir = std::env::temp_dir().join(format!("rerank-jina-layout-{}", std::process::id()));
+    crate::common::copy_dir(&src, &dir);
+    let path = dir.join("model.safetensors");
+    let device = candle_core::Device::Cpu;
+    let tensors = candle_core::safetensors::load(&path, &device).unwrap();
+    let mut flash = std::collections::HashMap::new();
+    for (name, t) in tensors {
+        let Some(rest) = name.strip_prefix("roberta.encoder.layer.") else {
+            flash.insert(name, t);
+            continue;
+        };
+        let (layer, part) = rest.split_once('.').unwrap();
+        let renamed = match part {
+            "attention.self.query.weight" => "mixer.Wqkv.weight",
+            "attention.output.dense.weight" => "mixer.out_proj.weight",
+            "attention.output.LayerNorm.weight" => "norm1.weight",
+            "intermediate.dense.weight" => "mlp.fc1.weight",
+            "output.dense.weight" => "mlp.fc2.weight",
+            _ => continue,
+        };
+        flash.insert(format!("roberta.encoder.layers.{layer}.{renamed}"), t);
+    }
+    candle_core::safetensors::save(&flash, &path).unwrap();
+    let result = load_reranker(&dir, &ModelOptions::default());
+    let _ = std::fs::remove_dir_all(&dir);
+    let m = match result {
+        Err(Error::Model { message, .. }) => message,
+        Err(other) => panic!("expected Error::Model, got {other:?}"),
+        Ok(_) => panic!("a checkpoint in the flash layout loaded"),
+    };
+    assert!(
+        m.contains(
+            "architecture XLMRobertaForSequenceClassification in jina's flash-attention layout"
+        ) && m.contains("is not supported")
+            && m.contains("supported: "),
+        "{m}"
+    );
+}
+
+/// `Reranker::score_pairs` (how `rerank serve` scores many clients' requests together) gives
+/// every pair the score its query's own call gives it: one packed call for the cross-encoder
+/// and Qwen3, one call per query for the others.
+#[test]
+fn pairs_of_many_queries_score_as_each_query_alone() {
+    let (Some(ce), Some(qwen3)) = (fixture("ce_tiny_a"), fixture("qwen3_tiny_a")) else {
+        return;
+    };
+    let options = ModelOptions::default().threads(2);
+    let rerankers: Vec<Box<dyn Reranker>> = vec![
+        load_reranker(&ce, &options).unwrap(),
+        load_reranker(&qwen3, &options).unwrap(),
+        Box::new(rerank::rerankers::LexicalReranker),
+    ];
+    let q1 = RerankQuery::new(QUERY);
+    let q2 = RerankQuery::new("flour and salt").with_instruction("Find recipes");
+    let pairs: Vec<(&RerankQuery, &str)> = vec![
+        (&q1, DOCS[0]),
+        (&q2, DOCS[1]),
+        (&q1, DOCS[1]),
+        (&q2, DOCS[2]),
+        (&q1, DOCS[2]),
+    ];
+    for r in &rerankers {
+        let together = r.score_pairs(&pairs).unwrap();
+        let one = r.score(&q1, &DOCS).unwrap();
+        let two = r.score(&q2, &DOCS[1..]).unwrap();
+        let expected = [one[0], two[0], one[1], two[1], one[2]];
+        for (got, want) in together.iter().zip(expected) {
+            assert!((got - want).abs() <= 1e-5, "{}: {got} vs {want}", r.name());
+        }
+    }
+}

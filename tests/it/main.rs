@@ -40,6 +40,7 @@ mod qwen3_parity;
 mod rank;
 mod redis_cache;
 mod reliability;
+mod serve;
 mod st_embed_parity;
 mod store;
 mod systems;

@@ -317,6 +317,27 @@ impl Reranker for Qwen3Reranker {
     fn name(&self) -> &str {
         "qwen3-reranker"
     }
+
+    /// Every pair in the same packed batches, each with its query's instruction (with
+    /// passages on, one [`Reranker::score_detailed`] per query).
+    fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
+        if self.passages.is_some() {
+            return crate::rerankers::score_pairs_by_query(self, pairs);
+        }
+        let inputs: Vec<ScoreInput<'_>> = pairs
+            .iter()
+            .map(|(q, d)| ScoreInput {
+                instruction: q.instruction.as_deref(),
+                query: &q.text,
+                document: d,
+            })
+            .collect();
+        Ok(self
+            .score_inputs(&inputs)?
+            .into_iter()
+            .map(|s| s.score)
+            .collect())
+    }
 }
 
 /// Configures and loads a [`Qwen3Reranker`]; [`Qwen3RerankerBuilder::build`] checks everything.

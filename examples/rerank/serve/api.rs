@@ -1,0 +1,164 @@
+//! The wire shapes of the APIs the server speaks: Cohere's rerank (v1 and v2), TEI's `/rerank`
+//! and `/embed`, OpenAI's embeddings, and the pipeline's own `/search` and `/answer`. Only
+//! the fields each API documents; unknown fields are ignored, as the real services do.
+
+use serde::{Deserialize, Serialize};
+
+/// A Cohere document: a string, or an object with `text` (v1).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum CohereDocument {
+    Text(String),
+    Object { text: String },
+}
+
+impl CohereDocument {
+    pub fn text(&self) -> &str {
+        match self {
+            CohereDocument::Text(t) | CohereDocument::Object { text: t } => t,
+        }
+    }
+}
+
+/// `POST /v1/rerank`, `POST /v2/rerank` (`model` is accepted and ignored: the server has one).
+#[derive(Debug, Deserialize)]
+pub struct CohereRerankRequest {
+    pub query: String,
+    pub documents: Vec<CohereDocument>,
+    #[serde(default)]
+    pub top_n: Option<usize>,
+    #[serde(default)]
+    pub return_documents: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CohereText {
+    pub text: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CohereResult {
+    pub index: usize,
+    pub relevance_score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document: Option<CohereText>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CohereRerankResponse {
+    pub id: String,
+    pub results: Vec<CohereResult>,
+    pub meta: serde_json::Value,
+}
+
+/// `POST /rerank` (text-embeddings-inference). `truncate` is accepted and ignored: inputs
+/// are always cut to the model's length, as the reference models cut them.
+#[derive(Debug, Deserialize)]
+pub struct TeiRerankRequest {
+    pub query: String,
+    pub texts: Vec<String>,
+    #[serde(default)]
+    pub raw_scores: bool,
+    #[serde(default)]
+    pub return_text: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TeiRank {
+    pub index: usize,
+    pub score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// A string or a list of strings (OpenAI's `input`, TEI's `inputs`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Inputs {
+    One(String),
+    Many(Vec<String>),
+    /// Anything else (token ids): refused, the server takes text.
+    Other(serde::de::IgnoredAny),
+}
+
+/// `POST /v1/embeddings` (OpenAI).
+#[derive(Debug, Deserialize)]
+pub struct OpenAiEmbeddingsRequest {
+    pub input: Inputs,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub dimensions: Option<usize>,
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OpenAiEmbedding {
+    pub object: &'static str,
+    pub index: usize,
+    /// A list of floats, or base64 of their little-endian bytes.
+    pub embedding: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OpenAiUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OpenAiEmbeddingsResponse {
+    pub object: &'static str,
+    pub data: Vec<OpenAiEmbedding>,
+    pub model: String,
+    pub usage: OpenAiUsage,
+}
+
+/// `POST /embed` (text-embeddings-inference; `truncate` is accepted and ignored, as for
+/// `/rerank`).
+#[derive(Debug, Deserialize)]
+pub struct TeiEmbedRequest {
+    pub inputs: Inputs,
+    /// Unit-length vectors (default true, as TEI); false gives the model's own vectors.
+    #[serde(default)]
+    pub normalize: Option<bool>,
+    /// `query` embeds with the model's query prompt; anything else as documents.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
+}
+
+/// `POST /search` and `POST /answer`: the pipeline's request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    pub query: String,
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    #[serde(default)]
+    pub instruction: Option<String>,
+    #[serde(default)]
+    pub variants: Vec<String>,
+    #[serde(default)]
+    pub mode: Option<String>,
+    #[serde(default)]
+    pub fusion_weight: Option<f32>,
+    #[serde(default)]
+    pub score_threshold: Option<f32>,
+    #[serde(default)]
+    pub rerank_depth: Option<usize>,
+}
+
+impl SearchBody {
+    pub fn request(self) -> rerank::pipeline::SearchRequest {
+        let mut r = rerank::pipeline::SearchRequest::new(self.query);
+        r.top_k = self.top_k;
+        r.instruction = self.instruction;
+        r.variants = self.variants;
+        r.mode = self.mode;
+        r.fusion_weight = self.fusion_weight;
+        r.score_threshold = self.score_threshold;
+        r.rerank_depth = self.rerank_depth;
+        r
+    }
+}

@@ -1,0 +1,719 @@
+//! `rerank serve`: a pipeline config behind the HTTP APIs existing clients speak.
+//!
+//! | route | API | served by |
+//! |---|---|---|
+//! | `POST /v2/rerank`, `POST /v1/rerank` | Cohere rerank | the config's reranker |
+//! | `POST /rerank` | text-embeddings-inference | the config's reranker |
+//! | `POST /v1/embeddings` | OpenAI embeddings (`float` or `base64`, `dimensions`) | the config's embedder |
+//! | `POST /embed` | text-embeddings-inference | the config's embedder |
+//! | `POST /search`, `POST /answer` | the pipeline's own request and response | the pipeline |
+//! | `GET /health`, `GET /metrics`, `GET /info` | readiness, Prometheus text, models and limits | |
+//!
+//! The library stays synchronous: each model has a worker thread fed by a bounded queue
+//! (`batcher.rs`), and the requests that wait while it runs are scored together in its next
+//! call (dynamic batching over the padding-free encoder). Over the queue a request gets `429`
+//! with `Retry-After`; past its deadline `504`; while the models load `503`. Every error is a
+//! JSON body with a message (`error.rs`). SIGTERM or Ctrl-C stops accepting connections and
+//! finishes the requests in flight.
+
+mod api;
+mod batcher;
+mod error;
+mod metrics;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use rerank::pipeline::{Pipeline, PipelineConfig};
+use rerank::rerankers::RerankQuery;
+use rerank::{Embedder, Role};
+
+use crate::CliResult;
+use api::*;
+use batcher::Batcher;
+use error::ApiError;
+use metrics::Metrics;
+
+/// `rerank serve` flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pipeline config (YAML, TOML or JSON): its reranker answers the rerank routes, its
+    /// embedder the embedding routes, the whole pipeline /search and /answer.
+    #[arg(long)]
+    config: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Environment variable holding the API key clients send as `Authorization: Bearer KEY`
+    /// (off by default on a loopback address; required on any other).
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Largest request body in bytes (413 beyond).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Most documents (or inputs) in one request (413 beyond).
+    #[arg(long, default_value_t = 1000)]
+    max_documents: usize,
+    /// Longest document (or input) in bytes (413 beyond); the model cuts it to its own
+    /// `max_length` in tokens anyway.
+    #[arg(long, default_value_t = 64 << 10)]
+    max_document_bytes: usize,
+    /// Requests that may wait for each model (429 beyond).
+    #[arg(long, default_value_t = 256)]
+    queue: usize,
+    /// Most documents (or inputs) one model call takes across waiting requests.
+    #[arg(long, default_value_t = 512)]
+    batch_items: usize,
+    /// Seconds a request may take, waiting included (504 beyond).
+    #[arg(long, default_value_t = 30)]
+    timeout_secs: u64,
+    /// Threads of the models' pool (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// Limits every request is checked against.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Limits {
+    max_body_bytes: usize,
+    max_documents: usize,
+    max_document_bytes: usize,
+    queue: usize,
+    batch_items: usize,
+    timeout_secs: u64,
+}
+
+impl Limits {
+    /// `413` when there are too many texts or one is too long.
+    fn check<'a>(&self, texts: impl ExactSizeIterator<Item = &'a str>) -> Result<(), ApiError> {
+        if texts.len() > self.max_documents {
+            return Err(ApiError::too_large(format!(
+                "{} documents in one request; the limit is {}",
+                texts.len(),
+                self.max_documents
+            )));
+        }
+        for (i, t) in texts.enumerate() {
+            if t.len() > self.max_document_bytes {
+                return Err(ApiError::too_large(format!(
+                    "document {i} has {} bytes; the limit is {}",
+                    t.len(),
+                    self.max_document_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + Duration::from_secs(self.timeout_secs)
+    }
+}
+
+/// What is served once the models are loaded.
+struct Ready {
+    pipeline: Arc<Pipeline>,
+    rerank: Option<Batcher<(Arc<RerankQuery>, String), f32>>,
+    embed: Option<Batcher<(Role, String), Vec<f32>>>,
+    /// The embedding widths `dimensions` may ask for (the model's, then its Matryoshka ones).
+    dimensions: Vec<usize>,
+    /// The config's `grounding` section, for `/answer`.
+    answer_options: rerank::pipeline::AnswerOptions,
+    info: serde_json::Value,
+}
+
+struct AppState {
+    limits: Limits,
+    api_key: Option<String>,
+    metrics: Arc<Metrics>,
+    ready: OnceLock<Ready>,
+}
+
+type Shared = Arc<AppState>;
+
+impl AppState {
+    fn ready(&self) -> Result<&Ready, ApiError> {
+        self.ready
+            .get()
+            .ok_or_else(|| ApiError::unavailable("the models are loading; retry shortly"))
+    }
+}
+
+/// Runs the server until SIGTERM or Ctrl-C.
+pub fn run(args: Args) -> CliResult {
+    let api_key = match &args.api_key_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .map_err(|_| format!("--api-key-env {var}: the environment variable is not set"))?,
+        ),
+        None if args.addr.ip().is_loopback() => None,
+        None => {
+            return Err(format!(
+                "{} is not a loopback address: pass --api-key-env VAR so clients must \
+                 authenticate",
+                args.addr
+            )
+            .into())
+        }
+    };
+    if api_key.as_deref() == Some("") {
+        return Err("the API key is empty".into());
+    }
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| format!("--threads {n}: {e}"))?;
+    }
+    let config = PipelineConfig::from_path(&args.config)?;
+    let limits = Limits {
+        max_body_bytes: args.max_body_bytes,
+        max_documents: args.max_documents,
+        max_document_bytes: args.max_document_bytes,
+        queue: args.queue.max(1),
+        batch_items: args.batch_items.max(1),
+        timeout_secs: args.timeout_secs.max(1),
+    };
+    let state = Arc::new(AppState {
+        limits,
+        api_key,
+        metrics: Arc::new(Metrics::default()),
+        ready: OnceLock::new(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(args.addr, config, state))
+}
+
+async fn serve(addr: SocketAddr, config: PipelineConfig, state: Shared) -> CliResult {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    // The socket answers (503) while the models load.
+    eprintln!("listening on http://{}", listener.local_addr()?);
+    let loading = {
+        let state = state.clone();
+        tokio::task::spawn_blocking(move || load(&config, &state).map_err(|e| e.to_string()))
+    };
+    let app = router(state.clone());
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+    tokio::spawn(async move {
+        match loading.await {
+            Ok(Ok(())) => eprintln!("ready"),
+            Ok(Err(e)) => {
+                let _ = failed_tx.send(e);
+            }
+            Err(e) => {
+                let _ = failed_tx.send(format!("loading panicked: {e}"));
+            }
+        }
+    });
+    let failure = Arc::new(std::sync::Mutex::new(None));
+    let failure_slot = failure.clone();
+    let shutdown = async move {
+        tokio::select! {
+            _ = signal() => {}
+            Ok(message) = failed_rx => {
+                *failure_slot.lock().unwrap() = Some(message);
+            }
+        }
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    let failed = failure.lock().unwrap().take();
+    match failed {
+        Some(message) => Err(message.into()),
+        None => Ok(()),
+    }
+}
+
+/// SIGTERM or Ctrl-C.
+async fn signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Builds the pipeline, starts a worker per model and marks the server ready.
+fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
+    let pipeline = Arc::new(config.build(Vec::new())?);
+    let limits = &state.limits;
+    let rerank = match pipeline.reranker() {
+        None => None,
+        Some(_) => {
+            let p = pipeline.clone();
+            Some(Batcher::start(
+                "rerank",
+                limits.queue,
+                limits.batch_items,
+                state.metrics.clone(),
+                Box::new(move |items: &[(Arc<RerankQuery>, String)]| {
+                    let reranker = p.reranker().ok_or("the reranker is gone")?;
+                    let pairs: Vec<(&RerankQuery, &str)> = items
+                        .iter()
+                        .map(|(q, d)| (q.as_ref(), d.as_str()))
+                        .collect();
+                    reranker.score_pairs(&pairs).map_err(|e| e.to_string())
+                }),
+            )?)
+        }
+    };
+    let (embed, dimensions) = match pipeline.embedder() {
+        None => (None, Vec::new()),
+        Some(embedder) => {
+            let e = embedder.clone();
+            let batcher = Batcher::start(
+                "embed",
+                limits.queue,
+                limits.batch_items,
+                state.metrics.clone(),
+                Box::new(move |items: &[(Role, String)]| embed_items(e.as_ref(), items)),
+            )?;
+            (Some(batcher), embedding_dimensions(config, embedder.dim()))
+        }
+    };
+    let info = serde_json::json!({
+        "reranker": pipeline.reranker().map(|r| r.name().to_string()),
+        "embedder": pipeline.embedder().map(|e| serde_json::json!({
+            "id": e.id(),
+            "dimensions": dimensions,
+        })),
+        "generator": pipeline.generator().map(|g| g.name().to_string()),
+        "recall_modes": pipeline.recall_modes(),
+        "limits": state.limits,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let ready = Ready {
+        pipeline,
+        rerank,
+        embed,
+        dimensions,
+        answer_options: config.answer_options()?,
+        info,
+    };
+    if state.ready.set(ready).is_err() {
+        return Err("loaded twice".into());
+    }
+    Ok(())
+}
+
+/// Embeds a batch whose items may have different roles: one call per role, outputs in input
+/// order.
+fn embed_items(embedder: &dyn Embedder, items: &[(Role, String)]) -> Result<Vec<Vec<f32>>, String> {
+    let mut out = vec![Vec::new(); items.len()];
+    for role in [Role::Query, Role::Document] {
+        let at: Vec<usize> = (0..items.len()).filter(|&i| items[i].0 == role).collect();
+        if at.is_empty() {
+            continue;
+        }
+        let texts: Vec<&str> = at.iter().map(|&i| items[i].1.as_str()).collect();
+        let rows = embedder.embed_as(&texts, role).map_err(|e| e.to_string())?;
+        for (&i, row) in at.iter().zip(rows.outer_iter()) {
+            out[i] = row.to_vec();
+        }
+    }
+    Ok(out)
+}
+
+/// The model's width, then the Matryoshka widths the registry knows for it.
+fn embedding_dimensions(config: &PipelineConfig, dim: usize) -> Vec<usize> {
+    let mut dims = vec![dim];
+    let model = serde_json::to_value(&config.embedder)
+        .ok()
+        .and_then(|v| v.get("model").and_then(|m| m.as_str().map(str::to_string)));
+    if let Some(model) = model {
+        let name = model
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or(&model);
+        let known = rerank::models::registry::find(&model)
+            .or_else(|| rerank::models::registry::find_by_name(name));
+        if let Some(known) = known.filter(|k| k.dim == Some(dim)) {
+            dims.extend(known.matryoshka.iter().copied().filter(|&d| d < dim));
+        }
+    }
+    dims
+}
+
+fn router(state: Shared) -> Router {
+    let limit = state.limits.max_body_bytes;
+    Router::new()
+        .route("/v2/rerank", post(cohere_rerank))
+        .route("/v1/rerank", post(cohere_rerank))
+        .route("/rerank", post(tei_rerank))
+        .route("/v1/embeddings", post(openai_embeddings))
+        .route("/embed", post(tei_embed))
+        .route("/search", post(search))
+        .route("/answer", post(answer))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/info", get(info))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Counts every request by route and status, with its latency.
+async fn observe(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .request(&route, response.status().as_u16(), start.elapsed());
+    response
+}
+
+/// With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
+async fn authenticate(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let Some(key) = &state.api_key else {
+        return next.run(request).await;
+    };
+    if request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let sent = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if sent.is_some_and(|s| constant_time_eq(s.as_bytes(), key.as_bytes())) {
+        next.run(request).await
+    } else {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong API key (Authorization: Bearer KEY)",
+        )
+        .into_response()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}
+
+async fn health(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    state.ready()?;
+    Ok(Json(serde_json::json!({ "status": "ok" })))
+}
+
+async fn metrics_text(State(state): State<Shared>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
+
+async fn info(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(state.ready()?.info.clone()))
+}
+
+/// Scores `documents` against `query` through the rerank queue, in input order.
+async fn rerank_scores(
+    state: &AppState,
+    query: RerankQuery,
+    documents: Vec<String>,
+) -> Result<Vec<f32>, ApiError> {
+    let ready = state.ready()?;
+    let batcher = ready.rerank.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "this server's config has no reranker (add a `reranker` section)",
+        )
+    })?;
+    state.limits.check(documents.iter().map(String::as_str))?;
+    if documents.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = Arc::new(query);
+    let items = documents.into_iter().map(|d| (query.clone(), d)).collect();
+    batcher.submit(items, state.limits.deadline()).await
+}
+
+/// Indices best first (NaN last, ties in input order), the first `top_n`.
+fn best_first(scores: &[f32], top_n: Option<usize>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| match (scores[a].is_nan(), scores[b].is_nan()) {
+        (false, false) => scores[b].total_cmp(&scores[a]),
+        (x, y) => x.cmp(&y),
+    });
+    order.truncate(top_n.unwrap_or(usize::MAX));
+    order
+}
+
+async fn cohere_rerank(
+    State(state): State<Shared>,
+    path: MatchedPath,
+    body: Result<Json<CohereRerankRequest>, JsonRejection>,
+) -> Result<Json<CohereRerankResponse>, ApiError> {
+    let Json(request) = body?;
+    if request.top_n == Some(0) {
+        return Err(ApiError::unprocessable("top_n must be at least 1"));
+    }
+    let texts: Vec<String> = request
+        .documents
+        .iter()
+        .map(|d| d.text().to_string())
+        .collect();
+    let scores = rerank_scores(&state, RerankQuery::new(request.query), texts.clone()).await?;
+    let return_documents = request.return_documents.unwrap_or(false);
+    let results = best_first(&scores, request.top_n)
+        .into_iter()
+        .map(|i| CohereResult {
+            index: i,
+            relevance_score: scores[i],
+            document: return_documents.then(|| CohereText {
+                text: texts[i].clone(),
+            }),
+        })
+        .collect();
+    let version = if path.as_str().starts_with("/v2") {
+        "2"
+    } else {
+        "1"
+    };
+    Ok(Json(CohereRerankResponse {
+        id: request_id(),
+        results,
+        meta: serde_json::json!({
+            "api_version": { "version": version },
+            "billed_units": { "search_units": 1 },
+        }),
+    }))
+}
+
+async fn tei_rerank(
+    State(state): State<Shared>,
+    body: Result<Json<TeiRerankRequest>, JsonRejection>,
+) -> Result<Json<Vec<TeiRank>>, ApiError> {
+    let Json(request) = body?;
+    if request.raw_scores {
+        return Err(ApiError::unprocessable(
+            "raw_scores: this server returns the model's scores after its activation only",
+        ));
+    }
+    let scores = rerank_scores(
+        &state,
+        RerankQuery::new(request.query),
+        request.texts.clone(),
+    )
+    .await?;
+    Ok(Json(
+        best_first(&scores, None)
+            .into_iter()
+            .map(|i| TeiRank {
+                index: i,
+                score: scores[i],
+                text: request.return_text.then(|| request.texts[i].clone()),
+            })
+            .collect(),
+    ))
+}
+
+/// The texts of an `input` / `inputs` field; token ids are refused.
+fn texts(inputs: Inputs) -> Result<Vec<String>, ApiError> {
+    match inputs {
+        Inputs::One(t) => Ok(vec![t]),
+        Inputs::Many(v) => Ok(v),
+        Inputs::Other(_) => Err(ApiError::unprocessable(
+            "input must be a string or a list of strings (token ids are not accepted)",
+        )),
+    }
+}
+
+/// Embeds `texts` through the embed queue, in input order.
+async fn embeddings(
+    state: &AppState,
+    texts: Vec<String>,
+    role: Role,
+) -> Result<Vec<Vec<f32>>, ApiError> {
+    let ready = state.ready()?;
+    let batcher = ready.embed.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "this server's config has no embedder (add an `embedder` section)",
+        )
+    })?;
+    state.limits.check(texts.iter().map(String::as_str))?;
+    if texts.is_empty() {
+        return Err(ApiError::unprocessable("input is empty"));
+    }
+    let items = texts.into_iter().map(|t| (role, t)).collect();
+    batcher.submit(items, state.limits.deadline()).await
+}
+
+fn request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("rerank-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn openai_embeddings(
+    State(state): State<Shared>,
+    body: Result<Json<OpenAiEmbeddingsRequest>, JsonRejection>,
+) -> Result<Json<OpenAiEmbeddingsResponse>, ApiError> {
+    let Json(request) = body?;
+    let ready = state.ready()?;
+    let base64 = match request.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::unprocessable(format!(
+                "encoding_format {other:?}: expected float or base64"
+            )))
+        }
+    };
+    let width = match request.dimensions {
+        None => None,
+        Some(d) if ready.dimensions.contains(&d) => Some(d),
+        Some(d) => {
+            return Err(ApiError::unprocessable(format!(
+                "dimensions {d}: this model gives {:?}",
+                ready.dimensions
+            )))
+        }
+    };
+    let vectors = embeddings(&state, texts(request.input)?, Role::Document).await?;
+    let data = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, mut v)| {
+            if let Some(d) = width {
+                v = rerank::embed::truncate_normalized(&v, d);
+            }
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                serde_json::json!(v)
+            };
+            OpenAiEmbedding {
+                object: "embedding",
+                index,
+                embedding,
+            }
+        })
+        .collect();
+    let model = request
+        .model
+        .or_else(|| ready.pipeline.embedder().and_then(|e| e.id()))
+        .unwrap_or_else(|| "rerank".into());
+    Ok(Json(OpenAiEmbeddingsResponse {
+        object: "list",
+        data,
+        model,
+        // The embedders do not report token counts.
+        usage: OpenAiUsage {
+            prompt_tokens: 0,
+            total_tokens: 0,
+        },
+    }))
+}
+
+async fn tei_embed(
+    State(state): State<Shared>,
+    body: Result<Json<TeiEmbedRequest>, JsonRejection>,
+) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
+    let Json(request) = body?;
+    let role = match request.prompt_name.as_deref() {
+        Some("query") => Role::Query,
+        None | Some("document") | Some("passage") => Role::Document,
+        Some(other) => {
+            return Err(ApiError::unprocessable(format!(
+                "prompt_name {other:?}: expected query or document"
+            )))
+        }
+    };
+    let mut vectors = embeddings(&state, texts(request.inputs)?, role).await?;
+    if request.normalize.unwrap_or(true) {
+        for v in &mut vectors {
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm > 0.0 {
+                v.iter_mut().for_each(|x| *x /= norm);
+            }
+        }
+    }
+    Ok(Json(vectors))
+}
+
+/// Runs `f` with the pipeline on a blocking thread, within the request's deadline.
+async fn with_pipeline<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce(&Pipeline) -> rerank::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let pipeline = state.ready()?.pipeline.clone();
+    let deadline = Duration::from_secs(state.limits.timeout_secs);
+    let task = tokio::task::spawn_blocking(move || f(&pipeline));
+    match tokio::time::timeout(deadline, task).await {
+        Ok(Ok(result)) => result.map_err(ApiError::from),
+        Ok(Err(e)) => Err(ApiError::internal(format!("the pipeline panicked: {e}"))),
+        Err(_) => Err(ApiError::timeout(
+            "the request did not finish within its deadline",
+        )),
+    }
+}
+
+async fn search(
+    State(state): State<Shared>,
+    body: Result<Json<SearchBody>, JsonRejection>,
+) -> Result<Json<rerank::pipeline::SearchResponse>, ApiError> {
+    let Json(body) = body?;
+    state.limits.check(std::iter::once(body.query.as_str()))?;
+    let request = body.request();
+    let response = with_pipeline(&state, move |p| p.search_with(&request)).await?;
+    if response.cache_hit {
+        state.metrics.cache_hit();
+    }
+    if response.rerank_fallback {
+        state.metrics.fallback();
+    }
+    Ok(Json(response))
+}
+
+async fn answer(
+    State(state): State<Shared>,
+    body: Result<Json<SearchBody>, JsonRejection>,
+) -> Result<Json<rerank::pipeline::Answer>, ApiError> {
+    let Json(body) = body?;
+    state.limits.check(std::iter::once(body.query.as_str()))?;
+    let request = body.request();
+    let options = state.ready()?.answer_options.clone();
+    let answer = with_pipeline(&state, move |p| p.answer_with(&request, &options)).await?;
+    Ok(Json(answer))
+}

@@ -1,0 +1,694 @@
+//! `rerank serve` on loopback, started and stopped by each test (by process id): the Cohere,
+//! TEI and OpenAI routes give the library's own scores and embeddings; the pipeline's routes
+//! answer; bad requests get JSON errors with the right status and the server keeps serving;
+//! the API key is enforced; concurrent requests are batched together and a full queue is
+//! refused with 429; SIGTERM finishes the requests in flight; the official `cohere` and
+//! `openai` Python SDKs, unmodified, get the library's results.
+#![cfg(all(feature = "models", feature = "sqlite"))]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rerank::models::ModelOptions;
+use rerank::rerankers::{CrossEncoder, RerankQuery};
+use rerank::{load_embedder, Embedder, Reranker, Role};
+use serde_json::{json, Value};
+
+const CE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/ce_tiny_a/model"
+);
+
+fn minilm() -> Option<PathBuf> {
+    let base = std::env::var_os("RERANK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")));
+    let dir = base.join("all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        crate::common::skip(&format!("skipping: {} has no model", dir.display()));
+        None
+    }
+}
+
+const QUERY: &str = "how do vaccines train the immune system";
+const DOCS: [&str; 4] = [
+    "Vaccines expose the immune system to a harmless antigen so it learns to respond.",
+    "The recipe needs two cups of flour and a pinch of salt.",
+    "",
+    "Ünïcödé naïve café: 東京タワー",
+];
+
+/// A running `rerank serve`, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A config with the shared tiny cross-encoder, all-MiniLM-L6-v2 and a three-document corpus.
+fn config(dir: &Path, minilm: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let corpus = dir.join("corpus.jsonl");
+    let lines: Vec<String> = DOCS
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.is_empty())
+        .map(|(i, d)| json!({"id": format!("d{i}"), "text": d}).to_string())
+        .collect();
+    std::fs::write(&corpus, lines.join("\n")).unwrap();
+    let path = dir.join("serve.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "corpus: {}\nretriever: {{ type: bm25 }}\nreranker: {{ type: cross_encoder, model: {} }}\nembedder: {{ type: bert, model: {} }}\n",
+            corpus.display(),
+            CE,
+            minilm.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts the server with `flags` and waits until it is ready; `None` (through `skip`) when
+/// the CLI or a model is missing.
+fn start(name: &str, flags: &[&str], envs: &[(&str, &str)]) -> Option<Server> {
+    let cli = crate::common::rerank_cli()?;
+    let minilm = minilm()?;
+    if !Path::new(CE).is_dir() {
+        crate::common::skip(&format!("skipping: {CE} not found"));
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("rerank-serve-{name}-{}", std::process::id()));
+    let config = config(&dir, &minilm);
+    let mut child = Command::new(cli)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--addr", "127.0.0.1:0", "--threads", "2"])
+        .args(flags)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("the server stopped before it was ready");
+        }
+        if let Some(a) = line.trim().strip_prefix("listening on http://") {
+            addr = Some(a.to_string());
+        }
+        if line.trim() == "ready" {
+            break;
+        }
+    }
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    Some(Server {
+        child,
+        addr: addr.expect("the listening address"),
+        dir,
+    })
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: (status, headers, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response: {}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut body = raw[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let end = raw.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
+        raw = &raw[end + 2 + size + 2..];
+    }
+}
+
+fn post(addr: &str, path: &str, body: &Value) -> (u16, Value) {
+    post_with(addr, path, body, &[])
+}
+
+fn post_with(addr: &str, path: &str, body: &Value, headers: &[&str]) -> (u16, Value) {
+    let mut all = vec!["Content-Type: application/json"];
+    all.extend_from_slice(headers);
+    let (status, _, body) = http(addr, "POST", path, &all, body.to_string().as_bytes());
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+fn library_scores() -> Vec<f32> {
+    let ce = CrossEncoder::builder(CE)
+        .options(ModelOptions::default().threads(2))
+        .build()
+        .unwrap();
+    ce.score(&RerankQuery::new(QUERY), &DOCS).unwrap()
+}
+
+fn library_embeddings(minilm: &Path, role: Role) -> Vec<Vec<f32>> {
+    let e = load_embedder(minilm, &ModelOptions::default().threads(2)).unwrap();
+    let m = e.embed_as(&DOCS, role).unwrap();
+    m.outer_iter().map(|r| r.to_vec()).collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6
+}
+
+#[test]
+fn serve_answers_every_api_as_the_library_does() {
+    let Some(server) = start("apis", &[], &[]) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let scores = library_scores();
+    let mut best: Vec<usize> = (0..DOCS.len()).collect();
+    best.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+
+    // Cohere v2: every document, best first, the library's scores.
+    let (status, body) = post(
+        addr,
+        "/v2/rerank",
+        &json!({"model": "m", "query": QUERY, "documents": DOCS}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), DOCS.len());
+    for (r, &i) in results.iter().zip(&best) {
+        assert_eq!(r["index"], i);
+        assert!(
+            close(r["relevance_score"].as_f64().unwrap(), f64::from(scores[i])),
+            "{r}"
+        );
+    }
+    assert_eq!(body["meta"]["api_version"]["version"], "2");
+    // Cohere v1: document objects, top_n, return_documents.
+    let docs: Vec<Value> = DOCS.iter().map(|d| json!({"text": d})).collect();
+    let (status, body) = post(
+        addr,
+        "/v1/rerank",
+        &json!({"query": QUERY, "documents": docs, "top_n": 2, "return_documents": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["index"], best[0]);
+    assert_eq!(results[0]["document"]["text"], DOCS[best[0]]);
+    // TEI /rerank.
+    let (status, body) = post(
+        addr,
+        "/rerank",
+        &json!({"query": QUERY, "texts": DOCS, "return_text": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let ranks = body.as_array().unwrap();
+    assert_eq!(ranks[0]["index"], best[0]);
+    assert_eq!(ranks[0]["text"], DOCS[best[0]]);
+    assert!(close(
+        ranks[0]["score"].as_f64().unwrap(),
+        f64::from(scores[best[0]])
+    ));
+
+    // OpenAI embeddings, float and base64; TEI /embed with the query prompt.
+    let minilm = minilm().unwrap();
+    let expected = library_embeddings(&minilm, Role::Document);
+    let (status, body) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"model": "x", "input": DOCS}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "list");
+    for (d, e) in body["data"].as_array().unwrap().iter().zip(&expected) {
+        let v: Vec<f64> = serde_json::from_value(d["embedding"].clone()).unwrap();
+        assert_eq!(v.len(), 384);
+        assert!(v.iter().zip(e).all(|(a, b)| close(*a, f64::from(*b))));
+    }
+    let (status, body) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"input": DOCS[0], "encoding_format": "base64"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(body["data"][0]["embedding"].as_str().unwrap())
+        .unwrap();
+    let v: Vec<f32> = bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(v, expected[0], "base64 carries the exact floats");
+    let (status, body) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"input": "x", "dimensions": 7}),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dimensions 7"),
+        "{body}"
+    );
+    let (status, body) = post(
+        addr,
+        "/embed",
+        &json!({"inputs": DOCS, "prompt_name": "query"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let queries = library_embeddings(&minilm, Role::Query);
+    for (row, e) in body.as_array().unwrap().iter().zip(&queries) {
+        let v: Vec<f64> = serde_json::from_value(row.clone()).unwrap();
+        assert!(v
+            .iter()
+            .zip(e)
+            .all(|(a, b)| (a - f64::from(*b)).abs() < 1e-5));
+    }
+
+    // The pipeline's own routes.
+    let (status, body) = post(
+        addr,
+        "/search",
+        &json!({"query": "vaccines immune", "top_k": 2}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["hits"][0]["document"]["id"], "d0", "{body}");
+    assert!(body["reranked"].as_bool().unwrap());
+    let (status, body) = post(addr, "/answer", &json!({"query": "how do vaccines work"}));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.get("text").is_some() || body.get("answer").is_some(),
+        "{body}"
+    );
+
+    // Health, info, metrics.
+    let (status, _, _) = http(addr, "GET", "/health", &[], b"");
+    assert_eq!(status, 200);
+    let (status, _, info) = http(addr, "GET", "/info", &[], b"");
+    assert_eq!(status, 200);
+    let info: Value = serde_json::from_slice(&info).unwrap();
+    assert_eq!(info["reranker"], "cross-encoder");
+    assert_eq!(info["embedder"]["dimensions"], json!([384]));
+    let (_, _, metrics) = http(addr, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metrics.contains("rerank_requests_total{route=\"/v2/rerank\",status=\"200\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rerank_batch_items_count{model=\"rerank\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rerank_request_seconds_bucket{route=\"/search\",le=\"+Inf\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
+    let Some(server) = start(
+        "errors",
+        &["--max-documents", "50", "--max-body-bytes", "100000"],
+        &[],
+    ) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let json_headers = ["Content-Type: application/json"];
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("malformed JSON", b"{\"query\": ".to_vec(), 400),
+        (
+            "wrong shape",
+            br#"{"query": 3, "documents": ["a"]}"#.to_vec(),
+            422,
+        ),
+        ("no documents field", br#"{"query": "q"}"#.to_vec(), 422),
+        (
+            "top_n 0",
+            br#"{"query": "q", "documents": ["a"], "top_n": 0}"#.to_vec(),
+            422,
+        ),
+        (
+            "51 documents",
+            json!({"query": "q", "documents": vec!["a"; 51]})
+                .to_string()
+                .into_bytes(),
+            413,
+        ),
+        (
+            "a 200 kB body",
+            json!({"query": "q", "documents": ["a".repeat(200_000)]})
+                .to_string()
+                .into_bytes(),
+            413,
+        ),
+    ];
+    for (what, body, expected) in cases {
+        let (status, _, body) = http(addr, "POST", "/v2/rerank", &json_headers, &body);
+        assert_eq!(
+            status,
+            expected,
+            "{what}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let body: Value =
+            serde_json::from_slice(&body).unwrap_or_else(|_| panic!("{what}: not JSON"));
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {body}"
+        );
+    }
+    let (status, _, body) = http(
+        addr,
+        "POST",
+        "/v2/rerank",
+        &[],
+        br#"{"query":"q","documents":[]}"#,
+    );
+    assert_eq!(
+        status,
+        415,
+        "no content type: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let (status, _, body) = http(addr, "GET", "/nowhere", &[], b"");
+    assert_eq!(status, 404);
+    assert!(String::from_utf8_lossy(&body).contains("no route GET /nowhere"));
+    let (status, body) = post(addr, "/v1/embeddings", &json!({"input": [[1, 2, 3]]}));
+    assert_eq!(status, 422, "{body}");
+
+    // A client that leaves mid-request, and one that never finishes its headers.
+    let mut leaving = TcpStream::connect(addr).unwrap();
+    let body = json!({"query": QUERY, "documents": vec![DOCS[0]; 50]}).to_string();
+    write!(
+        leaving,
+        "POST /v2/rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    drop(leaving);
+    let mut slow = TcpStream::connect(addr).unwrap();
+    slow.write_all(b"POST /v2/rerank HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // Both still let everyone else in.
+    let (status, body) = post(
+        addr,
+        "/v2/rerank",
+        &json!({"query": QUERY, "documents": DOCS}),
+    );
+    assert_eq!(status, 200, "{body}");
+    drop(slow);
+}
+
+#[test]
+fn the_api_key_is_required_when_set_and_off_loopback() {
+    let Some(server) = start(
+        "auth",
+        &["--api-key-env", "RERANK_TEST_KEY"],
+        &[("RERANK_TEST_KEY", "s3cret")],
+    ) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let body = json!({"query": QUERY, "documents": DOCS});
+    assert_eq!(post(addr, "/v2/rerank", &body).0, 401);
+    assert_eq!(
+        post_with(addr, "/v2/rerank", &body, &["Authorization: Bearer nope"]).0,
+        401
+    );
+    assert_eq!(
+        post_with(addr, "/v2/rerank", &body, &["Authorization: Bearer s3cret"]).0,
+        200
+    );
+    assert_eq!(
+        http(addr, "GET", "/health", &[], b"").0,
+        200,
+        "health needs no key"
+    );
+    assert_eq!(http(addr, "GET", "/metrics", &[], b"").0, 401);
+
+    // Off loopback without a key the server does not start.
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let out = Command::new(cli)
+        .args(["serve", "--config"])
+        .arg(server.dir.join("serve.yaml"))
+        .args(["--addr", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not a loopback address") && stderr.contains("--api-key-env"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn concurrent_requests_are_batched_and_a_full_queue_is_refused_with_429() {
+    let Some(server) = start("batching", &["--queue", "4"], &[]) else {
+        return;
+    };
+    let addr = server.addr.clone();
+    let docs: Vec<String> = (0..100)
+        .map(|i| format!("{} number {i}", DOCS[i % 2]))
+        .collect();
+    let body = json!({"query": QUERY, "documents": docs});
+    let start = Instant::now();
+    let statuses: Vec<(u16, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..32)
+            .map(|_| {
+                let (addr, body) = (&addr, &body);
+                s.spawn(move || {
+                    let (status, head, _) = http(
+                        addr,
+                        "POST",
+                        "/v2/rerank",
+                        &["Content-Type: application/json"],
+                        body.to_string().as_bytes(),
+                    );
+                    (status, head)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = statuses.iter().filter(|(s, _)| *s == 200).count();
+    let refused: Vec<&String> = statuses
+        .iter()
+        .filter(|(s, _)| *s == 429)
+        .map(|(_, h)| h)
+        .collect();
+    assert_eq!(ok + refused.len(), 32, "{statuses:?}");
+    assert!(ok >= 4, "{ok} answered");
+    assert!(
+        !refused.is_empty(),
+        "32 at once over a queue of 4: some are refused"
+    );
+    assert!(refused
+        .iter()
+        .all(|h| h.to_ascii_lowercase().contains("retry-after: 1")));
+    eprintln!(
+        "32 concurrent: {ok} answered, {} refused in {:?}",
+        refused.len(),
+        start.elapsed()
+    );
+    // Batches of more than one request happened: more items than batches x 100.
+    let (_, _, metrics) = http(&addr, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8(metrics).unwrap();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    let batches = value("rerank_batch_requests_count{model=\"rerank\"}");
+    let requests = value("rerank_batch_requests_sum{model=\"rerank\"}");
+    assert_eq!(
+        requests as usize, ok,
+        "every answered request was in one batch"
+    );
+    assert!(
+        requests > batches,
+        "{requests} requests in {batches} batches: none was batched"
+    );
+    // Still serving.
+    assert_eq!(
+        post(
+            &addr,
+            "/v2/rerank",
+            &json!({"query": QUERY, "documents": DOCS})
+        )
+        .0,
+        200
+    );
+}
+
+#[test]
+fn sigterm_finishes_the_requests_in_flight() {
+    let Some(mut server) = start("sigterm", &["--timeout-secs", "300"], &[]) else {
+        return;
+    };
+    let addr = server.addr.clone();
+    let texts: Vec<String> = (0..200)
+        .map(|i| format!("{} {i}", DOCS[0].repeat(4)))
+        .collect();
+    let request =
+        std::thread::spawn(move || post(&addr, "/v1/embeddings", &json!({"input": texts})));
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (status, body) = request.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"].as_array().unwrap().len(), 200);
+    let exit = server.child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+/// The Python interpreter with the `cohere` and `openai` SDKs (`RERANK_CLIENTS_PYTHON`, else
+/// the virtualenv `.ci/run` makes).
+fn clients_python() -> Option<PathBuf> {
+    let python = std::env::var_os("RERANK_CLIENTS_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/rerank/clients-venv/bin/python"))
+        })?;
+    if python.is_file() {
+        Some(python)
+    } else {
+        crate::common::skip(&format!(
+            "skipping: {} not found (python -m venv it, then pip install cohere openai)",
+            python.display()
+        ));
+        None
+    }
+}
+
+#[test]
+fn the_official_cohere_and_openai_sdks_get_the_librarys_results() {
+    let Some(python) = clients_python() else {
+        return;
+    };
+    let Some(server) = start(
+        "sdks",
+        &["--api-key-env", "RERANK_TEST_KEY"],
+        &[("RERANK_TEST_KEY", "k")],
+    ) else {
+        return;
+    };
+    let request = server.dir.join("request.json");
+    std::fs::write(
+        &request,
+        json!({"query": QUERY, "documents": DOCS, "texts": DOCS}).to_string(),
+    )
+    .unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/sdk_clients.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://{}", server.addr))
+        .arg("k")
+        .arg(&request)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let scores = library_scores();
+    let v2 = got["cohere_v2"].as_array().unwrap();
+    assert_eq!(v2.len(), DOCS.len());
+    for pair in v2 {
+        let i = pair[0].as_u64().unwrap() as usize;
+        assert!(
+            close(pair[1].as_f64().unwrap(), f64::from(scores[i])),
+            "{pair}"
+        );
+    }
+    let v1 = got["cohere_v1"].as_array().unwrap();
+    assert_eq!(v1.len(), 2);
+    let top = v1[0][0].as_u64().unwrap() as usize;
+    assert!(scores.iter().all(|&s| s <= scores[top]));
+    assert_eq!(v1[0][2], DOCS[top]);
+    let expected = library_embeddings(&minilm().unwrap(), Role::Document);
+    for key in ["openai_default", "openai_float"] {
+        let rows: Vec<Vec<f64>> = serde_json::from_value(got[key].clone()).unwrap();
+        assert_eq!(rows.len(), DOCS.len(), "{key}");
+        for (row, e) in rows.iter().zip(&expected) {
+            assert!(
+                row.iter().zip(e).all(|(a, b)| close(*a, f64::from(*b))),
+                "{key}"
+            );
+        }
+    }
+    assert_eq!(got["openai_bad_dimensions"][0], 422);
+    assert_eq!(got["openai_wrong_key"], 401);
+}
