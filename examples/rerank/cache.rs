@@ -58,11 +58,11 @@ pub fn run(args: Args) -> CliResult {
         Action::Invalidate { tag, key } => {
             let (by, value, removed) = match (tag, key) {
                 (Some(tag), _) => {
-                    let n = cache.invalidate_tag(&tag);
+                    let n = cache.try_invalidate_tag(&tag)?;
                     ("tag", tag, n)
                 }
                 (None, Some(key)) => {
-                    let n = cache.invalidate_key(&key);
+                    let n = cache.try_invalidate_key(&key)?;
                     ("key", key, n)
                 }
                 (None, None) => return Err("give --tag T or --key QUERY".into()),
@@ -70,7 +70,8 @@ pub fn run(args: Args) -> CliResult {
             serde_json::json!({ "cache": url, "invalidated": { by: value }, "removed": removed })
         }
         Action::Clear => {
-            cache.clear();
+            // A Redis that answers the PING and then stops is an error, not "cleared".
+            cache.try_clear()?;
             serde_json::json!({ "cache": url, "cleared": true, "entries": cache.stats().entries })
         }
     };

@@ -297,36 +297,50 @@ impl<V: Clone + Send + Sync + 'static> SemanticCache<V> {
     }
 
     /// Removes the entries for `query` (compared by [`SemanticCache::key_for`]) in every scope;
-    /// returns how many the store removed.
+    /// returns how many the store removed (0 when the store failed: see
+    /// [`SemanticCache::try_invalidate_key`]).
     pub fn invalidate_key(&self, query: &str) -> usize {
+        self.try_invalidate_key(query).unwrap_or(0)
+    }
+
+    /// [`SemanticCache::invalidate_key`], with the store's error when it failed. Either way
+    /// this cache stops answering for `query` from entries older than the call.
+    pub fn try_invalidate_key(&self, query: &str) -> Result<usize> {
         let key = Self::key_for(query);
-        match self.store.remove_key(&key) {
-            Ok(n) => n,
-            Err(_) => {
-                self.remember(|b, now| {
-                    b.keys.insert(key.clone(), now);
-                });
-                0
-            }
-        }
+        self.store.remove_key(&key).inspect_err(|_| {
+            self.remember(|b, now| {
+                b.keys.insert(key.clone(), now);
+            });
+        })
     }
 
-    /// Removes the entries carrying `tag`; returns how many the store removed.
+    /// Removes the entries carrying `tag`; returns how many the store removed (0 when the
+    /// store failed: see [`SemanticCache::try_invalidate_tag`]).
     pub fn invalidate_tag(&self, tag: &str) -> usize {
-        match self.store.remove_tag(tag) {
-            Ok(n) => n,
-            Err(_) => {
-                self.remember(|b, now| {
-                    b.tags.insert(tag.to_string(), now);
-                });
-                0
-            }
-        }
+        self.try_invalidate_tag(tag).unwrap_or(0)
     }
 
-    /// Removes every entry.
+    /// [`SemanticCache::invalidate_tag`], with the store's error when it failed. Either way
+    /// this cache stops answering from entries with `tag` older than the call.
+    pub fn try_invalidate_tag(&self, tag: &str) -> Result<usize> {
+        self.store.remove_tag(tag).inspect_err(|_| {
+            self.remember(|b, now| {
+                b.tags.insert(tag.to_string(), now);
+            });
+        })
+    }
+
+    /// Removes every entry (see [`SemanticCache::try_clear`] for the store's error).
     pub fn clear(&self) {
-        let ok = self.store.clear().is_ok();
+        let _ = self.try_clear();
+    }
+
+    /// [`SemanticCache::clear`], with the store's error when it failed (a Redis that stopped
+    /// answering): the entries may still be there for other processes, though this cache no
+    /// longer answers from any entry older than the call.
+    pub fn try_clear(&self) -> Result<()> {
+        let result = self.store.clear();
+        let ok = result.is_ok();
         self.remember(|b, now| {
             if ok {
                 *b = Barriers::default();
@@ -334,6 +348,7 @@ impl<V: Clone + Send + Sync + 'static> SemanticCache<V> {
                 b.all = Some(now);
             }
         });
+        result
     }
 
     /// Removes expired entries from the store; returns how many.

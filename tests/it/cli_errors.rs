@@ -287,6 +287,50 @@ fn a_redis_that_is_down_is_named_with_what_to_check() {
     assert!(!e.contains("s3cret"), "{e}");
 }
 
+/// A Redis that answers the connection and the PING, then nothing: `cache clear` and
+/// `cache invalidate` fail naming the store (they printed `"cleared": true` and
+/// `"removed": 0`, exit 0, before).
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_that_stops_answering_fails_cache_clear_and_invalidate() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            std::thread::spawn(move || {
+                let (mut buf, mut stalled) = ([0u8; 4096], false);
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if stalled {
+                        continue;
+                    }
+                    let data = &buf[..n];
+                    // The client's CLIENT SETINFO commands, then the PING; then silence.
+                    let setinfo = data.windows(7).filter(|w| w == b"SETINFO").count();
+                    let mut reply = b"+OK\r\n".repeat(setinfo);
+                    if data.windows(4).any(|w| w == b"PING") {
+                        reply.extend_from_slice(b"+PONG\r\n");
+                        stalled = true;
+                    }
+                    let _ = stream.write_all(&reply);
+                }
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}/0");
+    for args in [
+        &["cache", "clear", "--cache", url.as_str()][..],
+        &["cache", "invalidate", "--tag", "act:x", "--cache", url.as_str()][..],
+    ] {
+        let e = fails(args);
+        assert!(e.contains("redis cache store failed"), "{args:?}: {e}");
+    }
+}
+
 /// Log lines written to a pipe carry no colour codes (a terminal still gets them).
 #[test]
 fn logs_to_a_pipe_have_no_escape_codes() {
