@@ -324,7 +324,14 @@ fn a_redis_that_stops_answering_fails_cache_clear_and_invalidate() {
     let url = format!("redis://127.0.0.1:{port}/0");
     for args in [
         &["cache", "clear", "--cache", url.as_str()][..],
-        &["cache", "invalidate", "--tag", "act:x", "--cache", url.as_str()][..],
+        &[
+            "cache",
+            "invalidate",
+            "--tag",
+            "act:x",
+            "--cache",
+            url.as_str(),
+        ][..],
     ] {
         let e = fails(args);
         assert!(e.contains("redis cache store failed"), "{args:?}: {e}");

@@ -437,6 +437,20 @@ fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
     let (status, body) = post(addr, "/v1/embeddings", &json!({"input": [[1, 2, 3]]}));
     assert_eq!(status, 422, "{body}");
 
+    // A 100 MB body is refused on its Content-Length, before it is read.
+    let mut big = TcpStream::connect(addr).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let started = Instant::now();
+    big.write_all(
+        b"POST /v2/rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n{\"query\"",
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    big.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413", "{}", String::from_utf8_lossy(&head));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop(big);
+
     // A client that leaves mid-request, and one that never finishes its headers.
     let mut leaving = TcpStream::connect(addr).unwrap();
     let body = json!({"query": QUERY, "documents": vec![DOCS[0]; 50]}).to_string();

@@ -93,6 +93,29 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     }
 }
 
+/// Adds `job` to the batch, or answers it at once when its client left or its deadline passed
+/// (such jobs do not count toward the batch, so a backlog of stale requests drains in one
+/// pass instead of one model call at a time).
+fn take<I, O>(
+    name: &'static str,
+    job: Job<I, O>,
+    metrics: &Metrics,
+    live: &mut Vec<Job<I, O>>,
+    items: &mut usize,
+) {
+    if job.reply.is_closed() {
+        metrics.cancelled(name);
+    } else if job.deadline <= Instant::now() {
+        metrics.expired(name);
+        let _ = job.reply.send(Err(ApiError::timeout(format!(
+            "the {name} request waited past its deadline"
+        ))));
+    } else {
+        *items += job.items.len();
+        live.push(job);
+    }
+}
+
 fn work<I, O>(
     name: &'static str,
     jobs: &Receiver<Job<I, O>>,
@@ -101,29 +124,13 @@ fn work<I, O>(
     run: &Run<I, O>,
 ) {
     while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        let mut items = batch[0].items.len();
+        let mut live = Vec::new();
+        let mut items = 0;
+        take(name, first, metrics, &mut live, &mut items);
         while items < max_items {
             match jobs.try_recv() {
-                Ok(job) => {
-                    items += job.items.len();
-                    batch.push(job);
-                }
+                Ok(job) => take(name, job, metrics, &mut live, &mut items),
                 Err(_) => break,
-            }
-        }
-        let now = Instant::now();
-        let mut live = Vec::with_capacity(batch.len());
-        for job in batch {
-            if job.reply.is_closed() {
-                metrics.cancelled(name);
-            } else if job.deadline <= now {
-                metrics.expired(name);
-                let _ = job.reply.send(Err(ApiError::timeout(format!(
-                    "the {name} request waited past its deadline"
-                ))));
-            } else {
-                live.push(job);
             }
         }
         if live.is_empty() {

@@ -373,6 +373,7 @@ fn router(state: Shared) -> Router {
         .route("/info", get(info))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), bound))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -391,6 +392,31 @@ async fn observe(State(state): State<Shared>, request: Request, next: Next) -> R
         .metrics
         .request(&route, response.status().as_u16(), start.elapsed());
     response
+}
+
+/// A body announced over the limit is refused before it is read (413), and a request that
+/// takes longer than its deadline, reading its body included (a client that sends it slowly),
+/// is answered with 408 and its connection closed.
+async fn bound(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let limit = state.limits.max_body_bytes;
+    if let Some(n) = announced.filter(|&n| n > limit as u64) {
+        return ApiError::too_large(format!("a body of {n} bytes; the limit is {limit}"))
+            .into_response();
+    }
+    let deadline = Duration::from_secs(state.limits.timeout_secs);
+    match tokio::time::timeout(deadline, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request did not finish within its deadline",
+        )
+        .into_response(),
+    }
 }
 
 /// With an API key, every route but `/health` needs `Authorization: Bearer KEY`.
