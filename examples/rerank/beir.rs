@@ -71,6 +71,11 @@ pub struct Args {
     /// The embedding model directory for dense and hybrid (e.g. models/all-MiniLM-L6-v2).
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
+    /// Embed through an OpenAI-compatible `/embeddings` API at this root instead of --model
+    /// (e.g. `http://127.0.0.1:8080/v1`, a `rerank serve`; feature `http`), with
+    /// `OPENAI_API_KEY` if set.
+    #[arg(long, value_name = "URL", conflicts_with = "model")]
+    embedder_url: Option<String>,
     /// RRF damping constant for hybrid.
     #[arg(long, default_value_t = 60.0)]
     rrf_k: f32,
@@ -277,10 +282,32 @@ fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<
 
 /// The embedding model `--model` names (dense and hybrid).
 fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
-    match &args.model {
-        Some(model) => crate::embed::load_embedder(model, args.threads, args.precision),
-        None => Err(format!("--retriever {} needs --model DIR", args.retriever).into()),
+    match (&args.model, &args.embedder_url) {
+        (Some(model), _) => crate::embed::load_embedder(model, args.threads, args.precision),
+        (None, Some(url)) => remote_embedder(url),
+        (None, None) => Err(format!(
+            "--retriever {} needs --model DIR or --embedder-url URL",
+            args.retriever
+        )
+        .into()),
     }
+}
+
+/// An `OpenAiEmbedder` on the API at `url`.
+#[cfg(feature = "http")]
+fn remote_embedder(url: &str) -> CliResult<Arc<dyn Embedder>> {
+    let embedder = rerank::embed::OpenAiEmbedder::builder()
+        .base_url(url)
+        .model("embedder")
+        .api_key_env("OPENAI_API_KEY")
+        .batch_size(256)
+        .build()?;
+    Ok(Arc::new(embedder))
+}
+
+#[cfg(not(feature = "http"))]
+fn remote_embedder(url: &str) -> CliResult<Arc<dyn Embedder>> {
+    Err(format!("--embedder-url {url}: needs the `http` feature of rerank").into())
 }
 
 /// The queries to run: text, plus the query embedding when the retriever is dense or hybrid
@@ -519,6 +546,7 @@ impl Report<'_> {
             "split": self.args.split,
             "retriever": self.args.retriever.to_string(),
             "model": self.args.model,
+            "embedder_url": self.args.embedder_url,
             "rrf_k": (self.args.retriever == RetrieverKind::Hybrid).then_some(self.args.rrf_k),
             "k1": self.args.k1,
             "b": self.args.b,
