@@ -6,14 +6,17 @@ Usage: sdk_clients.py BASE_URL API_KEY REQUEST_JSON
 REQUEST_JSON holds {"query": ..., "documents": [...], "texts": [...]}. Prints one JSON object:
 what the official `cohere` SDK's ClientV2.rerank and Client.rerank (v1, return_documents) and
 the official `openai` SDK's embeddings.create (its default base64 encoding, then float, then
-`dimensions`) returned, for the Rust test to compare with the library's own scores and
-embeddings. Needs `pip install cohere openai`.
+`dimensions`) and LangChain's CohereRerank (langchain-cohere: `rerank` and the retriever
+pipeline's `compress_documents`) returned, for the Rust test to compare with the library's own
+scores and embeddings. Needs `pip install cohere openai langchain-cohere`.
 """
 import json
 import sys
 
 import cohere
 import openai
+from langchain_cohere import CohereRerank
+from langchain_core.documents import Document
 
 
 def main() -> None:
@@ -31,7 +34,12 @@ def main() -> None:
     client = openai.OpenAI(api_key=key, base_url=base + "/v1")
     default = client.embeddings.create(model="embedder", input=texts)
     floats = client.embeddings.create(model="embedder", input=texts, encoding_format="float")
+    langchain = CohereRerank(cohere_api_key=key, base_url=base, model="rerank", top_n=3)
+    lc_ranked = langchain.rerank(documents, query)
+    lc_docs = langchain.compress_documents([Document(page_content=d) for d in documents], query)
     out = {
+        "langchain_rerank": [[r["index"], r["relevance_score"]] for r in lc_ranked],
+        "langchain_compress": [[d.page_content, d.metadata["relevance_score"]] for d in lc_docs],
         "cohere_v2": [[r.index, r.relevance_score] for r in v2.results],
         "cohere_v1": [[r.index, r.relevance_score, r.document.text] for r in v1.results],
         "openai_default": [d.embedding for d in default.data],

@@ -3,7 +3,7 @@
 //! answer; bad requests get JSON errors with the right status and the server keeps serving;
 //! the API key is enforced; concurrent requests are batched together and a full queue is
 //! refused with 429; SIGTERM finishes the requests in flight; the official `cohere` and
-//! `openai` Python SDKs, unmodified, get the library's results.
+//! `openai` Python SDKs and LangChain's `CohereRerank`, unmodified, get the library's results.
 #![cfg(all(feature = "models", feature = "sqlite"))]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -625,7 +625,7 @@ fn sigterm_finishes_the_requests_in_flight() {
     assert!(exit.success(), "{exit:?}");
 }
 
-/// The Python interpreter with the `cohere` and `openai` SDKs (`RERANK_CLIENTS_PYTHON`, else
+/// The Python interpreter with the `cohere`, `openai` and `langchain-cohere` packages (`RERANK_CLIENTS_PYTHON`, else
 /// the virtualenv `.ci/run` makes).
 fn clients_python() -> Option<PathBuf> {
     let python = std::env::var_os("RERANK_CLIENTS_PYTHON")
@@ -638,7 +638,8 @@ fn clients_python() -> Option<PathBuf> {
         Some(python)
     } else {
         crate::common::skip(&format!(
-            "skipping: {} not found (python -m venv it, then pip install cohere openai)",
+            "skipping: {} not found (python -m venv it, then pip install cohere openai \
+             langchain-cohere)",
             python.display()
         ));
         None
@@ -687,6 +688,8 @@ fn the_official_cohere_and_openai_sdks_get_the_librarys_results() {
             "{pair}"
         );
     }
+    let mut best: Vec<usize> = (0..DOCS.len()).collect();
+    best.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
     let v1 = got["cohere_v1"].as_array().unwrap();
     assert_eq!(v1.len(), 2);
     let top = v1[0][0].as_u64().unwrap() as usize;
@@ -703,6 +706,18 @@ fn the_official_cohere_and_openai_sdks_get_the_librarys_results() {
             );
         }
     }
+    // LangChain's Cohere reranker: the best three, with the library's scores.
+    for key in ["langchain_rerank", "langchain_compress"] {
+        let rows = got[key].as_array().unwrap();
+        assert_eq!(rows.len(), 3, "{key}");
+        for (row, &i) in rows.iter().zip(&best) {
+            assert!(
+                close(row[1].as_f64().unwrap(), f64::from(scores[i])),
+                "{key}: {row}"
+            );
+        }
+    }
+    assert_eq!(got["langchain_compress"][0][0], DOCS[best[0]]);
     assert_eq!(got["openai_bad_dimensions"][0], 422);
     assert_eq!(got["openai_wrong_key"], 401);
 }
