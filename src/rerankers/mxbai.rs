@@ -29,12 +29,12 @@ use tokenizers::Tokenizer;
 
 use crate::models::qwen3::layers::MatrixFormat;
 use crate::models::qwen3::scorer::Qwen3Scorer;
-use crate::models::qwen3::{DecoderFamily, Qwen3Config};
 use crate::models::{ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE};
 use crate::rerankers::{RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 pub use crate::models::qwen3::QWEN2_ARCHITECTURE as ARCHITECTURE;
+pub use crate::models::qwen3::{DecoderFamily, Qwen3Config};
 
 /// The system turn and the opening of the user turn (the package's `chat_template["prefix"]`).
 pub const PREFIX: &str = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a \
