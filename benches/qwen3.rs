@@ -17,6 +17,12 @@
 //! and at its peak (`/proc/self/status` `VmRSS`, `VmHWM`; absent off Linux), the prompt
 //! lengths, the times and the logits.
 //! `scripts/bench_qwen3_vs_transformers.py` runs the JSON mode next to transformers.
+//!
+//! `RERANK_BENCH_RERANKER=mxbai` benches mxbai-rerank-v2 (`MxbaiReranker`, a Qwen2 decoder)
+//! instead, on the same documents, with a model of the mxbai-rerank-base-v2 shape (Qwen2-0.5B:
+//! 24 layers, hidden 896, 14/2 heads, ffn 4864) from `scripts/make_qwen3_bench_model.py --shape
+//! mxbai-rerank-base-v2` (`models/mxbai-base-v2-shape`, or `RERANK_QWEN3_BENCH_MODEL`);
+//! `scripts/bench_mxbai_vs_transformers.py` runs it next to the `mxbai-rerank` package.
 
 #[cfg(feature = "models")]
 mod bench {
@@ -26,7 +32,7 @@ mod bench {
     use criterion::{Criterion, Throughput};
     use rerank::models::{ModelOptions, Precision};
     use rerank::rerankers::qwen3::Qwen3Reranker;
-    use rerank::rerankers::RerankQuery;
+    use rerank::rerankers::{MxbaiReranker, RerankQuery};
 
     /// The same recipe as `scripts/bench_qwen3_vs_transformers.py`.
     const WORDS: &str = "the server process memory leak grows slowly over days until the kernel \
@@ -60,15 +66,52 @@ mod bench {
         std::env::var(name).ok().and_then(|v| v.parse().ok())
     }
 
+    /// The reranker under test.
+    enum Model {
+        Qwen3(Qwen3Reranker),
+        Mxbai(MxbaiReranker),
+    }
+
+    impl Model {
+        fn load(mxbai: bool, dir: &PathBuf, options: ModelOptions) -> rerank::Result<Self> {
+            Ok(if mxbai {
+                Model::Mxbai(MxbaiReranker::builder(dir).options(options).build()?)
+            } else {
+                Model::Qwen3(Qwen3Reranker::builder(dir).options(options).build()?)
+            })
+        }
+
+        /// The prompt's length for `doc` against [`QUERY`] (0 if it cannot be encoded).
+        fn prompt_len(&self, doc: &str) -> usize {
+            match self {
+                Model::Qwen3(r) => r.encode(None, QUERY, doc).map_or(0, |ids| ids.len()),
+                Model::Mxbai(r) => r.encode(None, QUERY, doc).map_or(0, |p| p.ids.len()),
+            }
+        }
+
+        fn logits(&self, query: &RerankQuery, docs: &[&str]) -> Vec<f32> {
+            let logits: rerank::Result<Vec<f32>> = match self {
+                Model::Qwen3(r) => r
+                    .score_with_logits(query, docs)
+                    .map(|s| s.iter().map(|s| s.logit).collect()),
+                Model::Mxbai(r) => r
+                    .score_with_logits(query, docs)
+                    .map(|s| s.iter().map(|s| s.logit).collect()),
+            };
+            logits.expect("scoring the bench documents")
+        }
+    }
+
     pub fn main() {
+        let mxbai = std::env::var("RERANK_BENCH_RERANKER").is_ok_and(|r| r == "mxbai");
+        let default_dir = if mxbai {
+            "models/mxbai-base-v2-shape"
+        } else {
+            "models/qwen3-0.6b-shape"
+        };
         let dir = std::env::var("RERANK_QWEN3_BENCH_MODEL")
             .map(PathBuf::from)
-            .unwrap_or_else(|_| {
-                PathBuf::from(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/models/qwen3-0.6b-shape"
-                ))
-            });
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(default_dir));
         if !dir.join("model.safetensors").is_file() {
             eprintln!(
                 "skipping: no model in {} (run scripts/make_qwen3_bench_model.py)",
@@ -86,14 +129,10 @@ mod bench {
             Err(_) => Precision::F32,
         };
         let t = Instant::now();
-        let reranker = match Qwen3Reranker::builder(&dir)
-            .options(
-                ModelOptions::default()
-                    .threads(threads)
-                    .precision(precision),
-            )
-            .build()
-        {
+        let options = ModelOptions::default()
+            .threads(threads)
+            .precision(precision);
+        let reranker = match Model::load(mxbai, &dir, options) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("cannot load {}: {e}", dir.display());
@@ -105,23 +144,13 @@ mod bench {
         let docs: Vec<String> = (0..N_DOCS).map(document).collect();
         let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
         let query = RerankQuery::new(QUERY);
-        let prompt_lens: Vec<usize> = refs
-            .iter()
-            .map(|d| reranker.encode(None, QUERY, d).map_or(0, |ids| ids.len()))
-            .collect();
+        let prompt_lens: Vec<usize> = refs.iter().map(|d| reranker.prompt_len(d)).collect();
         let tokens: usize = prompt_lens.iter().sum();
         let doc_tokens: Vec<usize> = refs
             .iter()
-            .map(|d| {
-                reranker.encode(None, QUERY, d).map_or(0, |ids| ids.len())
-                    - reranker.encode(None, QUERY, "").map_or(0, |ids| ids.len())
-            })
+            .map(|d| reranker.prompt_len(d) - reranker.prompt_len(""))
             .collect();
-        let score = || {
-            reranker
-                .score_with_logits(&query, &refs)
-                .expect("scoring the bench documents")
-        };
+        let score = || reranker.logits(&query, &refs);
 
         if std::env::var("RERANK_BENCH_JSON").is_ok() {
             let repeats = env_usize("RERANK_BENCH_REPEATS").unwrap_or(3).max(1);
@@ -140,11 +169,12 @@ mod bench {
             let mut sorted = seconds.clone();
             sorted.sort_by(f64::total_cmp);
             let median = sorted[sorted.len() / 2];
-            let logits: Vec<f32> = last.iter().map(|s| s.logit).collect();
+            let logits = last;
             println!(
                 "{}",
                 serde_json::json!({
                     "impl": "rerank",
+                    "reranker": if mxbai { "mxbai" } else { "qwen3" },
                     "threads": threads,
                     "docs": N_DOCS,
                     "prompt_tokens": tokens,
@@ -168,7 +198,11 @@ mod bench {
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(60))
             .configure_from_args();
-        let mut group = c.benchmark_group("qwen3_reranker_0.6b_shape");
+        let mut group = c.benchmark_group(if mxbai {
+            "mxbai_rerank_base_v2_shape"
+        } else {
+            "qwen3_reranker_0.6b_shape"
+        });
         group.throughput(Throughput::Elements(tokens as u64));
         group.bench_function(
             format!("score_{N_DOCS}_docs_x300_tokens_{threads}_threads"),

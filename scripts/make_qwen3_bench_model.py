@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Writes a random Qwen3ForCausalLM checkpoint with the shape of Qwen3-Reranker-0.6B, for benchmarks.
+"""Writes a random Qwen3ForCausalLM checkpoint with the shape of Qwen3-Reranker-0.6B, for benchmarks
+(or, with --shape mxbai-rerank-base-v2, a Qwen2ForCausalLM with the shape of mxbai-rerank-base-v2).
 
 Shape: 28 layers, hidden 1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936, tied
-embeddings, float32 (about 2.4 GB). Weights are seeded normal noise (std 0.02; RMSNorm weights 1 + small
+embeddings, float32 (about 2.4 GB). mxbai-rerank-base-v2 (Qwen2-0.5B): 24 layers, hidden 896, 14 heads,
+2 kv heads, head_dim 64, ffn 4864, vocab 151936, tied embeddings, q/k/v biases, no q/k norms, float32
+(about 2.0 GB). Weights are seeded normal noise (std 0.02; RMSNorm weights 1 + small
 noise): the model is meaningless as a ranker but costs exactly what the real one costs to run.
 
 The safetensors file is streamed tensor by tensor, so memory stays low. The tokenizer files are copied
 from --tokenizer-dir (default: ../shared/fixtures/qwen3_tiny_a/model, the official Qwen3 tokenizer).
 
 Usage: python scripts/make_qwen3_bench_model.py [--out models/qwen3-0.6b-shape] [--seed 0]
+       python scripts/make_qwen3_bench_model.py --shape mxbai-rerank-base-v2 [--out models/mxbai-base-v2-shape]
 Needs numpy.
 """
 import argparse
@@ -29,12 +33,26 @@ SHAPE = {
     "head_dim": 128,
 }
 
+# Qwen2-0.5B, the decoder of mxbai-rerank-base-v2 (head_dim = 896 / 14 = 64, not in its config).
+MXBAI_BASE_V2 = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+}
 
-def tensors(cfg):
-    """(name, shape, kind) in file order; kind is 'norm' or 'matrix'."""
+SHAPES = {"qwen3-reranker-0.6b": ("qwen3", SHAPE), "mxbai-rerank-base-v2": ("qwen2", MXBAI_BASE_V2)}
+DEFAULT_OUT = {"qwen3-reranker-0.6b": "models/qwen3-0.6b-shape", "mxbai-rerank-base-v2": "models/mxbai-base-v2-shape"}
+
+
+def tensors(cfg, family="qwen3"):
+    """(name, shape, kind) in file order; kind is 'norm' or 'matrix' (a bias counts as one). Qwen2
+    has q/k/v biases and no q/k norms."""
     h, v, f = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
-    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
-    hd = cfg["head_dim"]
+    hd = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     out = [("model.embed_tokens.weight", (v, h), "matrix")]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -44,8 +62,12 @@ def tensors(cfg):
             (p + "self_attn.k_proj.weight", (kv, h), "matrix"),
             (p + "self_attn.v_proj.weight", (kv, h), "matrix"),
             (p + "self_attn.o_proj.weight", (h, q), "matrix"),
-            (p + "self_attn.q_norm.weight", (hd,), "norm"),
-            (p + "self_attn.k_norm.weight", (hd,), "norm"),
+        ]
+        if family == "qwen2":
+            out += [(p + f"self_attn.{x}_proj.bias", (n,), "matrix") for x, n in [("q", q), ("k", kv), ("v", kv)]]
+        else:
+            out += [(p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm")]
+        out += [
             (p + "post_attention_layernorm.weight", (h,), "norm"),
             (p + "mlp.gate_proj.weight", (f, h), "matrix"),
             (p + "mlp.up_proj.weight", (f, h), "matrix"),
@@ -57,17 +79,19 @@ def tensors(cfg):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="models/qwen3-0.6b-shape")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-reranker-0.6b")
+    ap.add_argument("--out", default=None, help="default: models/qwen3-0.6b-shape or models/mxbai-base-v2-shape")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tokenizer-dir", default="../shared/fixtures/qwen3_tiny_a/model")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out or DEFAULT_OUT[args.shape])
     out.mkdir(parents=True, exist_ok=True)
+    family, shape = SHAPES[args.shape]
 
     config = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
-        **SHAPE,
+        **shape,
         "attention_bias": False,
         "attention_dropout": 0.0,
         "bos_token_id": 151643,
@@ -85,9 +109,14 @@ def main():
         "use_cache": False,
         "use_sliding_window": False,
     }
+    if family == "qwen2":
+        # As mxbai-rerank-base-v2's config.json (Qwen2 has no attention_bias key: q/k/v always have biases).
+        del config["attention_bias"]
+        config.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                       "max_position_embeddings": 32768, "max_window_layers": 24})
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
-    specs = tensors(SHAPE)
+    specs = tensors(shape, family)
     header, offset = {}, 0
     for name, shape, _ in specs:
         n = int(np.prod(shape)) * 4

@@ -111,7 +111,7 @@ pub use embed::{load_embedder, BertEmbedder, ModernBertEmbedder, Qwen3Embedder};
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};
 #[cfg(feature = "models")]
-pub use rerankers::{CrossEncoder, Qwen3Reranker};
+pub use rerankers::{CrossEncoder, MxbaiReranker, Qwen3Reranker};
 pub use rerankers::{EmbeddingReranker, FallbackReranker};
 #[cfg(feature = "sqlite")]
 pub use store::Store;

@@ -22,6 +22,8 @@ pub enum Architecture {
     ModernBertForSequenceClassification,
     /// `Qwen3ForCausalLM` (Qwen3-Reranker, Qwen3 chat models).
     Qwen3ForCausalLm,
+    /// `Qwen2ForCausalLM` (mxbai-rerank-v2).
+    Qwen2ForCausalLm,
     /// `BertModel` (a bare encoder, e.g. all-MiniLM-L6-v2).
     BertModel,
     /// Any other architecture, by its name.
@@ -40,6 +42,7 @@ impl Architecture {
                 Architecture::ModernBertForSequenceClassification
             }
             "Qwen3ForCausalLM" => Architecture::Qwen3ForCausalLm,
+            "Qwen2ForCausalLM" => Architecture::Qwen2ForCausalLm,
             "BertModel" => Architecture::BertModel,
             other => Architecture::Other(other.to_string()),
         }
@@ -56,6 +59,7 @@ impl Architecture {
                 "ModernBertForSequenceClassification"
             }
             Architecture::Qwen3ForCausalLm => "Qwen3ForCausalLM",
+            Architecture::Qwen2ForCausalLm => "Qwen2ForCausalLM",
             Architecture::BertModel => "BertModel",
             Architecture::Other(name) => name,
         }

@@ -339,8 +339,14 @@ pub const MODELS: &[KnownModel] = &[
         "qwen2",
         8192,
         "Apache-2.0",
-    )
-    .unsupported("Qwen2 rerankers (mxbai-rerank-v2) are not supported yet"),
+    ),
+    reranker(
+        "mixedbread-ai/mxbai-rerank-large-v2",
+        LlmReranker,
+        "qwen2",
+        8192,
+        "Apache-2.0",
+    ),
     reranker(
         "jinaai/jina-reranker-v2-base-multilingual",
         CrossEncoder,

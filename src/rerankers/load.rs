@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{CrossEncoder, EmbeddingReranker, Qwen3Reranker};
+use super::{CrossEncoder, EmbeddingReranker, MxbaiReranker, Qwen3Reranker};
 use crate::models::registry::{self, Task};
 use crate::models::{Architecture, ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Embedder, Error, Reranker, Result};
@@ -18,6 +18,7 @@ use crate::{Embedder, Error, Reranker, Result};
 /// |---|---|
 /// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
+/// | `Qwen2ForCausalLM` | [`MxbaiReranker`] (mxbai-rerank-v2: the `mxbai-rerank` package's prompt; scores are its raw logits) |
 /// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
 /// So Qwen3-Embedding, whose `config.json` also says `Qwen3ForCausalLM`, is never taken for
@@ -50,6 +51,10 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         }
         Architecture::Qwen3ForCausalLm => {
             let builder = Qwen3Reranker::builder(&dir).options(options.clone());
+            Ok(Box::new(builder.build()?))
+        }
+        Architecture::Qwen2ForCausalLm => {
+            let builder = MxbaiReranker::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
         Architecture::BertModel => embedding_reranker(&dir, options),

@@ -4,6 +4,8 @@
 //!   classification;
 //! - [`Qwen3Reranker`] (`qwen3`, feature `models`): instruction-aware yes/no scoring, with its
 //!   prompt template and [`qwen3::Instructions`];
+//! - [`MxbaiReranker`] ([`mxbai`], feature `models`): mxbai-rerank-v2 (a Qwen2 decoder) as
+//!   mixedbread's `mxbai-rerank` package scores it;
 //! - [`EmbeddingReranker`] (`embedding`): cosine between query and document embeddings;
 //! - [`LexicalReranker`] (`lexical`): model-free coverage of the query's content words;
 //! - [`FallbackReranker`] (`fallback`): a primary scorer with a fallback and a latency budget;
@@ -48,6 +50,10 @@ pub use fallback::{FallbackReranker, FallbackRerankerBuilder};
 pub use load::load_reranker;
 #[cfg(feature = "models")]
 pub use qwen3::Qwen3Reranker;
+#[cfg(feature = "models")]
+pub mod mxbai;
+#[cfg(feature = "models")]
+pub use mxbai::{MxbaiReranker, MxbaiRerankerBuilder};
 
 /// What a reranker scores documents against.
 #[derive(Debug, Clone, Default, PartialEq)]

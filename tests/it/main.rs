@@ -28,6 +28,7 @@ mod int8;
 mod load_reranker;
 mod milvus;
 mod modernbert;
+mod mxbai_v2;
 mod openai_embed;
 mod openai_http;
 mod passages;

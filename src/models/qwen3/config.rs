@@ -1,4 +1,10 @@
-//! `config.json` of a `Qwen3ForCausalLM` checkpoint: the keys the forward passes need.
+//! `config.json` of a `Qwen3ForCausalLM` (or `Qwen2ForCausalLM`) checkpoint: the keys the
+//! forward passes need.
+//!
+//! Qwen2 is the same decoder as Qwen3 but for two points, which [`DecoderFamily`] records:
+//! its q/k/v projections always have biases (its `o_proj` never has one), and it has no
+//! per-head q/k RMSNorm. Its `head_dim` is `hidden_size / num_attention_heads` unless the
+//! config says otherwise, as in Qwen3.
 
 use std::path::Path;
 
@@ -6,9 +12,39 @@ use serde::Deserialize;
 
 use crate::{Error, Result};
 
-/// The architecture hyper-parameters of a Qwen3 causal LM, read from `config.json`.
+/// Which of the two decoders of the Qwen family a checkpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderFamily {
+    /// `Qwen3ForCausalLM`: per-head q/k RMSNorm; biases on q/k/v/o when `attention_bias`.
+    Qwen3,
+    /// `Qwen2ForCausalLM`: biases on q/k/v (never on o), no q/k norm.
+    Qwen2,
+}
+
+impl DecoderFamily {
+    /// The architecture name in `config.json`.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            DecoderFamily::Qwen3 => ARCHITECTURE,
+            DecoderFamily::Qwen2 => QWEN2_ARCHITECTURE,
+        }
+    }
+
+    /// The `model_type` in `config.json`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            DecoderFamily::Qwen3 => "qwen3",
+            DecoderFamily::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// The architecture hyper-parameters of a Qwen3 (or Qwen2, see [`DecoderFamily`]) causal LM,
+/// read from `config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Qwen3Config {
+    /// Qwen3 or Qwen2: which projections have biases, whether q/k are normed.
+    pub family: DecoderFamily,
     /// Width of the residual stream.
     pub hidden_size: usize,
     /// Width of the SwiGLU feed-forward layer.
@@ -27,7 +63,8 @@ pub struct Qwen3Config {
     pub rms_norm_eps: f64,
     /// Whether the output head shares the input embedding matrix.
     pub tie_word_embeddings: bool,
-    /// Whether q/k/v/o projections have biases.
+    /// Whether the attention projections have biases: q/k/v/o in Qwen3 (`attention_bias`),
+    /// q/k/v only in Qwen2 (always true there; see [`Qwen3Config::o_bias`]).
     pub attention_bias: bool,
     /// The vocabulary size the config announces (the weights decide the real row count).
     pub vocab_size: Option<usize>,
@@ -98,15 +135,25 @@ pub const MAX_POSITIONS: usize = crate::models::options::MAX_LENGTH;
 /// The architecture name this module loads.
 pub const ARCHITECTURE: &str = "Qwen3ForCausalLM";
 
+/// The Qwen2 causal LM architecture (e.g. mxbai-rerank-v2), loaded with
+/// [`DecoderFamily::Qwen2`].
+pub const QWEN2_ARCHITECTURE: &str = "Qwen2ForCausalLM";
+
 /// The decoder without its output head (an embedding model saved from transformers'
 /// `Qwen3Model`); it loads as an embedder only.
 pub const BARE_ARCHITECTURE: &str = "Qwen3Model";
 
 impl Qwen3Config {
-    /// Reads and checks `config.json`.
+    /// Reads and checks the `config.json` of a Qwen3 checkpoint.
     pub fn from_file(path: &Path) -> Result<Self> {
+        Self::from_file_for(path, DecoderFamily::Qwen3)
+    }
+
+    /// Reads and checks `config.json`, which must name `family`'s architecture; errors name
+    /// the file.
+    pub fn from_file_for(path: &Path, family: DecoderFamily) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_json_str(&text).map_err(|e| match e {
+        Self::from_json_str_for(&text, family).map_err(|e| match e {
             Error::Parse { source, .. } => Error::parse(path.display().to_string(), source),
             Error::Model { message, source } => Error::Model {
                 message: format!("{}: {message}", path.display()),
@@ -116,25 +163,37 @@ impl Qwen3Config {
         })
     }
 
-    /// Parses and checks the JSON text of a `config.json`.
+    /// Parses and checks the JSON text of a Qwen3 `config.json`.
     pub fn from_json_str(text: &str) -> Result<Self> {
+        Self::from_json_str_for(text, DecoderFamily::Qwen3)
+    }
+
+    /// Parses and checks the JSON text of a `config.json`, which must name `family`'s
+    /// architecture (or, without `architectures`, its `model_type`).
+    pub fn from_json_str_for(text: &str, family: DecoderFamily) -> Result<Self> {
         let raw: RawConfig =
             serde_json::from_str(text).map_err(|e| Error::parse("config.json", e))?;
-        let is_qwen3 = raw
+        let architecture = family.architecture();
+        let bare = match family {
+            DecoderFamily::Qwen3 => Some(BARE_ARCHITECTURE),
+            DecoderFamily::Qwen2 => None,
+        };
+        let is_family = raw
             .architectures
             .iter()
-            .any(|a| a == ARCHITECTURE || a == BARE_ARCHITECTURE)
-            || (raw.architectures.is_empty() && raw.model_type.as_deref() == Some("qwen3"));
-        if !is_qwen3 {
+            .any(|a| a == architecture || Some(a.as_str()) == bare)
+            || (raw.architectures.is_empty()
+                && raw.model_type.as_deref() == Some(family.model_type()));
+        if !is_family {
             return Err(Error::model(format!(
-                "architectures {:?} (model_type {:?}) is not {ARCHITECTURE}",
+                "architectures {:?} (model_type {:?}) is not {architecture}",
                 raw.architectures, raw.model_type
             )));
         }
         if let Some(act) = raw.hidden_act.as_deref() {
             if act != "silu" {
                 return Err(Error::model(format!(
-                    "hidden_act {act:?} is not supported (Qwen3 uses \"silu\")"
+                    "hidden_act {act:?} is not supported ({architecture} uses \"silu\")"
                 )));
             }
         }
@@ -210,7 +269,12 @@ impl Qwen3Config {
                 "rms_norm_eps {rms_norm_eps} must be finite and non-negative"
             )));
         }
+        let attention_bias = match family {
+            DecoderFamily::Qwen3 => raw.attention_bias.unwrap_or(false),
+            DecoderFamily::Qwen2 => true,
+        };
         Ok(Qwen3Config {
+            family,
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
             num_hidden_layers: raw.num_hidden_layers,
@@ -220,10 +284,26 @@ impl Qwen3Config {
             rope_theta,
             rms_norm_eps,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
-            attention_bias: raw.attention_bias.unwrap_or(false),
+            attention_bias,
             vocab_size: raw.vocab_size,
             max_position_embeddings: raw.max_position_embeddings.filter(|&n| n > 0),
         })
+    }
+
+    /// Whether the q/k/v projections have biases.
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias
+    }
+
+    /// Whether the output projection `o_proj` has a bias (Qwen3 with `attention_bias` only).
+    pub fn o_bias(&self) -> bool {
+        self.attention_bias && self.family == DecoderFamily::Qwen3
+    }
+
+    /// Whether every query and key head goes through its own RMSNorm (`q_norm`, `k_norm`)
+    /// before RoPE (Qwen3 only).
+    pub fn qk_norm(&self) -> bool {
+        self.family == DecoderFamily::Qwen3
     }
 
     /// Whether a `config.json` text names the `Qwen3ForCausalLM` architecture (for detection,
@@ -302,5 +382,39 @@ mod tests {
         assert!(!Qwen3Config::is_qwen3_causal_lm(
             "{\"architectures\": [\"BertModel\"]}"
         ));
+    }
+
+    const QWEN2: &str = r#"{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 1000000.0,
+        "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 4096,
+        "max_window_layers": 2, "hidden_act": "silu"}"#;
+
+    #[test]
+    fn reads_a_qwen2_config() {
+        let c = Qwen3Config::from_json_str_for(QWEN2, DecoderFamily::Qwen2).unwrap();
+        assert_eq!(c.family, DecoderFamily::Qwen2);
+        assert_eq!(
+            (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+            (4, 2, 16)
+        );
+        assert!(c.qkv_bias() && !c.o_bias() && !c.qk_norm());
+        let q3 = Qwen3Config::from_json_str(TINY).unwrap();
+        assert!(!q3.qkv_bias() && !q3.o_bias() && q3.qk_norm());
+        // Each family refuses the other's checkpoints.
+        let e = Qwen3Config::from_json_str(QWEN2).unwrap_err().to_string();
+        assert!(e.contains("is not Qwen3ForCausalLM"), "{e}");
+        let e = Qwen3Config::from_json_str_for(TINY, DecoderFamily::Qwen2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not Qwen2ForCausalLM"), "{e}");
+        let sliding = QWEN2.replace(
+            "\"use_sliding_window\": false",
+            "\"use_sliding_window\": true",
+        );
+        let e = Qwen3Config::from_json_str_for(&sliding, DecoderFamily::Qwen2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use_sliding_window"), "{e}");
     }
 }

@@ -184,8 +184,7 @@ impl Qwen3Model {
             &mut ws.qkv,
             &b.positions,
             self.layout,
-            &l.q_norm,
-            &l.k_norm,
+            l.qk_norm_weights(),
             &self.rope,
             eps,
         );

@@ -264,8 +264,7 @@ impl CausalLm {
             norm_rope_row(
                 &mut st.qkv,
                 layout,
-                &l.q_norm,
-                &l.k_norm,
+                l.qk_norm_weights(),
                 &model.rope,
                 pos,
                 eps,

@@ -4,13 +4,14 @@
 //! the mapped file; the final norm.
 //!
 //! Tensor names and shapes are those of `transformers`' `Qwen3ForCausalLM`
-//! (`model.layers.N.self_attn.q_proj.weight`, ...); every shape is checked against what
-//! `config.json` implies, and a mismatch names the tensor and both shapes.
+//! (`model.layers.N.self_attn.q_proj.weight`, ...) and `Qwen2ForCausalLM` (the same names, plus
+//! q/k/v biases, without `q_norm`/`k_norm`); every shape is checked against what `config.json`
+//! implies, and a mismatch names the tensor and both shapes.
 
 use rayon::prelude::*;
 
 use super::config::Qwen3Config;
-use super::ops::QkvLayout;
+use super::ops::{QkNormWeights, QkvLayout};
 use crate::models::kernels::{with_scratch, Linear, Then, Weight};
 use crate::models::panels::PanelLinear;
 use crate::models::quant::{QuantLinear, QuantRows};
@@ -24,19 +25,18 @@ pub(crate) const LM_HEAD: &str = "lm_head.weight";
 
 /// One decoder layer. Per `transformers`' `Qwen3DecoderLayer`:
 /// `x += o(attn(rope(q_norm(q)), rope(k_norm(k)), v))` with `[q | k | v] = qkv(rms(x))`, then
-/// `x += down(silu(gate) * up)` with `[gate | up] = gate_up(rms(x))`.
+/// `x += down(silu(gate) * up)` with `[gate | up] = gate_up(rms(x))`. `Qwen2DecoderLayer` is
+/// the same without `q_norm` and `k_norm`.
 #[derive(Debug, Clone)]
 pub(crate) struct Layer {
     /// `input_layernorm`, `(hidden)`.
     pub input_norm: Vec<f32>,
     /// `q_proj`, `k_proj`, `v_proj` stacked: `(q_heads * head_dim + 2 * kv_heads * head_dim,
     /// hidden)`, so one product gives a row `[q | k | v]` (see [`QkvLayout`]). Zero bias
-    /// without `attention_bias`.
+    /// without biases in the checkpoint ([`Qwen3Config::qkv_bias`]).
     pub qkv: Matrix,
-    /// `q_norm`, `(head_dim)`, applied to every query head.
-    pub q_norm: Vec<f32>,
-    /// `k_norm`, `(head_dim)`, applied to every key head.
-    pub k_norm: Vec<f32>,
+    /// The per-head q/k norms (Qwen3; `None` for Qwen2).
+    pub qk_norm: Option<QkNorm>,
     /// `o_proj`, `(hidden, q_heads * head_dim)`.
     pub o: Matrix,
     /// `post_attention_layernorm`, `(hidden)`.
@@ -62,7 +62,6 @@ impl Layer {
         let (h, hd, ffn) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
         let layout = qkv_layout(cfg);
         let (q_out, kv_out) = (layout.q_width(), layout.kv_width());
-        let bias = cfg.attention_bias;
         let attn = |name: &str| format!("{p}.self_attn.{name}");
         let qkv = stacked(
             w,
@@ -72,7 +71,7 @@ impl Layer {
                 (attn("v_proj"), kv_out),
             ],
             h,
-            bias,
+            cfg.qkv_bias(),
             format,
             buffer,
         )?;
@@ -85,18 +84,50 @@ impl Layer {
             format,
             buffer,
         )?;
-        let o = stacked(w, &[(attn("o_proj"), h)], q_out, bias, format, buffer)?;
+        let o = stacked(
+            w,
+            &[(attn("o_proj"), h)],
+            q_out,
+            cfg.o_bias(),
+            format,
+            buffer,
+        )?;
+        let qk_norm = if cfg.qk_norm() {
+            Some(QkNorm {
+                q: w.f32(&attn("q_norm.weight"), &[hd])?,
+                k: w.f32(&attn("k_norm.weight"), &[hd])?,
+            })
+        } else {
+            None
+        };
         let down = stacked(w, &[(mlp("down_proj"), h)], ffn, false, format, buffer)?;
         Ok(Layer {
             input_norm: w.f32(&format!("{p}.input_layernorm.weight"), &[h])?,
             qkv,
-            q_norm: w.f32(&attn("q_norm.weight"), &[hd])?,
-            k_norm: w.f32(&attn("k_norm.weight"), &[hd])?,
+            qk_norm,
             o,
             post_norm: w.f32(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
             gate_up,
             down,
         })
+    }
+}
+
+/// Qwen3's per-head RMSNorms of the queries and keys, applied before RoPE.
+#[derive(Debug, Clone)]
+pub(crate) struct QkNorm {
+    /// `q_norm`, `(head_dim)`, applied to every query head.
+    pub q: Vec<f32>,
+    /// `k_norm`, `(head_dim)`, applied to every key head.
+    pub k: Vec<f32>,
+}
+
+impl Layer {
+    /// The q/k norm weights as `ops` takes them (`None` for Qwen2).
+    pub fn qk_norm_weights(&self) -> QkNormWeights<'_> {
+        self.qk_norm
+            .as_ref()
+            .map(|n| (n.q.as_slice(), n.k.as_slice()))
     }
 }
 
@@ -351,8 +382,10 @@ fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
     w.check_config_tensor("num_hidden_layers", cfg.num_hidden_layers, &last_norm)?;
     let gate = layer(0, "mlp.gate_proj.weight");
     w.check_config_size("intermediate_size", cfg.intermediate_size, &gate, 0)?;
-    let q_norm = layer(0, "self_attn.q_norm.weight");
-    w.check_config_size("head_dim", cfg.head_dim, &q_norm, 0)?;
+    if cfg.qk_norm() {
+        let q_norm = layer(0, "self_attn.q_norm.weight");
+        w.check_config_size("head_dim", cfg.head_dim, &q_norm, 0)?;
+    }
     let heads = [
         ("num_attention_heads", cfg.num_attention_heads, "q_proj"),
         ("num_key_value_heads", cfg.num_key_value_heads, "k_proj"),

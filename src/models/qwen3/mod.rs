@@ -1,6 +1,8 @@
 //! Qwen3 decoders (`Qwen3ForCausalLM`) on the shared CPU kernels: one home for the Qwen3 model
 //! family, used by the reranker (`rerankers::qwen3`) and the chat generator
-//! (`answer::qwen3_chat`).
+//! (`answer::qwen3_chat`). The same code runs Qwen2 decoders (`Qwen2ForCausalLM`, for
+//! mxbai-rerank-v2 in `rerankers::mxbai`): [`DecoderFamily`] says which, and the two differ
+//! only in q/k/v biases (Qwen2) and per-head q/k norms (Qwen3).
 //!
 //! - [`Qwen3Config`] (`config`): the `config.json` keys the forward passes read, checked.
 //! - `layers`: the weights in the kernels' layout: fused QKV and gate/up projections per
@@ -25,4 +27,4 @@ pub(crate) mod layers;
 pub(crate) mod ops;
 pub(crate) mod scorer;
 
-pub use config::{Qwen3Config, ARCHITECTURE};
+pub use config::{DecoderFamily, Qwen3Config, ARCHITECTURE, QWEN2_ARCHITECTURE};

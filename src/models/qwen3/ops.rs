@@ -171,15 +171,19 @@ impl QkvLayout {
     }
 }
 
+/// The per-head RMSNorm weights of Qwen3's queries and keys, `(q_norm, k_norm)`, `head_dim`
+/// values each (`None` for Qwen2, which has none).
+pub(crate) type QkNormWeights<'a> = Option<(&'a [f32], &'a [f32])>;
+
 /// The norms and rotation applied to one fused QKV row at position `pos`: every query head
-/// through `q_norm` then RoPE, every key head through `k_norm` then RoPE; values untouched.
+/// through `q_norm` (when there is one) then RoPE, every key head through `k_norm` then RoPE;
+/// values untouched.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn norm_rope_row(
     row: &mut [f32],
     layout: QkvLayout,
-    q_norm: &[f32],
-    k_norm: &[f32],
+    norms: QkNormWeights<'_>,
     rope: &Rope,
     pos: usize,
     eps: f32,
@@ -189,11 +193,15 @@ pub(crate) fn norm_rope_row(
     let (q, rest) = row.split_at_mut(layout.q_width());
     let k = &mut rest[..layout.kv_width()];
     for head in q.chunks_exact_mut(d) {
-        rms_norm_row_in_place(head, q_norm, eps);
+        if let Some((q_norm, _)) = norms {
+            rms_norm_row_in_place(head, q_norm, eps);
+        }
         rope_head(head, cos, sin);
     }
     for head in k.chunks_exact_mut(d) {
-        rms_norm_row_in_place(head, k_norm, eps);
+        if let Some((_, k_norm)) = norms {
+            rms_norm_row_in_place(head, k_norm, eps);
+        }
         rope_head(head, cos, sin);
     }
 }
@@ -204,21 +212,21 @@ pub(crate) fn norm_rope_rows(
     qkv: &mut [f32],
     positions: &[u32],
     layout: QkvLayout,
-    q_norm: &[f32],
-    k_norm: &[f32],
+    norms: QkNormWeights<'_>,
     rope: &Rope,
     eps: f32,
 ) {
     let width = layout.width();
     assert_eq!(qkv.len(), positions.len() * width);
-    assert!(q_norm.len() == layout.head_dim && k_norm.len() == layout.head_dim);
+    if let Some((q_norm, k_norm)) = norms {
+        assert!(q_norm.len() == layout.head_dim && k_norm.len() == layout.head_dim);
+    }
     assert!(positions.iter().all(|&p| (p as usize) < rope.positions()));
     struct Op<'a> {
         rows: &'a mut [f32],
         positions: &'a [u32],
         layout: QkvLayout,
-        q_norm: &'a [f32],
-        k_norm: &'a [f32],
+        norms: QkNormWeights<'a>,
         rope: &'a Rope,
         eps: f32,
     }
@@ -231,8 +239,7 @@ pub(crate) fn norm_rope_rows(
                 norm_rope_row(
                     row,
                     self.layout,
-                    self.q_norm,
-                    self.k_norm,
+                    self.norms,
                     self.rope,
                     pos as usize,
                     self.eps,
@@ -247,8 +254,7 @@ pub(crate) fn norm_rope_rows(
                 rows,
                 positions,
                 layout,
-                q_norm,
-                k_norm,
+                norms,
                 rope,
                 eps,
             })
@@ -378,7 +384,7 @@ mod tests {
         let qkv = noise(rows * layout.width(), 4);
         let (qn, kn) = (noise(8, 5), noise(8, 6));
         let mut got = qkv.clone();
-        norm_rope_rows(&mut got, &positions, layout, &qn, &kn, &rope, 1e-6);
+        norm_rope_rows(&mut got, &positions, layout, Some((&qn, &kn)), &rope, 1e-6);
         for (r, (src, out)) in qkv
             .chunks(layout.width())
             .zip(got.chunks(layout.width()))
@@ -399,6 +405,32 @@ mod tests {
             // Values are left as they were.
             let v = layout.q_width() + layout.kv_width();
             assert_eq!(&out[v..], &src[v..], "row {r}");
+        }
+    }
+
+    #[test]
+    fn without_qk_norms_heads_are_only_rotated() {
+        let layout = QkvLayout {
+            q_heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+        };
+        let rope = Rope::new(8, 1e4, 16);
+        let positions: Vec<u32> = vec![0, 3, 15];
+        let qkv = noise(positions.len() * layout.width(), 8);
+        let mut got = qkv.clone();
+        norm_rope_rows(&mut got, &positions, layout, None, &rope, 1e-6);
+        for (r, (src, out)) in qkv
+            .chunks(layout.width())
+            .zip(got.chunks(layout.width()))
+            .enumerate()
+        {
+            let (c, s) = rope.at(positions[r] as usize);
+            let mut want = src.to_vec();
+            for head in want[..layout.q_width() + layout.kv_width()].chunks_exact_mut(8) {
+                rope_head(head, c, s);
+            }
+            assert_eq!(out, &want[..], "row {r}");
         }
     }
 

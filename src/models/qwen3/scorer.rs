@@ -1,4 +1,5 @@
-//! Yes/no scoring: the packed forward pass (`forward`) and one head vector.
+//! Yes/no scoring: the packed forward pass (`forward`) and one head vector. The Qwen3 reranker
+//! reads the logits of "yes" and "no", mxbai-rerank-v2 (a Qwen2 decoder) those of "1" and "0".
 //!
 //! The output head is reduced to the single vector `W[yes] - W[no]`, so the result per prompt
 //! is `l_yes - l_no` at its last token, and the rest of the head is never read.
@@ -8,8 +9,9 @@ use std::path::Path;
 use super::config::Qwen3Config;
 use super::forward::Qwen3Model;
 use super::layers::{head_name, Decoder, MatrixFormat};
+use crate::models::plan_packed_batches;
 use crate::models::weights::Weights;
-use crate::Result;
+use crate::{Error, Result};
 
 /// A Qwen3 causal LM reduced to what yes/no scoring needs. `Send + Sync`; scoring takes `&self`.
 #[derive(Debug)]
@@ -86,5 +88,32 @@ impl Qwen3Scorer {
             .chunks_exact(h)
             .map(|row| crate::simd::dot::dot_f32(row, &self.head))
             .collect())
+    }
+
+    /// [`logits`](Self::logits) for any number of prompts: sorted by length and packed into
+    /// forward passes of at most `token_budget` real tokens and `max_batch_size` prompts (a
+    /// longer prompt goes alone; `models::plan_packed_batches`); the results in input order.
+    pub fn logits_in_batches(
+        &self,
+        prompts: &[Vec<u32>],
+        token_budget: usize,
+        max_batch_size: usize,
+    ) -> Result<Vec<f32>> {
+        let lengths: Vec<usize> = prompts.iter().map(Vec::len).collect();
+        let mut out = vec![None; prompts.len()];
+        for batch in plan_packed_batches(&lengths, token_budget, max_batch_size) {
+            let refs: Vec<&[u32]> = batch
+                .indices
+                .iter()
+                .map(|&i| prompts[i].as_slice())
+                .collect();
+            let logits = self.logits(&refs)?;
+            for (&i, logit) in batch.indices.iter().zip(logits) {
+                out[i] = Some(logit);
+            }
+        }
+        out.into_iter()
+            .map(|l| l.ok_or_else(|| Error::model("a prompt was left unscored")))
+            .collect()
     }
 }
