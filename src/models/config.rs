@@ -20,6 +20,8 @@ pub enum Architecture {
     XlmRobertaForSequenceClassification,
     /// `ModernBertForSequenceClassification` (e.g. gte-reranker-modernbert-base).
     ModernBertForSequenceClassification,
+    /// `DebertaV2ForSequenceClassification` (e.g. mxbai-rerank-base-v1 / -large-v1).
+    DebertaV2ForSequenceClassification,
     /// `Qwen3ForCausalLM` (Qwen3-Reranker, Qwen3 chat models).
     Qwen3ForCausalLm,
     /// `BertModel` (a bare encoder, e.g. all-MiniLM-L6-v2).
@@ -39,6 +41,9 @@ impl Architecture {
             "ModernBertForSequenceClassification" => {
                 Architecture::ModernBertForSequenceClassification
             }
+            "DebertaV2ForSequenceClassification" => {
+                Architecture::DebertaV2ForSequenceClassification
+            }
             "Qwen3ForCausalLM" => Architecture::Qwen3ForCausalLm,
             "BertModel" => Architecture::BertModel,
             other => Architecture::Other(other.to_string()),
@@ -54,6 +59,9 @@ impl Architecture {
             }
             Architecture::ModernBertForSequenceClassification => {
                 "ModernBertForSequenceClassification"
+            }
+            Architecture::DebertaV2ForSequenceClassification => {
+                "DebertaV2ForSequenceClassification"
             }
             Architecture::Qwen3ForCausalLm => "Qwen3ForCausalLM",
             Architecture::BertModel => "BertModel",
@@ -228,6 +236,7 @@ mod tests {
             "BertForSequenceClassification",
             "XLMRobertaForSequenceClassification",
             "ModernBertForSequenceClassification",
+            "DebertaV2ForSequenceClassification",
             "Qwen3ForCausalLM",
             "BertModel",
             "GPT2LMHeadModel",
