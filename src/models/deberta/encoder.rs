@@ -78,9 +78,6 @@ pub(crate) struct DebertaEncoder {
     embed_proj: Option<Linear>,
     embed_norm: Norm,
     layers: Vec<Layer>,
-    /// `rows[delta + max_positions - 1]`: the relative embeddings' row for query `i` and key
-    /// `j` with `i - j = delta`.
-    rows: Vec<usize>,
     /// `1 / sqrt(head_dim * scale_factor)`.
     scale: f32,
     precision: Precision,
@@ -114,7 +111,7 @@ fn check_config(w: &EncoderWeights, cfg: &DebertaConfig) -> Result<()> {
         Some(_) => "position_buckets",
         None => "max_relative_positions",
     };
-    weights.check_config_size(key, 2 * cfg.relative.span(), &rel, 0)?;
+    weights.check_config_size(key, cfg.relative.span().saturating_mul(2), &rel, 0)?;
     let last = cfg.layers - 1;
     let last_query = name(&format!(
         "encoder.layer.{last}.attention.self.query_proj.weight"
@@ -239,8 +236,6 @@ impl DebertaEncoder {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let max = cfg.max_positions as i64;
-        let rows = (1 - max..max).map(|d| cfg.relative.row(d)).collect();
         Ok(DebertaEncoder {
             cfg,
             word,
@@ -249,7 +244,6 @@ impl DebertaEncoder {
             embed_proj,
             embed_norm,
             layers,
-            rows,
             scale,
             precision,
         })
@@ -320,12 +314,24 @@ impl DebertaEncoder {
                 Some(s)
             })
             .collect();
+        // The relative embeddings' row of every `delta = i - j` the batch has (sized by the
+        // input, which is checked against max_position_embeddings, not by the config alone).
+        let longest = lens.iter().copied().max().unwrap_or(1) as i64;
+        let rows: Vec<usize> = (1 - longest..longest)
+            .map(|d| self.cfg.relative.row(d))
+            .collect();
         let mut ws = Workspace::new(total, h);
         self.embed(seqs, &mut ws);
         let n_layers = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let first_only = output == Output::FirstToken && i + 1 == n_layers;
-            self.layer(layer, &mut ws, &lens, &starts, first_only);
+            let batch = Batch {
+                lens: &lens,
+                starts: &starts,
+                rows: &rows,
+                first_only,
+            };
+            self.layer(layer, &mut ws, &batch);
         }
         if output == Output::FirstToken {
             // The last layer left one row per sequence at the front (configs have >= 1 layer).
@@ -380,27 +386,16 @@ impl DebertaEncoder {
 
     /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
     /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
-    fn layer(
-        &self,
-        l: &Layer,
-        ws: &mut Workspace,
-        lens: &[usize],
-        starts: &[usize],
-        first_only: bool,
-    ) {
+    fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch<'_>) {
         let cfg = &self.cfg;
         let h = cfg.hidden;
-        let total: usize = lens.iter().sum();
+        let (starts, first_only) = (batch.starts, batch.first_only);
+        let total: usize = batch.lens.iter().sum();
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         let rows = if first_only { starts.len() } else { total };
-        let batch = Batch {
-            lens,
-            starts,
-            first_only,
-        };
-        self.attention(l, qkv, &mut ws.ctx[..rows * h], &batch);
+        self.attention(l, qkv, &mut ws.ctx[..rows * h], batch);
         if first_only {
             // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
             for (i, &s) in starts.iter().enumerate() {
@@ -439,8 +434,7 @@ impl DebertaEncoder {
         let terms = Terms {
             pos_key: (!l.pos_key.is_empty()).then(|| Mat::new(&l.pos_key, span2, h)),
             pos_query: (!l.pos_query.is_empty()).then(|| Mat::new(&l.pos_query, span2, h)),
-            rows: &self.rows,
-            max_positions: cfg.max_positions,
+            rows: batch.rows,
             scale: self.scale,
         };
         // One task per (sequence, head), each into its own `(queries, d)` block.
@@ -480,10 +474,14 @@ impl DebertaEncoder {
     }
 }
 
-/// Where a batch's sequences are, and whether the queries are their first tokens only.
+/// Where a batch's sequences are, the relative rows they read, and whether the queries are
+/// their first tokens only.
 struct Batch<'a> {
     lens: &'a [usize],
     starts: &'a [usize],
+    /// `rows[delta + longest - 1]`: the relative embeddings' row for query `i` and key `j`
+    /// with `i - j = delta`, for every delta of the batch's longest sequence.
+    rows: &'a [usize],
     first_only: bool,
 }
 
@@ -493,9 +491,8 @@ struct Terms<'a> {
     pos_key: Option<Mat<'a>>,
     /// `(2 span, hidden)` position queries (`p2c`), already scaled.
     pos_query: Option<Mat<'a>>,
-    /// The relative embeddings' row of each `delta + max_positions - 1`.
+    /// The relative embeddings' row of each `delta + longest - 1` (`Batch::rows`).
     rows: &'a [usize],
-    max_positions: usize,
     /// `1 / sqrt(head_dim * scale_factor)`.
     scale: f32,
 }
@@ -540,7 +537,7 @@ impl Terms<'_> {
         matmul(q, k.t(), scores, n, self.scale, false, Threads::One);
         if self.pos_key.is_some() || self.pos_query.is_some() {
             // delta = i - j runs over 1 - n ..= nq - 1; the rows it reads are contiguous.
-            let zero = self.max_positions - 1;
+            let zero = self.rows.len() / 2;
             let deltas = &self.rows[zero + 1 - n..zero + nq];
             let (lo, hi) = (deltas[0], deltas[deltas.len() - 1]);
             let width = hi - lo + 1;
