@@ -20,6 +20,8 @@ pub enum Architecture {
     XlmRobertaForSequenceClassification,
     /// `ModernBertForSequenceClassification` (e.g. gte-reranker-modernbert-base).
     ModernBertForSequenceClassification,
+    /// `DebertaV2ForSequenceClassification` (e.g. mxbai-rerank-base-v1 / -large-v1).
+    DebertaV2ForSequenceClassification,
     /// `Qwen3ForCausalLM` (Qwen3-Reranker, Qwen3 chat models).
     Qwen3ForCausalLm,
     /// `Qwen2ForCausalLM` (mxbai-rerank-v2).
@@ -41,6 +43,9 @@ impl Architecture {
             "ModernBertForSequenceClassification" => {
                 Architecture::ModernBertForSequenceClassification
             }
+            "DebertaV2ForSequenceClassification" => {
+                Architecture::DebertaV2ForSequenceClassification
+            }
             "Qwen3ForCausalLM" => Architecture::Qwen3ForCausalLm,
             "Qwen2ForCausalLM" => Architecture::Qwen2ForCausalLm,
             "BertModel" => Architecture::BertModel,
@@ -57,6 +62,9 @@ impl Architecture {
             }
             Architecture::ModernBertForSequenceClassification => {
                 "ModernBertForSequenceClassification"
+            }
+            Architecture::DebertaV2ForSequenceClassification => {
+                "DebertaV2ForSequenceClassification"
             }
             Architecture::Qwen3ForCausalLm => "Qwen3ForCausalLM",
             Architecture::Qwen2ForCausalLm => "Qwen2ForCausalLM",
@@ -232,6 +240,7 @@ mod tests {
             "BertForSequenceClassification",
             "XLMRobertaForSequenceClassification",
             "ModernBertForSequenceClassification",
+            "DebertaV2ForSequenceClassification",
             "Qwen3ForCausalLM",
             "BertModel",
             "GPT2LMHeadModel",

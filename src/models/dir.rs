@@ -101,12 +101,18 @@ impl ModelDir {
         let path = self.file(TOKENIZER_FILE)?;
         let mut tokenizer = tokenizers::Tokenizer::from_file(&path)
             .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
-        let class = self
-            .optional_json(TOKENIZER_CONFIG_FILE)?
+        let config = self.optional_json(TOKENIZER_CONFIG_FILE)?;
+        let class = config
+            .as_ref()
             .and_then(|c| c.get("tokenizer_class")?.as_str().map(str::to_string));
         if let Some(class) = class {
             rebuild_as_transformers(&mut tokenizer, &class)
                 .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
+            if super::deberta::tokenizer::is_deberta_v2(&class) {
+                let config = config.unwrap_or(Value::Null);
+                super::deberta::tokenizer::rebuild(&mut tokenizer, &config)
+                    .map_err(|e| Error::tokenizer(format!("{}: {e}", path.display())))?;
+            }
         }
         Ok(tokenizer)
     }

@@ -11,6 +11,9 @@
 //!   and the (query, document) tokenization of the cross-encoders;
 //! - `modernbert/`: the packed ModernBERT encoder (global and sliding-window attention, RoPE,
 //!   GeGLU) and its sequence-classification head;
+//! - `deberta/`: the packed DeBERTa-v2 / v3 encoder (disentangled attention over log-bucketed
+//!   relative positions), its sequence-classification head and the tokenizer transformers
+//!   builds for it;
 //! - `qwen3/`: the Qwen3 decoder: config, weights in the kernels' layout, the packed forward
 //!   pass (scoring, prefill) and the KV-cached decode step (generation);
 //! - shared: the one weights loader (`weights`), length batching under one token budget
@@ -27,6 +30,7 @@
 mod batch;
 pub(crate) mod bert;
 mod config;
+pub(crate) mod deberta;
 pub(crate) mod dense;
 mod dir;
 #[cfg(feature = "hf-hub")]
@@ -47,6 +51,7 @@ pub use bert::pair::PairEncoding;
 pub(crate) use bert::pair::PairTokenizer;
 pub(crate) use config::ClassifierConfig;
 pub use config::{Activation, Architecture};
+pub(crate) use deberta::classifier::DebertaClassifier;
 pub use dir::{ModelDir, WEIGHTS_FILE};
 pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]

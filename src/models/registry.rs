@@ -323,16 +323,14 @@ pub const MODELS: &[KnownModel] = &[
         "deberta-v2",
         512,
         "Apache-2.0",
-    )
-    .unsupported("DeBERTa-v2/v3 cross-encoders are not supported yet"),
+    ),
     reranker(
         "mixedbread-ai/mxbai-rerank-large-v1",
         CrossEncoder,
         "deberta-v2",
         512,
         "Apache-2.0",
-    )
-    .unsupported("DeBERTa-v2/v3 cross-encoders are not supported yet"),
+    ),
     reranker(
         "mixedbread-ai/mxbai-rerank-base-v2",
         LlmReranker,

@@ -1,5 +1,5 @@
-//! [`CrossEncoder`]: a cross-encoder reranker (BERT, XLM-RoBERTa or ModernBERT sequence
-//! classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
+//! [`CrossEncoder`]: a cross-encoder reranker (BERT, XLM-RoBERTa, ModernBERT or DeBERTa-v2 / v3
+//! sequence classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -10,8 +10,9 @@ pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ClassifierConfig, ModelDir, ModelOptions, ModelPool,
-    ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier, CONFIG_FILE,
+    plan_batches, Architecture, ClassifierConfig, DebertaClassifier, ModelDir, ModelOptions,
+    ModelPool, ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier,
+    CONFIG_FILE,
 };
 use crate::rerankers::{PassagePlan, Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
@@ -38,7 +39,9 @@ pub struct PairScore {
 /// Loads `BertForSequenceClassification` (ms-marco-MiniLM style),
 /// `XLMRobertaForSequenceClassification` (bge-reranker style) or
 /// `ModernBertForSequenceClassification` (gte-reranker-modernbert style: cls or mean pooling,
-/// global and sliding-window attention) from a directory with
+/// global and sliding-window attention) or `DebertaV2ForSequenceClassification`
+/// (mxbai-rerank-base-v1 / -large-v1 style: DeBERTa-v3's disentangled attention over
+/// log-bucketed relative positions) from a directory with
 /// `config.json`, `tokenizer.json` and `model.safetensors` (memory-mapped). Pairs are built as
 /// sentence-transformers builds them (`[CLS] q [SEP] d [SEP]`, `longest_first` truncation to
 /// `max_length`), run in length-sorted batches under a token budget, each batch packed (no
@@ -263,6 +266,8 @@ enum Model {
     Bert(SequenceClassifier),
     /// ModernBERT.
     ModernBert(ModernBertClassifier),
+    /// DeBERTa-v2 / v3.
+    Deberta(DebertaClassifier),
 }
 
 impl Model {
@@ -277,10 +282,13 @@ impl Model {
             Architecture::ModernBertForSequenceClassification => {
                 ModernBertClassifier::load(dir, precision).map(Model::ModernBert)
             }
+            Architecture::DebertaV2ForSequenceClassification => {
+                DebertaClassifier::load(dir, precision).map(Model::Deberta)
+            }
             other => Err(Error::model(format!(
                 "{}: unsupported architecture {other} for a cross-encoder (supported: \
                  BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-                 ModernBertForSequenceClassification)",
+                 ModernBertForSequenceClassification, DebertaV2ForSequenceClassification)",
                 dir.path().join(CONFIG_FILE).display()
             ))),
         }
@@ -290,6 +298,7 @@ impl Model {
         match self {
             Model::Bert(m) => m.config(),
             Model::ModernBert(m) => m.config(),
+            Model::Deberta(m) => m.config(),
         }
     }
 
@@ -297,6 +306,7 @@ impl Model {
         match self {
             Model::Bert(m) => m.precision(),
             Model::ModernBert(m) => m.precision(),
+            Model::Deberta(m) => m.precision(),
         }
     }
 
@@ -304,6 +314,7 @@ impl Model {
         match self {
             Model::Bert(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
+            Model::Deberta(m) => m.vocab_size(),
         }
     }
 
@@ -311,6 +322,7 @@ impl Model {
         match self {
             Model::Bert(m) => m.max_length(),
             Model::ModernBert(m) => m.max_length(),
+            Model::Deberta(m) => m.max_length(),
         }
     }
 
@@ -318,6 +330,7 @@ impl Model {
         match self {
             Model::Bert(m) => m.logits(encodings),
             Model::ModernBert(m) => m.logits(encodings),
+            Model::Deberta(m) => m.logits(encodings),
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::{Embedder, Error, Reranker, Result};
 ///
 /// | the directory holds | reranker |
 /// |---|---|
-/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification` | [`CrossEncoder`] |
+/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
 /// | `Qwen2ForCausalLM` | [`MxbaiReranker`] (mxbai-rerank-v2: the `mxbai-rerank` package's prompt; scores are its raw logits) |
 /// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
@@ -45,7 +45,8 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
     match model.architecture()? {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification
-        | Architecture::ModernBertForSequenceClassification => {
+        | Architecture::ModernBertForSequenceClassification
+        | Architecture::DebertaV2ForSequenceClassification => {
             let builder = CrossEncoder::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
@@ -69,7 +70,8 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         other => Err(Error::model(format!(
             "{}: unsupported architecture {other} for a reranker (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-             ModernBertForSequenceClassification, Qwen3ForCausalLM, and embedding models: \
+             ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
+             Qwen3ForCausalLM, Qwen2ForCausalLM (mxbai-rerank-v2), and embedding models: \
              BertModel, XLMRobertaModel, ModernBertModel, Qwen3Model)",
             dir.join(CONFIG_FILE).display()
         ))),

@@ -1,7 +1,7 @@
 //! Step 7, stage 2 (precision): the [`Reranker`] trait and its implementations.
 //!
-//! - [`CrossEncoder`] (`cross_encoder`, feature `models`): BERT / XLM-R sequence
-//!   classification;
+//! - [`CrossEncoder`] (`cross_encoder`, feature `models`): BERT / XLM-R / ModernBERT /
+//!   DeBERTa-v2 / v3 sequence classification;
 //! - [`Qwen3Reranker`] (`qwen3`, feature `models`): instruction-aware yes/no scoring, with its
 //!   prompt template and [`qwen3::Instructions`];
 //! - [`MxbaiReranker`] ([`mxbai`], feature `models`): mxbai-rerank-v2 (a Qwen2 decoder) as

@@ -15,6 +15,7 @@ mod cli_reliability;
 mod common;
 mod concurrency;
 mod cross_encoder_parity;
+mod deberta;
 mod dense_beir;
 mod dense_storage;
 mod embed_models;

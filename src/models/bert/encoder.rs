@@ -121,16 +121,16 @@ impl EncoderConfig {
     }
 }
 
-/// A layer norm's scale and shift.
+/// A layer norm's scale and shift (the post-norm layers of BERT and DeBERTa).
 #[derive(Debug, Clone)]
-struct Norm {
-    weight: Vec<f32>,
-    bias: Vec<f32>,
+pub(crate) struct Norm {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
 }
 
 impl Norm {
     /// `layer_norm(out + residual)`, as the step after a product.
-    fn after<'a>(&'a self, residual: &'a [f32], eps: f32) -> Then<'a> {
+    pub fn after<'a>(&'a self, residual: &'a [f32], eps: f32) -> Then<'a> {
         Then::AddNorm {
             residual,
             weight: &self.weight,
@@ -166,8 +166,8 @@ thread_local! {
 
 /// `out = LN(x + W2 · act(W1 · x))` over `rows` rows, block by block of rows in parallel: a
 /// block's `(rows, intermediate)` activations stay in cache between the two products, and the
-/// whole matrix is never written.
-fn feed_forward(
+/// whole matrix is never written. (DeBERTa's layers end the same way.)
+pub(crate) fn feed_forward(
     ff_in: &Dense,
     ff_out: &Dense,
     act: Act,
@@ -278,8 +278,18 @@ impl EncoderWeights {
         self.weights.f32(&format!("{}{name}", self.prefix), shape)
     }
 
+    /// The checkpoint, for what the BERT layout does not name (DeBERTa's tensors).
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// The full name of the encoder's tensor `name` (relative to the encoder's root).
+    pub fn encoder_name(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
     /// Whether the encoder has a tensor `name` (relative to its root).
-    fn encoder_has(&self, name: &str) -> bool {
+    pub fn encoder_has(&self, name: &str) -> bool {
         self.weights.has(&format!("{}{name}", self.prefix))
     }
 
@@ -334,7 +344,7 @@ impl EncoderWeights {
     }
 
     /// A layer norm under `name`: `weight`/`bias`, or the older `gamma`/`beta` names.
-    fn norm(&self, name: &str, n: usize) -> Result<Norm> {
+    pub fn norm(&self, name: &str, n: usize) -> Result<Norm> {
         let (w, b) = if self.encoder_has(&format!("{name}.weight")) {
             ("weight", "bias")
         } else {

@@ -72,17 +72,19 @@ pub(crate) struct ModernBertConfig {
     pub classifier_act: Act,
 }
 
-/// The error for `key` of `file`.
-fn bad(file: &Path, key: &str, what: impl std::fmt::Display) -> Error {
+/// The error for `key` of `file` (the DeBERTa config reads its keys with these helpers too).
+pub(crate) fn bad(file: &Path, key: &str, what: impl std::fmt::Display) -> Error {
     Error::model(format!("{}: key {key:?}: {what}", file.display()))
 }
 
 /// Reads a config value, absent or null as `None`.
-fn get<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(crate) fn get<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn positive(
+/// A positive integer `key` (`default` when absent or null; an error naming the key when
+/// neither).
+pub(crate) fn positive(
     obj: &Map<String, Value>,
     key: &str,
     default: Option<u64>,
@@ -104,15 +106,27 @@ fn positive(
     }
 }
 
-fn flag(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<bool> {
+/// A boolean `key`, false when absent or null.
+pub(crate) fn flag(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<bool> {
+    flag_or(obj, key, false, file)
+}
+
+/// A boolean `key`, `default` when absent or null.
+pub(crate) fn flag_or(
+    obj: &Map<String, Value>,
+    key: &str,
+    default: bool,
+    file: &Path,
+) -> Result<bool> {
     match get(obj, key) {
-        None => Ok(false),
+        None => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
         Some(v) => Err(bad(file, key, format!("expected true or false, got {v}"))),
     }
 }
 
-fn activation(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<Act> {
+/// The activation `key` names (`gelu` when absent or null).
+pub(crate) fn activation(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<Act> {
     let name = match get(obj, key) {
         None => "gelu",
         Some(Value::String(s)) => s.as_str(),

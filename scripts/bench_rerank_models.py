@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Cross-encoder throughput of the new architectures, Rust vs sentence-transformers, one run.
+
+For each architecture, a random model with the shape of the real one is written once (seeded;
+meaningless as a reranker, but it costs what the real one costs to run) under
+$RERANK_MODELS_DIR (default models/):
+
+  deberta  bench-mxbai-rerank-base: DebertaV2ForSequenceClassification with
+           mxbai-rerank-base-v1's shape (DeBERTa-v3-base: hidden 768, 12 layers, 12 heads,
+           intermediate 3072, position_buckets 256, max_position_embeddings 512, shared
+           position projections, layer-normed relative embeddings, no absolute positions, no
+           token types, vocab_size 128100) and num_labels 1. The tokenizer is a
+           DebertaV2Tokenizer over a 32k-piece Unigram vocabulary trained here on the SciFact
+           corpus with `tokenizers` (the real one has 128k pieces; an in-domain vocabulary
+           gives English text realistic token counts, varying from pair to pair).
+
+Both sides score the same pairs: the first SciFact query judged in qrels/test.tsv against the
+first N corpus documents (`title + " " + text`), cut to 512 tokens, with the same thread count:
+  - Rust: `cargo bench --bench rerank_models` (release; one process: load, one warm-up, then
+    --rounds timed `CrossEncoder::logits` calls), its JSON line;
+  - Python: `CrossEncoder(dir).predict(pairs, batch_size=32)`, median of --rounds timed calls
+    after a warm-up.
+It first checks that both compute the same logits (largest difference <= 1e-3), then prints
+pairs/s of each, the ratio, and the CPU's vector flags.
+
+Usage (torch + sentence-transformers in this Python; from the repository root):
+  python scripts/bench_rerank_models.py [--arch deberta] [--threads 2] [--rounds 3] [--docs 32]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_common import CARGO_FEATURES, ROOT, run, scifact_documents, scifact_first_judged_query
+
+MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
+# A bench executable built before (`cargo bench --bench rerank_models --no-run` prints it), to
+# time without rebuilding: RERANK_BENCH_BIN=target/release/deps/rerank_models-HASH.
+BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
+
+
+def deberta_tokenizer(dest: Path):
+    """A DebertaV2Tokenizer (tokenizer.json in the layout transformers 4.x's converter wrote)
+    over a Unigram vocabulary trained on the SciFact corpus: [PAD]=0 [CLS]=1 [SEP]=2 [UNK]=3,
+    [MASK] added after it."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers.models import Unigram
+
+    tok = Tokenizer(Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(vocab_size=32000, special_tokens=["[PAD]", "[CLS]", "[SEP]", "[UNK]"],
+                                      unk_token="[UNK]")
+    tok.train_from_iterator(scifact_documents(), trainer)
+    tok.add_special_tokens([AddedToken("[MASK]", special=True, normalized=False)])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "DebertaV2Tokenizer", "do_lower_case": False, "split_by_punct": False,
+        "vocab_type": "spm", "model_max_length": 512, "bos_token": "[CLS]", "eos_token": "[SEP]",
+        "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+        "mask_token": "[MASK]"}, indent=1))
+
+
+def make_deberta(dest: Path):
+    import torch
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                          intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
+                          type_vocab_size=0, layer_norm_eps=1e-7, relative_attention=True,
+                          max_relative_positions=-1, position_buckets=256, norm_rel_ebd="layer_norm",
+                          share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+                          pooler_hidden_size=768, pooler_hidden_act="gelu", pooler_dropout=0,
+                          pad_token_id=0, num_labels=1)
+    cfg.architectures = ["DebertaV2ForSequenceClassification"]
+    DebertaV2ForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
+    deberta_tokenizer(dest)
+
+
+MAKERS = {
+    "deberta": ("bench-mxbai-rerank-base", make_deberta),
+}
+
+
+def cpu_flags():
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "?"
+    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
+    return " ".join(f for f in keep if f in flags)
+
+
+def bench(arch: str, threads: int, rounds: int, docs: int):
+    import torch
+    import torch.nn as nn
+    from sentence_transformers import CrossEncoder
+
+    name, make = MAKERS[arch]
+    dest = MODELS / name
+    if not (dest / "model.safetensors").exists():
+        print(f"writing {dest}", file=sys.stderr)
+        dest.mkdir(parents=True, exist_ok=True)
+        make(dest)
+    query = scifact_first_judged_query()
+    pairs = [(query, d) for d in scifact_documents(docs)]
+    torch.set_num_threads(threads)
+    ce = CrossEncoder(str(dest), device="cpu")
+    predict = lambda: ce.predict(pairs, batch_size=32, activation_fn=nn.Identity(), convert_to_numpy=True)
+    ref = predict()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        predict()
+        times.append(time.perf_counter() - t)
+    st_seconds = statistics.median(times)
+    del ce
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for q, d in pairs:
+            f.write(json.dumps({"query": q, "document": d}) + "\n")
+        pairs_file = f.name
+    env = dict(os.environ, RERANK_BENCH_RERANK_MODEL=str(dest), RERANK_BENCH_PAIRS=pairs_file,
+               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
+               RERANK_BENCH_REPEATS=str(rounds))
+    cmd = [BENCH_BIN] if BENCH_BIN else ["cargo", "bench", *CARGO_FEATURES, "--bench", "rerank_models"]
+    out = run(cmd, env)
+    os.unlink(pairs_file)
+    line = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    diff = max(abs(a - float(b)) for a, b in zip(line["logits"], ref))
+    if len(line["logits"]) != len(pairs) or diff > 1e-3:
+        raise SystemExit(f"{arch}: logits differ from sentence-transformers (largest difference {diff:.2e})")
+    rust_seconds = statistics.median(line["seconds"])
+    n = len(pairs)
+    print(f"{arch} ({name}), {n} pairs ({line['tokens']} tokens), {threads} threads, cpu [{cpu_flags()}]: "
+          f"rerank {n / rust_seconds:.2f} pairs/s, sentence-transformers {n / st_seconds:.2f} pairs/s, "
+          f"{st_seconds / rust_seconds:.2f}x (largest logit difference {diff:.1e}; torch {torch.__version__}, "
+          f"load {line['load_seconds']:.1f} s)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", nargs="+", choices=sorted(MAKERS), default=["deberta"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--docs", type=int, default=32)
+    args = ap.parse_args()
+    for arch in args.arch:
+        bench(arch, args.threads, args.rounds, args.docs)
+
+
+if __name__ == "__main__":
+    main()
