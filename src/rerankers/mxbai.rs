@@ -30,7 +30,7 @@ use tokenizers::Tokenizer;
 use crate::models::qwen3::layers::MatrixFormat;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::{ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE};
-use crate::rerankers::{RerankQuery, RerankScores};
+use crate::rerankers::{PassagePlan, Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 pub use crate::models::qwen3::QWEN2_ARCHITECTURE as ARCHITECTURE;
@@ -241,6 +241,32 @@ impl PromptEncoder {
     }
 }
 
+impl PromptEncoder {
+    /// How many document tokens fit in a prompt beside `query` (and its instruction) without
+    /// cutting it: what [`PromptEncoder::encode`] leaves the document, less its `document: `
+    /// label.
+    fn room(&self, instruction: Option<&str>, query: &str) -> Result<usize> {
+        let query_ids = encode(&self.tokenizer, &format_query(instruction, query))?;
+        let query_kept = query_ids.len().min(self.max_length * 3 / 4);
+        let available = self
+            .model_max_length
+            .saturating_sub(query_kept + self.fixed_len())
+            .min(self.max_length);
+        let second = (self.max_length - query_kept).saturating_sub(self.sep.len());
+        let label = encode(&self.tokenizer, &format_document(""))?.len();
+        Ok(available.min(second).saturating_sub(label))
+    }
+
+    /// The tokens `document` alone has, with their byte ranges (for passages).
+    fn document_tokens(&self, document: &str) -> Result<Vec<crate::rerankers::passages::Token>> {
+        let encoding = self
+            .tokenizer
+            .encode(document, false)
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        Ok(crate::rerankers::tokens_of(&encoding))
+    }
+}
+
 /// The ids of `text`, no special tokens added.
 fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     tokenizer
@@ -283,6 +309,7 @@ pub struct MxbaiReranker {
     max_batch_size: usize,
     pool: ModelPool,
     precision: Precision,
+    passages: Option<Passages>,
 }
 
 impl std::fmt::Debug for MxbaiReranker {
@@ -298,6 +325,7 @@ impl std::fmt::Debug for MxbaiReranker {
             .field("precision", &self.precision)
             .field("instruction", &self.instruction)
             .field("estimated_max", &self.estimated_max)
+            .field("passages", &self.passages)
             .finish_non_exhaustive()
     }
 }
@@ -369,6 +397,27 @@ impl MxbaiReranker {
         Ok(self.score_counted(query, docs)?.0)
     }
 
+    /// The byte ranges of `document` that [`ModelOptions::passages`] scores beside `query`
+    /// (the whole text when it fits); an error when passages are off (a test hook).
+    #[doc(hidden)]
+    pub fn passage_windows(
+        &self,
+        query: &RerankQuery,
+        document: &str,
+    ) -> Result<Vec<std::ops::Range<usize>>> {
+        let passages = self
+            .passages
+            .ok_or_else(|| Error::Config("passages are off for this reranker".into()))?;
+        let room = self.room(query)?;
+        Ok(passages.windows(document, &self.encoder.document_tokens(document)?, room))
+    }
+
+    /// The document tokens that fit in a prompt beside `query` and its instruction.
+    fn room(&self, query: &RerankQuery) -> Result<usize> {
+        let instruction = query.instruction.as_deref().or(self.instruction.as_deref());
+        self.encoder.room(instruction, &query.text)
+    }
+
     /// Scores already-tokenized prompts in exactly one packed forward pass (no budget split).
     pub fn score_token_ids(&self, prompts: &[&[u32]]) -> Result<Vec<MxbaiScore>> {
         let logits = self.pool.install(|| self.scorer.logits(prompts))?;
@@ -434,11 +483,30 @@ impl Reranker for MxbaiReranker {
     }
 
     /// The scores, and how many prompts had their query or document cut to `max_length`.
+    /// With [`ModelOptions::passages`], a document longer than the room beside the query is
+    /// scored by windows ([`Passages`]) and [`RerankScores::passages`] says which won.
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        let (scores, truncated) = self.score_counted(query, docs)?;
+        let scores = |docs: &[&str]| -> Result<(Vec<f32>, usize)> {
+            let (scores, truncated) = self.score_counted(query, docs)?;
+            Ok((scores.into_iter().map(|s| s.score).collect(), truncated))
+        };
+        let Some(passages) = &self.passages else {
+            let (scores, truncated) = scores(docs)?;
+            return Ok(RerankScores {
+                truncated,
+                ..RerankScores::new(scores, self.name())
+            });
+        };
+        let plan = self.pool.install(|| {
+            let room = self.room(query)?;
+            PassagePlan::new(passages, docs, room, |d| self.encoder.document_tokens(d))
+        })?;
+        let (window_scores, truncated) = scores(&plan.texts(docs)?)?;
+        let (scores, ranges) = plan.aggregate(docs.len(), &window_scores, passages.aggregate)?;
         Ok(RerankScores {
             truncated,
-            ..RerankScores::new(scores.into_iter().map(|s| s.score).collect(), self.name())
+            passages: ranges,
+            ..RerankScores::new(scores, self.name())
         })
     }
 
@@ -539,6 +607,7 @@ impl MxbaiRerankerBuilder {
             max_batch_size: self.options.max_batch_size.unwrap_or(usize::MAX),
             pool,
             precision: self.options.precision,
+            passages: self.options.passages,
         })
     }
 }

@@ -133,7 +133,18 @@ impl Passages {
             if end == n {
                 return out;
             }
-            start = snap(start + stride, start).min(end);
+            // The next window starts a stride on, at a word start; where words are long
+            // (byte-level BPE on a small vocabulary), at the last word start before this
+            // window's end, so that consecutive windows still share text.
+            let next = snap(start + stride, start).min(end);
+            start = if next < end || stride >= window {
+                next
+            } else {
+                (start + 1..end)
+                    .rev()
+                    .find(|&j| tokens[j].word_start)
+                    .unwrap_or(end)
+            };
         }
     }
 }

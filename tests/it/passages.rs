@@ -1,6 +1,6 @@
 //! Long documents scored by passages (`ModelOptions::passages`, config `reranker.passages`),
 //! on the shared tiny cross-encoder (`ce_tiny_a`, WordPiece) and Qwen3 reranker
-//! (`qwen3_tiny_a`, byte-level BPE): a document that fits is scored exactly as without
+//! (`qwen3_tiny_a`, byte-level BPE), and the tiny mxbai-rerank-v2 (`mxbai_v2_tiny`): a document that fits is scored exactly as without
 //! passages; a longer one gets the best of its windows, each equal to scoring the window's text
 //! alone; windows overlap and cover the document; the winning range is reported in the scores
 //! and in the pipeline's hits; a passage past the first window lifts its document above one
@@ -8,11 +8,12 @@
 #![cfg(feature = "models")]
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rerank::models::ModelOptions;
 use rerank::rerankers::{
-    CrossEncoder, PassageAggregate, Passages, Qwen3Reranker, RerankQuery, RerankScores,
+    CrossEncoder, MxbaiReranker, PassageAggregate, Passages, Qwen3Reranker, RerankQuery,
+    RerankScores,
 };
 use rerank::{Document, Pipeline, PipelineConfig, Reranker};
 
@@ -28,6 +29,8 @@ const QWEN3: &str = concat!(
 const CE_MAX_LENGTH: usize = 48;
 /// The Qwen3 prompts likewise (the template's prefix and suffix take about 60).
 const QWEN3_MAX_LENGTH: usize = 110;
+/// mxbai-rerank-v2's query and document together.
+const MXBAI_MAX_LENGTH: usize = 56;
 /// Passage scores agree with the windows scored alone to this (different batch packing).
 const TOL: f32 = 1e-5;
 
@@ -138,6 +141,27 @@ fn subjects() -> Vec<Subject> {
             }),
         });
     }
+    let mxbai = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mxbai_v2_tiny/model");
+    if let Some(dir) = model(mxbai.to_str().unwrap()) {
+        // mxbai-rerank-v2's max_length counts the query and the document.
+        let options = ModelOptions::default()
+            .threads(2)
+            .max_length(MXBAI_MAX_LENGTH);
+        let build = move |o: ModelOptions| MxbaiReranker::builder(&dir).options(o).build().unwrap();
+        let plain = build(options.clone());
+        let (b, o) = (build.clone(), options.clone());
+        let (b2, o2) = (build, options);
+        out.push(Subject {
+            name: "mxbai",
+            plain: Box::new(plain),
+            with: Box::new(move |p| Box::new(b(o.clone().passages(p)))),
+            windows: Box::new(move |p, q, d| {
+                b2(o2.clone().passages(p))
+                    .passage_windows(&RerankQuery::new(q), d)
+                    .unwrap()
+            }),
+        });
+    }
     out
 }
 
@@ -235,7 +259,9 @@ fn first_and_mean_aggregate_the_same_windows() {
 #[test]
 fn a_relevant_passage_past_the_first_window_ranks_its_document_first() {
     let query = "when did the engineers measure the bridge";
-    for s in subjects() {
+    // On the cross-encoder and Qwen3; mxbai's windows and scores are checked by the tests
+    // above.
+    for s in subjects().into_iter().filter(|s| s.name != "mxbai") {
         let passages = Passages::default().window(24).stride(16);
         // The model's favourite among candidate passages, and a long document ending with it.
         let candidates: Vec<String> = (0..40).map(|i| filler(12, 100 + i)).collect();

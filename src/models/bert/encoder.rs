@@ -251,8 +251,15 @@ impl EncoderWeights {
     /// `encoder.layers.N.mixer.Wqkv`).
     fn check_layout(&self, dir: &ModelDir) -> Result<()> {
         let standard = format!("{}encoder.layer.0.attention.self.query.weight", self.prefix);
+        let architecture = dir
+            .architecture()
+            .map_or_else(|_| "(unknown)".to_string(), |a| a.name().to_string());
+        // Other families (DeBERTa) read their own names through these weights.
+        let bert_family = ["Bert", "XLMRoberta", "Roberta"]
+            .iter()
+            .any(|f| architecture.starts_with(f));
         let has_layers = self.weights.names().any(|n| n.contains("encoder.layer"));
-        if self.weights.has(&standard) || !has_layers {
+        if self.weights.has(&standard) || !has_layers || !bert_family {
             return Ok(());
         }
         let layout = if self.weights.names().any(|n| n.contains(".mixer.Wqkv.")) {
@@ -261,9 +268,6 @@ impl EncoderWeights {
         } else {
             "an unknown layout"
         };
-        let architecture = dir
-            .architecture()
-            .map_or_else(|_| "(unknown)".to_string(), |a| a.name().to_string());
         Err(Error::model(format!(
             "{}: architecture {architecture} in {layout} is not supported (no {standard}); \
              supported: BertForSequenceClassification, XLMRobertaForSequenceClassification, \
