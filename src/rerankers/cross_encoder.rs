@@ -14,7 +14,8 @@ use crate::models::{
     ModelPool, ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier,
     CONFIG_FILE,
 };
-use crate::rerankers::{PassagePlan, Passages, RerankQuery, RerankScores};
+use crate::rerankers::passages::score_documents;
+use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 /// Default [`ModelOptions::token_budget`] (`pairs x longest pair`). Batches are packed (no
@@ -224,23 +225,15 @@ impl Reranker for CrossEncoder {
     /// With [`ModelOptions::passages`], a document longer than the room beside the query is
     /// scored by windows ([`Passages`]) and [`RerankScores::passages`] says which won.
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        let Some(passages) = &self.passages else {
-            let (scores, truncated) = self.scores(&query.text, docs)?;
-            return Ok(RerankScores {
-                truncated,
-                ..RerankScores::new(scores, self.name())
-            });
-        };
-        let plan = self.pool.install(|| {
-            let room = self.tokenizer.room(&query.text)?;
-            PassagePlan::new(passages, docs, room, |d| self.tokenizer.document_tokens(d))
-        })?;
-        let (scores, truncated) = self.scores(&query.text, &plan.texts(docs)?)?;
-        let (scores, ranges) = plan.aggregate(docs.len(), &scores, passages.aggregate)?;
-        Ok(RerankScores {
-            truncated,
-            passages: ranges,
-            ..RerankScores::new(scores, self.name())
+        self.pool.install(|| {
+            score_documents(
+                self.passages.as_ref(),
+                docs,
+                self.name(),
+                || self.tokenizer.room(&query.text),
+                |d| self.tokenizer.document_tokens(d),
+                |texts| self.scores(&query.text, texts),
+            )
         })
     }
 

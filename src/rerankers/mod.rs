@@ -24,7 +24,6 @@ pub use embedding::{EmbeddingReranker, VectorSource};
 pub use lexical::LexicalReranker;
 #[cfg(feature = "models")]
 pub(crate) use passages::tokens_of;
-pub(crate) use passages::PassagePlan;
 pub use passages::{PassageAggregate, Passages};
 pub use protect::ProtectPolicy;
 

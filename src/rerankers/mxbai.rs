@@ -30,7 +30,8 @@ use tokenizers::Tokenizer;
 use crate::models::qwen3::layers::MatrixFormat;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::{ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE};
-use crate::rerankers::{PassagePlan, Passages, RerankQuery, RerankScores};
+use crate::rerankers::passages::score_documents;
+use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 pub use crate::models::qwen3::QWEN2_ARCHITECTURE as ARCHITECTURE;
@@ -486,27 +487,18 @@ impl Reranker for MxbaiReranker {
     /// With [`ModelOptions::passages`], a document longer than the room beside the query is
     /// scored by windows ([`Passages`]) and [`RerankScores::passages`] says which won.
     fn score_detailed(&self, query: &RerankQuery, docs: &[&str]) -> Result<RerankScores> {
-        let scores = |docs: &[&str]| -> Result<(Vec<f32>, usize)> {
-            let (scores, truncated) = self.score_counted(query, docs)?;
-            Ok((scores.into_iter().map(|s| s.score).collect(), truncated))
-        };
-        let Some(passages) = &self.passages else {
-            let (scores, truncated) = scores(docs)?;
-            return Ok(RerankScores {
-                truncated,
-                ..RerankScores::new(scores, self.name())
-            });
-        };
-        let plan = self.pool.install(|| {
-            let room = self.room(query)?;
-            PassagePlan::new(passages, docs, room, |d| self.encoder.document_tokens(d))
-        })?;
-        let (window_scores, truncated) = scores(&plan.texts(docs)?)?;
-        let (scores, ranges) = plan.aggregate(docs.len(), &window_scores, passages.aggregate)?;
-        Ok(RerankScores {
-            truncated,
-            passages: ranges,
-            ..RerankScores::new(scores, self.name())
+        self.pool.install(|| {
+            score_documents(
+                self.passages.as_ref(),
+                docs,
+                self.name(),
+                || self.room(query),
+                |d| self.encoder.document_tokens(d),
+                |docs| {
+                    let (scores, truncated) = self.score_counted(query, docs)?;
+                    Ok((scores.into_iter().map(|s| s.score).collect(), truncated))
+                },
+            )
         })
     }
 

@@ -179,6 +179,35 @@ pub(crate) fn tokens_of(encoding: &tokenizers::Encoding) -> Vec<Token> {
         .collect()
 }
 
+/// A model reranker's [`Reranker::score_detailed`](crate::Reranker::score_detailed): without
+/// `passages`, `score(docs)` (one score per document and how many were cut); with them, the
+/// windows of every document (`room()` tokens beside the query, `tokens(doc)` its tokens)
+/// scored in one `score` call and aggregated, with the winning ranges.
+pub(crate) fn score_documents(
+    passages: Option<&Passages>,
+    docs: &[&str],
+    name: &str,
+    room: impl FnOnce() -> Result<usize>,
+    tokens: impl Fn(&str) -> Result<Vec<Token>> + Sync,
+    score: impl Fn(&[&str]) -> Result<(Vec<f32>, usize)>,
+) -> Result<super::RerankScores> {
+    let Some(passages) = passages else {
+        let (scores, truncated) = score(docs)?;
+        return Ok(super::RerankScores {
+            truncated,
+            ..super::RerankScores::new(scores, name)
+        });
+    };
+    let plan = PassagePlan::new(passages, docs, room()?, tokens)?;
+    let (window_scores, truncated) = score(&plan.texts(docs)?)?;
+    let (scores, ranges) = plan.aggregate(docs.len(), &window_scores, passages.aggregate)?;
+    Ok(super::RerankScores {
+        truncated,
+        passages: ranges,
+        ..super::RerankScores::new(scores, name)
+    })
+}
+
 /// Every window to score for a batch of documents, in document order.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PassagePlan {
