@@ -212,7 +212,7 @@ def run_rerank_serve(args, query, docs, texts):
     )
     proc = subprocess.Popen(
         [args.bin, "serve", "--config", str(config), "--addr", f"127.0.0.1:{port}",
-         "--threads", str(args.threads)],
+         "--threads", str(args.threads), "--timeout-secs", str(args.server_timeout)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -252,9 +252,12 @@ def run_infinity(args, query, docs, texts):
     try:
         base = f"http://127.0.0.1:{port}"
         wait_ready(base + "/health", proc)
+        # infinity names a local model by the last parts of its path: ask it which is which.
+        ids = {cap: m["id"] for m in httpx.get(base + "/models").json()["data"]
+               for cap in m.get("capabilities", [])}
         return {
-            "rerank": asyncio.run(load(base + "/rerank", {"query": query, "documents": docs, "model": str(MODELS / "ce-minilm-l6-random")}, args.clients, args.seconds)),
-            "embeddings": asyncio.run(load(base + "/embeddings", {"input": texts, "model": str(MODELS / "all-MiniLM-L6-v2")}, args.clients, args.seconds)),
+            "rerank": asyncio.run(load(base + "/rerank", {"query": query, "documents": docs, "model": ids["rerank"]}, args.clients, args.seconds)),
+            "embeddings": asyncio.run(load(base + "/embeddings", {"input": texts, "model": ids["embed"]}, args.clients, args.seconds)),
             "peak_rss_mb": peak_rss_mb(proc.pid),
         }
     finally:
@@ -269,6 +272,9 @@ def main():
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--server-timeout", type=int, default=600,
+                    help="rerank serve's --timeout-secs: long enough that a full queue waits "
+                         "rather than times out, as infinity's does")
     args = ap.parse_args()
     query, docs = scifact(100)
     texts = docs
