@@ -21,6 +21,18 @@ impl Batch {
     }
 }
 
+/// Where each of a packed batch's sequences starts: the running sum of `lengths`.
+pub(crate) fn packed_starts(lengths: &[usize]) -> Vec<usize> {
+    lengths
+        .iter()
+        .scan(0, |acc, &l| {
+            let start = *acc;
+            *acc += l;
+            Some(start)
+        })
+        .collect()
+}
+
 /// Splits inputs of the given `lengths` into batches: longest first, each batch at most
 /// `max_batch_size` inputs and at most `max_tokens` padded tokens (an input longer than the
 /// budget gets a batch of its own). Every index appears exactly once.

@@ -44,7 +44,7 @@ pub(crate) mod qwen3;
 pub mod registry;
 pub(crate) mod weights;
 
-pub(crate) use batch::{plan_batches, plan_packed_batches};
+pub(crate) use batch::{packed_starts, plan_batches, plan_packed_batches};
 pub(crate) use bert::classifier::SequenceClassifier;
 #[doc(hidden)]
 pub use bert::pair::PairEncoding;

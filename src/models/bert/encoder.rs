@@ -24,7 +24,7 @@ use crate::models::kernels::{
 };
 use crate::models::quant::QuantRows;
 use crate::models::weights::Weights;
-use crate::models::Precision;
+use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
 /// The shape and options of an encoder, read from `config.json`.
@@ -200,6 +200,45 @@ pub(crate) fn feed_forward(
 pub(crate) struct Sequence<'a> {
     pub ids: &'a [u32],
     pub types: &'a [u32],
+}
+
+/// Checks that every sequence of a packed encoder batch can be encoded: non-empty with one
+/// token type per token, at most `max_positions` tokens, ids below `vocab` and, where the
+/// model has token type embeddings (`type_vocab`), types below it. An
+/// [`Error::InvalidInput`] or [`Error::Model`], never an out-of-bounds read.
+pub(crate) fn check_sequences(
+    seqs: &[Sequence<'_>],
+    max_positions: usize,
+    vocab: usize,
+    type_vocab: Option<usize>,
+) -> Result<()> {
+    for s in seqs {
+        if s.ids.is_empty() || s.ids.len() != s.types.len() {
+            return Err(Error::InvalidInput(
+                "an encoder input must be non-empty, with one token type per token".into(),
+            ));
+        }
+        if s.ids.len() > max_positions {
+            return Err(Error::InvalidInput(format!(
+                "a sequence of {} tokens is longer than the model's {max_positions} positions",
+                s.ids.len(),
+            )));
+        }
+        if let Some(id) = s.ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::model(format!(
+                "token id {id} is outside the embedding matrix ({vocab} rows): the tokenizer \
+                 does not belong to these weights",
+            )));
+        }
+        if let Some(types) = type_vocab {
+            if let Some(t) = s.types.iter().find(|&&t| t as usize >= types) {
+                return Err(Error::model(format!(
+                    "token type {t} is outside the token type embeddings ({types} rows)",
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A BERT-family encoder's weights in float32.
@@ -432,34 +471,12 @@ impl Encoder {
     /// Checks that every sequence can be encoded: non-empty, no longer than the position
     /// table, ids inside the vocabularies.
     fn check(&self, seqs: &[Sequence<'_>]) -> Result<()> {
-        for s in seqs {
-            if s.ids.is_empty() || s.ids.len() != s.types.len() {
-                return Err(Error::InvalidInput(
-                    "an encoder input must be non-empty, with one token type per token".into(),
-                ));
-            }
-            if s.ids.len() > self.cfg.max_length() {
-                return Err(Error::InvalidInput(format!(
-                    "a sequence of {} tokens is longer than the model's {} positions",
-                    s.ids.len(),
-                    self.cfg.max_length()
-                )));
-            }
-            if let Some(id) = s.ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
-                return Err(Error::model(format!(
-                    "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
-                     does not belong to these weights",
-                    self.cfg.vocab
-                )));
-            }
-            if let Some(t) = s.types.iter().find(|&&t| t as usize >= self.cfg.type_vocab) {
-                return Err(Error::model(format!(
-                    "token type {t} is outside the token type embeddings ({} rows)",
-                    self.cfg.type_vocab
-                )));
-            }
-        }
-        Ok(())
+        check_sequences(
+            seqs,
+            self.cfg.max_length(),
+            self.cfg.vocab,
+            Some(self.cfg.type_vocab),
+        )
     }
 
     /// Runs the encoder on `seqs` packed together. Returns the last hidden states, row-major
@@ -473,14 +490,7 @@ impl Encoder {
         let h = self.cfg.hidden;
         let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
         let total: usize = lens.iter().sum();
-        let starts: Vec<usize> = lens
-            .iter()
-            .scan(0, |acc, &l| {
-                let s = *acc;
-                *acc += l;
-                Some(s)
-            })
-            .collect();
+        let starts = packed_starts(&lens);
         let mut ws = Workspace::new(total, &self.cfg);
         self.embed(seqs, &mut ws.x);
         let n_layers = self.layers.len();

@@ -31,13 +31,14 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::config::DebertaConfig;
-use crate::models::bert::encoder::{feed_forward, EncoderWeights, Norm};
+pub(crate) use crate::models::bert::encoder::Sequence;
+use crate::models::bert::encoder::{check_sequences, feed_forward, EncoderWeights, Norm};
 use crate::models::dense::{Dense, Output};
 use crate::models::kernels::{
     layer_norm_row, matmul, softmax_rows, with_scratch, Linear, Mat, Then, Threads, Weight,
 };
 use crate::models::quant::QuantRows;
-use crate::models::Precision;
+use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
 /// One encoder layer.
@@ -55,13 +56,6 @@ struct Layer {
     pos_key: Vec<f32>,
     /// The same through the query projection (empty without `p2c`).
     pos_query: Vec<f32>,
-}
-
-/// One sequence of a batch: token ids and token type ids of equal length.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Sequence<'a> {
-    pub ids: &'a [u32],
-    pub types: &'a [u32],
 }
 
 /// A DeBERTa-v2 / v3 encoder's weights, in f32 or int8 linear layers.
@@ -263,36 +257,8 @@ impl DebertaEncoder {
     /// `max_position_embeddings`, ids inside the vocabularies (token types only where the
     /// model has them).
     fn check(&self, seqs: &[Sequence<'_>]) -> Result<()> {
-        for s in seqs {
-            if s.ids.is_empty() || s.ids.len() != s.types.len() {
-                return Err(Error::InvalidInput(
-                    "an encoder input must be non-empty, with one token type per token".into(),
-                ));
-            }
-            if s.ids.len() > self.cfg.max_positions {
-                return Err(Error::InvalidInput(format!(
-                    "a sequence of {} tokens is longer than the model's {} positions",
-                    s.ids.len(),
-                    self.cfg.max_positions
-                )));
-            }
-            if let Some(id) = s.ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
-                return Err(Error::model(format!(
-                    "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
-                     does not belong to these weights",
-                    self.cfg.vocab
-                )));
-            }
-            if self.cfg.type_vocab > 0 {
-                if let Some(t) = s.types.iter().find(|&&t| t as usize >= self.cfg.type_vocab) {
-                    return Err(Error::model(format!(
-                        "token type {t} is outside the token type embeddings ({} rows)",
-                        self.cfg.type_vocab
-                    )));
-                }
-            }
-        }
-        Ok(())
+        let types = (self.cfg.type_vocab > 0).then_some(self.cfg.type_vocab);
+        check_sequences(seqs, self.cfg.max_positions, self.cfg.vocab, types)
     }
 
     /// Runs the encoder on `seqs` packed together. Returns the last hidden states, row-major
@@ -306,14 +272,7 @@ impl DebertaEncoder {
         let h = self.cfg.hidden;
         let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
         let total: usize = lens.iter().sum();
-        let starts: Vec<usize> = lens
-            .iter()
-            .scan(0, |acc, &l| {
-                let s = *acc;
-                *acc += l;
-                Some(s)
-            })
-            .collect();
+        let starts = packed_starts(&lens);
         // The relative embeddings' row of every `delta = i - j` the batch has (sized by the
         // input, which is checked against max_position_embeddings, not by the config alone).
         let longest = lens.iter().copied().max().unwrap_or(1) as i64;

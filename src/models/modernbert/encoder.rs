@@ -37,7 +37,7 @@ use crate::models::kernels::{
 use crate::models::quant::QuantRows;
 use crate::models::qwen3::ops::{rope_head, Rope};
 use crate::models::weights::Weights;
-use crate::models::Precision;
+use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
 /// Queries per attention task.
@@ -350,14 +350,7 @@ impl ModernBertEncoder {
         }
         let h = self.cfg.hidden;
         let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
-        let starts: Vec<usize> = lens
-            .iter()
-            .scan(0, |acc, &l| {
-                let s = *acc;
-                *acc += l;
-                Some(s)
-            })
-            .collect();
+        let starts = packed_starts(&lens);
         let total: usize = lens.iter().sum();
         let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
         let rope = self.rope(lens.iter().copied().max().unwrap_or(0));
