@@ -106,61 +106,52 @@ struct Subject {
     windows: Windows,
 }
 
+/// A subject for the reranker `build` makes from options: `plain` with `options`, and with
+/// passages added to them; `windows` is its passage-windows hook.
+fn subject<R: Reranker + 'static>(
+    name: &'static str,
+    options: ModelOptions,
+    build: impl Fn(ModelOptions) -> R + Clone + 'static,
+    windows: impl Fn(&R, &str, &str) -> Vec<Range<usize>> + 'static,
+) -> Subject {
+    let plain = build(options.clone());
+    let (b, o) = (build.clone(), options.clone());
+    Subject {
+        name,
+        plain: Box::new(plain),
+        with: Box::new(move |p| Box::new(b(o.clone().passages(p)))),
+        windows: Box::new(move |p, q, d| windows(&build(options.clone().passages(p)), q, d)),
+    }
+}
+
 fn subjects() -> Vec<Subject> {
     let mut out = Vec::new();
     let base = ModelOptions::default().threads(2);
     if let Some(dir) = model(CE) {
-        let options = base.clone().max_length(CE_MAX_LENGTH);
-        let build = move |o: ModelOptions| CrossEncoder::builder(&dir).options(o).build().unwrap();
-        let plain = build(options.clone());
-        let (b, o) = (build.clone(), options.clone());
-        let (b2, o2) = (build, options);
-        out.push(Subject {
-            name: "cross-encoder",
-            plain: Box::new(plain),
-            with: Box::new(move |p| Box::new(b(o.clone().passages(p)))),
-            windows: Box::new(move |p, q, d| {
-                b2(o2.clone().passages(p)).passage_windows(q, d).unwrap()
-            }),
-        });
+        out.push(subject(
+            "cross-encoder",
+            base.clone().max_length(CE_MAX_LENGTH),
+            move |o| CrossEncoder::builder(&dir).options(o).build().unwrap(),
+            |r, q, d| r.passage_windows(q, d).unwrap(),
+        ));
     }
     if let Some(dir) = model(QWEN3) {
-        let options = base.max_length(QWEN3_MAX_LENGTH);
-        let build = move |o: ModelOptions| Qwen3Reranker::builder(&dir).options(o).build().unwrap();
-        let plain = build(options.clone());
-        let (b, o) = (build.clone(), options.clone());
-        let (b2, o2) = (build, options);
-        out.push(Subject {
-            name: "qwen3",
-            plain: Box::new(plain),
-            with: Box::new(move |p| Box::new(b(o.clone().passages(p)))),
-            windows: Box::new(move |p, q, d| {
-                b2(o2.clone().passages(p))
-                    .passage_windows(&RerankQuery::new(q), d)
-                    .unwrap()
-            }),
-        });
+        out.push(subject(
+            "qwen3",
+            base.clone().max_length(QWEN3_MAX_LENGTH),
+            move |o| Qwen3Reranker::builder(&dir).options(o).build().unwrap(),
+            |r, q, d| r.passage_windows(&RerankQuery::new(q), d).unwrap(),
+        ));
     }
     let mxbai = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mxbai_v2_tiny/model");
     if let Some(dir) = model(mxbai.to_str().unwrap()) {
         // mxbai-rerank-v2's max_length counts the query and the document.
-        let options = ModelOptions::default()
-            .threads(2)
-            .max_length(MXBAI_MAX_LENGTH);
-        let build = move |o: ModelOptions| MxbaiReranker::builder(&dir).options(o).build().unwrap();
-        let plain = build(options.clone());
-        let (b, o) = (build.clone(), options.clone());
-        let (b2, o2) = (build, options);
-        out.push(Subject {
-            name: "mxbai",
-            plain: Box::new(plain),
-            with: Box::new(move |p| Box::new(b(o.clone().passages(p)))),
-            windows: Box::new(move |p, q, d| {
-                b2(o2.clone().passages(p))
-                    .passage_windows(&RerankQuery::new(q), d)
-                    .unwrap()
-            }),
-        });
+        out.push(subject(
+            "mxbai",
+            base.max_length(MXBAI_MAX_LENGTH),
+            move |o| MxbaiReranker::builder(&dir).options(o).build().unwrap(),
+            |r, q, d| r.passage_windows(&RerankQuery::new(q), d).unwrap(),
+        ));
     }
     out
 }
