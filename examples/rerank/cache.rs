@@ -46,7 +46,8 @@ pub fn run(args: Args) -> CliResult {
     let (cache, url) = reachable_cache(url)?;
     let out = match args.action {
         Action::Stats => {
-            let stats = cache.stats();
+            // A Redis that answers the PING and then fails is an error, not zeros.
+            let stats = cache.try_stats()?;
             serde_json::json!({
                 "cache": url,
                 "entries": stats.entries,
@@ -72,7 +73,7 @@ pub fn run(args: Args) -> CliResult {
         Action::Clear => {
             // A Redis that answers the PING and then stops is an error, not "cleared".
             cache.try_clear()?;
-            serde_json::json!({ "cache": url, "cleared": true, "entries": cache.stats().entries })
+            serde_json::json!({ "cache": url, "cleared": true, "entries": cache.try_stats()?.entries })
         }
     };
     println!("{out}");

@@ -57,7 +57,13 @@ pub fn run(args: Args) -> CliResult {
             .ok_or_else(|| "a question is needed (the last argument)".into())
     };
     let out = if args.classify_only {
-        let classifier = config.classifier.clone().unwrap_or_default().build(&[])?;
+        // The classifier sees the corpus the pipeline would (it learns the domain's words
+        // from it), so that --classify-only classifies as the full query does.
+        let docs = match &config.corpus {
+            Some(path) => rerank::Document::read_jsonl(path)?,
+            None => Vec::new(),
+        };
+        let classifier = config.classifier.clone().unwrap_or_default().build(&docs)?;
         let q = question()?;
         // The query is printed back: personal data is refused first, as the pipeline does.
         config.pii.clone().unwrap_or_default().build().check(&q)?;
@@ -74,11 +80,11 @@ pub fn run(args: Args) -> CliResult {
             match &args.invalidate_act {
                 Some(act) => {
                     let tag = LegalExtractor::act_tag(act);
-                    let removed = cache.invalidate_tag(&tag);
-                    json!({"invalidated": removed, "tag": tag, "cache": cache.stats()})
+                    let removed = cache.try_invalidate_tag(&tag)?;
+                    json!({"invalidated": removed, "tag": tag, "cache": cache.try_stats()?})
                 }
                 None => {
-                    json!({"cache": cache.stats(), "store": config.cache.as_ref().map(|c| c.store)})
+                    json!({"cache": cache.try_stats()?, "store": config.cache.as_ref().map(|c| c.store)})
                 }
             }
         } else {

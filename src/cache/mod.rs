@@ -12,6 +12,8 @@ mod clock;
 mod guard;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+mod redis_link;
 mod semantic;
 mod store;
 

@@ -26,15 +26,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis::{Connection, RedisError, RedisResult};
+use redis::{RedisError, RedisResult};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::redis_link::Connection;
 use super::{CacheEntry, CacheStore};
 use crate::embed::cosine;
 use crate::{Error, Result};
 
 const COMPONENT: &str = "redis cache store";
+
+/// The default bound on one reply's bytes ([`RedisCacheStoreBuilder::max_reply_bytes`]).
+const DEFAULT_MAX_REPLY: u64 = 16 << 20;
 
 /// How many keys one `MGET` asks for.
 const MGET_CHUNK: usize = 1024;
@@ -180,6 +184,7 @@ pub struct RedisCacheStore<V> {
     url: String,
     namespace: String,
     timeout: Duration,
+    max_reply: u64,
     retry_after: Duration,
     max_idle: usize,
     link: Mutex<Link>,
@@ -203,6 +208,7 @@ pub struct RedisCacheStoreBuilder<V> {
     url: String,
     namespace: String,
     timeout: Duration,
+    max_reply: u64,
     retry_after: Duration,
     max_idle: usize,
     value: PhantomData<fn() -> V>,
@@ -216,9 +222,18 @@ impl<V> RedisCacheStoreBuilder<V> {
         self
     }
 
-    /// The limit on connecting and on each command's reads and writes (default 50 ms).
+    /// The limit on connecting, and on each command from sending it to the last byte of its
+    /// reply (default 50 ms): a server that keeps sending, however slowly, is cut off there.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The most bytes one reply may take on the wire (default 16 MiB, far above what a lookup
+    /// reads: 1,024 embeddings of 1,024 dimensions are 4 MiB). A longer reply fails the call
+    /// and drops its connection, so a broken or hostile server cannot grow the process.
+    pub fn max_reply_bytes(mut self, bytes: u64) -> Self {
+        self.max_reply = bytes;
         self
     }
 
@@ -256,11 +271,17 @@ impl<V> RedisCacheStoreBuilder<V> {
                 "redis cache store: the namespace must not be empty".into(),
             ));
         }
+        if self.max_reply == 0 {
+            return Err(Error::Config(
+                "redis cache store: max_reply_bytes must be at least 1".into(),
+            ));
+        }
         Ok(RedisCacheStore {
             client,
             url,
             namespace: self.namespace,
             timeout: self.timeout,
+            max_reply: self.max_reply,
             retry_after: self.retry_after,
             max_idle: self.max_idle,
             link: Mutex::new(Link::default()),
@@ -276,6 +297,7 @@ impl<V> RedisCacheStore<V> {
             url: url.into(),
             namespace: "rerank".into(),
             timeout: Duration::from_millis(50),
+            max_reply: DEFAULT_MAX_REPLY,
             retry_after: Duration::from_millis(100),
             max_idle: 8,
             value: PhantomData,
@@ -323,10 +345,11 @@ impl<V> RedisCacheStore<V> {
     }
 
     fn connect(&self) -> RedisResult<Connection> {
-        let conn = self.client.get_connection_with_timeout(self.timeout)?;
-        conn.set_read_timeout(Some(self.timeout))?;
-        conn.set_write_timeout(Some(self.timeout))?;
-        Ok(conn)
+        Connection::connect(
+            self.client.get_connection_info(),
+            self.timeout,
+            self.max_reply,
+        )
     }
 
     /// Runs `f` on a connection (an idle one, or a new one), after replaying any pending
@@ -352,13 +375,13 @@ impl<V> RedisCacheStore<V> {
             Some(conn) => conn,
             None => match self.connect() {
                 Ok(conn) => conn,
-                Err(e) => return Err(self.failed(e, true, pending)),
+                Err(e) => return Err(self.failed(e, true, false, pending)),
             },
         };
         for (i, p) in pending.iter().enumerate() {
             if let Err(e) = self.invalidate(&mut conn, p) {
                 let link_down = link_failure(&e);
-                return Err(self.failed(e, link_down, pending[i..].to_vec()));
+                return Err(self.failed(e, link_down, true, pending[i..].to_vec()));
             }
         }
         match f(&mut conn) {
@@ -372,14 +395,22 @@ impl<V> RedisCacheStore<V> {
             }
             Err(e) => {
                 let link_down = link_failure(&e);
-                Err(self.failed(e, link_down, Vec::new()))
+                Err(self.failed(e, link_down, true, Vec::new()))
             }
         }
     }
 
     /// Records a failure (the connection it happened on is dropped): puts back the
     /// invalidations not replayed and, when the link itself failed, holds off reconnecting.
-    fn failed(&self, e: RedisError, link_down: bool, unreplayed: Vec<Pending>) -> Error {
+    /// `connected`: the failure came on a connection that was up (a command's reply broke
+    /// off), not while connecting.
+    fn failed(
+        &self,
+        e: RedisError,
+        link_down: bool,
+        connected: bool,
+        unreplayed: Vec<Pending>,
+    ) -> Error {
         let mut link = self.lock();
         if !unreplayed.is_empty() {
             let newer = std::mem::replace(&mut link.pending, unreplayed);
@@ -390,10 +421,10 @@ impl<V> RedisCacheStore<V> {
             // The other idle connections go to the same server: let them be tried anew.
             link.idle.clear();
         }
-        let cause = if link_down {
-            Cause::Link(e)
-        } else {
-            Cause::Reply(e)
+        let cause = match (link_down, connected) {
+            (true, false) => Cause::Link(e),
+            (true, true) => Cause::Broken(e),
+            (false, _) => Cause::Reply(e),
         };
         Error::backend(
             COMPONENT,
@@ -466,6 +497,9 @@ impl<V> RedisCacheStore<V> {
 enum Cause {
     /// The link failed (connection refused, reset, timeout): Redis is down or elsewhere.
     Link(RedisError),
+    /// A connection that was up failed mid-command: reset, timed out, or a reply past the
+    /// byte bound.
+    Broken(RedisError),
     /// Redis answered with an error, or with a reply that does not convert.
     Reply(RedisError),
     /// The last connection failed less than this long ago: not retried yet.
@@ -500,6 +534,12 @@ impl std::fmt::Display for Failure {
         };
         match cause {
             Cause::Link(e) => write!(f, "{url} is unreachable: {e}; {}", check()),
+            Cause::Broken(e) => write!(
+                f,
+                "{url} broke off a command: {e}; the connection was dropped (the next call \
+                 reconnects); {}",
+                check()
+            ),
             Cause::Waiting(after) => write!(
                 f,
                 "{url} is unreachable (the last connection failed less than {after:?} ago, not \
@@ -518,7 +558,7 @@ impl std::fmt::Display for Failure {
 impl std::error::Error for Failure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.cause {
-            Cause::Link(e) | Cause::Reply(e) => Some(e),
+            Cause::Link(e) | Cause::Broken(e) | Cause::Reply(e) => Some(e),
             Cause::Waiting(_) => None,
         }
     }

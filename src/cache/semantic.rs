@@ -357,20 +357,34 @@ impl<V: Clone + Send + Sync + 'static> SemanticCache<V> {
     }
 
     /// Hits, misses, entries and hit rate. With a store that keeps counters (the SQLite store
-    /// does), the counts are the store's: they survive restarts and cover every process.
+    /// does), the counts are the store's: they survive restarts and cover every process. A
+    /// store that fails gives this process's counts and no entries (see
+    /// [`SemanticCache::try_stats`] for its error).
     pub fn stats(&self) -> CacheStats {
-        let (hits, misses) = match self.store.recorded() {
-            Ok(Some(counts)) => counts,
-            _ => (
+        let recorded = self.store.recorded().ok().flatten();
+        self.stats_from(recorded, self.store.len().unwrap_or(0))
+    }
+
+    /// [`SemanticCache::stats`], with the store's error when it failed (a Redis that stopped
+    /// answering), rather than counts that are not the store's.
+    pub fn try_stats(&self) -> Result<CacheStats> {
+        let recorded = self.store.recorded()?;
+        let entries = self.store.len()?;
+        Ok(self.stats_from(recorded, entries))
+    }
+
+    fn stats_from(&self, recorded: Option<(u64, u64)>, entries: usize) -> CacheStats {
+        let (hits, misses) = recorded.unwrap_or_else(|| {
+            (
                 self.hits.load(Ordering::Relaxed),
                 self.misses.load(Ordering::Relaxed),
-            ),
-        };
+            )
+        });
         let total = hits + misses;
         CacheStats {
             hits,
             misses,
-            entries: self.store.len().unwrap_or(0),
+            entries,
             hit_rate: if total == 0 {
                 0.0
             } else {

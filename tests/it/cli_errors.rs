@@ -287,12 +287,10 @@ fn a_redis_that_is_down_is_named_with_what_to_check() {
     assert!(!e.contains("s3cret"), "{e}");
 }
 
-/// A Redis that answers the connection and the PING, then nothing: `cache clear` and
-/// `cache invalidate` fail naming the store (they printed `"cleared": true` and
-/// `"removed": 0`, exit 0, before).
+/// A fake Redis on loopback: answers the client's setup and the first `PING`, then hands
+/// every later read's connection to `then` (which writes what it likes); returns its URL.
 #[cfg(feature = "redis")]
-#[test]
-fn a_redis_that_stops_answering_fails_cache_clear_and_invalidate() {
+fn fake_redis(then: fn(&mut std::net::TcpStream)) -> String {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -300,28 +298,38 @@ fn a_redis_that_stops_answering_fails_cache_clear_and_invalidate() {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { break };
             std::thread::spawn(move || {
-                let (mut buf, mut stalled) = ([0u8; 4096], false);
+                let (mut buf, mut answered) = ([0u8; 4096], false);
                 while let Ok(n) = stream.read(&mut buf) {
                     if n == 0 {
                         break;
                     }
-                    if stalled {
+                    if answered {
+                        then(&mut stream);
                         continue;
                     }
                     let data = &buf[..n];
-                    // The client's CLIENT SETINFO commands, then the PING; then silence.
+                    // Any CLIENT SETINFO commands, then the PING.
                     let setinfo = data.windows(7).filter(|w| w == b"SETINFO").count();
                     let mut reply = b"+OK\r\n".repeat(setinfo);
                     if data.windows(4).any(|w| w == b"PING") {
                         reply.extend_from_slice(b"+PONG\r\n");
-                        stalled = true;
+                        answered = true;
                     }
                     let _ = stream.write_all(&reply);
                 }
             });
         }
     });
-    let url = format!("redis://127.0.0.1:{port}/0");
+    format!("redis://127.0.0.1:{port}/0")
+}
+
+/// A Redis that answers the connection and the PING, then nothing: `cache clear` and
+/// `cache invalidate` fail naming the store (they printed `"cleared": true` and
+/// `"removed": 0`, exit 0, before).
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_that_stops_answering_fails_cache_clear_and_invalidate() {
+    let url = fake_redis(|_| {});
     for args in [
         &["cache", "clear", "--cache", url.as_str()][..],
         &[
@@ -335,6 +343,37 @@ fn a_redis_that_stops_answering_fails_cache_clear_and_invalidate() {
     ] {
         let e = fails(args);
         assert!(e.contains("redis cache store failed"), "{args:?}: {e}");
+    }
+}
+
+/// A Redis that answers the PING, then streams an endless array to the next command: the
+/// reply is cut at its byte bound or its deadline and the command fails in well under a
+/// second (the client grew by about 280 MB/s with no end before).
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_that_streams_an_endless_reply_is_cut_off() {
+    let url = fake_redis(|stream| {
+        use std::io::Write;
+        let element = b"$1\r\nx\r\n".repeat(4096);
+        let _ = stream.write_all(b"*1000000000\r\n");
+        while stream.write_all(&element).is_ok() {}
+    });
+    for args in [
+        &["cache", "stats", "--cache", url.as_str()][..],
+        &["cache", "clear", "--cache", url.as_str()][..],
+    ] {
+        let t = std::time::Instant::now();
+        let e = fails(args);
+        assert!(e.contains("redis cache store failed"), "{args:?}: {e}");
+        assert!(
+            e.contains("reply longer than") || e.contains("not complete within the timeout"),
+            "{args:?}: {e}"
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }
 

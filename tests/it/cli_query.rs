@@ -78,6 +78,7 @@ fn query_prints_what_each_flag_asks_for() {
     )["plan"]
         .clone();
     assert_eq!(p["route"], "analytical");
+    assert_eq!(p["modes"], serde_json::json!(["bm25", "vector", "hybrid"]));
     assert_eq!(p["hyde"], false);
     assert!(
         p["hyde_off"].as_str().unwrap().contains("extractive"),
@@ -121,4 +122,29 @@ fn query_prints_what_each_flag_asks_for() {
     assert_eq!(third["flags"]["cache_hit"], false, "{third}");
     assert!(third["timings"]["generate_ms"].is_number());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--classify-only` classifies as the full query does: both let the classifier learn the
+/// domain's words from the config's corpus (without it, an off-topic question came out
+/// `knowledge_search` under `--classify-only` and `off_topic` in the full query).
+#[test]
+fn classify_only_classifies_as_the_full_query_does() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/configs/pdf_qa.yaml");
+    for q in [
+        "Who won the 1998 football world cup?",
+        "How many days of annual leave do employees get?",
+    ] {
+        let only = query(&cli, &config, &["--classify-only", q]);
+        let full = query(&cli, &config, &[q]);
+        assert_eq!(only["classification"], full["classification"], "{q}");
+    }
+    let off = query(
+        &cli,
+        &config,
+        &["--classify-only", "Who won the 1998 football world cup?"],
+    );
+    assert_eq!(off["classification"]["intent"], "off_topic", "{off}");
 }
