@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the property tests of tests/it/fuzz.rs (two-phase parser, PII detector, classifier,
-# analyzer, config parser, fusion, protected ordering, metrics) with many generated cases.
+# analyzer, config parser, model config.json files, JSONL corpora, fusion, protected ordering,
+# metrics) with many generated cases.
 # Not part of CI (CI runs the same properties with 256 cases each).
 #
 #   scripts/fuzz.sh [CASES]        # default 1000000 cases per property

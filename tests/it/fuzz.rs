@@ -1,5 +1,6 @@
 //! Property tests over generated inputs: fusion, protected ordering, metrics, the two-phase
-//! parser, the PII detector, the classifier, the analyzer and the config parser.
+//! parser, the PII detector, the classifier, the analyzer, the config parser, models'
+//! `config.json` files and JSONL corpora.
 //!
 //! CI runs each with a few hundred cases; `scripts/fuzz.sh` runs the same properties with
 //! millions (`RERANK_FUZZ_CASES`).
@@ -19,10 +20,15 @@ use rerank::{Document, Hit, QueryClassifier, RuleClassifier};
 
 /// Cases per property: `RERANK_FUZZ_CASES`, else 256.
 fn config() -> ProptestConfig {
+    config_or(256)
+}
+
+/// Cases per property: `RERANK_FUZZ_CASES`, else `default`.
+fn config_or(default: u32) -> ProptestConfig {
     let cases = std::env::var("RERANK_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
+        .unwrap_or(default);
     ProptestConfig {
         cases,
         failure_persistence: None,
@@ -218,4 +224,170 @@ fn luhn_check_digit(digits: &[u32]) -> u32 {
         })
         .sum();
     (10 - sum % 10) % 10
+}
+
+/// A value to put where a model's `config.json` has one: sizes that are zero, negative, odd,
+/// huge or past `usize`, floats, strings, nulls, booleans, arrays and objects.
+fn config_value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::{json, Value};
+    prop_oneof![
+        prop::sample::select(vec![
+            0i64,
+            1,
+            -1,
+            2,
+            3,
+            7,
+            33,
+            1_000_000_000,
+            1 << 40,
+            1 << 62,
+            i64::MAX,
+        ])
+        .prop_map(Value::from),
+        Just(json!(u64::MAX)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        "\\PC{0,12}".prop_map(Value::from),
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        Just(json!([])),
+        Just(json!([1, "x"])),
+        Just(json!({})),
+    ]
+}
+
+/// Copies of a cross-encoder, a Qwen3 reranker and sentence-transformers embedders (BERT and
+/// ModernBERT), whose `config.json` each case rewrites: `(copy, original config)`.
+fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value, bool)>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shared = root.join("../shared/fixtures");
+    let models = [
+        (shared.join("ce_tiny_a/model"), true),
+        (shared.join("qwen3_tiny_a/model"), true),
+        (root.join("tests/fixtures/st_bert_tiny/cls_prompts"), false),
+        (root.join("tests/fixtures/st_modernbert_tiny/cls"), false),
+    ];
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fuzz_{tag}_{}", std::process::id()));
+    let mut out = Vec::new();
+    for (i, (dir, reranker)) in models.into_iter().enumerate() {
+        if !dir.join("config.json").is_file() {
+            crate::common::skip(&format!("skipping: {} is missing", dir.display()));
+            return None;
+        }
+        let copy = scratch.join(i.to_string());
+        let _ = std::fs::remove_dir_all(&copy);
+        crate::common::copy_dir(&dir, &copy);
+        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        out.push((copy, serde_json::from_str(&text).unwrap(), reranker));
+    }
+    Some(out)
+}
+
+/// A JSONL corpus line: a document, one with a field of the wrong type or out of range, a
+/// line that is not an object, or noise.
+fn corpus_line() -> impl Strategy<Value = String> {
+    use serde_json::json;
+    prop_oneof![
+        ("[a-z0-9-]{0,8}", "\\PC{0,40}")
+            .prop_map(|(id, text)| json!({"id": id, "text": text}).to_string()),
+        (any::<i64>(), "\\PC{0,20}")
+            .prop_map(|(id, text)| json!({"id": id, "text": text}).to_string()),
+        ("[a-z]{1,5}", any::<f64>())
+            .prop_map(|(id, page)| format!(r#"{{"id": "{id}", "text": "t", "page": {page}}}"#)),
+        ("[a-z]{1,5}", any::<i64>())
+            .prop_map(|(id, page)| format!(r#"{{"id": "{id}", "text": "t", "page": {page}}}"#)),
+        ("[a-z]{1,5}", "\\PC{0,20}").prop_map(|(id, m)| {
+            json!({"id": id, "text": "t", "title": null, "metadata": {"k": m, "n": [1, {"x": m}]}})
+                .to_string()
+        }),
+        "[a-z]{1,5}".prop_map(|id| json!({"id": id}).to_string()),
+        "\\PC{0,60}",
+        Just(String::new()),
+        Just("[]".to_string()),
+        Just("null".to_string()),
+        Just("{\"id\": \"a\", \"text\": \"unterminated".to_string()),
+    ]
+}
+
+proptest! {
+    // A case loads four models: fewer cases than the other properties by default.
+    #![proptest_config(config_or(64))]
+
+    /// A model directory whose `config.json` has keys deleted or set to any value loads or
+    /// fails with a typed error: never a panic, never an allocation sized by the config
+    /// before the tensors' shapes agree (which would abort the process).
+    #[test]
+    fn model_configs_with_any_values_load_or_fail_cleanly(
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), proptest::option::of(config_value())), 1..5),
+        garbage in proptest::option::weighted(0.05, "\\PC{0,40}"),
+    ) {
+        thread_local! {
+            static MODELS: Option<Vec<(std::path::PathBuf, serde_json::Value, bool)>> =
+                model_copies("configs");
+        }
+        MODELS.with(|models| -> Result<(), TestCaseError> {
+            let Some(models) = models else { return Ok(()) };
+            for (dir, original, reranker) in models {
+                let mut config = original.clone();
+                let keys: Vec<String> = config.as_object().unwrap().keys().cloned().collect();
+                for (at, value) in &edits {
+                    let key = &keys[at.index(keys.len())];
+                    let object = config.as_object_mut().unwrap();
+                    match value {
+                        Some(v) => object.insert(key.clone(), v.clone()),
+                        None => object.remove(key),
+                    };
+                }
+                let text = garbage.clone().unwrap_or_else(|| config.to_string());
+                std::fs::write(dir.join("config.json"), text).unwrap();
+                let options = rerank::models::ModelOptions::default().threads(1);
+                let result = if *reranker {
+                    rerank::rerankers::load_reranker(dir, &options).map(|_| ())
+                } else {
+                    rerank::load_embedder(dir, &options).map(|_| ())
+                };
+                if let Err(e) = result {
+                    prop_assert!(!e.to_string().is_empty());
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Any corpus file loads or fails naming the file and the line; the file reader and the
+    /// text parser agree on every input.
+    #[test]
+    fn corpora_load_or_fail_naming_the_line(
+        lines in proptest::collection::vec(corpus_line(), 0..12),
+        bytes in proptest::option::weighted(0.1, proptest::collection::vec(any::<u8>(), 0..200)),
+    ) {
+        thread_local! {
+            static FILE: std::path::PathBuf = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("fuzz_corpus_{}_{:?}.jsonl", std::process::id(), std::thread::current().id()));
+        }
+        let content = bytes.unwrap_or_else(|| lines.join("\n").into_bytes());
+        FILE.with(|path| -> Result<(), TestCaseError> {
+            std::fs::write(path, &content).unwrap();
+            let read = Document::read_jsonl(path);
+            let origin = path.display().to_string();
+            if let Ok(text) = std::str::from_utf8(&content) {
+                let parsed = Document::parse_jsonl(text, &origin);
+                match (&read, &parsed) {
+                    (Ok(a), Ok(b)) => {
+                        prop_assert_eq!(a.len(), b.len());
+                        let nonblank = text.lines().filter(|l| !l.trim().is_empty()).count();
+                        prop_assert_eq!(a.len(), nonblank);
+                    }
+                    (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                    _ => prop_assert!(false, "read {:?} but parsed {:?}", read.is_ok(), parsed.is_ok()),
+                }
+            }
+            if let Err(e) = read {
+                prop_assert!(e.to_string().contains(&origin), "{}", e);
+            }
+            Ok(())
+        })?;
+    }
 }

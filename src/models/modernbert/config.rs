@@ -97,7 +97,12 @@ pub(crate) fn positive(
             .ok_or_else(|| bad(file, key, format!("expected a positive integer, got {v}")))?,
     };
     match usize::try_from(n) {
-        Ok(n) if n > 0 => Ok(n),
+        Ok(n) if n > 0 && n <= MAX_SIZE => Ok(n),
+        _ if n > 0 => Err(bad(
+            file,
+            key,
+            format!("{n} is larger than any model's ({MAX_SIZE} at most)"),
+        )),
         _ => Err(bad(
             file,
             key,
@@ -105,6 +110,11 @@ pub(crate) fn positive(
         )),
     }
 }
+
+/// The largest size a config may give (2^24): past every real model's vocabulary, width,
+/// depth and context, and small enough that what is sized by it before the tensors are
+/// checked (a list per layer) cannot exhaust memory.
+pub(crate) const MAX_SIZE: usize = 1 << 24;
 
 /// A boolean `key`, false when absent or null.
 pub(crate) fn flag(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<bool> {
