@@ -197,6 +197,13 @@ pub enum RerankerKind {
     CrossEncoder,
     /// A Qwen3-Reranker (needs `model`, feature `models`); instruction-aware.
     Qwen3,
+    /// mxbai-rerank-v2 (Qwen2 with its own prompt and score; needs `model`, feature `models`);
+    /// `instructions.default` becomes its instruction.
+    Mxbai,
+    /// Whatever `model` is, read as [`load_reranker`](crate::rerankers::load_reranker) reads
+    /// it (a directory or a hub id; feature `models`): a cross-encoder of any supported
+    /// architecture, Qwen3, mxbai-v2, or an embedding model scoring by cosine.
+    Model,
     /// Cosine between BERT embeddings (needs `model`, feature `models`).
     Embedding,
     /// The model-free [`LexicalReranker`](crate::rerankers::LexicalReranker).
@@ -207,7 +214,7 @@ pub enum RerankerKind {
 ///
 /// ```yaml
 /// reranker:
-///   type: qwen3                   # cross_encoder | qwen3 | embedding | lexical
+///   type: qwen3                   # cross_encoder | qwen3 | mxbai | model | embedding | lexical
 ///   model: models/qwen3-reranker  # every type but lexical
 ///   depth: 30                     # rerank the first 30 candidates (default: all)
 ///   fallback: { budget_ms: 800 }  # lexical scores when the model fails or is late
@@ -242,7 +249,7 @@ pub struct RerankerConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<FallbackConfig>,
     /// Score documents longer than the model's window by overlapping passages and keep the
-    /// best (cross-encoder and qwen3; default: off, long documents are truncated). Each hit's
+    /// best (cross_encoder, qwen3, mxbai and model; default: off, long documents are truncated). Each hit's
     /// `passage` then says which part of the document won. See
     /// [`Passages`](crate::rerankers::Passages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -311,7 +318,7 @@ impl RerankerConfig {
             if matches!(self.kind, RerankerKind::Embedding | RerankerKind::Lexical) {
                 return Err(Error::Config(format!(
                     "reranker.passages: a {:?} reranker scores whole documents (passages are \
-                     for cross_encoder and qwen3)",
+                     for cross_encoder, qwen3, mxbai and model)",
                     self.kind
                 )));
             }
@@ -332,6 +339,15 @@ impl RerankerConfig {
                 }
                 Box::new(b.build()?)
             }
+            RerankerKind::Mxbai => {
+                let mut b =
+                    crate::rerankers::MxbaiReranker::builder(self.model()?).options(options);
+                if let Some(i) = &self.instructions {
+                    b = b.instruction(i.default.clone());
+                }
+                Box::new(b.build()?)
+            }
+            RerankerKind::Model => crate::rerankers::load_reranker(self.model()?, &options)?,
             RerankerKind::Embedding => {
                 let options = crate::models::ModelOptions::default();
                 let embedder: Arc<dyn Embedder> =

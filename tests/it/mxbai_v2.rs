@@ -312,3 +312,27 @@ fn unsupported_qwen2_configs_are_refused_naming_file_and_key() {
     assert!(msg.contains("is not Qwen2ForCausalLM"), "{msg}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pipeline config selects mxbai-v2 by `type: mxbai`, and any supported model by
+/// `type: model`: the pipeline's stage 2 gives the package's logits either way.
+#[test]
+fn a_pipeline_config_selects_mxbai_by_type() {
+    let json = expected();
+    let s = setting(&json, "default");
+    for kind in ["mxbai", "model"] {
+        let yaml = format!(
+            "retriever: {{type: bm25}}\nreranker: {{type: {kind}, model: {:?}}}\n",
+            model_dir().display().to_string()
+        );
+        let config = rerank::PipelineConfig::from_yaml_str(&yaml).unwrap();
+        let pipeline = config.build(Vec::new()).unwrap();
+        let r = pipeline.reranker().expect("a reranker");
+        assert_eq!(r.name(), "mxbai-rerank-v2", "{kind}");
+        for c in &s.cases {
+            let got = r
+                .score(&RerankQuery::new(c.query.as_str()), &[&c.document])
+                .unwrap();
+            assert!(close_to_package(got[0], c), "{kind}");
+        }
+    }
+}
