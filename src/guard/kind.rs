@@ -10,7 +10,8 @@ pub enum PiiKind {
     CreditCard,
     /// An email address.
     Email,
-    /// A phone number (US or international form).
+    /// A phone number: US and international forms, national forms after a trunk 0
+    /// (`09-7625400`, `090-1234-5678`) and Chinese mobile numbers.
     Phone,
 }
 

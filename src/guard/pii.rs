@@ -8,7 +8,7 @@ use super::PiiKind;
 use crate::{Error, Result};
 
 /// Detects personal data in a query: US social security numbers, payment card numbers
-/// (Luhn-checked), email addresses and phone numbers (US and international forms).
+/// (Luhn-checked), email addresses and phone numbers (US, international and national forms).
 ///
 /// The guard never keeps, logs or returns the values it finds: [`PiiGuard::detect`] returns only
 /// the kinds, and [`PiiGuard::check`] an [`Error::PiiRefused`] naming them.
@@ -276,7 +276,7 @@ fn find(kind: PiiKind, text: &str) -> Vec<(usize, usize)> {
             .collect(),
         PiiKind::CreditCard => spans(&re.card, &|s: &str| {
             let digits = digits_of(s);
-            (13..=19).contains(&digits.len()) && luhn_valid(&digits)
+            (13..=19).contains(&digits.len()) && !is_timestamp(&digits) && luhn_valid(&digits)
         }),
         PiiKind::Phone => {
             let mut out = spans(&re.us_phone, &|s: &str| {
@@ -286,6 +286,21 @@ fn find(kind: PiiKind, text: &str) -> Vec<(usize, usize)> {
             out.extend(spans(&re.intl_phone, &|s: &str| {
                 (8..=15).contains(&digits_of(s).len())
             }));
+            // These two have no `+` or `(` to start them: only a number standing alone, not
+            // the tail of a longer one (`5500-0000-0000-0005`, a card number that fails Luhn).
+            for (r, valid) in [
+                (
+                    &re.national_phone,
+                    &valid_national_phone as &dyn Fn(&str) -> bool,
+                ),
+                (&re.cn_mobile, &|_: &str| true),
+            ] {
+                out.extend(
+                    spans(r, valid)
+                        .into_iter()
+                        .filter(|&(start, end)| standalone(text, start, end)),
+                );
+            }
             out.sort();
             // Drop spans overlapping an earlier one.
             let mut merged: Vec<(usize, usize)> = Vec::new();
@@ -306,17 +321,21 @@ struct Patterns {
     card: Option<Regex>,
     us_phone: Option<Regex>,
     intl_phone: Option<Regex>,
+    national_phone: Option<Regex>,
+    cn_mobile: Option<Regex>,
 }
 
 fn patterns() -> &'static Patterns {
     static P: OnceLock<Patterns> = OnceLock::new();
     P.get_or_init(|| Patterns {
-        // Letters and digits of any script (`josé@exämple.de`, `用户@例子.公司`).
+        // Letters and digits of any script (`josé@exämple.de`, `用户@例子.公司`); a top-level
+        // domain of letters, or punycode (`.xn--p1ai`).
         email: Regex::new(
-            r"(?i)\b[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}\b",
+            r"(?i)\b[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.(?:xn--[\p{L}\p{N}]+(?:-[\p{L}\p{N}]+)*|\p{L}{2,})\b",
         )
         .ok(),
-        // 123-45-6789, 123 45 6789 or 123.45.6789; not inside a longer number.
+        // 123-45-6789, 123 45 6789 or 123.45.6789 (one separator throughout: `valid_ssn`);
+        // not inside a longer number.
         ssn: Regex::new(r"(?:^|[^\d.-])(\d{3}[-. ]\d{2}[-. ]\d{4})(?:$|[^\d-]|\.(?:$|\D))").ok(),
         // 13 to 19 digits, optionally grouped by single spaces, dashes or dots.
         card: Regex::new(r"\b\d(?:[ .-]?\d){12,18}\b").ok(),
@@ -325,17 +344,66 @@ fn patterns() -> &'static Patterns {
             .ok(),
         // +44 20 7946 0958, +49 (30) 1234-5678, +14155552671.
         intl_phone: Regex::new(r"\+\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}\b").ok(),
+        // National forms after a trunk 0, one separator throughout: 09-7625400 (Israel),
+        // 090-1234-5678 (Japan), 020 7946 0958 (UK), 01 42 68 53 00 (France), 030.1234567.
+        national_phone: Regex::new(
+            r"\b0\d{1,4}(?:(?:-\d{2,8}){1,4}|(?:\.\d{2,8}){1,4}|(?: \d{2,8}){1,4})\b",
+        )
+        .ok(),
+        // Chinese mobile numbers: 13812345678, 138 1234 5678, 138-1234-5678.
+        cn_mobile: Regex::new(r"\b1[3-9]\d(?:[ -]?\d{4}){2}\b").ok(),
     })
+}
+
+/// A national phone number as [`Patterns::national_phone`] found it: 10 to 12 digits, or 9 as
+/// an area code and one block of seven (Israel's `09-7625400`). Not 9 digits in other groups:
+/// `078 00 1123` has the shape of an SSN (one that is not valid), not of a phone number.
+fn valid_national_phone(s: &str) -> bool {
+    let groups: Vec<usize> = s
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|g| !g.is_empty())
+        .map(str::len)
+        .collect();
+    match groups.iter().sum::<usize>() {
+        10..=12 => true,
+        9 => groups == [2, 7],
+        _ => false,
+    }
+}
+
+/// Whether `text[start..end]` stands alone: neither side goes on with a digit, or with a
+/// separator and a digit.
+fn standalone(text: &str, start: usize, end: usize) -> bool {
+    fn continues(mut chars: impl Iterator<Item = char>) -> bool {
+        match chars.next() {
+            Some(c) if c.is_ascii_digit() => true,
+            Some(' ' | '.' | '-') => chars.next().is_some_and(|c| c.is_ascii_digit()),
+            _ => false,
+        }
+    }
+    !continues(text[..start].chars().rev()) && !continues(text[end..].chars())
+}
+
+/// A Unix time in milliseconds (13 digits starting with 1: September 2001 to 2286), which is
+/// no card number: the 13-digit card numbers were Visa's, starting with 4. Presidio rejects the
+/// same shape.
+fn is_timestamp(digits: &str) -> bool {
+    digits.len() == 13 && digits.starts_with('1')
 }
 
 fn digits_of(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()
 }
 
-/// A valid-looking SSN: area not 000, 666 or 9xx; group not 00; serial not 0000.
+/// A valid-looking SSN: area not 000, 666 or 9xx; group not 00; serial not 0000; the same
+/// separator twice (`693-09.4444` is not an SSN).
 fn valid_ssn(s: &str) -> bool {
     let d = digits_of(s);
     if d.len() != 9 {
+        return false;
+    }
+    let separators: Vec<char> = s.chars().filter(|c| !c.is_ascii_digit()).collect();
+    if separators.windows(2).any(|w| w[0] != w[1]) {
         return false;
     }
     let (area, group, serial) = (&d[0..3], &d[3..5], &d[5..9]);
@@ -418,6 +486,60 @@ mod tests {
             "call [credit_card] now ١"
         );
         assert_eq!(g.redact("to josé@exämple.de, ok"), "to [email], ok");
+        assert_eq!(g.redact("a@xn--d1acufc.xn--p1ai."), "[email].");
+    }
+
+    /// One case of `tests/data/pii_presidio_cases.toml`.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct PresidioCase {
+        text: String,
+        /// What the guard detects.
+        kinds: Vec<PiiKind>,
+        /// Presidio's answer, where the guard deliberately differs (argued beside the case).
+        presidio: Option<Vec<PiiKind>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct PresidioCases {
+        case: Vec<PresidioCase>,
+    }
+
+    /// Presidio's recognizer test inputs: the guard answers each as the file says, and agrees
+    /// with Presidio on all but the differences listed there.
+    #[test]
+    fn presidio_recognizer_cases() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/pii_presidio_cases.toml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let cases: PresidioCases = toml::from_str(&text).unwrap();
+        let guard = PiiGuard::default();
+        let failures: Vec<String> = cases
+            .case
+            .iter()
+            .filter_map(|c| {
+                let got = guard.detect(&c.text);
+                (got != c.kinds).then(|| format!("{:?}: got {got:?}, want {:?}", c.text, c.kinds))
+            })
+            .collect();
+        let differ = cases.case.iter().filter(|c| c.presidio.is_some()).count();
+        assert!(
+            failures.is_empty(),
+            "{} of {} Presidio cases failed:\n{}",
+            failures.len(),
+            cases.case.len(),
+            failures.join("\n")
+        );
+        for c in &cases.case {
+            assert_ne!(c.presidio.as_ref(), Some(&c.kinds), "{:?}", c.text);
+        }
+        eprintln!(
+            "Presidio's recognizer cases: {} of {} agree, {differ} argued differences",
+            cases.case.len() - differ,
+            cases.case.len()
+        );
     }
 
     #[test]
@@ -428,5 +550,9 @@ mod tests {
         assert!(!valid_ssn("912-45-6789"));
         assert!(!valid_ssn("123-00-6789"));
         assert!(!valid_ssn("123-45-0000"));
+        assert!(valid_ssn("123.45.6789"));
+        assert!(valid_ssn("123 45 6789"));
+        assert!(!valid_ssn("693-09.4444"));
+        assert!(!valid_ssn("123-45 6789"));
     }
 }
