@@ -10,7 +10,8 @@
 //! is read and checked (every line a document with a non-empty id) before the first batch is
 //! written. A corpus that would remove every stored document (an empty file, or one that shares
 //! no id with the store) is refused unless `--replace-all` says that is meant. Each batch is one
-//! transaction, so an interrupted run keeps every batch it finished; at the end the write-ahead
+//! transaction, so an interrupted run keeps every batch it finished; a second `index` run on the
+//! same store while one runs fails at once (`Store::lock_writer`). At the end the write-ahead
 //! log is checkpointed, so the store is one whole file when the command returns. Prints one JSON object
 //! (`documents`, `added`, `updated`, `unchanged`, `removed`, `embedded`, `seconds`), or a line
 //! without `--json`. A progress bar goes to stderr when the run is long and stderr is a terminal.
@@ -75,6 +76,8 @@ pub fn run(args: Args) -> CliResult {
         .into());
     }
     let store = Arc::new(Store::open(&args.db)?);
+    // Two runs with different corpora would interleave their batches: one at a time.
+    let _lock = store.lock_writer()?;
     let keep: HashSet<&str> = docs.iter().map(|d| d.id.as_str()).collect();
     let stored = store.ids()?;
     let gone: Vec<String> = stored

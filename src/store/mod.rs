@@ -29,6 +29,7 @@
 mod cache;
 mod dense;
 mod lexical;
+mod lock;
 mod schema;
 
 use std::collections::{HashMap, HashSet};
@@ -41,6 +42,7 @@ use serde::Serialize;
 pub use cache::SqliteCacheStore;
 pub use dense::StoreDense;
 pub use lexical::StoreBm25;
+pub use lock::WriterLock;
 pub use schema::SCHEMA_VERSION;
 
 use crate::text::{Analyzer, EnglishAnalyzer};
@@ -81,6 +83,8 @@ pub struct Store {
     analyzer: EnglishAnalyzer,
     /// Opened with [`Store::open_read_only`]: every write is refused.
     read_only: bool,
+    /// Counts the file as open in this process (dropped last, after the connections).
+    _open: schema::OpenFile,
 }
 
 impl Drop for Store {
@@ -132,6 +136,7 @@ impl Store {
     /// refused with [`Error::Store`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        let open = schema::OpenFile::open(&path)?;
         let mut conn =
             Connection::open(&path).map_err(|e| sql_error(&path, "cannot open the file", e))?;
         schema::prepare(&mut conn, &path)?;
@@ -141,6 +146,7 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             analyzer: EnglishAnalyzer::default(),
             read_only: false,
+            _open: open,
         })
     }
 
@@ -159,6 +165,7 @@ impl Store {
                 source: None,
             });
         }
+        let open = schema::OpenFile::open(&path)?;
         let conn = Connection::open_with_flags(
             &path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -171,6 +178,7 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             analyzer: EnglishAnalyzer::default(),
             read_only: true,
+            _open: open,
         })
     }
 

@@ -94,7 +94,7 @@ impl TempDb {
         PathBuf::from(format!("{}{suffix}", self.0.display()))
     }
     fn clean(&self) {
-        for suffix in ["", "-wal", "-shm"] {
+        for suffix in ["", "-wal", "-shm", "-lock"] {
             let _ = std::fs::remove_file(self.side(suffix));
         }
     }
@@ -104,6 +104,35 @@ impl Drop for TempDb {
     fn drop(&mut self) {
         self.clean();
     }
+}
+
+/// One `index` run at a time per store: while another run holds the store's writer lock
+/// (here this test, through the library), `rerank index` fails at once saying so and writes
+/// nothing; once it is released, the run goes through. (Two runs with different corpora
+/// both succeeded before, leaving a mix of the two.)
+#[test]
+fn a_second_index_run_on_a_store_fails_while_one_writes() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let db = TempDb::new("lock");
+    let dbs = db.0.display().to_string();
+    let store = rerank::Store::open(&db.0).unwrap();
+    let other_handle = rerank::Store::open(&db.0).unwrap();
+    let held = store.lock_writer().unwrap();
+    let e = other_handle.lock_writer().unwrap_err().to_string();
+    assert!(e.contains("being written by another run"), "{e}");
+    let out = run(&cli, &["index", "--db", &dbs, "--corpus", HANDBOOK]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("being written by another run"), "{err}");
+    assert_eq!(store.len().unwrap(), 0);
+    drop(held);
+    let out = run(&cli, &["index", "--db", &dbs, "--corpus", HANDBOOK]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rerank::Store::open(&db.0).unwrap().len().unwrap(), 25);
+    // The run's lock went with its process.
+    drop(other_handle.lock_writer().unwrap());
 }
 
 #[test]
