@@ -2,13 +2,16 @@
 //! which also runs bm25s and tantivy on the same collection and prints the ratios).
 //!
 //! ```text
-//! cargo bench --bench recall_scale -- bm25 DATA_DIR THREADS OUT_JSON
+//! cargo bench --bench recall_scale -- bm25 DATA_DIR THREADS OUT_JSON [english|whitespace]
 //! cargo bench --bench recall_scale -- dense ROWS DIM QUERIES OUT_JSON
 //! ```
 //!
 //! `bm25`: loads a BEIR-layout collection (e.g. from `scripts/make_zipf_corpus.py`), indexes
-//! it with whitespace tokens and k1 1.2 / b 0.75 (tantivy's fixed values) on THREADS threads,
-//! then answers every query for its top 10: latencies on one thread (each query's best of
+//! it with the default [`EnglishAnalyzer`](rerank::text::EnglishAnalyzer) (`english`, the
+//! default: what `rerank beir` uses) or whitespace tokens, k1 1.2 / b 0.75 (tantivy's fixed
+//! values), on THREADS threads; `build_seconds` is reading and parsing the collection
+//! (`load_seconds`) plus indexing (`index_seconds`), as the tantivy peer's build reads and
+//! parses the JSON lines. Then it answers every query for its top 10: latencies on one thread (each query's best of
 //! `RERANK_SCALE_REPEAT` passes, default 3), queries/s with the queries
 //! split over THREADS threads, and whether every top 10 (ids and score bits) equals exhaustive
 //! scoring. Writes build seconds, latencies, queries/s, peak resident memory (VmHWM), the
@@ -64,19 +67,24 @@ fn vm_hwm_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn bm25(dir: &str, threads: usize, out: &str) {
+fn bm25(dir: &str, threads: usize, out: &str, analysis: &str) {
+    let t = Instant::now();
     let data = BeirDataset::load(dir).expect("load the collection");
+    let load_seconds = t.elapsed().as_secs_f64();
     let queries: Vec<String> = data.queries.iter().map(|q| q.text.clone()).collect();
     let docs = data.corpus.len();
     let corpus = data.corpus;
 
     let t = Instant::now();
-    let index = Bm25Index::with_params(Bm25Params { k1: 1.2, b: 0.75 })
-        .expect("params")
-        .analyzer(Whitespace);
+    let index = Bm25Index::with_params(Bm25Params { k1: 1.2, b: 0.75 }).expect("params");
+    let index = match analysis {
+        "whitespace" => index.analyzer(Whitespace),
+        _ => index,
+    };
     index.add(corpus).expect("add");
     index.shrink_to_fit();
-    let build_seconds = t.elapsed().as_secs_f64();
+    let index_seconds = t.elapsed().as_secs_f64();
+    let build_seconds = load_seconds + index_seconds;
 
     for q in queries.iter().take(50) {
         std::hint::black_box(index.search(q, 10));
@@ -131,7 +139,10 @@ fn bm25(dir: &str, threads: usize, out: &str) {
         "engine": "rerank",
         "docs": docs,
         "threads": threads,
+        "analysis": analysis,
         "build_seconds": build_seconds,
+        "load_seconds": load_seconds,
+        "index_seconds": index_seconds,
         "latency_ms": latency_ms,
         "qps": qps,
         "peak_rss_mb": vm_hwm_mb(),
@@ -328,16 +339,21 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let usage =
-        "usage: recall_scale bm25 DATA_DIR THREADS OUT_JSON | dense ROWS DIM QUERIES OUT_JSON";
+    let usage = "usage: recall_scale bm25 DATA_DIR THREADS OUT_JSON [english|whitespace] | dense \
+                 ROWS DIM QUERIES OUT_JSON";
     match args.first().map(String::as_str) {
-        Some("bm25") if args.len() == 4 => {
+        Some("bm25") if args.len() == 4 || args.len() == 5 => {
             let threads: usize = args[2].parse().expect("threads");
+            let analysis = args.get(4).map_or("english", String::as_str);
+            if !matches!(analysis, "english" | "whitespace") {
+                eprintln!("{usage}");
+                return;
+            }
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build_global()
                 .expect("thread pool");
-            bm25(&args[1], threads, &args[3]);
+            bm25(&args[1], threads, &args[3], analysis);
         }
         Some("dense") if args.len() == 5 => dense(
             args[1].parse().expect("rows"),

@@ -2,20 +2,30 @@
 """BM25 at 10k / 100k / 1M documents: ours, tantivy and bm25s side by side, same run.
 
     python scripts/bench_recall_scale.py [--sizes 10000,100000,1000000] [--threads 2]
-        [--engines rerank,tantivy,bm25s] [--out FILE]
+        [--engines rerank,tantivy,bm25s] [--analysis english|whitespace] [--cli] [--out FILE]
 
 For every size: the synthetic collection of `scripts/make_zipf_corpus.py` (seed 14, 1,000
 queries; generated into $RERANK_SCALE_DIR, default `$HOME/.cache/rerank/zipf`, when missing),
 then each engine in its own process (so peak memory is its own), in the same order:
 
 - rerank: `benches/recall_scale.rs` (`cargo bench --no-default-features --bench recall_scale`),
-  `Bm25Index` with a whitespace analyzer, k1 1.2, b 0.75;
+  `Bm25Index` with the analysis of `--analysis`, k1 1.2, b 0.75;
 - tantivy: `scripts/tantivy_peer` (its own package, built in $RERANK_TANTIVY_TARGET, default
-  `$CARGO_TARGET_DIR/tantivy-peer`; whitespace tokenizer, tantivy's fixed
-  k1 1.2 / b 0.75, in RAM, an OR of the query terms);
-- bm25s: `method="lucene"`, k1 1.2, b 0.75, the same whitespace tokens, in the virtualenv
+  `$CARGO_TARGET_DIR/tantivy-peer`; the same analysis, tantivy's fixed k1 1.2 / b 0.75, in
+  RAM, an OR of the query terms);
+- bm25s: `method="lucene"`, k1 1.2, b 0.75, whitespace tokens (bm25s has no Snowball stemmer
+  of its own here: it runs only with `--analysis whitespace`), in the virtualenv
   $RERANK_BENCH_VENV (default `$HOME/.cache/rerank/venv-bench`; created with `pip install
   bm25s numpy` when missing).
+
+`--analysis english` (the default) is the user's path: `EnglishAnalyzer` (lower-case, tokens of
+two or more word characters, Lucene's English stopwords, Snowball English) on our side,
+tantivy's simple tokenizer, lower-caser, English stopwords (the same 33) and Snowball English
+stemmer on its side. `whitespace` splits on spaces on every side (the synthetic corpus needs no
+analysis). Build seconds include reading and parsing the JSON lines on both sides (ours also
+reports `load_seconds` and `index_seconds` apart). With `--cli`, `rerank beir --retriever bm25
+--k1 1.2 --b 0.75 --json` (English analysis) runs too and its `index_seconds`,
+`load_seconds` and peak memory are printed next to the bench's.
 
 Each reports index build seconds, top-10 latency on one thread (p50, p99; each query's best of
 $RERANK_SCALE_REPEAT passes, default 3, since a shared machine preempts), queries/s with the
@@ -136,12 +146,21 @@ def main() -> int:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engines", default="rerank,tantivy,bm25s")
+    ap.add_argument("--analysis", default="english", choices=["english", "whitespace"])
+    ap.add_argument("--cli", action="store_true", help="also run `rerank beir --retriever bm25`")
     ap.add_argument("--out", default=None, help="write the summary JSON here")
     args = ap.parse_args()
     engines = args.engines.split(",")
+    if args.analysis != "whitespace" and "bm25s" in engines:
+        print("bm25s runs on whitespace tokens only: left out of --analysis english", file=sys.stderr)
+        engines.remove("bm25s")
     env = dict(os.environ)
     target = env.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     ours = cargo_executable(["cargo", "bench", "--no-default-features", "--bench", "recall_scale", "--no-run"], env)
+    cli = None
+    if args.cli:
+        cli = cargo_executable(["cargo", "build", "--release", "--no-default-features", "--features", "sqlite",
+                                "--example", "rerank"], env)
     peer = None
     if "tantivy" in engines:
         env_t = dict(env, CARGO_TARGET_DIR=env.get("RERANK_TANTIVY_TARGET", os.path.join(target, "tantivy-peer")))
@@ -149,7 +168,8 @@ def main() -> int:
                                  os.path.join(ROOT, "scripts", "tantivy_peer", "Cargo.toml")], env_t)
     cpu = subprocess.run("grep -o -w 'avx2\\|avx512f\\|avx512_vnni\\|avx_vnni\\|fma' /proc/cpuinfo | sort -u",
                          shell=True, stdout=subprocess.PIPE, text=True).stdout.split()
-    summary = {"threads": args.threads, "cpu_flags": cpu, "nproc": os.cpu_count(), "sizes": []}
+    summary = {"threads": args.threads, "analysis": args.analysis, "cpu_flags": cpu, "nproc": os.cpu_count(),
+               "sizes": []}
     for n in [int(s) for s in args.sizes.split(",")]:
         data = corpus(n)
         res = {}
@@ -157,9 +177,9 @@ def main() -> int:
             for engine in engines:
                 out = os.path.join(tmp, f"{engine}.json")
                 if engine == "rerank":
-                    cmd = [ours, "bm25", data, str(args.threads), out]
+                    cmd = [ours, "bm25", data, str(args.threads), out, args.analysis]
                 elif engine == "tantivy":
-                    cmd = [peer, data, str(args.threads), out]
+                    cmd = [peer, data, str(args.threads), out, args.analysis]
                 else:
                     cmd = [venv_python(), os.path.abspath(__file__), "--bm25s-side", data, str(args.threads), out]
                 t = time.perf_counter()
@@ -167,7 +187,16 @@ def main() -> int:
                 r = json.load(open(out))
                 r["wall_seconds"] = time.perf_counter() - t
                 res[engine] = r
-        row = {"docs": n}
+        row = {"docs": n, "analysis": args.analysis}
+        if cli:
+            env_cli = dict(env, RAYON_NUM_THREADS=str(args.threads))
+            t = time.perf_counter()
+            p = subprocess.run([cli, "beir", "--data", data, "--retriever", "bm25", "--k1", "1.2", "--b", "0.75",
+                                "--json"], env=env_cli, check=True, stdout=subprocess.PIPE, text=True)
+            c = json.loads(p.stdout.strip().splitlines()[-1])
+            row["cli"] = {"load_seconds": round(c["load_seconds"], 3), "index_seconds": round(c["index_seconds"], 3),
+                          "load_plus_index": round(c["load_seconds"] + c["index_seconds"], 3),
+                          "peak_rss_mb": c.get("peak_rss_mb"), "wall_seconds": round(time.perf_counter() - t, 1)}
         for engine, r in res.items():
             row[engine] = {
                 "build_seconds": round(r["build_seconds"], 3),
@@ -179,6 +208,8 @@ def main() -> int:
             }
         if "rerank" in res:
             r = res["rerank"]
+            row["rerank"]["load_seconds"] = round(r["load_seconds"], 3)
+            row["rerank"]["index_seconds"] = round(r["index_seconds"], 3)
             row["rerank"]["exhaustive_equal"] = f'{r["exhaustive_equal"]}/{r["exhaustive_queries"]}'
             row["rerank"]["postings_mb"] = round(r["postings_mb"], 1)
             for peer_name in ("tantivy", "bm25s"):

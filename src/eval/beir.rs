@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use serde::Deserialize;
 
 use super::metrics::Qrels;
@@ -130,25 +131,54 @@ fn at(path: &Path, line: usize) -> String {
     format!("{}:{line}", path.display())
 }
 
+/// Corpus lines parsed together (in parallel) by [`read_corpus`].
+const PARSE_BATCH: usize = 16 * 1024;
+
 /// Reads a BEIR `corpus.jsonl` into documents (id = `_id`, title when non-empty, text).
+///
+/// Lines are parsed in parallel, a batch at a time; errors are those of reading line by line
+/// (the first bad or repeated line).
 pub fn read_corpus(path: impl AsRef<Path>) -> Result<Vec<Document>> {
     let path = path.as_ref();
     let mut docs = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen: HashSet<String, foldhash::fast::RandomState> = HashSet::default();
+    // a batch of lines: their text one after the other, and (line number, end) of each
+    let mut text = String::new();
+    let mut lines: Vec<(usize, usize)> = Vec::new();
+    let mut flush = |text: &mut String, lines: &mut Vec<(usize, usize)>| -> Result<()> {
+        let parsed: Vec<std::result::Result<CorpusLine, serde_json::Error>> = lines
+            .par_iter()
+            .enumerate()
+            .map(|(i, &(_, end))| {
+                let start = if i == 0 { 0 } else { lines[i - 1].1 };
+                serde_json::from_str(&text[start..end])
+            })
+            .collect();
+        for (row, &(n, _)) in parsed.into_iter().zip(lines.iter()) {
+            let row = row.map_err(|e| Error::parse(at(path, n), e))?;
+            let id = String::from(row.id);
+            if !seen.insert(id.clone()) {
+                return Err(Error::parse(at(path, n), format!("duplicate _id {id:?}")));
+            }
+            let mut doc = Document::new(id, row.text);
+            if let Some(title) = row.title.filter(|t| !t.is_empty()) {
+                doc = doc.with_title(title);
+            }
+            docs.push(doc);
+        }
+        text.clear();
+        lines.clear();
+        Ok(())
+    };
     for_each_line(path, |n, line| {
-        let row: CorpusLine =
-            serde_json::from_str(line).map_err(|e| Error::parse(at(path, n), e))?;
-        let id = String::from(row.id);
-        if !seen.insert(id.clone()) {
-            return Err(Error::parse(at(path, n), format!("duplicate _id {id:?}")));
+        text.push_str(line);
+        lines.push((n, text.len()));
+        if lines.len() == PARSE_BATCH {
+            flush(&mut text, &mut lines)?;
         }
-        let mut doc = Document::new(id, row.text);
-        if let Some(title) = row.title.filter(|t| !t.is_empty()) {
-            doc = doc.with_title(title);
-        }
-        docs.push(doc);
         Ok(())
     })?;
+    flush(&mut text, &mut lines)?;
     Ok(docs)
 }
 

@@ -45,8 +45,14 @@ pub use lexical::StoreBm25;
 pub use lock::WriterLock;
 pub use schema::SCHEMA_VERSION;
 
-use crate::text::{Analyzer, EnglishAnalyzer};
+use rayon::prelude::*;
+
+use crate::recall::{analyze_docs, Analyzed};
+use crate::text::EnglishAnalyzer;
 use crate::{Document, Embedder, Error, Metadata, Result};
+
+/// The writer connection's page cache, in KiB (a negative `cache_size` is KiB).
+const WRITER_CACHE_KIB: i64 = -64 * 1024;
 
 /// Documents embedded per call to the embedder while indexing.
 const EMBED_BATCH: usize = 256;
@@ -140,6 +146,10 @@ impl Store {
         let mut conn =
             Connection::open(&path).map_err(|e| sql_error(&path, "cannot open the file", e))?;
         schema::prepare(&mut conn, &path)?;
+        // The writer's page cache (SQLite's default is 2 MiB): a batch's postings are written in
+        // key order across the whole postings B-tree, whose inner pages then stay cached.
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
+            .map_err(|e| sql_error(&path, "cannot open", e))?;
         Ok(Store {
             path,
             writer: Mutex::new(conn),
@@ -369,11 +379,15 @@ impl Store {
         for (i, d) in docs.iter().enumerate() {
             last.insert(d.id.clone(), i);
         }
-        let rows: Vec<Row> = docs
+        let kept: Vec<Document> = docs
             .into_iter()
             .enumerate()
             .filter(|(i, d)| last.get(&d.id) == Some(i))
-            .map(|(_, doc)| Row {
+            .map(|(_, doc)| doc)
+            .collect();
+        let rows: Vec<Row> = kept
+            .into_par_iter()
+            .map(|doc| Row {
                 hash: content_hash(&doc),
                 doc,
             })
@@ -402,20 +416,84 @@ impl Store {
             }
             None => None,
         };
+        // Analysis runs before the write transaction, in parallel, for the documents the file
+        // lacks or holds with other content; the transaction re-checks each document and
+        // analyzes there only one that another writer changed in between.
+        let analysis = self.analyze_stale(&rows)?;
         self.write(|tx| {
             let mut report = UpsertReport::default();
-            for row in &rows {
-                match upsert_document(tx, row, &self.analyzer)? {
-                    Change::Added => report.added += 1,
-                    Change::Updated => report.updated += 1,
-                    Change::Unchanged => report.unchanged += 1,
+            // the slot given to each analyzed document, per analyzed run
+            let mut slots: Vec<Vec<Option<i64>>> = analysis
+                .runs
+                .iter()
+                .map(|a| vec![None; a.lengths.len()])
+                .collect();
+            let mut late: Vec<(Analyzed, i64)> = Vec::new();
+            for (i, row) in rows.iter().enumerate() {
+                let stored = prepare_document(tx, row)?;
+                match stored {
+                    Stored::Unchanged => report.unchanged += 1,
+                    Stored::FieldsUpdated => report.updated += 1,
+                    Stored::Replaced | Stored::New => {
+                        match analysis.at[i] {
+                            Some((run, pos)) => {
+                                let len = analysis.runs[run].lengths[pos];
+                                slots[run][pos] = Some(insert_document(tx, row, len)?);
+                            }
+                            None => {
+                                let a = analyze_docs(&self.analyzer, [&row.doc]);
+                                let slot = insert_document(tx, row, a.lengths[0])?;
+                                late.push((a, slot));
+                            }
+                        }
+                        if matches!(stored, Stored::New) {
+                            report.added += 1;
+                        } else {
+                            report.updated += 1;
+                        }
+                    }
                 }
             }
+            let mut postings: Vec<(&str, i64, u32)> = Vec::new();
+            for (a, slots) in analysis.runs.iter().zip(&slots) {
+                push_postings(a, |pos| slots[pos], &mut postings);
+            }
+            for (a, slot) in &late {
+                push_postings(a, |_| Some(*slot), &mut postings);
+            }
+            insert_postings(tx, postings)?;
             if let Some((id, dim, vectors)) = &vectors {
                 report.embedded = store_vectors(tx, id, *dim, vectors)?;
             }
             Ok(report)
         })
+    }
+
+    /// Analyzes, in parallel runs, the rows the file lacks or holds with another content hash.
+    fn analyze_stale(&self, rows: &[Row]) -> Result<BatchAnalysis> {
+        let stale: Vec<usize> = self.read(|tx| {
+            let mut stmt = tx.prepare_cached("SELECT content_hash FROM documents WHERE id = ?1")?;
+            let mut out = Vec::new();
+            for (i, row) in rows.iter().enumerate() {
+                let hash: Option<String> =
+                    stmt.query_row([&row.doc.id], |r| r.get(0)).optional()?;
+                if hash.as_deref() != Some(row.hash.as_str()) {
+                    out.push(i);
+                }
+            }
+            Ok(out)
+        })?;
+        let runs: Vec<Analyzed> = stale
+            .par_chunks(ANALYZE_RUN)
+            .map(|run| analyze_docs(&self.analyzer, run.iter().map(|&i| &rows[i].doc)))
+            .collect();
+        let mut at = vec![None; rows.len()];
+        for (r, run) in stale.chunks(ANALYZE_RUN).enumerate() {
+            for (pos, &i) in run.iter().enumerate() {
+                at[i] = Some((r, pos));
+            }
+        }
+        Ok(BatchAnalysis { runs, at })
     }
 
     /// Runs `f` in a write transaction (committed when `f` succeeds) and bumps the generation
@@ -547,81 +625,134 @@ type StoredFields = (
     String,
 );
 
-enum Change {
-    Added,
-    Updated,
+/// What the file held for one document, and what [`prepare_document`] did about it.
+enum Stored {
+    /// The same content and fields: nothing to write.
     Unchanged,
+    /// The same content, other fields (source, page, metadata): updated in place.
+    FieldsUpdated,
+    /// Another content: the old row and its postings were deleted; insert it again.
+    Replaced,
+    /// A new id: insert it.
+    New,
 }
 
-/// Inserts, updates or keeps one document. A changed content gets a new slot at the end (as
-/// [`Bm25Index`](crate::Bm25Index) gives an updated document), and new postings.
-fn upsert_document(
-    tx: &Transaction<'_>,
-    row: &Row,
-    analyzer: &EnglishAnalyzer,
-) -> rusqlite::Result<Change> {
+/// Compares one document with what the file holds and updates the fields in place, or
+/// deletes a row whose content changed (a changed content gets a new slot at the end, as
+/// [`Bm25Index`](crate::Bm25Index) gives an updated document, and new postings).
+fn prepare_document(tx: &Transaction<'_>, row: &Row) -> rusqlite::Result<Stored> {
     let doc = &row.doc;
-    let metadata = serde_json::to_string(&doc.metadata).unwrap_or_else(|_| "{}".into());
     let stored: Option<StoredFields> = tx
-        .query_row(
+        .prepare_cached(
             "SELECT content_hash, text, title, source, page, metadata FROM documents WHERE id = ?1",
-            [&doc.id],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            },
-        )
+        )?
+        .query_row([&doc.id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
         .optional()?;
-    let page = doc.page.map(i64::from);
-    if let Some((hash, text, title, source, old_page, old_metadata)) = &stored {
-        if *hash == row.hash && *text == doc.text && *title == doc.title {
-            if *source == doc.source && *old_page == page && *old_metadata == metadata {
-                return Ok(Change::Unchanged);
-            }
-            tx.execute(
-                "UPDATE documents SET source = ?2, page = ?3, metadata = ?4 WHERE id = ?1",
-                params![doc.id, doc.source, page, metadata],
-            )?;
-            return Ok(Change::Updated);
+    let Some((hash, text, title, source, old_page, old_metadata)) = stored else {
+        return Ok(Stored::New);
+    };
+    if hash == row.hash && text == doc.text && title == doc.title {
+        let metadata = metadata_json(doc);
+        let page = doc.page.map(i64::from);
+        if source == doc.source && old_page == page && old_metadata == metadata {
+            return Ok(Stored::Unchanged);
         }
-        delete_document(tx, &doc.id)?;
+        tx.prepare_cached(
+            "UPDATE documents SET source = ?2, page = ?3, metadata = ?4 WHERE id = ?1",
+        )?
+        .execute(params![doc.id, doc.source, page, metadata])?;
+        return Ok(Stored::FieldsUpdated);
     }
-    let terms = analyzer.analyze(&doc.full_text());
-    tx.execute(
+    delete_document(tx, &doc.id)?;
+    Ok(Stored::Replaced)
+}
+
+fn metadata_json(doc: &Document) -> String {
+    serde_json::to_string(&doc.metadata).unwrap_or_else(|_| "{}".into())
+}
+
+/// Inserts one document's row (its postings are written with the batch's); returns its slot.
+fn insert_document(tx: &Transaction<'_>, row: &Row, length: u32) -> rusqlite::Result<i64> {
+    let doc = &row.doc;
+    tx.prepare_cached(
         "INSERT INTO documents (id, text, title, source, page, metadata, content_hash, length) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            doc.id,
-            doc.text,
-            doc.title,
-            doc.source,
-            page,
-            metadata,
-            row.hash,
-            terms.len() as i64
-        ],
-    )?;
-    let slot = tx.last_insert_rowid();
-    let mut tf: HashMap<&str, i64> = HashMap::new();
-    for t in &terms {
-        *tf.entry(t.as_str()).or_insert(0) += 1;
+    )?
+    .execute(params![
+        doc.id,
+        doc.text,
+        doc.title,
+        doc.source,
+        doc.page.map(i64::from),
+        metadata_json(doc),
+        row.hash,
+        i64::from(length)
+    ])?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Documents per analyzed run of a batch (runs are analyzed in parallel).
+const ANALYZE_RUN: usize = 64;
+
+/// Postings per multi-row `INSERT` (3 parameters each).
+const POSTINGS_PER_INSERT: usize = 200;
+
+/// The analysis of a batch, done before its write transaction.
+struct BatchAnalysis {
+    /// Runs of documents, analyzed in parallel.
+    runs: Vec<Analyzed>,
+    /// Per row of the batch, its (run, position) when it was analyzed.
+    at: Vec<Option<(usize, usize)>>,
+}
+
+/// Appends the (term, slot, tf) postings of `analyzed`, for the documents `slot` gives a slot.
+fn push_postings<'a>(
+    analyzed: &'a Analyzed,
+    slot: impl Fn(usize) -> Option<i64>,
+    out: &mut Vec<(&'a str, i64, u32)>,
+) {
+    for (t, term) in analyzed.terms.iter().enumerate() {
+        for &(pos, tf) in analyzed.postings_of(t) {
+            if let Some(s) = slot(pos as usize) {
+                out.push((term, s, tf));
+            }
+        }
     }
-    let mut insert =
-        tx.prepare_cached("INSERT INTO postings (term, slot, tf) VALUES (?1, ?2, ?3)")?;
-    for (term, n) in tf {
-        insert.execute(params![term, slot, n])?;
+}
+
+/// Writes a batch's postings in key order (term, slot), many rows a statement: the
+/// postings table is clustered by that key, so each page it touches is visited once.
+fn insert_postings(
+    tx: &Transaction<'_>,
+    mut postings: Vec<(&str, i64, u32)>,
+) -> rusqlite::Result<()> {
+    postings.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    let sql = |rows: usize| {
+        format!(
+            "INSERT INTO postings (term, slot, tf) VALUES {}",
+            vec!["(?, ?, ?)"; rows].join(", ")
+        )
+    };
+    let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(3 * POSTINGS_PER_INSERT);
+    for chunk in postings.chunks(POSTINGS_PER_INSERT) {
+        args.clear();
+        for (term, slot, tf) in chunk {
+            args.push(term);
+            args.push(slot);
+            args.push(tf);
+        }
+        tx.prepare_cached(&sql(chunk.len()))?.execute(&*args)?;
     }
-    Ok(if stored.is_some() {
-        Change::Updated
-    } else {
-        Change::Added
-    })
+    Ok(())
 }
 
 /// Deletes one document, its postings, and its vectors when no other document shares its

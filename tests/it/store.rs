@@ -612,3 +612,112 @@ fn concurrent_creators_of_a_new_store_all_succeed() {
         }
     }
 }
+
+/// Every (term, slot, tf) posting and every (slot, id, length) row of a store file, in order.
+type Dump = (Vec<(String, i64, i64)>, Vec<(i64, String, i64)>);
+
+fn dump(path: &Path) -> Dump {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let postings = conn
+        .prepare("SELECT term, slot, tf FROM postings ORDER BY term, slot")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap();
+    let docs = conn
+        .prepare("SELECT slot, id, length FROM documents ORDER BY slot")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap();
+    (postings, docs)
+}
+
+/// A corpus with titles, stopwords, inflections, upper case and non-ASCII text, repeated ids
+/// (the last wins) and enough documents for many analyzed runs.
+fn mixed_corpus(n: usize, salt: usize) -> Vec<Document> {
+    const W: [&str; 14] = [
+        "The",
+        "running",
+        "runs",
+        "dogs",
+        "of",
+        "Café",
+        "ΣΊΣΥΦΟΣ",
+        "naïve",
+        "studies",
+        "β-cells",
+        "under_score",
+        "42",
+        "Deployment",
+        "rollback",
+    ];
+    (0..n)
+        .map(|i| {
+            let words: Vec<&str> = (0..1 + (i + salt) % 17)
+                .map(|j| W[(i * 5 + j * 3 + salt) % W.len()])
+                .collect();
+            let doc = Document::new(format!("m{}", i % (n - n / 10)), words.join(" "));
+            if i % 4 == 0 {
+                doc.with_title(W[(i + salt) % W.len()])
+            } else {
+                doc
+            }
+        })
+        .collect()
+}
+
+/// The store written in one parallel batch equals the store written one document at a time,
+/// posting for posting, and both hold the postings of a plain per-document count of
+/// `EnglishAnalyzer::analyze`.
+#[test]
+fn batched_parallel_writes_equal_one_document_at_a_time() {
+    use rerank::text::{Analyzer, EnglishAnalyzer};
+    let (one, many) = (TempDb::new("batch-one"), TempDb::new("batch-many"));
+    let first = mixed_corpus(700, 0);
+    let second = mixed_corpus(300, 5);
+    {
+        let store = Store::open(&one.0).unwrap();
+        store.upsert(first.clone()).unwrap();
+        store.upsert(second.clone()).unwrap();
+        let serial = Store::open(&many.0).unwrap();
+        // the last document of each id, one at a time, as a batch keeps it
+        for batch in [&first, &second] {
+            let mut last = std::collections::HashMap::new();
+            for (i, d) in batch.iter().enumerate() {
+                last.insert(d.id.clone(), i);
+            }
+            for (i, d) in batch.iter().enumerate() {
+                if last[&d.id] == i {
+                    serial.upsert([d.clone()]).unwrap();
+                }
+            }
+        }
+    }
+    let (postings, docs) = dump(&one.0);
+    assert_eq!((postings.clone(), docs.clone()), dump(&many.0));
+    // the reference: each stored document's terms counted from `analyze`
+    let store = Arc::new(Store::open(&one.0).unwrap());
+    let stored = store.documents().unwrap();
+    let analyzer = EnglishAnalyzer::default();
+    let mut want = Vec::new();
+    for ((slot, id, length), doc) in docs.iter().zip(&stored) {
+        assert_eq!(*id, doc.id);
+        let terms = analyzer.analyze(&doc.full_text());
+        assert_eq!(*length, terms.len() as i64);
+        let mut tf: std::collections::BTreeMap<String, i64> = Default::default();
+        for t in terms {
+            *tf.entry(t).or_insert(0) += 1;
+        }
+        want.extend(tf.into_iter().map(|(t, n)| (t, *slot, n)));
+    }
+    want.sort();
+    assert_eq!(postings, want);
+    assert_bm25_parity(
+        &store,
+        &["running dogs", "café naïve", "σίσυφος rollback", "42"],
+    );
+    store.integrity_check().unwrap();
+}

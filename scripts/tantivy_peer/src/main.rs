@@ -2,12 +2,17 @@
 //! `scripts/bench_recall_scale.py`.
 //!
 //! ```text
-//! tantivy_peer DATA_DIR THREADS OUT_JSON
+//! tantivy_peer DATA_DIR THREADS OUT_JSON [english|whitespace]
 //! ```
 //!
-//! Whitespace tokens (tantivy's `whitespace` tokenizer: no lower-casing, no stemming; the
-//! synthetic corpus needs none), BM25 with tantivy's fixed k1 1.2 / b 0.75, an OR of the query's
-//! terms, top 10. Writes build seconds, per-query latencies on one thread (best of
+//! `english` (the default) is the analysis of rerank's `EnglishAnalyzer`: tantivy's simple
+//! tokenizer (runs of alphanumeric characters), lower-cased, Lucene's English stopwords
+//! (tantivy's `Language::English` list is the same 33 words) and the Snowball English stemmer
+//! (the same `rust-stemmers` crate); `whitespace` is tantivy's `whitespace` tokenizer (no
+//! lower-casing, no stemming; the synthetic corpus needs none). BM25 with tantivy's fixed
+//! k1 1.2 / b 0.75, an OR of the query's terms (analyzed like the documents), top 10. The build
+//! time includes reading and parsing the JSON lines. Writes build seconds, per-query latencies
+//! on one thread (best of
 //! RERANK_SCALE_REPEAT passes, default 3), queries/s with the
 //! queries split over THREADS threads, the top-10 (id, score) of every query, and the peak
 //! resident memory (VmHWM).
@@ -18,6 +23,9 @@ use std::time::Instant;
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+};
 use tantivy::{Index, IndexReader, TantivyDocument, Term};
 
 fn vm_hwm_mb() -> f64 {
@@ -43,15 +51,28 @@ fn main() {
     let dir = std::path::PathBuf::from(&args[1]);
     let threads: usize = args[2].parse().expect("threads");
     let out = &args[3];
+    let analysis = args.get(4).map_or("english", String::as_str);
+    let tokenizer = match analysis {
+        "english" => "english",
+        "whitespace" => "whitespace",
+        other => panic!("analysis must be english or whitespace, got {other}"),
+    };
 
     let mut builder = Schema::builder();
     let id = builder.add_text_field("id", STRING | STORED);
     let indexing = TextFieldIndexing::default()
-        .set_tokenizer("whitespace")
+        .set_tokenizer(tokenizer)
         .set_index_option(IndexRecordOption::WithFreqs);
     let text = builder.add_text_field("text", TextOptions::default().set_indexing_options(indexing));
     let schema = builder.build();
     let index = Index::create_in_ram(schema);
+    let english = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(StopWordFilter::new(Language::English).expect("English stopwords"))
+        .filter(Stemmer::new(Language::English))
+        .build();
+    index.tokenizers().register("english", english);
 
     // stream the corpus: one line at a time into the writer
     let t = Instant::now();
@@ -76,13 +97,22 @@ fn main() {
 
     let reader: IndexReader = index.reader().expect("reader");
     let queries = read_jsonl(&dir.join("queries.jsonl"));
-    let texts: Vec<String> = queries
+    // queries analyzed once, up front (their analysis is left out of tantivy's timings)
+    let mut query_analyzer = index.tokenizers().get(tokenizer).expect("tokenizer");
+    let texts: Vec<Vec<String>> = queries
         .iter()
-        .map(|q| q["text"].as_str().unwrap_or_default().to_string())
+        .map(|q| {
+            let mut words = Vec::new();
+            let mut stream = query_analyzer.token_stream(q["text"].as_str().unwrap_or_default());
+            while stream.advance() {
+                words.push(stream.token().text.clone());
+            }
+            words
+        })
         .collect();
-    let make = |q: &str| -> Box<dyn Query> {
-        let clauses: Vec<(Occur, Box<dyn Query>)> = q
-            .split_whitespace()
+    let make = |words: &[String]| -> Box<dyn Query> {
+        let clauses: Vec<(Occur, Box<dyn Query>)> = words
+            .iter()
             .map(|w| {
                 let tq: Box<dyn Query> = Box::new(TermQuery::new(
                     Term::from_field_text(text, w),
@@ -143,6 +173,7 @@ fn main() {
     let qps = texts.len() as f64 / t.elapsed().as_secs_f64();
     let report = serde_json::json!({
         "engine": "tantivy",
+        "analysis": analysis,
         "docs": docs,
         "threads": threads,
         "build_seconds": build_seconds,

@@ -5,7 +5,7 @@
 //! - `build.rs`: parallel analysis of a batch into segments, merged in order;
 //! - `search.rs`: top-k by block-max MaxScore over windows, and the exhaustive reference.
 
-mod build;
+pub(crate) mod build;
 mod postings;
 mod search;
 
@@ -192,12 +192,12 @@ impl Inner {
     }
 
     /// The term id of `term`, created if new.
-    fn term_id(&mut self, term: String) -> u32 {
-        if let Some(&id) = self.vocab.get(term.as_str()) {
+    fn term_id(&mut self, term: &str) -> u32 {
+        if let Some(&id) = self.vocab.get(term) {
             return id;
         }
         let id = self.postings.len() as u32;
-        self.vocab.insert(term, id);
+        self.vocab.insert(term.to_string(), id);
         self.postings.push(PostingList::default());
         self.df.push(0);
         id
@@ -206,13 +206,13 @@ impl Inner {
     /// Appends an analyzed segment (documents in order, each with its distinct terms).
     fn append(&mut self, segment: build::Segment) {
         let base = self.docs.len() as u32;
-        let build::Segment {
-            docs,
+        let build::Segment { docs, analyzed } = segment;
+        let build::Analyzed {
             lengths,
             terms,
             offsets,
             postings,
-        } = segment;
+        } = analyzed;
         for (doc, &len) in docs.into_iter().zip(&lengths) {
             let slot = self.docs.len() as u32;
             self.slots.insert(doc.id.clone(), slot);
@@ -226,7 +226,7 @@ impl Inner {
             self.total_len += u64::from(len);
             self.live += 1;
         }
-        for (local_term, term) in terms.into_iter().enumerate() {
+        for (local_term, term) in terms.iter().enumerate() {
             let t = self.term_id(term) as usize;
             let list = &postings[offsets[local_term] as usize..offsets[local_term + 1] as usize];
             self.df[t] += list.len() as u32;

@@ -66,11 +66,10 @@ impl PostingList {
         let n = packer.compress_strictly_sorted(initial, &docs, &mut self.data[offset..], doc_bits);
         packer.compress(&tfs, &mut self.data[offset + n..], tf_bits);
         let impacts = self.impacts.len() as u32;
-        let mut pairs: Vec<(u32, u32)> = self
-            .tail
-            .iter()
-            .map(|&(slot, tf)| (tf, lengths[slot as usize]))
-            .collect();
+        let mut pairs = [(0u32, 0u32); BLOCK];
+        for (pair, &(slot, tf)) in pairs.iter_mut().zip(&self.tail) {
+            *pair = (tf, lengths[slot as usize]);
+        }
         push_frontier(&mut pairs, &mut self.impacts);
         self.blocks.push(BlockMeta {
             last: docs[BLOCK - 1],
@@ -161,10 +160,30 @@ impl PostingList {
     }
 }
 
+/// Term frequencies up to this find their frontier from per-tf minimum lengths, without a sort.
+const SMALL_TF: usize = 32;
+
 /// Appends the Pareto frontier of `pairs` (tf high, length low) to `out`.
 fn push_frontier(pairs: &mut [(u32, u32)], out: &mut Vec<(u32, u32)>) {
     // tf descending, then length ascending: a pair is kept when it is shorter than every pair
-    // of higher tf kept before it.
+    // of higher tf kept before it. For small tfs that is the shortest length of each tf, taken
+    // from the highest tf down.
+    if pairs.iter().all(|&(tf, _)| tf as usize <= SMALL_TF) {
+        let mut shortest_of = [u32::MAX; SMALL_TF + 1];
+        for &(tf, len) in pairs.iter() {
+            let s = &mut shortest_of[tf as usize];
+            *s = (*s).min(len);
+        }
+        let mut shortest = u32::MAX;
+        for tf in (0..=SMALL_TF).rev() {
+            let len = shortest_of[tf];
+            if len < shortest {
+                out.push((tf as u32, len));
+                shortest = len;
+            }
+        }
+        return;
+    }
     pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut shortest = u32::MAX;
     for &(tf, len) in pairs.iter() {
@@ -315,5 +334,43 @@ mod tests {
         let mut out = Vec::new();
         push_frontier(&mut pairs, &mut out);
         assert_eq!(out, [(3, 40), (2, 5), (1, 4)]);
+        // a tf above SMALL_TF takes the sorting path: the same frontier
+        let mut pairs = vec![
+            (40, 90),
+            (3, 50),
+            (2, 5),
+            (40, 80),
+            (1, 4),
+            (33, 85),
+            (1, 4),
+        ];
+        let mut out = Vec::new();
+        push_frontier(&mut pairs, &mut out);
+        assert_eq!(out, [(40, 80), (3, 50), (2, 5), (1, 4)]);
+        // both paths agree on random blocks
+        let mut seed = 7u64;
+        for _ in 0..200 {
+            let block: Vec<(u32, u32)> = (0..BLOCK)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (1 + (seed >> 60) as u32 % 9, 5 + (seed >> 33) as u32 % 300)
+                })
+                .collect();
+            let mut fast = Vec::new();
+            push_frontier(&mut block.clone(), &mut fast);
+            let mut sorted = block.clone();
+            sorted.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut slow = Vec::new();
+            let mut shortest = u32::MAX;
+            for &(tf, len) in &sorted {
+                if len < shortest {
+                    slow.push((tf, len));
+                    shortest = len;
+                }
+            }
+            assert_eq!(fast, slow);
+        }
     }
 }
