@@ -147,4 +147,15 @@ fn classify_only_classifies_as_the_full_query_does() {
         &["--classify-only", "Who won the 1998 football world cup?"],
     );
     assert_eq!(off["classification"]["intent"], "off_topic", "{off}");
+
+    // The legal config's domain lexicon (`classifier.lexicons`) marks what is not law.
+    let (legal, dir) = legal_config("lexicon");
+    for (q, intent) in [
+        ("recipe for pancakes", "off_topic"),
+        ("What does section 420 of the Penal Code say?", "knowledge_search"),
+    ] {
+        let c = query(&cli, &legal, &["--classify-only", q]);
+        assert_eq!(c["classification"]["intent"], intent, "{q}: {c}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
