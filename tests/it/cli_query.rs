@@ -152,7 +152,10 @@ fn classify_only_classifies_as_the_full_query_does() {
     let (legal, dir) = legal_config("lexicon");
     for (q, intent) in [
         ("recipe for pancakes", "off_topic"),
-        ("What does section 420 of the Penal Code say?", "knowledge_search"),
+        (
+            "What does section 420 of the Penal Code say?",
+            "knowledge_search",
+        ),
     ] {
         let c = query(&cli, &legal, &["--classify-only", q]);
         assert_eq!(c["classification"]["intent"], intent, "{q}: {c}");

@@ -127,7 +127,7 @@ mod tests {
         );
         assert_eq!(Blocking::for_caches(1, 1, 96), Blocking { kc: 32, nc: 64 });
         let b = Blocking::detect(96);
-        assert!(b.kc % 2 == 0 && b.nc % NR == 0, "{b:?}");
+        assert!(b.kc.is_multiple_of(2) && b.nc.is_multiple_of(NR), "{b:?}");
     }
 
     #[test]
