@@ -26,8 +26,8 @@ mod milvus;
 use std::sync::Arc;
 
 #[cfg(feature = "sqlite")]
-#[cfg(feature = "sqlite")]
 pub(crate) use bm25::build::{analyze as analyze_docs, Analyzed};
+#[cfg(feature = "sqlite")]
 pub(crate) use bm25::{top_slots, Scorer};
 pub use bm25::{Bm25Index, Bm25Params};
 pub use dense::{DenseIndex, VectorStorage};

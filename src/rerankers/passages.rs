@@ -13,6 +13,9 @@
 //!
 //! [`RerankScores::passages`]: super::RerankScores::passages
 
+// The windows and the scoring plan serve the model-backed rerankers only.
+#![cfg_attr(not(feature = "models"), allow(dead_code))]
+
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
