@@ -237,6 +237,34 @@ fn agent_memory_modes_filters_depth_and_fallback() {
         .search_with(&SearchRequest::new(q).fusion_weight(0.8))
         .unwrap();
     assert_eq!(r.mode.as_deref(), Some("hybrid"));
+    // The weight is applied: the vector side's weight moves the fused scores and ranks.
+    let stage1 = |w: f32| {
+        let r = pipeline
+            .search_with(&SearchRequest::new(q).fusion_weight(w))
+            .unwrap();
+        let mut ranks: Vec<(String, usize, f32)> = r
+            .hits
+            .iter()
+            .map(|h| (h.id().to_string(), h.stage1_rank, h.stage1_score))
+            .collect();
+        ranks.sort_by(|a, b| a.0.cmp(&b.0));
+        ranks
+    };
+    let (mostly_vector, mostly_bm25) = (stage1(0.9), stage1(0.1));
+    assert_ne!(mostly_vector, mostly_bm25);
+    // A request's score threshold overrides the pipeline's: only hits at or above it stay.
+    let all = pipeline.search(q).unwrap();
+    let cut = all.hits[0].score;
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).score_threshold(cut))
+        .unwrap();
+    assert!(!r.hits.is_empty() && r.hits.iter().all(|h| h.score >= cut));
+    assert!(
+        r.hits.len() < all.hits.len(),
+        "{} of {}",
+        r.hits.len(),
+        all.hits.len()
+    );
 
     let r = pipeline
         .search_with(
