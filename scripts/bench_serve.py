@@ -101,10 +101,10 @@ def metric(text, name):
     return None
 
 
-async def load(url, body, clients, seconds):
+async def load(url, body, clients, seconds, timeout=120):
     latencies, errors, statuses = [], 0, {}
     stop = time.time() + seconds
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=clients)) as c:
+    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=clients)) as c:
 
         async def client():
             nonlocal errors
@@ -219,8 +219,8 @@ def run_rerank_serve(args, query, docs, texts):
         base = f"http://127.0.0.1:{port}"
         wait_ready(base + "/health", proc)
         result = {
-            "rerank": asyncio.run(load(base + "/v2/rerank", {"query": query, "documents": docs}, args.clients, args.seconds)),
-            "embeddings": asyncio.run(load(base + "/v1/embeddings", {"input": texts, "model": "m"}, args.clients, args.seconds)),
+            "rerank": asyncio.run(load(base + "/v2/rerank", {"query": query, "documents": docs}, args.clients, args.seconds, args.client_timeout)),
+            "embeddings": asyncio.run(load(base + "/v1/embeddings", {"input": texts, "model": "m"}, args.clients, args.seconds, args.client_timeout)),
         }
         m = httpx.get(base + "/metrics").text
         for model in ["rerank", "embed"]:
@@ -256,8 +256,8 @@ def run_infinity(args, query, docs, texts):
         ids = {cap: m["id"] for m in httpx.get(base + "/models").json()["data"]
                for cap in m.get("capabilities", [])}
         return {
-            "rerank": asyncio.run(load(base + "/rerank", {"query": query, "documents": docs, "model": ids["rerank"]}, args.clients, args.seconds)),
-            "embeddings": asyncio.run(load(base + "/embeddings", {"input": texts, "model": ids["embed"]}, args.clients, args.seconds)),
+            "rerank": asyncio.run(load(base + "/rerank", {"query": query, "documents": docs, "model": ids["rerank"]}, args.clients, args.seconds, args.client_timeout)),
+            "embeddings": asyncio.run(load(base + "/embeddings", {"input": texts, "model": ids["embed"]}, args.clients, args.seconds, args.client_timeout)),
             "peak_rss_mb": peak_rss_mb(proc.pid),
         }
     finally:
@@ -272,6 +272,9 @@ def main():
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--client-timeout", type=int, default=120,
+                    help="each client's timeout in seconds: past the time the queue takes to "
+                         "drain, no request is abandoned half-scored, on either server")
     ap.add_argument("--server-timeout", type=int, default=600,
                     help="rerank serve's --timeout-secs: long enough that a full queue waits "
                          "rather than times out, as infinity's does")
