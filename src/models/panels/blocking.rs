@@ -20,6 +20,7 @@
 
 use std::sync::OnceLock;
 
+use super::BLOCK_ROWS;
 use crate::simd::panels::NR;
 
 /// A panel product's block sizes.
@@ -55,11 +56,14 @@ impl Blocking {
         }
     }
 
-    /// The block sizes for this CPU (computed once).
-    pub fn detect(block_rows: usize) -> Blocking {
-        static CACHES: OnceLock<(usize, usize)> = OnceLock::new();
-        let (l1d, l2) = *CACHES.get_or_init(|| data_caches().unwrap_or((32 << 10, 1 << 20)));
-        Blocking::for_caches(l1d, l2, block_rows)
+    /// The block sizes for this CPU, for blocks of `BLOCK_ROWS` rows: computed once, the
+    /// caches read once.
+    pub fn detect() -> Blocking {
+        static BLOCKING: OnceLock<Blocking> = OnceLock::new();
+        *BLOCKING.get_or_init(|| {
+            let (l1d, l2) = data_caches().unwrap_or((32 << 10, 1 << 20));
+            Blocking::for_caches(l1d, l2, BLOCK_ROWS)
+        })
     }
 }
 
@@ -126,7 +130,7 @@ mod tests {
             Blocking { kc: 128, nc: 256 }
         );
         assert_eq!(Blocking::for_caches(1, 1, 96), Blocking { kc: 32, nc: 64 });
-        let b = Blocking::detect(96);
+        let b = Blocking::detect();
         assert!(b.kc.is_multiple_of(2) && b.nc.is_multiple_of(NR), "{b:?}");
     }
 

@@ -227,7 +227,7 @@ pub(crate) fn product(
     bias: &[f32],
     accumulate: bool,
 ) {
-    let blocking = Blocking::detect(BLOCK_ROWS);
+    let blocking = Blocking::detect();
     product_in(blocking, kernels, a, b, out, out_stride, bias, accumulate)
 }
 
