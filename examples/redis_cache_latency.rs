@@ -3,7 +3,7 @@
 //! (384-dimensional embeddings, answers of about 1 KB). Prints one JSON line per store and size.
 //!
 //! ```text
-//! cargo build --release --all-features --example redis_cache_latency
+//! cargo build --release --features full --example redis_cache_latency
 //! target/release/examples/redis_cache_latency            # starts its own redis-server
 //! REDIS_URL=redis://127.0.0.1:6379/0 target/release/examples/redis_cache_latency
 //! ```

@@ -15,7 +15,7 @@ directories on the same machine with the same threads, and the same load runs ag
 /rerank and /embeddings.
 
 Usage (the release binary, a Python with httpx, e.g. the cohere/openai clients virtualenv):
-    cargo build --release --all-features --example rerank
+    cargo build --release --features full --example rerank
     python scripts/bench_serve.py --bin $CARGO_TARGET_DIR/release/examples/rerank [--infinity PATH]
 """
 import argparse

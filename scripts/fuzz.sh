@@ -10,5 +10,5 @@ cd "$(dirname "$0")/.."
 cases="${1:-1000000}"
 echo "== ${cases} cases per property (release build)"
 start=$(date +%s)
-RERANK_FUZZ_CASES="$cases" cargo test --release --all-features --test it fuzz:: -- --test-threads=2
+RERANK_FUZZ_CASES="$cases" cargo test --release --features full --test it fuzz:: -- --test-threads=2
 echo "== done in $(( $(date +%s) - start )) s"

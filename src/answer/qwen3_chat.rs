@@ -167,6 +167,13 @@ impl Qwen3ChatBuilder {
         let dir = &self.dir;
         self.options.validate("Qwen3Chat", 1)?;
         let precision = self.options.precision;
+        if self.options.device.uses_candle() {
+            return Err(Error::Config(format!(
+                "Qwen3Chat: generation runs on the crate's own CPU kernels only (device cpu, \
+                 not {})",
+                self.options.device
+            )));
+        }
         if !matches!(precision, Precision::F32 | Precision::Bf16) {
             return Err(Error::Config(format!(
                 "Qwen3Chat: precision {precision} is not supported (f32 or bf16)"

@@ -9,7 +9,7 @@ use ndarray::Array2;
 
 use super::builder::EmbedderBuilder;
 use super::layout::PoolingMode;
-use super::packed::{PackedEncoder, PackedTexts};
+use super::packed::{EncoderEngine, EncoderFamily, PackedEncoder, PackedTexts};
 use super::{Embedder, Role};
 use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use crate::models::{ModelDir, ModelPool, Precision, CONFIG_FILE};
@@ -70,7 +70,7 @@ pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct BertEmbedder {
-    encoder: Encoder,
+    encoder: EncoderEngine<Encoder>,
     /// The layout, tokenizer and batching (shared with the other encoder embedders).
     text: PackedTexts,
     pool: ModelPool,
@@ -118,8 +118,14 @@ impl BertEmbedder {
             config.max_length(),
             config.vocab,
         )?;
-        let weights = EncoderWeights::open(&model_dir, family.prefix())?;
-        let encoder = Encoder::load(&weights, config, options.precision)?;
+        let engine_family = match family {
+            Family::Bert => EncoderFamily::Bert,
+            Family::Roberta => EncoderFamily::Roberta,
+        };
+        let encoder = EncoderEngine::load(options, &model_dir, engine_family, || {
+            let weights = EncoderWeights::open(&model_dir, family.prefix())?;
+            Encoder::load(&weights, config, options.precision)
+        })?;
 
         let pool = options.thread_pool("bert")?;
 

@@ -32,7 +32,7 @@ mod modernbert;
 #[cfg(feature = "http")]
 mod openai;
 #[cfg(feature = "models")]
-mod packed;
+pub(crate) mod packed;
 #[cfg(feature = "models")]
 mod qwen3;
 

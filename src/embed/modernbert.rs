@@ -8,7 +8,7 @@ use ndarray::Array2;
 
 use super::builder::EmbedderBuilder;
 use super::layout::PoolingMode;
-use super::packed::{PackedEncoder, PackedTexts};
+use super::packed::{EncoderEngine, EncoderFamily, PackedEncoder, PackedTexts};
 use super::{Embedder, Role};
 use crate::models::dense::Output;
 use crate::models::modernbert::config::ModernBertConfig;
@@ -45,7 +45,7 @@ use crate::{Error, Result};
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct ModernBertEmbedder {
-    encoder: ModernBertEncoder,
+    encoder: EncoderEngine<ModernBertEncoder>,
     /// The layout, tokenizer and batching (shared with the other encoder embedders).
     text: PackedTexts,
     pool: ModelPool,
@@ -100,7 +100,9 @@ impl ModernBertEmbedder {
         weights.check_config(&config)?;
         let (hidden, positions, vocab) = (config.hidden, config.max_positions, config.vocab);
         let text = PackedTexts::load(&builder, &model_dir, hidden, positions, vocab)?;
-        let encoder = ModernBertEncoder::load(&weights, config, options.precision)?;
+        let encoder = EncoderEngine::load(options, &model_dir, EncoderFamily::ModernBert, || {
+            ModernBertEncoder::load(&weights, config, options.precision)
+        })?;
         Ok(ModernBertEmbedder {
             encoder,
             text,

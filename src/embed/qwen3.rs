@@ -9,8 +9,8 @@ use tokenizers::Tokenizer;
 use super::builder::{encode_texts, load_tokenizer, model_id, token_ids, EmbedderBuilder};
 use super::layout::{Layout, PoolingMode};
 use super::{Embedder, Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
+use crate::models::qwen3::scorer::DecoderEngine;
 use crate::models::qwen3::Qwen3Config;
-use crate::models::qwen3::{forward::Qwen3Model, layers::MatrixFormat, scorer::Qwen3Scorer};
 use crate::models::{plan_packed_batches, ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};
 
@@ -40,7 +40,7 @@ use crate::{Error, Result};
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct Qwen3Embedder {
-    model: Qwen3Model,
+    model: DecoderEngine,
     tokenizer: Tokenizer,
     layout: Layout,
     precision: Precision,
@@ -103,15 +103,11 @@ impl Qwen3Embedder {
                 config_path.display()
             )));
         }
-        let format = match options.precision {
-            Precision::F32 => MatrixFormat::F32,
-            Precision::Bf16 => MatrixFormat::Bf16,
-            Precision::Int8 => MatrixFormat::Int8,
-        };
+        let (precision, device) = (options.precision, options.device);
         let vocab = config.vocab_size.unwrap_or(usize::MAX);
         let (tokenizer, model) = rayon::join(
             || load_tokenizer(&model_dir, &layout, vocab),
-            || Qwen3Scorer::load_model_without_head(dir, config, max_seq_length, format),
+            || DecoderEngine::load(dir, config, max_seq_length, precision, device, false),
         );
         Ok(Qwen3Embedder {
             model: model?,
@@ -164,7 +160,7 @@ impl Qwen3Embedder {
         let h = self.model.config().hidden_size;
         for batch in plan_packed_batches(&lengths, self.token_budget, self.max_batch_size) {
             let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
-            let last = self.model.last_rows(&rows, None)?;
+            let last = self.model.last_rows(&rows)?;
             for (state, &i) in last.chunks_exact(h).zip(&batch.indices) {
                 let v = self.layout.finish(state, 1, 0);
                 out.row_mut(i).iter_mut().zip(v).for_each(|(o, v)| *o = v);

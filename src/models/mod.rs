@@ -29,9 +29,12 @@
 
 mod batch;
 pub(crate) mod bert;
+#[cfg(feature = "candle")]
+pub(crate) mod candle;
 mod config;
 pub(crate) mod deberta;
 pub(crate) mod dense;
+mod device;
 mod dir;
 #[cfg(feature = "hf-hub")]
 mod hub;
@@ -52,6 +55,7 @@ pub(crate) use bert::pair::PairTokenizer;
 pub(crate) use config::ClassifierConfig;
 pub use config::{Activation, Architecture};
 pub(crate) use deberta::classifier::DebertaClassifier;
+pub use device::Device;
 pub use dir::{ModelDir, WEIGHTS_FILE};
 pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 #[cfg(feature = "hf-hub")]

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Device;
 use crate::rerankers::Passages;
 use crate::{Error, Result};
 
@@ -39,6 +40,10 @@ pub enum Precision {
     /// [`Qwen3Reranker`]: crate::rerankers::qwen3::Qwen3Reranker
     /// [`Qwen3Chat`]: crate::answer::Qwen3Chat
     Bf16,
+    /// `float16` weights and activations, on a device through candle only
+    /// ([`ModelOptions::device`] other than `cpu`): what GPUs run fastest. The crate's own CPU
+    /// kernels refuse it at `build()`.
+    F16,
 }
 
 impl Precision {
@@ -48,6 +53,7 @@ impl Precision {
             Precision::F32 => "f32",
             Precision::Int8 => "int8",
             Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
         }
     }
 }
@@ -66,8 +72,9 @@ impl std::str::FromStr for Precision {
             "f32" | "float32" => Ok(Precision::F32),
             "int8" | "i8" => Ok(Precision::Int8),
             "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            "f16" | "float16" | "half" => Ok(Precision::F16),
             other => Err(Error::Config(format!(
-                "unknown precision {other:?} (expected f32, int8 or bf16)"
+                "unknown precision {other:?} (expected f32, int8, bf16 or f16)"
             ))),
         }
     }
@@ -108,6 +115,11 @@ pub struct ModelOptions {
     /// [`Passages`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub passages: Option<Passages>,
+    /// Where the model runs (default [`Device::Cpu`]: the crate's own kernels). Any other
+    /// device runs the same model through candle (feature `candle`, and `cuda` or `metal` for
+    /// a GPU); see `docs/devices.md` for what each engine supports.
+    #[serde(skip_serializing_if = "Device::is_cpu")]
+    pub device: Device,
 }
 
 impl ModelOptions {
@@ -141,6 +153,12 @@ impl ModelOptions {
         self
     }
 
+    /// Sets [`ModelOptions::device`].
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
     /// Sets [`ModelOptions::passages`].
     pub fn passages(mut self, passages: Passages) -> Self {
         self.passages = Some(passages);
@@ -162,6 +180,22 @@ impl ModelOptions {
         }
         if let Some(n) = self.threads {
             check_threads(model, n)?;
+        }
+        self.device
+            .check_available()
+            .map_err(|e| Error::Config(format!("{model}: {}", config_message(e))))?;
+        if self.device.uses_candle() && self.precision == Precision::Int8 {
+            return Err(Error::Config(format!(
+                "{model}: precision int8 runs on the crate's own CPU kernels only (device cpu); \
+                 on device {} use f32, f16 or bf16",
+                self.device
+            )));
+        }
+        if !self.device.uses_candle() && self.precision == Precision::F16 {
+            return Err(Error::Config(format!(
+                "{model}: precision f16 runs through candle only (a device other than cpu, \
+                 such as candle-cpu or cuda)"
+            )));
         }
         if let Some(p) = &self.passages {
             p.validate()

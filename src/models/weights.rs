@@ -116,6 +116,14 @@ impl Weights {
         self
     }
 
+    /// Whether `name` is stored in a float format [`Weights::f32`] reads (an integer buffer
+    /// such as `position_ids` is not; an unknown name is not either).
+    pub fn is_float(&self, name: &str) -> bool {
+        self.tensors
+            .get(name)
+            .is_some_and(|e| dtype_size(e.dtype).is_some())
+    }
+
     /// The names of every tensor, in no particular order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)

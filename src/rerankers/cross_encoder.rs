@@ -261,12 +261,23 @@ enum Model {
     ModernBert(ModernBertClassifier),
     /// DeBERTa-v2 / v3.
     Deberta(DebertaClassifier),
+    /// Any of them through candle, on [`ModelOptions::device`].
+    #[cfg(feature = "candle")]
+    Candle(crate::models::candle::encoder::CandleClassifier),
 }
 
 impl Model {
     /// The classifier `config.json` names; any other architecture is an [`Error::Model`]
     /// naming the file and the supported ones.
-    fn load(dir: &ModelDir, precision: Precision) -> Result<Self> {
+    fn load(dir: &ModelDir, options: &ModelOptions) -> Result<Self> {
+        let (precision, device) = (options.precision, options.device);
+        if device.uses_candle() {
+            #[cfg(feature = "candle")]
+            return crate::models::candle::encoder::CandleClassifier::load(dir, device, precision)
+                .map(Model::Candle);
+            #[cfg(not(feature = "candle"))]
+            return Err(device.check_available().unwrap_err());
+        }
         match dir.architecture()? {
             Architecture::BertForSequenceClassification
             | Architecture::XlmRobertaForSequenceClassification => {
@@ -292,6 +303,8 @@ impl Model {
             Model::Bert(m) => m.config(),
             Model::ModernBert(m) => m.config(),
             Model::Deberta(m) => m.config(),
+            #[cfg(feature = "candle")]
+            Model::Candle(m) => m.config(),
         }
     }
 
@@ -300,6 +313,8 @@ impl Model {
             Model::Bert(m) => m.precision(),
             Model::ModernBert(m) => m.precision(),
             Model::Deberta(m) => m.precision(),
+            #[cfg(feature = "candle")]
+            Model::Candle(m) => m.precision(),
         }
     }
 
@@ -308,6 +323,8 @@ impl Model {
             Model::Bert(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
             Model::Deberta(m) => m.vocab_size(),
+            #[cfg(feature = "candle")]
+            Model::Candle(m) => m.vocab_size(),
         }
     }
 
@@ -316,6 +333,8 @@ impl Model {
             Model::Bert(m) => m.max_length(),
             Model::ModernBert(m) => m.max_length(),
             Model::Deberta(m) => m.max_length(),
+            #[cfg(feature = "candle")]
+            Model::Candle(m) => m.max_length(),
         }
     }
 
@@ -324,6 +343,8 @@ impl Model {
             Model::Bert(m) => m.logits(encodings),
             Model::ModernBert(m) => m.logits(encodings),
             Model::Deberta(m) => m.logits(encodings),
+            #[cfg(feature = "candle")]
+            Model::Candle(m) => m.logits(encodings),
         }
     }
 }
@@ -381,7 +402,7 @@ impl CrossEncoderBuilder {
             #[cfg(feature = "hf-hub")]
             Source::Hub(model) => model.fetch(&["tokenizer_config.json"])?,
         };
-        let model = Model::load(&dir, self.options.precision)?;
+        let model = Model::load(&dir, &self.options)?;
         let config = model.config().clone();
         if config.num_labels != 1 {
             return Err(Error::model(format!(

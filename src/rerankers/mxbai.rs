@@ -27,8 +27,7 @@ use std::path::PathBuf;
 use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
-use crate::models::qwen3::layers::MatrixFormat;
-use crate::models::qwen3::scorer::Qwen3Scorer;
+use crate::models::qwen3::scorer::{DecoderEngine, Qwen3Scorer};
 use crate::models::{ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE};
 use crate::rerankers::passages::score_documents;
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
@@ -558,11 +557,7 @@ impl MxbaiRerankerBuilder {
                 "estimated_max {max} must be a finite number"
             )));
         }
-        let format = match self.options.precision {
-            Precision::F32 => MatrixFormat::F32,
-            Precision::Bf16 => MatrixFormat::Bf16,
-            Precision::Int8 => MatrixFormat::Int8,
-        };
+        let (precision, device) = (self.options.precision, self.options.device);
         let dir = ModelDir::open(&self.dir)?;
         let config =
             Qwen3Config::from_file_for(&dir.path().join(CONFIG_FILE), DecoderFamily::Qwen2)?;
@@ -580,8 +575,10 @@ impl MxbaiRerankerBuilder {
         };
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         let encoder = PromptEncoder::new(tokenizer, &tokenizer_path, max_length, model_max_length)?;
-        let model = Qwen3Scorer::load_model(dir.path(), config, encoder.max_prompt_len(), format)?;
-        let scorer = Qwen3Scorer::new(model, encoder.yes, encoder.no)?;
+        let max_positions = encoder.max_prompt_len();
+        let model =
+            DecoderEngine::load(dir.path(), config, max_positions, precision, device, true)?;
+        let scorer = Qwen3Scorer::new(model, dir.path(), encoder.yes, encoder.no)?;
         let rows = scorer.vocab_rows();
         if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
             return Err(Error::model(format!(

@@ -6,6 +6,8 @@
 mod answer;
 mod beir_bm25;
 mod cache;
+#[cfg(feature = "candle")]
+mod candle;
 mod cases;
 mod classify;
 mod cli;

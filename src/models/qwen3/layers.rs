@@ -374,7 +374,7 @@ impl Decoder {
 /// before any of them sizes an allocation (the fused projections are sized from the config): a
 /// mismatch, or a product that overflows, is an [`Error::Model`] naming `config.json` and the
 /// key.
-fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
+pub(crate) fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
     let layer = |n: usize, name: &str| format!("model.layers.{n}.{name}");
     w.check_config_size("hidden_size", cfg.hidden_size, EMBED, 1)?;
     let last = cfg.num_hidden_layers - 1;

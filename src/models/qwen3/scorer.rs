@@ -9,54 +9,134 @@ use std::path::Path;
 use super::config::Qwen3Config;
 use super::forward::Qwen3Model;
 use super::layers::{head_name, Decoder, MatrixFormat};
-use crate::models::plan_packed_batches;
 use crate::models::weights::Weights;
+use crate::models::{plan_packed_batches, Device, Precision};
 use crate::{Error, Result};
+
+/// The decoder a scorer or an embedder runs: the crate's own kernels, or candle on a device
+/// (feature `candle`). `Send + Sync`.
+#[derive(Debug)]
+pub(crate) enum DecoderEngine {
+    Native(Qwen3Model),
+    #[cfg(feature = "candle")]
+    Candle(crate::models::candle::decoder::CandleDecoder),
+}
+
+impl DecoderEngine {
+    /// Loads the decoder in `dir` for prompts of at most `max_positions` tokens on `device` in
+    /// `precision`. `with_head`: the checkpoint must have an output head (a scorer's), checked
+    /// before the layers load. On the CPU the layers load in parallel on the current rayon
+    /// pool.
+    pub fn load(
+        dir: &Path,
+        cfg: Qwen3Config,
+        max_positions: usize,
+        precision: Precision,
+        device: Device,
+        with_head: bool,
+    ) -> Result<Self> {
+        let weights = Weights::open(dir)?;
+        if with_head {
+            head_name(&weights, &cfg)?;
+        }
+        if device.uses_candle() {
+            #[cfg(feature = "candle")]
+            return crate::models::candle::decoder::CandleDecoder::load(
+                weights,
+                cfg,
+                max_positions,
+                device,
+                precision,
+            )
+            .map(DecoderEngine::Candle);
+            #[cfg(not(feature = "candle"))]
+            return Err(device.check_available().unwrap_err());
+        }
+        let format = match precision {
+            Precision::F32 => MatrixFormat::F32,
+            Precision::Bf16 => MatrixFormat::Bf16,
+            Precision::Int8 => MatrixFormat::Int8,
+            Precision::F16 => {
+                return Err(Error::Config(
+                    "precision f16 runs through candle only (a device other than cpu)".into(),
+                ))
+            }
+        };
+        let decoder = Decoder::from_weights(weights, cfg, format)?;
+        Ok(DecoderEngine::Native(Qwen3Model::new(
+            decoder,
+            max_positions,
+        )))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Qwen3Config {
+        match self {
+            DecoderEngine::Native(m) => m.config(),
+            #[cfg(feature = "candle")]
+            DecoderEngine::Candle(m) => m.config(),
+        }
+    }
+
+    /// Rows of the input embedding (the largest token id plus one that the weights accept).
+    pub fn vocab_rows(&self) -> usize {
+        match self {
+            DecoderEngine::Native(m) => m.vocab_rows(),
+            #[cfg(feature = "candle")]
+            DecoderEngine::Candle(m) => m.vocab_rows(),
+        }
+    }
+
+    /// The most positions a prompt may have.
+    pub fn max_positions(&self) -> usize {
+        match self {
+            DecoderEngine::Native(m) => m.max_positions(),
+            #[cfg(feature = "candle")]
+            DecoderEngine::Candle(m) => m.max_positions(),
+        }
+    }
+
+    /// The final-normed hidden state of each prompt's last token, `(prompts, hidden)`, all
+    /// prompts in one forward pass (packed on the CPU, padded on a device).
+    pub fn last_rows(&self, prompts: &[&[u32]]) -> Result<Vec<f32>> {
+        match self {
+            DecoderEngine::Native(m) => m.last_rows(prompts, None),
+            #[cfg(feature = "candle")]
+            DecoderEngine::Candle(m) => m.last_rows(prompts),
+        }
+    }
+}
 
 /// A Qwen3 causal LM reduced to what yes/no scoring needs. `Send + Sync`; scoring takes `&self`.
 #[derive(Debug)]
 pub(crate) struct Qwen3Scorer {
-    model: Qwen3Model,
+    model: DecoderEngine,
     /// `W[yes] - W[no]` of the output head, `(hidden)`.
     head: Vec<f32>,
 }
 
 impl Qwen3Scorer {
-    /// Loads the decoder in `dir` for prompts of at most `max_positions` tokens, its matrices
-    /// in `format` (f32, bf16 or int8): what [`Qwen3Scorer::new`] takes, once the caller's
-    /// tokenizer (which may load meanwhile) has given the `yes` and `no` ids. Layers load in
-    /// parallel on the current rayon pool; a checkpoint without an output head fails before
-    /// they do.
-    pub fn load_model(
-        dir: &Path,
-        cfg: Qwen3Config,
-        max_positions: usize,
-        format: MatrixFormat,
-    ) -> Result<Qwen3Model> {
-        let weights = Weights::open(dir)?;
-        head_name(&weights, &cfg)?;
-        let decoder = Decoder::from_weights(weights, cfg, format)?;
-        Ok(Qwen3Model::new(decoder, max_positions))
-    }
-
-    /// [`load_model`](Self::load_model) for a checkpoint that needs no output head (an
-    /// embedding model's, saved from the bare decoder).
-    pub fn load_model_without_head(
-        dir: &Path,
-        cfg: Qwen3Config,
-        max_positions: usize,
-        format: MatrixFormat,
-    ) -> Result<Qwen3Model> {
-        let decoder = Decoder::from_weights(Weights::open(dir)?, cfg, format)?;
-        Ok(Qwen3Model::new(decoder, max_positions))
-    }
-
-    /// The scorer over `model`, keeping only the `yes - no` row difference of its output head
-    /// (read from the mapped checkpoint; an id outside the head is an error).
-    pub fn new(model: Qwen3Model, yes: u32, no: u32) -> Result<Self> {
+    /// The scorer over `model` loaded from `dir` (with its output head), keeping only the
+    /// `yes - no` row difference of the head (read from the mapped checkpoint; an id outside
+    /// the head is an error).
+    pub fn new(model: DecoderEngine, dir: &Path, yes: u32, no: u32) -> Result<Self> {
         let h = model.config().hidden_size;
-        let weights = model.decoder.embed.weights();
-        let rows = weights.rows(head_name(weights, model.config())?, h, &[yes, no])?;
+        let rows = match &model {
+            DecoderEngine::Native(m) => {
+                let weights = m.decoder.embed.weights();
+                weights.rows(head_name(weights, m.config())?, h, &[yes, no])?
+            }
+            #[cfg(feature = "candle")]
+            DecoderEngine::Candle(m) => {
+                let weights = Weights::open(dir)?;
+                let weights = match weights.has(super::layers::EMBED) {
+                    true => weights,
+                    false => weights.prefixed("model."),
+                };
+                weights.rows(head_name(&weights, m.config())?, h, &[yes, no])?
+            }
+        };
+        let _ = dir;
         let head: Vec<f32> = rows[..h]
             .iter()
             .zip(&rows[h..])
@@ -83,7 +163,7 @@ impl Qwen3Scorer {
     /// `l_yes - l_no` at the last token of each prompt, all prompts in one packed forward pass.
     pub fn logits(&self, prompts: &[&[u32]]) -> Result<Vec<f32>> {
         let h = self.config().hidden_size;
-        let rows = self.model.last_rows(prompts, None)?;
+        let rows = self.model.last_rows(prompts)?;
         Ok(rows
             .chunks_exact(h)
             .map(|row| crate::simd::dot::dot_f32(row, &self.head))

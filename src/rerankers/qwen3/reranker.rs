@@ -6,8 +6,7 @@ use rayon::prelude::*;
 
 use super::instructions::Instructions;
 use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
-use crate::models::qwen3::layers::MatrixFormat;
-use crate::models::qwen3::scorer::Qwen3Scorer;
+use crate::models::qwen3::scorer::{DecoderEngine, Qwen3Scorer};
 use crate::models::qwen3::Qwen3Config;
 use crate::models::{plan_packed_batches, ModelDir, ModelOptions, ModelPool, Precision};
 use crate::rerankers::passages::score_documents;
@@ -377,11 +376,7 @@ impl Qwen3RerankerBuilder {
     /// Checks the options, loads the tokenizer and the weights.
     pub fn build(self) -> Result<Qwen3Reranker> {
         self.options.validate("Qwen3-Reranker", 1)?;
-        let format = match self.options.precision {
-            Precision::F32 => MatrixFormat::F32,
-            Precision::Bf16 => MatrixFormat::Bf16,
-            Precision::Int8 => MatrixFormat::Int8,
-        };
+        let (precision, device) = (self.options.precision, self.options.device);
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         let default_instruction = match &self.entity_type {
             Some(entity) => self
@@ -413,10 +408,10 @@ impl Qwen3RerankerBuilder {
         // The tokenizer (about 0.35 s for Qwen3's) loads while the layers do.
         let (encoder, model) = rayon::join(
             || PromptEncoder::from_file(&tokenizer, max_length),
-            || Qwen3Scorer::load_model(dir, config, max_length, format),
+            || DecoderEngine::load(dir, config, max_length, precision, device, true),
         );
         let encoder = encoder?;
-        let scorer = Qwen3Scorer::new(model?, encoder.yes_id(), encoder.no_id())?;
+        let scorer = Qwen3Scorer::new(model?, dir, encoder.yes_id(), encoder.no_id())?;
         let rows = scorer.vocab_rows();
         if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
             return Err(Error::model(format!(
