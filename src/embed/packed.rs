@@ -43,7 +43,7 @@ pub(crate) struct EncoderEngine<E> {
 enum Engine<E> {
     Native(E),
     #[cfg(feature = "candle")]
-    Candle(crate::models::candle::encoder::CandleEncoder),
+    Candle(Box<crate::models::candle::encoder::CandleEncoder>),
 }
 
 impl<E: PackedEncoder> EncoderEngine<E> {
@@ -65,12 +65,14 @@ impl<E: PackedEncoder> EncoderEngine<E> {
                     EncoderFamily::Roberta => Family::Roberta,
                     EncoderFamily::ModernBert => Family::ModernBert,
                 };
-                Engine::Candle(CandleEncoder::load(dir, family, device, precision)?)
+                Engine::Candle(Box::new(CandleEncoder::load(
+                    dir, family, device, precision,
+                )?))
             }
             #[cfg(not(feature = "candle"))]
             {
                 let _ = (dir, family);
-                return Err(device.check_available().unwrap_err());
+                return Err(device.unavailable());
             }
         } else {
             Engine::Native(native()?)

@@ -57,6 +57,17 @@ impl Device {
     }
 }
 
+impl Device {
+    /// The error for a device this build cannot run ([`Device::check_available`]'s, or a
+    /// generic one should it say the device is available).
+    #[cfg(not(feature = "candle"))]
+    pub(crate) fn unavailable(self) -> Error {
+        self.check_available().err().unwrap_or_else(|| {
+            Error::Config(format!("device {self} is not available in this build"))
+        })
+    }
+}
+
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

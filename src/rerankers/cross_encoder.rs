@@ -263,7 +263,7 @@ enum Model {
     Deberta(DebertaClassifier),
     /// Any of them through candle, on [`ModelOptions::device`].
     #[cfg(feature = "candle")]
-    Candle(crate::models::candle::encoder::CandleClassifier),
+    Candle(Box<crate::models::candle::encoder::CandleClassifier>),
 }
 
 impl Model {
@@ -274,9 +274,9 @@ impl Model {
         if device.uses_candle() {
             #[cfg(feature = "candle")]
             return crate::models::candle::encoder::CandleClassifier::load(dir, device, precision)
-                .map(Model::Candle);
+                .map(|m| Model::Candle(Box::new(m)));
             #[cfg(not(feature = "candle"))]
-            return Err(device.check_available().unwrap_err());
+            return Err(device.unavailable());
         }
         match dir.architecture()? {
             Architecture::BertForSequenceClassification

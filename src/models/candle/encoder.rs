@@ -39,7 +39,7 @@ enum Body {
     Bert(bert::BertModel),
     Roberta(xlm_roberta::XLMRobertaModel),
     ModernBert(modernbert::ModernBert),
-    Deberta(debertav2::DebertaV2Model),
+    Deberta(Box<debertav2::DebertaV2Model>),
 }
 
 /// An encoder on a candle device: token ids in, last hidden states out. `Send + Sync`.
@@ -177,7 +177,7 @@ impl CandleEncoder {
                 let model = debertav2::DebertaV2Model::load(vb.pp("deberta"), &cfg)
                     .map_err(err("loading DeBERTa-v2"))?;
                 let pad = cfg.pad_token_id.unwrap_or(0) as u32;
-                (Body::Deberta(model), pad, native.max_positions)
+                (Body::Deberta(Box::new(model)), pad, native.max_positions)
             }
         };
         Ok(CandleEncoder {

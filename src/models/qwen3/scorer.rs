@@ -50,7 +50,7 @@ impl DecoderEngine {
             )
             .map(DecoderEngine::Candle);
             #[cfg(not(feature = "candle"))]
-            return Err(device.check_available().unwrap_err());
+            return Err(device.unavailable());
         }
         let format = match precision {
             Precision::F32 => MatrixFormat::F32,

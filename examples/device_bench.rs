@@ -1,0 +1,200 @@
+//! Throughput of one model on one device: the Rust side of `scripts/gpu_check.sh`.
+//!
+//! ```sh
+//! cargo run --release --features cuda --example device_bench -- \
+//!     --kind cross-encoder --model DIR --device cuda:0 --dtype f16 --items 512 --batch 32
+//! ```
+//!
+//! Scores (cross-encoder, qwen3-reranker) or embeds (embedder) `--items` generated texts in
+//! batches of `--batch`, once to warm up and once timed, and prints one JSON line:
+//! `{"kind", "device", "dtype", "items", "seconds", "items_per_s"}`. The texts are
+//! `scripts/gpu_peer.py`'s: document `i` is `--doc-words` words of [`WORDS`] starting at word
+//! `7 i`, query `i` `--query-words` words starting at `3 i`, so both sides see the same
+//! lengths.
+
+use std::time::Instant;
+
+use clap::Parser;
+use rerank::models::{Device, ModelOptions, Precision};
+use rerank::rerankers::qwen3::{Qwen3Reranker, ScoreInput};
+use rerank::rerankers::CrossEncoder;
+use rerank::{load_embedder, Embedder};
+
+/// The words the texts are made of (the same list as `scripts/gpu_peer.py`'s).
+const WORDS: &[&str] = &[
+    "the",
+    "model",
+    "ranks",
+    "documents",
+    "by",
+    "their",
+    "relevance",
+    "to",
+    "a",
+    "query",
+    "search",
+    "engines",
+    "use",
+    "inverted",
+    "indexes",
+    "and",
+    "dense",
+    "vectors",
+    "for",
+    "retrieval",
+    "of",
+    "passages",
+    "from",
+    "large",
+    "collections",
+    "rust",
+    "is",
+    "fast",
+    "memory",
+    "safe",
+    "language",
+    "with",
+    "zero",
+    "cost",
+    "abstractions",
+    "graphics",
+    "cards",
+    "multiply",
+    "matrices",
+    "in",
+    "parallel",
+    "attention",
+    "layers",
+    "compare",
+    "every",
+    "token",
+    "other",
+    "one",
+    "batch",
+    "sizes",
+    "grow",
+    "until",
+    "throughput",
+    "stops",
+    "rising",
+    "latency",
+    "matters",
+    "when",
+    "users",
+    "wait",
+    "answers",
+    "should",
+    "cite",
+    "sources",
+];
+
+#[derive(Parser)]
+struct Args {
+    /// cross-encoder, embedder or qwen3-reranker.
+    #[arg(long)]
+    kind: String,
+    /// The model directory.
+    #[arg(long)]
+    model: std::path::PathBuf,
+    /// cpu (the crate's kernels), candle-cpu, cuda:N or metal:N.
+    #[arg(long, default_value = "cpu")]
+    device: Device,
+    /// f32, f16 or bf16 (int8 on cpu).
+    #[arg(long, default_value = "f32")]
+    dtype: Precision,
+    #[arg(long, default_value_t = 512)]
+    items: usize,
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    #[arg(long, default_value_t = 120)]
+    doc_words: usize,
+    #[arg(long, default_value_t = 8)]
+    query_words: usize,
+}
+
+fn text(start: usize, words: usize) -> String {
+    (0..words)
+        .map(|j| WORDS[(start + j) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let docs: Vec<String> = (0..args.items)
+        .map(|i| text(7 * i, args.doc_words))
+        .collect();
+    let queries: Vec<String> = (0..args.items)
+        .map(|i| text(3 * i, args.query_words))
+        .collect();
+    let options = ModelOptions::default()
+        .device(args.device)
+        .precision(args.dtype)
+        .max_batch_size(args.batch)
+        .token_budget(args.batch * 2048);
+    let run: Box<dyn Fn() -> Result<(), rerank::Error>> = match args.kind.as_str() {
+        "cross-encoder" => {
+            let model = CrossEncoder::builder(&args.model)
+                .options(options)
+                .build()?;
+            Box::new(move || {
+                for (q, d) in queries.chunks(args.batch).zip(docs.chunks(args.batch)) {
+                    let pairs: Vec<(&str, &str)> = q
+                        .iter()
+                        .zip(d)
+                        .map(|(q, d)| (q.as_str(), d.as_str()))
+                        .collect();
+                    model.logits(&pairs)?;
+                }
+                Ok(())
+            })
+        }
+        "embedder" => {
+            let model = load_embedder(&args.model, &options)?;
+            Box::new(move || {
+                for d in docs.chunks(args.batch) {
+                    let texts: Vec<&str> = d.iter().map(String::as_str).collect();
+                    model.embed(&texts)?;
+                }
+                Ok(())
+            })
+        }
+        "qwen3-reranker" => {
+            let model = Qwen3Reranker::builder(&args.model)
+                .options(options)
+                .build()?;
+            Box::new(move || {
+                for (q, d) in queries.chunks(args.batch).zip(docs.chunks(args.batch)) {
+                    let inputs: Vec<ScoreInput<'_>> = q
+                        .iter()
+                        .zip(d)
+                        .map(|(q, d)| ScoreInput {
+                            instruction: None,
+                            query: q,
+                            document: d,
+                        })
+                        .collect();
+                    model.score_inputs(&inputs)?;
+                }
+                Ok(())
+            })
+        }
+        other => return Err(format!("unknown --kind {other}").into()),
+    };
+    run()?;
+    let start = Instant::now();
+    run()?;
+    let seconds = start.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::json!({
+            "kind": args.kind,
+            "device": args.device.to_string(),
+            "dtype": args.dtype.as_str(),
+            "items": args.items,
+            "seconds": seconds,
+            "items_per_s": args.items as f64 / seconds,
+        })
+    );
+    Ok(())
+}
