@@ -118,6 +118,7 @@ impl Weights {
 
     /// Whether `name` is stored in a float format [`Weights::f32`] reads (an integer buffer
     /// such as `position_ids` is not; an unknown name is not either).
+    #[cfg(feature = "candle")]
     pub fn is_float(&self, name: &str) -> bool {
         self.tensors
             .get(name)
