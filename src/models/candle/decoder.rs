@@ -8,10 +8,10 @@
 //! for Qwen2 and per-head q/k RMSNorms for Qwen3, RoPE (rotate-half), grouped-query attention
 //! with softmax in f32, SwiGLU.
 
-use candle_core::{DType, IndexOp, Module, Tensor, D};
+use candle_core::{DType, IndexOp, Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
-use super::{candle_device, dtype, err, to_host, var_builder, Padded};
+use super::{candle_device, dtype, err, rope, rope_tables, to_host, var_builder, Padded};
 use crate::models::qwen3::config::Qwen3Config;
 use crate::models::qwen3::layers::{check_config, EMBED};
 use crate::models::weights::Weights;
@@ -258,40 +258,6 @@ impl CandleDecoder {
         let last = x.i((.., t - 1, ..))?.contiguous()?;
         self.norm.forward(&last)
     }
-}
-
-/// `cos` and `sin` of `position * theta^(-2i/d)` for every position, each half-width table
-/// repeated twice along the last axis (transformers' `rotate_half` layout).
-fn rope_tables(
-    d: usize,
-    theta: f64,
-    positions: usize,
-    dtype: DType,
-    device: &candle_core::Device,
-) -> Result<(Tensor, Tensor)> {
-    let half = d / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / theta.powf(2.0 * i as f64 / d as f64) as f32)
-        .collect();
-    let mut angles = Vec::with_capacity(positions * d);
-    for p in 0..positions {
-        let row: Vec<f32> = inv.iter().map(|f| p as f32 * f).collect();
-        angles.extend_from_slice(&row);
-        angles.extend_from_slice(&row);
-    }
-    let angles = Tensor::from_vec(angles, (positions, d), device).map_err(err("RoPE"))?;
-    let cast =
-        |t: candle_core::Result<Tensor>| t.and_then(|t| t.to_dtype(dtype)).map_err(err("RoPE"));
-    Ok((cast(angles.cos())?, cast(angles.sin())?))
-}
-
-/// `x cos + rotate_half(x) sin`, with `rotate_half([a, b]) = [-b, a]`.
-fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    let d = x.dim(D::Minus1)?;
-    let a = x.narrow(D::Minus1, 0, d / 2)?;
-    let b = x.narrow(D::Minus1, d / 2, d / 2)?;
-    let rotated = Tensor::cat(&[&b.neg()?, &a], D::Minus1)?;
-    x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
 }
 
 /// Each key/value head repeated `n` times, to match the query heads.

@@ -4,8 +4,8 @@
 //! puts on them).
 
 use candle_core::{IndexOp, Module, Tensor, D};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
-use candle_transformers::models::{bert, debertav2, modernbert, xlm_roberta};
+use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_transformers::models::{bert, debertav2, xlm_roberta};
 use serde_json::Value;
 
 use super::{candle_device, dtype, err, to_host, var_builder, Padded};
@@ -38,8 +38,72 @@ pub(crate) enum Family {
 enum Body {
     Bert(bert::BertModel),
     Roberta(xlm_roberta::XLMRobertaModel),
-    ModernBert(modernbert::ModernBert),
-    Deberta(Box<debertav2::DebertaV2Model>),
+    ModernBert(Box<super::modernbert::ModernBert>),
+    Deberta(Box<Deberta>),
+}
+
+/// DeBERTa-v2 / v3: transformers' embeddings (written here: candle's size the token-type
+/// table by `hidden_size` where transformers sizes it by `embedding_size`) under
+/// candle-transformers' encoder (disentangled attention over log-bucketed relative positions).
+struct Deberta {
+    word: Embedding,
+    /// `position_biased_input`: absolute positions added to the input.
+    position: Option<Embedding>,
+    types: Option<Embedding>,
+    /// `embedding_size` to `hidden_size`, when they differ.
+    proj: Option<Linear>,
+    norm: LayerNorm,
+    encoder: debertav2::DebertaV2Encoder,
+}
+
+impl Deberta {
+    fn load(vb: VarBuilder, cfg: &DebertaConfig, candle_cfg: &debertav2::Config) -> Result<Self> {
+        let e = vb.pp("embeddings");
+        let (width, h) = (cfg.embedding, cfg.hidden);
+        let table = |rows: usize, name: &str| {
+            candle_nn::embedding(rows, width, e.pp(name)).map_err(err(name))
+        };
+        Ok(Deberta {
+            word: table(cfg.vocab, "word_embeddings")?,
+            position: match cfg.absolute_positions {
+                true => Some(table(cfg.max_positions, "position_embeddings")?),
+                false => None,
+            },
+            types: match cfg.type_vocab {
+                0 => None,
+                n => Some(table(n, "token_type_embeddings")?),
+            },
+            proj: match width == h {
+                true => None,
+                false => Some(
+                    candle_nn::linear_no_bias(width, h, e.pp("embed_proj"))
+                        .map_err(err("embed_proj"))?,
+                ),
+            },
+            norm: candle_nn::layer_norm(h, cfg.eps as f64, e.pp("LayerNorm"))
+                .map_err(err("LayerNorm"))?,
+            encoder: debertav2::DebertaV2Encoder::load(vb.pp("encoder"), candle_cfg)
+                .map_err(err("loading DeBERTa-v2's encoder"))?,
+        })
+    }
+
+    fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        let mut x = self.word.forward(ids)?;
+        if let Some(position) = &self.position {
+            let t = ids.dim(1)?;
+            let positions = Tensor::arange(0u32, t as u32, ids.device())?;
+            x = x.broadcast_add(&position.forward(&positions)?)?;
+        }
+        if let Some(table) = &self.types {
+            x = (x + table.forward(types)?)?;
+        }
+        if let Some(proj) = &self.proj {
+            x = proj.forward(&x)?;
+        }
+        let x = self.norm.forward(&x)?;
+        let x = x.broadcast_mul(&mask.to_dtype(x.dtype())?.unsqueeze(2)?)?;
+        self.encoder.forward(&x, mask, None, None)
+    }
 }
 
 /// An encoder on a candle device: token ids in, last hidden states out. `Send + Sync`.
@@ -141,41 +205,28 @@ impl CandleEncoder {
                 )
             }
             Family::ModernBert => {
-                let native = ModernBertConfig::from_value(&value, &file)?;
-                check_modernbert(&native, &file)?;
-                let cfg = modernbert_config(&native, &value);
+                let cfg = ModernBertConfig::from_value(&value, &file)?;
                 let bare = !weights.has("model.embeddings.tok_embeddings.weight");
                 let vb = var_builder(&weights, dtype, &device, |n| match bare {
                     true => Some(format!("model.{n}")),
                     false => Some(n.to_string()),
                 })?;
-                let model =
-                    modernbert::ModernBert::load(vb, &cfg).map_err(err("loading ModernBERT"))?;
+                let model = super::modernbert::ModernBert::load(vb, &cfg)?;
+                let pad = value
+                    .get("pad_token_id")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
                 (
-                    Body::ModernBert(model),
-                    cfg.pad_token_id,
-                    native.max_positions,
+                    Body::ModernBert(Box::new(model)),
+                    pad as u32,
+                    cfg.max_positions,
                 )
             }
             Family::Deberta => {
                 let native = DebertaConfig::from_value(&value, &file)?;
-                if native.type_vocab > 0 && native.embedding != native.hidden {
-                    // candle's embeddings size the token-type table by hidden_size where
-                    // transformers sizes it by embedding_size.
-                    return Err(Error::model(format!(
-                        "{}: DeBERTa with token types (type_vocab_size {}) and an \
-                         embedding_size ({}) other than hidden_size ({}) is not supported on \
-                         the candle engine (it runs on the cpu device)",
-                        file.display(),
-                        native.type_vocab,
-                        native.embedding,
-                        native.hidden
-                    )));
-                }
                 let cfg: debertav2::Config = parse(deberta_config(&value), &file)?;
                 let vb = var_builder(&weights, dtype, &device, |n| Some(n.to_string()))?;
-                let model = debertav2::DebertaV2Model::load(vb.pp("deberta"), &cfg)
-                    .map_err(err("loading DeBERTa-v2"))?;
+                let model = Deberta::load(vb.pp("deberta"), &native, &cfg)?;
                 let pad = cfg.pad_token_id.unwrap_or(0) as u32;
                 (Body::Deberta(Box::new(model)), pad, native.max_positions)
             }
@@ -201,7 +252,7 @@ impl CandleEncoder {
             Body::Bert(m) => m.forward(&batch.ids, &types, Some(&batch.mask)),
             Body::Roberta(m) => m.forward(&batch.ids, &batch.mask, &types, None, None, None),
             Body::ModernBert(m) => m.forward(&batch.ids, &batch.mask),
-            Body::Deberta(m) => m.forward(&batch.ids, Some(types), Some(batch.mask.clone())),
+            Body::Deberta(m) => m.forward(&batch.ids, &types, &batch.mask),
         };
         Ok((states.map_err(err("the encoder's forward pass"))?, batch))
     }
@@ -230,67 +281,6 @@ impl PackedEncoder for CandleEncoder {
                 Ok(out)
             }
         }
-    }
-}
-
-/// What candle's ModernBERT computes: no biases, GeLU (erf), a global layer every
-/// `global_attn_every_n_layers` starting with the first. Anything else is refused.
-fn check_modernbert(cfg: &ModernBertConfig, file: &std::path::Path) -> Result<()> {
-    let every = cfg
-        .global
-        .iter()
-        .skip(1)
-        .position(|&g| g)
-        .map_or(cfg.layers, |i| i + 1);
-    let regular = cfg
-        .global
-        .iter()
-        .enumerate()
-        .all(|(i, &g)| g == (i % every == 0));
-    let unsupported = [
-        (cfg.attention_bias, "attention_bias: true"),
-        (cfg.mlp_bias, "mlp_bias: true"),
-        (cfg.norm_bias, "norm_bias: true"),
-        (cfg.act != Act::Gelu, "a hidden_activation other than gelu"),
-        (!regular, "an irregular pattern of global layers"),
-    ];
-    match unsupported.iter().find(|(bad, _)| *bad) {
-        Some((_, what)) => Err(Error::model(format!(
-            "{}: ModernBERT with {what} is not supported on the candle engine (it runs on the \
-             cpu device)",
-            file.display()
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// candle's ModernBERT config for ours (read from `config.json` as the CPU path reads it,
-/// so both engines accept the same files, old key names and transformers 5's alike).
-fn modernbert_config(cfg: &ModernBertConfig, value: &Value) -> modernbert::Config {
-    let every = cfg
-        .global
-        .iter()
-        .skip(1)
-        .position(|&g| g)
-        .map_or(cfg.layers, |i| i + 1);
-    let pad = value
-        .get("pad_token_id")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    modernbert::Config {
-        vocab_size: cfg.vocab,
-        hidden_size: cfg.hidden,
-        num_hidden_layers: cfg.layers,
-        num_attention_heads: cfg.heads,
-        intermediate_size: cfg.intermediate,
-        max_position_embeddings: cfg.max_positions,
-        layer_norm_eps: cfg.eps as f64,
-        pad_token_id: pad as u32,
-        global_attn_every_n_layers: every,
-        global_rope_theta: cfg.global_theta,
-        local_attention: cfg.window * 2,
-        local_rope_theta: cfg.local_theta,
-        classifier_config: None,
     }
 }
 
@@ -399,8 +389,12 @@ impl CandleClassifier {
                 let cfg = ModernBertConfig::from_value(&value, &file)?;
                 let encoder = CandleEncoder::load(dir, Family::ModernBert, device, precision)?;
                 let vb = head_weights()?;
-                let norm = candle_nn::layer_norm_no_bias(h, cfg.eps as f64, vb.pp("head.norm"))
-                    .map_err(err("head.norm"))?;
+                let eps = cfg.eps as f64;
+                let norm = match cfg.norm_bias {
+                    true => candle_nn::layer_norm(h, eps, vb.pp("head.norm")),
+                    false => candle_nn::layer_norm_no_bias(h, eps, vb.pp("head.norm")),
+                }
+                .map_err(err("head.norm"))?;
                 let head = Head::ModernBert {
                     mean: cfg.classifier_pooling == ClassifierPooling::Mean,
                     dense: linear(&vb, h, "head.dense", cfg.classifier_bias)?,
@@ -515,7 +509,7 @@ impl Head {
 }
 
 /// `act` on candle: GELU exact (erf) or tanh-approximated, or ReLU.
-fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
+pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     match act {
         Act::Gelu => x.gelu_erf(),
         Act::GeluTanh => x.gelu(),

@@ -17,10 +17,11 @@
 
 pub(crate) mod decoder;
 pub(crate) mod encoder;
+mod modernbert;
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::weights::Weights;
@@ -152,4 +153,38 @@ pub(crate) fn to_host(t: &Tensor) -> Result<Vec<f32>> {
         .and_then(|t| t.flatten_all())
         .and_then(|t| t.to_vec1::<f32>())
         .map_err(err("reading results back"))
+}
+
+/// `cos` and `sin` of `position * theta^(-2i/d)` for every position, each half-width table
+/// repeated twice along the last axis (transformers' `rotate_half` layout).
+pub(crate) fn rope_tables(
+    d: usize,
+    theta: f64,
+    positions: usize,
+    dtype: DType,
+    device: &candle_core::Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = d / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / theta.powf(2.0 * i as f64 / d as f64) as f32)
+        .collect();
+    let mut angles = Vec::with_capacity(positions * d);
+    for p in 0..positions {
+        let row: Vec<f32> = inv.iter().map(|f| p as f32 * f).collect();
+        angles.extend_from_slice(&row);
+        angles.extend_from_slice(&row);
+    }
+    let angles = Tensor::from_vec(angles, (positions, d), device).map_err(err("RoPE"))?;
+    let cast =
+        |t: candle_core::Result<Tensor>| t.and_then(|t| t.to_dtype(dtype)).map_err(err("RoPE"));
+    Ok((cast(angles.cos())?, cast(angles.sin())?))
+}
+
+/// `x cos + rotate_half(x) sin`, with `rotate_half([a, b]) = [-b, a]`.
+pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let d = x.dim(D::Minus1)?;
+    let a = x.narrow(D::Minus1, 0, d / 2)?;
+    let b = x.narrow(D::Minus1, d / 2, d / 2)?;
+    let rotated = Tensor::cat(&[&b.neg()?, &a], D::Minus1)?;
+    x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
 }
