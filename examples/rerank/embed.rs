@@ -36,6 +36,10 @@ pub struct Args {
     /// Number format of the model's linear layers (`ModelOptions::precision`).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     precision: PrecisionArg,
+    /// Where the model runs (`ModelOptions::device`): cpu (the crate's kernels), candle-cpu,
+    /// cuda:N or metal:N (candle; needs the feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Whether the texts are queries or documents (picks the model's prompt).
     #[arg(long, value_enum, default_value_t = RoleArg::Document)]
     role: RoleArg,
@@ -72,6 +76,8 @@ pub enum PrecisionArg {
     /// bfloat16 linear layers (Qwen3-Reranker only; faster where the CPU has AVX-512 bf16;
     /// close to f32, not equal).
     Bf16,
+    /// float16 (on a device through candle only, `--device`).
+    F16,
 }
 
 #[cfg(feature = "models")]
@@ -81,6 +87,7 @@ impl From<PrecisionArg> for rerank::models::Precision {
             PrecisionArg::F32 => rerank::models::Precision::F32,
             PrecisionArg::Int8 => rerank::models::Precision::Int8,
             PrecisionArg::Bf16 => rerank::models::Precision::Bf16,
+            PrecisionArg::F16 => rerank::models::Precision::F16,
         }
     }
 }
@@ -161,6 +168,7 @@ pub fn run(args: Args) -> CliResult {
         threads: args.threads,
         max_length: args.max_length,
         precision: args.precision.into(),
+        device: args.device.parse()?,
         ..ModelOptions::default()
     };
     let embedder = rerank::load_embedder(&args.model, &options)?;
@@ -190,6 +198,7 @@ pub fn run(args: Args) -> CliResult {
         args.max_length,
         args.precision,
         args.role,
+        args.device,
     );
     Err("the embed subcommand needs the `models` feature of rerank".into())
 }

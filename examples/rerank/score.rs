@@ -50,6 +50,10 @@ pub struct Args {
     /// or Qwen3-Reranker's.
     #[arg(long, value_enum, default_value_t = crate::embed::PrecisionArg::F32)]
     precision: crate::embed::PrecisionArg,
+    /// Where the model runs (`ModelOptions::device`): cpu (the crate's kernels), candle-cpu,
+    /// cuda:N or metal:N (candle; needs the feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 /// One output line (fields in this order).
@@ -115,7 +119,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification
         | Architecture::ModernBertForSequenceClassification => {
-            let mut builder = CrossEncoder::builder(dir.path()).options(model_options(args));
+            let mut builder = CrossEncoder::builder(dir.path()).options(model_options(args)?);
             if args.raw {
                 builder = builder.raw_logits();
             }
@@ -133,7 +137,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
 fn score_reranker(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::rerankers::{load_reranker, RerankQuery};
 
-    let reranker = load_reranker(&args.model, &model_options(args))?;
+    let reranker = load_reranker(&args.model, &model_options(args)?)?;
     // The lines of each query, queries in order of first appearance.
     let mut by_query: Vec<(&str, Vec<usize>)> = Vec::new();
     let mut slot = std::collections::HashMap::new();
@@ -157,15 +161,16 @@ fn score_reranker(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
 
 /// The model options the flags ask for.
 #[cfg(feature = "models")]
-fn model_options(args: &Args) -> rerank::models::ModelOptions {
-    rerank::models::ModelOptions {
+fn model_options(args: &Args) -> CliResult<rerank::models::ModelOptions> {
+    Ok(rerank::models::ModelOptions {
         max_length: args.max_length,
         token_budget: args.token_budget,
         max_batch_size: args.batch_size,
         threads: args.threads,
         precision: args.precision.into(),
+        device: args.device.parse()?,
         ..rerank::models::ModelOptions::default()
-    }
+    })
 }
 
 /// Qwen3-Reranker: each line with its own instruction; `--raw` makes the score the logit.
@@ -173,7 +178,7 @@ fn model_options(args: &Args) -> rerank::models::ModelOptions {
 fn score_qwen3(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::rerankers::qwen3::{Qwen3Reranker, ScoreInput};
 
-    let mut builder = Qwen3Reranker::builder(&args.model).options(model_options(args));
+    let mut builder = Qwen3Reranker::builder(&args.model).options(model_options(args)?);
     if let Some(path) = &args.tokenizer {
         builder = builder.tokenizer(path);
     }

@@ -431,3 +431,75 @@ fn models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads() {
         assert_eq!(h.join().unwrap(), want);
     }
 }
+
+#[test]
+fn the_cli_scores_and_embeds_on_the_device_it_is_given() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rerank-candle-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pairs = dir.join("pairs.jsonl");
+    std::fs::write(
+        &pairs,
+        "{\"query\": \"what is rust\", \"document\": \"Rust is a systems language.\"}\n\
+         {\"query\": \"what is rust\", \"document\": \"Bananas are yellow.\"}\n",
+    )
+    .unwrap();
+    let texts = dir.join("texts.txt");
+    std::fs::write(
+        &texts,
+        "{\"text\": \"what is rust\"}\n{\"text\": \"Bananas are yellow.\"}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&bin)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            { String::from_utf8_lossy(&out.stderr).to_string() },
+        )
+    };
+    let model = local("deberta_ce_tiny/v3");
+    let (model, pairs) = (model.to_str().unwrap(), pairs.to_str().unwrap());
+    let numbers = |stdout: &str, key: &str| -> Vec<f64> {
+        stdout
+            .lines()
+            .flat_map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                match &v[key] {
+                    Value::Array(a) => a.iter().map(|x| x.as_f64().unwrap()).collect(),
+                    other => vec![other.as_f64().unwrap()],
+                }
+            })
+            .collect()
+    };
+    let device = device().to_string();
+    let score = ["score", "--model", model, "--input", pairs];
+    let (ok_cpu, cpu, _) = run(&score);
+    let (ok_dev, dev, err) = run(&[&score[..], &["--device", &device]].concat());
+    assert!(ok_cpu && ok_dev, "{err}");
+    let (a, b) = (numbers(&cpu, "score"), numbers(&dev, "score"));
+    assert_eq!(a.len(), 2);
+    assert!(
+        a.iter().zip(&b).all(|(x, y)| (x - y).abs() < TOL),
+        "{a:?} {b:?}"
+    );
+    let embedder = local("st_bert_tiny/plain");
+    let embed = ["embed", "--model", embedder.to_str().unwrap(), "--input"];
+    let embed = [&embed[..], &[texts.to_str().unwrap()]].concat();
+    let (ok_cpu, cpu, _) = run(&embed);
+    let (ok_dev, dev, err) = run(&[&embed[..], &["--device", &device]].concat());
+    assert!(ok_cpu && ok_dev, "{err}");
+    let (a, b) = (numbers(&cpu, "embedding"), numbers(&dev, "embedding"));
+    assert!(!a.is_empty() && a.iter().zip(&b).all(|(x, y)| (x - y).abs() < TOL));
+    // A device the build cannot run, or no device at all, is an error that names it.
+    let (ok, _, err) = run(&[&score[..], &["--device", "tpu"]].concat());
+    assert!(!ok && err.contains("unknown device \"tpu\""), "{err}");
+    let (ok, _, err) = run(&[&score[..], &["--precision", "f16"]].concat());
+    assert!(!ok && err.contains("f16 runs through candle only"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
