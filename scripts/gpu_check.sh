@@ -13,7 +13,7 @@
 # KINDS ("cross-encoder embedder qwen3-reranker"), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
 # PY (python3), DEADLINE_S (540: steps that would start later are skipped), GPU_CHECK_DRY.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 START=$(date +%s)
 DRY=${GPU_CHECK_DRY:-0}
@@ -28,7 +28,7 @@ if [ "$DRY" = 1 ]; then
   DEVICE=${DEVICE:-candle-cpu} TEST_DEVICE=${TEST_DEVICE:-cpu} PEER_DEVICE=cpu TINY=--tiny RUNS=1
 else
   ITEMS=${ITEMS:-512} BATCH=${BATCH:-32} DOC_WORDS=${DOC_WORDS:-120} QUERY_WORDS=${QUERY_WORDS:-8}
-  DEVICE=${DEVICE:-cuda:0} TEST_DEVICE=${TEST_DEVICE:-cuda:0} PEER_DEVICE=cuda:0 TINY= RUNS=${RUNS:-3}
+  DEVICE=${DEVICE:-cuda:0} TEST_DEVICE=${TEST_DEVICE:-cuda:0} PEER_DEVICE=cuda:0 TINY='' RUNS=${RUNS:-3}
 fi
 DTYPES=${DTYPES:-f32 f16}
 KINDS=${KINDS:-cross-encoder embedder qwen3-reranker}

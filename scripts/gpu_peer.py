@@ -25,6 +25,8 @@ word is exactly one token (a word outside the vocabulary is one [UNK]): any prog
 same number of alphanumeric words per text sees the same sequence lengths, whatever words it draws.
 `tokens_per_item` in the output says what the model saw (specials and template included).
 
+--dump-texts FILE writes that workload as JSON {"query", "docs"} (to feed the very same texts elsewhere).
+
 --save DIR writes the three random checkpoints as model directories (float32 safetensors, loadable
 offline by transformers, sentence-transformers and the Rust crate):
   DIR/cross-encoder/  config.json, model.safetensors, tokenizer.json, tokenizer_config.json
@@ -404,6 +406,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="timed passes after the warm-up; the median is reported")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes and workload (CPU test)")
+    ap.add_argument("--dump-texts", metavar="FILE", help='write {"query": ..., "docs": [...]} (the workload) and exit')
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args()
 
@@ -422,6 +425,10 @@ def main():
     if args.tiny and "--items" not in sys.argv:
         args.items, args.batch, args.doc_words, args.runs = 16, 4, 20, 1
 
+    if args.dump_texts:
+        query, docs = texts(args)
+        Path(args.dump_texts).write_text(json.dumps({"query": query, "docs": docs}))
+        return
     if args.save:
         for k in kinds:
             save_dir(k, Path(args.save) / k, args.tiny, args.seed, init_device)
