@@ -3,7 +3,9 @@
 # here (carry `.gpu`): the candle parity tests on cuda:0, then device_bench (ours) and
 # scripts/gpu_peer.py (PyTorch) on the same random models, shapes and workloads, f32 and f16.
 #
-#   bash scripts/gpu_check.sh            # on the GPU machine (about 4-6 minutes; every step has a timeout)
+#   bash scripts/gpu_check.sh            # on the GPU machine (about 4-6 minutes; every step has a timeout):
+#                                        # the device tool's run with command "bash scripts/gpu_check.sh",
+#                                        # carry [".gpu"], timeout_s 600 (the script stops starting steps at 540 s)
 #   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh   # here, no GPU: the peer on CPU at --tiny sizes; the Rust
 #                                               # binaries on candle-cpu if they run here, else skipped
 #
@@ -81,7 +83,8 @@ say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 # The staged binaries and fixtures (build_cuda.sh may have packed them into bundle.tar.xz).
 if [ -f "$GPU_DIR/bundle.tar.xz" ] && [ ! -x "$GPU_DIR/it" ]; then
   say "unpacking $GPU_DIR/bundle.tar.xz"
-  tar -C "$GPU_DIR" -xJf "$GPU_DIR/bundle.tar.xz"
+  tar -C "$GPU_DIR" -xJf "$GPU_DIR/bundle.tar.xz" 2>/dev/null ||
+    "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$GPU_DIR/bundle.tar.xz" "$GPU_DIR"
 fi
 IT=$GPU_DIR/it BENCH=$GPU_DIR/device_bench
 runs_here() {
