@@ -170,9 +170,11 @@ with open(f"{out}/gpu_raw.jsonl", "w") as f:
         f.write(json.dumps(d) + "\n")
 key = lambda d: (d.get("kind"), d.get("dtype"))
 o, p = {key(d): d for d in ours}, {key(d): d for d in peer}
-dev = next((d.get("device") for d in ours + peer if d.get("device")), "?")
+dev_o = next((d.get("device") for d in ours if d.get("device")), "?")
+dev_p = next((d.get("device") for d in peer if d.get("device")), "?")
 items = next((d.get("items") for d in ours + peer if d.get("items")), "?")
-lines = [f"Device: {dev}; {items} items per run. items/s, higher is better; ratio = ours / PyTorch.", "",
+lines = [f"ours on {dev_o}, PyTorch on {dev_p}; {items} items per run; items/s, higher is better; "
+         "ratio = ours / PyTorch.", "",
          "| kind | dtype | ours items/s | PyTorch items/s | ratio | tokens/item | PyTorch peer |",
          "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
 order = {n: i for i, n in enumerate(["cross-encoder", "embedder", "qwen3-reranker", "f32", "f16", "bf16"])}
