@@ -91,7 +91,7 @@ nice -n 19 cargo fetch --quiet
 install_toolkit
 eval "$(print_env)"
 export CARGO_TARGET_DIR=${RERANK_CUDA_TARGET_DIR:-$CACHE/gpu-target}
-log "toolkit ready ($(( $(date +%s) - T0 ))s): $(nvcc --version | tail -1); target dir $CARGO_TARGET_DIR"
+log "toolkit ready ($(( $(date +%s) - T0 ))s): $(nvcc --version | grep -m1 release); target dir $CARGO_TARGET_DIR"
 
 log "cargo build --release --features cuda --example device_bench"
 nice -n 19 cargo build --release --features cuda --example device_bench
@@ -129,7 +129,7 @@ done
 echo "$REPO" >"$STAGE/manifest_dir"
 {
   echo "built: $(date -u +%FT%TZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- || echo ' (+ uncommitted changes)')"
-  echo "nvcc: $(nvcc --version | tail -1)"
+  echo "nvcc: $(nvcc --version | grep -m1 release)"
   echo "CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION"
   echo "crates: $(grep -A1 -E '^name = "(candle-core|candle-kernels|cudarc)"' Cargo.lock | grep -oE '"[^"]+"' | paste -sd' ')"
   echo "needs at run time: $(ldd "$STAGE/it" 2>/dev/null | awk '/=>/{print $1}' | grep -E 'cu|nvrtc' | sort -u | paste -sd' ')"

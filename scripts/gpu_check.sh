@@ -28,7 +28,7 @@ PY=${PY:-python3}
 DEADLINE_S=${DEADLINE_S:-540}
 if [ "$DRY" = 1 ]; then
   ITEMS=${ITEMS:-16} BATCH=${BATCH:-4} DOC_WORDS=${DOC_WORDS:-20} QUERY_WORDS=${QUERY_WORDS:-8}
-  DEVICE=${DEVICE:-candle-cpu} TEST_DEVICE=${TEST_DEVICE:-cpu} PEER_DEVICE=cpu TINY=--tiny RUNS=1
+  DEVICE=${DEVICE:-candle-cpu} TEST_DEVICE=${TEST_DEVICE:-candle-cpu} PEER_DEVICE=cpu TINY=--tiny RUNS=1
 else
   ITEMS=${ITEMS:-512} BATCH=${BATCH:-32} DOC_WORDS=${DOC_WORDS:-120} QUERY_WORDS=${QUERY_WORDS:-8}
   DEVICE=${DEVICE:-cuda:0} TEST_DEVICE=${TEST_DEVICE:-cuda:0} PEER_DEVICE=cuda:0 TINY='' RUNS=${RUNS:-3}
@@ -78,6 +78,13 @@ print(":".join(dict.fromkeys(dirs)))
 EOF
 )
 export LD_LIBRARY_PATH="${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Dry run: the CUDA binaries start here on build_cuda.sh's libcuda stub and toolkit libraries (they
+# run on candle-cpu; any CUDA call fails cleanly). STUB_ROOT: the CUDA root build_cuda.sh assembled.
+STUB_ROOT=${STUB_ROOT:-${RERANK_CUDA_CACHE:-$HOME/.cache/rerank}/cuda-13.0}
+if [ "$DRY" = 1 ] && [ -f "$STUB_ROOT/lib64/stubs/libcuda.so" ]; then
+  mkdir -p /tmp/gpu-check-stub && ln -sfn "$STUB_ROOT/lib64/stubs/libcuda.so" /tmp/gpu-check-stub/libcuda.so.1
+  export LD_LIBRARY_PATH="/tmp/gpu-check-stub:$STUB_ROOT/lib64:$LD_LIBRARY_PATH"
+fi
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
 # The staged binaries and fixtures (build_cuda.sh may have packed them into bundle.tar.xz).
