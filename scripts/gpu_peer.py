@@ -385,7 +385,7 @@ def bench(kind, dtype_name, d, device, args):
            "batch": args.batch, "tokens_per_item": tokens, "seconds": round(seconds, 6),
            "items_per_s": round(args.items / seconds, 3), "runs": [round(t, 6) for t in times],
            "first_outputs": [round(x, 6) for x in first], "peer": peer,
-           "torch": torch.__version__}
+           "torch": torch.__version__, "f32_matmul": torch.get_float32_matmul_precision()}
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return row
