@@ -18,14 +18,14 @@ Each runs in every --dtypes entry (f32, f16, bf16) and prints one JSON line:
 {"impl": "pytorch", "kind", "device", "dtype", "items", "batch", "tokens_per_item", "seconds",
  "items_per_s", "runs", "peer"}; seconds is the median of --runs timed passes after a warm-up pass.
 
-The texts: one query of --query-words words and --items documents of --doc-words words each, drawn
-with --seed from the fixed list WORDS below (lowercase ASCII words). The tokenizers are WordLevel
-over a generated vocabulary with a `Whitespace` pre-tokenizer, so EVERY space-separated alphanumeric
-word is exactly one token (a word outside the vocabulary is one [UNK]): any program that draws the
-same number of alphanumeric words per text sees the same sequence lengths, whatever words it draws.
-`tokens_per_item` in the output says what the model saw (specials and template included).
+The texts are examples/device_bench.rs's: --items (query i, document i) pairs (documents alone for the
+embedder), document i = --doc-words words of WORDS from word 7 i on, query i = --query-words words from
+word 3 i on (cyclically). The tokenizers are WordLevel over a generated vocabulary with a `Whitespace`
+pre-tokenizer, so every space-separated alphanumeric word is exactly one token (a word outside the
+vocabulary is one [UNK]). `tokens_per_item` in the output says what the model saw (specials and
+template included). Timing: one whole pass to warm up (as device_bench), then --runs timed passes.
 
---dump-texts FILE writes that workload as JSON {"query", "docs"} (to feed the very same texts elsewhere).
+--dump-texts FILE writes that workload as JSON {"queries", "docs"}.
 
 --save DIR writes the three random checkpoints as model directories (float32 safetensors, loadable
 offline by transformers, sentence-transformers and the Rust crate):
@@ -50,7 +50,6 @@ Usage:
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -76,23 +75,23 @@ QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 QWEN3_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 QWEN3_MAX_LENGTH = 8192
 
-# Lowercase ASCII words the texts are drawn from (all in every generated vocabulary).
-WORDS = """
+# The words the texts are made of: examples/device_bench.rs's WORDS, in the same order (keep the two
+# lists identical). Text `start, n` is n words from WORDS[start] on, cyclically: document i starts at
+# word 7 i, query i at word 3 i, so both programs feed the very same (query i, document i) pairs.
+WORDS = [
+    "the", "model", "ranks", "documents", "by", "their", "relevance", "to", "a", "query", "search",
+    "engines", "use", "inverted", "indexes", "and", "dense", "vectors", "for", "retrieval", "of", "passages",
+    "from", "large", "collections", "rust", "is", "fast", "memory", "safe", "language", "with", "zero",
+    "cost", "abstractions", "graphics", "cards", "multiply", "matrices", "in", "parallel", "attention",
+    "layers", "compare", "every", "token", "other", "one", "batch", "sizes", "grow", "until", "throughput",
+    "stops", "rising", "latency", "matters", "when", "users", "wait", "answers", "should", "cite", "sources",
+]
+# More words for the generated vocabularies (so that the ids of common words look like words).
+FILL_WORDS = """
 the of and to in is was for on that with as by at from his her it an are were which be this has had
 not but they their one all also first new two after its who have been more other time years when
-into most only over city during some many such used where later these world state three between
-under then both since film through year called while may would each him being well team season
-known made part about four number early high south north national several back however water system
-long protein cell gene study patients disease cancer treatment clinical data results analysis model
-method effect risk blood brain heart human mouse tissue expression activity level increase response
-function role control signal pathway growth factor receptor binding structure membrane acid energy
-school music album game war river church house party member group government country company family
-field light power market history science research theory policy health public social economic small
-large major local general common early late central western eastern modern ancient royal military
-process design network energy engine record series station island league county district village
-court union army force order award prize book story song band club road line bridge tower center
+protein cell gene study patients disease cancer treatment clinical data results analysis model
 """.split()
-WORDS = list(dict.fromkeys(WORDS))  # unique, order kept
 
 SHAPES = {
     "cross-encoder": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
@@ -130,7 +129,7 @@ def word_level_tokenizer(size, fixed, specials):
     vocab = dict(fixed)
     used = set(vocab.values())
     assert len(used) == len(vocab) and max(used) < size, "fixed ids collide or exceed the vocabulary"
-    pool = iter([w for w in dict.fromkeys(WORDS + extra) if w not in vocab])
+    pool = iter([w for w in dict.fromkeys(WORDS + FILL_WORDS + extra) if w not in vocab])
     filler = 0
     for i in range(size):
         if i in used:
@@ -268,11 +267,15 @@ def ensure_dir(kind, root, tiny, seed, init_device):
 # ---------------------------------------------------------------- workloads
 
 
+def text(start, n):
+    return " ".join(WORDS[(start + j) % len(WORDS)] for j in range(n))
+
+
 def texts(args):
-    rng = random.Random(args.seed)
-    query = " ".join(rng.choice(WORDS) for _ in range(args.query_words))
-    docs = [" ".join(rng.choice(WORDS) for _ in range(args.doc_words)) for _ in range(args.items)]
-    return query, docs
+    """(queries, docs): query i and document i as examples/device_bench.rs makes them."""
+    queries = [text(3 * i, args.query_words) for i in range(args.items)]
+    docs = [text(7 * i, args.doc_words) for i in range(args.items)]
+    return queries, docs
 
 
 def sync(device):
@@ -281,8 +284,8 @@ def sync(device):
 
 
 def cross_encoder_runner(d, device, dtype, args):
-    query, docs = texts(args)
-    pairs = [(query, doc) for doc in docs]
+    queries, docs = texts(args)
+    pairs = list(zip(queries, docs))
     try:
         if os.environ.get("GPU_PEER_NO_ST"):
             raise RuntimeError("GPU_PEER_NO_ST is set")
@@ -295,7 +298,7 @@ def cross_encoder_runner(d, device, dtype, args):
         def run(p):
             return ce.predict(p, batch_size=args.batch, show_progress_bar=False, convert_to_numpy=True)
 
-        tokens = len(ce.tokenizer(query, docs[0])["input_ids"])
+        tokens = len(ce.tokenizer(queries[0], docs[0])["input_ids"])
         peer = "sentence-transformers CrossEncoder.predict"
     except Exception as e:  # noqa: BLE001 - fall back to transformers directly
         log(f"CrossEncoder unavailable ({type(e).__name__}: {e}); using transformers directly")
@@ -314,9 +317,9 @@ def cross_encoder_runner(d, device, dtype, args):
                 out.append(torch.sigmoid(model(**enc).logits.float()[:, 0]).cpu())
             return torch.cat(out).numpy()
 
-        tokens = len(tok(query, docs[0])["input_ids"])
+        tokens = len(tok(queries[0], docs[0])["input_ids"])
         peer = "transformers XLMRobertaForSequenceClassification"
-    return (lambda: run(pairs)), (lambda: run(pairs[: min(len(pairs), 2 * args.batch)])), tokens, peer
+    return (lambda: run(pairs)), tokens, peer
 
 
 def embedder_runner(d, device, dtype, args):
@@ -332,20 +335,20 @@ def embedder_runner(d, device, dtype, args):
                          normalize_embeddings=False)  # the Normalize module already normalises
 
     tokens = len(st.tokenizer(docs[0])["input_ids"])
-    return (lambda: run(docs)), (lambda: run(docs[: min(len(docs), 2 * args.batch)])), tokens, \
+    return (lambda: run(docs)), tokens, \
         "sentence-transformers SentenceTransformer.encode (mean pooling, Normalize)"
 
 
 def qwen3_runner(d, device, dtype, args):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    query, docs = texts(args)
+    queries, docs = texts(args)
     tok = AutoTokenizer.from_pretrained(str(d), padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, attn_implementation="sdpa").to(device).eval()
     yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
     prefix = tok.encode(QWEN3_PREFIX, add_special_tokens=False)
     suffix = tok.encode(QWEN3_SUFFIX, add_special_tokens=False)
-    bodies = [f"<Instruct>: {QWEN3_INSTRUCTION}\n<Query>: {query}\n<Document>: {doc}" for doc in docs]
+    bodies = [f"<Instruct>: {QWEN3_INSTRUCTION}\n<Query>: {q}\n<Document>: {doc}" for q, doc in zip(queries, docs)]
 
     @torch.inference_mode()
     def run(b):
@@ -361,7 +364,7 @@ def qwen3_runner(d, device, dtype, args):
         return torch.cat(scores).numpy()
 
     tokens = len(prefix) + len(tok.encode(bodies[0], add_special_tokens=False)) + len(suffix)
-    return (lambda: run(bodies)), (lambda: run(bodies[: min(len(bodies), 2 * args.batch)])), tokens, \
+    return (lambda: run(bodies)), tokens, \
         "transformers Qwen3ForCausalLM (sdpa, left padding, logits_to_keep=1)"
 
 
@@ -370,8 +373,8 @@ RUNNERS = {"cross-encoder": cross_encoder_runner, "embedder": embedder_runner, "
 
 def bench(kind, dtype_name, d, device, args):
     runner = RUNNERS[kind]
-    full, warm, tokens, peer = runner(d, device, DTYPES[dtype_name], args)
-    warm()
+    full, tokens, peer = runner(d, device, DTYPES[dtype_name], args)
+    full()  # the warm-up: one whole pass, as device_bench does
     sync(device)
     times, out = [], None
     for _ in range(args.runs):
@@ -406,7 +409,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="timed passes after the warm-up; the median is reported")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes and workload (CPU test)")
-    ap.add_argument("--dump-texts", metavar="FILE", help='write {"query": ..., "docs": [...]} (the workload) and exit')
+    ap.add_argument("--dump-texts", metavar="FILE", help='write {"queries": [...], "docs": [...]} and exit')
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args()
 
@@ -426,8 +429,8 @@ def main():
         args.items, args.batch, args.doc_words, args.runs = 16, 4, 20, 1
 
     if args.dump_texts:
-        query, docs = texts(args)
-        Path(args.dump_texts).write_text(json.dumps({"query": query, "docs": docs}))
+        queries, docs = texts(args)
+        Path(args.dump_texts).write_text(json.dumps({"queries": queries, "docs": docs}))
         return
     if args.save:
         for k in kinds:
