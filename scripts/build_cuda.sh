@@ -2,6 +2,7 @@
 # Builds the `cuda` feature's binaries on a machine WITHOUT a GPU and stages them in .gpu/ for the
 # GPU machine (carry `.gpu`; there, run scripts/gpu_check.sh):
 #   .gpu/device_bench  (cargo build --release --features cuda --example device_bench, stripped)
+#   .gpu/rerank        (the CLI example, same build: the parity tests run it, through RERANK_BIN)
 #   .gpu/it            (cargo test --release --features cuda --test it --no-run, stripped)
 #   .gpu/fixtures/     ce_tiny_a, qwen3_tiny_a, minilm_embed from ../shared/fixtures (RERANK_SHARED_FIXTURES)
 #   .gpu/BUILD_INFO, .gpu/manifest_dir
@@ -93,8 +94,8 @@ eval "$(print_env)"
 export CARGO_TARGET_DIR=${RERANK_CUDA_TARGET_DIR:-$CACHE/gpu-target}
 log "toolkit ready ($(( $(date +%s) - T0 ))s): $(nvcc --version | grep -m1 release); target dir $CARGO_TARGET_DIR"
 
-log "cargo build --release --features cuda --example device_bench"
-nice -n 19 cargo build --release --features cuda --example device_bench
+log "cargo build --release --features cuda --example device_bench --example rerank"
+nice -n 19 cargo build --release --features cuda --example device_bench --example rerank
 log "cargo test --release --features cuda --test it --no-run"
 IT_BIN=$(nice -n 19 cargo test --release --features cuda --test it --no-run --message-format=json \
   | "$PY" -c 'import json,sys
@@ -115,6 +116,7 @@ STAGE=$REPO/.gpu
 rm -rf "$STAGE"
 mkdir -p "$STAGE/fixtures"
 strip --strip-all -o "$STAGE/device_bench" "$CARGO_TARGET_DIR/release/examples/device_bench"
+strip --strip-all -o "$STAGE/rerank" "$CARGO_TARGET_DIR/release/examples/rerank"
 strip --strip-all -o "$STAGE/it" "$IT_BIN"
 FX=${RERANK_SHARED_FIXTURES:-$REPO/../shared/fixtures}
 for f in ce_tiny_a qwen3_tiny_a minilm_embed; do
@@ -133,7 +135,7 @@ echo "$REPO" >"$STAGE/manifest_dir"
   echo "CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION"
   echo "crates: $(grep -A1 -E '^name = "(candle-core|candle-kernels|cudarc)"' Cargo.lock | grep -oE '"[^"]+"' | paste -sd' ')"
   echo "needs at run time: $(ldd "$STAGE/it" 2>/dev/null | awk '/=>/{print $1}' | grep -E 'cu|nvrtc' | sort -u | paste -sd' ')"
-  (cd "$STAGE" && sha256sum device_bench it)
+  (cd "$STAGE" && sha256sum device_bench rerank it)
 } >"$STAGE/BUILD_INFO"
 
 # --- what travels: the working tree (tracked + untracked, not ignored) plus .gpu.
@@ -141,10 +143,13 @@ mib() { awk -v b="$1" 'BEGIN{printf "%.1f", b/1048576}'; }
 TREE=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END{print s+0}')
 GPU=$(du -sb "$STAGE" | cut -f1)
 BUDGET=$(( ${GPU_BUDGET_MIB:-64} * 1048576 ))
-log "sizes: device_bench $(mib "$(stat -c %s "$STAGE/device_bench")") MiB, it $(mib "$(stat -c %s "$STAGE/it")") MiB, fixtures $(mib "$(du -sb "$STAGE/fixtures" | cut -f1)") MiB"
+log "sizes: device_bench $(mib "$(stat -c %s "$STAGE/device_bench")") MiB, rerank $(mib "$(stat -c %s "$STAGE/rerank")") MiB, it $(mib "$(stat -c %s "$STAGE/it")") MiB, fixtures $(mib "$(du -sb "$STAGE/fixtures" | cut -f1)") MiB"
 if [ $(( TREE + GPU )) -gt $(( BUDGET - 2 * 1048576 )) ]; then
   log "working tree $(mib "$TREE") MiB + .gpu $(mib "$GPU") MiB is over the budget: packing into bundle.tar.xz"
-  (cd "$STAGE" && tar -cf - device_bench it fixtures | xz -T2 -6 >bundle.tar.xz && rm -rf device_bench it fixtures)
+  # One xz stream with a dictionary larger than a binary: the three binaries share most of their
+  # bytes (candle's kernels, the crate), so each copy after the first costs little.
+  (cd "$STAGE" && tar -cf - device_bench rerank it fixtures | xz -T1 --lzma2=preset=6,dict=256MiB >bundle.tar.xz &&
+    rm -rf device_bench rerank it fixtures)
   GPU=$(du -sb "$STAGE" | cut -f1)
 fi
 log ".gpu total $(mib "$GPU") MiB; with the working tree $(mib $(( TREE + GPU ))) MiB of $(( BUDGET / 1048576 )) MiB"

@@ -94,11 +94,13 @@ if [ -f "$GPU_DIR/bundle.tar.xz" ] && [ ! -x "$GPU_DIR/it" ]; then
     "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$GPU_DIR/bundle.tar.xz" "$GPU_DIR"
 fi
 IT=$GPU_DIR/it BENCH=$GPU_DIR/device_bench
+# The CLI example the parity tests run (tests/it/common.rs: rerank_cli).
+[ -x "$GPU_DIR/rerank" ] && export RERANK_BIN=$GPU_DIR/rerank
 runs_here() {
   [ -x "$1" ] || { say "$1: absent"; return 1; }
   local msg; msg=$("$1" --help 2>&1) || { say "$1 does not start here:"; echo "$msg" | head -5; return 1; }
 }
-for b in "$IT" "$BENCH"; do
+for b in "$IT" "$BENCH" "$GPU_DIR/rerank"; do
   if [ -x "$b" ]; then
     miss=$(ldd "$b" 2>/dev/null | grep 'not found' || true)
     [ -n "$miss" ] && say "$b: missing libraries:" && echo "$miss"
