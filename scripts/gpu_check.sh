@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# What runs ON the GPU machine, from the repository root, after scripts/build_cuda.sh staged .gpu/
+# here (carry `.gpu`): the candle parity tests on cuda:0, then device_bench (ours) and
+# scripts/gpu_peer.py (PyTorch) on the same random models, shapes and workloads, f32 and f16.
+#
+#   bash scripts/gpu_check.sh            # on the GPU machine (about 4-6 minutes; every step has a timeout):
+#                                        # the device tool's run with command "bash scripts/gpu_check.sh",
+#                                        # carry [".gpu"], timeout_s 600 (the script stops starting steps at 540 s)
+#   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh   # here, no GPU: the peer on CPU at --tiny sizes; the Rust
+#                                               # binaries on candle-cpu if they run here, else skipped
+#
+# Writes, under $OUT (default /tmp/gpu-out): gpu_table.md (ours vs PyTorch, items/s and ratio),
+# gpu_raw.jsonl (every JSON line, "impl": "rerank" or "pytorch"), gpu_check.log (all output).
+# Environment: ITEMS BATCH DOC_WORDS QUERY_WORDS (the workload: 512 32 120 8), DTYPES ("f32 f16"),
+# KINDS ("cross-encoder embedder qwen3-reranker"), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
+# PY (python3), DEADLINE_S (540: steps that would start later are skipped), IT_SKIP (libtest --skip
+# arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+START=$(date +%s)
+DRY=${GPU_CHECK_DRY:-0}
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+GPU_DIR=$(cd "${GPU_DIR:-.gpu}" 2>/dev/null && pwd || echo "$ROOT/.gpu")
+MODELS=${MODELS:-/tmp/peer_models}
+PY=${PY:-python3}
+DEADLINE_S=${DEADLINE_S:-540}
+if [ "$DRY" = 1 ]; then
+  ITEMS=${ITEMS:-16} BATCH=${BATCH:-4} DOC_WORDS=${DOC_WORDS:-20} QUERY_WORDS=${QUERY_WORDS:-8}
+  DEVICE=${DEVICE:-candle-cpu} TEST_DEVICE=${TEST_DEVICE:-candle-cpu} PEER_DEVICE=cpu TINY=--tiny RUNS=1
+else
+  ITEMS=${ITEMS:-512} BATCH=${BATCH:-32} DOC_WORDS=${DOC_WORDS:-120} QUERY_WORDS=${QUERY_WORDS:-8}
+  DEVICE=${DEVICE:-cuda:0} TEST_DEVICE=${TEST_DEVICE:-cuda:0} PEER_DEVICE=cuda:0 TINY='' RUNS=${RUNS:-3}
+fi
+DTYPES=${DTYPES:-f32 f16}
+# The real all-MiniLM-L6-v2 (90 MB) cannot travel: its test would fail under RERANK_REQUIRE_FIXTURES=1.
+IT_SKIP=${IT_SKIP---skip the_real_minilm_matches_sentence_transformers}
+KINDS=${KINDS:-cross-encoder embedder qwen3-reranker}
+LOG=$OUT/gpu_check.log
+OURS=$OUT/.ours.jsonl PEER=$OUT/.peer.jsonl
+: >"$LOG"; : >"$OURS"; : >"$PEER"
+exec > >(tee -a "$LOG") 2>&1
+
+say() { echo "== [$(( $(date +%s) - START ))s] $*"; }
+# step SECONDS CMD...: runs CMD under a timeout unless the deadline is near; never fails the script.
+step() {
+  local t=$1; shift
+  local left=$(( DEADLINE_S - ($(date +%s) - START) ))
+  if [ "$left" -lt 15 ]; then say "SKIPPED (deadline): $*"; return 99; fi
+  [ "$t" -gt "$left" ] && t=$left
+  timeout --kill-after=10 "$t" "$@"
+  local rc=$?
+  [ $rc -eq 124 ] && say "TIMED OUT after ${t}s: $*"
+  [ $rc -ne 0 ] && say "exit $rc: $*"
+  return $rc
+}
+
+say "gpu_check (dry=$DRY) in $ROOT; out $OUT"
+if [ "$DRY" != 1 ]; then
+  step 30 nvidia-smi
+  step 10 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+fi
+[ -f "$GPU_DIR/BUILD_INFO" ] && cat "$GPU_DIR/BUILD_INFO"
+
+# --- the CUDA 13 libraries the binaries link (cuBLAS, cuBLASLt, cuRAND, NVRTC, cudart): those of
+# PyTorch's wheels (site-packages/nvidia/cu13/lib, or nvidia/*/lib in older layouts), torch/lib,
+# then the toolkit's; libcuda.so.1 is the driver's.
+LIBS=$(timeout 60 "$PY" - <<'EOF' 2>/dev/null
+import glob, os, sys
+dirs = []
+for p in sys.path:
+    for pat in ("nvidia/cu13/lib", "nvidia/*/lib", "torch/lib"):
+        dirs += [d for d in glob.glob(os.path.join(p, pat)) if os.path.isdir(d)]
+dirs += [d for d in ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/nvidia/lib64",
+                     "/usr/local/nvidia/lib") if os.path.isdir(d)]
+print(":".join(dict.fromkeys(dirs)))
+EOF
+)
+export LD_LIBRARY_PATH="${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Dry run: the CUDA binaries start here on build_cuda.sh's libcuda stub and toolkit libraries (they
+# run on candle-cpu; any CUDA call fails cleanly). STUB_ROOT: the CUDA root build_cuda.sh assembled.
+STUB_ROOT=${STUB_ROOT:-${RERANK_CUDA_CACHE:-$HOME/.cache/rerank}/cuda-13.0}
+if [ "$DRY" = 1 ] && [ -f "$STUB_ROOT/lib64/stubs/libcuda.so" ]; then
+  mkdir -p /tmp/gpu-check-stub && ln -sfn "$STUB_ROOT/lib64/stubs/libcuda.so" /tmp/gpu-check-stub/libcuda.so.1
+  export LD_LIBRARY_PATH="/tmp/gpu-check-stub:$STUB_ROOT/lib64:$LD_LIBRARY_PATH"
+fi
+say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+# The staged binaries and fixtures (build_cuda.sh may have packed them into bundle.tar.xz).
+if [ -f "$GPU_DIR/bundle.tar.xz" ] && [ ! -x "$GPU_DIR/it" ]; then
+  say "unpacking $GPU_DIR/bundle.tar.xz"
+  tar -C "$GPU_DIR" -xJf "$GPU_DIR/bundle.tar.xz" 2>/dev/null ||
+    "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$GPU_DIR/bundle.tar.xz" "$GPU_DIR"
+fi
+IT=$GPU_DIR/it BENCH=$GPU_DIR/device_bench
+# The CLI example the parity tests run (tests/it/common.rs: rerank_cli).
+[ -x "$GPU_DIR/rerank" ] && export RERANK_BIN=$GPU_DIR/rerank
+runs_here() {
+  [ -x "$1" ] || { say "$1: absent"; return 1; }
+  local msg; msg=$("$1" --help 2>&1) || { say "$1 does not start here:"; echo "$msg" | head -5; return 1; }
+}
+for b in "$IT" "$BENCH" "$GPU_DIR/rerank"; do
+  if [ -x "$b" ]; then
+    miss=$(ldd "$b" 2>/dev/null | grep 'not found' || true)
+    [ -n "$miss" ] && say "$b: missing libraries:" && echo "$miss"
+  fi
+done
+# Tests that name paths through the build machine's CARGO_MANIFEST_DIR: make that path lead here.
+if [ -f "$GPU_DIR/manifest_dir" ]; then
+  md=$(cat "$GPU_DIR/manifest_dir")
+  if [ "$md" != "$ROOT" ] && [ ! -e "$md" ]; then
+    mkdir -p "$(dirname "$md")" && ln -s "$ROOT" "$md" && say "linked $md -> $ROOT"
+  fi
+  sh_fx="$(dirname "$md")/shared/fixtures"
+  if [ -d "$GPU_DIR/fixtures" ] && [ ! -e "$sh_fx" ]; then
+    mkdir -p "$(dirname "$sh_fx")" && ln -s "$GPU_DIR/fixtures" "$sh_fx" && say "linked $sh_fx -> $GPU_DIR/fixtures"
+  fi
+fi
+
+# --- 1. the random peer model directories (float32), shared by both sides.
+say "writing the peer models to $MODELS"
+step 240 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --device "$PEER_DEVICE"
+du -sh "$MODELS"/* 2>/dev/null
+
+# --- 2. the candle parity tests on the device.
+if runs_here "$IT"; then
+  say "parity tests: RERANK_TEST_DEVICE=$TEST_DEVICE"
+  RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
+    step 180 "$IT" candle:: --test-threads=1 $IT_SKIP
+  echo "parity tests exit: $?"
+else
+  say "SKIPPED parity tests: $IT absent or does not run here"
+fi
+
+# --- 3. ours: device_bench, each kind and dtype.
+if runs_here "$BENCH"; then
+  for kind in $KINDS; do
+    for dt in $DTYPES; do
+      say "device_bench $kind $dt on $DEVICE"
+      step 120 "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype "$dt" \
+        --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" \
+        >"$OUT/.bench.out"
+      cat "$OUT/.bench.out"
+      grep '^{' "$OUT/.bench.out" | tail -1 >>"$OURS"
+    done
+  done
+else
+  say "SKIPPED device_bench: $BENCH absent or does not run here"
+fi
+
+# --- 4. the PyTorch peer, the same workloads.
+for kind in $KINDS; do
+  say "gpu_peer $kind ($DTYPES) on $PEER_DEVICE"
+  step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds "$kind" --dtypes "${DTYPES// /,}" \
+    --device "$PEER_DEVICE" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
+    --query-words "$QUERY_WORDS" --runs "$RUNS" >"$OUT/.peer.out"
+  cat "$OUT/.peer.out"
+  grep '^{' "$OUT/.peer.out" >>"$PEER"
+done
+
+# --- 5. the table.
+"$PY" - "$OURS" "$PEER" "$OUT" <<'EOF'
+import json, sys
+ours_f, peer_f, out = sys.argv[1:4]
+def rows(path, impl):
+    r = []
+    for line in open(path):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        d.setdefault("impl", impl)
+        r.append(d)
+    return r
+ours, peer = rows(ours_f, "rerank"), rows(peer_f, "pytorch")
+with open(f"{out}/gpu_raw.jsonl", "w") as f:
+    for d in ours + peer:
+        f.write(json.dumps(d) + "\n")
+key = lambda d: (d.get("kind"), d.get("dtype"))
+o, p = {key(d): d for d in ours}, {key(d): d for d in peer}
+dev_o = next((d.get("device") for d in ours if d.get("device")), "?")
+dev_p = next((d.get("device") for d in peer if d.get("device")), "?")
+items = next((d.get("items") for d in ours + peer if d.get("items")), "?")
+lines = [f"ours on {dev_o}, PyTorch on {dev_p}; {items} items per run; items/s, higher is better; "
+         "ratio = ours / PyTorch.", "",
+         "| kind | dtype | ours items/s | PyTorch items/s | ratio | tokens/item | PyTorch peer |",
+         "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+order = {n: i for i, n in enumerate(["cross-encoder", "embedder", "qwen3-reranker", "f32", "f16", "bf16"])}
+for k in sorted(set(o) | set(p), key=lambda k: (order.get(k[0], 9), str(k[0]), order.get(k[1], 9), str(k[1]))):
+    a, b = o.get(k, {}), p.get(k, {})
+    x, y = a.get("items_per_s"), b.get("items_per_s")
+    ratio = f"{x / y:.2f}" if x and y else "n/a"
+    fx = f"{x:.1f}" if x else a.get("error", "n/a")
+    fy = f"{y:.1f}" if y else b.get("error", "n/a")
+    lines.append(f"| {k[0]} | {k[1]} | {fx} | {fy} | {ratio} | {b.get('tokens_per_item', 'n/a')} | {b.get('peer', '')} |")
+open(f"{out}/gpu_table.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF
+rm -f "$OURS" "$PEER" "$OUT/.bench.out" "$OUT/.peer.out"
+say "done"
