@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use rusqlite::params_from_iter;
+use rusqlite::{params, params_from_iter};
 
+use super::schema::BLOCK_BITS;
 use super::{doc_from_row_at, Store, DOC_COLUMNS};
 use crate::recall::{top_slots, Bm25Params, Retriever, Scorer, SearchQuery};
 use crate::text::Analyzer;
@@ -71,18 +72,24 @@ impl StoreBm25 {
             let scorer = Scorer::new(self.params, lengths.slots.len(), lengths.total);
             let mut scores = vec![0f32; lengths.slots.len()];
             let mut touched: Vec<u32> = Vec::new();
-            let mut postings =
-                tx.prepare_cached("SELECT slot, tf FROM postings WHERE term = ?1")?;
+            // One lookup per block of slots (the table is keyed by block, then term).
+            let mut postings = tx.prepare_cached(
+                "SELECT slot, tf FROM postings WHERE block = ?1 AND term = ?2 ORDER BY slot",
+            )?;
+            let last = lengths.slots.last().map_or(0, |s| s >> BLOCK_BITS);
             let mut memo: HashMap<&str, Vec<(u32, u32)>> = HashMap::new();
             for term in &terms {
                 if !memo.contains_key(term.as_str()) {
-                    let rows = postings
-                        .query_map([term], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
                     let mut list = Vec::new();
-                    for row in rows {
-                        let (slot, tf) = row?;
-                        if let Ok(i) = lengths.slots.binary_search(&slot) {
-                            list.push((i as u32, tf as u32));
+                    for block in 0..=last {
+                        let rows = postings.query_map(params![block, term], |r| {
+                            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                        })?;
+                        for row in rows {
+                            let (slot, tf) = row?;
+                            if let Ok(i) = lengths.slots.binary_search(&slot) {
+                                list.push((i as u32, tf as u32));
+                            }
                         }
                     }
                     memo.insert(term.as_str(), list);

@@ -703,7 +703,7 @@ fn insert_document(tx: &Transaction<'_>, row: &Row, length: u32) -> rusqlite::Re
 /// Documents per analyzed run of a batch (runs are analyzed in parallel).
 const ANALYZE_RUN: usize = 64;
 
-/// Postings per multi-row `INSERT` (3 parameters each).
+/// Postings per multi-row `INSERT` (4 parameters each).
 const POSTINGS_PER_INSERT: usize = 200;
 
 /// The analysis of a batch, done before its write transaction.
@@ -729,23 +729,30 @@ fn push_postings<'a>(
     }
 }
 
-/// Writes a batch's postings in key order (term, slot), many rows a statement: the
-/// postings table is clustered by that key, so each page it touches is visited once.
+/// Writes a batch's postings in key order (block, term, slot), many rows a statement: the
+/// postings table is clustered by that key, and a batch's new documents fall in the last
+/// block or two, so the batch writes into those blocks' pages only (`schema::BLOCK_BITS`).
 fn insert_postings(
     tx: &Transaction<'_>,
     mut postings: Vec<(&str, i64, u32)>,
 ) -> rusqlite::Result<()> {
-    postings.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    let block = |slot: i64| slot >> schema::BLOCK_BITS;
+    postings.sort_unstable_by(|a, b| (block(a.1), a.0, a.1).cmp(&(block(b.1), b.0, b.1)));
     let sql = |rows: usize| {
         format!(
-            "INSERT INTO postings (term, slot, tf) VALUES {}",
-            vec!["(?, ?, ?)"; rows].join(", ")
+            "INSERT INTO postings (block, term, slot, tf) VALUES {}",
+            vec!["(?, ?, ?, ?)"; rows].join(", ")
         )
     };
-    let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(3 * POSTINGS_PER_INSERT);
-    for chunk in postings.chunks(POSTINGS_PER_INSERT) {
+    let blocks: Vec<i64> = postings.iter().map(|p| block(p.1)).collect();
+    let mut args: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(4 * POSTINGS_PER_INSERT);
+    for (chunk, blocks) in postings
+        .chunks(POSTINGS_PER_INSERT)
+        .zip(blocks.chunks(POSTINGS_PER_INSERT))
+    {
         args.clear();
-        for (term, slot, tf) in chunk {
+        for ((term, slot, tf), block) in chunk.iter().zip(blocks) {
+            args.push(block);
             args.push(term);
             args.push(slot);
             args.push(tf);

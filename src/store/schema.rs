@@ -9,8 +9,17 @@ use rusqlite::Connection;
 use super::sql_error;
 use crate::{Error, Result};
 
-/// The schema version this crate reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema version this crate reads and writes (`PRAGMA user_version`). Version 1 (postings
+/// keyed by term) is upgraded to 2 (postings keyed by block, then term) when a store is opened
+/// for writing.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Documents per postings block: a posting's block is its slot shifted right by this many bits
+/// (16,384 documents). Postings are keyed by (block, term, slot), so a batch of new documents
+/// writes into the last block only, whose pages stay in the writer's cache: indexing is linear
+/// in the number of documents, where a key led by the term spread every batch over the whole
+/// table. A query term is one lookup per block.
+pub(crate) const BLOCK_BITS: u32 = 14;
 
 /// `PRAGMA application_id` of a rerank store ("RKST").
 pub(super) const APPLICATION_ID: i64 = 0x524B_5354;
@@ -33,10 +42,11 @@ CREATE TABLE documents (
 );
 CREATE INDEX documents_content_hash ON documents (content_hash);
 CREATE TABLE postings (
-    term TEXT NOT NULL,
-    slot INTEGER NOT NULL,
-    tf   INTEGER NOT NULL,
-    PRIMARY KEY (term, slot)
+    block INTEGER NOT NULL,
+    term  TEXT NOT NULL,
+    slot  INTEGER NOT NULL,
+    tf    INTEGER NOT NULL,
+    PRIMARY KEY (block, term, slot)
 ) WITHOUT ROWID;
 CREATE INDEX postings_slot ON postings (slot);
 CREATE TABLE embeddings (
@@ -137,8 +147,36 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         tx.commit().map_err(err)?;
+    } else if version == 1 {
+        upgrade_to_blocks(conn).map_err(err)?;
     }
     Ok(())
+}
+
+/// Schema 1 to 2: the postings re-keyed by (block, term, slot), in one transaction (another
+/// process upgrading the same file at once waits, then finds it done).
+fn upgrade_to_blocks(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    if identity(&tx)?.version != 1 {
+        return tx.commit();
+    }
+    tx.execute_batch(&format!(
+        "CREATE TABLE postings_v2 (
+             block INTEGER NOT NULL,
+             term  TEXT NOT NULL,
+             slot  INTEGER NOT NULL,
+             tf    INTEGER NOT NULL,
+             PRIMARY KEY (block, term, slot)
+         ) WITHOUT ROWID;
+         INSERT INTO postings_v2 (block, term, slot, tf)
+             SELECT slot >> {BLOCK_BITS}, term, slot, tf FROM postings
+             ORDER BY slot >> {BLOCK_BITS}, term, slot;
+         DROP TABLE postings;
+         ALTER TABLE postings_v2 RENAME TO postings;
+         CREATE INDEX postings_slot ON postings (slot);"
+    ))?;
+    tx.pragma_update(None, "user_version", 2)?;
+    tx.commit()
 }
 
 /// Checks an existing store opened read-only (nothing is written): long enough for its header,
@@ -155,6 +193,17 @@ pub(super) fn check_read_only(conn: &Connection, path: &Path) -> Result<()> {
             message: "not a rerank store (an empty file, or another SQLite file; fill a store \
                       with `rerank index`)"
                 .into(),
+            source: None,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Err(Error::Store {
+            path: path.to_path_buf(),
+            message: format!(
+                "the store has schema {version}, which this version upgrades to \
+                 {SCHEMA_VERSION} when it opens the file for writing (`Store::open`, or \
+                 `rerank index`); a read-only open cannot"
+            ),
             source: None,
         });
     }

@@ -281,14 +281,14 @@ fn a_newer_schema_is_refused_and_left_untouched() {
     );
     assert_eq!(
         seen,
-        "1\n['cache_counters', 'cache_entries', 'cache_tags', 'documents', 'embeddings', 'meta', 'postings']\n"
+        "2\n['cache_counters', 'cache_entries', 'cache_tags', 'documents', 'embeddings', 'meta', 'postings']\n"
     );
     python("import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('PRAGMA user_version = 7')\nc.commit()");
     let bytes = std::fs::read(&db.0).unwrap();
     match Store::open(&db.0) {
         Err(Error::UnsupportedSchema {
             found: 7,
-            supported: 1,
+            supported: 2,
             ..
         }) => {}
         other => panic!("expected UnsupportedSchema, got {other:?}"),
@@ -720,4 +720,101 @@ fn batched_parallel_writes_equal_one_document_at_a_time() {
         &["running dogs", "café naïve", "σίσυφος rollback", "42"],
     );
     store.integrity_check().unwrap();
+}
+
+/// Documents enough to fill three postings blocks (16,384 slots each): the store ranks as a
+/// fresh index over them, before and after removing documents from the first block.
+#[test]
+fn postings_across_blocks_rank_exactly_like_a_fresh_index() {
+    let db = TempDb::new("blocks");
+    let words = [
+        "alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta",
+    ];
+    let docs: Vec<Document> = (0..33_000usize)
+        .map(|i| {
+            let text = (0..4)
+                .map(|j| words[(i / (j + 1) + j * 3) % words.len()])
+                .chain([if i % 997 == 0 { "rare" } else { "common" }])
+                .collect::<Vec<_>>()
+                .join(" ");
+            Document::new(format!("d{i}"), text)
+        })
+        .collect();
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    for chunk in docs.chunks(5_000) {
+        store.upsert(chunk.to_vec()).unwrap();
+    }
+    let queries = [
+        "rare alpha",
+        "gamma delta",
+        "omega rare kappa",
+        "common theta",
+    ];
+    assert_bm25_parity(&store, &queries);
+    let rare: Vec<String> = store
+        .bm25()
+        .search("rare", 100)
+        .unwrap()
+        .iter()
+        .map(|h| h.id().to_string())
+        .collect();
+    assert_eq!(
+        rare.len(),
+        34,
+        "every document with the rare term, from every block"
+    );
+    store.remove((0..2_000).map(|i| format!("d{i}"))).unwrap();
+    assert_bm25_parity(&store, &queries);
+}
+
+/// A store written with schema 1 (postings keyed by term) is upgraded to schema 2 when it is
+/// opened for writing, and ranks as before; a read-only open of it says how to upgrade.
+#[test]
+fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
+    let db = TempDb::new("upgrade");
+    {
+        let store = Store::open(&db.0).unwrap();
+        store.upsert(corpus()).unwrap();
+    }
+    let python = |code: &str| {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .arg(&db.0)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Schema 1, as the crate wrote it before.
+    python(
+        "import sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         c.executescript('''CREATE TABLE p1 (term TEXT NOT NULL, slot INTEGER NOT NULL, \
+             tf INTEGER NOT NULL, PRIMARY KEY (term, slot)) WITHOUT ROWID;\n\
+           INSERT INTO p1 SELECT term, slot, tf FROM postings; DROP TABLE postings;\n\
+           ALTER TABLE p1 RENAME TO postings; CREATE INDEX postings_slot ON postings (slot);\n\
+           PRAGMA user_version = 1;''')\n\
+         c.commit()",
+    );
+    let e = Store::open_read_only(&db.0).unwrap_err().to_string();
+    assert!(
+        e.contains("schema 1") && e.contains("opens the file for writing"),
+        "{e}"
+    );
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    assert_bm25_parity(&store, &QUERIES);
+    let seen = python(
+        "import sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         print(c.execute('PRAGMA user_version').fetchone()[0])\n\
+         print([r[1] for r in c.execute('PRAGMA table_info(postings)')])",
+    );
+    assert_eq!(seen, "2\n['block', 'term', 'slot', 'tf']\n");
+    drop(store);
+    assert!(Store::open_read_only(&db.0).is_ok());
 }
