@@ -41,14 +41,6 @@ CREATE TABLE documents (
     length       INTEGER NOT NULL
 );
 CREATE INDEX documents_content_hash ON documents (content_hash);
-CREATE TABLE postings (
-    block INTEGER NOT NULL,
-    term  TEXT NOT NULL,
-    slot  INTEGER NOT NULL,
-    tf    INTEGER NOT NULL,
-    PRIMARY KEY (block, term, slot)
-) WITHOUT ROWID;
-CREATE INDEX postings_slot ON postings (slot);
 CREATE TABLE embeddings (
     content_hash TEXT NOT NULL,
     embedder     TEXT NOT NULL,
@@ -84,6 +76,20 @@ INSERT INTO meta (key, value) VALUES
     ('bm25_b', '0.4');
 INSERT INTO cache_counters (name, value) VALUES ('hits', 0), ('misses', 0);
 ";
+
+/// The postings table (schema 2) under the name `{table}`, for a new file and the upgrade.
+const POSTINGS: &str = "
+CREATE TABLE {table} (
+    block INTEGER NOT NULL,
+    term  TEXT NOT NULL,
+    slot  INTEGER NOT NULL,
+    tf    INTEGER NOT NULL,
+    PRIMARY KEY (block, term, slot)
+) WITHOUT ROWID;
+";
+
+/// The postings table's index by slot (deletes of a document find its postings with it).
+const POSTINGS_INDEX: &str = "CREATE INDEX postings_slot ON postings (slot);";
 
 /// Sets the connection up (WAL, foreign keys off, a busy timeout) and creates the schema in a
 /// new file, or checks an existing one: a newer schema or a truncated file is refused before
@@ -142,6 +148,9 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
             return Ok(());
         }
         tx.execute_batch(CREATE).map_err(err)?;
+        tx.execute_batch(&POSTINGS.replace("{table}", "postings"))
+            .map_err(err)?;
+        tx.execute_batch(POSTINGS_INDEX).map_err(err)?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .map_err(err)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -160,21 +169,15 @@ fn upgrade_to_blocks(conn: &mut Connection) -> rusqlite::Result<()> {
     if identity(&tx)?.version != 1 {
         return tx.commit();
     }
+    tx.execute_batch(&POSTINGS.replace("{table}", "postings_v2"))?;
     tx.execute_batch(&format!(
-        "CREATE TABLE postings_v2 (
-             block INTEGER NOT NULL,
-             term  TEXT NOT NULL,
-             slot  INTEGER NOT NULL,
-             tf    INTEGER NOT NULL,
-             PRIMARY KEY (block, term, slot)
-         ) WITHOUT ROWID;
-         INSERT INTO postings_v2 (block, term, slot, tf)
+        "INSERT INTO postings_v2 (block, term, slot, tf)
              SELECT slot >> {BLOCK_BITS}, term, slot, tf FROM postings
              ORDER BY slot >> {BLOCK_BITS}, term, slot;
          DROP TABLE postings;
-         ALTER TABLE postings_v2 RENAME TO postings;
-         CREATE INDEX postings_slot ON postings (slot);"
+         ALTER TABLE postings_v2 RENAME TO postings;"
     ))?;
+    tx.execute_batch(POSTINGS_INDEX)?;
     tx.pragma_update(None, "user_version", 2)?;
     tx.commit()
 }

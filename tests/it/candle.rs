@@ -80,12 +80,10 @@ fn max_error(got: &[f32], want: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Every case of a cross-encoder fixture (`cases[]` with `query`, `document`, `logit`) scored
-/// in one call and one pair at a time on the device; returns (candle, CPU) largest errors.
-fn cross_encoder(name: &str, model: &Path, reference: &Path) -> (f64, f64) {
-    let v = json(reference);
+/// The (query, document) pairs of a cross-encoder fixture's `cases[]` and their `logit`s.
+fn pairs_and_logits(v: &Value) -> (Vec<(&str, &str)>, Vec<f64>) {
     let cases = v["cases"].as_array().unwrap();
-    let pairs: Vec<(&str, &str)> = cases
+    let pairs = cases
         .iter()
         .map(|c| {
             (
@@ -94,7 +92,15 @@ fn cross_encoder(name: &str, model: &Path, reference: &Path) -> (f64, f64) {
             )
         })
         .collect();
-    let want: Vec<f64> = cases.iter().map(|c| c["logit"].as_f64().unwrap()).collect();
+    let want = cases.iter().map(|c| c["logit"].as_f64().unwrap()).collect();
+    (pairs, want)
+}
+
+/// Every case of a cross-encoder fixture (`cases[]` with `query`, `document`, `logit`) scored
+/// in one call and one pair at a time on the device; returns (candle, CPU) largest errors.
+fn cross_encoder(name: &str, model: &Path, reference: &Path) -> (f64, f64) {
+    let v = json(reference);
+    let (pairs, want) = pairs_and_logits(&v);
     let on_device = CrossEncoder::builder(model)
         .options(candle())
         .build()
@@ -349,17 +355,7 @@ fn half_precisions_stay_close_to_f32() {
     };
     let dir = xlmr.0.clone();
     let v = json(&dir.join("expected.json"));
-    let cases = v["cases"].as_array().unwrap();
-    let pairs: Vec<(&str, &str)> = cases
-        .iter()
-        .map(|c| {
-            (
-                c["query"].as_str().unwrap(),
-                c["document"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    let want: Vec<f64> = cases.iter().map(|c| c["logit"].as_f64().unwrap()).collect();
+    let (pairs, want) = pairs_and_logits(&v);
     for precision in [Precision::F16, Precision::Bf16] {
         let model = CrossEncoder::builder(&dir)
             .options(candle().precision(precision))

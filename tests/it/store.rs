@@ -254,24 +254,27 @@ fn cache_entries_survive_a_reopen_with_their_ttls_tags_and_stats() {
     assert_eq!(cache.stats().entries, 0);
 }
 
+/// Runs Python's sqlite3 `code` with the store file as its argument; its standard output.
+fn python_on(db: &Path, code: &str) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(code)
+        .arg(db)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn a_newer_schema_is_refused_and_left_untouched() {
     let db = TempDb::new("schema");
     drop(Store::open(&db.0).unwrap());
-    let python = |code: &str| {
-        let out = Command::new("python3")
-            .arg("-c")
-            .arg(code)
-            .arg(&db.0)
-            .output()
-            .expect("python3 runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let python = |code: &str| python_on(&db.0, code);
     // Another client reads the file: the schema version and the tables.
     let seen = python(
         "import sqlite3, sys\n\
@@ -776,20 +779,7 @@ fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
         let store = Store::open(&db.0).unwrap();
         store.upsert(corpus()).unwrap();
     }
-    let python = |code: &str| {
-        let out = Command::new("python3")
-            .arg("-c")
-            .arg(code)
-            .arg(&db.0)
-            .output()
-            .expect("python3 runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let python = |code: &str| python_on(&db.0, code);
     // Schema 1, as the crate wrote it before.
     python(
         "import sqlite3, sys\n\
