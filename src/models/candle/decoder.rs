@@ -3,7 +3,10 @@
 //!
 //! Prompts run as one batch padded on the left, so that every prompt's last token is the
 //! batch's last column: positions count from each prompt's first real token, and the mask
-//! lets a token see the real tokens up to itself (causal) and never the padding. The same
+//! lets a token see the real tokens up to itself (causal) and never the padding. Leading
+//! tokens that every prompt of a batch shares (the reranker's template and instruction, the
+//! query of a reranking call) run once, and the rest of each prompt attends to their keys and
+//! values. The same
 //! layers as transformers' `Qwen3ForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, q/k/v with biases
 //! for Qwen2 and per-head q/k RMSNorms for Qwen3, RoPE (rotate-half), grouped-query attention
 //! with softmax in f32, SwiGLU.
@@ -11,7 +14,7 @@
 use candle_core::{DType, IndexOp, Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
-use super::{candle_device, dtype, err, rope, rope_tables, to_host, var_builder, Padded};
+use super::{candle_device, dtype, err, rope, rope_tables, to_host, var_builder, BUCKET};
 use crate::models::qwen3::config::Qwen3Config;
 use crate::models::qwen3::layers::{check_config, EMBED};
 use crate::models::weights::Weights;
@@ -181,37 +184,79 @@ impl CandleDecoder {
                 )));
             }
         }
-        let batch = Padded::new(prompts, 0, true, self.max_positions, &self.device)?;
+        let shared = shared_prefix(prompts);
         let out = self
-            .forward(prompts, &batch)
+            .forward(prompts, shared)
             .map_err(err("the decoder's forward pass"))?;
         to_host(&out)
     }
 
-    fn forward(&self, prompts: &[&[u32]], batch: &Padded) -> candle_core::Result<Tensor> {
-        let (b, t) = (prompts.len(), batch.len);
+    /// The last rows of `prompts`, whose first `shared` tokens are the same in every prompt:
+    /// those run once (their keys and values kept), then the rest of each prompt, left-padded,
+    /// attends to them and to itself.
+    fn forward(&self, prompts: &[&[u32]], shared: usize) -> candle_core::Result<Tensor> {
+        let prefix = match shared {
+            0 => None,
+            p => {
+                let ids = Tensor::from_vec(prompts[0][..p].to_vec(), (1, p), &self.device)?;
+                let positions: Vec<u32> = (0..p as u32).collect();
+                let mask: Vec<f32> = (0..p)
+                    .flat_map(|q| (0..p).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
+                    .collect();
+                Some(self.layers_over(&ids, positions, mask, None)?.1)
+            }
+        };
+        let rest: Vec<&[u32]> = prompts.iter().map(|p| &p[shared..]).collect();
+        // Padded to a multiple of BUCKET tokens, so that a device sees few shapes.
+        let longest = rest.iter().map(|r| r.len()).max().unwrap_or(0);
+        let (b, t) = (rest.len(), longest.div_ceil(BUCKET) * BUCKET);
+        let ids: Vec<u32> = rest
+            .iter()
+            .flat_map(|r| std::iter::repeat_n(0, t - r.len()).chain(r.iter().copied()))
+            .collect();
+        let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
+        // Positions after the shared prefix; every token sees the whole prefix, then its own
+        // prompt's real tokens up to itself (a padding row sees the prefix, or itself).
+        let width = shared + t;
+        let mut positions = Vec::with_capacity(b * t);
+        let mut mask = vec![f32::NEG_INFINITY; b * t * width];
+        for (i, r) in rest.iter().enumerate() {
+            let pad = t - r.len();
+            positions.extend((0..t).map(|j| (shared + j.saturating_sub(pad)) as u32));
+            for q in 0..t {
+                let row = &mut mask[(i * t + q) * width..(i * t + q + 1) * width];
+                row[..shared].iter_mut().for_each(|m| *m = 0.0);
+                let own = &mut row[shared..];
+                match q < pad {
+                    true if shared == 0 => own[q] = 0.0,
+                    true => {}
+                    false => own[pad..=q].iter_mut().for_each(|m| *m = 0.0),
+                }
+            }
+        }
+        let (x, _) = self.layers_over(&ids, positions, mask, prefix.as_deref())?;
+        let last = x.i((.., t - 1, ..))?.contiguous()?;
+        self.norm.forward(&last)
+    }
+
+    /// Every layer over `ids` `(b, t)` at `positions` with the additive `mask`
+    /// `(b, t, prefix + t)`, the keys and values of a shared prefix first when there is one;
+    /// the hidden states and each layer's (keys, values) of these tokens.
+    #[allow(clippy::type_complexity)]
+    fn layers_over(
+        &self,
+        ids: &Tensor,
+        positions: Vec<u32>,
+        mask: Vec<f32>,
+        prefix: Option<&[(Tensor, Tensor)]>,
+    ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        let (b, t) = ids.dims2()?;
         let (heads, kv, d) = (
             self.cfg.num_attention_heads,
             self.cfg.num_key_value_heads,
             self.cfg.head_dim,
         );
-        // Positions from each prompt's first token (padding at 0), and the additive mask.
-        let mut positions = Vec::with_capacity(b * t);
-        let mut mask = vec![0f32; b * t * t];
-        for (i, p) in prompts.iter().enumerate() {
-            let pad = t - p.len();
-            positions.extend((0..t).map(|j| j.saturating_sub(pad) as u32));
-            for q in 0..t {
-                let row = &mut mask[(i * t + q) * t..(i * t + q + 1) * t];
-                for (k, m) in row.iter_mut().enumerate() {
-                    // A padding row sees itself only (its output is never read).
-                    let allowed = if q < pad { k == q } else { k >= pad && k <= q };
-                    if !allowed {
-                        *m = f32::NEG_INFINITY;
-                    }
-                }
-            }
-        }
+        let width = mask.len() / (b * t);
         let positions = Tensor::from_vec(positions, b * t, &self.device)?;
         let cos = self
             .cos
@@ -221,11 +266,11 @@ impl CandleDecoder {
             .sin
             .index_select(&positions, 0)?
             .reshape((b, 1, t, d))?;
-        let mask = Tensor::from_vec(mask, (b, 1, t, t), &self.device)?;
+        let mask = Tensor::from_vec(mask, (b, 1, t, width), &self.device)?;
         let scale = 1.0 / (d as f64).sqrt();
-
-        let mut x = self.embed.forward(&batch.ids)?;
-        for layer in &self.layers {
+        let mut kept = Vec::with_capacity(self.layers.len());
+        let mut x = self.embed.forward(ids)?;
+        for (n, layer) in self.layers.iter().enumerate() {
             let residual = x.clone();
             let y = layer.input_norm.forward(&x)?;
             let split = |proj: &Linear, n: usize, norm: Option<&RmsNorm>| {
@@ -239,24 +284,62 @@ impl CandleDecoder {
             let q = rope(&split(&layer.q, heads, layer.q_norm.as_ref())?, &cos, &sin)?;
             let k = rope(&split(&layer.k, kv, layer.k_norm.as_ref())?, &cos, &sin)?;
             let v = split(&layer.v, kv, None)?;
+            kept.push((k.clone(), v.clone()));
+            let (k, v) = match prefix {
+                None => (k, v),
+                Some(prefix) => {
+                    let (pk, pv) = &prefix[n];
+                    let p = pk.dim(2)?;
+                    let (pk, pv) = (pk.expand((b, kv, p, d))?, pv.expand((b, kv, p, d))?);
+                    (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?)
+                }
+            };
             let k = repeat_kv(&k, heads / kv)?;
             let v = repeat_kv(&v, heads / kv)?;
             let scores = (q.matmul(&k.t()?)? * scale)?
                 .to_dtype(DType::F32)?
                 .broadcast_add(&mask)?;
             let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
-            let attn = probs
-                .matmul(&v)?
-                .transpose(1, 2)?
-                .reshape((b, t, heads * d))?;
+            let attn =
+                probs
+                    .matmul(&v.contiguous()?)?
+                    .transpose(1, 2)?
+                    .reshape((b, t, heads * d))?;
             x = (residual + layer.o.forward(&attn)?)?;
             let residual = x.clone();
             let y = layer.post_norm.forward(&x)?;
             let mlp = (candle_nn::ops::silu(&layer.gate.forward(&y)?)? * layer.up.forward(&y)?)?;
             x = (residual + layer.down.forward(&mlp)?)?;
         }
-        let last = x.i((.., t - 1, ..))?.contiguous()?;
-        self.norm.forward(&last)
+        Ok((x, kept))
+    }
+}
+
+/// Shared prefixes shorter than this run with each prompt (not worth a pass of their own).
+const MIN_SHARED: usize = 16;
+
+/// How many leading tokens every prompt shares (each keeping at least one token of its own),
+/// when there are two prompts or more and at least [`MIN_SHARED`] such tokens; else 0.
+fn shared_prefix(prompts: &[&[u32]]) -> usize {
+    let Some((first, rest)) = prompts.split_first() else {
+        return 0;
+    };
+    if rest.is_empty() {
+        return 0;
+    }
+    let shortest = prompts.iter().map(|p| p.len()).min().unwrap_or(0);
+    let common = rest.iter().fold(shortest.saturating_sub(1), |n, p| {
+        first
+            .iter()
+            .zip(p.iter())
+            .take(n)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    if common >= MIN_SHARED {
+        common
+    } else {
+        0
     }
 }
 
@@ -269,4 +352,29 @@ fn repeat_kv(x: &Tensor, n: usize) -> candle_core::Result<Tensor> {
     x.unsqueeze(2)?
         .expand((b, kv, n, t, d))?
         .reshape((b, kv * n, t, d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_prefix_needs_two_prompts_and_leaves_each_a_token_of_its_own() {
+        let a: Vec<u32> = (0..40).collect();
+        let mut b = a.clone();
+        b[30] = 999;
+        assert_eq!(shared_prefix(&[&a, &b]), 30);
+        assert_eq!(shared_prefix(&[&a, &a]), 39);
+        assert_eq!(shared_prefix(&[&a]), 0);
+        assert_eq!(shared_prefix(&[]), 0);
+        let short: Vec<u32> = (0..20).collect();
+        assert_eq!(shared_prefix(&[&a, &short, &b]), 19);
+        let mut c = a.clone();
+        c[10] = 7;
+        assert_eq!(
+            shared_prefix(&[&a, &c]),
+            0,
+            "10 tokens are not worth a pass"
+        );
+    }
 }

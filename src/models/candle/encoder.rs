@@ -243,7 +243,7 @@ impl CandleEncoder {
     /// The last hidden states `(rows, len, hidden)` of `rows` padded on the right (with
     /// token types `types`, zeros when `None`), and the padded batch.
     fn states(&self, rows: &[&[u32]], types: Option<&[&[u32]]>) -> Result<(Tensor, Padded)> {
-        let batch = Padded::new(rows, self.pad, false, self.max_len, &self.device)?;
+        let batch = Padded::new(rows, self.pad, self.max_len, &self.device)?;
         let types = match types {
             Some(types) => Padded::types(types, batch.len, &self.device)?,
             None => batch.ids.zeros_like().map_err(err("token types"))?,

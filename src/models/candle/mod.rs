@@ -90,9 +90,9 @@ pub(crate) fn var_builder(
     Ok(VarBuilder::from_tensors(tensors, dtype, device))
 }
 
-/// Rows of token ids padded on the right (`left == false`) or the left with `pad` to the
-/// longest row rounded up to [`BUCKET`] (at most `max_len`): the ids `(rows, len)` as u32 and
-/// the attention mask (1 for a token, 0 for padding) as u32.
+/// Rows of token ids padded on the right with `pad` to the longest row rounded up to
+/// [`BUCKET`] (at most `max_len`): the ids `(rows, len)` as u32 and the attention mask (1 for
+/// a token, 0 for padding) as u32.
 pub(crate) struct Padded {
     pub ids: Tensor,
     pub mask: Tensor,
@@ -104,7 +104,6 @@ impl Padded {
     pub fn new(
         rows: &[&[u32]],
         pad: u32,
-        left: bool,
         max_len: usize,
         device: &candle_core::Device,
     ) -> Result<Self> {
@@ -117,16 +116,10 @@ impl Padded {
         let mut mask = Vec::with_capacity(rows.len() * len);
         for row in rows {
             let padding = len - row.len();
-            if left {
-                ids.extend(std::iter::repeat_n(pad, padding));
-                mask.extend(std::iter::repeat_n(0u32, padding));
-            }
             ids.extend_from_slice(row);
             mask.extend(std::iter::repeat_n(1u32, row.len()));
-            if !left {
-                ids.extend(std::iter::repeat_n(pad, padding));
-                mask.extend(std::iter::repeat_n(0u32, padding));
-            }
+            ids.extend(std::iter::repeat_n(pad, padding));
+            mask.extend(std::iter::repeat_n(0u32, padding));
         }
         let shape = (rows.len(), len);
         let to = |v: Vec<u32>| Tensor::from_vec(v, shape, device).map_err(err("a padded batch"));
