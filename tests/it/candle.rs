@@ -520,3 +520,31 @@ fn the_cli_scores_and_embeds_on_the_device_it_is_given() {
     assert!(!ok && err.contains("f16 runs through candle only"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn long_documents_score_by_passages_on_the_device_as_on_the_cpu() {
+    use rerank::rerankers::Passages;
+    let dir = local("deberta_ce_tiny/v3");
+    let passages = Passages::default().window(16).stride(12);
+    let long = "Rust is a systems programming language. ".repeat(12)
+        + "Bananas are yellow and grow in bunches. "
+            .repeat(6)
+            .as_str();
+    let docs = [long.as_str(), "", "Bananas are yellow."];
+    let q = RerankQuery::new("what colour are bananas");
+    let score = |options: ModelOptions| {
+        let model = CrossEncoder::builder(&dir)
+            .options(options.passages(passages.clone()))
+            .build()
+            .unwrap();
+        model.score_detailed(&q, &docs).unwrap()
+    };
+    let (on_device, on_cpu) = (score(candle()), score(native()));
+    for (a, b) in on_device.scores.iter().zip(&on_cpu.scores) {
+        assert!((a - b).abs() < TOL as f32, "{a} vs {b}");
+    }
+    assert_eq!(
+        on_device.passages, on_cpu.passages,
+        "the same winning passages"
+    );
+}
