@@ -534,7 +534,7 @@ fn long_documents_score_by_passages_on_the_device_as_on_the_cpu() {
     let q = RerankQuery::new("what colour are bananas");
     let score = |options: ModelOptions| {
         let model = CrossEncoder::builder(&dir)
-            .options(options.passages(passages.clone()))
+            .options(options.passages(passages))
             .build()
             .unwrap();
         model.score_detailed(&q, &docs).unwrap()
