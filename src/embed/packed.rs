@@ -59,12 +59,7 @@ impl<E: PackedEncoder> EncoderEngine<E> {
         let inner = if device.uses_candle() {
             #[cfg(feature = "candle")]
             {
-                use crate::models::candle::encoder::{CandleEncoder, Family};
-                let family = match family {
-                    EncoderFamily::Bert => Family::Bert,
-                    EncoderFamily::Roberta => Family::Roberta,
-                    EncoderFamily::ModernBert => Family::ModernBert,
-                };
+                use crate::models::candle::encoder::CandleEncoder;
                 Engine::Candle(Box::new(CandleEncoder::load(
                     dir, family, device, precision,
                 )?))
@@ -104,12 +99,19 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
     }
 }
 
-/// The encoder families the embedders load.
+/// The encoder families, as their `config.json` tells them apart: what the embedders load,
+/// and (DeBERTa too) what the candle engine's encoders run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EncoderFamily {
+    /// `bert`.
     Bert,
+    /// `xlm-roberta` / `roberta`: positions after the padding id.
     Roberta,
+    /// `modernbert`.
     ModernBert,
+    /// `deberta-v2` (DeBERTa v2 and v3; cross-encoders only).
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    Deberta,
 }
 
 /// The text side of an encoder embedder: layout, tokenizer, prompt lengths and batching.

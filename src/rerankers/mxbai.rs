@@ -578,7 +578,7 @@ impl MxbaiRerankerBuilder {
         let max_positions = encoder.max_prompt_len();
         let model =
             DecoderEngine::load(dir.path(), config, max_positions, precision, device, true)?;
-        let scorer = Qwen3Scorer::new(model, dir.path(), encoder.yes, encoder.no)?;
+        let scorer = Qwen3Scorer::new(model, encoder.yes, encoder.no)?;
         let rows = scorer.vocab_rows();
         if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
             return Err(Error::model(format!(

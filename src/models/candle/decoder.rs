@@ -16,10 +16,11 @@ use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
 use super::{candle_device, dtype, err, rope, rope_tables, to_host, var_builder, BUCKET};
 use crate::models::qwen3::config::Qwen3Config;
-use crate::models::qwen3::layers::{check_config, EMBED};
+use crate::models::qwen3::forward::{check_prompts, shared_prefix};
+use crate::models::qwen3::layers::{check_config, under_model, EMBED};
 use crate::models::weights::Weights;
 use crate::models::{Device, Precision};
-use crate::{Error, Result};
+use crate::Result;
 
 struct Layer {
     input_norm: RmsNorm,
@@ -48,6 +49,8 @@ pub(crate) struct CandleDecoder {
     dtype: DType,
     vocab_rows: usize,
     max_positions: usize,
+    /// The checkpoint (under `model.` names), kept mapped for the scorers' output-head rows.
+    weights: Weights,
 }
 
 impl std::fmt::Debug for CandleDecoder {
@@ -85,10 +88,7 @@ impl CandleDecoder {
         device: Device,
         precision: Precision,
     ) -> Result<Self> {
-        let weights = match !weights.has(EMBED) && weights.has(&EMBED["model.".len()..]) {
-            true => weights.prefixed("model."),
-            false => weights,
-        };
+        let weights = under_model(weights);
         check_config(&weights, &cfg)?;
         let vocab_rows = weights.shape(EMBED)?[0];
         let dev = candle_device(device)?;
@@ -140,7 +140,13 @@ impl CandleDecoder {
             dtype: dt,
             vocab_rows,
             max_positions,
+            weights,
         })
+    }
+
+    /// The checkpoint, under `model.` names (the output head's rows are read from it).
+    pub fn weights(&self) -> &Weights {
+        &self.weights
     }
 
     /// The configuration.
@@ -165,28 +171,9 @@ impl CandleDecoder {
         if prompts.is_empty() {
             return Ok(Vec::new());
         }
-        for p in prompts {
-            if p.is_empty() {
-                return Err(Error::InvalidInput("an empty prompt cannot be run".into()));
-            }
-            if p.len() > self.max_positions {
-                return Err(Error::InvalidInput(format!(
-                    "a prompt of {} tokens is longer than max_length {}",
-                    p.len(),
-                    self.max_positions
-                )));
-            }
-            if let Some(&id) = p.iter().find(|&&id| id as usize >= self.vocab_rows) {
-                return Err(Error::model(format!(
-                    "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
-                     does not belong to these weights",
-                    self.vocab_rows
-                )));
-            }
-        }
-        let shared = shared_prefix(prompts);
+        check_prompts(prompts, self.max_positions, self.vocab_rows)?;
         let out = self
-            .forward(prompts, shared)
+            .forward(prompts, shared_on_device(prompts))
             .map_err(err("the decoder's forward pass"))?;
         to_host(&out)
     }
@@ -203,7 +190,7 @@ impl CandleDecoder {
                 let mask: Vec<f32> = (0..p)
                     .flat_map(|q| (0..p).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
                     .collect();
-                Some(self.layers_over(&ids, positions, mask, None)?.1)
+                Some(self.layers_over(&ids, positions, mask, None, true)?.1)
             }
         };
         let rest: Vec<&[u32]> = prompts.iter().map(|p| &p[shared..]).collect();
@@ -234,14 +221,14 @@ impl CandleDecoder {
                 }
             }
         }
-        let (x, _) = self.layers_over(&ids, positions, mask, prefix.as_deref())?;
+        let (x, _) = self.layers_over(&ids, positions, mask, prefix.as_deref(), false)?;
         let last = x.i((.., t - 1, ..))?.contiguous()?;
         self.norm.forward(&last)
     }
 
     /// Every layer over `ids` `(b, t)` at `positions` with the additive `mask`
     /// `(b, t, prefix + t)`, the keys and values of a shared prefix first when there is one;
-    /// the hidden states and each layer's (keys, values) of these tokens.
+    /// the hidden states, and each layer's (keys, values) of these tokens when `keep`.
     #[allow(clippy::type_complexity)]
     fn layers_over(
         &self,
@@ -249,6 +236,7 @@ impl CandleDecoder {
         positions: Vec<u32>,
         mask: Vec<f32>,
         prefix: Option<&[(Tensor, Tensor)]>,
+        keep: bool,
     ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
         let (b, t) = ids.dims2()?;
         let (heads, kv, d) = (
@@ -268,7 +256,7 @@ impl CandleDecoder {
             .reshape((b, 1, t, d))?;
         let mask = Tensor::from_vec(mask, (b, 1, t, width), &self.device)?;
         let scale = 1.0 / (d as f64).sqrt();
-        let mut kept = Vec::with_capacity(self.layers.len());
+        let mut kept = Vec::new();
         let mut x = self.embed.forward(ids)?;
         for (n, layer) in self.layers.iter().enumerate() {
             let residual = x.clone();
@@ -284,7 +272,9 @@ impl CandleDecoder {
             let q = rope(&split(&layer.q, heads, layer.q_norm.as_ref())?, &cos, &sin)?;
             let k = rope(&split(&layer.k, kv, layer.k_norm.as_ref())?, &cos, &sin)?;
             let v = split(&layer.v, kv, None)?;
-            kept.push((k.clone(), v.clone()));
+            if keep {
+                kept.push((k.clone(), v.clone()));
+            }
             let (k, v) = match prefix {
                 None => (k, v),
                 Some(prefix) => {
@@ -318,28 +308,12 @@ impl CandleDecoder {
 /// Shared prefixes shorter than this run with each prompt (not worth a pass of their own).
 const MIN_SHARED: usize = 16;
 
-/// How many leading tokens every prompt shares (each keeping at least one token of its own),
-/// when there are two prompts or more and at least [`MIN_SHARED`] such tokens; else 0.
-fn shared_prefix(prompts: &[&[u32]]) -> usize {
-    let Some((first, rest)) = prompts.split_first() else {
-        return 0;
-    };
-    if rest.is_empty() {
-        return 0;
-    }
-    let shortest = prompts.iter().map(|p| p.len()).min().unwrap_or(0);
-    let common = rest.iter().fold(shortest.saturating_sub(1), |n, p| {
-        first
-            .iter()
-            .zip(p.iter())
-            .take(n)
-            .take_while(|(a, b)| a == b)
-            .count()
-    });
-    if common >= MIN_SHARED {
-        common
-    } else {
-        0
+/// The CPU path's shared prefix ([`shared_prefix`]: two prompts or more, each keeping a token
+/// of its own) when it has at least [`MIN_SHARED`] tokens; else 0.
+fn shared_on_device(prompts: &[&[u32]]) -> usize {
+    match shared_prefix(prompts) {
+        n if n >= MIN_SHARED => n,
+        _ => 0,
     }
 }
 
@@ -363,16 +337,16 @@ mod tests {
         let a: Vec<u32> = (0..40).collect();
         let mut b = a.clone();
         b[30] = 999;
-        assert_eq!(shared_prefix(&[&a, &b]), 30);
-        assert_eq!(shared_prefix(&[&a, &a]), 39);
-        assert_eq!(shared_prefix(&[&a]), 0);
-        assert_eq!(shared_prefix(&[]), 0);
+        assert_eq!(shared_on_device(&[&a, &b]), 30);
+        assert_eq!(shared_on_device(&[&a, &a]), 39);
+        assert_eq!(shared_on_device(&[&a]), 0);
+        assert_eq!(shared_on_device(&[]), 0);
         let short: Vec<u32> = (0..20).collect();
-        assert_eq!(shared_prefix(&[&a, &short, &b]), 19);
+        assert_eq!(shared_on_device(&[&a, &short, &b]), 19);
         let mut c = a.clone();
         c[10] = 7;
         assert_eq!(
-            shared_prefix(&[&a, &c]),
+            shared_on_device(&[&a, &c]),
             0,
             "10 tokens are not worth a pass"
         );

@@ -1,7 +1,7 @@
-//! Encoders on candle: candle-transformers' BERT, XLM-RoBERTa, ModernBERT and DeBERTa-v2
-//! modules run on right-padded batches, as embedders' encoders ([`CandleEncoder`], through
-//! `PackedEncoder`) and as cross-encoders ([`CandleClassifier`], with the heads transformers
-//! puts on them).
+//! Encoders on candle, run on right-padded batches, as embedders' encoders ([`CandleEncoder`],
+//! through `PackedEncoder`) and as cross-encoders ([`CandleClassifier`], with the heads
+//! transformers puts on them): candle-transformers' BERT and XLM-RoBERTa modules, its
+//! DeBERTa-v2 encoder under embeddings written here, and our ModernBERT (`super::modernbert`).
 
 use candle_core::{IndexOp, Module, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
@@ -9,7 +9,7 @@ use candle_transformers::models::{bert, debertav2, xlm_roberta};
 use serde_json::Value;
 
 use super::{candle_device, dtype, err, to_host, var_builder, Padded};
-use crate::embed::packed::PackedEncoder;
+use crate::embed::packed::{EncoderFamily as Family, PackedEncoder};
 use crate::models::bert::pair::PairEncoding;
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::deberta::config::{DebertaConfig, PoolerAct};
@@ -21,20 +21,7 @@ use crate::models::weights::Weights;
 use crate::models::{Device, Precision};
 use crate::{Error, Result};
 
-/// The encoder families, as their `config.json` tells them apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    /// `bert`.
-    Bert,
-    /// `xlm-roberta` / `roberta`: positions after the padding id.
-    Roberta,
-    /// `modernbert`.
-    ModernBert,
-    /// `deberta-v2` (DeBERTa v2 and v3).
-    Deberta,
-}
-
-/// One of candle-transformers' encoder modules.
+/// The encoder modules, by family.
 enum Body {
     Bert(bert::BertModel),
     Roberta(xlm_roberta::XLMRobertaModel),
@@ -164,14 +151,27 @@ fn parse<T: serde::de::DeserializeOwned>(value: Value, file: &std::path::Path) -
 }
 
 impl CandleEncoder {
-    /// Loads the encoder of `family` in `dir` (under `bert.` / `roberta.` / `model.` in a
-    /// checkpoint with a head, at the root in a bare one) on `device` in `precision`.
+    /// Loads the encoder of `family` in `dir` (under `bert.` / `roberta.` / `model.` /
+    /// `deberta.` in a checkpoint with a head, at the root in a bare one) on `device` in
+    /// `precision`.
     pub fn load(
         dir: &ModelDir,
         family: Family,
         device: Device,
         precision: Precision,
     ) -> Result<Self> {
+        Self::load_with_root(dir, family, device, precision).map(|(encoder, _)| encoder)
+    }
+
+    /// [`load`](Self::load), with every tensor of the checkpoint on the device under its own
+    /// name (`model.` put before a bare ModernBERT's): where a classifier finds its head, so
+    /// that the weights are read once.
+    fn load_with_root(
+        dir: &ModelDir,
+        family: Family,
+        device: Device,
+        precision: Precision,
+    ) -> Result<(Self, VarBuilder<'static>)> {
         let file = dir.path().join(CONFIG_FILE);
         let value = dir.config()?;
         let device = candle_device(device)?;
@@ -181,21 +181,26 @@ impl CandleEncoder {
             |key: &str, default: u64| value.get(key).and_then(Value::as_u64).unwrap_or(default);
         let hidden = int("hidden_size", 0) as usize;
         let positions = int("max_position_embeddings", 512) as usize;
+        // A bare ModernBERT (an embedder's) is read under the `model.` names of one with a head.
+        let bare_modernbert =
+            family == Family::ModernBert && !weights.has("model.embeddings.tok_embeddings.weight");
+        let vb = var_builder(&weights, dtype, &device, |n| match bare_modernbert {
+            true => Some(format!("model.{n}")),
+            false => Some(n.to_string()),
+        })?;
         let (body, pad, max_len) = match family {
             Family::Bert => {
                 let cfg: bert::Config = parse(with_defaults(&value, family), &file)?;
-                let vb = var_builder(&weights, dtype, &device, |n| Some(n.to_string()))?;
-                let model = bert::BertModel::load(vb, &cfg).map_err(err("loading BERT"))?;
+                let model = bert::BertModel::load(vb.clone(), &cfg).map_err(err("loading BERT"))?;
                 (Body::Bert(model), cfg.pad_token_id as u32, positions)
             }
             Family::Roberta => {
                 let cfg: xlm_roberta::Config = parse(with_defaults(&value, family), &file)?;
-                let prefixed = weights.has("roberta.embeddings.word_embeddings.weight");
-                let vb = var_builder(&weights, dtype, &device, |n| match prefixed {
-                    true => n.strip_prefix("roberta.").map(str::to_string),
-                    false => Some(n.to_string()),
-                })?;
-                let model = xlm_roberta::XLMRobertaModel::new(&cfg, vb)
+                let under = match weights.has("roberta.embeddings.word_embeddings.weight") {
+                    true => vb.pp("roberta"),
+                    false => vb.clone(),
+                };
+                let model = xlm_roberta::XLMRobertaModel::new(&cfg, under)
                     .map_err(err("loading XLM-RoBERTa"))?;
                 let pad = cfg.pad_token_id;
                 (
@@ -206,12 +211,7 @@ impl CandleEncoder {
             }
             Family::ModernBert => {
                 let cfg = ModernBertConfig::from_value(&value, &file)?;
-                let bare = !weights.has("model.embeddings.tok_embeddings.weight");
-                let vb = var_builder(&weights, dtype, &device, |n| match bare {
-                    true => Some(format!("model.{n}")),
-                    false => Some(n.to_string()),
-                })?;
-                let model = super::modernbert::ModernBert::load(vb, &cfg)?;
+                let model = super::modernbert::ModernBert::load(vb.clone(), &cfg)?;
                 let pad = value
                     .get("pad_token_id")
                     .and_then(Value::as_u64)
@@ -225,19 +225,19 @@ impl CandleEncoder {
             Family::Deberta => {
                 let native = DebertaConfig::from_value(&value, &file)?;
                 let cfg: debertav2::Config = parse(deberta_config(&value), &file)?;
-                let vb = var_builder(&weights, dtype, &device, |n| Some(n.to_string()))?;
                 let model = Deberta::load(vb.pp("deberta"), &native, &cfg)?;
                 let pad = cfg.pad_token_id.unwrap_or(0) as u32;
                 (Body::Deberta(Box::new(model)), pad, native.max_positions)
             }
         };
-        Ok(CandleEncoder {
+        let encoder = CandleEncoder {
             body,
             device,
             pad,
             max_len,
             hidden,
-        })
+        };
+        Ok((encoder, vb))
     }
 
     /// The last hidden states `(rows, len, hidden)` of `rows` padded on the right (with
@@ -351,70 +351,11 @@ impl CandleClassifier {
             .get("hidden_size")
             .and_then(Value::as_u64)
             .unwrap_or(0) as usize;
-        let candle = candle_device(device)?;
-        let dt = dtype(precision)?;
-        let head_weights = || -> Result<VarBuilder<'static>> {
-            let weights = Weights::open(dir.path())?;
-            var_builder(&weights, dt, &candle, |n| {
-                let head = ["bert.pooler.", "pooler.", "classifier", "head."];
-                head.iter().any(|p| n.starts_with(p)).then(|| n.to_string())
-            })
-        };
-        let linear = |vb: &VarBuilder, out: usize, name: &str, bias: bool| {
-            candle_nn::linear_b(h, out, bias, vb.pp(name)).map_err(err(name))
-        };
-        let tanh = PoolerAct::Tanh;
-        let (encoder, head) = match &config.architecture {
-            Architecture::BertForSequenceClassification => {
-                let encoder = CandleEncoder::load(dir, Family::Bert, device, precision)?;
-                let vb = head_weights()?;
-                let head = Head::FirstToken {
-                    dense: linear(&vb, h, "bert.pooler.dense", true)?,
-                    act: tanh,
-                    out: linear(&vb, labels, "classifier", true)?,
-                };
-                (encoder, head)
-            }
-            Architecture::XlmRobertaForSequenceClassification => {
-                let encoder = CandleEncoder::load(dir, Family::Roberta, device, precision)?;
-                let vb = head_weights()?;
-                let head = Head::FirstToken {
-                    dense: linear(&vb, h, "classifier.dense", true)?,
-                    act: tanh,
-                    out: linear(&vb, labels, "classifier.out_proj", true)?,
-                };
-                (encoder, head)
-            }
-            Architecture::ModernBertForSequenceClassification => {
-                let cfg = ModernBertConfig::from_value(&value, &file)?;
-                let encoder = CandleEncoder::load(dir, Family::ModernBert, device, precision)?;
-                let vb = head_weights()?;
-                let eps = cfg.eps as f64;
-                let norm = match cfg.norm_bias {
-                    true => candle_nn::layer_norm(h, eps, vb.pp("head.norm")),
-                    false => candle_nn::layer_norm_no_bias(h, eps, vb.pp("head.norm")),
-                }
-                .map_err(err("head.norm"))?;
-                let head = Head::ModernBert {
-                    mean: cfg.classifier_pooling == ClassifierPooling::Mean,
-                    dense: linear(&vb, h, "head.dense", cfg.classifier_bias)?,
-                    act: cfg.classifier_act,
-                    norm,
-                    out: linear(&vb, labels, "classifier", true)?,
-                };
-                (encoder, head)
-            }
-            Architecture::DebertaV2ForSequenceClassification => {
-                let cfg = DebertaConfig::from_value(&value, &file)?;
-                let encoder = CandleEncoder::load(dir, Family::Deberta, device, precision)?;
-                let vb = head_weights()?;
-                let head = Head::FirstToken {
-                    dense: linear(&vb, h, "pooler.dense", true)?,
-                    act: cfg.pooler_act,
-                    out: linear(&vb, labels, "classifier", true)?,
-                };
-                (encoder, head)
-            }
+        let family = match &config.architecture {
+            Architecture::BertForSequenceClassification => Family::Bert,
+            Architecture::XlmRobertaForSequenceClassification => Family::Roberta,
+            Architecture::ModernBertForSequenceClassification => Family::ModernBert,
+            Architecture::DebertaV2ForSequenceClassification => Family::Deberta,
             other => {
                 return Err(Error::model(format!(
                     "{}: unsupported architecture {other} for a cross-encoder on the candle \
@@ -422,6 +363,43 @@ impl CandleClassifier {
                     file.display()
                 )))
             }
+        };
+        let (encoder, vb) = CandleEncoder::load_with_root(dir, family, device, precision)?;
+        let linear = |out: usize, name: &str, bias: bool| {
+            candle_nn::linear_b(h, out, bias, vb.pp(name)).map_err(err(name))
+        };
+        let head = match family {
+            Family::Bert => Head::FirstToken {
+                dense: linear(h, "bert.pooler.dense", true)?,
+                act: PoolerAct::Tanh,
+                out: linear(labels, "classifier", true)?,
+            },
+            Family::Roberta => Head::FirstToken {
+                dense: linear(h, "classifier.dense", true)?,
+                act: PoolerAct::Tanh,
+                out: linear(labels, "classifier.out_proj", true)?,
+            },
+            Family::ModernBert => {
+                let cfg = ModernBertConfig::from_value(&value, &file)?;
+                let eps = cfg.eps as f64;
+                let norm = match cfg.norm_bias {
+                    true => candle_nn::layer_norm(h, eps, vb.pp("head.norm")),
+                    false => candle_nn::layer_norm_no_bias(h, eps, vb.pp("head.norm")),
+                }
+                .map_err(err("head.norm"))?;
+                Head::ModernBert {
+                    mean: cfg.classifier_pooling == ClassifierPooling::Mean,
+                    dense: linear(h, "head.dense", cfg.classifier_bias)?,
+                    act: cfg.classifier_act,
+                    norm,
+                    out: linear(labels, "classifier", true)?,
+                }
+            }
+            Family::Deberta => Head::FirstToken {
+                dense: linear(h, "pooler.dense", true)?,
+                act: DebertaConfig::from_value(&value, &file)?.pooler_act,
+                out: linear(labels, "classifier", true)?,
+            },
         };
         Ok(CandleClassifier {
             encoder,

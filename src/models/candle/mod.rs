@@ -5,9 +5,11 @@
 //! (`models::weights`: every tensor is read there, converted to f32, then handed to candle in
 //! the device's number format), the tokenizers, truncation, prompts, pooling and heads' inputs.
 //! What differs is the forward pass:
-//! - the encoders are candle-transformers' modules (`bert`, `xlm_roberta`, `modernbert`,
-//!   `debertav2`), with the sequence-classification heads written here (`encoder`) where
-//!   candle's differ from transformers' (ModernBERT's applies a softmax);
+//! - the encoders (`encoder`) are candle-transformers' `bert` and `xlm_roberta`, and its
+//!   `debertav2` encoder under embeddings written here (candle's size the token-type table by
+//!   `hidden_size`), with transformers' sequence-classification heads written here;
+//! - ModernBERT (`modernbert`) is written here on candle's operations: candle-transformers'
+//!   has no biases and one pattern of global layers, and its classifier applies a softmax;
 //! - the decoders (Qwen3, and Qwen2 for mxbai-rerank-v2) are written here on candle's
 //!   operations (`decoder`): candle-transformers' keep a KV cache in the model (`&mut self`)
 //!   and have no padding mask, so a batch of prompts could not be scored at once.
@@ -148,8 +150,9 @@ pub(crate) fn to_host(t: &Tensor) -> Result<Vec<f32>> {
         .map_err(err("reading results back"))
 }
 
-/// `cos` and `sin` of `position * theta^(-2i/d)` for every position, each half-width table
-/// repeated twice along the last axis (transformers' `rotate_half` layout).
+/// The CPU path's RoPE tables (`qwen3::ops::Rope`: the same angles, rounded as transformers
+/// rounds them) for heads of `d` and `positions` positions, each half-width row repeated twice
+/// along the last axis (transformers' `rotate_half` layout): `(cos, sin)`, `(positions, d)`.
 pub(crate) fn rope_tables(
     d: usize,
     theta: f64,
@@ -157,20 +160,19 @@ pub(crate) fn rope_tables(
     dtype: DType,
     device: &candle_core::Device,
 ) -> Result<(Tensor, Tensor)> {
-    let half = d / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / theta.powf(2.0 * i as f64 / d as f64) as f32)
-        .collect();
-    let mut angles = Vec::with_capacity(positions * d);
-    for p in 0..positions {
-        let row: Vec<f32> = inv.iter().map(|f| p as f32 * f).collect();
-        angles.extend_from_slice(&row);
-        angles.extend_from_slice(&row);
-    }
-    let angles = Tensor::from_vec(angles, (positions, d), device).map_err(err("RoPE"))?;
-    let cast =
-        |t: candle_core::Result<Tensor>| t.and_then(|t| t.to_dtype(dtype)).map_err(err("RoPE"));
-    Ok((cast(angles.cos())?, cast(angles.sin())?))
+    let rope = super::qwen3::ops::Rope::new(d, theta, positions);
+    let full = |half: &[f32]| -> Result<Tensor> {
+        let rows: Vec<f32> = half
+            .chunks_exact(d / 2)
+            .flat_map(|row| row.iter().chain(row))
+            .copied()
+            .collect();
+        Tensor::from_vec(rows, (positions, d), device)
+            .and_then(|t| t.to_dtype(dtype))
+            .map_err(err("RoPE"))
+    };
+    let (cos, sin) = rope.tables();
+    Ok((full(cos)?, full(sin)?))
 }
 
 /// `x cos + rotate_half(x) sin`, with `rotate_half([a, b]) = [-b, a]`.

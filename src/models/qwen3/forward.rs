@@ -82,26 +82,7 @@ impl Qwen3Model {
 
     /// Rejects empty prompts, prompts longer than the RoPE table, and ids outside the weights.
     pub fn check(&self, prompts: &[&[u32]]) -> Result<()> {
-        let rows = self.vocab_rows();
-        for p in prompts {
-            if p.is_empty() {
-                return Err(Error::InvalidInput("an empty prompt cannot be run".into()));
-            }
-            if p.len() > self.max_positions() {
-                return Err(Error::InvalidInput(format!(
-                    "a prompt of {} tokens is longer than max_length {}",
-                    p.len(),
-                    self.max_positions()
-                )));
-            }
-            if let Some(&id) = p.iter().find(|&&id| id as usize >= rows) {
-                return Err(Error::model(format!(
-                    "token id {id} is outside the embedding matrix ({rows} rows): the \
-                     tokenizer does not belong to these weights"
-                )));
-            }
-        }
-        Ok(())
+        check_prompts(prompts, self.max_positions(), self.vocab_rows())
     }
 
     /// The final-normed hidden state of each prompt's last token, `(prompts, hidden)`, all
@@ -280,9 +261,36 @@ impl Packed {
     }
 }
 
+/// Rejects empty prompts, prompts longer than `max_positions`, and ids outside an embedding
+/// of `vocab_rows` rows (the CPU decoder's checks, and the candle decoder's).
+pub(crate) fn check_prompts(
+    prompts: &[&[u32]],
+    max_positions: usize,
+    vocab_rows: usize,
+) -> Result<()> {
+    for p in prompts {
+        if p.is_empty() {
+            return Err(Error::InvalidInput("an empty prompt cannot be run".into()));
+        }
+        if p.len() > max_positions {
+            return Err(Error::InvalidInput(format!(
+                "a prompt of {} tokens is longer than max_length {max_positions}",
+                p.len()
+            )));
+        }
+        if let Some(&id) = p.iter().find(|&&id| id as usize >= vocab_rows) {
+            return Err(Error::model(format!(
+                "token id {id} is outside the embedding matrix ({vocab_rows} rows): the \
+                 tokenizer does not belong to these weights"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// How many leading tokens every prompt shares: none for fewer than two prompts, and never a
 /// prompt's last token, so that every prompt keeps a row of its own.
-fn shared_prefix(prompts: &[&[u32]]) -> usize {
+pub(crate) fn shared_prefix(prompts: &[&[u32]]) -> usize {
     let [first, rest @ ..] = prompts else {
         return 0;
     };

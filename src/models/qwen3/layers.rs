@@ -337,11 +337,7 @@ impl Decoder {
     /// A checkpoint saved from the bare decoder (`embed_tokens.weight`, `layers.N.*`, as
     /// Qwen3-Embedding's is) is read under the same `model.` names.
     pub fn from_weights(weights: Weights, cfg: Qwen3Config, format: MatrixFormat) -> Result<Self> {
-        let weights = if !weights.has(EMBED) && weights.has(&EMBED["model.".len()..]) {
-            weights.prefixed("model.")
-        } else {
-            weights
-        };
+        let weights = under_model(weights);
         let h = cfg.hidden_size;
         check_config(&weights, &cfg)?;
         let shape = weights.shape(EMBED)?.to_vec();
@@ -367,6 +363,17 @@ impl Decoder {
             layers,
             final_norm,
         })
+    }
+}
+
+/// `weights` under the names of a checkpoint with a head: a bare decoder's
+/// (`embed_tokens.weight`, `layers.N.*`, as Qwen3-Embedding's is saved) gets `model.` before
+/// every name; any other is returned as it is.
+pub(crate) fn under_model(weights: Weights) -> Weights {
+    if !weights.has(EMBED) && weights.has(&EMBED["model.".len()..]) {
+        weights.prefixed("model.")
+    } else {
+        weights
     }
 }
 

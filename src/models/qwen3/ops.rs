@@ -121,6 +121,12 @@ impl Rope {
         self.cos.len().checked_div(self.half).unwrap_or(0)
     }
 
+    /// The whole `(cos, sin)` tables, `(positions, head_dim / 2)` each, row-major.
+    #[cfg(feature = "candle")]
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// `(cos, sin)` at `pos`, `head_dim / 2` values each.
     #[inline(always)]
     pub fn at(&self, pos: usize) -> (&[f32], &[f32]) {

@@ -116,27 +116,16 @@ pub(crate) struct Qwen3Scorer {
 }
 
 impl Qwen3Scorer {
-    /// The scorer over `model` loaded from `dir` (with its output head), keeping only the
-    /// `yes - no` row difference of the head (read from the mapped checkpoint; an id outside
-    /// the head is an error).
-    pub fn new(model: DecoderEngine, dir: &Path, yes: u32, no: u32) -> Result<Self> {
+    /// The scorer over `model`, keeping only the `yes - no` row difference of its output head
+    /// (read from the mapped checkpoint; an id outside the head is an error).
+    pub fn new(model: DecoderEngine, yes: u32, no: u32) -> Result<Self> {
         let h = model.config().hidden_size;
-        let rows = match &model {
-            DecoderEngine::Native(m) => {
-                let weights = m.decoder.embed.weights();
-                weights.rows(head_name(weights, m.config())?, h, &[yes, no])?
-            }
+        let weights = match &model {
+            DecoderEngine::Native(m) => m.decoder.embed.weights(),
             #[cfg(feature = "candle")]
-            DecoderEngine::Candle(m) => {
-                let weights = Weights::open(dir)?;
-                let weights = match weights.has(super::layers::EMBED) {
-                    true => weights,
-                    false => weights.prefixed("model."),
-                };
-                weights.rows(head_name(&weights, m.config())?, h, &[yes, no])?
-            }
+            DecoderEngine::Candle(m) => m.weights(),
         };
-        let _ = dir;
+        let rows = weights.rows(head_name(weights, model.config())?, h, &[yes, no])?;
         let head: Vec<f32> = rows[..h]
             .iter()
             .zip(&rows[h..])

@@ -411,7 +411,7 @@ impl Qwen3RerankerBuilder {
             || DecoderEngine::load(dir, config, max_length, precision, device, true),
         );
         let encoder = encoder?;
-        let scorer = Qwen3Scorer::new(model?, dir, encoder.yes_id(), encoder.no_id())?;
+        let scorer = Qwen3Scorer::new(model?, encoder.yes_id(), encoder.no_id())?;
         let rows = scorer.vocab_rows();
         if let Some(id) = encoder.fixed_ids().find(|&id| id as usize >= rows) {
             return Err(Error::model(format!(
