@@ -387,6 +387,41 @@ fn half_precisions_stay_close_to_f32() {
         println!("xlmr_tiny in {precision}: max |error| {err:.2e}");
         assert!(err < 0.05, "{precision}: {err}");
     }
+    // The decoder (attention scores and softmax in f32); bf16 keeps 8 bits of mantissa to
+    // f16's 11, hence its looser bound.
+    let Some(qwen3) = shared("qwen3_tiny_a") else {
+        return;
+    };
+    let v = json(&qwen3.join("scores.json"));
+    let cases = v["cases"].as_array().unwrap();
+    let inputs: Vec<ScoreInput<'_>> = cases
+        .iter()
+        .map(|c| ScoreInput {
+            instruction: c["instruction"].as_str(),
+            query: c["query"].as_str().unwrap(),
+            document: c["document"].as_str().unwrap(),
+        })
+        .collect();
+    let want: Vec<f64> = cases.iter().map(|c| c["score"].as_f64().unwrap()).collect();
+    for precision in [Precision::F16, Precision::Bf16] {
+        let model = Qwen3Reranker::builder(qwen3.join("model"))
+            .options(candle().precision(precision))
+            .build()
+            .unwrap();
+        let scores: Vec<f32> = model
+            .score_inputs(&inputs)
+            .unwrap()
+            .iter()
+            .map(|s| s.score)
+            .collect();
+        let err = max_error(&scores, &want);
+        println!("qwen3_tiny_a in {precision}: max |error| {err:.2e}");
+        let bound = match precision {
+            Precision::F16 => 0.01,
+            _ => 0.1,
+        };
+        assert!(err < bound, "{precision}: {err}");
+    }
 }
 
 #[test]

@@ -12,9 +12,10 @@
 //! with softmax in f32, SwiGLU.
 
 use candle_core::{DType, IndexOp, Module, Tensor};
+use candle_nn::rotary_emb::rope;
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
-use super::{candle_device, dtype, err, rope, rope_tables, to_host, var_builder, BUCKET};
+use super::{candle_device, dtype, err, rope_tables, to_host, var_builder, BUCKET};
 use crate::models::qwen3::config::Qwen3Config;
 use crate::models::qwen3::forward::{check_prompts, shared_prefix};
 use crate::models::qwen3::layers::{check_config, under_model, EMBED};
@@ -42,7 +43,7 @@ pub(crate) struct CandleDecoder {
     embed: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    /// `cos` and `sin` of every position's angles, `(positions, head_dim)` (each half twice).
+    /// `cos` and `sin` of every position's angles, `(positions, head_dim / 2)`.
     cos: Tensor,
     sin: Tensor,
     device: candle_core::Device,
@@ -249,12 +250,14 @@ impl CandleDecoder {
         let cos = self
             .cos
             .index_select(&positions, 0)?
-            .reshape((b, 1, t, d))?;
+            .reshape((b, t, d / 2))?;
         let sin = self
             .sin
             .index_select(&positions, 0)?
-            .reshape((b, 1, t, d))?;
-        let mask = Tensor::from_vec(mask, (b, 1, t, width), &self.device)?;
+            .reshape((b, t, d / 2))?;
+        // The additive mask, broadcast over the heads; scores, mask and softmax in f32 (in
+        // f16 they cost a qwen3_tiny_a score 6e-2 instead of 3e-3).
+        let mask = Tensor::from_vec(mask, (b, 1, 1, t, width), &self.device)?;
         let scale = 1.0 / (d as f64).sqrt();
         let mut kept = Vec::new();
         let mut x = self.embed.forward(ids)?;
@@ -281,20 +284,30 @@ impl CandleDecoder {
                     let (pk, pv) = &prefix[n];
                     let p = pk.dim(2)?;
                     let (pk, pv) = (pk.expand((b, kv, p, d))?, pv.expand((b, kv, p, d))?);
-                    (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?)
+                    // (candle concatenates broadcast tensors in a transposed layout.)
+                    (
+                        Tensor::cat(&[&pk, &k], 2)?.contiguous()?,
+                        Tensor::cat(&[&pv, &v], 2)?.contiguous()?,
+                    )
                 }
             };
-            let k = repeat_kv(&k, heads / kv)?;
-            let v = repeat_kv(&v, heads / kv)?;
+            // Grouped-query attention without repeating keys and values: the `group` query
+            // heads that share a key/value head are one `(group * t)`-row matrix against it
+            // (query head `h` reads key/value head `h / group`, as transformers' repeat_kv).
+            let group = heads / kv;
+            let q = q.reshape((b, kv, group * t, d))?;
             let scores = (q.matmul(&k.t()?)? * scale)?
                 .to_dtype(DType::F32)?
+                .reshape((b, kv, group, t, width))?
                 .broadcast_add(&mask)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
-            let attn =
-                probs
-                    .matmul(&v.contiguous()?)?
-                    .transpose(1, 2)?
-                    .reshape((b, t, heads * d))?;
+            let probs =
+                candle_nn::ops::softmax_last_dim(&scores.reshape((b, kv, group * t, width))?)?
+                    .to_dtype(self.dtype)?;
+            let attn = probs
+                .matmul(&v)?
+                .reshape((b, heads, t, d))?
+                .transpose(1, 2)?
+                .reshape((b, t, heads * d))?;
             x = (residual + layer.o.forward(&attn)?)?;
             let residual = x.clone();
             let y = layer.post_norm.forward(&x)?;
@@ -315,17 +328,6 @@ fn shared_on_device(prompts: &[&[u32]]) -> usize {
         n if n >= MIN_SHARED => n,
         _ => 0,
     }
-}
-
-/// Each key/value head repeated `n` times, to match the query heads.
-fn repeat_kv(x: &Tensor, n: usize) -> candle_core::Result<Tensor> {
-    if n == 1 {
-        return Ok(x.clone());
-    }
-    let (b, kv, t, d) = x.dims4()?;
-    x.unsqueeze(2)?
-        .expand((b, kv, n, t, d))?
-        .reshape((b, kv * n, t, d))
 }
 
 #[cfg(test)]

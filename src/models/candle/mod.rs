@@ -23,7 +23,7 @@ mod modernbert;
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
 use super::weights::Weights;
@@ -151,8 +151,10 @@ pub(crate) fn to_host(t: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// The CPU path's RoPE tables (`qwen3::ops::Rope`: the same angles, rounded as transformers
-/// rounds them) for heads of `d` and `positions` positions, each half-width row repeated twice
-/// along the last axis (transformers' `rotate_half` layout): `(cos, sin)`, `(positions, d)`.
+/// rounds them) for heads of `d` and `positions` positions: `(cos, sin)`, each
+/// `(positions, d / 2)`, the layout of candle's fused kernel
+/// ([`candle_nn::rotary_emb::rope`]: `x cos + rotate_half(x) sin`, transformers' `rotate_half`
+/// pairing of the two halves of a head).
 pub(crate) fn rope_tables(
     d: usize,
     theta: f64,
@@ -161,25 +163,11 @@ pub(crate) fn rope_tables(
     device: &candle_core::Device,
 ) -> Result<(Tensor, Tensor)> {
     let rope = super::qwen3::ops::Rope::new(d, theta, positions);
-    let full = |half: &[f32]| -> Result<Tensor> {
-        let rows: Vec<f32> = half
-            .chunks_exact(d / 2)
-            .flat_map(|row| row.iter().chain(row))
-            .copied()
-            .collect();
-        Tensor::from_vec(rows, (positions, d), device)
+    let table = |half: &[f32]| -> Result<Tensor> {
+        Tensor::from_slice(half, (positions, d / 2), device)
             .and_then(|t| t.to_dtype(dtype))
             .map_err(err("RoPE"))
     };
     let (cos, sin) = rope.tables();
-    Ok((full(cos)?, full(sin)?))
-}
-
-/// `x cos + rotate_half(x) sin`, with `rotate_half([a, b]) = [-b, a]`.
-pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    let d = x.dim(D::Minus1)?;
-    let a = x.narrow(D::Minus1, 0, d / 2)?;
-    let b = x.narrow(D::Minus1, d / 2, d / 2)?;
-    let rotated = Tensor::cat(&[&b.neg()?, &a], D::Minus1)?;
-    x.broadcast_mul(cos)? + rotated.broadcast_mul(sin)?
+    Ok((table(cos)?, table(sin)?))
 }

@@ -14,10 +14,11 @@ use candle_core::{DType, Module, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
 use super::encoder::activate;
-use super::{err, rope, rope_tables};
+use super::{err, rope_tables};
 use crate::models::kernels::Act;
 use crate::models::modernbert::config::ModernBertConfig;
 use crate::Result;
+use candle_nn::rotary_emb::rope;
 
 /// A masked position's score: finite, so that a padding row whose keys are all masked
 /// averages instead of turning into NaN (which would reach real rows through `0 · NaN`).
@@ -134,9 +135,8 @@ impl ModernBert {
                 true => &self.global_rope,
                 false => &self.local_rope,
             };
-            let (cos, sin) = (cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?);
-            let q = rope(&part(0)?, &cos, &sin)?;
-            let k = rope(&part(1)?, &cos, &sin)?;
+            let q = rope(&part(0)?, cos, sin)?;
+            let k = rope(&part(1)?, cos, sin)?;
             let v = part(2)?;
             let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
             let scores = match layer.global {
