@@ -3,7 +3,7 @@
 # here (carry `.gpu`): the candle parity tests on cuda:0, then device_bench (ours) and
 # scripts/gpu_peer.py (PyTorch) on the same random models, shapes and workloads, f32 and f16.
 #
-#   bash scripts/gpu_check.sh            # on the GPU machine (about 4-6 minutes; every step has a timeout):
+#   bash scripts/gpu_check.sh            # on the GPU machine (about 2.5 minutes on an H100; every step has a timeout):
 #                                        # the device tool's run with command "bash scripts/gpu_check.sh",
 #                                        # carry [".gpu"], timeout_s 600 (the script stops starting steps at 540 s)
 #   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh   # here, no GPU: the peer on CPU at --tiny sizes; the Rust
@@ -127,7 +127,7 @@ du -sh "$MODELS"/* 2>/dev/null
 if runs_here "$IT"; then
   say "parity tests: RERANK_TEST_DEVICE=$TEST_DEVICE"
   RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
-    step 180 "$IT" candle:: --test-threads=1 $IT_SKIP
+    step 180 "$IT" candle:: --test-threads=1 --nocapture $IT_SKIP
   echo "parity tests exit: $?"
 else
   say "SKIPPED parity tests: $IT absent or does not run here"
