@@ -27,7 +27,7 @@ if BENCH_ISA == "avx2":
     # Every feature but `avx512`.
     CARGO_FEATURES = ["--no-default-features", "--features", "models,sqlite,hf-hub,http,redis,milvus,pdf"]
 else:
-    CARGO_FEATURES = ["--features full"]
+    CARGO_FEATURES = ["--features", "full"]
 print(f"kernels: {'AVX2 + FMA (RERANK_BENCH_ISA=avx2; torch held to AVX2)' if BENCH_ISA == 'avx2' else 'native'}",
       file=sys.stderr)
 
