@@ -225,35 +225,50 @@ impl Kernels {
 
 /// Whether `dot`'s `bf16` tiles run a `bf16` product at least 15 % faster than `widening`
 /// (the panels widened to `f32` for the `f32` tiles), timed once on a product of a layer's
-/// shape (192 x 512 x 512, about 1 ms). Where `vdpbf16ps` has the throughput of two `f32`
-/// multiply-adds (AMD Zen 4) the dot tiles are about twice as fast; where it has that of one
-/// (the Intel Xeons measured here: a 0.6B Qwen3 in `bf16` took 36.9 s with them, 27.8 s
-/// widened, 25.6 s in `f32`) widening wins. The margin keeps the choice stable from run to
-/// run (the two differ in the order of their `f32` sums, hence in rounding); a close call
-/// widens.
+/// shape (192 x 512 x 512, a few milliseconds on one thread). On AMD Zen 4 the dot tiles ran
+/// a 0.6B Qwen3 about twice as fast as `f32`; on an Intel Xeon (Sapphire Rapids class) they
+/// took 36.9 s where widening took 27.8 s and `f32` 25.6 s. The margin keeps the choice
+/// stable from run to run (the two differ in the order of their `f32` sums, hence in
+/// rounding); a close call widens.
 fn dot_tiles_pay(dot: Kernels, widening: Kernels) -> bool {
-    let (m, k, n) = (2 * BLOCK_ROWS, 512, 512);
-    let value = |i: usize| (i.wrapping_mul(2_654_435_761) % 1999) as f32 / 1999.0 - 0.5;
-    let a: Vec<f32> = (0..m * k).map(value).collect();
-    let w: Vec<f32> = (0..n * k).map(|i| value(i + 7)).collect();
-    let b = Panels::from_torch(&w, k, n).to_bf16();
-    let (bias, mut out) = (vec![0.0; n], vec![0.0; m * n]);
-    let rows = Rows {
-        data: &a,
-        rows: m,
-        stride: k,
+    // On a thread and a pool of their own, packing included. The first `detect` may run on a
+    // thread of the global pool (layers loaded in parallel) while others wait for it: work
+    // sent there would wait for them, and a rayon thread that waits steals other work, which
+    // could call `detect` again inside its own initialisation.
+    let time = || -> Option<(std::time::Duration, std::time::Duration)> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .ok()?;
+        pool.install(|| {
+            let (m, k, n) = (2 * BLOCK_ROWS, 512, 512);
+            let value = |i: usize| (i.wrapping_mul(2_654_435_761) % 1999) as f32 / 1999.0 - 0.5;
+            let a: Vec<f32> = (0..m * k).map(value).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| value(i + 7)).collect();
+            let b = Panels::from_torch(&w, k, n).to_bf16();
+            let (bias, mut out) = (vec![0.0; n], vec![0.0; m * n]);
+            let rows = Rows {
+                data: &a,
+                rows: m,
+                stride: k,
+            };
+            let mut best = |kernels: Kernels| {
+                (0..4)
+                    .map(|_| {
+                        let start = std::time::Instant::now();
+                        product(kernels, rows, &b, &mut out, n, &bias, false);
+                        start.elapsed()
+                    })
+                    .min()
+                    .unwrap_or_default()
+            };
+            Some((best(dot), best(widening)))
+        })
     };
-    let mut best = |kernels: Kernels| {
-        (0..4)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                product(kernels, rows, &b, &mut out, n, &bias, false);
-                start.elapsed()
-            })
-            .min()
-            .unwrap_or_default()
+    let timed = std::thread::scope(|s| s.spawn(time).join().ok().flatten());
+    let Some((dot_time, widening_time)) = timed else {
+        return false;
     };
-    let (dot_time, widening_time) = (best(dot), best(widening));
     let pays = dot_time.as_secs_f64() * 1.15 < widening_time.as_secs_f64();
     tracing::debug!(
         ?dot_time,
