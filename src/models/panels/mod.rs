@@ -171,16 +171,18 @@ pub(crate) struct Kernels {
 }
 
 impl Kernels {
-    /// The best kernels this CPU has, chosen once per process: the widest `f32` tiles, and the
-    /// `bf16` dot-product tiles where they beat widening `bf16` panels to those tiles (see
-    /// [`dot_tiles_pay`]).
+    /// The best kernels this CPU has for `f32` panels: the widest `f32` tiles.
     pub fn detect() -> Kernels {
-        static KERNELS: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
-        *KERNELS.get_or_init(|| {
-            let widening = Kernels {
-                isa: Isa::detect(),
-                bf16_dot: false,
-            };
+        Kernels::widening(Isa::detect())
+    }
+
+    /// The kernels for `bf16` panels, chosen once per process: [`Kernels::detect`]'s, with the
+    /// `bf16` dot-product tiles where they beat widening the panels to the `f32` tiles (see
+    /// [`dot_tiles_pay`]). Only `bf16` layers pay for the timing.
+    pub fn for_bf16() -> Kernels {
+        static CHOSEN: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            let widening = Kernels::detect();
             match Kernels::dot(widening.isa) {
                 Some(dot) if dot_tiles_pay(dot, widening) => dot,
                 _ => widening,
@@ -203,7 +205,6 @@ impl Kernels {
     }
 
     /// The `f32` tiles of `isa`, `bf16` panels widened.
-    #[cfg(test)]
     fn widening(isa: Isa) -> Kernels {
         Kernels {
             isa,
@@ -585,6 +586,7 @@ impl PanelLinear {
         let f32 = PanelLinear::new(linear);
         PanelLinear {
             weights: f32.weights.to_bf16(),
+            kernels: Kernels::for_bf16(),
             ..f32
         }
     }
@@ -745,21 +747,22 @@ mod tests {
     use super::*;
     use crate::models::noise;
 
-    /// The block sizes change how a product walks its operands and where its sums over `k`
-    /// are split (a block's sum is added to the output), nothing else: every blocking agrees
-    /// with the tuned one to float rounding, with every kernel, for f32 and bf16 panels.
     #[test]
     fn the_chosen_kernels_are_among_those_this_cpu_runs_and_stay_chosen() {
-        let chosen = Kernels::detect();
+        assert!(!Kernels::detect().bf16_dot, "f32 panels need no bf16 tiles");
+        let chosen = Kernels::for_bf16();
         assert!(Kernels::available().contains(&chosen), "{chosen:?}");
         assert_eq!(chosen.isa, Isa::detect());
-        assert_eq!(Kernels::detect(), chosen, "chosen once per process");
+        assert_eq!(Kernels::for_bf16(), chosen, "chosen once per process");
         // Without the dot-product tiles, widening; with them, timing decides.
         if Kernels::dot(chosen.isa).is_none() {
             assert!(!chosen.bf16_dot);
         }
     }
 
+    /// The block sizes change how a product walks its operands and where its sums over `k`
+    /// are split (a block's sum is added to the output), nothing else: every blocking agrees
+    /// with the tuned one to float rounding, with every kernel, for f32 and bf16 panels.
     #[test]
     fn every_blocking_computes_the_same_product() {
         let (m, k, n) = (45, 700, 300);
