@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use rerank::models::{Device, ModelOptions, Precision};
 use rerank::rerankers::mxbai::MxbaiReranker;
-use rerank::rerankers::qwen3::{Qwen3Reranker, ScoreInput};
+use rerank::rerankers::qwen3::Qwen3Reranker;
 use rerank::rerankers::{CrossEncoder, RerankQuery};
 use rerank::{
     load_embedder, BertEmbedder, Embedder, ModernBertEmbedder, Qwen3Embedder, Reranker, Role,
@@ -283,14 +283,7 @@ fn qwen3_reranker_matches_the_reference() {
     };
     let v = json(&dir.join("scores.json"));
     let cases = v["cases"].as_array().unwrap();
-    let inputs: Vec<ScoreInput<'_>> = cases
-        .iter()
-        .map(|c| ScoreInput {
-            instruction: c["instruction"].as_str(),
-            query: c["query"].as_str().unwrap(),
-            document: c["document"].as_str().unwrap(),
-        })
-        .collect();
+    let inputs = crate::common::qwen3_score_inputs(cases);
     let want: Vec<f64> = cases.iter().map(|c| c["score"].as_f64().unwrap()).collect();
     let run = |options: ModelOptions| {
         let r = Qwen3Reranker::builder(dir.join("model"))
@@ -394,14 +387,7 @@ fn half_precisions_stay_close_to_f32() {
     };
     let v = json(&qwen3.join("scores.json"));
     let cases = v["cases"].as_array().unwrap();
-    let inputs: Vec<ScoreInput<'_>> = cases
-        .iter()
-        .map(|c| ScoreInput {
-            instruction: c["instruction"].as_str(),
-            query: c["query"].as_str().unwrap(),
-            document: c["document"].as_str().unwrap(),
-        })
-        .collect();
+    let inputs = crate::common::qwen3_score_inputs(cases);
     let want: Vec<f64> = cases.iter().map(|c| c["score"].as_f64().unwrap()).collect();
     for precision in [Precision::F16, Precision::Bf16] {
         let model = Qwen3Reranker::builder(qwen3.join("model"))

@@ -10,6 +10,20 @@ pub fn skip(why: &str) {
     eprintln!("{why}");
 }
 
+/// The (instruction, query, document) triples of a Qwen3 fixture's `scores.json` cases.
+pub fn qwen3_score_inputs(
+    cases: &[serde_json::Value],
+) -> Vec<rerank::rerankers::qwen3::ScoreInput<'_>> {
+    cases
+        .iter()
+        .map(|c| rerank::rerankers::qwen3::ScoreInput {
+            instruction: c["instruction"].as_str(),
+            query: c["query"].as_str().unwrap(),
+            document: c["document"].as_str().unwrap(),
+        })
+        .collect()
+}
+
 /// Reads a TOML file of `[[case]]` tables under `tests/data/`.
 pub fn cases<T: serde::de::DeserializeOwned>(file: &str) -> Vec<T> {
     #[derive(serde::Deserialize)]

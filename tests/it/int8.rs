@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rerank::embed::BertEmbedder;
 use rerank::models::{ModelOptions, Precision};
-use rerank::rerankers::qwen3::{Qwen3Reranker, ScoreInput};
+use rerank::rerankers::qwen3::Qwen3Reranker;
 use rerank::rerankers::CrossEncoder;
 use rerank::{Embedder, Error};
 use serde_json::Value;
@@ -192,14 +192,7 @@ fn qwen3_reranker_in_int8_and_bf16_keeps_the_ranking_of_the_fixture_triples() {
     };
     let v: Value = serde_json::from_str(&text).unwrap();
     let cases = v["cases"].as_array().unwrap();
-    let inputs: Vec<ScoreInput<'_>> = cases
-        .iter()
-        .map(|c| ScoreInput {
-            instruction: c["instruction"].as_str(),
-            query: c["query"].as_str().unwrap(),
-            document: c["document"].as_str().unwrap(),
-        })
-        .collect();
+    let inputs = crate::common::qwen3_score_inputs(cases);
     let reference: Vec<f32> = cases
         .iter()
         .map(|c| (c["logit_yes"].as_f64().unwrap() - c["logit_no"].as_f64().unwrap()) as f32)
