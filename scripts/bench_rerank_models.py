@@ -21,6 +21,14 @@ $RERANK_MODELS_DIR (default models/):
            mean classifier pooling) and num_labels 1. The tokenizer is a byte-level BPE of
            50,280 pieces trained here on the SciFact corpus, ModernBERT's specials after it.
 
+  gte      bench-gte-multilingual-reranker-base: GteForSequenceClassification (transformers 5's
+           spelling of the hub's NewForSequenceClassification) with
+           gte-multilingual-reranker-base's shape (hidden 768, 12 layers, 12 heads, intermediate
+           3072, a gated GELU MLP, RoPE theta 20,000 NTK-scaled by 8, post-norm, token type
+           embeddings of one row, vocab_size 250,048) and num_labels 1. The tokenizer is a
+           Unigram of 32,000 pieces trained here on the SciFact corpus in XLM-R's layout
+           (<s> A </s></s> B </s>).
+
 Both sides score the same pairs: the first SciFact query judged in qrels/test.tsv against the
 first N corpus documents (`title + " " + text`), cut to 512 tokens, with the same thread count:
   - Rust: `cargo bench --bench rerank_models` (release; one process: load, one warm-up, then
@@ -31,7 +39,7 @@ It first checks that both compute the same logits (largest difference <= 1e-3), 
 pairs/s of each, the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python; from the repository root):
-  python scripts/bench_rerank_models.py [--arch deberta modernbert] [--threads 2] [--rounds 3] [--docs 32]
+  python scripts/bench_rerank_models.py [--arch deberta modernbert gte] [--threads 2] [--rounds 3] [--docs 32]
 """
 import argparse
 import json
@@ -141,9 +149,44 @@ def make_modernbert(dest: Path):
     ModernBertForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
 
 
+def make_gte(dest: Path):
+    import torch
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers.models import Unigram
+    from transformers import GteConfig, GteForSequenceClassification
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    tok = Tokenizer(Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(vocab_size=32000, special_tokens=specials, unk_token="<unk>")
+    tok.train_from_iterator(scifact_documents(), trainer)
+    tok.add_special_tokens([AddedToken("<mask>", special=True, normalized=False)])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tok.save(str(dest / "tokenizer.json"))
+    names = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+             "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"}
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512,
+        "model_input_names": ["input_ids", "attention_mask"], **names}, indent=1))
+    (dest / "special_tokens_map.json").write_text(json.dumps(names, indent=1))
+    torch.manual_seed(0)
+    head_dim = 64
+    cfg = GteConfig(vocab_size=250048, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                    intermediate_size=3072, hidden_act="gelu", max_position_embeddings=8192,
+                    type_vocab_size=1, layer_norm_eps=1e-12, pad_token_id=1, num_labels=1,
+                    rope_parameters={"rope_type": "linear", "rope_theta": 160000.0,
+                                     "factor": 8.0 ** (2 / head_dim)})
+    cfg.architectures = ["GteForSequenceClassification"]
+    GteForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
+
+
 MAKERS = {
     "deberta": ("bench-mxbai-rerank-base", make_deberta),
     "modernbert": ("bench-gte-reranker-modernbert-base", make_modernbert),
+    "gte": ("bench-gte-multilingual-reranker-base", make_gte),
 }
 
 

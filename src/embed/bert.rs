@@ -123,7 +123,7 @@ impl BertEmbedder {
             Family::Roberta => EncoderFamily::Roberta,
         };
         let encoder = EncoderEngine::load(options, &model_dir, engine_family, || {
-            let weights = EncoderWeights::open(&model_dir, family.prefix())?;
+            let weights = EncoderWeights::open(&model_dir, &[family.prefix()])?;
             Encoder::load(&weights, config, options.precision)
         })?;
 

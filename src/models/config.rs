@@ -22,6 +22,11 @@ pub enum Architecture {
     ModernBertForSequenceClassification,
     /// `DebertaV2ForSequenceClassification` (e.g. mxbai-rerank-base-v1 / -large-v1).
     DebertaV2ForSequenceClassification,
+    /// `NewForSequenceClassification`: GTE in the hub's remote-code spelling (e.g.
+    /// gte-multilingual-reranker-base).
+    NewForSequenceClassification,
+    /// `GteForSequenceClassification`: GTE as transformers 5 saves it.
+    GteForSequenceClassification,
     /// `Qwen3ForCausalLM` (Qwen3-Reranker, Qwen3 chat models).
     Qwen3ForCausalLm,
     /// `Qwen2ForCausalLM` (mxbai-rerank-v2).
@@ -46,6 +51,8 @@ impl Architecture {
             "DebertaV2ForSequenceClassification" => {
                 Architecture::DebertaV2ForSequenceClassification
             }
+            "NewForSequenceClassification" => Architecture::NewForSequenceClassification,
+            "GteForSequenceClassification" => Architecture::GteForSequenceClassification,
             "Qwen3ForCausalLM" => Architecture::Qwen3ForCausalLm,
             "Qwen2ForCausalLM" => Architecture::Qwen2ForCausalLm,
             "BertModel" => Architecture::BertModel,
@@ -66,6 +73,8 @@ impl Architecture {
             Architecture::DebertaV2ForSequenceClassification => {
                 "DebertaV2ForSequenceClassification"
             }
+            Architecture::NewForSequenceClassification => "NewForSequenceClassification",
+            Architecture::GteForSequenceClassification => "GteForSequenceClassification",
             Architecture::Qwen3ForCausalLm => "Qwen3ForCausalLM",
             Architecture::Qwen2ForCausalLm => "Qwen2ForCausalLM",
             Architecture::BertModel => "BertModel",

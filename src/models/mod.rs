@@ -36,6 +36,7 @@ pub(crate) mod deberta;
 pub(crate) mod dense;
 mod device;
 mod dir;
+pub(crate) mod gte;
 #[cfg(feature = "hf-hub")]
 mod hub;
 pub(crate) mod kernels;
@@ -58,6 +59,7 @@ pub(crate) use deberta::classifier::DebertaClassifier;
 pub use device::Device;
 pub use dir::{ModelDir, WEIGHTS_FILE};
 pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
+pub(crate) use gte::classifier::GteClassifier;
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
 pub(crate) use modernbert::classifier::ModernBertClassifier;

@@ -359,8 +359,7 @@ pub const MODELS: &[KnownModel] = &[
         "new",
         8192,
         "Apache-2.0",
-    )
-    .unsupported("GTE \"new\" encoders (remote code) are not supported yet"),
+    ),
 ];
 
 /// The model with hub id `id` (compared without case), if the registry knows it.

@@ -1,5 +1,5 @@
-//! [`CrossEncoder`]: a cross-encoder reranker (BERT, XLM-RoBERTa, ModernBERT or DeBERTa-v2 / v3
-//! sequence classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
+//! [`CrossEncoder`]: a cross-encoder reranker (BERT, XLM-RoBERTa, ModernBERT, DeBERTa-v2 / v3 or
+//! GTE sequence classification), scoring exactly as sentence-transformers' `CrossEncoder.predict`.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -10,9 +10,9 @@ pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ClassifierConfig, DebertaClassifier, ModelDir, ModelOptions,
-    ModelPool, ModernBertClassifier, PairEncoding, PairTokenizer, Precision, SequenceClassifier,
-    CONFIG_FILE,
+    plan_batches, Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir,
+    ModelOptions, ModelPool, ModernBertClassifier, PairEncoding, PairTokenizer, Precision,
+    SequenceClassifier, CONFIG_FILE,
 };
 use crate::rerankers::passages::score_documents;
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
@@ -40,9 +40,11 @@ pub struct PairScore {
 /// Loads `BertForSequenceClassification` (ms-marco-MiniLM style),
 /// `XLMRobertaForSequenceClassification` (bge-reranker style) or
 /// `ModernBertForSequenceClassification` (gte-reranker-modernbert style: cls or mean pooling,
-/// global and sliding-window attention) or `DebertaV2ForSequenceClassification`
+/// global and sliding-window attention), `DebertaV2ForSequenceClassification`
 /// (mxbai-rerank-base-v1 / -large-v1 style: DeBERTa-v3's disentangled attention over
-/// log-bucketed relative positions) from a directory with
+/// log-bucketed relative positions) or GTE's `NewForSequenceClassification` /
+/// `GteForSequenceClassification` (gte-multilingual-reranker-base: RoPE, a gated MLP) from a
+/// directory with
 /// `config.json`, `tokenizer.json` and `model.safetensors` (memory-mapped). Pairs are built as
 /// sentence-transformers builds them (`[CLS] q [SEP] d [SEP]`, `longest_first` truncation to
 /// `max_length`), run in length-sorted batches under a token budget, each batch packed (no
@@ -261,6 +263,8 @@ enum Model {
     ModernBert(ModernBertClassifier),
     /// DeBERTa-v2 / v3.
     Deberta(DebertaClassifier),
+    /// GTE ("new").
+    Gte(GteClassifier),
     /// Any of them through candle, on [`ModelOptions::device`].
     #[cfg(feature = "candle")]
     Candle(Box<crate::models::candle::encoder::CandleClassifier>),
@@ -289,10 +293,15 @@ impl Model {
             Architecture::DebertaV2ForSequenceClassification => {
                 DebertaClassifier::load(dir, precision).map(Model::Deberta)
             }
+            Architecture::NewForSequenceClassification
+            | Architecture::GteForSequenceClassification => {
+                GteClassifier::load(dir, precision).map(Model::Gte)
+            }
             other => Err(Error::model(format!(
                 "{}: unsupported architecture {other} for a cross-encoder (supported: \
                  BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-                 ModernBertForSequenceClassification, DebertaV2ForSequenceClassification)",
+                 ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
+                 NewForSequenceClassification, GteForSequenceClassification)",
                 dir.path().join(CONFIG_FILE).display()
             ))),
         }
@@ -303,6 +312,7 @@ impl Model {
             Model::Bert(m) => m.config(),
             Model::ModernBert(m) => m.config(),
             Model::Deberta(m) => m.config(),
+            Model::Gte(m) => m.config(),
             #[cfg(feature = "candle")]
             Model::Candle(m) => m.config(),
         }
@@ -313,6 +323,7 @@ impl Model {
             Model::Bert(m) => m.precision(),
             Model::ModernBert(m) => m.precision(),
             Model::Deberta(m) => m.precision(),
+            Model::Gte(m) => m.precision(),
             #[cfg(feature = "candle")]
             Model::Candle(m) => m.precision(),
         }
@@ -323,6 +334,7 @@ impl Model {
             Model::Bert(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
             Model::Deberta(m) => m.vocab_size(),
+            Model::Gte(m) => m.vocab_size(),
             #[cfg(feature = "candle")]
             Model::Candle(m) => m.vocab_size(),
         }
@@ -333,6 +345,7 @@ impl Model {
             Model::Bert(m) => m.max_length(),
             Model::ModernBert(m) => m.max_length(),
             Model::Deberta(m) => m.max_length(),
+            Model::Gte(m) => m.max_length(),
             #[cfg(feature = "candle")]
             Model::Candle(m) => m.max_length(),
         }
@@ -343,6 +356,7 @@ impl Model {
             Model::Bert(m) => m.logits(encodings),
             Model::ModernBert(m) => m.logits(encodings),
             Model::Deberta(m) => m.logits(encodings),
+            Model::Gte(m) => m.logits(encodings),
             #[cfg(feature = "candle")]
             Model::Candle(m) => m.logits(encodings),
         }

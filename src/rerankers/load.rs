@@ -46,7 +46,9 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification
         | Architecture::ModernBertForSequenceClassification
-        | Architecture::DebertaV2ForSequenceClassification => {
+        | Architecture::DebertaV2ForSequenceClassification
+        | Architecture::NewForSequenceClassification
+        | Architecture::GteForSequenceClassification => {
             let builder = CrossEncoder::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
@@ -71,7 +73,7 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             "{}: unsupported architecture {other} for a reranker (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
              ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
-             Qwen3ForCausalLM, Qwen2ForCausalLM (mxbai-rerank-v2), and embedding models: \
+             NewForSequenceClassification, GteForSequenceClassification, Qwen3ForCausalLM, Qwen2ForCausalLM (mxbai-rerank-v2), and embedding models: \
              BertModel, XLMRobertaModel, ModernBertModel, Qwen3Model)",
             dir.join(CONFIG_FILE).display()
         ))),

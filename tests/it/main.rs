@@ -24,6 +24,7 @@ mod embed_models;
 mod embed_parity;
 mod fallback;
 mod fuzz;
+mod gte;
 mod hyde;
 #[cfg(feature = "pdf")]
 mod ingest;

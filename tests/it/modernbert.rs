@@ -147,16 +147,16 @@ fn int8_stays_close_to_f32_and_bf16_is_refused() {
 }
 
 /// One case of a cross-encoder fixture's expected.json.
-struct Pair {
-    query: String,
-    document: String,
-    input_ids: Vec<u32>,
-    token_type_ids: Vec<u32>,
-    logit: f32,
-    logit_batched: f32,
+pub(crate) struct Pair {
+    pub query: String,
+    pub document: String,
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u32>,
+    pub logit: f32,
+    pub logit_batched: f32,
 }
 
-fn pairs_of(dir: &Path) -> Vec<Pair> {
+pub(crate) fn pairs_of(dir: &Path) -> Vec<Pair> {
     let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
     let ids = |c: &Value, k: &str| -> Vec<u32> {
@@ -182,7 +182,7 @@ fn pairs_of(dir: &Path) -> Vec<Pair> {
 }
 
 /// The largest difference of `got` from `want`, which must be within [`TOL`].
-fn assert_close(got: &[f32], want: impl Iterator<Item = f32>, what: &str) -> f32 {
+pub(crate) fn assert_close(got: &[f32], want: impl Iterator<Item = f32>, what: &str) -> f32 {
     let want: Vec<f32> = want.collect();
     assert_eq!(got.len(), want.len(), "{what}");
     let mut worst = 0f32;
@@ -268,10 +268,10 @@ fn modernbert_cross_encoders_match_transformers_single_and_batched() {
 }
 
 /// A scratch copy of a fixture folder to break.
-struct Broken(PathBuf);
+pub(crate) struct Broken(pub PathBuf);
 
 impl Broken {
-    fn of(from: &Path, tag: &str) -> Self {
+    pub fn of(from: &Path, tag: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("rerank-modernbert-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -279,7 +279,7 @@ impl Broken {
         Broken(dir)
     }
 
-    fn edit_config(&self, f: impl FnOnce(&mut Value)) {
+    pub fn edit_config(&self, f: impl FnOnce(&mut Value)) {
         let path = self.0.join("config.json");
         let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         f(&mut v);
@@ -288,7 +288,7 @@ impl Broken {
 
     /// The error of loading the folder as `what`; it must be an [`Error::Model`] naming the
     /// folder's config.json and `key`.
-    fn refused(&self, what: &str, key: &str) -> String {
+    pub fn refused(&self, what: &str, key: &str) -> String {
         let e = match what {
             "embedder" => load_embedder(&self.0, &options()).err().unwrap(),
             _ => CrossEncoder::from_dir(&self.0).unwrap_err(),

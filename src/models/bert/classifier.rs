@@ -51,7 +51,7 @@ impl SequenceClassifier {
         };
         let enc_config = EncoderConfig::from_value(&value, &config_path, roberta)?;
         let (h, labels) = (enc_config.hidden, config.num_labels);
-        let w = EncoderWeights::open(dir, if roberta { "roberta" } else { "bert" })?;
+        let w = EncoderWeights::open(dir, &[if roberta { "roberta" } else { "bert" }])?;
         let encoder = Encoder::load(&w, enc_config, precision)?;
         let head = if roberta {
             "classifier.out_proj.weight"

@@ -264,19 +264,25 @@ pub(crate) struct EncoderWeights {
 }
 
 impl EncoderWeights {
-    /// Maps the checkpoint of `dir` (one file or shards) and finds the encoder under `prefix`
-    /// or at the root; weights with neither are an [`Error::Model`] naming the file.
-    pub fn open(dir: &ModelDir, prefix: &str) -> Result<Self> {
+    /// Maps the checkpoint of `dir` (one file or shards) and finds the encoder under the
+    /// first of `prefixes` that has it, or at the root; weights with none are an
+    /// [`Error::Model`] naming the file.
+    pub fn open(dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
         let weights = Weights::open(dir.path())?;
-        let prefix = if weights.has(&format!("{prefix}.embeddings.word_embeddings.weight")) {
-            format!("{prefix}.")
-        } else if weights.has("embeddings.word_embeddings.weight") {
-            String::new()
-        } else {
-            return Err(Error::model(format!(
-                "{}: no encoder tensors (expected {prefix}.embeddings.word_embeddings.weight)",
-                dir.path().join(WEIGHTS_FILE).display()
-            )));
+        const WORD: &str = "embeddings.word_embeddings.weight";
+        let prefix = match prefixes
+            .iter()
+            .find(|p| weights.has(&format!("{p}.{WORD}")))
+        {
+            Some(p) => format!("{p}."),
+            None if weights.has(WORD) => String::new(),
+            None => {
+                return Err(Error::model(format!(
+                    "{}: no encoder tensors (expected {}.{WORD})",
+                    dir.path().join(WEIGHTS_FILE).display(),
+                    prefixes.first().unwrap_or(&"")
+                )))
+            }
         };
         let w = EncoderWeights { weights, prefix };
         w.check_layout(dir)?;

@@ -48,7 +48,7 @@ impl DebertaClassifier {
         }
         let cfg = DebertaConfig::from_value(&value, &config_path)?;
         let (h, labels, pooler_act) = (cfg.hidden, config.num_labels, cfg.pooler_act);
-        let w = EncoderWeights::open(dir, "deberta")?;
+        let w = EncoderWeights::open(dir, &["deberta"])?;
         let encoder = DebertaEncoder::load(&w, cfg, precision)?;
         w.check_root_size(
             "num_labels (or the size of id2label)",

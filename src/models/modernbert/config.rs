@@ -154,7 +154,8 @@ pub(crate) fn activation(obj: &Map<String, Value>, key: &str, file: &Path) -> Re
     })
 }
 
-fn theta(v: &Value, key: &str, file: &Path) -> Result<f64> {
+/// A positive finite number (a RoPE theta, a scaling factor) at `key`.
+pub(crate) fn theta(v: &Value, key: &str, file: &Path) -> Result<f64> {
     match v.as_f64() {
         Some(t) if t.is_finite() && t > 0.0 => Ok(t),
         _ => Err(bad(

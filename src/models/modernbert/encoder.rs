@@ -43,7 +43,7 @@ use crate::{Error, Result};
 /// Queries per attention task.
 const QUERY_BLOCK: usize = 64;
 /// Rows per task of the row-wise passes (norms, RoPE).
-const ROWS_PER_TASK: usize = 16;
+pub(crate) const ROWS_PER_TASK: usize = 16;
 
 /// A layer norm's scale and shift (zeros without `norm_bias`: adding them changes nothing).
 #[derive(Debug, Clone)]
@@ -360,12 +360,11 @@ impl ModernBertEncoder {
             lens: &lens,
             starts: &starts,
             positions: &positions,
-            rope: &rope,
         };
         let n_layers = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let first_only = output == Output::FirstToken && i + 1 == n_layers;
-            self.layer(layer, &mut ws, &batch, first_only);
+            self.layer(layer, &mut ws, &batch, &rope, first_only);
         }
         let rows = match output {
             Output::AllTokens => total,
@@ -393,7 +392,14 @@ impl ModernBertEncoder {
 
     /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
     /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
-    fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch<'_>, first_only: bool) {
+    fn layer(
+        &self,
+        l: &Layer,
+        ws: &mut Workspace,
+        batch: &Batch<'_>,
+        rope: &RopeTables,
+        first_only: bool,
+    ) {
         let cfg = &self.cfg;
         let (h, d) = (cfg.hidden, cfg.head_dim());
         let total = batch.positions.len();
@@ -413,11 +419,7 @@ impl ModernBertEncoder {
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(input, total, qkv, &mut ws.quant, Then::Nothing);
-        let rope = if l.global {
-            &batch.rope.global
-        } else {
-            &batch.rope.local
-        };
+        let rope = if l.global { &rope.global } else { &rope.local };
         rope_rows(qkv, batch.positions, h, d, rope);
         let rows = if first_only { batch.lens.len() } else { total };
         let window = (!l.global).then_some(cfg.window);
@@ -459,25 +461,24 @@ impl ModernBertEncoder {
     }
 }
 
-/// Where a batch's sequences are, and the RoPE tables for them.
-struct Batch<'a> {
-    lens: &'a [usize],
-    starts: &'a [usize],
+/// Where a packed batch's sequences are (GTE's encoder packs its batches the same way).
+pub(crate) struct Batch<'a> {
+    pub lens: &'a [usize],
+    pub starts: &'a [usize],
     /// Each packed row's position within its sequence.
-    positions: &'a [u32],
-    rope: &'a RopeTables,
+    pub positions: &'a [u32],
 }
 
 /// The attention's shape: `heads` heads of `dim` values, `hidden` in all.
 #[derive(Clone, Copy)]
-struct Heads {
-    hidden: usize,
-    heads: usize,
-    dim: usize,
+pub(crate) struct Heads {
+    pub hidden: usize,
+    pub heads: usize,
+    pub dim: usize,
 }
 
 /// Layer norm of every row of `rows` (whole rows of `norm`'s width), vectorized.
-fn norm_rows(rows: &mut [f32], norm: &Norm, eps: f32) {
+pub(crate) fn norm_rows(rows: &mut [f32], norm: &Norm, eps: f32) {
     struct Op<'a> {
         rows: &'a mut [f32],
         norm: &'a Norm,
@@ -497,7 +498,7 @@ fn norm_rows(rows: &mut [f32], norm: &Norm, eps: f32) {
 
 /// RoPE on every query and key head of every row of `qkv` (`(rows, 3 * h)`, queries then keys
 /// then values), row `r` at position `positions[r]`.
-fn rope_rows(qkv: &mut [f32], positions: &[u32], h: usize, d: usize, rope: &Rope) {
+pub(crate) fn rope_rows(qkv: &mut [f32], positions: &[u32], h: usize, d: usize, rope: &Rope) {
     struct Op<'a> {
         rows: &'a mut [f32],
         positions: &'a [u32],
@@ -585,7 +586,7 @@ fn mlp(l: &Layer, cfg: &ModernBertConfig, x: &[f32], rows: usize, out: &mut [f32
 
 /// `out[j] = act(a[j]) * g[j]` for every row `[a | g]` of `wide` (`(rows, 2 * inner)`), into
 /// `out` (`(rows, inner)`), on this thread, vectorized.
-fn geglu_rows(wide: &[f32], out: &mut [f32], inner: usize, act: Act) {
+pub(crate) fn geglu_rows(wide: &[f32], out: &mut [f32], inner: usize, act: Act) {
     struct Op<'a> {
         wide: &'a [f32],
         out: &'a mut [f32],
@@ -646,7 +647,7 @@ fn softmax_in_windows(scores: &mut [f32], width: usize, ranges: &[(usize, usize)
 /// Scaled dot-product attention within each sequence, all heads, into `ctx`: one row per
 /// token (or per sequence with `first_only`, whose query is the sequence's first token); with
 /// a `window`, query `i` sees the keys `j` with `|i - j| <= window` only.
-fn attention(
+pub(crate) fn attention(
     qkv: &[f32],
     ctx: &mut [f32],
     batch: &Batch<'_>,
@@ -814,16 +815,10 @@ mod tests {
             })
             .collect();
         let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
-        let rope = RopeTables {
-            global: Rope::new(d, 10.0, 0),
-            local: Rope::new(d, 10.0, 0),
-            positions: 0,
-        };
         let batch = Batch {
             lens: &lens,
             starts: &starts,
             positions: &positions,
-            rope: &rope,
         };
         let shape = Heads {
             hidden: h,

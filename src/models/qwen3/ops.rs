@@ -97,11 +97,18 @@ pub(crate) struct Rope {
 impl Rope {
     /// Tables for heads of `head_dim` (even) and positions `0..positions`.
     pub fn new(head_dim: usize, theta: f64, positions: usize) -> Self {
+        Self::scaled(head_dim, theta, 1.0, positions)
+    }
+
+    /// Tables whose inverse frequencies are divided by `divisor` (transformers' "linear"
+    /// scaling; GTE's NTK scaling is that of a larger theta).
+    pub fn scaled(head_dim: usize, theta: f64, divisor: f64, positions: usize) -> Self {
         let half = head_dim / 2;
+        let divisor = divisor as f32;
         let inv: Vec<f32> = (0..half)
             .map(|i| {
                 let exponent = (2 * i) as f32 / head_dim as f32;
-                1.0f32 / (theta.powf(exponent as f64) as f32)
+                1.0f32 / (theta.powf(exponent as f64) as f32) / divisor
             })
             .collect();
         let mut cos = Vec::with_capacity(positions * half);

@@ -1,0 +1,321 @@
+//! The packed GTE encoder forward pass (Alibaba-NLP/new-impl's `NewModel`, transformers 5's
+//! `GteModel`) on the shared CPU kernels.
+//!
+//! A batch is packed as in the BERT and ModernBERT encoders: one `(tokens, hidden)` matrix of
+//! real tokens, attention within each sequence at positions counted from its first token (the
+//! reference pads and masks; a token's keys are the same either way). Per layer, post-norm as
+//! BERT: `x = LN(x + O · attention(RoPE(Q x), RoPE(K x), V x))`, then
+//! `x = LN(x + down · (act(gate · x) * (up · x)))`. The embeddings are the token's and its
+//! token type's (when the model has them), layer-normed; RoPE carries the positions. Attention
+//! and RoPE are ModernBERT's (`modernbert::encoder`), every layer global.
+
+use std::cell::RefCell;
+use std::sync::{Arc, RwLock};
+
+use rayon::prelude::*;
+
+use super::config::GteConfig;
+use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence};
+use crate::models::dense::{Dense, Output};
+use crate::models::kernels::{layer_norm_row, with_scratch, Linear, Then, Weight};
+use crate::models::modernbert::encoder::{attention, geglu_rows, rope_rows, Batch, Heads};
+use crate::models::packed_starts;
+use crate::models::quant::QuantRows;
+use crate::models::qwen3::ops::Rope;
+use crate::models::Precision;
+use crate::{Error, Result};
+
+/// One encoder layer.
+#[derive(Debug, Clone)]
+struct Layer {
+    /// Queries, keys and values stacked (`3 * hidden` outputs), as `qkv_proj` stores them.
+    qkv: Dense,
+    out: Dense,
+    attn_norm: Norm,
+    /// `[gate | up]` (`2 * intermediate` outputs): `up_gate_proj`'s two halves swapped at
+    /// load, so that the GeGLU pass activates the first half as ModernBERT's does.
+    gate_up: Dense,
+    down: Dense,
+    mlp_norm: Norm,
+}
+
+/// A GTE encoder's weights, in f32 panels or int8 linear layers.
+#[derive(Debug)]
+pub(crate) struct GteEncoder {
+    cfg: GteConfig,
+    word: Vec<f32>,
+    /// `(type_vocab, hidden)`; empty without token types.
+    token_type: Vec<f32>,
+    embed_norm: Norm,
+    layers: Vec<Layer>,
+    precision: Precision,
+    /// Built for the longest sequence seen so far (never more than `max_position_embeddings`).
+    rope: RwLock<Arc<Rope>>,
+}
+
+impl GteEncoder {
+    /// Loads the encoder from `w` (`embeddings.*`, `encoder.layer.N.*` under `new.` or `gte.`)
+    /// with the shapes `cfg` implies, after checking them against the safetensors header; a
+    /// missing tensor or a wrong shape is an [`Error::Model`] naming the file and the tensor.
+    /// With [`Precision::Int8`] the linear layers are quantized; [`Precision::Bf16`] is
+    /// refused.
+    pub fn load(w: &EncoderWeights, cfg: GteConfig, precision: Precision) -> Result<Self> {
+        if !matches!(precision, Precision::F32 | Precision::Int8) {
+            return Err(Error::Config(format!(
+                "precision {precision} is not supported by the GTE encoder (f32 or int8; bf16 \
+                 is for Qwen3 models)"
+            )));
+        }
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let checks = w.weights();
+        let word = w.encoder_name("embeddings.word_embeddings.weight");
+        checks.check_config_size("hidden_size", h, &word, 1)?;
+        checks.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
+        let last = w.encoder_name(&format!(
+            "encoder.layer.{}.attention.qkv_proj.weight",
+            cfg.layers - 1
+        ));
+        checks.check_config_tensor("num_hidden_layers", cfg.layers, &last)?;
+        let down = w.encoder_name("encoder.layer.0.mlp.down_proj.weight");
+        checks.check_config_size("intermediate_size", i, &down, 1)?;
+        let token_type = match cfg.type_vocab {
+            0 => Vec::new(),
+            n => {
+                let name = w.encoder_name("embeddings.token_type_embeddings.weight");
+                checks.check_config_size("type_vocab_size", n, &name, 0)?;
+                w.encoder("embeddings.token_type_embeddings.weight", &[n, h])?
+            }
+        };
+        let dense = |linear| Dense::new(linear, precision);
+        let layers = (0..cfg.layers)
+            .map(|n| {
+                let l = format!("encoder.layer.{n}");
+                // up_gate_proj is [up | gate]; the GeGLU pass wants the gate first.
+                let up_gate = w.encoder(&format!("{l}.mlp.up_gate_proj.weight"), &[2 * i, h])?;
+                let (up, gate) = up_gate.split_at(i * h);
+                let gate_up = Linear {
+                    weight: Weight::F32([gate, up].concat()),
+                    bias: vec![0.0; 2 * i],
+                    inputs: h,
+                    outputs: 2 * i,
+                };
+                Ok(Layer {
+                    qkv: dense(w.encoder_linear(&format!("{l}.attention.qkv_proj"), 3 * h, h)?),
+                    out: dense(w.encoder_linear(&format!("{l}.attention.o_proj"), h, h)?),
+                    attn_norm: w.norm(&format!("{l}.attn_ln"), h)?,
+                    gate_up: dense(gate_up),
+                    down: dense(w.encoder_linear(&format!("{l}.mlp.down_proj"), h, i)?),
+                    mlp_norm: w.norm(&format!("{l}.mlp_ln"), h)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rope = Rope::scaled(cfg.head_dim(), cfg.rope_theta, cfg.rope_divisor, 0);
+        Ok(GteEncoder {
+            word: w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?,
+            token_type,
+            embed_norm: w.norm("embeddings.LayerNorm", h)?,
+            layers,
+            precision,
+            rope: RwLock::new(Arc::new(rope)),
+            cfg,
+        })
+    }
+
+    /// The number format of the linear layers.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GteConfig {
+        &self.cfg
+    }
+
+    /// The RoPE tables for at least `positions` positions.
+    fn rope(&self, positions: usize) -> Arc<Rope> {
+        let current = Arc::clone(&self.rope.read().unwrap_or_else(|e| e.into_inner()));
+        if current.positions() >= positions {
+            return current;
+        }
+        let mut slot = self.rope.write().unwrap_or_else(|e| e.into_inner());
+        if slot.positions() >= positions {
+            return Arc::clone(&slot);
+        }
+        // Grown by doubling, never past the configured positions.
+        let n = positions
+            .next_power_of_two()
+            .max(64)
+            .min(self.cfg.max_positions)
+            .max(positions);
+        let c = &self.cfg;
+        let tables = Arc::new(Rope::scaled(c.head_dim(), c.rope_theta, c.rope_divisor, n));
+        *slot = Arc::clone(&tables);
+        tables
+    }
+
+    /// Runs the encoder on `seqs` packed together (token types are read where the model has
+    /// more than one). Returns the last hidden states, row-major with `hidden` columns: one
+    /// row per token for [`Output::AllTokens`] (sequences in order), one row per sequence for
+    /// [`Output::FirstToken`].
+    pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
+        let types = (self.cfg.type_vocab > 1).then_some(self.cfg.type_vocab);
+        check_sequences(seqs, self.cfg.max_positions, self.cfg.vocab, types)?;
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let h = self.cfg.hidden;
+        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let starts = packed_starts(&lens);
+        let total: usize = lens.iter().sum();
+        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+        let rope = self.rope(lens.iter().copied().max().unwrap_or(0));
+        let mut ws = Workspace::new(total, &self.cfg);
+        self.embed(seqs, &mut ws.x);
+        let batch = Batch {
+            lens: &lens,
+            starts: &starts,
+            positions: &positions,
+        };
+        let n_layers = self.layers.len();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let first_only = output == Output::FirstToken && i + 1 == n_layers;
+            self.layer(layer, &mut ws, &batch, &rope, first_only);
+        }
+        if output == Output::FirstToken {
+            // The last layer left one row per sequence at the front (configs have >= 1 layer).
+            ws.x.truncate(seqs.len() * h);
+        }
+        Ok(ws.x)
+    }
+
+    /// Token (+ token type) embeddings, then layer norm, into `x`.
+    fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
+        let h = self.cfg.hidden;
+        let typed = self.cfg.type_vocab > 1;
+        let rows: Vec<(u32, u32)> = seqs
+            .iter()
+            .flat_map(|s| s.ids.iter().zip(s.types).map(|(&id, &t)| (id, t)))
+            .collect();
+        x.par_chunks_mut(h)
+            .zip(rows.par_iter())
+            .for_each(|(row, &(id, t))| {
+                row.copy_from_slice(&self.word[id as usize * h..][..h]);
+                if !self.token_type.is_empty() {
+                    let t = if typed { t as usize } else { 0 };
+                    let tt = &self.token_type[t * h..][..h];
+                    row.iter_mut().zip(tt).for_each(|(v, t)| *v += t);
+                }
+                let norm = &self.embed_norm;
+                layer_norm_row(row, &norm.weight, &norm.bias, self.cfg.eps);
+            });
+    }
+
+    /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
+    /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
+    fn layer(
+        &self,
+        l: &Layer,
+        ws: &mut Workspace,
+        batch: &Batch<'_>,
+        rope: &Rope,
+        first_only: bool,
+    ) {
+        let cfg = &self.cfg;
+        let (h, d) = (cfg.hidden, cfg.head_dim());
+        let total = batch.positions.len();
+        let qkv = &mut ws.qkv[..total * 3 * h];
+        l.qkv
+            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
+        rope_rows(qkv, batch.positions, h, d, rope);
+        let rows = if first_only { batch.lens.len() } else { total };
+        let shape = Heads {
+            hidden: h,
+            heads: cfg.heads,
+            dim: d,
+        };
+        attention(qkv, &mut ws.ctx[..rows * h], batch, shape, None, first_only);
+        if first_only {
+            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
+            for (i, &s) in batch.starts.iter().enumerate() {
+                ws.x.copy_within(s * h..(s + 1) * h, i * h);
+            }
+        }
+        // x = LN(x + O ctx), into `proj`, which then becomes `x`.
+        let m = rows * h;
+        let (x, proj) = (&ws.x[..m], &mut ws.proj[..m]);
+        let norm = l.attn_norm.after(x, cfg.eps);
+        l.out.forward(&ws.ctx[..m], rows, proj, &mut ws.quant, norm);
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+        // x = LN(x + down GeGLU(x)), the same way.
+        gated_feed_forward(l, cfg, &ws.x[..m], rows, &mut ws.proj[..m]);
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+    }
+}
+
+/// One block's feed-forward buffers: `[gate | up]`, the GeGLU's output, and their quantized
+/// rows in int8.
+#[derive(Default)]
+struct FfBlock {
+    wide: Vec<f32>,
+    glu: Vec<f32>,
+    quant: QuantRows,
+}
+
+thread_local! {
+    /// The feed-forward block of this thread, reused across calls.
+    static FF_BLOCK: RefCell<FfBlock> = RefCell::new(FfBlock::default());
+}
+
+/// `out = LN(x + down (act(g) * u))` with `[g | u] = gate_up x` over `rows` rows, block by
+/// block of rows in parallel: a block's `(rows, 2 * intermediate)` products stay in cache and
+/// the whole intermediate matrix is never written.
+fn gated_feed_forward(l: &Layer, cfg: &GteConfig, x: &[f32], rows: usize, out: &mut [f32]) {
+    let (h, inner) = (cfg.hidden, cfg.intermediate);
+    if rows == 0 {
+        return;
+    }
+    let block = l.gate_up.block_rows(rows);
+    out[..rows * h]
+        .par_chunks_mut(block * h)
+        .enumerate()
+        .for_each(|(b, out)| {
+            let (first, count) = (b * block, out.len() / h);
+            let rows_x = &x[first * h..(first + count) * h];
+            with_scratch(&FF_BLOCK, |FfBlock { wide, glu, quant }| {
+                wide.resize(count * 2 * inner, 0.0);
+                l.gate_up
+                    .forward_here(rows_x, count, wide, quant, Then::Nothing, 0);
+                glu.resize(count * inner, 0.0);
+                geglu_rows(wide, glu, inner, cfg.act);
+                let norm = l.mlp_norm.after(x, cfg.eps);
+                l.down.forward_here(glu, count, out, quant, norm, first);
+            });
+        });
+}
+
+/// The buffers of one batch, sized for its tokens.
+struct Workspace {
+    /// Hidden states `(tokens, hidden)`.
+    x: Vec<f32>,
+    /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
+    qkv: Vec<f32>,
+    /// Attention context `(tokens, hidden)`.
+    ctx: Vec<f32>,
+    /// Projection outputs `(tokens, hidden)`.
+    proj: Vec<f32>,
+    /// The quantized inputs of the int8 linear layers (empty in f32).
+    quant: QuantRows,
+}
+
+impl Workspace {
+    fn new(tokens: usize, cfg: &GteConfig) -> Self {
+        let h = cfg.hidden;
+        Workspace {
+            x: vec![0.0; tokens * h],
+            qkv: vec![0.0; tokens * 3 * h],
+            ctx: vec![0.0; tokens * h],
+            proj: vec![0.0; tokens * h],
+            quant: QuantRows::default(),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! GTE ("new": gte-multilingual-reranker-base) against transformers 5.24 and
+//! sentence-transformers 6.2 on a tiny random checkpoint (tests/fixtures/gte_ce_tiny, made by
+//! the make.py beside it) in both of its spellings: the hub's (`NewForSequenceClassification`,
+//! NTK-scaled RoPE, tensors under `new.`) and transformers 5's (`GteForSequenceClassification`,
+//! `rope_parameters`, tensors under `gte.`). One pair at a time and in batches, a pair longer
+//! than the tokenizer's 128 tokens, an empty document, non-ASCII text; int8; configs the crate
+//! cannot honour, refused naming config.json and the key.
+#![cfg(feature = "models")]
+
+use std::path::{Path, PathBuf};
+
+use rerank::models::registry::{self, Support};
+use rerank::models::{Architecture, ModelOptions, Precision};
+use rerank::rerankers::{load_reranker, CrossEncoder, RerankQuery};
+use rerank::Error;
+use serde_json::Value;
+
+use crate::modernbert::{assert_close, pairs_of, Broken};
+
+fn fixture(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gte_ce_tiny")
+        .join(case)
+}
+
+fn options() -> ModelOptions {
+    ModelOptions::default().threads(2)
+}
+
+/// sentence-transformers' `CrossEncoder.predict` scores of the fixture, in order.
+fn st_scores(dir: &Path) -> Vec<f32> {
+    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["score"].as_f64().unwrap() as f32)
+        .collect()
+}
+
+#[test]
+fn gte_cross_encoders_match_transformers_single_and_batched() {
+    for (case, arch) in [
+        ("new", Architecture::NewForSequenceClassification),
+        ("gte", Architecture::GteForSequenceClassification),
+    ] {
+        let dir = fixture(case);
+        let cases = pairs_of(&dir);
+        assert_eq!(cases.len(), 6);
+        // A pair cut at the tokenizer's 128 tokens, an empty document, non-ASCII text.
+        assert!(cases.iter().any(|c| c.input_ids.len() == 128));
+        assert!(cases.iter().any(|c| c.document.is_empty()));
+        assert!(cases.iter().any(|c| !c.query.is_ascii()));
+        let ce = CrossEncoder::builder(&dir)
+            .options(options())
+            .build()
+            .unwrap();
+        assert_eq!(ce.architecture(), &arch);
+        assert_eq!(ce.max_length(), 128);
+        let pairs: Vec<(&str, &str)> = cases
+            .iter()
+            .map(|c| (c.query.as_str(), c.document.as_str()))
+            .collect();
+        for (c, p) in cases.iter().zip(&pairs) {
+            let enc = ce.encode_pair(p.0, p.1).unwrap();
+            assert_eq!(enc.input_ids, c.input_ids, "{case}: {p:?}");
+            assert_eq!(enc.token_type_ids, c.token_type_ids, "{case}: {p:?}");
+        }
+        let single: Vec<f32> = pairs
+            .iter()
+            .map(|p| ce.logits(std::slice::from_ref(p)).unwrap()[0])
+            .collect();
+        let mut worst = assert_close(&single, cases.iter().map(|c| c.logit), case);
+        for (tokens, size) in [(usize::MAX, 64), (200, 2), (60, 3)] {
+            let ce = CrossEncoder::builder(&dir)
+                .options(options().token_budget(tokens).max_batch_size(size))
+                .build()
+                .unwrap();
+            let batched = ce.logits(&pairs).unwrap();
+            let what = format!("{case} batched ({tokens}, {size})");
+            worst = worst.max(assert_close(
+                &batched,
+                cases.iter().map(|c| c.logit_batched),
+                &what,
+            ));
+            worst = worst.max(assert_close(&batched, single.iter().copied(), &what));
+        }
+        println!("{case}: largest logit difference from transformers {worst:.1e}");
+        // load_reranker picks the cross-encoder; its scores are sentence-transformers'.
+        let reranker = load_reranker(&dir, &options()).unwrap();
+        assert_eq!(reranker.name(), "cross-encoder");
+        let want = st_scores(&dir);
+        for (i, c) in cases.iter().enumerate() {
+            let got = reranker
+                .score(&RerankQuery::new(c.query.clone()), &[c.document.as_str()])
+                .unwrap();
+            assert!(
+                (got[0] - want[i]).abs() < 1e-5,
+                "{case} {i}: {} vs {}",
+                got[0],
+                want[i]
+            );
+        }
+        // int8 stays close (within 0.1 of logits spread over 3.5: the tiny model's 32-wide
+        // rows quantize coarsely) and ranks the pairs alike.
+        let int8 = CrossEncoder::builder(&dir)
+            .options(ModelOptions::default().precision(Precision::Int8))
+            .build()
+            .unwrap();
+        assert_eq!(int8.precision(), Precision::Int8);
+        let quantized = int8.logits(&pairs).unwrap();
+        for (g, w) in quantized.iter().zip(&single) {
+            assert!((g - w).abs() < 0.1, "{case} int8: {g} vs {w}");
+        }
+        let order = |x: &[f32]| {
+            let mut i: Vec<usize> = (0..x.len()).collect();
+            i.sort_by(|&a, &b| x[b].total_cmp(&x[a]));
+            i
+        };
+        assert_eq!(order(&quantized), order(&single), "{case} int8 ranking");
+    }
+    let e = CrossEncoder::builder(fixture("new"))
+        .options(ModelOptions::default().precision(Precision::Bf16))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Config(_)) && e.to_string().contains("bf16"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gte_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, &str, Edit); 6] = [
+        ("new", "rope_scaling.mixed_b", |c| {
+            c["rope_scaling"]["mixed_b"] = 0.7.into()
+        }),
+        ("new", "logn_attention_scale", |c| {
+            c["logn_attention_scale"] = true.into()
+        }),
+        ("new", "layer_norm_type", |c| {
+            c["layer_norm_type"] = "rms_norm".into()
+        }),
+        ("gte", "rope_parameters.rope_type", |c| {
+            c["rope_parameters"]["rope_type"] = "dynamic".into()
+        }),
+        // Tensor shapes that do not match the config.
+        ("new", "intermediate_size", |c| {
+            c["intermediate_size"] = 64.into()
+        }),
+        ("gte", "num_hidden_layers", |c| {
+            c["num_hidden_layers"] = 4.into()
+        }),
+    ];
+    for (i, (case, key, edit)) in cases.into_iter().enumerate() {
+        let b = Broken::of(&fixture(case), &format!("gte-{i}"));
+        b.edit_config(edit);
+        b.refused("cross-encoder", key);
+    }
+}
+
+#[test]
+fn the_registry_knows_the_gte_reranker() {
+    let m = registry::find("Alibaba-NLP/gte-multilingual-reranker-base").unwrap();
+    assert_eq!(m.support, Support::Supported);
+    assert_eq!((m.model_type, m.max_length), ("new", 8192));
+}
+
+/// The candle engine has no GTE: refused by name, not a missing tensor.
+#[cfg(feature = "candle")]
+#[test]
+fn candle_refuses_gte_by_name() {
+    let e = CrossEncoder::builder(fixture("new"))
+        .options(options().device(rerank::models::Device::CandleCpu))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("NewForSequenceClassification"), "{e}");
+}
