@@ -14,6 +14,13 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
   modernbert  bench-gte-modernbert-base: ModernBERT with gte-modernbert-base's shape (22
          layers, hidden 768, 12 heads, GeGLU 1152, global attention every third layer, the
          others in a 128-token window), cls pooling + Normalize, all-MiniLM-L6-v2's tokenizer;
+  nomic  bench-nomic-embed-text-v1.5: NomicBERT with nomic-embed-text-v1.5's shape (12 layers,
+         hidden 768, 12 heads, SwiGLU 3072, RoPE theta 1000, post-norm, no biases), mean pooling
+         + Normalize, its search_query / search_document prompts, all-MiniLM-L6-v2's tokenizer;
+  gte    bench-gte-base-en-v1.5: GTE with gte-base-en-v1.5's shape (12 layers, hidden 768, 12
+         heads, gated GELU 3072, RoPE theta 500,000 NTK-scaled by 2, no token types), cls pooling
+         + Normalize, all-MiniLM-L6-v2's tokenizer (both in transformers 5's spelling, which
+         sentence-transformers loads without remote code);
   qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
          1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
          Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
@@ -47,7 +54,7 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # time without rebuilding: RERANK_BENCH_BIN=target/release/deps/embed_models-HASH.
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
-DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32}
+DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -144,6 +151,51 @@ def make_modernbert(dest: Path):
         (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
 
 
+def make_rotary(dest: Path, model, pooling: str, prompts: dict):
+    """A sentence-transformers folder around `model` (a transformers 5 GteModel or
+    NomicBertModel), with all-MiniLM-L6-v2's tokenizer."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    tok = MODELS / "all-MiniLM-L6-v2"  # scripts/fetch_minilm.sh
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        model.eval().save_pretrained(enc)
+        for f in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]:
+            if (tok / f).exists():
+                (enc / f).write_bytes((tok / f).read_bytes())
+        modules = [Transformer(str(enc), max_seq_length=MAX_SEQ), Pooling(768, pooling), Normalize()]
+        SentenceTransformer(modules=modules, prompts=prompts, device="cpu").save(str(dest))
+        (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
+
+
+def make_nomic(dest: Path):
+    import torch
+    from transformers import NomicBertConfig, NomicBertModel
+
+    torch.manual_seed(0)
+    cfg = NomicBertConfig(vocab_size=30528, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                          intermediate_size=3072, type_vocab_size=2, max_position_embeddings=8192,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    cfg.architectures = ["NomicBertModel"]
+    make_rotary(dest, NomicBertModel(cfg), "mean",
+                {"query": "search_query: ", "document": "search_document: "})
+
+
+def make_gte(dest: Path):
+    import torch
+    from transformers import GteConfig, GteModel
+
+    torch.manual_seed(0)
+    cfg = GteConfig(vocab_size=30528, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                    intermediate_size=3072, type_vocab_size=0, max_position_embeddings=8192,
+                    pad_token_id=0, rope_parameters={"rope_type": "linear", "rope_theta": 1_000_000.0,
+                                                     "factor": 2.0 ** (2 / 64)})
+    cfg.architectures = ["GteModel"]
+    make_rotary(dest, GteModel(cfg), "cls", {})
+
+
 def fetched(dest: Path):
     raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
 
@@ -153,6 +205,8 @@ MAKERS = {
     "xlmr": ("bench-xlmr-e5-small", make_xlmr),
     "qwen3": ("bench-qwen3-embedding-0.6b", make_qwen3),
     "modernbert": ("bench-gte-modernbert-base", make_modernbert),
+    "nomic": ("bench-nomic-embed-text-v1.5", make_nomic),
+    "gte": ("bench-gte-base-en-v1.5", make_gte),
 }
 
 

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use super::{BertEmbedder, Embedder, EmbedderBuilder, ModernBertEmbedder, Qwen3Embedder, Role};
+use super::{
+    BertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder, Qwen3Embedder, Role,
+};
 use crate::models::registry::{self, KnownModel, Task};
 use crate::models::{ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Error, Result};
@@ -21,8 +23,8 @@ use crate::{Error, Result};
 ///   directory is an error that says how to get the files.
 ///
 /// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta` and `roberta`
-/// load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `qwen3` as a
-/// [`Qwen3Embedder`]; anything else is an
+/// load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`, `gte` and
+/// `nomic_bert` as a [`GteEmbedder`], `qwen3` as a [`Qwen3Embedder`]; anything else is an
 /// [`Error::Model`] naming the file and the supported types.
 ///
 /// ```no_run
@@ -51,13 +53,17 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(ModernBertEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
+        "new" | "gte" | "nomic_bert" => {
+            let builder = with_registry(GteEmbedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         "qwen3" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
-             xlm-roberta, roberta, modernbert, qwen3)",
+             xlm-roberta, roberta, modernbert, new, gte, nomic_bert, qwen3)",
             dir.join(CONFIG_FILE).display()
         ))),
     }
@@ -96,10 +102,10 @@ mod tests {
     #[test]
     fn unsupported_and_reranker_ids_are_refused_before_any_download() {
         let o = ModelOptions::default();
-        let e = load_embedder("nomic-ai/nomic-embed-text-v1.5", &o)
+        let e = load_embedder("jinaai/jina-embeddings-v2-base-en", &o)
             .err()
             .unwrap();
-        assert!(e.to_string().contains("nomic_bert"), "{e}");
+        assert!(e.to_string().contains("ALiBi"), "{e}");
         let e = load_embedder("BAAI/bge-reranker-base", &o).err().unwrap();
         assert!(e.to_string().contains("load_reranker"), "{e}");
     }

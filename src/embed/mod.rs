@@ -10,6 +10,8 @@
 //!   reading `modules.json` and the module configs, refusing what cannot be reproduced);
 //! - [`ModernBertEmbedder`] (`modernbert`): ModernBERT sentence-transformers models
 //!   (gte-modernbert, modernbert-embed) on the same layout;
+//! - [`GteEmbedder`] (`gte`): GTE and NomicBERT sentence-transformers models (gte-multilingual,
+//!   gte-en-v1.5, nomic-embed-text) on the same layout;
 //! - `packed`: what the encoder embedders share around their encoder (layout, tokenizer,
 //!   prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
@@ -21,6 +23,8 @@
 mod bert;
 #[cfg(feature = "models")]
 mod builder;
+#[cfg(feature = "models")]
+mod gte;
 mod hashing;
 #[cfg(feature = "models")]
 mod layout;
@@ -49,6 +53,8 @@ pub use matryoshka::{truncate_normalized, Matryoshka};
 pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 #[cfg(feature = "models")]
 pub use builder::EmbedderBuilder;
+#[cfg(feature = "models")]
+pub use gte::{GteEmbedder, GteEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use layout::PoolingMode;
 #[cfg(feature = "models")]

@@ -1,5 +1,5 @@
 //! What the encoder embedders ([`BertEmbedder`](super::BertEmbedder),
-//! [`ModernBertEmbedder`](super::ModernBertEmbedder)) share around their encoder: the text
+//! [`ModernBertEmbedder`](super::ModernBertEmbedder), [`GteEmbedder`](super::GteEmbedder)) share around their encoder: the text
 //! side of the model directory ([`PackedTexts`]: its sentence-transformers layout, the
 //! tokenizer, the prompts' token counts), texts in length-sorted batches under a token budget,
 //! each batch run *packed* through the family's [`PackedEncoder`], and each text's hidden
@@ -112,6 +112,8 @@ pub(crate) enum EncoderFamily {
     /// `deberta-v2` (DeBERTa v2 and v3; cross-encoders only).
     #[cfg_attr(not(feature = "candle"), allow(dead_code))]
     Deberta,
+    /// `new` / `gte` / `nomic_bert` (the crate's kernels only: the candle engine refuses it).
+    Gte,
 }
 
 /// The text side of an encoder embedder: layout, tokenizer, prompt lengths and batching.

@@ -264,6 +264,8 @@ pub(crate) enum Act {
     GeluTanh,
     /// `max(x, 0)`.
     Relu,
+    /// `x / (1 + e^-x)` (`"silu"`, `"swish"`).
+    Silu,
 }
 
 impl Act {
@@ -273,6 +275,7 @@ impl Act {
             "gelu" => Some(Act::Gelu),
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Some(Act::GeluTanh),
             "relu" => Some(Act::Relu),
+            "silu" | "swish" => Some(Act::Silu),
             _ => None,
         }
     }
@@ -285,6 +288,7 @@ impl Act {
             Act::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v)),
             Act::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
             Act::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+            Act::Silu => x.iter_mut().for_each(|v| *v /= 1.0 + exp(-*v)),
         }
     }
 }
@@ -470,7 +474,7 @@ mod tests {
     }
 
     #[test]
-    fn gelu_variants_match_their_definitions() {
+    fn activations_match_their_definitions() {
         for i in -800..=800 {
             let x = i as f32 * 0.01;
             let x64 = x as f64;
@@ -479,7 +483,15 @@ mod tests {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             let tanh = 0.5 * x64 * (1.0 + (c * (x64 + 0.044715 * x64.powi(3))).tanh());
             assert!((gelu_tanh(x) as f64 - tanh).abs() < 1e-6, "gelu_tanh({x})");
+            let mut silu = [x];
+            Act::Silu.apply_here(&mut silu);
+            let want = x64 / (1.0 + (-x64).exp());
+            assert!(
+                (silu[0] as f64 - want).abs() < 1e-6 * want.abs().max(1.0),
+                "silu({x})"
+            );
         }
+        assert_eq!(Act::from_name("swish"), Some(Act::Silu));
     }
 
     #[test]

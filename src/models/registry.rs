@@ -252,8 +252,49 @@ pub const MODELS: &[KnownModel] = &[
         "Apache-2.0",
     )
     .prompts(Some("search_query: "), Some("search_document: "))
-    .matryoshka(&[768, 512, 256, 128, 64])
-    .unsupported("nomic_bert (rotary BERT with SwiGLU, remote code) is not supported"),
+    .matryoshka(&[768, 512, 256, 128, 64]),
+    embedder(
+        "nomic-ai/nomic-embed-text-v1",
+        "nomic_bert",
+        Mean,
+        768,
+        8192,
+        "Apache-2.0",
+    )
+    .prompts(Some("search_query: "), Some("search_document: ")),
+    embedder(
+        "Alibaba-NLP/gte-multilingual-base",
+        "new",
+        Cls,
+        768,
+        8192,
+        "Apache-2.0",
+    ),
+    embedder(
+        "Alibaba-NLP/gte-base-en-v1.5",
+        "new",
+        Cls,
+        768,
+        8192,
+        "Apache-2.0",
+    ),
+    embedder(
+        "Alibaba-NLP/gte-large-en-v1.5",
+        "new",
+        Cls,
+        1024,
+        8192,
+        "Apache-2.0",
+    ),
+    embedder(
+        "jinaai/jina-embeddings-v2-base-en",
+        "bert",
+        Mean,
+        768,
+        8192,
+        "Apache-2.0",
+    )
+    .unsupported("jina_bert (ALiBi attention, remote code) is not supported"),
     reranker(
         "cross-encoder/ms-marco-MiniLM-L-6-v2",
         CrossEncoder,

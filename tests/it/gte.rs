@@ -1,10 +1,14 @@
-//! GTE ("new": gte-multilingual-reranker-base) against transformers 5.24 and
-//! sentence-transformers 6.2 on a tiny random checkpoint (tests/fixtures/gte_ce_tiny, made by
-//! the make.py beside it) in both of its spellings: the hub's (`NewForSequenceClassification`,
-//! NTK-scaled RoPE, tensors under `new.`) and transformers 5's (`GteForSequenceClassification`,
-//! `rope_parameters`, tensors under `gte.`). One pair at a time and in batches, a pair longer
-//! than the tokenizer's 128 tokens, an empty document, non-ASCII text; int8; configs the crate
-//! cannot honour, refused naming config.json and the key.
+//! GTE ("new") and NomicBERT against transformers 5.24 and sentence-transformers 6.2 on tiny
+//! random checkpoints, each made by the make.py beside it:
+//! - the cross-encoder of tests/fixtures/gte_ce_tiny (gte-multilingual-reranker-base) in both
+//!   of its spellings: the hub's (`NewForSequenceClassification`, NTK-scaled RoPE, tensors under
+//!   `new.`) and transformers 5's (`GteForSequenceClassification`, `rope_parameters`, tensors
+//!   under `gte.`); one pair at a time and in batches, a pair longer than the tokenizer's 128
+//!   tokens, an empty document, non-ASCII text; int8;
+//! - the embedders of tests/fixtures/st_gte_tiny (gte-base-en-v1.5's CLS pooling without token
+//!   types, nomic-embed-text-v1.5's mean pooling, SwiGLU and search_query / search_document
+//!   prompts) through `load_embedder`, in the hub's config spelling and in transformers 5's;
+//! - configs the crate cannot honour, refused naming config.json and the key.
 #![cfg(feature = "models")]
 
 use std::path::{Path, PathBuf};
@@ -12,10 +16,11 @@ use std::path::{Path, PathBuf};
 use rerank::models::registry::{self, Support};
 use rerank::models::{Architecture, ModelOptions, Precision};
 use rerank::rerankers::{load_reranker, CrossEncoder, RerankQuery};
-use rerank::Error;
+use rerank::{load_embedder, Embedder, Error, GteEmbedder, Role};
 use serde_json::Value;
 
 use crate::modernbert::{assert_close, pairs_of, Broken};
+use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -161,11 +166,118 @@ fn gte_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_ke
     }
 }
 
+fn st_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_gte_tiny")
+}
+
 #[test]
-fn the_registry_knows_the_gte_reranker() {
+fn gte_and_nomic_embedders_match_sentence_transformers_in_both_spellings() {
+    let root = st_fixture();
+    let expected = expected_in(&root);
+    assert_eq!(
+        expected.keys().collect::<Vec<_>>(),
+        ["gte_cls", "nomic_mean"]
+    );
+    let raw: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("expected.json")).unwrap())
+            .unwrap();
+    for (case, want) in &expected {
+        let dir = root.join(case);
+        let e = load_embedder(&dir, &options()).unwrap();
+        assert!(e.id().unwrap().starts_with("gte-"), "{case}");
+        let bare = GteEmbedder::builder(&dir)
+            .prompt(Role::Query, "")
+            .prompt(Role::Document, "")
+            .build()
+            .unwrap();
+        assert_eq!(bare.max_length(), want.max_seq_length, "{case}");
+        let ids = |text: &str| bare.token_ids(text).unwrap();
+        let worst = assert_matches_sentence_transformers(case, want, &*e, &bare, &ids);
+        assert!(worst >= 0.99999, "{case}: {worst}");
+        println!("{case}: smallest cosine to sentence-transformers {worst:.9}");
+        // The same folder with config.json in transformers 5's spelling: the same vectors.
+        let b = Broken::of(&dir, &format!("gte-st-{case}"));
+        let native = serde_json::to_string_pretty(&raw[case]["transformers_config"]).unwrap();
+        std::fs::write(b.0.join("config.json"), native).unwrap();
+        let texts = [
+            "what is rust",
+            "Berlin had a population of 3,520,031 in 2019.",
+            "",
+        ];
+        let again = load_embedder(&b.0, &options()).unwrap();
+        for role in [Role::Query, Role::Document] {
+            let (x, y) = (
+                e.embed_as(&texts, role).unwrap(),
+                again.embed_as(&texts, role).unwrap(),
+            );
+            for (a, b) in x.iter().zip(y.iter()) {
+                assert!((a - b).abs() < 1e-6, "{case} {role:?}: {a} vs {b}");
+            }
+        }
+    }
+    let nomic = GteEmbedder::from_dir(root.join("nomic_mean")).unwrap();
+    assert_eq!(nomic.prompt(Role::Query), Some("search_query: "));
+    assert_eq!(nomic.prompt(Role::Document), Some("search_document: "));
+    assert_eq!(nomic.pooling(), [rerank::embed::PoolingMode::Mean]);
+    let gte = GteEmbedder::from_dir(root.join("gte_cls")).unwrap();
+    assert_eq!(gte.prompt(Role::Query), None);
+    assert_eq!(gte.pooling(), [rerank::embed::PoolingMode::Cls]);
+    // int8 stays close; bf16 is refused.
+    let int8 = GteEmbedder::builder(root.join("nomic_mean"))
+        .options(ModelOptions::default().precision(Precision::Int8))
+        .build()
+        .unwrap();
+    let texts = ["what is rust", "Rust is a systems programming language."];
+    let (q, f) = (int8.embed(&texts).unwrap(), nomic.embed(&texts).unwrap());
+    for (a, b) in q.rows().into_iter().zip(f.rows()) {
+        let c = rerank::embed::cosine(a.as_slice().unwrap(), b.as_slice().unwrap());
+        assert!(c > 0.99, "int8 cosine {c}");
+    }
+}
+
+#[test]
+fn nomic_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 5] = [
+        ("qkv_proj_bias", |c| c["qkv_proj_bias"] = true.into()),
+        ("rotary_emb_fraction", |c| {
+            c["rotary_emb_fraction"] = 0.5.into()
+        }),
+        ("rotary_scaling_factor", |c| {
+            c["rotary_scaling_factor"] = 2.0.into()
+        }),
+        ("activation_function", |c| {
+            c["activation_function"] = "gelu".into()
+        }),
+        // A size that does not match the tensors.
+        ("n_inner", |c| c["n_inner"] = 64.into()),
+    ];
+    for (i, (key, edit)) in cases.into_iter().enumerate() {
+        let b = Broken::of(&st_fixture().join("nomic_mean"), &format!("nomic-{i}"));
+        b.edit_config(edit);
+        b.refused("embedder", key);
+    }
+}
+
+#[test]
+fn the_registry_knows_the_gte_and_nomic_models() {
     let m = registry::find("Alibaba-NLP/gte-multilingual-reranker-base").unwrap();
     assert_eq!(m.support, Support::Supported);
     assert_eq!((m.model_type, m.max_length), ("new", 8192));
+    for id in [
+        "Alibaba-NLP/gte-multilingual-base",
+        "Alibaba-NLP/gte-base-en-v1.5",
+        "nomic-ai/nomic-embed-text-v1.5",
+    ] {
+        assert_eq!(
+            registry::find(id).unwrap().support,
+            Support::Supported,
+            "{id}"
+        );
+    }
+    let nomic = registry::find("nomic-ai/nomic-embed-text-v1.5").unwrap();
+    assert_eq!(nomic.query_prompt, Some("search_query: "));
+    assert_eq!(nomic.matryoshka, [768, 512, 256, 128, 64]);
 }
 
 /// The candle engine has no GTE: refused by name, not a missing tensor.

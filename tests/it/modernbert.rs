@@ -320,7 +320,7 @@ fn configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() 
             c["hidden_activation"] = "swiglu".into()
         }),
         (st, "embedder", "hidden_activation", |c| {
-            c["hidden_activation"] = "silu".into()
+            c["hidden_activation"] = "quick_gelu".into()
         }),
         (ce, "cross-encoder", "classifier_activation", |c| {
             c["classifier_activation"] = "tanh".into()

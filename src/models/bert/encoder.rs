@@ -70,7 +70,7 @@ impl EncoderConfig {
         let act = Act::from_name(act_name).ok_or_else(|| {
             err(format!(
                 "unsupported hidden_act {act_name:?} (supported: gelu, gelu_new, \
-                 gelu_pytorch_tanh, relu)"
+                 gelu_pytorch_tanh, relu, silu)"
             ))
         })?;
         match v.get("position_embedding_type").and_then(Value::as_str) {

@@ -229,6 +229,7 @@ impl CandleEncoder {
                 let pad = cfg.pad_token_id.unwrap_or(0) as u32;
                 (Body::Deberta(Box::new(model)), pad, native.max_positions)
             }
+            Family::Gte => return Err(no_gte(&file)),
         };
         let encoder = CandleEncoder {
             body,
@@ -400,6 +401,7 @@ impl CandleClassifier {
                 act: DebertaConfig::from_value(&value, &file)?.pooler_act,
                 out: linear(labels, "classifier", true)?,
             },
+            Family::Gte => return Err(no_gte(&file)),
         };
         Ok(CandleClassifier {
             encoder,
@@ -486,11 +488,21 @@ impl Head {
     }
 }
 
-/// `act` on candle: GELU exact (erf) or tanh-approximated, or ReLU.
+/// The error for a GTE / NomicBERT model on the candle engine, which has no module for them.
+fn no_gte(file: &std::path::Path) -> Error {
+    Error::model(format!(
+        "{}: GTE and NomicBERT encoders run on the crate's CPU kernels only (device cpu); the \
+         candle engine has no module for them",
+        file.display()
+    ))
+}
+
+/// `act` on candle: GELU exact (erf) or tanh-approximated, ReLU or SiLU.
 pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     match act {
         Act::Gelu => x.gelu_erf(),
         Act::GeluTanh => x.gelu(),
         Act::Relu => x.relu(),
+        Act::Silu => x.silu(),
     }
 }

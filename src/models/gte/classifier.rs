@@ -52,7 +52,7 @@ impl GteClassifier {
         };
         let cfg = GteConfig::from_value(&value, spelling, &config_path)?;
         let (h, labels) = (cfg.hidden, config.num_labels);
-        let w = EncoderWeights::open(dir, &["new", "gte"])?;
+        let w = EncoderWeights::open(dir, cfg.layout.prefixes())?;
         let encoder = GteEncoder::load(&w, cfg, precision)?;
         w.check_root_size(
             "num_labels (or the size of id2label)",

@@ -1,17 +1,25 @@
-//! What a GTE `config.json` says, in either of its two spellings, and refused where the crate
-//! cannot honour it.
+//! What a GTE or NomicBERT `config.json` says, in any of their spellings, and refused where
+//! the crate cannot honour it. Both are BERT with rotary positions and a gated MLP (transformers
+//! 5 builds `GteModel` and `NomicBertModel` on the same layer); their tensor names differ
+//! ([`Layout`]).
 //!
-//! - The hub's (`model_type: "new"`, Alibaba-NLP/new-impl's remote code, which
-//!   gte-multilingual-reranker-base and gte-multilingual-base name): `rope_theta` and
+//! - GTE as the hub publishes it (`model_type: "new"`, Alibaba-NLP/new-impl's remote code:
+//!   gte-multilingual-reranker-base, gte-multilingual-base, gte-base-en-v1.5): `rope_theta` and
 //!   `rope_scaling: {"type": "ntk", "factor": f}`. new-impl's NTK scaling (without `mixed_b`)
 //!   takes the base `rope_theta * f` and divides every inverse frequency by `f ^ (2 / head_dim)`
-//!   when `f > 1`; its defaults are `NewConfig`'s.
-//! - transformers 5's (`model_type: "gte"`, `GteConfig`): `rope_parameters` with `rope_type`
-//!   `"default"` or `"linear"` (inverse frequencies divided by `factor`); its defaults are
-//!   `GteConfig`'s.
+//!   when `f > 1`; the defaults are `NewConfig`'s.
+//! - GTE as transformers 5 saves it (`model_type: "gte"`): `rope_parameters` with `rope_type`
+//!   `"default"` or `"linear"` (inverse frequencies divided by `factor`); `GteConfig`'s defaults.
+//! - NomicBERT as the hub publishes it (`model_type: "nomic_bert"` with nomic-bert-2048's
+//!   GPT-style keys: nomic-embed-text-v1 / v1.5): `n_embd`, `n_head`, `n_layer`, `n_inner`,
+//!   `rotary_emb_base`, `activation_function` (`swiglu` or `geglu`), `layer_norm_epsilon`.
+//! - NomicBERT as transformers 5 saves it (`model_type: "nomic_bert"` with `hidden_size`, ...,
+//!   `rope_parameters`); `NomicBertConfig`'s defaults.
 //!
 //! Refused, naming the key: absolute position embeddings, RMS norms, the log-n attention scale,
-//! NTK's `mixed_b`, unpacked q/k/v projections (`pack_qkv: false`), any other RoPE type.
+//! NTK's `mixed_b`, unpacked q/k/v projections (`pack_qkv: false`), other RoPE types; for
+//! NomicBERT, biases (`qkv_proj_bias`, `mlp_fc1_bias`, `mlp_fc2_bias`), pre-norm, partial,
+//! interleaved or scaled rotary embeddings, and activations other than SwiGLU and GeGLU.
 
 use std::path::Path;
 
@@ -21,21 +29,52 @@ use crate::models::kernels::Act;
 use crate::models::modernbert::config::{activation, bad, flag_or, get, positive, theta};
 use crate::{Error, Result};
 
-/// `layer_norm_eps`' default (both spellings).
+/// `layer_norm_eps`' default (every spelling).
 const DEFAULT_EPS: f64 = 1e-12;
 
-/// Which of the two spellings a config is in.
+/// Which spelling a config is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Spelling {
-    /// `model_type: "new"` (the hub's remote code).
+    /// `model_type: "new"` (the hub's GTE remote code).
     New,
     /// `model_type: "gte"` (transformers 5).
     Gte,
+    /// `model_type: "nomic_bert"` in nomic-bert-2048's keys (the hub's remote code).
+    NomicHub,
+    /// `model_type: "nomic_bert"` in transformers 5's keys.
+    Nomic,
 }
 
-/// The shape and options of a GTE encoder.
+impl Spelling {
+    /// The spelling of a parsed `config.json`, by its `model_type` (`None`: neither model).
+    pub fn of(config: &Value) -> Option<Self> {
+        match config.get("model_type").and_then(Value::as_str)? {
+            "new" => Some(Spelling::New),
+            "gte" => Some(Spelling::Gte),
+            "nomic_bert" if config.get("n_embd").is_some() => Some(Spelling::NomicHub),
+            "nomic_bert" => Some(Spelling::Nomic),
+            _ => None,
+        }
+    }
+}
+
+/// Whose tensor names and biases a checkpoint has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// GTE: `encoder.layer.N.attention.qkv_proj`, `attn_ln`, `mlp.up_gate_proj` (`[up | gate]`),
+    /// `mlp.down_proj`, `mlp_ln`, `embeddings.LayerNorm`; biases on q/k/v, o and down.
+    Gte,
+    /// NomicBERT: `encoder.layers.N.attn.Wqkv`, `attn.out_proj`, `norm1`, `mlp.fc11` (up),
+    /// `mlp.fc12` (gate), `mlp.fc2`, `norm2`, `emb_ln`; no biases.
+    Nomic,
+}
+
+/// The shape and options of a GTE or NomicBERT encoder.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GteConfig {
+    pub layout: Layout,
+    /// The keys of the config's spelling.
+    pub keys: &'static Keys,
     pub hidden: usize,
     pub heads: usize,
     pub layers: usize,
@@ -43,10 +82,10 @@ pub(crate) struct GteConfig {
     pub vocab: usize,
     /// Token type embeddings' rows (`type_vocab_size`; 0: none, as gte-base-en-v1.5).
     pub type_vocab: usize,
-    /// The longest sequence (`max_position_embeddings`).
+    /// The longest sequence (`max_position_embeddings`, NomicBERT's `n_positions`).
     pub max_positions: usize,
     pub eps: f32,
-    /// The gated MLP's activation (`hidden_act`), applied to the gate.
+    /// The gated MLP's activation, applied to the gate.
     pub act: Act,
     /// RoPE's base, after NTK scaling.
     pub rope_theta: f64,
@@ -67,7 +106,7 @@ fn required(obj: &Map<String, Value>, key: &str, what: &str, file: &Path) -> Res
     }
 }
 
-/// `value` must be `want` (or absent, when `want` is the default): what the crate honours.
+/// `key` must be `want` (or absent, when `want` is the default): what the crate honours.
 fn must_be(obj: &Map<String, Value>, key: &str, want: &Value, file: &Path) -> Result<()> {
     match get(obj, key) {
         Some(v) if v != want => Err(bad(
@@ -79,6 +118,114 @@ fn must_be(obj: &Map<String, Value>, key: &str, want: &Value, file: &Path) -> Re
     }
 }
 
+/// The hub GTE's RoPE: `(base, divisor)` from `rope_theta` and `rope_scaling`.
+fn new_rope(obj: &Map<String, Value>, head_dim: f64, file: &Path) -> Result<(f64, f64)> {
+    let base = number(obj, "rope_theta", 10_000.0, file)?;
+    let scaling = match get(obj, "rope_scaling") {
+        None => return Ok((base, 1.0)),
+        Some(Value::Object(s)) => s,
+        Some(v) => {
+            return Err(bad(
+                file,
+                "rope_scaling",
+                format!("expected an object, got {v}"),
+            ))
+        }
+    };
+    let kind = get(scaling, "type").or_else(|| get(scaling, "rope_type"));
+    if kind.and_then(Value::as_str) != Some("ntk") {
+        return Err(bad(
+            file,
+            "rope_scaling.type",
+            format!(
+                "{} is not supported (only \"ntk\")",
+                kind.unwrap_or(&Value::Null)
+            ),
+        ));
+    }
+    if let Some(b) = get(scaling, "mixed_b") {
+        return Err(bad(
+            file,
+            "rope_scaling.mixed_b",
+            format!("{b}: mixed NTK scaling is not supported"),
+        ));
+    }
+    let f = required(scaling, "factor", "rope_scaling.factor", file)?;
+    Ok(if f > 1.0 {
+        (base * f, f.powf(2.0 / head_dim))
+    } else {
+        (base, 1.0)
+    })
+}
+
+/// transformers 5's RoPE: `(base, divisor)` from `rope_parameters` (or a top-level
+/// `rope_theta`), `default_theta` when neither gives one.
+fn rope_parameters(
+    obj: &Map<String, Value>,
+    default_theta: f64,
+    file: &Path,
+) -> Result<(f64, f64)> {
+    let params = match get(obj, "rope_parameters") {
+        None => None,
+        Some(Value::Object(p)) => Some(p),
+        Some(v) => {
+            return Err(bad(
+                file,
+                "rope_parameters",
+                format!("expected an object, got {v}"),
+            ))
+        }
+    };
+    let base = match params.and_then(|p| get(p, "rope_theta")) {
+        Some(t) => theta(t, "rope_parameters.rope_theta", file)?,
+        None => number(obj, "rope_theta", default_theta, file)?,
+    };
+    let divisor = match (params, params.and_then(|p| get(p, "rope_type"))) {
+        (_, None) => 1.0,
+        (_, Some(k)) if k == "default" => 1.0,
+        (Some(p), Some(k)) if k == "linear" => {
+            required(p, "factor", "rope_parameters.factor", file)?
+        }
+        (_, Some(k)) => {
+            return Err(bad(
+                file,
+                "rope_parameters.rope_type",
+                format!("{k} is not supported (only \"default\" and \"linear\")"),
+            ))
+        }
+    };
+    Ok((base, divisor))
+}
+
+/// The keys a spelling names the sizes with (errors name them as the file does).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Keys {
+    pub hidden: &'static str,
+    pub heads: &'static str,
+    pub layers: &'static str,
+    pub intermediate: &'static str,
+    pub positions: &'static str,
+    pub eps: &'static str,
+}
+
+const BERT_KEYS: Keys = Keys {
+    hidden: "hidden_size",
+    heads: "num_attention_heads",
+    layers: "num_hidden_layers",
+    intermediate: "intermediate_size",
+    positions: "max_position_embeddings",
+    eps: "layer_norm_eps",
+};
+
+const GPT_KEYS: Keys = Keys {
+    hidden: "n_embd",
+    heads: "n_head",
+    layers: "n_layer",
+    intermediate: "n_inner",
+    positions: "n_positions",
+    eps: "layer_norm_epsilon",
+};
+
 impl GteConfig {
     /// Reads a parsed `config.json` in `spelling` (`file` names it in errors).
     pub fn from_value(v: &Value, spelling: Spelling, file: &Path) -> Result<Self> {
@@ -88,20 +235,32 @@ impl GteConfig {
                 file.display()
             )));
         };
-        let hidden = positive(obj, "hidden_size", None, file)?;
-        let heads = positive(obj, "num_attention_heads", None, file)?;
+        let keys = match spelling {
+            Spelling::NomicHub => &GPT_KEYS,
+            _ => &BERT_KEYS,
+        };
+        let hidden = positive(obj, keys.hidden, None, file)?;
+        let heads = positive(obj, keys.heads, None, file)?;
         if hidden % heads != 0 || (hidden / heads) % 2 != 0 {
             return Err(bad(
                 file,
-                "num_attention_heads",
+                keys.heads,
                 format!(
-                    "hidden_size {hidden} is not an even head size times num_attention_heads \
-                     {heads} (rotary embeddings need an even head size)"
+                    "{} {hidden} is not an even head size times {} {heads} (rotary embeddings \
+                     need an even head size)",
+                    keys.hidden, keys.heads
                 ),
             ));
         }
-        let head_dim = (hidden / heads) as f64;
-        let (rope_theta, rope_divisor, default_positions) = match spelling {
+        let head_dim = hidden / heads;
+        if let Some(d) = get(obj, "head_dim").filter(|d| d.as_u64() != Some(head_dim as u64)) {
+            return Err(bad(
+                file,
+                "head_dim",
+                format!("{d}, but the hidden size over the heads is {head_dim}"),
+            ));
+        }
+        let (layout, (rope_theta, rope_divisor), act, default_positions) = match spelling {
             Spelling::New => {
                 must_be(obj, "position_embedding_type", &"rope".into(), file)?;
                 must_be(obj, "layer_norm_type", &"layer_norm".into(), file)?;
@@ -109,112 +268,90 @@ impl GteConfig {
                 if flag_or(obj, "logn_attention_scale", false, file)? {
                     return Err(bad(file, "logn_attention_scale", "true is not supported"));
                 }
-                let base = number(obj, "rope_theta", 10_000.0, file)?;
-                match get(obj, "rope_scaling") {
-                    None => (base, 1.0, 2048),
-                    Some(Value::Object(s)) => {
-                        let kind = get(s, "type").or_else(|| get(s, "rope_type"));
-                        if kind.and_then(Value::as_str) != Some("ntk") {
-                            return Err(bad(
-                                file,
-                                "rope_scaling.type",
-                                format!(
-                                    "{} is not supported (only \"ntk\")",
-                                    kind.unwrap_or(&Value::Null)
-                                ),
-                            ));
-                        }
-                        if let Some(b) = get(s, "mixed_b") {
-                            return Err(bad(
-                                file,
-                                "rope_scaling.mixed_b",
-                                format!("{b}: mixed NTK scaling is not supported"),
-                            ));
-                        }
-                        let f = required(s, "factor", "rope_scaling.factor", file)?;
-                        if f > 1.0 {
-                            (base * f, f.powf(2.0 / head_dim), 2048)
-                        } else {
-                            (base, 1.0, 2048)
-                        }
-                    }
-                    Some(v) => {
-                        return Err(bad(
-                            file,
-                            "rope_scaling",
-                            format!("expected an object, got {v}"),
-                        ))
-                    }
-                }
+                let rope = new_rope(obj, head_dim as f64, file)?;
+                let act = activation(obj, "hidden_act", file)?;
+                (Layout::Gte, rope, act, 2048)
             }
             Spelling::Gte => {
-                let params = match get(obj, "rope_parameters") {
-                    None => None,
-                    Some(Value::Object(p)) => Some(p),
-                    Some(v) => {
+                let rope = rope_parameters(obj, 160_000.0, file)?;
+                let act = activation(obj, "hidden_act", file)?;
+                (Layout::Gte, rope, act, 8192)
+            }
+            Spelling::NomicHub => {
+                for key in [
+                    "qkv_proj_bias",
+                    "mlp_fc1_bias",
+                    "mlp_fc2_bias",
+                    "prenorm",
+                    "rotary_emb_interleaved",
+                    "use_rms_norm",
+                    "parallel_block",
+                    "causal",
+                ] {
+                    if flag_or(obj, key, false, file)? {
+                        return Err(bad(file, key, "true is not supported"));
+                    }
+                }
+                must_be(obj, "rotary_emb_fraction", &1.0.into(), file)?;
+                for key in ["rotary_scaling_factor", "rotary_emb_scale_base"] {
+                    if let Some(v) = get(obj, key) {
                         return Err(bad(
                             file,
-                            "rope_parameters",
-                            format!("expected an object, got {v}"),
+                            key,
+                            format!("{v}: scaled rotary embeddings are not supported"),
+                        ));
+                    }
+                }
+                let act = match get(obj, "activation_function").and_then(Value::as_str) {
+                    Some("swiglu") => Act::Silu,
+                    Some("geglu") => Act::Gelu,
+                    _ => {
+                        return Err(bad(
+                            file,
+                            "activation_function",
+                            format!(
+                                "{} is not supported (only \"swiglu\" and \"geglu\")",
+                                get(obj, "activation_function").unwrap_or(&Value::Null)
+                            ),
                         ))
                     }
                 };
-                let theta_of =
-                    |p: Option<&Map<String, Value>>| match p.and_then(|p| get(p, "rope_theta")) {
-                        Some(t) => theta(t, "rope_parameters.rope_theta", file),
-                        None => number(obj, "rope_theta", 160_000.0, file),
-                    };
-                let base = theta_of(params)?;
-                let kind = params.and_then(|p| get(p, "rope_type"));
-                let divisor = match (params, kind) {
-                    (_, None) => 1.0,
-                    (_, Some(k)) if k == "default" => 1.0,
-                    (Some(p), Some(k)) if k == "linear" => {
-                        required(p, "factor", "rope_parameters.factor", file)?
-                    }
-                    (_, Some(k)) => {
-                        return Err(bad(
-                            file,
-                            "rope_parameters.rope_type",
-                            format!("{k} is not supported (only \"default\" and \"linear\")"),
-                        ))
-                    }
+                let theta = number(obj, "rotary_emb_base", 10_000.0, file)?;
+                (Layout::Nomic, (theta, 1.0), act, 2048)
+            }
+            Spelling::Nomic => {
+                let rope = rope_parameters(obj, 1000.0, file)?;
+                let act = match get(obj, "hidden_act") {
+                    None => Act::Silu,
+                    Some(_) => activation(obj, "hidden_act", file)?,
                 };
-                (base, divisor, 8192)
+                (Layout::Nomic, rope, act, 2048)
             }
         };
-        let eps = match get(obj, "layer_norm_eps") {
+        let eps = match get(obj, keys.eps) {
             None => DEFAULT_EPS,
             Some(v) => v
                 .as_f64()
                 .filter(|e| e.is_finite() && *e >= 0.0)
-                .ok_or_else(|| {
-                    bad(
-                        file,
-                        "layer_norm_eps",
-                        format!("expected a number, got {v}"),
-                    )
-                })?,
+                .ok_or_else(|| bad(file, keys.eps, format!("expected a number, got {v}")))?,
         };
+        let default_types = if layout == Layout::Nomic { 2 } else { 1 };
         let type_vocab = match get(obj, "type_vocab_size") {
             Some(Value::Number(n)) if n.as_u64() == Some(0) => 0,
-            _ => positive(obj, "type_vocab_size", Some(1), file)?,
+            _ => positive(obj, "type_vocab_size", Some(default_types), file)?,
         };
         Ok(GteConfig {
+            layout,
+            keys,
             hidden,
             heads,
-            layers: positive(obj, "num_hidden_layers", None, file)?,
-            intermediate: positive(obj, "intermediate_size", None, file)?,
+            layers: positive(obj, keys.layers, None, file)?,
+            intermediate: positive(obj, keys.intermediate, None, file)?,
             vocab: positive(obj, "vocab_size", None, file)?,
             type_vocab,
-            max_positions: positive(
-                obj,
-                "max_position_embeddings",
-                Some(default_positions),
-                file,
-            )?,
+            max_positions: positive(obj, keys.positions, Some(default_positions), file)?,
             eps: eps as f32,
-            act: activation(obj, "hidden_act", file)?,
+            act,
             rope_theta,
             rope_divisor,
         })
@@ -274,6 +411,34 @@ mod tests {
     }
 
     #[test]
+    fn nomic_is_read_in_its_hub_keys_and_in_transformers_ones() {
+        let hub = json!({"n_embd": 32, "n_head": 2, "n_layer": 3, "n_inner": 48,
+                         "vocab_size": 832, "rotary_emb_base": 1000, "activation_function": "swiglu",
+                         "layer_norm_epsilon": 1e-12, "n_positions": 8192, "type_vocab_size": 2,
+                         "qkv_proj_bias": false, "rotary_emb_fraction": 1.0,
+                         "rotary_scaling_factor": null, "model_type": "nomic_bert"});
+        assert_eq!(Spelling::of(&hub), Some(Spelling::NomicHub));
+        let a = parse(hub, Spelling::NomicHub).unwrap();
+        let native = json!({"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 3,
+                            "intermediate_size": 48, "vocab_size": 832,
+                            "max_position_embeddings": 8192, "model_type": "nomic_bert",
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}});
+        assert_eq!(Spelling::of(&native), Some(Spelling::Nomic));
+        let b = parse(native, Spelling::Nomic).unwrap();
+        assert_eq!(
+            (a.layout, a.act, a.rope_theta, a.type_vocab),
+            (Layout::Nomic, Act::Silu, 1000.0, 2)
+        );
+        assert_eq!(
+            (a.hidden, a.heads, a.layers, a.intermediate, a.max_positions),
+            (b.hidden, b.heads, b.layers, b.intermediate, b.max_positions)
+        );
+        assert_eq!((b.act, b.rope_theta, b.type_vocab), (Act::Silu, 1000.0, 2));
+        assert_eq!(a.keys.intermediate, "n_inner");
+        assert_eq!(b.keys.intermediate, "intermediate_size");
+    }
+
+    #[test]
     fn what_cannot_be_honoured_is_refused_naming_the_key() {
         let cases: [(Spelling, &str, Value); 9] = [
             (
@@ -312,7 +477,11 @@ mod tests {
                 "rope_parameters.rope_type",
                 json!({"rope_parameters": {"rope_type": "yarn"}}),
             ),
-            (Spelling::Gte, "hidden_act", json!({"hidden_act": "swish"})),
+            (
+                Spelling::Gte,
+                "hidden_act",
+                json!({"hidden_act": "quick_gelu"}),
+            ),
         ];
         for (spelling, key, edit) in cases {
             let mut v = base();

@@ -1,5 +1,6 @@
-//! The packed GTE encoder forward pass (Alibaba-NLP/new-impl's `NewModel`, transformers 5's
-//! `GteModel`) on the shared CPU kernels.
+//! The packed GTE / NomicBERT encoder forward pass (Alibaba-NLP/new-impl's `NewModel`,
+//! nomic-bert-2048's `NomicBertModel`, transformers 5's `GteModel` and `NomicBertModel`) on the
+//! shared CPU kernels.
 //!
 //! A batch is packed as in the BERT and ModernBERT encoders: one `(tokens, hidden)` matrix of
 //! real tokens, attention within each sequence at positions counted from its first token (the
@@ -14,7 +15,7 @@ use std::sync::{Arc, RwLock};
 
 use rayon::prelude::*;
 
-use super::config::GteConfig;
+use super::config::{GteConfig, Layout};
 use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence};
 use crate::models::dense::{Dense, Output};
 use crate::models::kernels::{layer_norm_row, with_scratch, Linear, Then, Weight};
@@ -32,14 +33,15 @@ struct Layer {
     qkv: Dense,
     out: Dense,
     attn_norm: Norm,
-    /// `[gate | up]` (`2 * intermediate` outputs): `up_gate_proj`'s two halves swapped at
-    /// load, so that the GeGLU pass activates the first half as ModernBERT's does.
+    /// `[gate | up]` (`2 * intermediate` outputs, GTE's `up_gate_proj` with its halves swapped,
+    /// or NomicBERT's `fc12` over `fc11`), so that the gated pass activates the first half as
+    /// ModernBERT's does.
     gate_up: Dense,
     down: Dense,
     mlp_norm: Norm,
 }
 
-/// A GTE encoder's weights, in f32 panels or int8 linear layers.
+/// A GTE or NomicBERT encoder's weights, in f32 panels or int8 linear layers.
 #[derive(Debug)]
 pub(crate) struct GteEncoder {
     cfg: GteConfig,
@@ -53,31 +55,129 @@ pub(crate) struct GteEncoder {
     rope: RwLock<Arc<Rope>>,
 }
 
+/// The tensor names of a layout's layer `n` (relative to the encoder's root).
+struct Names {
+    qkv: String,
+    out: String,
+    attn_norm: String,
+    down: String,
+    mlp_norm: String,
+}
+
+impl Layout {
+    /// The tensor-name prefixes the encoder may sit under in a task model's checkpoint.
+    pub fn prefixes(self) -> &'static [&'static str] {
+        match self {
+            Layout::Gte => &["new", "gte"],
+            Layout::Nomic => &["nomic_bert"],
+        }
+    }
+
+    fn embed_norm(self) -> &'static str {
+        match self {
+            Layout::Gte => "embeddings.LayerNorm",
+            Layout::Nomic => "emb_ln",
+        }
+    }
+
+    fn layer(self, n: usize) -> Names {
+        let (l, names) = match self {
+            Layout::Gte => (
+                format!("encoder.layer.{n}"),
+                [
+                    "attention.qkv_proj",
+                    "attention.o_proj",
+                    "attn_ln",
+                    "mlp.down_proj",
+                    "mlp_ln",
+                ],
+            ),
+            Layout::Nomic => (
+                format!("encoder.layers.{n}"),
+                ["attn.Wqkv", "attn.out_proj", "norm1", "mlp.fc2", "norm2"],
+            ),
+        };
+        let [qkv, out, attn_norm, down, mlp_norm] = names.map(|s| format!("{l}.{s}"));
+        Names {
+            qkv,
+            out,
+            attn_norm,
+            down,
+            mlp_norm,
+        }
+    }
+}
+
+/// The linear layer `{name}.weight` `(outputs, inputs)`, with `{name}.bias` where the layout
+/// has biases (zeros otherwise).
+fn linear(
+    w: &EncoderWeights,
+    layout: Layout,
+    name: &str,
+    outputs: usize,
+    inputs: usize,
+) -> Result<Linear> {
+    match layout {
+        Layout::Gte => w.encoder_linear(name, outputs, inputs),
+        Layout::Nomic => Ok(Linear {
+            weight: Weight::F32(w.encoder(&format!("{name}.weight"), &[outputs, inputs])?),
+            bias: vec![0.0; outputs],
+            inputs,
+            outputs,
+        }),
+    }
+}
+
+/// `[gate | up]` of layer `n`: GTE's `up_gate_proj` (`[up | gate]`, no bias) swapped, or
+/// NomicBERT's `fc12` and `fc11`.
+fn gate_up(w: &EncoderWeights, layout: Layout, n: usize, i: usize, h: usize) -> Result<Linear> {
+    let weight = match layout {
+        Layout::Gte => {
+            let up_gate = w.encoder(
+                &format!("encoder.layer.{n}.mlp.up_gate_proj.weight"),
+                &[2 * i, h],
+            )?;
+            let (up, gate) = up_gate.split_at(i * h);
+            [gate, up].concat()
+        }
+        Layout::Nomic => {
+            let l = format!("encoder.layers.{n}.mlp");
+            let gate = w.encoder(&format!("{l}.fc12.weight"), &[i, h])?;
+            let up = w.encoder(&format!("{l}.fc11.weight"), &[i, h])?;
+            [gate, up].concat()
+        }
+    };
+    Ok(Linear {
+        weight: Weight::F32(weight),
+        bias: vec![0.0; 2 * i],
+        inputs: h,
+        outputs: 2 * i,
+    })
+}
+
 impl GteEncoder {
-    /// Loads the encoder from `w` (`embeddings.*`, `encoder.layer.N.*` under `new.` or `gte.`)
-    /// with the shapes `cfg` implies, after checking them against the safetensors header; a
-    /// missing tensor or a wrong shape is an [`Error::Model`] naming the file and the tensor.
-    /// With [`Precision::Int8`] the linear layers are quantized; [`Precision::Bf16`] is
-    /// refused.
+    /// Loads the encoder from `w` (`cfg.layout`'s tensor names) with the shapes `cfg` implies,
+    /// after checking them against the safetensors header; a missing tensor or a wrong shape is
+    /// an [`Error::Model`] naming the file and the tensor. With [`Precision::Int8`] the linear
+    /// layers are quantized; [`Precision::Bf16`] is refused.
     pub fn load(w: &EncoderWeights, cfg: GteConfig, precision: Precision) -> Result<Self> {
         if !matches!(precision, Precision::F32 | Precision::Int8) {
             return Err(Error::Config(format!(
-                "precision {precision} is not supported by the GTE encoder (f32 or int8; bf16 \
-                 is for Qwen3 models)"
+                "precision {precision} is not supported by the GTE / NomicBERT encoder (f32 or \
+                 int8; bf16 is for Qwen3 models)"
             )));
         }
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let checks = w.weights();
         let word = w.encoder_name("embeddings.word_embeddings.weight");
-        checks.check_config_size("hidden_size", h, &word, 1)?;
+        let keys = cfg.keys;
+        checks.check_config_size(keys.hidden, h, &word, 1)?;
         checks.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
-        let last = w.encoder_name(&format!(
-            "encoder.layer.{}.attention.qkv_proj.weight",
-            cfg.layers - 1
-        ));
-        checks.check_config_tensor("num_hidden_layers", cfg.layers, &last)?;
-        let down = w.encoder_name("encoder.layer.0.mlp.down_proj.weight");
-        checks.check_config_size("intermediate_size", i, &down, 1)?;
+        let layout = cfg.layout;
+        let last = w.encoder_name(&format!("{}.weight", layout.layer(cfg.layers - 1).qkv));
+        checks.check_config_tensor(keys.layers, cfg.layers, &last)?;
+        let down = w.encoder_name(&format!("{}.weight", layout.layer(0).down));
+        checks.check_config_size(keys.intermediate, i, &down, 1)?;
         let token_type = match cfg.type_vocab {
             0 => Vec::new(),
             n => {
@@ -89,23 +189,14 @@ impl GteEncoder {
         let dense = |linear| Dense::new(linear, precision);
         let layers = (0..cfg.layers)
             .map(|n| {
-                let l = format!("encoder.layer.{n}");
-                // up_gate_proj is [up | gate]; the GeGLU pass wants the gate first.
-                let up_gate = w.encoder(&format!("{l}.mlp.up_gate_proj.weight"), &[2 * i, h])?;
-                let (up, gate) = up_gate.split_at(i * h);
-                let gate_up = Linear {
-                    weight: Weight::F32([gate, up].concat()),
-                    bias: vec![0.0; 2 * i],
-                    inputs: h,
-                    outputs: 2 * i,
-                };
+                let names = layout.layer(n);
                 Ok(Layer {
-                    qkv: dense(w.encoder_linear(&format!("{l}.attention.qkv_proj"), 3 * h, h)?),
-                    out: dense(w.encoder_linear(&format!("{l}.attention.o_proj"), h, h)?),
-                    attn_norm: w.norm(&format!("{l}.attn_ln"), h)?,
-                    gate_up: dense(gate_up),
-                    down: dense(w.encoder_linear(&format!("{l}.mlp.down_proj"), h, i)?),
-                    mlp_norm: w.norm(&format!("{l}.mlp_ln"), h)?,
+                    qkv: dense(linear(w, layout, &names.qkv, 3 * h, h)?),
+                    out: dense(linear(w, layout, &names.out, h, h)?),
+                    attn_norm: w.norm(&names.attn_norm, h)?,
+                    gate_up: dense(gate_up(w, layout, n, i, h)?),
+                    down: dense(linear(w, layout, &names.down, h, i)?),
+                    mlp_norm: w.norm(&names.mlp_norm, h)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -113,7 +204,7 @@ impl GteEncoder {
         Ok(GteEncoder {
             word: w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?,
             token_type,
-            embed_norm: w.norm("embeddings.LayerNorm", h)?,
+            embed_norm: w.norm(layout.embed_norm(), h)?,
             layers,
             precision,
             rope: RwLock::new(Arc::new(rope)),

@@ -148,7 +148,7 @@ pub(crate) fn activation(obj: &Map<String, Value>, key: &str, file: &Path) -> Re
             key,
             format!(
                 "unsupported activation {name:?} (supported: gelu, gelu_new, gelu_pytorch_tanh, \
-                 gelu_fast, relu)"
+                 gelu_fast, relu, silu)"
             ),
         )
     })

@@ -866,7 +866,7 @@ mod tests {
     fn geglu_is_act_of_the_first_half_times_the_second() {
         let (rows, inner) = (5, 11);
         let wide: Vec<f32> = noise(rows * 2 * inner, 3).iter().map(|v| v * 4.0).collect();
-        for act in [Act::Gelu, Act::GeluTanh, Act::Relu] {
+        for act in [Act::Gelu, Act::GeluTanh, Act::Relu, Act::Silu] {
             let mut out = vec![0.0; rows * inner];
             geglu_rows(&wide, &mut out, inner, act);
             for r in 0..rows {
