@@ -27,6 +27,7 @@
 //! themselves (micro-kernels, one-row products in f32 or bf16, int8 sums), the `gemm` call
 //! and the memory map are in `crate::simd`.
 
+pub(crate) mod attention;
 mod batch;
 pub(crate) mod bert;
 #[cfg(feature = "candle")]

@@ -256,12 +256,14 @@ fn configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() 
             c["norm_rel_ebd"] = "rms_norm".into()
         }),
         ("v3", "pooler_hidden_act", |c| {
-            c["pooler_hidden_act"] = "swish".into()
+            c["pooler_hidden_act"] = "quick_gelu".into()
         }),
         ("v3", "pooler_hidden_size", |c| {
             c["pooler_hidden_size"] = 64.into()
         }),
-        ("v2", "hidden_act", |c| c["hidden_act"] = "silu".into()),
+        ("v2", "hidden_act", |c| {
+            c["hidden_act"] = "quick_gelu".into()
+        }),
         // Tensor shapes that do not match the config.
         ("v3", "position_buckets", |c| {
             c["position_buckets"] = 16.into()

@@ -3,7 +3,7 @@
 //!
 //! A batch is *packed*: the tokens of all its sequences are concatenated into one
 //! `(tokens, hidden)` matrix, so the projections and the feed-forward layers never compute a
-//! padding token, and attention runs within each sequence (no mask is needed). Per layer, as in
+//! padding token, and attention runs within each sequence (no mask is needed; `models::attention`). Per layer, as in
 //! `transformers`' `BertLayer` (post-norm):
 //! `x = LN(x + O · attention(Q x, K x, V x))`, then `x = LN(x + W2 · act(W1 · x))`.
 //!
@@ -16,12 +16,11 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 use serde_json::Value;
 
+use crate::models::attention::{attention, Heads};
 use crate::models::dense::Dense;
 pub(crate) use crate::models::dense::Output;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
-use crate::models::kernels::{
-    layer_norm_row, matmul, softmax_rows, with_scratch, Act, Linear, Mat, Then, Threads, Weight,
-};
+use crate::models::kernels::{layer_norm_row, with_scratch, Act, Linear, Then, Weight};
 use crate::models::quant::QuantRows;
 use crate::models::weights::Weights;
 use crate::models::{packed_starts, Precision};
@@ -556,14 +555,18 @@ impl Encoder {
         let cfg = &self.cfg;
         let (h, heads, d) = (cfg.hidden, cfg.heads, cfg.head_dim());
         let total: usize = lens.iter().sum();
-        let scale = 1.0 / (d as f32).sqrt();
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         // With `first_only`, attention keeps one query row per sequence, and so does the rest.
         let rows = if first_only { starts.len() } else { total };
         let ctx = &mut ws.ctx[..rows * h];
-        attention(qkv, ctx, lens, starts, h, heads, d, scale, first_only);
+        let shape = Heads {
+            hidden: h,
+            heads,
+            dim: d,
+        };
+        attention(qkv, ctx, lens, starts, shape, None, first_only);
         // Residual rows: all of x, or the first row of each sequence.
         if first_only {
             // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
@@ -617,81 +620,4 @@ impl Workspace {
             quant: QuantRows::default(),
         }
     }
-}
-
-thread_local! {
-    /// Attention scores of one (sequence, head), reused across calls on this thread.
-    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Scaled dot-product attention within each sequence, all heads, into `ctx`: one row per token
-/// (or per sequence with `first_only`, whose query is the sequence's first token).
-#[allow(clippy::too_many_arguments)]
-fn attention(
-    qkv: &[f32],
-    ctx: &mut [f32],
-    lens: &[usize],
-    starts: &[usize],
-    h: usize,
-    heads: usize,
-    d: usize,
-    scale: f32,
-    first_only: bool,
-) {
-    let all = Mat {
-        data: qkv,
-        rows: lens.iter().sum(),
-        cols: 3 * h,
-        row_stride: 3 * h,
-        col_stride: 1,
-    };
-    // Each task computes one (sequence, head) into its own `(queries, d)` block; the blocks are
-    // then scattered into the `(rows, h)` context.
-    let tasks: Vec<(usize, usize)> = (0..lens.len())
-        .flat_map(|s| (0..heads).map(move |hd| (s, hd)))
-        .collect();
-    let queries = |s: usize| if first_only { 1 } else { lens[s] };
-    let blocks: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(s, hd)| {
-            let (start, len, nq) = (starts[s], lens[s], queries(s));
-            let q = all.block(start, nq, hd * d, d);
-            let k = all.block(start, len, h + hd * d, d);
-            let v = all.block(start, len, 2 * h + hd * d, d);
-            let mut out = vec![0.0f32; nq * d];
-            SCORES.with(|cell| {
-                let mut scores = cell.borrow_mut();
-                scores.clear();
-                scores.resize(nq * len, 0.0);
-                matmul(q, k.t(), &mut scores, len, scale, false, Threads::One);
-                softmax_rows(&mut scores, len);
-                matmul(
-                    Mat::new(&scores, nq, len),
-                    v,
-                    &mut out,
-                    d,
-                    1.0,
-                    false,
-                    Threads::One,
-                );
-            });
-            out
-        })
-        .collect();
-    // Scatter: row r of sequence s, head hd <- blocks[s * heads + hd][r].
-    let mut per_seq: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
-    let mut rest = ctx;
-    for s in 0..lens.len() {
-        let (mine, tail) = rest.split_at_mut(queries(s) * h);
-        per_seq.push(mine);
-        rest = tail;
-    }
-    per_seq.into_par_iter().enumerate().for_each(|(s, out)| {
-        for (r, row) in out.chunks_exact_mut(h).enumerate() {
-            for hd in 0..heads {
-                let block = &blocks[s * heads + hd];
-                row[hd * d..(hd + 1) * d].copy_from_slice(&block[r * d..(r + 1) * d]);
-            }
-        }
-    });
 }

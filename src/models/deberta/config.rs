@@ -470,8 +470,11 @@ mod tests {
             ("position_buckets", json!({"position_buckets": 1})),
             ("position_buckets", json!({"position_buckets": 1100})),
             ("pooler_hidden_size", json!({"pooler_hidden_size": 1024})),
-            ("pooler_hidden_act", json!({"pooler_hidden_act": "swish"})),
-            ("hidden_act", json!({"hidden_act": "silu"})),
+            (
+                "pooler_hidden_act",
+                json!({"pooler_hidden_act": "quick_gelu"}),
+            ),
+            ("hidden_act", json!({"hidden_act": "quick_gelu"})),
             ("attention_head_size", json!({"attention_head_size": 32})),
             ("num_attention_heads", json!({"num_attention_heads": 7})),
             ("share_att_key", json!({"share_att_key": "yes"})),

@@ -16,10 +16,11 @@ use std::sync::{Arc, RwLock};
 use rayon::prelude::*;
 
 use super::config::{GteConfig, Layout};
+use crate::models::attention::{attention, Heads};
 use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence};
 use crate::models::dense::{Dense, Output};
 use crate::models::kernels::{layer_norm_row, with_scratch, Linear, Then, Weight};
-use crate::models::modernbert::encoder::{attention, geglu_rows, rope_rows, Batch, Heads};
+use crate::models::modernbert::encoder::{geglu_rows, rope_rows, Batch};
 use crate::models::packed_starts;
 use crate::models::quant::QuantRows;
 use crate::models::qwen3::ops::Rope;
@@ -324,7 +325,8 @@ impl GteEncoder {
             heads: cfg.heads,
             dim: d,
         };
-        attention(qkv, &mut ws.ctx[..rows * h], batch, shape, None, first_only);
+        let ctx = &mut ws.ctx[..rows * h];
+        attention(qkv, ctx, batch.lens, batch.starts, shape, None, first_only);
         if first_only {
             // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
             for (i, &s) in batch.starts.iter().enumerate() {

@@ -14,12 +14,9 @@
 //! `local_attention / 2` positions away; each kind has its own RoPE theta. The embeddings are
 //! the token embeddings, layer-normed (no positions: RoPE carries them).
 //!
-//! Attention runs as one rayon task per (sequence, head, block of queries): a block's scores
-//! cover only the keys its queries can see (the whole sequence in a global layer, the block
-//! widened by the window in a sliding one), softmax runs over each query's own window, so the
-//! scores of a long sequence never fill a `(length, length)` matrix. When only each sequence's
-//! first token is wanted, the last layer computes its keys and values for every token and the
-//! rest for the first tokens only.
+//! Attention is `models::attention`'s (global, or within the window in the sliding layers).
+//! When only each sequence's first token is wanted, the last layer computes its keys and values
+//! for every token and the rest for the first tokens only.
 
 use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
@@ -28,20 +25,16 @@ use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use super::config::ModernBertConfig;
+use crate::models::attention::{attention, Heads};
 use crate::models::dense::{Dense, Output};
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
-use crate::models::kernels::{
-    layer_norm_row, matmul, simd, softmax_row, with_scratch, Act, Linear, Mat, Then, Threads,
-    Weight,
-};
+use crate::models::kernels::{layer_norm_row, simd, with_scratch, Act, Linear, Then, Weight};
 use crate::models::quant::QuantRows;
 use crate::models::qwen3::ops::{rope_head, Rope};
 use crate::models::weights::Weights;
 use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
-/// Queries per attention task.
-const QUERY_BLOCK: usize = 64;
 /// Rows per task of the row-wise passes (norms, RoPE).
 pub(crate) const ROWS_PER_TASK: usize = 16;
 
@@ -428,10 +421,12 @@ impl ModernBertEncoder {
             heads: cfg.heads,
             dim: d,
         };
+        let ctx = &mut ws.ctx[..rows * h];
         attention(
             qkv,
-            &mut ws.ctx[..rows * h],
-            batch,
+            ctx,
+            batch.lens,
+            batch.starts,
             shape,
             window,
             first_only,
@@ -467,14 +462,6 @@ pub(crate) struct Batch<'a> {
     pub starts: &'a [usize],
     /// Each packed row's position within its sequence.
     pub positions: &'a [u32],
-}
-
-/// The attention's shape: `heads` heads of `dim` values, `hidden` in all.
-#[derive(Clone, Copy)]
-pub(crate) struct Heads {
-    pub hidden: usize,
-    pub heads: usize,
-    pub dim: usize,
 }
 
 /// Layer norm of every row of `rows` (whole rows of `norm`'s width), vectorized.
@@ -544,8 +531,6 @@ struct MlpBlock {
 thread_local! {
     /// The MLP block of this thread, reused across calls.
     static MLP_BLOCK: RefCell<MlpBlock> = RefCell::new(MlpBlock::default());
-    /// Attention scores of one task, reused across calls on this thread.
-    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out = x + Wo (act(a) * g)` with `[a | g] = Wi mlp_norm(x)` over `rows` rows, block by
@@ -618,121 +603,6 @@ pub(crate) fn geglu_rows(wide: &[f32], out: &mut [f32], inner: usize, act: Act) 
     })
 }
 
-/// Softmax of `scores` (`(rows, width)`) with row `r` over its columns `ranges[r]` only, the
-/// columns outside set to zero; vectorized.
-fn softmax_in_windows(scores: &mut [f32], width: usize, ranges: &[(usize, usize)]) {
-    struct Op<'a> {
-        scores: &'a mut [f32],
-        width: usize,
-        ranges: &'a [(usize, usize)],
-    }
-    impl WithSimd for Op<'_> {
-        type Output = ();
-        #[inline(always)]
-        fn with_simd<S: Simd>(self, _: S) {
-            for (row, &(lo, hi)) in self.scores.chunks_exact_mut(self.width).zip(self.ranges) {
-                row[..lo].fill(0.0);
-                row[hi..].fill(0.0);
-                softmax_row(&mut row[lo..hi]);
-            }
-        }
-    }
-    simd(Op {
-        scores,
-        width,
-        ranges,
-    })
-}
-
-/// Scaled dot-product attention within each sequence, all heads, into `ctx`: one row per
-/// token (or per sequence with `first_only`, whose query is the sequence's first token); with
-/// a `window`, query `i` sees the keys `j` with `|i - j| <= window` only.
-pub(crate) fn attention(
-    qkv: &[f32],
-    ctx: &mut [f32],
-    batch: &Batch<'_>,
-    shape: Heads,
-    window: Option<usize>,
-    first_only: bool,
-) {
-    let Heads {
-        hidden: h,
-        heads,
-        dim: d,
-    } = shape;
-    let lens = batch.lens;
-    let all = Mat::new(qkv, batch.positions.len(), 3 * h);
-    let scale = 1.0 / (d as f32).sqrt();
-    let queries = |s: usize| if first_only { 1 } else { lens[s] };
-    // One task per (sequence, block of queries, head); a sequence's tasks are contiguous.
-    let mut first_task = Vec::with_capacity(lens.len());
-    let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
-    for s in 0..lens.len() {
-        first_task.push(tasks.len());
-        for q0 in (0..queries(s)).step_by(QUERY_BLOCK) {
-            tasks.extend((0..heads).map(|hd| (s, q0, hd)));
-        }
-    }
-    let blocks: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(s, q0, hd)| {
-            let (start, len) = (batch.starts[s], lens[s]);
-            let q1 = (q0 + QUERY_BLOCK).min(queries(s));
-            let nq = q1 - q0;
-            // The keys any query of the block sees, and each query's own.
-            let (k0, k1) = match window {
-                None => (0, len),
-                Some(w) => (q0.saturating_sub(w), (q1 + w).min(len)),
-            };
-            let nk = k1 - k0;
-            let ranges: Vec<(usize, usize)> = (q0..q1)
-                .map(|i| match window {
-                    None => (0, nk),
-                    Some(w) => (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0),
-                })
-                .collect();
-            let q = all.block(start + q0, nq, hd * d, d);
-            let k = all.block(start + k0, nk, h + hd * d, d);
-            let v = all.block(start + k0, nk, 2 * h + hd * d, d);
-            let mut out = vec![0.0f32; nq * d];
-            with_scratch(&SCORES, |scores| {
-                scores.clear();
-                scores.resize(nq * nk, 0.0);
-                matmul(q, k.t(), scores, nk, scale, false, Threads::One);
-                softmax_in_windows(scores, nk, &ranges);
-                matmul(
-                    Mat::new(scores, nq, nk),
-                    v,
-                    &mut out,
-                    d,
-                    1.0,
-                    false,
-                    Threads::One,
-                );
-            });
-            out
-        })
-        .collect();
-    // Scatter: row r of sequence s, head hd <- its block's row r % QUERY_BLOCK.
-    let mut per_seq: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
-    let mut rest = ctx;
-    for s in 0..lens.len() {
-        let (mine, tail) = rest.split_at_mut(queries(s) * h);
-        per_seq.push(mine);
-        rest = tail;
-    }
-    per_seq.into_par_iter().enumerate().for_each(|(s, out)| {
-        for (r, row) in out.chunks_exact_mut(h).enumerate() {
-            let base = first_task[s] + (r / QUERY_BLOCK) * heads;
-            let i = r % QUERY_BLOCK;
-            for hd in 0..heads {
-                let block = &blocks[base + hd];
-                row[hd * d..(hd + 1) * d].copy_from_slice(&block[i * d..(i + 1) * d]);
-            }
-        }
-    });
-}
-
 /// The buffers of one batch, sized for its tokens.
 struct Workspace {
     /// Hidden states `(tokens, hidden)`.
@@ -767,100 +637,6 @@ impl Workspace {
 mod tests {
     use super::*;
     use crate::models::noise;
-
-    /// Attention of one head in float64, by the definition, with an optional window.
-    fn reference(q: &[f32], k: &[f32], v: &[f32], d: usize, window: Option<usize>) -> Vec<f64> {
-        let n = q.len() / d;
-        let mut out = vec![0.0; n * d];
-        for i in 0..n {
-            let keys: Vec<usize> = (0..n)
-                .filter(|&j| window.is_none_or(|w| i.abs_diff(j) <= w))
-                .collect();
-            let scores: Vec<f64> = keys
-                .iter()
-                .map(|&j| {
-                    (0..d)
-                        .map(|c| q[i * d + c] as f64 * k[j * d + c] as f64)
-                        .sum::<f64>()
-                        / (d as f64).sqrt()
-                })
-                .collect();
-            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
-            let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
-            for (&j, s) in keys.iter().zip(&scores) {
-                let p = (s - max).exp() / z;
-                for c in 0..d {
-                    out[i * d + c] += p * v[j * d + c] as f64;
-                }
-            }
-        }
-        out
-    }
-
-    /// Packed attention over sequences longer and shorter than the window and than a block of
-    /// queries equals the per-sequence definition, globally and in a window; the first-token
-    /// rows equal the first rows of the whole.
-    #[test]
-    fn windowed_packed_attention_matches_the_definition() {
-        let (heads, d) = (2, 4);
-        let h = heads * d;
-        let lens = [150usize, 3, 70, 1];
-        let total: usize = lens.iter().sum();
-        let qkv = noise(total * 3 * h, 7);
-        let starts: Vec<usize> = lens
-            .iter()
-            .scan(0, |a, &l| {
-                *a += l;
-                Some(*a - l)
-            })
-            .collect();
-        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
-        let batch = Batch {
-            lens: &lens,
-            starts: &starts,
-            positions: &positions,
-        };
-        let shape = Heads {
-            hidden: h,
-            heads,
-            dim: d,
-        };
-        for window in [None, Some(8), Some(500)] {
-            let mut ctx = vec![0.0; total * h];
-            attention(&qkv, &mut ctx, &batch, shape, window, false);
-            let mut first = vec![0.0; lens.len() * h];
-            attention(&qkv, &mut first, &batch, shape, window, true);
-            for (s, (&start, &len)) in starts.iter().zip(&lens).enumerate() {
-                for hd in 0..heads {
-                    let pick = |part: usize| -> Vec<f32> {
-                        (start..start + len)
-                            .flat_map(|r| {
-                                let c = part * h + hd * d;
-                                qkv[r * 3 * h + c..r * 3 * h + c + d].to_vec()
-                            })
-                            .collect()
-                    };
-                    let want = reference(&pick(0), &pick(1), &pick(2), d, window);
-                    for r in 0..len {
-                        for c in 0..d {
-                            let got = ctx[(start + r) * h + hd * d + c] as f64;
-                            let w = want[r * d + c];
-                            assert!(
-                                (got - w).abs() < 1e-5,
-                                "{window:?} seq {s} row {r}: {got} {w}"
-                            );
-                        }
-                    }
-                    // One query row runs gemm's matrix-vector path: the same up to rounding.
-                    let got = &first[s * h + hd * d..][..d];
-                    let all = &ctx[start * h + hd * d..][..d];
-                    for (g, a) in got.iter().zip(all) {
-                        assert!((g - a).abs() < 1e-6, "{window:?} seq {s}: {g} {a}");
-                    }
-                }
-            }
-        }
-    }
 
     #[test]
     fn geglu_is_act_of_the_first_half_times_the_second() {

@@ -1,0 +1,216 @@
+//! Scaled dot-product attention over a packed batch, the one the encoders share (BERT / XLM-R,
+//! ModernBERT, GTE / NomicBERT): the tokens of all sequences are rows of one
+//! `(tokens, 3 * hidden)` matrix of stacked queries, keys and values, and each token attends
+//! to the keys of its own sequence only, all of them (global) or those within a window.
+//!
+//! One rayon task per (sequence, block of [`QUERY_BLOCK`] queries) computes every head of its
+//! rows: the block's scores cover only the keys its queries can see (the whole sequence, or the
+//! block widened by the window), so they stay in cache and a long sequence never fills a
+//! `(length, length)` matrix; each head's output is written straight into the task's rows of
+//! the context, at the head's columns.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use crate::models::kernels::{matmul, simd, softmax_row, softmax_rows, with_scratch, Mat, Threads};
+use pulp::{Simd, WithSimd};
+
+/// Queries per attention task.
+pub(crate) const QUERY_BLOCK: usize = 64;
+
+/// The attention's shape: `heads` heads of `dim` values, `hidden` in all.
+#[derive(Clone, Copy)]
+pub(crate) struct Heads {
+    pub hidden: usize,
+    pub heads: usize,
+    pub dim: usize,
+}
+
+thread_local! {
+    /// Attention scores of one task, reused across calls on this thread.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Attention within each sequence of a packed batch (sequence `s` is rows
+/// `starts[s]..starts[s] + lens[s]` of `qkv`, queries then keys then values in each row), all
+/// heads, into `ctx`: one row per token, or per sequence with `first_only` (the query is the
+/// sequence's first token). With a `window`, query `i` sees the keys `j` with
+/// `|i - j| <= window` only.
+pub(crate) fn attention(
+    qkv: &[f32],
+    ctx: &mut [f32],
+    lens: &[usize],
+    starts: &[usize],
+    shape: Heads,
+    window: Option<usize>,
+    first_only: bool,
+) {
+    let Heads {
+        hidden: h,
+        heads,
+        dim: d,
+    } = shape;
+    let all = Mat::new(qkv, lens.iter().sum(), 3 * h);
+    let scale = 1.0 / (d as f32).sqrt();
+    // One task per (sequence, block of queries), with its rows of `ctx`.
+    let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
+    let mut rest = ctx;
+    for (s, &len) in lens.iter().enumerate() {
+        let queries = if first_only { 1 } else { len };
+        let (mine, tail) = rest.split_at_mut(queries * h);
+        rest = tail;
+        for (b, rows) in mine.chunks_mut(QUERY_BLOCK * h).enumerate() {
+            tasks.push((s, b * QUERY_BLOCK, rows));
+        }
+    }
+    tasks.into_par_iter().for_each(|(s, q0, out)| {
+        let (start, len) = (starts[s], lens[s]);
+        let nq = out.len() / h;
+        let q1 = q0 + nq;
+        // The keys any query of the block sees, and each query's own.
+        let (k0, k1) = match window {
+            None => (0, len),
+            Some(w) => (q0.saturating_sub(w), (q1 + w).min(len)),
+        };
+        let nk = k1 - k0;
+        let ranges: Vec<(usize, usize)> = match window {
+            None => Vec::new(),
+            Some(w) => (q0..q1)
+                .map(|i| (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0))
+                .collect(),
+        };
+        with_scratch(&SCORES, |scores| {
+            if scores.len() < nq * nk {
+                scores.resize(nq * nk, 0.0);
+            }
+            let scores = &mut scores[..nq * nk];
+            for hd in 0..heads {
+                let q = all.block(start + q0, nq, hd * d, d);
+                let k = all.block(start + k0, nk, h + hd * d, d);
+                let v = all.block(start + k0, nk, 2 * h + hd * d, d);
+                matmul(q, k.t(), scores, nk, scale, false, Threads::One);
+                match window {
+                    None => softmax_rows(scores, nk),
+                    Some(_) => softmax_in_windows(scores, nk, &ranges),
+                }
+                let p = Mat::new(scores, nq, nk);
+                matmul(p, v, &mut out[hd * d..], h, 1.0, false, Threads::One);
+            }
+        });
+    });
+}
+
+/// Softmax of `scores` (`(rows, width)`) with row `r` over its columns `ranges[r]` only, the
+/// columns outside set to zero; vectorized.
+fn softmax_in_windows(scores: &mut [f32], width: usize, ranges: &[(usize, usize)]) {
+    struct Op<'a> {
+        scores: &'a mut [f32],
+        width: usize,
+        ranges: &'a [(usize, usize)],
+    }
+    impl WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) {
+            for (row, &(lo, hi)) in self.scores.chunks_exact_mut(self.width).zip(self.ranges) {
+                row[..lo].fill(0.0);
+                row[hi..].fill(0.0);
+                softmax_row(&mut row[lo..hi]);
+            }
+        }
+    }
+    simd(Op {
+        scores,
+        width,
+        ranges,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::noise;
+
+    /// Attention of one head in float64, by the definition, with an optional window.
+    fn reference(q: &[f32], k: &[f32], v: &[f32], d: usize, window: Option<usize>) -> Vec<f64> {
+        let n = q.len() / d;
+        let mut out = vec![0.0; n * d];
+        for i in 0..n {
+            let keys: Vec<usize> = (0..n)
+                .filter(|&j| window.is_none_or(|w| i.abs_diff(j) <= w))
+                .collect();
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|&j| {
+                    (0..d)
+                        .map(|c| q[i * d + c] as f64 * k[j * d + c] as f64)
+                        .sum::<f64>()
+                        / (d as f64).sqrt()
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+            for (&j, s) in keys.iter().zip(&scores) {
+                let p = (s - max).exp() / z;
+                for c in 0..d {
+                    out[i * d + c] += p * v[j * d + c] as f64;
+                }
+            }
+        }
+        out
+    }
+
+    /// Packed attention over sequences longer and shorter than the window and than a block of
+    /// queries equals the per-sequence definition, globally and in a window; the first-token
+    /// rows equal the first rows of the whole.
+    #[test]
+    fn windowed_packed_attention_matches_the_definition() {
+        let (heads, d) = (2, 4);
+        let h = heads * d;
+        let lens = [150usize, 3, 70, 1];
+        let total: usize = lens.iter().sum();
+        let qkv = noise(total * 3 * h, 7);
+        let starts = crate::models::packed_starts(&lens);
+        let shape = Heads {
+            hidden: h,
+            heads,
+            dim: d,
+        };
+        for window in [None, Some(8), Some(500)] {
+            let mut ctx = vec![0.0; total * h];
+            attention(&qkv, &mut ctx, &lens, &starts, shape, window, false);
+            let mut first = vec![0.0; lens.len() * h];
+            attention(&qkv, &mut first, &lens, &starts, shape, window, true);
+            for (s, (&start, &len)) in starts.iter().zip(&lens).enumerate() {
+                for hd in 0..heads {
+                    let pick = |part: usize| -> Vec<f32> {
+                        (start..start + len)
+                            .flat_map(|r| {
+                                let c = part * h + hd * d;
+                                qkv[r * 3 * h + c..r * 3 * h + c + d].to_vec()
+                            })
+                            .collect()
+                    };
+                    let want = reference(&pick(0), &pick(1), &pick(2), d, window);
+                    for r in 0..len {
+                        for c in 0..d {
+                            let got = ctx[(start + r) * h + hd * d + c] as f64;
+                            let w = want[r * d + c];
+                            assert!(
+                                (got - w).abs() < 1e-5,
+                                "{window:?} seq {s} row {r}: {got} {w}"
+                            );
+                        }
+                    }
+                    // One query row runs gemm's matrix-vector path: the same up to rounding.
+                    let got = &first[s * h + hd * d..][..d];
+                    let all = &ctx[start * h + hd * d..][..d];
+                    for (g, a) in got.iter().zip(all) {
+                        assert!((g - a).abs() < 1e-6, "{window:?} seq {s}: {g} {a}");
+                    }
+                }
+            }
+        }
+    }
+}
