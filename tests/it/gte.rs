@@ -19,7 +19,7 @@ use rerank::rerankers::{load_reranker, CrossEncoder, RerankQuery};
 use rerank::{load_embedder, Embedder, Error, GteEmbedder, Role};
 use serde_json::Value;
 
-use crate::modernbert::{assert_close, pairs_of, Broken};
+use crate::model_fixtures::{check_cross_encoder, Broken};
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
 fn fixture(case: &str) -> PathBuf {
@@ -32,18 +32,6 @@ fn options() -> ModelOptions {
     ModelOptions::default().threads(2)
 }
 
-/// sentence-transformers' `CrossEncoder.predict` scores of the fixture, in order.
-fn st_scores(dir: &Path) -> Vec<f32> {
-    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["score"].as_f64().unwrap() as f32)
-        .collect()
-}
-
 #[test]
 fn gte_cross_encoders_match_transformers_single_and_batched() {
     for (case, arch) in [
@@ -51,60 +39,29 @@ fn gte_cross_encoders_match_transformers_single_and_batched() {
         ("gte", Architecture::GteForSequenceClassification),
     ] {
         let dir = fixture(case);
-        let cases = pairs_of(&dir);
+        let budgets = [(usize::MAX, 64), (200, 2), (60, 3)];
+        let checked = check_cross_encoder(&dir, case, options(), &budgets, 1e-5);
+        let (ce, cases, single) = (&checked.ce, &checked.cases, &checked.single);
+        let pairs = checked.pairs();
         assert_eq!(cases.len(), 6);
         // A pair cut at the tokenizer's 128 tokens, an empty document, non-ASCII text.
         assert!(cases.iter().any(|c| c.input_ids.len() == 128));
         assert!(cases.iter().any(|c| c.document.is_empty()));
         assert!(cases.iter().any(|c| !c.query.is_ascii()));
-        let ce = CrossEncoder::builder(&dir)
-            .options(options())
-            .build()
-            .unwrap();
         assert_eq!(ce.architecture(), &arch);
         assert_eq!(ce.max_length(), 128);
-        let pairs: Vec<(&str, &str)> = cases
-            .iter()
-            .map(|c| (c.query.as_str(), c.document.as_str()))
-            .collect();
-        for (c, p) in cases.iter().zip(&pairs) {
-            let enc = ce.encode_pair(p.0, p.1).unwrap();
-            assert_eq!(enc.input_ids, c.input_ids, "{case}: {p:?}");
-            assert_eq!(enc.token_type_ids, c.token_type_ids, "{case}: {p:?}");
-        }
-        let single: Vec<f32> = pairs
-            .iter()
-            .map(|p| ce.logits(std::slice::from_ref(p)).unwrap()[0])
-            .collect();
-        let mut worst = assert_close(&single, cases.iter().map(|c| c.logit), case);
-        for (tokens, size) in [(usize::MAX, 64), (200, 2), (60, 3)] {
-            let ce = CrossEncoder::builder(&dir)
-                .options(options().token_budget(tokens).max_batch_size(size))
-                .build()
-                .unwrap();
-            let batched = ce.logits(&pairs).unwrap();
-            let what = format!("{case} batched ({tokens}, {size})");
-            worst = worst.max(assert_close(
-                &batched,
-                cases.iter().map(|c| c.logit_batched),
-                &what,
-            ));
-            worst = worst.max(assert_close(&batched, single.iter().copied(), &what));
-        }
-        println!("{case}: largest logit difference from transformers {worst:.1e}");
         // load_reranker picks the cross-encoder; its scores are sentence-transformers'.
         let reranker = load_reranker(&dir, &options()).unwrap();
         assert_eq!(reranker.name(), "cross-encoder");
-        let want = st_scores(&dir);
         for (i, c) in cases.iter().enumerate() {
             let got = reranker
                 .score(&RerankQuery::new(c.query.clone()), &[c.document.as_str()])
                 .unwrap();
+            let want = c.st_score.unwrap();
             assert!(
-                (got[0] - want[i]).abs() < 1e-5,
-                "{case} {i}: {} vs {}",
-                got[0],
-                want[i]
+                (got[0] - want).abs() < 1e-5,
+                "{case} {i}: {} vs {want}",
+                got[0]
             );
         }
         // int8 stays close (within 0.1 of logits spread over 3.5: the tiny model's 32-wide
@@ -115,7 +72,7 @@ fn gte_cross_encoders_match_transformers_single_and_batched() {
             .unwrap();
         assert_eq!(int8.precision(), Precision::Int8);
         let quantized = int8.logits(&pairs).unwrap();
-        for (g, w) in quantized.iter().zip(&single) {
+        for (g, w) in quantized.iter().zip(single) {
             assert!((g - w).abs() < 0.1, "{case} int8: {g} vs {w}");
         }
         let order = |x: &[f32]| {
@@ -123,7 +80,7 @@ fn gte_cross_encoders_match_transformers_single_and_batched() {
             i.sort_by(|&a, &b| x[b].total_cmp(&x[a]));
             i
         };
-        assert_eq!(order(&quantized), order(&single), "{case} int8 ranking");
+        assert_eq!(order(&quantized), order(single), "{case} int8 ranking");
     }
     let e = CrossEncoder::builder(fixture("new"))
         .options(ModelOptions::default().precision(Precision::Bf16))

@@ -31,6 +31,7 @@ mod ingest;
 mod int8;
 mod load_reranker;
 mod milvus;
+mod model_fixtures;
 mod modernbert;
 mod mxbai_v2;
 mod openai_embed;

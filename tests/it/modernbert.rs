@@ -17,6 +17,7 @@ use rerank::rerankers::{load_reranker, CrossEncoder, RerankQuery};
 use rerank::{load_embedder, Embedder, Error, ModernBertEmbedder, Role};
 use serde_json::Value;
 
+use crate::model_fixtures::{check_cross_encoder, Broken};
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
 /// A sliding layer's token sees `local_attention / 2 = 8` tokens on either side.
@@ -146,103 +147,25 @@ fn int8_stays_close_to_f32_and_bf16_is_refused() {
     assert!(e.to_string().contains("bf16"), "{e}");
 }
 
-/// One case of a cross-encoder fixture's expected.json.
-pub(crate) struct Pair {
-    pub query: String,
-    pub document: String,
-    pub input_ids: Vec<u32>,
-    pub token_type_ids: Vec<u32>,
-    pub logit: f32,
-    pub logit_batched: f32,
-}
-
-pub(crate) fn pairs_of(dir: &Path) -> Vec<Pair> {
-    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let ids = |c: &Value, k: &str| -> Vec<u32> {
-        c[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
-    v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| Pair {
-            query: c["query"].as_str().unwrap().to_string(),
-            document: c["document"].as_str().unwrap().to_string(),
-            input_ids: ids(c, "input_ids"),
-            token_type_ids: ids(c, "token_type_ids"),
-            logit: c["logit"].as_f64().unwrap() as f32,
-            logit_batched: c["logit_batched"].as_f64().unwrap() as f32,
-        })
-        .collect()
-}
-
-/// The largest difference of `got` from `want`, which must be within [`TOL`].
-pub(crate) fn assert_close(got: &[f32], want: impl Iterator<Item = f32>, what: &str) -> f32 {
-    let want: Vec<f32> = want.collect();
-    assert_eq!(got.len(), want.len(), "{what}");
-    let mut worst = 0f32;
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let d = (g - w).abs();
-        assert!(d <= TOL, "{what}: pair {i}: got {g}, want {w} (diff {d})");
-        worst = worst.max(d);
-    }
-    worst
-}
-
 #[test]
 fn modernbert_cross_encoders_match_transformers_single_and_batched() {
     for case in ["cls", "mean"] {
         let dir = fixture("modernbert_ce_tiny").join(case);
-        let cases = pairs_of(&dir);
+        // One batch of all (the reference's padded batch), then budgets that mix them.
+        let budgets = [(usize::MAX, 64), (100, 2), (40, 3)];
+        let checked = check_cross_encoder(&dir, case, options(), &budgets, TOL);
+        let (ce, cases, single) = (&checked.ce, &checked.cases, &checked.single);
+        let pairs = checked.pairs();
         assert_eq!(cases.len(), 6);
         // A pair longer than the window, an empty document, non-ASCII text.
         assert!(cases.iter().any(|c| c.input_ids.len() > 4 * WINDOW));
         assert!(cases.iter().any(|c| c.document.is_empty()));
         assert!(cases.iter().any(|c| !c.query.is_ascii()));
-        let ce = CrossEncoder::builder(&dir)
-            .options(options())
-            .build()
-            .unwrap();
         assert_eq!(
             ce.architecture(),
             &Architecture::ModernBertForSequenceClassification
         );
         assert_eq!(ce.max_length(), 512);
-        let pairs: Vec<(&str, &str)> = cases
-            .iter()
-            .map(|c| (c.query.as_str(), c.document.as_str()))
-            .collect();
-        for (c, p) in cases.iter().zip(&pairs) {
-            let enc = ce.encode_pair(p.0, p.1).unwrap();
-            assert_eq!(enc.input_ids, c.input_ids, "{case}: {p:?}");
-            assert_eq!(enc.token_type_ids, c.token_type_ids, "{case}: {p:?}");
-        }
-        let single: Vec<f32> = pairs
-            .iter()
-            .map(|p| ce.logits(std::slice::from_ref(p)).unwrap()[0])
-            .collect();
-        let mut worst = assert_close(&single, cases.iter().map(|c| c.logit), case);
-        // One batch of all (the reference's padded batch), then budgets that mix them.
-        for (tokens, size) in [(usize::MAX, 64), (100, 2), (40, 3)] {
-            let ce = CrossEncoder::builder(&dir)
-                .options(options().token_budget(tokens).max_batch_size(size))
-                .build()
-                .unwrap();
-            let batched = ce.logits(&pairs).unwrap();
-            let what = format!("{case} batched ({tokens}, {size})");
-            worst = worst.max(assert_close(
-                &batched,
-                cases.iter().map(|c| c.logit_batched),
-                &what,
-            ));
-            worst = worst.max(assert_close(&batched, single.iter().copied(), &what));
-        }
-        println!("{case}: largest logit difference from transformers {worst:.1e}");
         // load_reranker picks the cross-encoder; its scores are the logits' sigmoid.
         let reranker = load_reranker(&dir, &options()).unwrap();
         assert_eq!(reranker.name(), "cross-encoder");
@@ -261,51 +184,9 @@ fn modernbert_cross_encoders_match_transformers_single_and_batched() {
             .options(ModelOptions::default().precision(Precision::Int8))
             .build()
             .unwrap();
-        for (g, w) in int8.logits(&pairs).unwrap().iter().zip(&single) {
+        for (g, w) in int8.logits(&pairs).unwrap().iter().zip(single) {
             assert!((g - w).abs() < 0.05, "{case} int8: {g} vs {w}");
         }
-    }
-}
-
-/// A scratch copy of a fixture folder to break.
-pub(crate) struct Broken(pub PathBuf);
-
-impl Broken {
-    pub fn of(from: &Path, tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("rerank-modernbert-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        crate::common::copy_dir(from, &dir);
-        Broken(dir)
-    }
-
-    pub fn edit_config(&self, f: impl FnOnce(&mut Value)) {
-        let path = self.0.join("config.json");
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        f(&mut v);
-        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    }
-
-    /// The error of loading the folder as `what`; it must be an [`Error::Model`] naming the
-    /// folder's config.json and `key`.
-    pub fn refused(&self, what: &str, key: &str) -> String {
-        let e = match what {
-            "embedder" => load_embedder(&self.0, &options()).err().unwrap(),
-            _ => CrossEncoder::from_dir(&self.0).unwrap_err(),
-        };
-        let Error::Model { message, .. } = &e else {
-            panic!("expected Error::Model, got {e:?}");
-        };
-        let config = self.0.join("config.json").display().to_string();
-        assert!(message.contains(&config), "{key}: {message}");
-        assert!(message.contains(key), "{key}: {message}");
-        message.clone()
-    }
-}
-
-impl Drop for Broken {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

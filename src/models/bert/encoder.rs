@@ -496,7 +496,7 @@ impl Encoder {
         let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
         let total: usize = lens.iter().sum();
         let starts = packed_starts(&lens);
-        let mut ws = Workspace::new(total, &self.cfg);
+        let mut ws = Workspace::new(total, self.cfg.hidden);
         self.embed(seqs, &mut ws.x);
         let n_layers = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
@@ -595,23 +595,23 @@ impl Encoder {
     }
 }
 
-/// The buffers of one batch, sized for its tokens.
-struct Workspace {
+/// The buffers of one batch, sized for its tokens (GTE's post-norm encoder uses the same).
+pub(crate) struct Workspace {
     /// Hidden states `(tokens, hidden)`.
-    x: Vec<f32>,
+    pub x: Vec<f32>,
     /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
-    qkv: Vec<f32>,
+    pub qkv: Vec<f32>,
     /// Attention context `(tokens, hidden)`.
-    ctx: Vec<f32>,
+    pub ctx: Vec<f32>,
     /// Projection outputs `(tokens, hidden)`.
-    proj: Vec<f32>,
+    pub proj: Vec<f32>,
     /// The quantized inputs of the int8 linear layers (empty in f32).
-    quant: QuantRows,
+    pub quant: QuantRows,
 }
 
 impl Workspace {
-    fn new(tokens: usize, cfg: &EncoderConfig) -> Self {
-        let h = cfg.hidden;
+    pub fn new(tokens: usize, hidden: usize) -> Self {
+        let h = hidden;
         Workspace {
             x: vec![0.0; tokens * h],
             qkv: vec![0.0; tokens * 3 * h],

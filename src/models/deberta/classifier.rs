@@ -3,7 +3,8 @@
 //! `pooler.dense` and `pooler_hidden_act`), then `logits = classifier(pooled)`.
 
 use super::config::{DebertaConfig, PoolerAct};
-use super::encoder::{DebertaEncoder, Sequence};
+use super::encoder::DebertaEncoder;
+use crate::models::bert::classifier::{pooled_logits, sequences};
 use crate::models::bert::encoder::EncoderWeights;
 use crate::models::bert::pair::PairEncoding;
 use crate::models::config::{Architecture, ClassifierConfig};
@@ -88,22 +89,10 @@ impl DebertaClassifier {
     /// Logits, one row of `num_labels` per encoding, for encodings run as one packed batch.
     /// Token types are read where the model has token type embeddings.
     pub fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
-        let seqs: Vec<Sequence<'_>> = encodings
-            .iter()
-            .map(|e| Sequence {
-                ids: &e.input_ids,
-                types: &e.token_type_ids,
-            })
-            .collect();
-        let first = self.encoder.forward(&seqs, Output::FirstToken)?;
-        let n = seqs.len();
-        let h = self.pooler.outputs;
-        let mut pooled = vec![0.0; n * h];
-        self.pooler.forward(&first, n, &mut pooled);
-        self.pooler_act.apply(&mut pooled);
-        let labels = self.out.outputs;
-        let mut logits = vec![0.0; n * labels];
-        self.out.forward(&pooled, n, &mut logits);
-        Ok(logits.chunks_exact(labels).map(<[f32]>::to_vec).collect())
+        let first = self
+            .encoder
+            .forward(&sequences(encodings), Output::FirstToken)?;
+        let act = |x: &mut [f32]| self.pooler_act.apply(x);
+        Ok(pooled_logits(&first, &self.pooler, act, &self.out))
     }
 }

@@ -4,7 +4,8 @@
 
 use super::config::{GteConfig, Spelling};
 use super::encoder::GteEncoder;
-use crate::models::bert::encoder::{EncoderWeights, Sequence};
+use crate::models::bert::classifier::{pooled_logits, sequences, tanh};
+use crate::models::bert::encoder::EncoderWeights;
 use crate::models::bert::pair::PairEncoding;
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::dense::Output;
@@ -90,22 +91,9 @@ impl GteClassifier {
 
     /// Logits, one row of `num_labels` per encoding, for encodings run as one packed batch.
     pub fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
-        let seqs: Vec<Sequence<'_>> = encodings
-            .iter()
-            .map(|e| Sequence {
-                ids: &e.input_ids,
-                types: &e.token_type_ids,
-            })
-            .collect();
-        let first = self.encoder.forward(&seqs, Output::FirstToken)?;
-        let n = seqs.len();
-        let h = self.pooler.outputs;
-        let mut pooled = vec![0.0; n * h];
-        self.pooler.forward(&first, n, &mut pooled);
-        pooled.iter_mut().for_each(|v| *v = v.tanh());
-        let labels = self.out.outputs;
-        let mut logits = vec![0.0; n * labels];
-        self.out.forward(&pooled, n, &mut logits);
-        Ok(logits.chunks_exact(labels).map(<[f32]>::to_vec).collect())
+        let first = self
+            .encoder
+            .forward(&sequences(encodings), Output::FirstToken)?;
+        Ok(pooled_logits(&first, &self.pooler, tanh, &self.out))
     }
 }

@@ -10,19 +10,17 @@
 //! token type's (when the model has them), layer-normed; RoPE carries the positions. Attention
 //! and RoPE are ModernBERT's (`modernbert::encoder`), every layer global.
 
-use std::cell::RefCell;
 use std::sync::{Arc, RwLock};
 
 use rayon::prelude::*;
 
 use super::config::{GteConfig, Layout};
 use crate::models::attention::{attention, Heads};
-use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence};
+use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence, Workspace};
 use crate::models::dense::{Dense, Output};
-use crate::models::kernels::{layer_norm_row, with_scratch, Linear, Then, Weight};
-use crate::models::modernbert::encoder::{geglu_rows, rope_rows, Batch};
+use crate::models::kernels::{layer_norm_row, Linear, Then, Weight};
+use crate::models::modernbert::encoder::{gated_mlp, rope_rows, Batch};
 use crate::models::packed_starts;
-use crate::models::quant::QuantRows;
 use crate::models::qwen3::ops::Rope;
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -261,7 +259,7 @@ impl GteEncoder {
         let total: usize = lens.iter().sum();
         let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
         let rope = self.rope(lens.iter().copied().max().unwrap_or(0));
-        let mut ws = Workspace::new(total, &self.cfg);
+        let mut ws = Workspace::new(total, self.cfg.hidden);
         self.embed(seqs, &mut ws.x);
         let batch = Batch {
             lens: &lens,
@@ -339,76 +337,18 @@ impl GteEncoder {
         let norm = l.attn_norm.after(x, cfg.eps);
         l.out.forward(&ws.ctx[..m], rows, proj, &mut ws.quant, norm);
         std::mem::swap(&mut ws.x, &mut ws.proj);
-        // x = LN(x + down GeGLU(x)), the same way.
-        gated_feed_forward(l, cfg, &ws.x[..m], rows, &mut ws.proj[..m]);
+        // x = LN(x + down (act(gate x) * up x)), the same way.
+        let (x, norm) = (&ws.x[..m], l.mlp_norm.after(&ws.x[..m], cfg.eps));
+        gated_mlp(
+            &l.gate_up,
+            &l.down,
+            cfg.act,
+            None,
+            norm,
+            x,
+            rows,
+            &mut ws.proj[..m],
+        );
         std::mem::swap(&mut ws.x, &mut ws.proj);
-    }
-}
-
-/// One block's feed-forward buffers: `[gate | up]`, the GeGLU's output, and their quantized
-/// rows in int8.
-#[derive(Default)]
-struct FfBlock {
-    wide: Vec<f32>,
-    glu: Vec<f32>,
-    quant: QuantRows,
-}
-
-thread_local! {
-    /// The feed-forward block of this thread, reused across calls.
-    static FF_BLOCK: RefCell<FfBlock> = RefCell::new(FfBlock::default());
-}
-
-/// `out = LN(x + down (act(g) * u))` with `[g | u] = gate_up x` over `rows` rows, block by
-/// block of rows in parallel: a block's `(rows, 2 * intermediate)` products stay in cache and
-/// the whole intermediate matrix is never written.
-fn gated_feed_forward(l: &Layer, cfg: &GteConfig, x: &[f32], rows: usize, out: &mut [f32]) {
-    let (h, inner) = (cfg.hidden, cfg.intermediate);
-    if rows == 0 {
-        return;
-    }
-    let block = l.gate_up.block_rows(rows);
-    out[..rows * h]
-        .par_chunks_mut(block * h)
-        .enumerate()
-        .for_each(|(b, out)| {
-            let (first, count) = (b * block, out.len() / h);
-            let rows_x = &x[first * h..(first + count) * h];
-            with_scratch(&FF_BLOCK, |FfBlock { wide, glu, quant }| {
-                wide.resize(count * 2 * inner, 0.0);
-                l.gate_up
-                    .forward_here(rows_x, count, wide, quant, Then::Nothing, 0);
-                glu.resize(count * inner, 0.0);
-                geglu_rows(wide, glu, inner, cfg.act);
-                let norm = l.mlp_norm.after(x, cfg.eps);
-                l.down.forward_here(glu, count, out, quant, norm, first);
-            });
-        });
-}
-
-/// The buffers of one batch, sized for its tokens.
-struct Workspace {
-    /// Hidden states `(tokens, hidden)`.
-    x: Vec<f32>,
-    /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
-    qkv: Vec<f32>,
-    /// Attention context `(tokens, hidden)`.
-    ctx: Vec<f32>,
-    /// Projection outputs `(tokens, hidden)`.
-    proj: Vec<f32>,
-    /// The quantized inputs of the int8 linear layers (empty in f32).
-    quant: QuantRows,
-}
-
-impl Workspace {
-    fn new(tokens: usize, cfg: &GteConfig) -> Self {
-        let h = cfg.hidden;
-        Workspace {
-            x: vec![0.0; tokens * h],
-            qkv: vec![0.0; tokens * 3 * h],
-            ctx: vec![0.0; tokens * h],
-            proj: vec![0.0; tokens * h],
-            quant: QuantRows::default(),
-        }
     }
 }

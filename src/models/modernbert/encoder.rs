@@ -451,7 +451,23 @@ impl ModernBertEncoder {
         );
         std::mem::swap(&mut ws.x, &mut ws.proj);
         // x = x + Wo GeGLU(Wi mlp_norm(x)), the same way.
-        mlp(l, cfg, &ws.x[..m], rows, &mut ws.proj[..m]);
+        let (x, residual) = (
+            &ws.x[..m],
+            Then::Add {
+                residual: &ws.x[..m],
+            },
+        );
+        let norm = Some((&l.mlp_norm, cfg.eps));
+        gated_mlp(
+            &l.wi,
+            &l.wo,
+            cfg.act,
+            norm,
+            residual,
+            x,
+            rows,
+            &mut ws.proj[..m],
+        );
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
 }
@@ -533,20 +549,33 @@ thread_local! {
     static MLP_BLOCK: RefCell<MlpBlock> = RefCell::new(MlpBlock::default());
 }
 
-/// `out = x + Wo (act(a) * g)` with `[a | g] = Wi mlp_norm(x)` over `rows` rows, block by
-/// block of rows in parallel: a block's norm, `(rows, 2 * intermediate)` products and GeGLU
-/// stay in cache, and the whole intermediate matrix is never written.
-fn mlp(l: &Layer, cfg: &ModernBertConfig, x: &[f32], rows: usize, out: &mut [f32]) {
-    let (h, inner) = (cfg.hidden, cfg.intermediate);
+/// `out = then(wo (act(a) * g))` with `[a | g] = wi norm(x)` (`norm` the identity when
+/// `pre_norm` is `None`) over `rows` rows, block by block of rows in parallel: a block's norm,
+/// `(rows, 2 * inner)` products and gated activation stay in cache, and the whole intermediate
+/// matrix is never written. ModernBERT's MLP (pre-norm, `then` adds the residual) and GTE's
+/// (`then` adds the residual and layer-norms).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gated_mlp(
+    wi: &Dense,
+    wo: &Dense,
+    act: Act,
+    pre_norm: Option<(&Norm, f32)>,
+    then: Then<'_>,
+    x: &[f32],
+    rows: usize,
+    out: &mut [f32],
+) {
+    let (h, inner) = (wo.outputs(), wi.outputs() / 2);
     if rows == 0 {
         return;
     }
-    let block = l.wi.block_rows(rows);
+    let block = wi.block_rows(rows);
     out[..rows * h]
         .par_chunks_mut(block * h)
         .enumerate()
         .for_each(|(b, out)| {
             let (first, count) = (b * block, out.len() / h);
+            let rows_x = &x[first * h..(first + count) * h];
             with_scratch(
                 &MLP_BLOCK,
                 |MlpBlock {
@@ -555,15 +584,20 @@ fn mlp(l: &Layer, cfg: &ModernBertConfig, x: &[f32], rows: usize, out: &mut [f32
                      glu,
                      quant,
                  }| {
-                    normed.clear();
-                    normed.extend_from_slice(&x[first * h..(first + count) * h]);
-                    norm_rows(normed, &l.mlp_norm, cfg.eps);
+                    let input = match pre_norm {
+                        Some((norm, eps)) => {
+                            normed.clear();
+                            normed.extend_from_slice(rows_x);
+                            norm_rows(normed, norm, eps);
+                            &normed[..]
+                        }
+                        None => rows_x,
+                    };
                     wide.resize(count * 2 * inner, 0.0);
-                    l.wi.forward_here(normed, count, wide, quant, Then::Nothing, 0);
+                    wi.forward_here(input, count, wide, quant, Then::Nothing, 0);
                     glu.resize(count * inner, 0.0);
-                    geglu_rows(wide, glu, inner, cfg.act);
-                    let residual = Then::Add { residual: x };
-                    l.wo.forward_here(glu, count, out, quant, residual, first);
+                    geglu_rows(wide, glu, inner, act);
+                    wo.forward_here(glu, count, out, quant, then, first);
                 },
             );
         });

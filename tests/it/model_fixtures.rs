@@ -1,0 +1,188 @@
+//! What the model parity tests share (ModernBERT, DeBERTa, GTE): a cross-encoder fixture's
+//! `expected.json` (each pair with its ids, transformers' logit alone and in the reference's
+//! padded batch, and sentence-transformers' score where the make.py recorded it), the check
+//! that a `CrossEncoder` reproduces them one pair at a time and under any batching, and
+//! scratch copies of fixture folders to break ([`Broken`]).
+#![cfg(feature = "models")]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rerank::models::ModelOptions;
+use rerank::rerankers::{load_reranker, CrossEncoder};
+use rerank::{load_embedder, Error};
+use serde_json::Value;
+
+/// One case of a cross-encoder fixture's expected.json.
+pub struct Pair {
+    pub query: String,
+    pub document: String,
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u32>,
+    pub logit: f32,
+    pub logit_batched: f32,
+    /// sentence-transformers' `CrossEncoder.predict` score (`st_score`), where recorded.
+    pub st_score: Option<f32>,
+}
+
+/// The cases of `dir/expected.json`.
+pub fn pairs_of(dir: &Path) -> Vec<Pair> {
+    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let ids = |c: &Value, k: &str| -> Vec<u32> {
+        c[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| Pair {
+            query: c["query"].as_str().unwrap().to_string(),
+            document: c["document"].as_str().unwrap().to_string(),
+            input_ids: ids(c, "input_ids"),
+            token_type_ids: ids(c, "token_type_ids"),
+            logit: c["logit"].as_f64().unwrap() as f32,
+            logit_batched: c["logit_batched"].as_f64().unwrap() as f32,
+            st_score: c["st_score"].as_f64().map(|s| s as f32),
+        })
+        .collect()
+}
+
+/// The largest difference of `got` from `want`, which must be within `tol`.
+pub fn assert_close(got: &[f32], want: impl Iterator<Item = f32>, tol: f32, what: &str) -> f32 {
+    let want: Vec<f32> = want.collect();
+    assert_eq!(got.len(), want.len(), "{what}");
+    let mut worst = 0f32;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let d = (g - w).abs();
+        assert!(d <= tol, "{what}: pair {i}: got {g}, want {w} (diff {d})");
+        worst = worst.max(d);
+    }
+    worst
+}
+
+/// What [`check_cross_encoder`] leaves for the caller's own checks.
+pub struct Checked {
+    /// The cross-encoder with `options`.
+    pub ce: CrossEncoder,
+    pub cases: Vec<Pair>,
+    /// Each pair's logit, scored alone.
+    pub single: Vec<f32>,
+}
+
+impl Checked {
+    /// The (query, document) pairs.
+    pub fn pairs(&self) -> Vec<(&str, &str)> {
+        self.cases
+            .iter()
+            .map(|c| (c.query.as_str(), c.document.as_str()))
+            .collect()
+    }
+}
+
+/// Checks the cross-encoder of `dir` against its expected.json: the ids and token types of
+/// every pair, each pair's logit alone, then all pairs under each `(token budget, batch size)`
+/// of `budgets`, every batching equal to the reference's padded batch and to the pairs alone,
+/// all within `tol` (the largest difference is printed).
+pub fn check_cross_encoder(
+    dir: &Path,
+    case: &str,
+    options: ModelOptions,
+    budgets: &[(usize, usize)],
+    tol: f32,
+) -> Checked {
+    let cases = pairs_of(dir);
+    let ce = CrossEncoder::builder(dir)
+        .options(options.clone())
+        .build()
+        .unwrap();
+    let pairs: Vec<(&str, &str)> = cases
+        .iter()
+        .map(|c| (c.query.as_str(), c.document.as_str()))
+        .collect();
+    for (c, p) in cases.iter().zip(&pairs) {
+        let enc = ce.encode_pair(p.0, p.1).unwrap();
+        assert_eq!(enc.input_ids, c.input_ids, "{case}: {p:?}");
+        assert_eq!(enc.token_type_ids, c.token_type_ids, "{case}: {p:?}");
+    }
+    let single: Vec<f32> = pairs
+        .iter()
+        .map(|p| ce.logits(std::slice::from_ref(p)).unwrap()[0])
+        .collect();
+    let mut worst = assert_close(&single, cases.iter().map(|c| c.logit), tol, case);
+    for &(tokens, size) in budgets {
+        let batched = CrossEncoder::builder(dir)
+            .options(options.clone().token_budget(tokens).max_batch_size(size))
+            .build()
+            .unwrap()
+            .logits(&pairs)
+            .unwrap();
+        let what = format!("{case} batched ({tokens}, {size})");
+        let padded = cases.iter().map(|c| c.logit_batched);
+        worst = worst.max(assert_close(&batched, padded, tol, &what));
+        worst = worst.max(assert_close(&batched, single.iter().copied(), tol, &what));
+    }
+    println!("{case}: largest logit difference from transformers {worst:.1e}");
+    Checked { ce, cases, single }
+}
+
+/// A scratch copy of a fixture folder to break, removed on drop.
+pub struct Broken(pub PathBuf);
+
+impl Broken {
+    /// A copy of `from` (`tag` goes into the folder's name, for the messages).
+    pub fn of(from: &Path, tag: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("rerank-broken-{}-{n}-{tag}", std::process::id());
+        let dir = std::env::temp_dir().join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        crate::common::copy_dir(from, &dir);
+        Broken(dir)
+    }
+
+    /// Rewrites the copy's config.json with `f`.
+    pub fn edit_config(&self, f: impl FnOnce(&mut Value)) {
+        let path = self.0.join("config.json");
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+
+    /// The errors of loading the copy as `what` (`"embedder"`: `load_embedder`; else a
+    /// reranker: `CrossEncoder` and `load_reranker`); each must be an [`Error::Model`] naming
+    /// the copy's config.json and `key`. Returns the first message.
+    pub fn refused(&self, what: &str, key: &str) -> String {
+        let options = ModelOptions::default();
+        let errors = match what {
+            "embedder" => vec![load_embedder(&self.0, &options).err().unwrap()],
+            _ => vec![
+                CrossEncoder::from_dir(&self.0).unwrap_err(),
+                load_reranker(&self.0, &options).err().unwrap(),
+            ],
+        };
+        let config = self.0.join("config.json").display().to_string();
+        let messages: Vec<String> = errors
+            .iter()
+            .map(|e| {
+                let Error::Model { message, .. } = e else {
+                    panic!("{key}: expected Error::Model, got {e:?}");
+                };
+                assert!(message.contains(&config), "{key}: {message}");
+                assert!(message.contains(key), "{key}: {message}");
+                message.clone()
+            })
+            .collect();
+        messages[0].clone()
+    }
+}
+
+impl Drop for Broken {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
