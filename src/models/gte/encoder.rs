@@ -19,7 +19,7 @@ use crate::models::attention::{attention, Heads};
 use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence, Workspace};
 use crate::models::dense::{Dense, Output};
 use crate::models::kernels::{layer_norm_row, Linear, Then, Weight};
-use crate::models::modernbert::encoder::{gated_mlp, rope_rows, Batch};
+use crate::models::modernbert::encoder::{gated_mlp, grown, rope_rows, Batch};
 use crate::models::packed_starts;
 use crate::models::qwen3::ops::Rope;
 use crate::models::Precision;
@@ -223,24 +223,15 @@ impl GteEncoder {
 
     /// The RoPE tables for at least `positions` positions.
     fn rope(&self, positions: usize) -> Arc<Rope> {
-        let current = Arc::clone(&self.rope.read().unwrap_or_else(|e| e.into_inner()));
-        if current.positions() >= positions {
-            return current;
-        }
-        let mut slot = self.rope.write().unwrap_or_else(|e| e.into_inner());
-        if slot.positions() >= positions {
-            return Arc::clone(&slot);
-        }
-        // Grown by doubling, never past the configured positions.
-        let n = positions
-            .next_power_of_two()
-            .max(64)
-            .min(self.cfg.max_positions)
-            .max(positions);
         let c = &self.cfg;
-        let tables = Arc::new(Rope::scaled(c.head_dim(), c.rope_theta, c.rope_divisor, n));
-        *slot = Arc::clone(&tables);
-        tables
+        let (d, theta, divisor) = (c.head_dim(), c.rope_theta, c.rope_divisor);
+        grown(
+            &self.rope,
+            Rope::positions,
+            positions,
+            c.max_positions,
+            |n| Rope::scaled(d, theta, divisor, n),
+        )
     }
 
     /// Runs the encoder on `seqs` packed together (token types are read where the model has

@@ -280,29 +280,19 @@ impl ModernBertEncoder {
 
     /// The RoPE tables for at least `positions` positions.
     fn rope(&self, positions: usize) -> Arc<RopeTables> {
-        let current = Arc::clone(&self.rope.read().unwrap_or_else(|e| e.into_inner()));
-        if current.positions >= positions {
-            return current;
-        }
-        let mut slot = self.rope.write().unwrap_or_else(|e| e.into_inner());
-        if slot.positions >= positions {
-            return Arc::clone(&slot);
-        }
-        // Grown by doubling (so that longer and longer inputs rebuild them a few times only),
-        // never past the configured positions.
-        let n = positions
-            .next_power_of_two()
-            .max(64)
-            .min(self.cfg.max_positions)
-            .max(positions);
         let d = self.cfg.head_dim();
-        let tables = Arc::new(RopeTables {
-            global: Rope::new(d, self.cfg.global_theta, n),
-            local: Rope::new(d, self.cfg.local_theta, n),
-            positions: n,
-        });
-        *slot = Arc::clone(&tables);
-        tables
+        let (global, local) = (self.cfg.global_theta, self.cfg.local_theta);
+        grown(
+            &self.rope,
+            |t| t.positions,
+            positions,
+            self.cfg.max_positions,
+            |n| RopeTables {
+                global: Rope::new(d, global, n),
+                local: Rope::new(d, local, n),
+                positions: n,
+            },
+        )
     }
 
     /// Checks that every sequence can be encoded: non-empty, no longer than
@@ -478,6 +468,35 @@ pub(crate) struct Batch<'a> {
     pub starts: &'a [usize],
     /// Each packed row's position within its sequence.
     pub positions: &'a [u32],
+}
+
+/// The tables in `slot` if they cover `positions` (`covered` says how many they do), else
+/// new ones from `build(n)`, stored for the next call: `n` grows by doubling (so that longer
+/// and longer inputs rebuild them a few times only), never past `max` positions. The RoPE
+/// tables of the rotary encoders (ModernBERT, GTE), which no tensor sizes at load.
+pub(crate) fn grown<T>(
+    slot: &RwLock<Arc<T>>,
+    covered: impl Fn(&T) -> usize,
+    positions: usize,
+    max: usize,
+    build: impl FnOnce(usize) -> T,
+) -> Arc<T> {
+    let current = Arc::clone(&slot.read().unwrap_or_else(|e| e.into_inner()));
+    if covered(&current) >= positions {
+        return current;
+    }
+    let mut slot = slot.write().unwrap_or_else(|e| e.into_inner());
+    if covered(&slot) >= positions {
+        return Arc::clone(&slot);
+    }
+    let n = positions
+        .next_power_of_two()
+        .max(64)
+        .min(max)
+        .max(positions);
+    let tables = Arc::new(build(n));
+    *slot = Arc::clone(&tables);
+    tables
 }
 
 /// Layer norm of every row of `rows` (whole rows of `norm`'s width), vectorized.
