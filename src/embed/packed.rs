@@ -1,7 +1,8 @@
 //! What the encoder embedders ([`BertEmbedder`](super::BertEmbedder),
-//! [`ModernBertEmbedder`](super::ModernBertEmbedder), [`GteEmbedder`](super::GteEmbedder)) share around their encoder: the text
-//! side of the model directory ([`PackedTexts`]: its sentence-transformers layout, the
-//! tokenizer, the prompts' token counts), texts in length-sorted batches under a token budget,
+//! [`ModernBertEmbedder`](super::ModernBertEmbedder), [`GteEmbedder`](super::GteEmbedder))
+//! share around their encoder: the text side of the model directory ([`PackedTexts`]: its
+//! sentence-transformers layout, the tokenizer, the prompts' token counts), texts in
+//! length-sorted batches under a token budget,
 //! each batch run *packed* through the family's [`PackedEncoder`], and each text's hidden
 //! states pooled, projected and normalized as the layout says.
 

@@ -3,8 +3,8 @@
 //!
 //! A batch is *packed*: the tokens of all its sequences are concatenated into one
 //! `(tokens, hidden)` matrix, so the projections and the feed-forward layers never compute a
-//! padding token, and attention runs within each sequence (no mask is needed; `models::attention`). Per layer, as in
-//! `transformers`' `BertLayer` (post-norm):
+//! padding token, and attention runs within each sequence (no mask is needed;
+//! `models::attention`). Per layer, as in `transformers`' `BertLayer` (post-norm):
 //! `x = LN(x + O · attention(Q x, K x, V x))`, then `x = LN(x + W2 · act(W1 · x))`.
 //!
 //! When only each sequence's first token is wanted (classification heads read `[CLS]`), the

@@ -413,8 +413,9 @@ mod tests {
     #[test]
     fn nomic_is_read_in_its_hub_keys_and_in_transformers_ones() {
         let hub = json!({"n_embd": 32, "n_head": 2, "n_layer": 3, "n_inner": 48,
-                         "vocab_size": 832, "rotary_emb_base": 1000, "activation_function": "swiglu",
-                         "layer_norm_epsilon": 1e-12, "n_positions": 8192, "type_vocab_size": 2,
+                         "vocab_size": 832, "rotary_emb_base": 1000,
+                         "activation_function": "swiglu", "layer_norm_epsilon": 1e-12,
+                         "n_positions": 8192, "type_vocab_size": 2,
                          "qkv_proj_bias": false, "rotary_emb_fraction": 1.0,
                          "rotary_scaling_factor": null, "model_type": "nomic_bert"});
         assert_eq!(Spelling::of(&hub), Some(Spelling::NomicHub));

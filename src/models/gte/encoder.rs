@@ -8,7 +8,8 @@
 //! BERT: `x = LN(x + O · attention(RoPE(Q x), RoPE(K x), V x))`, then
 //! `x = LN(x + down · (act(gate · x) * (up · x)))`. The embeddings are the token's and its
 //! token type's (when the model has them), layer-normed; RoPE carries the positions. Attention
-//! and RoPE are ModernBERT's (`modernbert::encoder`), every layer global.
+//! is `models::attention`'s (every layer global); RoPE and the gated MLP are ModernBERT's
+//! (`modernbert::encoder`).
 
 use std::sync::{Arc, RwLock};
 

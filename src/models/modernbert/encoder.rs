@@ -36,7 +36,7 @@ use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
 /// Rows per task of the row-wise passes (norms, RoPE).
-pub(crate) const ROWS_PER_TASK: usize = 16;
+const ROWS_PER_TASK: usize = 16;
 
 /// A layer norm's scale and shift (zeros without `norm_bias`: adding them changes nothing).
 #[derive(Debug, Clone)]
