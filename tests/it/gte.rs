@@ -151,7 +151,6 @@ fn gte_and_nomic_embedders_match_sentence_transformers_in_both_spellings() {
         let ids = |text: &str| bare.token_ids(text).unwrap();
         let worst = assert_matches_sentence_transformers(case, want, &*e, &bare, &ids);
         assert!(worst >= 0.99999, "{case}: {worst}");
-        println!("{case}: smallest cosine to sentence-transformers {worst:.9}");
         // The same folder with config.json in transformers 5's spelling: the same vectors.
         let b = Broken::of(&dir, &format!("gte-st-{case}"));
         let native = serde_json::to_string_pretty(&raw[case]["transformers_config"]).unwrap();
