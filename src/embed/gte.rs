@@ -124,6 +124,11 @@ impl GteEmbedder {
         self.encoder.precision()
     }
 
+    /// The number of threads of the dedicated pool, if one was configured.
+    pub fn threads(&self) -> Option<usize> {
+        self.pool.threads()
+    }
+
     /// The pooling modes, in the order their vectors are concatenated.
     pub fn pooling(&self) -> &[PoolingMode] {
         &self.text.layout.modes
@@ -134,10 +139,20 @@ impl GteEmbedder {
         self.text.layout.prompts.get(role)
     }
 
+    /// `similarity_fn_name` of `config_sentence_transformers.json` (`None` when absent).
+    pub fn similarity_fn_name(&self) -> Option<&str> {
+        self.text.layout.similarity.as_deref()
+    }
+
     /// The token ids the model sees for `text` as a document (special tokens included,
     /// truncated).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
-        self.text.token_ids_as(text, Role::Document)
+        self.token_ids_as(text, Role::Document)
+    }
+
+    /// The token ids the model sees for `text` as `role`: its prompt, then the text.
+    pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
+        self.text.token_ids_as(text, role)
     }
 }
 
@@ -190,7 +205,10 @@ impl std::fmt::Debug for GteEmbedder {
             .field("pooling", &self.text.layout.modes)
             .field("query_prompt", &self.prompt(Role::Query))
             .field("document_prompt", &self.prompt(Role::Document))
+            .field("token_budget", &self.text.token_budget)
+            .field("max_batch_size", &self.text.max_batch_size)
             .field("precision", &self.precision())
+            .field("threads", &self.threads())
             .finish()
     }
 }

@@ -173,6 +173,14 @@ fn gte_and_nomic_embedders_match_sentence_transformers_in_both_spellings() {
     }
     let nomic = GteEmbedder::from_dir(root.join("nomic_mean")).unwrap();
     assert_eq!(nomic.prompt(Role::Query), Some("search_query: "));
+    // Documents and queries get their own prompt's tokens.
+    let document = nomic.token_ids("what is rust").unwrap();
+    let query = nomic.token_ids_as("what is rust", Role::Query).unwrap();
+    assert_ne!(query, document);
+    assert_eq!(
+        document,
+        nomic.token_ids_as("what is rust", Role::Document).unwrap()
+    );
     assert_eq!(nomic.prompt(Role::Document), Some("search_document: "));
     assert_eq!(nomic.pooling(), [rerank::embed::PoolingMode::Mean]);
     let gte = GteEmbedder::from_dir(root.join("gte_cls")).unwrap();
