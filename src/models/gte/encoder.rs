@@ -21,7 +21,6 @@ use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequen
 use crate::models::dense::{Dense, Output};
 use crate::models::kernels::{layer_norm_row, Linear, Then, Weight};
 use crate::models::modernbert::encoder::{gated_mlp, grown, rope_rows, Batch};
-use crate::models::packed_starts;
 use crate::models::qwen3::ops::Rope;
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -246,18 +245,10 @@ impl GteEncoder {
             return Ok(Vec::new());
         }
         let h = self.cfg.hidden;
-        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-        let starts = packed_starts(&lens);
-        let total: usize = lens.iter().sum();
-        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
-        let rope = self.rope(lens.iter().copied().max().unwrap_or(0));
-        let mut ws = Workspace::new(total, self.cfg.hidden);
+        let batch = Batch::of(seqs.iter().map(|s| s.ids.len()).collect());
+        let rope = self.rope(batch.longest());
+        let mut ws = Workspace::new(batch.tokens(), h);
         self.embed(seqs, &mut ws.x);
-        let batch = Batch {
-            lens: &lens,
-            starts: &starts,
-            positions: &positions,
-        };
         let n_layers = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let first_only = output == Output::FirstToken && i + 1 == n_layers;
@@ -294,21 +285,14 @@ impl GteEncoder {
 
     /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
     /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
-    fn layer(
-        &self,
-        l: &Layer,
-        ws: &mut Workspace,
-        batch: &Batch<'_>,
-        rope: &Rope,
-        first_only: bool,
-    ) {
+    fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch, rope: &Rope, first_only: bool) {
         let cfg = &self.cfg;
         let (h, d) = (cfg.hidden, cfg.head_dim());
-        let total = batch.positions.len();
+        let total = batch.tokens();
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
-        rope_rows(qkv, batch.positions, h, d, rope);
+        rope_rows(qkv, &batch.positions, h, d, rope);
         let rows = if first_only { batch.lens.len() } else { total };
         let shape = Heads {
             hidden: h,
@@ -316,7 +300,15 @@ impl GteEncoder {
             dim: d,
         };
         let ctx = &mut ws.ctx[..rows * h];
-        attention(qkv, ctx, batch.lens, batch.starts, shape, None, first_only);
+        attention(
+            qkv,
+            ctx,
+            &batch.lens,
+            &batch.starts,
+            shape,
+            None,
+            first_only,
+        );
         if first_only {
             // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
             for (i, &s) in batch.starts.iter().enumerate() {

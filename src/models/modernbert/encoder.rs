@@ -332,18 +332,11 @@ impl ModernBertEncoder {
             return Ok(Vec::new());
         }
         let h = self.cfg.hidden;
-        let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
-        let starts = packed_starts(&lens);
-        let total: usize = lens.iter().sum();
-        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
-        let rope = self.rope(lens.iter().copied().max().unwrap_or(0));
+        let batch = Batch::of(seqs.iter().map(|s| s.len()).collect());
+        let total = batch.tokens();
+        let rope = self.rope(batch.longest());
         let mut ws = Workspace::new(total, &self.cfg);
         self.embed(seqs, &mut ws.x);
-        let batch = Batch {
-            lens: &lens,
-            starts: &starts,
-            positions: &positions,
-        };
         let n_layers = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let first_only = output == Output::FirstToken && i + 1 == n_layers;
@@ -379,13 +372,13 @@ impl ModernBertEncoder {
         &self,
         l: &Layer,
         ws: &mut Workspace,
-        batch: &Batch<'_>,
+        batch: &Batch,
         rope: &RopeTables,
         first_only: bool,
     ) {
         let cfg = &self.cfg;
         let (h, d) = (cfg.hidden, cfg.head_dim());
-        let total = batch.positions.len();
+        let total = batch.tokens();
         let n = total * h;
         // Wqkv over attn_norm(x) (x itself in layer 0).
         let input = match &l.attn_norm {
@@ -403,7 +396,7 @@ impl ModernBertEncoder {
         l.qkv
             .forward(input, total, qkv, &mut ws.quant, Then::Nothing);
         let rope = if l.global { &rope.global } else { &rope.local };
-        rope_rows(qkv, batch.positions, h, d, rope);
+        rope_rows(qkv, &batch.positions, h, d, rope);
         let rows = if first_only { batch.lens.len() } else { total };
         let window = (!l.global).then_some(cfg.window);
         let shape = Heads {
@@ -415,8 +408,8 @@ impl ModernBertEncoder {
         attention(
             qkv,
             ctx,
-            batch.lens,
-            batch.starts,
+            &batch.lens,
+            &batch.starts,
             shape,
             window,
             first_only,
@@ -463,11 +456,35 @@ impl ModernBertEncoder {
 }
 
 /// Where a packed batch's sequences are (GTE's encoder packs its batches the same way).
-pub(crate) struct Batch<'a> {
-    pub lens: &'a [usize],
-    pub starts: &'a [usize],
+pub(crate) struct Batch {
+    pub lens: Vec<usize>,
+    /// Each sequence's first row.
+    pub starts: Vec<usize>,
     /// Each packed row's position within its sequence.
-    pub positions: &'a [u32],
+    pub positions: Vec<u32>,
+}
+
+impl Batch {
+    /// The batch of sequences of `lens` tokens, packed in order.
+    pub fn of(lens: Vec<usize>) -> Self {
+        let starts = packed_starts(&lens);
+        let positions = lens.iter().flat_map(|&l| 0..l as u32).collect();
+        Batch {
+            lens,
+            starts,
+            positions,
+        }
+    }
+
+    /// The number of packed rows.
+    pub fn tokens(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// The longest sequence's length.
+    pub fn longest(&self) -> usize {
+        self.lens.iter().copied().max().unwrap_or(0)
+    }
 }
 
 /// The tables in `slot` if they cover `positions` (`covered` says how many they do), else
