@@ -105,7 +105,7 @@ pub(crate) struct Analyzed {
 
 impl Analyzed {
     /// The postings of local term `t`.
-    #[cfg(feature = "sqlite")]
+    #[cfg(any(feature = "sqlite", test))]
     pub(crate) fn postings_of(&self, t: usize) -> &[(u32, u32)] {
         &self.postings[self.offsets[t] as usize..self.offsets[t + 1] as usize]
     }

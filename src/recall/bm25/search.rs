@@ -20,8 +20,9 @@ use super::postings::{Cursor, PostingList};
 use super::{top_slots, Scorer};
 use crate::Document;
 
-/// Slots per window.
+/// Slots per window (a bit per slot, in at most 64 words of 64).
 const WINDOW: u32 = 4096;
+const _: () = assert!(WINDOW as usize / 64 <= 64);
 
 /// Upper bounds are multiplied by this before comparing with a score (float rounding in a
 /// sum of a few dozen terms is many orders of magnitude below it).
@@ -159,22 +160,15 @@ struct Term<'a> {
     block: usize,
     /// The best score of the unfilled tail, if any.
     tail_bound: f32,
+    /// The best score of each full block.
+    block_bounds: Vec<f32>,
     iter: Cursor<'a>,
     probe: Cursor<'a>,
 }
 
 impl Term<'_> {
-    /// The best contribution any posting of block `b` can make.
-    fn block_bound(&self, b: usize, norms: &Norms<'_>) -> f32 {
-        self.list
-            .block_impacts(b)
-            .iter()
-            .map(|&(tf, dl)| Scorer::term_with_norm(self.idf, tf, norms.get(dl)))
-            .fold(0.0, f32::max)
-    }
-
     /// The best contribution in slots `from..to` (times the query count).
-    fn window_bound(&mut self, from: u32, to: u32, norms: &Norms<'_>) -> f32 {
+    fn window_bound(&mut self, from: u32, to: u32) -> f32 {
         let n = self.list.blocks();
         while self.block < n && self.list.block_last(self.block) < from {
             self.block += 1;
@@ -182,7 +176,7 @@ impl Term<'_> {
         let mut best = 0f32;
         let mut b = self.block;
         while b < n && self.list.block_first_bound(b) < to {
-            best = best.max(self.block_bound(b, norms));
+            best = best.max(self.block_bounds[b]);
             b += 1;
         }
         if b == n {
@@ -211,6 +205,11 @@ impl Term<'_> {
     }
 }
 
+/// The score a document must beat to enter the top `k`, once the heap holds `k` hits.
+fn entry_bar(heap: &BinaryHeap<Entry>, k: usize) -> Option<f32> {
+    (heap.len() == k).then(|| heap.peek().map_or(0.0, |e| e.score))
+}
+
 /// Block-max MaxScore over windows of slots.
 pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32, f32)> {
     let norms = Norms::new(view.scorer, view.max_len);
@@ -232,16 +231,21 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
         .map(|&t| {
             let list = &view.postings[t as usize];
             let idf = view.scorer.idf(view.df[t as usize] as usize);
-            let tail_bound = list
-                .tail()
-                .iter()
-                .map(|&(slot, tf)| {
-                    Scorer::term_with_norm(idf, tf, norms.get(view.lengths[slot as usize]))
-                })
-                .fold(0.0, f32::max);
+            let best = |score: f32, (tf, dl): (u32, u32)| {
+                score.max(Scorer::term_with_norm(idf, tf, norms.get(dl)))
+            };
+            let tail = list.tail().iter();
+            let tail_bound = tail
+                .map(|&(slot, tf)| (tf, view.lengths[slot as usize]))
+                .fold(0.0, best);
+            // the best contribution any posting of each block can make
+            let block_bounds = (0..list.blocks())
+                .map(|b| list.block_impacts(b).iter().copied().fold(0.0, best))
+                .collect();
             Term {
                 list,
                 idf,
+                block_bounds,
                 count: positions.iter().filter(|&&p| distinct[p] == t).count() as f32,
                 block: 0,
                 tail_bound,
@@ -254,8 +258,12 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     let end = view.docs.len() as u32;
     let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(k + 1);
     let mut acc = vec![0f32; WINDOW as usize];
-    let mut seen = vec![0u64; WINDOW as usize / 64];
+    // the window's accumulated slots: a bit each, and a bit per word of them
+    let mut seen = [0u64; WINDOW as usize / 64];
+    let mut seen_words = 0u64;
+    let mut candidates = vec![(0u32, 0f32); WINDOW as usize];
     let mut bounds = vec![0f32; m];
+
     let mut order: Vec<usize> = (0..m).collect();
     let mut tfs: Vec<Option<u32>> = vec![None; m];
 
@@ -264,10 +272,7 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     // another term has postings
     let global: Vec<f32> = qterms
         .iter()
-        .map(|t| {
-            let blocks = (0..t.list.blocks()).map(|b| t.block_bound(b, &norms));
-            blocks.fold(t.tail_bound, f32::max) * t.count
-        })
+        .map(|t| t.block_bounds.iter().fold(t.tail_bound, |a, &b| a.max(b)) * t.count)
         .collect();
     let mut by_global: Vec<usize> = (0..m).collect();
     by_global.sort_by(|&a, &b| global[a].total_cmp(&global[b]));
@@ -282,10 +287,10 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     while from < end {
         let to = from.saturating_add(WINDOW).min(end);
         for (j, t) in qterms.iter_mut().enumerate() {
-            bounds[j] = t.window_bound(from, to, &norms);
+            bounds[j] = t.window_bound(from, to);
         }
-        let full = heap.len() == k;
-        let threshold = heap.peek().map_or(0.0, |e| e.score);
+        let bar = entry_bar(&heap, k);
+        let (full, threshold) = (bar.is_some(), bar.unwrap_or(0.0));
         order.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
         // the non-essential prefix: terms whose bounds together cannot enter the top k
         let mut rest = 0f32;
@@ -315,72 +320,84 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     let norm = code_norm[view.length_codes[slot as usize] as usize];
                     acc[i] += Scorer::term_with_norm(idf, tf, norm) * count;
                     seen[i / 64] |= 1 << (i % 64);
+                    seen_words |= 1 << (i / 64);
                 });
             }
-            for (w, word) in seen.iter_mut().enumerate() {
-                let mut bits = std::mem::take(word);
+            // the accumulated documents whose bound can still enter, gathered without a
+            // branch per document (against the bar at this point: it only rises)
+            let bar = entry_bar(&heap, k);
+            let (full, threshold) = (bar.is_some(), bar.unwrap_or(0.0));
+            let mut n_cand = 0;
+            while seen_words != 0 {
+                let w = seen_words.trailing_zeros() as usize;
+                seen_words &= seen_words - 1;
+                let mut bits = std::mem::take(&mut seen[w]);
                 while bits != 0 {
                     let i = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    let mut partial = std::mem::take(&mut acc[i]);
-                    let slot = from + i as u32;
-                    if let Some(dead) = view.dead {
-                        if dead[slot as usize / 64] & (1 << (slot % 64)) != 0 {
-                            continue;
-                        }
-                    }
-                    let full = heap.len() == k;
-                    let threshold = heap.peek().map_or(0.0, |e| e.score);
-                    if full && (partial + suffix[0]) * MARGIN <= threshold {
+                    let partial = std::mem::take(&mut acc[i]);
+                    let can = !(full && (partial + suffix[0]) * MARGIN <= threshold);
+                    candidates[n_cand] = (i as u32, partial);
+                    n_cand += can as usize;
+                }
+            }
+            for &(i, mut partial) in &candidates[..n_cand] {
+                let slot = from + i;
+                if let Some(dead) = view.dead {
+                    if dead[slot as usize / 64] & (1 << (slot % 64)) != 0 {
                         continue;
                     }
-                    // the non-essential terms, largest bound first, while the doc can enter
-                    // (bounds from the length code: the exact length is read only for the
-                    // documents that are scored)
-                    let code = code_norm[view.length_codes[slot as usize] as usize];
-                    let mut pruned = false;
-                    for r in 0..n_rest {
-                        let j = order[n_rest - 1 - r];
-                        let t = &mut qterms[j];
-                        tfs[j] = t.probe.seek(slot);
-                        if let Some(tf) = tfs[j] {
-                            partial += Scorer::term_with_norm(t.idf, tf, code) * t.count;
-                        }
-                        if full && (partial + suffix[r + 1]) * MARGIN <= threshold {
-                            pruned = true;
-                            break;
-                        }
+                }
+                let bar = entry_bar(&heap, k);
+                let (full, threshold) = (bar.is_some(), bar.unwrap_or(0.0));
+                if full && (partial + suffix[0]) * MARGIN <= threshold {
+                    continue;
+                }
+                // the non-essential terms, largest bound first, while the doc can enter
+                // (bounds from the length code: the exact length is read only for the
+                // documents that are scored)
+                let code = code_norm[view.length_codes[slot as usize] as usize];
+                let mut pruned = false;
+                for r in 0..n_rest {
+                    let j = order[n_rest - 1 - r];
+                    let t = &mut qterms[j];
+                    tfs[j] = t.probe.seek(slot);
+                    if let Some(tf) = tfs[j] {
+                        partial += Scorer::term_with_norm(t.idf, tf, code) * t.count;
                     }
-                    if pruned {
-                        continue;
+                    if full && (partial + suffix[r + 1]) * MARGIN <= threshold {
+                        pruned = true;
+                        break;
                     }
-                    // the exact score, in query order
-                    for &j in &order[n_rest..] {
-                        tfs[j] = qterms[j].probe.seek(slot);
+                }
+                if pruned {
+                    continue;
+                }
+                // the exact score, in query order
+                for &j in &order[n_rest..] {
+                    tfs[j] = qterms[j].probe.seek(slot);
+                }
+                let norm = norms.get(view.lengths[slot as usize]);
+                let mut score = 0f32;
+                for &p in &positions {
+                    if let Some(tf) = tfs[p] {
+                        score += Scorer::term_with_norm(qterms[p].idf, tf, norm);
                     }
-                    let norm = norms.get(view.lengths[slot as usize]);
-                    let mut score = 0f32;
-                    for &p in &positions {
-                        if let Some(tf) = tfs[p] {
-                            score += Scorer::term_with_norm(qterms[p].idf, tf, norm);
-                        }
-                    }
-                    if score <= 0.0 {
-                        continue;
-                    }
-                    if heap.len() < k {
-                        heap.push(Entry { score, slot });
-                    } else if heap.peek().is_some_and(|worst| score > worst.score) {
-                        heap.pop();
-                        heap.push(Entry { score, slot });
-                    }
+                }
+                if score <= 0.0 {
+                    continue;
+                }
+                if heap.len() < k {
+                    heap.push(Entry { score, slot });
+                } else if heap.peek().is_some_and(|worst| score > worst.score) {
+                    heap.pop();
+                    heap.push(Entry { score, slot });
                 }
             }
         }
         // the next window starts at the next posting of a term that can still matter
         skip.iter_mut().for_each(|s| *s = false);
-        if heap.len() == k {
-            let threshold = heap.peek().map_or(0.0, |e| e.score);
+        if let Some(threshold) = entry_bar(&heap, k) {
             let mut sum = 0f32;
             for &j in &by_global {
                 if (sum + global[j]) * MARGIN <= threshold {
