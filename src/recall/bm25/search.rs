@@ -24,6 +24,10 @@ use crate::Document;
 const WINDOW: u32 = 4096;
 const _: () = assert!(WINDOW as usize / 64 <= 64);
 
+/// A non-essential term is read whole in a window when it holds at most this many postings
+/// there per candidate, rather than looked up for each candidate.
+const LIST_FACTOR: usize = 32;
+
 /// Upper bounds are multiplied by this before comparing with a score (float rounding in a
 /// sum of a few dozen terms is many orders of magnitude below it).
 const MARGIN: f32 = 1.0 + 1e-4;
@@ -164,6 +168,8 @@ struct Term<'a> {
     block_bounds: Vec<f32>,
     iter: Cursor<'a>,
     probe: Cursor<'a>,
+    /// At most how many postings the current window holds.
+    span: usize,
 }
 
 impl Term<'_> {
@@ -179,11 +185,13 @@ impl Term<'_> {
             best = best.max(self.block_bounds[b]);
             b += 1;
         }
+        self.span = (b - self.block) * super::postings::BLOCK;
         if b == n {
             let tail = self.list.tail();
             if let (Some(first), Some(last)) = (tail.first(), tail.last()) {
                 if first.0 < to && last.0 >= from {
                     best = best.max(self.tail_bound);
+                    self.span += tail.len();
                 }
             }
         }
@@ -251,6 +259,7 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 tail_bound,
                 iter: Cursor::new(list),
                 probe: Cursor::new(list),
+                span: 0,
             }
         })
         .collect();
@@ -263,6 +272,11 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     let mut seen_words = 0u64;
     let mut candidates = vec![(0u32, 0f32); WINDOW as usize];
     let mut bounds = vec![0f32; m];
+    // non-essential terms read whole in a window (when their postings there are few against
+    // the candidates): their slots' bits and term frequencies, by rank
+    let mut listed = vec![false; m];
+    let mut present = vec![[0u64; WINDOW as usize / 64]; m];
+    let mut present_tf = vec![[0u32; WINDOW as usize]; m];
 
     let mut order: Vec<usize> = (0..m).collect();
     let mut tfs: Vec<Option<u32>> = vec![None; m];
@@ -341,6 +355,19 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     n_cand += can as usize;
                 }
             }
+            for r in 0..n_rest {
+                let j = order[n_rest - 1 - r];
+                let t = &mut qterms[j];
+                listed[j] = t.span <= LIST_FACTOR * n_cand;
+                if listed[j] {
+                    let (bits, tf_of) = (&mut present[j], &mut present_tf[j]);
+                    t.probe.for_range(from, to, |slot, tf| {
+                        let i = (slot - from) as usize;
+                        bits[i / 64] |= 1 << (i % 64);
+                        tf_of[i] = tf;
+                    });
+                }
+            }
             for &(i, mut partial) in &candidates[..n_cand] {
                 let slot = from + i;
                 if let Some(dead) = view.dead {
@@ -361,7 +388,12 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 for r in 0..n_rest {
                     let j = order[n_rest - 1 - r];
                     let t = &mut qterms[j];
-                    tfs[j] = t.probe.seek(slot);
+                    tfs[j] = if listed[j] {
+                        let i = i as usize;
+                        (present[j][i / 64] >> (i % 64) & 1 == 1).then(|| present_tf[j][i])
+                    } else {
+                        t.probe.seek(slot)
+                    };
                     if let Some(tf) = tfs[j] {
                         partial += Scorer::term_with_norm(t.idf, tf, code) * t.count;
                     }
@@ -392,6 +424,11 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 } else if heap.peek().is_some_and(|worst| score > worst.score) {
                     heap.pop();
                     heap.push(Entry { score, slot });
+                }
+            }
+            for j in 0..m {
+                if std::mem::take(&mut listed[j]) {
+                    present[j].fill(0);
                 }
             }
         }
