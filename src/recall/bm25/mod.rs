@@ -600,6 +600,68 @@ mod tests {
         assert!(Bm25Index::new().search("words", 5).is_empty());
     }
 
+    /// Pruned top k equals exhaustive scoring (ids, order, score bits) over many windows of
+    /// slots, for terms from half the documents down to a few dozen, so that a window's
+    /// non-essential terms are both looked up per candidate and read whole; also after
+    /// removals.
+    #[test]
+    fn pruned_search_equals_exhaustive_over_many_windows() {
+        let mut seed = 42u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        // (word, percent of documents holding it)
+        let words = [("w0", 500), ("w1", 200), ("w2", 50), ("w3", 10), ("w4", 2)];
+        let docs: Vec<Document> = (0..60_000)
+            .map(|i| {
+                let mut text = Vec::new();
+                for &(w, per_mille) in &words {
+                    if next() % 1000 < per_mille {
+                        text.extend(std::iter::repeat_n(w, 1 + (next() % 3) as usize));
+                    }
+                }
+                for _ in 0..2 + next() % 40 {
+                    text.push(format!("f{}", next() % 3000).leak());
+                }
+                Document::new(format!("d{i}"), text.join(" "))
+            })
+            .collect();
+        let idx = Bm25Index::with_params(Bm25Params { k1: 1.2, b: 0.75 })
+            .unwrap()
+            .analyzer(Ws);
+        idx.add(docs).unwrap();
+        let queries = [
+            "w0 w4",
+            "w1 w2",
+            "w0 w1 w2 w3 w4",
+            "w0 w0 w3",
+            "w2 w3 f17",
+            "w1 f5 f6 f7",
+        ];
+        let exact = |hits: Vec<Hit>| -> Vec<(String, u32)> {
+            hits.iter()
+                .map(|h| (h.id().to_string(), h.score.to_bits()))
+                .collect()
+        };
+        for round in 0..2 {
+            for q in queries {
+                for k in [1, 10, 100] {
+                    let pruned = exact(idx.search(q, k));
+                    assert_eq!(pruned.len(), k, "{q} top {k}");
+                    assert_eq!(pruned, exact(idx.search_exhaustive(q, k)), "{q} top {k}");
+                }
+            }
+            if round == 0 {
+                for i in (0..60_000).step_by(7) {
+                    assert!(idx.remove(&format!("d{i}")));
+                }
+            }
+        }
+    }
+
     #[test]
     fn title_is_indexed() {
         let idx = Bm25Index::new();
