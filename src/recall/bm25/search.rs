@@ -6,8 +6,9 @@
 //! blocks there, leaves out the terms whose bounds together cannot beat the current k-th
 //! score (MaxScore's non-essential terms), accumulates bounds of the others (from one-byte
 //! length codes that never exceed the true lengths, a table that stays in cache), checks the
-//! left-out terms of a document while it can still enter, and scores exactly only the
-//! documents that can.
+//! left-out terms of a document while it can still enter (looking each one up, or, for a term
+//! with few postings in the window against the candidates, reading the window's postings of it
+//! whole first), and scores exactly only the documents that can.
 //! Bounds are compared with a relative margin far above float rounding, so pruning only ever
 //! skips documents that could not have entered: the top k is exact, ties included (the
 //! lower slot wins, and slots are visited in increasing order).
