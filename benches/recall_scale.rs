@@ -11,11 +11,12 @@
 //! default: what `rerank beir` uses) or whitespace tokens, k1 1.2 / b 0.75 (tantivy's fixed
 //! values), on THREADS threads; `build_seconds` is reading and parsing the collection
 //! (`load_seconds`) plus indexing (`index_seconds`), as the tantivy peer's build reads and
-//! parses the JSON lines. Then it answers every query for its top 10: latencies on one thread (each query's best of
-//! `RERANK_SCALE_REPEAT` passes, default 3), queries/s on THREADS threads that each take the
-//! next query not yet taken (the median of `RERANK_SCALE_REPEAT` passes), and whether every top 10 (ids and score bits) equals exhaustive
-//! scoring. Writes build seconds, latencies, queries/s, peak resident memory (VmHWM), the
-//! compressed postings' size and every top 10.
+//! parses the JSON lines. Then it answers every query for its top 10: latencies on one thread
+//! (each query's best of `RERANK_SCALE_REPEAT` passes, default 3), queries/s on THREADS threads
+//! that each take the next query not yet taken (the median of `RERANK_SCALE_REPEAT` passes),
+//! and whether every top 10 (ids and score bits) equals exhaustive scoring. Writes build
+//! seconds, latencies, queries/s, peak resident memory (VmHWM), the compressed postings' size
+//! and every top 10.
 //!
 //! `dense`: ROWS random unit vectors of DIM dimensions (seeded); exact top 10 for QUERIES
 //! random queries with [`DenseIndex`], against the previous implementation (ndarray

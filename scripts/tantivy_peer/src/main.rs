@@ -12,10 +12,9 @@
 //! lower-casing, no stemming; the synthetic corpus needs none). BM25 with tantivy's fixed
 //! k1 1.2 / b 0.75, an OR of the query's terms (analyzed like the documents), top 10. The build
 //! time includes reading and parsing the JSON lines. Writes build seconds, per-query latencies
-//! on one thread (best of
-//! RERANK_SCALE_REPEAT passes, default 3), queries/s on THREADS threads that each take the
-//! next query not yet taken (the median of RERANK_SCALE_REPEAT passes), the top-10 (id, score) of every query, and the peak
-//! resident memory (VmHWM).
+//! on one thread (best of RERANK_SCALE_REPEAT passes, default 3), queries/s on THREADS threads
+//! that each take the next query not yet taken (the median of RERANK_SCALE_REPEAT passes), the
+//! top-10 (id, score) of every query, and the peak resident memory (VmHWM).
 
 use std::io::BufRead;
 use std::time::Instant;

@@ -613,18 +613,19 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             seed >> 33
         };
-        // (word, percent of documents holding it)
+        // (word, documents per thousand holding it)
         let words = [("w0", 500), ("w1", 200), ("w2", 50), ("w3", 10), ("w4", 2)];
         let docs: Vec<Document> = (0..60_000)
             .map(|i| {
-                let mut text = Vec::new();
+                let mut text: Vec<String> = Vec::new();
                 for &(w, per_mille) in &words {
                     if next() % 1000 < per_mille {
-                        text.extend(std::iter::repeat_n(w, 1 + (next() % 3) as usize));
+                        let tf = 1 + (next() % 3) as usize;
+                        text.extend(std::iter::repeat_n(w.to_string(), tf));
                     }
                 }
                 for _ in 0..2 + next() % 40 {
-                    text.push(format!("f{}", next() % 3000).leak());
+                    text.push(format!("f{}", next() % 3000));
                 }
                 Document::new(format!("d{i}"), text.join(" "))
             })

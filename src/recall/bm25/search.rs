@@ -277,7 +277,8 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     // the candidates): their slots' bits and term frequencies, by rank
     let mut listed = vec![false; m];
     let mut present = vec![[0u64; WINDOW as usize / 64]; m];
-    let mut present_tf = vec![[0u32; WINDOW as usize]; m];
+    // (a term's frequencies are allocated the first time it is read whole)
+    let mut present_tf: Vec<Vec<u32>> = vec![Vec::new(); m];
 
     let mut order: Vec<usize> = (0..m).collect();
     let mut tfs: Vec<Option<u32>> = vec![None; m];
@@ -362,6 +363,9 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 listed[j] = t.span <= LIST_FACTOR * n_cand;
                 if listed[j] {
                     let (bits, tf_of) = (&mut present[j], &mut present_tf[j]);
+                    if tf_of.is_empty() {
+                        tf_of.resize(WINDOW as usize, 0);
+                    }
                     t.probe.for_range(from, to, |slot, tf| {
                         let i = (slot - from) as usize;
                         bits[i / 64] |= 1 << (i % 64);
