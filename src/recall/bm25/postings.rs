@@ -256,7 +256,20 @@ impl<'a> Cursor<'a> {
 
     /// Calls `f(slot, tf)` for every posting with `from <= slot < to`, in order, and leaves
     /// the cursor at the first posting at or after `to`. Windows asked for never go backwards.
-    pub(crate) fn for_range(&mut self, from: u32, to: u32, mut f: impl FnMut(u32, u32)) {
+    pub(crate) fn for_range(&mut self, from: u32, to: u32, f: impl FnMut(u32, u32)) {
+        self.for_range_in(from, to, |_| true, f)
+    }
+
+    /// [`Cursor::for_range`] over the full blocks `keep` accepts (asked before a block is
+    /// decoded; a block already decoded, and the tail, are always read): the postings of a
+    /// block it refuses are passed over, in this range only.
+    pub(crate) fn for_range_in(
+        &mut self,
+        from: u32,
+        to: u32,
+        mut keep: impl FnMut(usize) -> bool,
+        mut f: impl FnMut(u32, u32),
+    ) {
         self.advance_to_block(from);
         loop {
             if self.block == self.list.blocks() {
@@ -272,6 +285,15 @@ impl<'a> Cursor<'a> {
             }
             if self.list.block_first_bound(self.block) >= to {
                 return;
+            }
+            if !self.decoded && !keep(self.block) {
+                if self.list.block_last(self.block) >= to {
+                    // the next range may want the block's later postings
+                    return;
+                }
+                self.block += 1;
+                self.pos = 0;
+                continue;
             }
             if !self.decoded {
                 self.list.decode(self.block, &mut self.docs, &mut self.tfs);
@@ -326,6 +348,19 @@ mod tests {
             c.for_range(w, w + 100, |s, tf| seen.push((s, tf)));
         }
         assert_eq!(seen, want);
+        // a refused block is passed over in that range only: a block that reaches past the
+        // range is asked again by the next range
+        let mut c = Cursor::new(&list);
+        let mut got = Vec::new();
+        let cut = want[64].0;
+        c.for_range_in(0, cut, |b| b != 0, |s, tf| got.push((s, tf)));
+        assert!(got.is_empty());
+        c.for_range_in(cut, 1600, |_| true, |s, tf| got.push((s, tf)));
+        assert_eq!(got, want[64..]);
+        let mut c = Cursor::new(&list);
+        let mut got = Vec::new();
+        c.for_range_in(0, 1600, |b| b != 0, |s, tf| got.push((s, tf)));
+        assert_eq!(got, want[BLOCK..]);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! with [`Scorer::term_with_norm`], so their floats agree to the last bit. The pruned search
 //! walks the slots in windows; in each window it bounds every term by the best impact of its
 //! blocks there, leaves out the terms whose bounds together cannot beat the current k-th
-//! score (MaxScore's non-essential terms), accumulates bounds of the others (from one-byte
-//! length codes that never exceed the true lengths, a table that stays in cache), checks the
+//! score (MaxScore's non-essential terms), accumulates bounds of the others from one-byte
+//! length codes that never exceed the true lengths (a table that stays in cache), passing over
+//! their blocks that cannot enter even with every other term at its best, checks the
 //! left-out terms of a document while it can still enter (looking each one up, or, for a term
 //! with few postings in the window against the candidates, reading the window's postings of it
 //! whole first), and scores exactly only the documents that can.
@@ -327,11 +328,19 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
             suffix[i] = suffix[i + 1] + bounds[order[n_rest - 1 - i]];
         }
         if n_rest < m {
+            let essential: f32 = order[n_rest..].iter().map(|&j| bounds[j]).sum();
             for &j in &order[n_rest..] {
                 let t = &mut qterms[j];
                 let (idf, count) = (t.idf, t.count);
+                // a block of the term's whose best, with every other term at its best here,
+                // cannot enter is passed over: a document of it that another essential term
+                // brings in is then bounded without this term, and cannot enter either way
+                let others = essential - bounds[j] + suffix[0];
+                let block_bounds = &t.block_bounds;
+                let keep =
+                    |b: usize| !(full && (block_bounds[b] * count + others) * MARGIN <= threshold);
                 // an upper bound of the term's part, from the one-byte length codes
-                t.iter.for_range(from, to, |slot, tf| {
+                t.iter.for_range_in(from, to, keep, |slot, tf| {
                     let i = (slot - from) as usize;
                     let norm = code_norm[view.length_codes[slot as usize] as usize];
                     acc[i] += Scorer::term_with_norm(idf, tf, norm) * count;
