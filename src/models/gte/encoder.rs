@@ -16,11 +16,11 @@ use std::sync::{Arc, RwLock};
 use rayon::prelude::*;
 
 use super::config::{GteConfig, Layout};
-use crate::models::attention::{attention, Heads};
+use crate::models::attention::Heads;
 use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence, Workspace};
 use crate::models::dense::{Dense, Output};
 use crate::models::kernels::{layer_norm_row, Linear, Then, Weight};
-use crate::models::modernbert::encoder::{gated_mlp, grown, rope_rows, Batch};
+use crate::models::modernbert::encoder::{gated_mlp, grown, Batch};
 use crate::models::qwen3::ops::Rope;
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -292,28 +292,14 @@ impl GteEncoder {
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
-        rope_rows(qkv, &batch.positions, h, d, rope);
-        let rows = if first_only { batch.lens.len() } else { total };
         let shape = Heads {
             hidden: h,
             heads: cfg.heads,
             dim: d,
         };
-        let ctx = &mut ws.ctx[..rows * h];
-        attention(
-            qkv,
-            ctx,
-            &batch.lens,
-            &batch.starts,
-            shape,
-            None,
-            first_only,
-        );
+        let rows = batch.rotary_attention(qkv, &mut ws.ctx, shape, rope, None, first_only);
         if first_only {
-            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
-            for (i, &s) in batch.starts.iter().enumerate() {
-                ws.x.copy_within(s * h..(s + 1) * h, i * h);
-            }
+            batch.firsts_to_front(&mut ws.x, h);
         }
         // x = LN(x + O ctx), into `proj`, which then becomes `x`.
         let m = rows * h;

@@ -396,29 +396,15 @@ impl ModernBertEncoder {
         l.qkv
             .forward(input, total, qkv, &mut ws.quant, Then::Nothing);
         let rope = if l.global { &rope.global } else { &rope.local };
-        rope_rows(qkv, &batch.positions, h, d, rope);
-        let rows = if first_only { batch.lens.len() } else { total };
         let window = (!l.global).then_some(cfg.window);
         let shape = Heads {
             hidden: h,
             heads: cfg.heads,
             dim: d,
         };
-        let ctx = &mut ws.ctx[..rows * h];
-        attention(
-            qkv,
-            ctx,
-            &batch.lens,
-            &batch.starts,
-            shape,
-            window,
-            first_only,
-        );
+        let rows = batch.rotary_attention(qkv, &mut ws.ctx, shape, rope, window, first_only);
         if first_only {
-            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
-            for (i, &s) in batch.starts.iter().enumerate() {
-                ws.x.copy_within(s * h..(s + 1) * h, i * h);
-            }
+            batch.firsts_to_front(&mut ws.x, h);
         }
         // x = x + Wo ctx, into `proj`, which then becomes `x`.
         let m = rows * h;
@@ -485,6 +471,48 @@ impl Batch {
     pub fn longest(&self) -> usize {
         self.lens.iter().copied().max().unwrap_or(0)
     }
+
+    /// A rotary layer's attention: RoPE on the queries and keys of `qkv` (one row of
+    /// `3 * shape.hidden` per token), then attention within each sequence (over `window`
+    /// neighbours only, with one) into `ctx`; with `first_only`, for each sequence's first
+    /// token only. Returns the rows of `ctx` written.
+    pub fn rotary_attention(
+        &self,
+        qkv: &mut [f32],
+        ctx: &mut [f32],
+        shape: Heads,
+        rope: &Rope,
+        window: Option<usize>,
+        first_only: bool,
+    ) -> usize {
+        let h = shape.hidden;
+        rope_rows(qkv, &self.positions, h, shape.dim, rope);
+        let rows = if first_only {
+            self.lens.len()
+        } else {
+            self.tokens()
+        };
+        let ctx = &mut ctx[..rows * h];
+        attention(
+            qkv,
+            ctx,
+            &self.lens,
+            &self.starts,
+            shape,
+            window,
+            first_only,
+        );
+        rows
+    }
+
+    /// Moves each sequence's first row of `x` (rows of `h`) to row `i`, the residual rows that
+    /// a first-token-only layer keeps.
+    pub fn firsts_to_front(&self, x: &mut [f32], h: usize) {
+        // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
+        for (i, &s) in self.starts.iter().enumerate() {
+            x.copy_within(s * h..(s + 1) * h, i * h);
+        }
+    }
 }
 
 /// The tables in `slot` if they cover `positions` (`covered` says how many they do), else
@@ -537,7 +565,7 @@ pub(crate) fn norm_rows(rows: &mut [f32], norm: &Norm, eps: f32) {
 
 /// RoPE on every query and key head of every row of `qkv` (`(rows, 3 * h)`, queries then keys
 /// then values), row `r` at position `positions[r]`.
-pub(crate) fn rope_rows(qkv: &mut [f32], positions: &[u32], h: usize, d: usize, rope: &Rope) {
+fn rope_rows(qkv: &mut [f32], positions: &[u32], h: usize, d: usize, rope: &Rope) {
     struct Op<'a> {
         rows: &'a mut [f32],
         positions: &'a [u32],
