@@ -11,58 +11,40 @@ use rerank::rerankers::{Activation, CrossEncoder};
 use rerank::{Error, Reranker};
 use serde_json::Value;
 
+use crate::model_fixtures::{self, pairs_in, Pair as Case};
+
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/ce_tiny_a");
 /// The fixtures' logits and ours agree to better than 1e-6; 1e-5 leaves room for kernels.
 const TOL: f32 = 1e-5;
-
-struct Case {
-    query: String,
-    document: String,
-    input_ids: Vec<u32>,
-    token_type_ids: Vec<u32>,
-    logit: f32,
-    logit_batched: f32,
-    predict_default: f32,
-    predict_identity: f32,
-}
 
 fn model_dir() -> PathBuf {
     Path::new(FIXTURE).join("model")
 }
 
-/// The fixture's cases, or `None` (with a message) when the shared data is absent.
+/// The fixture's cases, or `None` (with a message) when the shared data is absent; every case
+/// has both `predict` scores.
 fn cases() -> Option<Vec<Case>> {
     let path = Path::new(FIXTURE).join("scores.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    if !path.exists() {
         crate::common::skip(&format!("skipping: {} not found", path.display()));
         return None;
-    };
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let ids = |c: &Value, k: &str| -> Vec<u32> {
-        c[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
-    let f = |c: &Value, k: &str| c[k].as_f64().unwrap() as f32;
-    let cases: Vec<Case> = v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| Case {
-            query: c["query"].as_str().unwrap().to_string(),
-            document: c["document"].as_str().unwrap().to_string(),
-            input_ids: ids(c, "input_ids"),
-            token_type_ids: ids(c, "token_type_ids"),
-            logit: f(c, "logit"),
-            logit_batched: f(c, "logit_batched"),
-            predict_default: f(c, "predict_default"),
-            predict_identity: f(c, "predict_identity"),
-        })
-        .collect();
+    }
+    let cases = pairs_in(&path);
     assert_eq!(cases.len(), 40);
+    assert!(cases
+        .iter()
+        .all(|c| c.predict_default.is_some() && c.predict_identity.is_some()));
     Some(cases)
+}
+
+/// A case's `predict` score with the default activation.
+fn default_score(c: &Case) -> f32 {
+    c.predict_default.unwrap()
+}
+
+/// A case's `predict` score with the identity activation.
+fn identity_score(c: &Case) -> f32 {
+    c.predict_identity.unwrap()
 }
 
 fn pairs(cases: &[Case]) -> Vec<(&str, &str)> {
@@ -73,20 +55,7 @@ fn pairs(cases: &[Case]) -> Vec<(&str, &str)> {
 }
 
 fn assert_close(got: &[f32], want: impl Iterator<Item = f32>, what: &str) {
-    let want: Vec<f32> = want.collect();
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{what}: {} values for {} references",
-        got.len(),
-        want.len()
-    );
-    let mut worst = 0f32;
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        assert!(d <= TOL, "{what}: case {i}: got {g}, want {w} (diff {d})");
-        worst = worst.max(d);
-    }
+    let worst = model_fixtures::assert_close(got, want, TOL, what);
     eprintln!("{what}: max abs diff {worst:e}");
 }
 
@@ -156,22 +125,14 @@ fn predict_default_is_sigmoid_like_sentence_transformers() {
     let out = ce.predict(&pairs(&cases)).unwrap();
     let scores: Vec<f32> = out.iter().map(|s| s.score).collect();
     let logits: Vec<f32> = out.iter().map(|s| s.logit).collect();
-    assert_close(
-        &scores,
-        cases.iter().map(|c| c.predict_default),
-        "predict_default",
-    );
+    assert_close(&scores, cases.iter().map(default_score), "predict_default");
     assert_close(&logits, cases.iter().map(|c| c.logit), "predict logits");
 
     // The Reranker view: one query, many documents, in input order.
     let q = &cases[4].query;
     let docs: Vec<&str> = cases[4..6].iter().map(|c| c.document.as_str()).collect();
     let s = ce.score(&RerankQuery::new(q.clone()), &docs).unwrap();
-    assert_close(
-        &s,
-        cases[4..6].iter().map(|c| c.predict_default),
-        "reranker",
-    );
+    assert_close(&s, cases[4..6].iter().map(default_score), "reranker");
     assert_eq!(ce.name(), "cross-encoder");
     assert!(ce.score(&RerankQuery::new("q"), &[]).unwrap().is_empty());
 }
@@ -185,7 +146,7 @@ fn raw_logits_on_request_and_activation_from_config() {
         .build()
         .unwrap();
     let scores: Vec<f32> = ce.predict(&p).unwrap().iter().map(|s| s.score).collect();
-    assert_close(&scores, cases.iter().map(|c| c.predict_identity), "raw");
+    assert_close(&scores, cases.iter().map(identity_score), "raw");
 
     // config.json saying Identity (new key and legacy key) changes the default.
     for (key, value) in [
@@ -208,7 +169,7 @@ fn raw_logits_on_request_and_activation_from_config() {
             .iter()
             .map(|s| s.score)
             .collect();
-        assert_close(&scores, cases[..3].iter().map(|c| c.predict_identity), key);
+        assert_close(&scores, cases[..3].iter().map(identity_score), key);
         // An explicit choice wins over the config.
         let ce = CrossEncoder::builder(&dir.0)
             .activation(Activation::Sigmoid)
@@ -220,7 +181,7 @@ fn raw_logits_on_request_and_activation_from_config() {
             .iter()
             .map(|s| s.score)
             .collect();
-        assert_close(&scores, cases[..3].iter().map(|c| c.predict_default), key);
+        assert_close(&scores, cases[..3].iter().map(default_score), key);
     }
 }
 
@@ -544,7 +505,7 @@ fn a_pipeline_config_builds_the_cross_encoder() {
     let response = pipeline.search(&cases[4].query).unwrap();
     assert_eq!(response.scorer, "cross-encoder");
     // The better of the two by the reference scores comes first, with its reference score.
-    let best = if cases[4].predict_default > cases[5].predict_default {
+    let best = if default_score(&cases[4]) > default_score(&cases[5]) {
         ("a", 4)
     } else {
         ("b", 5)
@@ -552,7 +513,7 @@ fn a_pipeline_config_builds_the_cross_encoder() {
     assert_eq!(response.hits.len(), 1);
     assert_eq!(response.hits[0].document.id, best.0);
     let got = response.hits[0].rerank_score.unwrap();
-    assert!((got - cases[best.1].predict_default).abs() <= TOL, "{got}");
+    assert!((got - default_score(&cases[best.1])).abs() <= TOL, "{got}");
     let bad = "retriever: { type: bm25 }\nreranker: { type: cross_encoder, model: /nonexistent }\n";
     let e = rerank::pipeline::PipelineConfig::from_yaml_str(bad)
         .unwrap()
@@ -573,10 +534,7 @@ fn xlm_roberta_matches_transformers_single_and_batched() {
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(here.join(f), dir.0.join(f)).unwrap();
     }
-    let v: Value =
-        serde_json::from_str(&std::fs::read_to_string(here.join("expected.json")).unwrap())
-            .unwrap();
-    let cases = v["cases"].as_array().unwrap();
+    let cases = model_fixtures::pairs_of(&here);
     let ce = CrossEncoder::from_dir(&dir.0).unwrap();
     assert_eq!(
         ce.architecture(),
@@ -584,34 +542,22 @@ fn xlm_roberta_matches_transformers_single_and_batched() {
     );
     // Positions start after the padding id: 514 positions hold 512 tokens.
     assert_eq!(ce.max_length(), 512);
-    let ids = |c: &Value, k: &str| -> Vec<u32> {
-        c[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
-    let pairs: Vec<(&str, &str)> = cases
-        .iter()
-        .map(|c| {
-            (
-                c["query"].as_str().unwrap(),
-                c["document"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let pairs = pairs(&cases);
     assert_eq!(cases.len(), pairs.len());
-    for (c, p) in cases.iter().zip(&pairs) {
-        let enc = ce.encode_pair(p.0, p.1).unwrap();
-        assert_eq!(enc.input_ids, ids(c, "input_ids"));
-        assert_eq!(enc.token_type_ids, ids(c, "token_type_ids"));
+    for c in &cases {
+        let enc = ce.encode_pair(&c.query, &c.document).unwrap();
+        assert_eq!(enc.input_ids, c.input_ids);
+        assert_eq!(enc.token_type_ids, c.token_type_ids);
     }
     let single: Vec<f32> = pairs
         .iter()
         .map(|p| ce.logits(std::slice::from_ref(p)).unwrap()[0])
         .collect();
-    let want = |k: &'static str| cases.iter().map(move |c| c[k].as_f64().unwrap() as f32);
-    assert_close(&single, want("logit"), "xlm-r single");
+    assert_close(&single, cases.iter().map(|c| c.logit), "xlm-r single");
     let batched = ce.logits(&pairs).unwrap();
-    assert_close(&batched, want("logit_batched"), "xlm-r batched");
+    assert_close(
+        &batched,
+        cases.iter().map(|c| c.logit_batched),
+        "xlm-r batched",
+    );
 }

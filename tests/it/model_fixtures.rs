@@ -1,6 +1,6 @@
-//! What the model parity tests share (ModernBERT, DeBERTa, GTE): a cross-encoder fixture's
-//! `expected.json` (each pair with its ids, transformers' logit alone and in the reference's
-//! padded batch, and sentence-transformers' score where the make.py recorded it), the check
+//! What the model parity tests share (BERT, ModernBERT, DeBERTa, GTE): a cross-encoder
+//! fixture's cases (each pair with its ids, transformers' logit alone and in the reference's
+//! padded batch, and sentence-transformers' scores where the fixture recorded them), the check
 //! that a `CrossEncoder` reproduces them one pair at a time and under any batching, and
 //! scratch copies of fixture folders to break ([`Broken`]).
 #![cfg(feature = "models")]
@@ -23,11 +23,20 @@ pub struct Pair {
     pub logit_batched: f32,
     /// sentence-transformers' `CrossEncoder.predict` score (`st_score`), where recorded.
     pub st_score: Option<f32>,
+    /// `CrossEncoder.predict` with its default activation (`predict_default`) and with the
+    /// identity (`predict_identity`), where recorded (the shared `ce_tiny_a` fixture).
+    pub predict_default: Option<f32>,
+    pub predict_identity: Option<f32>,
 }
 
 /// The cases of `dir/expected.json`.
 pub fn pairs_of(dir: &Path) -> Vec<Pair> {
-    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
+    pairs_in(&dir.join("expected.json"))
+}
+
+/// The cases of a fixture's JSON file (`cases`, each with the fields of [`Pair`]).
+pub fn pairs_in(file: &Path) -> Vec<Pair> {
+    let text = std::fs::read_to_string(file).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
     let ids = |c: &Value, k: &str| -> Vec<u32> {
         c[k].as_array()
@@ -48,6 +57,8 @@ pub fn pairs_of(dir: &Path) -> Vec<Pair> {
             logit: c["logit"].as_f64().unwrap() as f32,
             logit_batched: c["logit_batched"].as_f64().unwrap() as f32,
             st_score: c["st_score"].as_f64().map(|s| s as f32),
+            predict_default: c["predict_default"].as_f64().map(|s| s as f32),
+            predict_identity: c["predict_identity"].as_f64().map(|s| s as f32),
         })
         .collect()
 }
