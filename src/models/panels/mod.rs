@@ -49,7 +49,9 @@ use std::cell::RefCell;
 
 use crate::models::kernels::{with_scratch, Linear, Then};
 use crate::simd::panels::bf16::{widen, DotTile};
-use crate::simd::panels::{panel_sums, tile_rows, Isa, Out, PanelValue, Tile, NR};
+use crate::simd::panels::{
+    interleave, panel_sums, tile_rows, Isa, Out, PairTile, PanelValue, Tile, MAX_MR, NR,
+};
 
 mod bf16;
 mod blocking;
@@ -366,7 +368,7 @@ fn product_in(
                         Left::Pairs(bf16::copy_pairs(a, k0, kb, blocks * mr, &mut packed.1))
                     } else {
                         let round = matches!(b.data, Values::Bf16(_));
-                        Left::Floats(copy_rows(a, k0, kb, blocks * mr, round, &mut packed.0))
+                        Left::Floats(copy_tiles(isa, a, k0, kb, blocks, mr, round, &mut packed.0))
                     };
                     let block = KBlock {
                         isa,
@@ -390,11 +392,11 @@ fn row_stride(kb: usize, per_line: usize) -> usize {
     (lines + 1 - lines % 2) * per_line
 }
 
-/// A product's left operand, one block of `k` copied (`lda` values apart).
+/// A product's left operand, one block of `k` copied.
 #[derive(Clone, Copy)]
 enum Left<'a> {
-    /// `f32` rows ([`copy_rows`]).
-    Floats(Copied<'a, f32>),
+    /// `f32` rows, interleaved tile by tile ([`copy_tiles`]).
+    Floats(&'a [f32]),
     /// Rows of `bf16` pairs, one `u32` per two columns ([`bf16::copy_pairs`]).
     Pairs(Copied<'a, u32>),
 }
@@ -442,7 +444,38 @@ impl KBlock<'_> {
         let blocks = m.div_ceil(mr);
         let first = k0 == 0;
         let end = group.end;
-        for p in group {
+        let mut p = group.start;
+        while p < end {
+            // Two whole `f32` panels side by side run the AVX-512 pair tiles (see
+            // `PairTile`); the rest, one panel at a time.
+            if let (Values::F32(v), Left::Floats(a), true) = (&b.data, left, self.pairs(p, end, n))
+            {
+                let c0 = p * NR;
+                let block = |q: usize| &v[b.block(q, k0, kb)];
+                let panels = [block(p), block(p + 1)];
+                let ahead = [p + 2, p + 3].map(|q| block(if q < end { q } else { p }));
+                let bias = first.then(|| &bias[c0..c0 + 2 * NR]);
+                for blk in 0..blocks {
+                    let r0 = blk * mr;
+                    PairTile {
+                        a: &a[r0 * kb..][..mr * kb],
+                        b: panels,
+                        next: if blk == 0 { ahead } else { panels },
+                        k: kb,
+                        out: Out {
+                            out: &mut out[r0 * out_stride + c0..],
+                            stride: out_stride,
+                            rows: mr.min(m - r0),
+                            cols: 2 * NR,
+                            bias,
+                            add: !first || accumulate,
+                        },
+                    }
+                    .run(isa);
+                }
+                p += 2;
+                continue;
+            }
             let c0 = p * NR;
             let cols = NR.min(n - c0);
             // The first tile pulls the next panel's block into the cache as it goes (one
@@ -482,8 +515,7 @@ impl KBlock<'_> {
                 let next = if blk == 0 { next } else { panel };
                 match (left, panel, next) {
                     (Left::Floats(a), Operand::F32(b), Operand::F32(next)) => Tile {
-                        a: &a.data[r0 * a.lda..][..mr * a.lda],
-                        lda: a.lda,
+                        a: &a[r0 * kb..][..mr * kb],
                         b,
                         next,
                         k: kb,
@@ -503,7 +535,19 @@ impl KBlock<'_> {
                     _ => unreachable!("a left operand in pairs goes with bf16 panels"),
                 }
             }
+            p += 1;
         }
+    }
+
+    /// Whether panels `p` and `p + 1` (of a group ending at `end`) run as one pair tile: both
+    /// in the group, both whole (`n` columns in all), on the AVX-512 kernel.
+    fn pairs(&self, p: usize, end: usize, n: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx512 {
+            return p + 1 < end && (p + 2) * NR <= n;
+        }
+        let _ = (p, end, n);
+        false
     }
 }
 
@@ -522,36 +566,42 @@ thread_local! {
     static WIDE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Copies columns `k0..k0 + kb` of `a`'s rows into `packed` (rounded to `bf16` when `round`),
-/// rows an odd number of cache lines apart ([`row_stride`]), zero rows after the last one up
-/// to `rows`. The kernels read the copy, not `a`: its rows are short and close together,
-/// where `a`'s may be thousands of floats apart (the rows of a tile would then share level-1
-/// cache sets and evict each other).
-fn copy_rows<'a>(
+/// Copies columns `k0..k0 + kb` of `a`'s rows into `packed` (rounded to `bf16` when
+/// `round`), `tiles` tiles of `mr` rows, each interleaved: the value of the tile's row `r` at
+/// column `k0 + l` at `l * mr + r` of the tile's `mr * kb` values ([`Tile::a`]), zero for the
+/// rows past the last one. The kernels read the copy, not `a`: one contiguous run per tile,
+/// every broadcast at a constant offset from where the step begins.
+#[allow(clippy::too_many_arguments)]
+fn copy_tiles<'a>(
+    isa: Isa,
     a: Rows<'_>,
     k0: usize,
     kb: usize,
-    rows: usize,
+    tiles: usize,
+    mr: usize,
     round: bool,
     packed: &'a mut Vec<f32>,
-) -> Copied<'a, f32> {
-    let lda = row_stride(kb, 16);
-    // Grown, never cleared: every value the kernels read is written below (the copied rows'
-    // first `kb` columns, the padding rows' too), so zeroing the whole buffer first would
-    // only write it twice.
-    packed.resize(rows * lda, 0.0);
-    for (r, row) in packed.chunks_exact_mut(lda).take(rows).enumerate() {
-        match a.data.get(r * a.stride + k0..).filter(|_| r < a.rows) {
-            Some(src) => {
-                row[..kb].copy_from_slice(&src[..kb]);
-                if round {
-                    bf16::round(&mut row[..kb]);
-                }
-            }
-            None => row[..kb].fill(0.0),
+) -> &'a [f32] {
+    // Grown, never cleared: every value the kernels read is written below.
+    packed.resize(tiles * mr * kb, 0.0);
+    for (t, tile) in packed.chunks_exact_mut(mr * kb).take(tiles).enumerate() {
+        let mut rows = [&[][..]; MAX_MR];
+        let present = (t * mr..a.rows).take(mr);
+        for (dst, row) in rows.iter_mut().zip(present) {
+            *dst = &a.data[row * a.stride + k0..][..kb];
+        }
+        interleave(
+            isa,
+            &rows[..a.rows.saturating_sub(t * mr).min(mr)],
+            mr,
+            kb,
+            tile,
+        );
+        if round {
+            bf16::round(tile);
         }
     }
-    Copied { data: packed, lda }
+    &packed[..tiles * mr * kb]
 }
 
 /// A linear layer with its weights packed in panels: `out = x · wᵀ + bias`, the encoders'
