@@ -33,7 +33,7 @@ pub(crate) struct Blocking {
 }
 
 /// The largest `kc`, what a 32 KB level-1 data cache gives.
-const MAX_KC: usize = 512;
+const MAX_KC: usize = 256;
 /// The largest `nc`, what a 1 MB level-2 cache gives.
 const MAX_NC: usize = 1024;
 
