@@ -14,6 +14,8 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use crate::models::kernels::{matmul, simd, softmax_row, softmax_rows, with_scratch, Mat, Threads};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::attention::Head;
 use pulp::{Simd, WithSimd};
 
 /// Queries per attention task.
@@ -27,9 +29,18 @@ pub(crate) struct Heads {
     pub dim: usize,
 }
 
+/// The fewest queries a task runs the fused kernel for (a group of 16 queries costs the same
+/// with fewer: one query per sequence, as a last layer that only needs the first token's row,
+/// stays on the matrix-vector path).
+#[cfg(target_arch = "x86_64")]
+const FUSED_MIN_QUERIES: usize = 8;
+
 thread_local! {
     /// Attention scores of one task, reused across calls on this thread.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A task's keys and values of one head, packed, and the fused kernel's scratch.
+    #[cfg(target_arch = "x86_64")]
+    static FUSED: RefCell<[Vec<f32>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
 }
 
 /// Attention within each sequence of a packed batch (sequence `s` is rows
@@ -80,6 +91,45 @@ pub(crate) fn attention(
                 .map(|i| (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0))
                 .collect(),
         };
+        #[cfg(target_arch = "x86_64")]
+        if nq >= FUSED_MIN_QUERIES && Head::supported(d) {
+            let offset = q0 - k0;
+            with_scratch(&FUSED, |[keys, values, scratch]| {
+                let key_rows = Head::key_rows(nk);
+                keys.resize(key_rows * d, 0.0);
+                values.resize(nk * d, 0.0);
+                for hd in 0..heads {
+                    let column = |part: usize, j: usize| {
+                        let at = (start + k0 + j) * 3 * h + part * h + hd * d;
+                        &qkv[at..at + d]
+                    };
+                    for (j, key) in keys.chunks_exact_mut(d).enumerate() {
+                        match j < nk {
+                            true => key.copy_from_slice(column(1, j)),
+                            false => key.fill(0.0),
+                        }
+                    }
+                    for (j, value) in values.chunks_exact_mut(d).enumerate() {
+                        value.copy_from_slice(column(2, j));
+                    }
+                    Head {
+                        q: &qkv[(start + q0) * 3 * h + hd * d..],
+                        q_stride: 3 * h,
+                        queries: nq,
+                        keys,
+                        values,
+                        nk,
+                        d,
+                        scale,
+                        window: window.map(|w| (w, offset)),
+                        out: &mut out[hd * d..],
+                        out_stride: h,
+                    }
+                    .run(scratch);
+                }
+            });
+            return;
+        }
         with_scratch(&SCORES, |scores| {
             if scores.len() < nq * nk {
                 scores.resize(nq * nk, 0.0);
@@ -166,7 +216,14 @@ mod tests {
     /// rows equal the first rows of the whole.
     #[test]
     fn windowed_packed_attention_matches_the_definition() {
-        let (heads, d) = (2, 4);
+        // Heads of 4 values run the two products; of 32 and 64, the fused kernel where the
+        // CPU has it (AVX-512).
+        for (heads, d) in [(2, 4), (2, 32), (3, 64)] {
+            packed_attention_matches_the_definition(heads, d);
+        }
+    }
+
+    fn packed_attention_matches_the_definition(heads: usize, d: usize) {
         let h = heads * d;
         let lens = [150usize, 3, 70, 1];
         let total: usize = lens.iter().sum();
@@ -199,7 +256,7 @@ mod tests {
                             let w = want[r * d + c];
                             assert!(
                                 (got - w).abs() < 1e-5,
-                                "{window:?} seq {s} row {r}: {got} {w}"
+                                "d {d} {window:?} seq {s} row {r}: {got} {w}"
                             );
                         }
                     }
@@ -207,7 +264,7 @@ mod tests {
                     let got = &first[s * h + hd * d..][..d];
                     let all = &ctx[start * h + hd * d..][..d];
                     for (g, a) in got.iter().zip(all) {
-                        assert!((g - a).abs() < 1e-6, "{window:?} seq {s}: {g} {a}");
+                        assert!((g - a).abs() < 1e-6, "d {d} {window:?} seq {s}: {g} {a}");
                     }
                 }
             }

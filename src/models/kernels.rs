@@ -344,12 +344,15 @@ pub(crate) fn exp(x: f32) -> f32 {
     let t = x * LOG2E + ROUND;
     let n = t - ROUND;
     let r = (x - n * LN2_HI) - n * LN2_LO;
-    // Taylor series of e^r for |r| <= ln2 / 2, to r^7 / 7!.
+    // Taylor series of e^r for |r| <= ln2 / 2, to r^7 / 7!. The last term multiplies by
+    // 1 / 5040 rather than dividing: a vector division is one instruction per 16 cycles on
+    // Intel cores, and it set the pace of softmax and GELU.
+    const C7: f32 = 1.0 / 5040.0;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r / 5040.0))))));
+                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * C7))))));
     // 2^n from the bits of t (no float-to-int conversion, which would not vectorize).
     let biased = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
     let scale = f32::from_bits(biased << 23);
@@ -374,12 +377,20 @@ pub(crate) fn softmax_row(row: &mut [f32]) {
             *a += *v;
         }
     }
-    let mut tail = 0.0f32;
-    for v in chunks.into_remainder() {
-        *v = exp(*v - max);
-        tail += *v;
+    // The last partial chunk as a whole one, padded with -inf (each `e^-87` after the clamp,
+    // about 1e-38, lost in a sum of at least 1): one vector of `exp` rather than up to 15
+    // scalar ones, which took a third of the time at a row's typical length.
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut pad = [f32::NEG_INFINITY; LANES];
+        pad[..rest.len()].copy_from_slice(rest);
+        for (a, v) in acc.iter_mut().zip(&mut pad) {
+            *v = exp(*v - max);
+            *a += *v;
+        }
+        rest.copy_from_slice(&pad[..rest.len()]);
     }
-    let inv = 1.0 / (acc.iter().sum::<f32>() + tail);
+    let inv = 1.0 / acc.iter().sum::<f32>();
     row.iter_mut().for_each(|v| *v *= inv);
 }
 

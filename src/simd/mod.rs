@@ -4,8 +4,9 @@
 //!
 //! - `dot` (the one f32 dot product of the crate), `dense` (the dense scan's f16 and i8 dot
 //!   products, and its f16 conversions), and with the `models` feature `gemv` (one-row products over f32 / bf16
-//!   weights), `panels` (the micro-kernels of the models' packed f32 / bf16 layers) and
-//!   `quant` (the int8 layers' integer kernels). They are `#[target_feature]` functions over
+//!   weights), `panels` (the micro-kernels of the models' packed f32 / bf16 layers),
+//!   `attention` (the encoders' fused attention on AVX-512) and `quant` (the int8 layers'
+//!   integer kernels). They are `#[target_feature]` functions over
 //!   `std::arch` intrinsics: calling one on a CPU without its instructions is undefined
 //!   behaviour, so each is only called after this module's run-time detection reported them
 //!   (the functions below, [`FloatIsa`], or a kernel list built from them). Their loads and
@@ -33,6 +34,8 @@
 
 #![allow(unsafe_code)]
 
+#[cfg(all(target_arch = "x86_64", feature = "models"))]
+pub(crate) mod attention;
 pub(crate) mod dense;
 pub(crate) mod dot;
 #[cfg(feature = "models")]

@@ -306,11 +306,11 @@ pub(crate) fn interleave(isa: Isa, rows: &[&[f32]], mr: usize, kb: usize, dst: &
     assert!(dst.len() >= kb * mr);
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && mr == 14 {
+    if isa == Isa::Avx512 && (1..=16).contains(&mr) {
         // SAFETY: an `Isa::Avx512` is only made on a CPU with AVX-512F; the asserts above
-        // keep the reads (columns below `kb` of each row) and the writes (`kb x 14` values)
+        // keep the reads (columns below `kb` of each row) and the writes (`kb x mr` values)
         // inside the slices.
-        done = unsafe { interleave_avx512(rows, kb, dst) };
+        done = unsafe { interleave_avx512(rows, mr, kb, dst) };
     }
     let _ = isa;
     for l in done..kb {
@@ -321,12 +321,12 @@ pub(crate) fn interleave(isa: Isa, rows: &[&[f32]], mr: usize, kb: usize, dst: &
     }
 }
 
-/// [`interleave`] of 14 rows in squares of 16 columns, each transposed in registers (rows
-/// 14 and 15 zero) and stored 14 values a column: the columns done (a multiple of 16).
+/// [`interleave`] of at most 16 rows in squares of 16 columns, each transposed in registers
+/// (missing rows zero) and stored `mr` values a column: the columns done (a multiple of 16).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn interleave_avx512(rows: &[&[f32]], kb: usize, dst: &mut [f32]) -> usize {
-    const MR: usize = 14;
+unsafe fn interleave_avx512(rows: &[&[f32]], mr: usize, kb: usize, dst: &mut [f32]) -> usize {
+    let mask = ((1u32 << mr) - 1) as u16;
     let squares = kb / 16;
     for q in 0..squares {
         let c0 = q * 16;
@@ -355,7 +355,7 @@ unsafe fn interleave_avx512(rows: &[&[f32]], kb: usize, dst: &mut [f32]) -> usiz
         }
         // Then the four quadruples of a column, lane by lane: column `4j + c` is lane `j` of
         // `u[c]`, `u[4 + c]`, `u[8 + c]` and `u[12 + c]`.
-        let out = dst.as_mut_ptr().add(c0 * MR);
+        let out = dst.as_mut_ptr().add(c0 * mr);
         for c in 0..4 {
             let x0 = _mm512_shuffle_f32x4::<0x44>(u[c], u[4 + c]);
             let x1 = _mm512_shuffle_f32x4::<0xEE>(u[c], u[4 + c]);
@@ -368,7 +368,7 @@ unsafe fn interleave_avx512(rows: &[&[f32]], kb: usize, dst: &mut [f32]) -> usiz
                 _mm512_shuffle_f32x4::<0xDD>(x1, y1),
             ];
             for (j, column) in columns.into_iter().enumerate() {
-                _mm512_mask_storeu_ps(out.add((4 * j + c) * MR), 0x3FFF, column);
+                _mm512_mask_storeu_ps(out.add((4 * j + c) * mr), mask, column);
             }
         }
     }
