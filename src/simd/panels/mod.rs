@@ -312,6 +312,11 @@ pub(crate) fn interleave(isa: Isa, rows: &[&[f32]], mr: usize, kb: usize, dst: &
         // inside the slices.
         done = unsafe { interleave_avx512(rows, mr, kb, dst) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && (1..=8).contains(&mr) {
+        // SAFETY: as above, with AVX2 (an `Isa::Avx2` is only made on a CPU with it).
+        done = unsafe { interleave_avx2(rows, mr, kb, dst) };
+    }
     let _ = isa;
     for l in done..kb {
         let step = &mut dst[l * mr..][..mr];
@@ -373,6 +378,49 @@ unsafe fn interleave_avx512(rows: &[&[f32]], mr: usize, kb: usize, dst: &mut [f3
         }
     }
     squares * 16
+}
+
+/// [`interleave`] of at most 8 rows in squares of 8 columns, transposed in AVX2 registers and
+/// stored `mr` values a column: the columns done (a multiple of 8). Element by element, the
+/// copy took 4 % of an AVX2 encoder's time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn interleave_avx2(rows: &[&[f32]], mr: usize, kb: usize, dst: &mut [f32]) -> usize {
+    let lanes: [i32; 8] = std::array::from_fn(|i| if i < mr { -1 } else { 0 });
+    let mask = _mm256_loadu_si256(lanes.as_ptr().cast());
+    let squares = kb / 8;
+    for q in 0..squares {
+        let c0 = q * 8;
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (v, row) in r.iter_mut().zip(rows) {
+            *v = _mm256_loadu_ps(row.as_ptr().add(c0));
+        }
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_ps(a, b)
+            } else {
+                _mm256_unpackhi_ps(a, b)
+            }
+        });
+        // `u[4g + c]`: columns `c` and `c + 4` of rows `4g..4g + 4`, one a half.
+        let mut u = [_mm256_setzero_ps(); 8];
+        for g in 0..2 {
+            let t = &t[4 * g..];
+            u[4 * g] = _mm256_shuffle_ps::<0x44>(t[0], t[2]);
+            u[4 * g + 1] = _mm256_shuffle_ps::<0xEE>(t[0], t[2]);
+            u[4 * g + 2] = _mm256_shuffle_ps::<0x44>(t[1], t[3]);
+            u[4 * g + 3] = _mm256_shuffle_ps::<0xEE>(t[1], t[3]);
+        }
+        let out = dst.as_mut_ptr().add(c0 * mr);
+        for c in 0..4 {
+            let low = _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]);
+            let high = _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]);
+            _mm256_maskstore_ps(out.add(c * mr), mask, low);
+            _mm256_maskstore_ps(out.add((c + 4) * mr), mask, high);
+        }
+    }
+    squares * 8
 }
 
 /// The sums of a tile in plain Rust.
@@ -654,4 +702,44 @@ unsafe fn panel_sums_avx2<T: PanelValue>(panel: *const T, x: &[f32], sums: &mut 
         sums.as_mut_ptr().add(8),
         _mm256_add_ps(acc[0][1], acc[1][1]),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every instruction set's interleaving equals the definition (row `r`, column `l` at
+    /// `l * mr + r`, zero past the last row) for every tile height, fewer rows than the tile,
+    /// and widths around the vector kernels' squares.
+    #[test]
+    fn interleaving_puts_each_value_where_the_tiles_read_it() {
+        let source: Vec<Vec<f32>> = (0..16)
+            .map(|r| (0..40).map(|l| (r * 100 + l) as f32 + 0.5).collect())
+            .collect();
+        for isa in Isa::available() {
+            for mr in 1..=16 {
+                for present in [0, 1, mr / 2, mr] {
+                    for kb in [0, 1, 7, 8, 9, 16, 17, 33, 40] {
+                        let rows: Vec<&[f32]> = source[..present].iter().map(|r| &r[..]).collect();
+                        let mut got = vec![f32::NAN; kb * mr + 3];
+                        interleave(isa, &rows, mr, kb, &mut got);
+                        for l in 0..kb {
+                            for r in 0..mr {
+                                let want = if r < present { source[r][l] } else { 0.0 };
+                                assert_eq!(
+                                    got[l * mr + r],
+                                    want,
+                                    "{isa:?} mr {mr} {present} rows, kb {kb}: ({r}, {l})"
+                                );
+                            }
+                        }
+                        assert!(
+                            got[kb * mr..].iter().all(|v| v.is_nan()),
+                            "{isa:?} mr {mr}: wrote past kb x mr"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
