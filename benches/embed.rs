@@ -7,7 +7,9 @@
 //!
 //! A group `gemm_peak` times one f32 matrix product of the encoder's feed-forward shape
 //! (`2048 x 384` times `384 x 1536`) on the `gemm` crate the encoder calls, on the same
-//! threads: the machine's f32 peak as the encoder can reach it, measured on the spot.
+//! threads: the machine's f32 peak as the encoder can reach it, measured on the spot; and a
+//! group `fma_peak`, the CPU's own: independent chains of AVX-512 multiply-adds on registers,
+//! one set per thread (where the CPU has AVX-512).
 //!
 //! A second group, `embed_precision`, embeds the first 64 documents in f32 and in int8
 //! (`Precision::Int8`); `scripts/bench_int8.py` runs it between its peers (onnxruntime's
@@ -89,6 +91,52 @@ fn gemm_peak(c: &mut Criterion, threads: usize) {
     group.finish();
 }
 
+/// Independent chains of 512-bit multiply-adds per core: enough to cover the instruction's
+/// latency on two FMA units.
+#[cfg(all(feature = "models", target_arch = "x86_64"))]
+const FMA_CHAINS: usize = 12;
+
+/// The CPU's f32 peak: each thread runs [`FMA_CHAINS`] independent chains of AVX-512
+/// multiply-adds on registers (no memory), 32 floating-point operations each; reported as
+/// elements (operations) per second. The ceiling the panel tiles are measured against.
+#[cfg(all(feature = "models", target_arch = "x86_64"))]
+fn fma_peak(c: &mut Criterion, threads: usize) {
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn chains(steps: usize) -> f32 {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm512_set1_ps(1.0); FMA_CHAINS];
+        let (m, a) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+        for _ in 0..steps {
+            for v in acc.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, m, a);
+            }
+        }
+        acc.iter().map(|&v| _mm512_reduce_add_ps(v)).sum()
+    }
+    if !std::arch::is_x86_feature_detected!("avx512f") {
+        eprintln!("fma_peak: no AVX-512 here, not measured");
+        return;
+    }
+    let steps = 1 << 20;
+    let mut group = c.benchmark_group("fma_peak");
+    group.sample_size(20).throughput(Throughput::Elements(
+        (threads * steps * FMA_CHAINS * 32) as u64,
+    ));
+    group.bench_function(format!("avx512_t{threads}"), |bench| {
+        bench.iter(|| {
+            std::thread::scope(|s| {
+                let runs: Vec<_> = (0..threads)
+                    // SAFETY: AVX-512F is present (checked above).
+                    .map(|_| s.spawn(|| unsafe { chains(std::hint::black_box(steps)) }))
+                    .collect();
+                runs.into_iter().map(|r| r.join().unwrap()).sum::<f32>()
+            })
+        })
+    });
+    group.finish();
+}
+
 #[cfg(feature = "models")]
 fn bench(c: &mut Criterion) {
     eprintln!(
@@ -96,6 +144,8 @@ fn bench(c: &mut Criterion) {
         rerank::simd_isa(),
         rerank::models::int8_kernel()
     );
+    #[cfg(target_arch = "x86_64")]
+    fma_peak(c, common::threads());
     gemm_peak(c, common::threads());
     let model = common::model_dir("all-MiniLM-L6-v2");
     if !model.join("model.safetensors").is_file() {

@@ -1,8 +1,8 @@
 //! Float32 matrix products on the crate's own micro-kernels, over a right-hand matrix packed in
 //! column panels: the products of every model's f32 linear layers (the encoders', Qwen3's),
 //! whose weights are packed once, at load time, and the one-row products of a Qwen3 decode
-//! step over the same panels. (Attention's small per-head products stay on `gemm`, which was
-//! faster there.)
+//! step over the same panels. (Attention has a fused kernel of its own on AVX-512,
+//! `simd::attention`; elsewhere its small per-head products stay on `gemm`.)
 //!
 //! Why not `gemm` (the crate candle uses, and these products' engine before): on the shapes
 //! of a small encoder (`k` of 32 to 1536, a few hundred to a few thousand rows) its AVX2
@@ -15,9 +15,13 @@
 //!
 //! Layout. [`Panels`] holds a `(k, n)` matrix as `ceil(n / NR)` panels, each `k` rows of [`NR`]
 //! contiguous floats (zero past column `n`). The left operand's rows are copied per call, `kc`
-//! columns of `k` at a time (see [`blocking`]: sizes from the CPU's caches), into a compact buffer (rows an odd number of cache lines apart,
-//! padded with zero rows to whole tiles), so the micro-kernel reads both operands in order:
-//! - AVX-512: 14 rows x 16 columns, one 512-bit accumulator per row (15 of 32 registers);
+//! columns of `k` at a time (see [`blocking`]: sizes from the CPU's caches), tile by tile and
+//! interleaved: a tile's `mr` values of one step of `k` side by side, the tile's rows padded
+//! with zero rows (`copy_tiles`; transposed in registers). The micro-kernel then reads both
+//! operands in order, and every value it broadcasts lies at a constant offset from where the
+//! step begins, so no address is computed per row:
+//! - AVX-512: 14 rows x 32 columns (two panels side by side, two 512-bit accumulators per row:
+//!   28 of 32 registers), or 14 x 16 on a last, single or partial panel;
 //! - AVX2 + FMA: 6 rows x 16 columns, two 256-bit accumulators per row (12 of 16 registers);
 //! - anything else: the same tiles in plain Rust.
 //!

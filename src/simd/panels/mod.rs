@@ -4,8 +4,10 @@
 //! panel against one input row, and, in [`bf16`], the `bf16` panels' widening, the rounding
 //! of a product's inputs to pairs and the AVX-512 `bf16` dot-product tile.
 //!
-//! Tiles, by instruction set:
-//! - AVX-512: 14 rows x 16 columns, one 512-bit accumulator per row (15 of 32 registers);
+//! Tiles, by instruction set, each reading the copied rows interleaved (a step's values side
+//! by side, [`Tile::a`]; [`interleave`] writes them):
+//! - AVX-512: 14 rows x 32 columns over two panels ([`PairTile`], 28 accumulators), or 14 x 16
+//!   over one, one 512-bit accumulator per row (15 of 32 registers);
 //! - AVX2 + FMA: 6 rows x 16 columns, two 256-bit accumulators per row (12 of 16 registers);
 //! - anything else: the same tiles in plain Rust.
 //!
