@@ -38,9 +38,9 @@ const FUSED_MIN_QUERIES: usize = 8;
 thread_local! {
     /// Attention scores of one task, reused across calls on this thread.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// A task's keys and values of one head, packed, and the fused kernel's scratch.
+    /// A task's keys of one head, packed, and the fused kernel's scratch.
     #[cfg(target_arch = "x86_64")]
-    static FUSED: RefCell<[Vec<f32>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+    static FUSED: RefCell<[Vec<f32>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
 /// Attention within each sequence of a packed batch (sequence `s` is rows
@@ -94,30 +94,26 @@ pub(crate) fn attention(
         #[cfg(target_arch = "x86_64")]
         if nq >= FUSED_MIN_QUERIES && Head::supported(d) {
             let offset = q0 - k0;
-            with_scratch(&FUSED, |[keys, values, scratch]| {
+            with_scratch(&FUSED, |[keys, scratch]| {
                 let key_rows = Head::key_rows(nk);
                 keys.resize(key_rows * d, 0.0);
-                values.resize(nk * d, 0.0);
                 for hd in 0..heads {
-                    let column = |part: usize, j: usize| {
-                        let at = (start + k0 + j) * 3 * h + part * h + hd * d;
-                        &qkv[at..at + d]
-                    };
+                    // The keys packed (the scores' kernel reads 8 keys at constant offsets);
+                    // the values are read in place.
                     for (j, key) in keys.chunks_exact_mut(d).enumerate() {
+                        let at = (start + k0 + j) * 3 * h + h + hd * d;
                         match j < nk {
-                            true => key.copy_from_slice(column(1, j)),
+                            true => key.copy_from_slice(&qkv[at..at + d]),
                             false => key.fill(0.0),
                         }
-                    }
-                    for (j, value) in values.chunks_exact_mut(d).enumerate() {
-                        value.copy_from_slice(column(2, j));
                     }
                     Head {
                         q: &qkv[(start + q0) * 3 * h + hd * d..],
                         q_stride: 3 * h,
                         queries: nq,
                         keys,
-                        values,
+                        values: &qkv[(start + k0) * 3 * h + 2 * h + hd * d..],
+                        v_stride: 3 * h,
                         nk,
                         d,
                         scale,

@@ -33,8 +33,9 @@ pub(crate) struct Head<'a> {
     /// The keys, packed: key `j` is `keys[j * d..][..d]`, `nk` of them then zero rows up to
     /// a multiple of 8 ([`Head::key_rows`]).
     pub keys: &'a [f32],
-    /// The values, packed as the keys (`nk` rows).
+    /// The values: key `j`'s are `values[j * v_stride..][..d]` (read in place).
     pub values: &'a [f32],
+    pub v_stride: usize,
     pub nk: usize,
     pub d: usize,
     /// Multiplies the scores before the softmax (`1 / √d`).
@@ -68,14 +69,15 @@ impl Head<'_> {
         assert!(Head::supported(d), "no fused attention for d = {d}");
         assert!(nk >= 1 && n >= 1);
         assert!(self.q_stride >= d && self.q.len() >= (n - 1) * self.q_stride + d);
-        assert!(self.keys.len() >= Head::key_rows(nk) * d && self.values.len() >= nk * d);
+        assert!(self.keys.len() >= Head::key_rows(nk) * d);
+        assert!(self.v_stride >= d && self.values.len() >= (nk - 1) * self.v_stride + d);
         assert!(self.out_stride >= d && self.out.len() >= (n - 1) * self.out_stride + d);
         let len = d * LANES + Head::key_rows(nk) * LANES;
         if scratch.len() < len {
             scratch.resize(len, 0.0);
         }
         // SAFETY: `supported` says the CPU has AVX-512F; the asserts above keep every read
-        // (`n` query rows, `key_rows(nk)` key rows, `nk` value rows) and write (`n` output
+        // (`n` query rows, `key_rows(nk)` key rows, `nk` value rows of `d`) and write (`n` output
         // rows of `d`) inside the slices, and `scratch` holds `d x 16` transposed queries and
         // `key_rows(nk) x 16` scores.
         unsafe {
@@ -161,7 +163,7 @@ unsafe fn head_avx512<const D: usize, const DV: usize, const QR: usize>(
         for r0 in (0..lanes).step_by(QR) {
             let mut acc = [[_mm512_setzero_ps(); DV]; QR];
             for j in 0..nk {
-                let vp = values.add(j * D);
+                let vp = values.add(j * h.v_stride);
                 let mut v = [_mm512_setzero_ps(); DV];
                 for (c, vc) in v.iter_mut().enumerate() {
                     *vc = _mm512_loadu_ps(vp.add(c * LANES));
