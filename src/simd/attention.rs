@@ -195,9 +195,12 @@ unsafe fn visible(positions: Option<(usize, __m512i)>, j: usize) -> __mmask16 {
     match positions {
         None => 0xFFFF,
         Some((w, pos)) => {
+            // Positions fit in i32 (a block's keys are a slice's rows); a window wider than
+            // that is every key.
+            let w = w.min(i32::MAX as usize) as i32;
             let diff = _mm512_sub_epi32(pos, _mm512_set1_epi32(j as i32));
-            _mm512_cmple_epi32_mask(diff, _mm512_set1_epi32(w as i32))
-                & _mm512_cmpge_epi32_mask(diff, _mm512_set1_epi32(-(w as i32)))
+            _mm512_cmple_epi32_mask(diff, _mm512_set1_epi32(w))
+                & _mm512_cmpge_epi32_mask(diff, _mm512_set1_epi32(-w))
         }
     }
 }
