@@ -81,18 +81,12 @@ pub(crate) fn attention(
         let (start, len) = (starts[s], lens[s]);
         let nq = out.len() / h;
         let q1 = q0 + nq;
-        // The keys any query of the block sees, and each query's own.
+        // The keys any query of the block sees.
         let (k0, k1) = match window {
             None => (0, len),
             Some(w) => (q0.saturating_sub(w), (q1 + w).min(len)),
         };
         let nk = k1 - k0;
-        let ranges: Vec<(usize, usize)> = match window {
-            None => Vec::new(),
-            Some(w) => (q0..q1)
-                .map(|i| (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0))
-                .collect(),
-        };
         #[cfg(target_arch = "x86_64")]
         if nq >= FUSED_MIN_QUERIES && Head::supported(d) {
             let offset = q0 - k0;
@@ -128,6 +122,13 @@ pub(crate) fn attention(
             });
             return;
         }
+        // Each query's own keys (the fused kernel masks them lane by lane instead).
+        let ranges: Vec<(usize, usize)> = match window {
+            None => Vec::new(),
+            Some(w) => (q0..q1)
+                .map(|i| (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0))
+                .collect(),
+        };
         with_scratch(&SCORES, |scores| {
             if scores.len() < nq * nk {
                 scores.resize(nq * nk, 0.0);

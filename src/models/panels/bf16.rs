@@ -59,7 +59,7 @@ pub(super) fn copy_pairs<'a>(
     kb: usize,
     rows: usize,
     packed: &'a mut Vec<u32>,
-) -> Copied<'a, u32> {
+) -> Copied<'a> {
     let pairs = kb.div_ceil(2);
     let lda = super::row_stride(pairs, 16);
     packed.resize(rows * lda, 0);

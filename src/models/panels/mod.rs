@@ -402,13 +402,13 @@ enum Left<'a> {
     /// `f32` rows, interleaved tile by tile ([`copy_tiles`]).
     Floats(&'a [f32]),
     /// Rows of `bf16` pairs, one `u32` per two columns ([`bf16::copy_pairs`]).
-    Pairs(Copied<'a, u32>),
+    Pairs(Copied<'a>),
 }
 
-/// Rows of a left operand's block, copied `lda` values apart.
+/// Rows of a left operand's block in `bf16` pairs, copied `lda` words apart.
 #[derive(Clone, Copy)]
-struct Copied<'a, T> {
-    data: &'a [T],
+struct Copied<'a> {
+    data: &'a [u32],
     lda: usize,
 }
 
@@ -450,57 +450,36 @@ impl KBlock<'_> {
         let end = group.end;
         let mut p = group.start;
         while p < end {
-            // Two whole `f32` panels side by side run the AVX-512 pair tiles (see
-            // `PairTile`); the rest, one panel at a time.
-            if let (Values::F32(v), Left::Floats(a), true) = (&b.data, left, self.pairs(p, end, n))
-            {
-                let c0 = p * NR;
-                let block = |q: usize| &v[b.block(q, k0, kb)];
-                let panels = [block(p), block(p + 1)];
-                let ahead = [p + 2, p + 3].map(|q| block(if q < end { q } else { p }));
-                let bias = first.then(|| &bias[c0..c0 + 2 * NR]);
-                for blk in 0..blocks {
-                    let r0 = blk * mr;
-                    PairTile {
-                        a: &a[r0 * kb..][..mr * kb],
-                        b: panels,
-                        next: if blk == 0 { ahead } else { panels },
-                        k: kb,
-                        out: Out {
-                            out: &mut out[r0 * out_stride + c0..],
-                            stride: out_stride,
-                            rows: mr.min(m - r0),
-                            cols: 2 * NR,
-                            bias,
-                            add: !first || accumulate,
-                        },
-                    }
-                    .run(isa);
-                }
-                p += 2;
-                continue;
-            }
             let c0 = p * NR;
-            let cols = NR.min(n - c0);
             // The first tile pulls the next panel's block into the cache as it goes (one
             // line per step of `k`), so that it need not wait for memory when its turn
             // comes: the weights of a large model stream from memory, not the cache. (A
             // block widened to `f32` is read in order as it is widened, which the hardware
-            // prefetches.)
+            // prefetches.) Two whole `f32` panels side by side run the AVX-512 pair tiles
+            // (see `PairTile`), prefetching the two after them.
             let next = if p + 1 < end { p + 1 } else { p };
-            let (panel, next): (Operand<'_>, Operand<'_>) = match (&b.data, left) {
-                (Values::F32(v), _) => (
+            let right = match (&b.data, left) {
+                (Values::F32(v), Left::Floats(_)) if self.pairs(p, end, n) => {
+                    let block = |q: usize| &v[b.block(q, k0, kb)];
+                    let ahead = [p + 2, p + 3].map(|q| block(if q < end { q } else { p }));
+                    Right::Pair([block(p), block(p + 1)], ahead)
+                }
+                (Values::F32(v), _) => Right::One(
                     Operand::F32(&v[b.block(p, k0, kb)]),
                     Operand::F32(&v[b.block(next, k0, kb)]),
                 ),
-                (Values::Bf16(v), Left::Pairs(_)) => (
+                (Values::Bf16(v), Left::Pairs(_)) => Right::One(
                     Operand::Bf16(&v[b.block(p, k0, kb)]),
                     Operand::Bf16(&v[b.block(next, k0, kb)]),
                 ),
                 (Values::Bf16(v), Left::Floats(_)) => {
                     widen(isa, &v[b.block(p, k0, kb)], wide);
-                    (Operand::F32(wide), Operand::F32(wide))
+                    Right::One(Operand::F32(wide), Operand::F32(wide))
                 }
+            };
+            let (width, cols) = match right {
+                Right::Pair(..) => (2, 2 * NR),
+                Right::One(..) => (1, NR.min(n - c0)),
             };
             // The first block of `k` adds the bias (and replaces `out` unless
             // accumulating), the others add to the sums so far.
@@ -516,30 +495,39 @@ impl KBlock<'_> {
                     bias,
                     add,
                 };
-                let next = if blk == 0 { next } else { panel };
-                match (left, panel, next) {
-                    (Left::Floats(a), Operand::F32(b), Operand::F32(next)) => Tile {
+                match (left, right) {
+                    (Left::Floats(a), Right::Pair(b, ahead)) => PairTile {
                         a: &a[r0 * kb..][..mr * kb],
                         b,
-                        next,
+                        next: if blk == 0 { ahead } else { b },
+                        k: kb,
+                        out,
+                    }
+                    .run(isa),
+                    (Left::Floats(a), Right::One(Operand::F32(b), Operand::F32(next))) => Tile {
+                        a: &a[r0 * kb..][..mr * kb],
+                        b,
+                        next: if blk == 0 { next } else { b },
                         k: kb,
                         mr,
                         out,
                     }
                     .run(isa),
-                    (Left::Pairs(a), Operand::Bf16(b), Operand::Bf16(next)) => DotTile {
-                        a: &a.data[r0 * a.lda..][..mr * a.lda],
-                        lda: a.lda,
-                        b,
-                        next,
-                        pairs: kb.div_ceil(2),
-                        out,
+                    (Left::Pairs(a), Right::One(Operand::Bf16(b), Operand::Bf16(next))) => {
+                        DotTile {
+                            a: &a.data[r0 * a.lda..][..mr * a.lda],
+                            lda: a.lda,
+                            b,
+                            next: if blk == 0 { next } else { b },
+                            pairs: kb.div_ceil(2),
+                            out,
+                        }
+                        .run()
                     }
-                    .run(),
                     _ => unreachable!("a left operand in pairs goes with bf16 panels"),
                 }
             }
-            p += 1;
+            p += width;
         }
     }
 
@@ -553,6 +541,14 @@ impl KBlock<'_> {
         let _ = (p, end, n);
         false
     }
+}
+
+/// The right-hand blocks of one step of [`KBlock::columns`]: two `f32` panels' blocks and the
+/// two to prefetch, or one panel's block and the one to prefetch.
+#[derive(Clone, Copy)]
+enum Right<'a> {
+    Pair([&'a [f32]; 2], [&'a [f32]; 2]),
+    One(Operand<'a>, Operand<'a>),
 }
 
 /// A panel's block as a tile reads it.
@@ -590,17 +586,12 @@ fn copy_tiles<'a>(
     packed.resize(tiles * mr * kb, 0.0);
     for (t, tile) in packed.chunks_exact_mut(mr * kb).take(tiles).enumerate() {
         let mut rows = [&[][..]; MAX_MR];
-        let present = (t * mr..a.rows).take(mr);
+        let present = t * mr..a.rows.min((t + 1) * mr);
+        let count = present.len();
         for (dst, row) in rows.iter_mut().zip(present) {
             *dst = &a.data[row * a.stride + k0..][..kb];
         }
-        interleave(
-            isa,
-            &rows[..a.rows.saturating_sub(t * mr).min(mr)],
-            mr,
-            kb,
-            tile,
-        );
+        interleave(isa, &rows[..count], mr, kb, tile);
         if round {
             bf16::round(tile);
         }
