@@ -101,7 +101,7 @@ unsafe fn head_avx512<const D: usize, const DV: usize, const QR: usize>(
     let nk = h.nk;
     let (qt, st) = scratch.split_at_mut(D * LANES);
     let (keys, values) = (h.keys.as_ptr(), h.values.as_ptr());
-    let (qt, st) = (qt.as_mut_ptr(), st.as_mut_ptr());
+    let st = st.as_mut_ptr();
     let lane_index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for g0 in (0..h.queries).step_by(LANES) {
         let lanes = LANES.min(h.queries - g0);
@@ -111,13 +111,8 @@ unsafe fn head_avx512<const D: usize, const DV: usize, const QR: usize>(
         for (row, i) in rows.iter_mut().zip(g0..g0 + lanes) {
             *row = &h.q[i * h.q_stride..][..D];
         }
-        super::panels::interleave(
-            super::FloatIsa::Avx512,
-            &rows[..lanes],
-            LANES,
-            D,
-            std::slice::from_raw_parts_mut(qt, D * LANES),
-        );
+        super::panels::interleave(super::FloatIsa::Avx512, &rows[..lanes], LANES, D, qt);
+        let qt = qt.as_ptr();
 
         // sᵀ[j] = the group's scores against key j, 8 keys at a time.
         for j0 in (0..nk).step_by(KEYS) {
