@@ -8,8 +8,8 @@
 //! A group `gemm_peak` times one f32 matrix product of the encoder's feed-forward shape
 //! (`2048 x 384` times `384 x 1536`) on the `gemm` crate the encoder calls, on the same
 //! threads: the machine's f32 peak as the encoder can reach it, measured on the spot; and a
-//! group `fma_peak`, the CPU's own: independent chains of AVX-512 multiply-adds on registers,
-//! one set per thread (where the CPU has AVX-512).
+//! group `fma_peak`, the CPU's own: independent chains of AVX-512 (or, without it, AVX2)
+//! multiply-adds on registers, one set per thread.
 //!
 //! A second group, `embed_precision`, embeds the first 64 documents in f32 and in int8
 //! (`Precision::Int8`); `scripts/bench_int8.py` runs it between its peers (onnxruntime's
@@ -91,20 +91,21 @@ fn gemm_peak(c: &mut Criterion, threads: usize) {
     group.finish();
 }
 
-/// Independent chains of 512-bit multiply-adds per core: enough to cover the instruction's
-/// latency on two FMA units.
+/// Independent chains of multiply-adds per core: enough to cover the instruction's latency
+/// (4 cycles) on two FMA units.
 #[cfg(all(feature = "models", target_arch = "x86_64"))]
 const FMA_CHAINS: usize = 12;
 
-/// The CPU's f32 peak: each thread runs [`FMA_CHAINS`] independent chains of AVX-512
-/// multiply-adds on registers (no memory), 32 floating-point operations each; reported as
-/// elements (operations) per second. The ceiling the panel tiles are measured against.
+/// The CPU's f32 peak: each thread runs [`FMA_CHAINS`] independent chains of multiply-adds on
+/// registers (no memory), AVX-512 (32 floating-point operations each) where the CPU has it,
+/// else AVX2 (16 each); reported as elements (operations) per second. The ceiling the panel
+/// tiles are measured against.
 #[cfg(all(feature = "models", target_arch = "x86_64"))]
 fn fma_peak(c: &mut Criterion, threads: usize) {
+    use std::arch::x86_64::*;
     #[allow(unsafe_code)]
     #[target_feature(enable = "avx512f")]
-    unsafe fn chains(steps: usize) -> f32 {
-        use std::arch::x86_64::*;
+    unsafe fn chains_avx512(steps: usize) -> f32 {
         let mut acc = [_mm512_set1_ps(1.0); FMA_CHAINS];
         let (m, a) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
         for _ in 0..steps {
@@ -114,21 +115,48 @@ fn fma_peak(c: &mut Criterion, threads: usize) {
         }
         acc.iter().map(|&v| _mm512_reduce_add_ps(v)).sum()
     }
-    if !std::arch::is_x86_feature_detected!("avx512f") {
-        eprintln!("fma_peak: no AVX-512 here, not measured");
-        return;
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn chains_avx2(steps: usize) -> f32 {
+        let mut acc = [_mm256_set1_ps(1.0); FMA_CHAINS];
+        let (m, a) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+        for _ in 0..steps {
+            for v in acc.iter_mut() {
+                *v = _mm256_fmadd_ps(*v, m, a);
+            }
+        }
+        let mut lanes = [0.0f32; 8];
+        for v in acc {
+            _mm256_storeu_ps(
+                lanes.as_mut_ptr(),
+                _mm256_add_ps(v, _mm256_loadu_ps(lanes.as_ptr())),
+            );
+        }
+        lanes.iter().sum()
     }
+    // SAFETY (both): each is only picked where the CPU reports its instructions.
+    #[allow(unsafe_code)]
+    let (name, flops, chains): (&str, usize, fn(usize) -> f32) =
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            ("avx512", 32, |steps| unsafe { chains_avx512(steps) })
+        } else if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            ("avx2", 16, |steps| unsafe { chains_avx2(steps) })
+        } else {
+            eprintln!("fma_peak: neither AVX-512 nor AVX2 + FMA here, not measured");
+            return;
+        };
     let steps = 1 << 20;
     let mut group = c.benchmark_group("fma_peak");
     group.sample_size(20).throughput(Throughput::Elements(
-        (threads * steps * FMA_CHAINS * 32) as u64,
+        (threads * steps * FMA_CHAINS * flops) as u64,
     ));
-    group.bench_function(format!("avx512_t{threads}"), |bench| {
+    group.bench_function(format!("{name}_t{threads}"), |bench| {
         bench.iter(|| {
             std::thread::scope(|s| {
                 let runs: Vec<_> = (0..threads)
-                    // SAFETY: AVX-512F is present (checked above).
-                    .map(|_| s.spawn(|| unsafe { chains(std::hint::black_box(steps)) }))
+                    .map(|_| s.spawn(|| chains(std::hint::black_box(steps))))
                     .collect();
                 runs.into_iter().map(|r| r.join().unwrap()).sum::<f32>()
             })

@@ -7,9 +7,9 @@
 //! rows: the block's scores cover only the keys its queries can see (the whole sequence, or the
 //! block widened by the window), so they stay in cache and a long sequence never fills a
 //! `(length, length)` matrix; each head's output is written straight into the task's rows of
-//! the context, at the head's columns. On AVX-512 (heads of 16, 32, 64 or 128 values, blocks
-//! of at least 8 queries) each head is one fused kernel (`simd::attention`); elsewhere two
-//! `gemm` products around a row softmax.
+//! the context, at the head's columns. On AVX-512 or AVX2 (heads of 16, 32, 64 or 128 values,
+//! blocks of at least 8 queries) each head is one fused kernel (`simd::attention`); elsewhere
+//! two `gemm` products around a row softmax.
 
 use std::cell::RefCell;
 
@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::models::kernels::{matmul, simd, softmax_row, softmax_rows, with_scratch, Mat, Threads};
 #[cfg(target_arch = "x86_64")]
-use crate::simd::attention::Head;
+use crate::simd::{attention::Head, FloatIsa};
 use pulp::{Simd, WithSimd};
 
 /// Queries per attention task.
@@ -31,8 +31,8 @@ pub(crate) struct Heads {
     pub dim: usize,
 }
 
-/// The fewest queries a task runs the fused kernel for (a group of 16 queries costs the same
-/// with fewer: one query per sequence, as a last layer that only needs the first token's row,
+/// The fewest queries a task runs the fused kernel for (a group of 8 or 16 queries costs the
+/// same with fewer: one query per sequence, as a last layer that only needs the first token's row,
 /// stays on the matrix-vector path).
 #[cfg(target_arch = "x86_64")]
 const FUSED_MIN_QUERIES: usize = 8;
@@ -40,9 +40,10 @@ const FUSED_MIN_QUERIES: usize = 8;
 thread_local! {
     /// Attention scores of one task, reused across calls on this thread.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// A task's keys of one head, packed, and the fused kernel's scratch.
+    /// A task's keys and values of one head, packed, and the fused kernel's scratch.
     #[cfg(target_arch = "x86_64")]
-    static FUSED: RefCell<[Vec<f32>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+    static FUSED: RefCell<[Vec<f32>; 3]> =
+        const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
 }
 
 /// Attention within each sequence of a packed batch (sequence `s` is rows
@@ -88,14 +89,18 @@ pub(crate) fn attention(
         };
         let nk = k1 - k0;
         #[cfg(target_arch = "x86_64")]
-        if nq >= FUSED_MIN_QUERIES && Head::supported(d) {
+        let isa = FloatIsa::detect();
+        #[cfg(target_arch = "x86_64")]
+        if nq >= FUSED_MIN_QUERIES && Head::supported(isa, d) {
             let offset = q0 - k0;
-            with_scratch(&FUSED, |[keys, scratch]| {
+            with_scratch(&FUSED, |[keys, values, scratch]| {
                 let key_rows = Head::key_rows(nk);
                 keys.resize(key_rows * d, 0.0);
+                values.resize(nk * d, 0.0);
                 for hd in 0..heads {
-                    // The keys packed (the scores' kernel reads 8 keys at constant offsets);
-                    // the values are read in place.
+                    // The keys packed (the scores' kernel reads 8 keys at constant offsets),
+                    // and the values (rows `3 * hidden` apart in place, a stride that maps
+                    // them onto a few sets of the level-1 cache).
                     for (j, key) in keys.chunks_exact_mut(d).enumerate() {
                         let at = (start + k0 + j) * 3 * h + h + hd * d;
                         match j < nk {
@@ -103,13 +108,17 @@ pub(crate) fn attention(
                             false => key.fill(0.0),
                         }
                     }
+                    for (j, value) in values.chunks_exact_mut(d).enumerate() {
+                        let at = (start + k0 + j) * 3 * h + 2 * h + hd * d;
+                        value.copy_from_slice(&qkv[at..at + d]);
+                    }
                     Head {
                         q: &qkv[(start + q0) * 3 * h + hd * d..],
                         q_stride: 3 * h,
                         queries: nq,
                         keys,
-                        values: &qkv[(start + k0) * 3 * h + 2 * h + hd * d..],
-                        v_stride: 3 * h,
+                        values,
+                        v_stride: d,
                         nk,
                         d,
                         scale,
@@ -117,7 +126,7 @@ pub(crate) fn attention(
                         out: &mut out[hd * d..],
                         out_stride: h,
                     }
-                    .run(scratch);
+                    .run(isa, scratch);
                 }
             });
             return;
@@ -216,7 +225,7 @@ mod tests {
     #[test]
     fn windowed_packed_attention_matches_the_definition() {
         // Heads of 4 values run the two products; of 32 and 64, the fused kernel where the
-        // CPU has it (AVX-512).
+        // CPU has it (AVX-512 or AVX2; `simd::attention`'s test runs both).
         for (heads, d) in [(2, 4), (2, 32), (3, 64)] {
             packed_attention_matches_the_definition(heads, d);
         }

@@ -5,7 +5,7 @@
 //! - `dot` (the one f32 dot product of the crate), `dense` (the dense scan's f16 and i8 dot
 //!   products, and its f16 conversions), and with the `models` feature `gemv` (one-row products over f32 / bf16
 //!   weights), `panels` (the micro-kernels of the models' packed f32 / bf16 layers),
-//!   `attention` (the encoders' fused attention on AVX-512) and `quant` (the int8 layers'
+//!   `attention` (the encoders' fused attention) and `quant` (the int8 layers'
 //!   integer kernels). They are `#[target_feature]` functions over
 //!   `std::arch` intrinsics: calling one on a CPU without its instructions is undefined
 //!   behaviour, so each is only called after this module's run-time detection reported them
