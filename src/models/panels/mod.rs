@@ -1,8 +1,8 @@
 //! Float32 matrix products on the crate's own micro-kernels, over a right-hand matrix packed in
 //! column panels: the products of every model's f32 linear layers (the encoders', Qwen3's),
 //! whose weights are packed once, at load time, and the one-row products of a Qwen3 decode
-//! step over the same panels. (Attention has a fused kernel of its own on AVX-512,
-//! `simd::attention`; elsewhere its small per-head products stay on `gemm`.)
+//! step over the same panels. (The encoders' attention has a fused kernel of its own on AVX-512
+//! and AVX2, `simd::attention`; elsewhere its small per-head products stay on `gemm`.)
 //!
 //! Why not `gemm` (the crate candle uses, and these products' engine before): on the shapes
 //! of a small encoder (`k` of 32 to 1536, a few hundred to a few thousand rows) its AVX2
