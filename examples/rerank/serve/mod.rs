@@ -337,25 +337,34 @@ fn embed_items(embedder: &dyn Embedder, items: &[(Role, String)]) -> Result<Vec<
     Ok(out)
 }
 
-/// The model's width, then the Matryoshka widths the registry knows for it.
+/// The model's width, then the Matryoshka widths the registry knows for it (the registry is
+/// the `models` feature's; a build without it reports the width alone).
 fn embedding_dimensions(config: &PipelineConfig, dim: usize) -> Vec<usize> {
-    let mut dims = vec![dim];
-    let model = serde_json::to_value(&config.embedder)
-        .ok()
-        .and_then(|v| v.get("model").and_then(|m| m.as_str().map(str::to_string)));
-    if let Some(model) = model {
-        let name = model
-            .trim_end_matches('/')
-            .rsplit('/')
-            .next()
-            .unwrap_or(&model);
-        let known = rerank::models::registry::find(&model)
-            .or_else(|| rerank::models::registry::find_by_name(name));
-        if let Some(known) = known.filter(|k| k.dim == Some(dim)) {
-            dims.extend(known.matryoshka.iter().copied().filter(|&d| d < dim));
-        }
+    #[cfg(not(feature = "models"))]
+    {
+        let _ = config;
+        vec![dim]
     }
-    dims
+    #[cfg(feature = "models")]
+    {
+        let mut dims = vec![dim];
+        let model = serde_json::to_value(&config.embedder)
+            .ok()
+            .and_then(|v| v.get("model").and_then(|m| m.as_str().map(str::to_string)));
+        if let Some(model) = model {
+            let name = model
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or(&model);
+            let known = rerank::models::registry::find(&model)
+                .or_else(|| rerank::models::registry::find_by_name(name));
+            if let Some(known) = known.filter(|k| k.dim == Some(dim)) {
+                dims.extend(known.matryoshka.iter().copied().filter(|&d| d < dim));
+            }
+        }
+        dims
+    }
 }
 
 fn router(state: Shared) -> Router {
