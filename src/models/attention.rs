@@ -98,19 +98,22 @@ pub(crate) fn attention(
                 keys.resize(key_rows * d, 0.0);
                 values.resize(nk * d, 0.0);
                 for hd in 0..heads {
+                    // Key or value `j` of this head (`part` 1 or 2 of the row).
+                    let column = |part: usize, j: usize| {
+                        let at = (start + k0 + j) * 3 * h + part * h + hd * d;
+                        &qkv[at..at + d]
+                    };
                     // The keys packed (the scores' kernel reads 8 keys at constant offsets),
                     // and the values (rows `3 * hidden` apart in place, a stride that maps
                     // them onto a few sets of the level-1 cache).
                     for (j, key) in keys.chunks_exact_mut(d).enumerate() {
-                        let at = (start + k0 + j) * 3 * h + h + hd * d;
                         match j < nk {
-                            true => key.copy_from_slice(&qkv[at..at + d]),
+                            true => key.copy_from_slice(column(1, j)),
                             false => key.fill(0.0),
                         }
                     }
                     for (j, value) in values.chunks_exact_mut(d).enumerate() {
-                        let at = (start + k0 + j) * 3 * h + 2 * h + hd * d;
-                        value.copy_from_slice(&qkv[at..at + d]);
+                        value.copy_from_slice(column(2, j));
                     }
                     Head {
                         q: &qkv[(start + q0) * 3 * h + hd * d..],
@@ -118,7 +121,6 @@ pub(crate) fn attention(
                         queries: nq,
                         keys,
                         values,
-                        v_stride: d,
                         nk,
                         d,
                         scale,

@@ -43,10 +43,9 @@ pub(crate) struct Head<'a> {
     /// The keys, packed: key `j` is `keys[j * d..][..d]`, `nk` of them then zero rows up to
     /// a multiple of 8 ([`Head::key_rows`]).
     pub keys: &'a [f32],
-    /// The values: key `j`'s are `values[j * v_stride..][..d]` (best packed, `v_stride = d`:
-    /// rows a power of two of bytes apart share a few sets of the level-1 cache).
+    /// The values, packed as the keys (`nk` rows): in place, rows a power of two of bytes
+    /// apart would share a few sets of the level-1 cache.
     pub values: &'a [f32],
-    pub v_stride: usize,
     pub nk: usize,
     pub d: usize,
     /// Multiplies the scores before the softmax (`1 / √d`).
@@ -82,7 +81,7 @@ impl Head<'_> {
         assert!(nk >= 1 && n >= 1);
         assert!(self.q_stride >= d && self.q.len() >= (n - 1) * self.q_stride + d);
         assert!(self.keys.len() >= Head::key_rows(nk) * d);
-        assert!(self.v_stride >= d && self.values.len() >= (nk - 1) * self.v_stride + d);
+        assert!(self.values.len() >= nk * d);
         assert!(self.out_stride >= d && self.out.len() >= (n - 1) * self.out_stride + d);
         let len = (d + Head::key_rows(nk)) * MAX_LANES;
         if scratch.len() < len {
@@ -189,12 +188,10 @@ unsafe fn head<V: Vector, const D: usize, const QR: usize, const CV: usize>(
             (w, V::positions((g0 + offset) as i32))
         });
         let visible = |j: usize| window.map(|(w, pos)| V::within(pos, j as i32, w));
-        if window.is_some() {
+        if let Some((w, pos)) = window {
             for j in 0..nk {
                 let s = V::load(st.add(j * lanes_n));
-                if let Some(mask) = visible(j) {
-                    max = max.max_where(mask, s);
-                }
+                max = max.max_where(V::within(pos, j as i32, w), s);
             }
         }
         let mut sum = V::zero();
@@ -232,7 +229,7 @@ unsafe fn head<V: Vector, const D: usize, const QR: usize, const CV: usize>(
                         }
                     }
                     for j in j0..j1 {
-                        let vp = values.add(j * h.v_stride + c0);
+                        let vp = values.add(j * D + c0);
                         let mut v = [V::zero(); CV];
                         for (c, vc) in v.iter_mut().enumerate() {
                             *vc = V::load(vp.add(c * lanes_n));
@@ -489,7 +486,7 @@ mod tests {
 
     /// Every instruction set's kernel, every head size, against the definition in float64:
     /// groups of queries whole and partial, keys fewer and more than a step of 8, globally and
-    /// in windows, with rows strided as in a `(tokens, 3 * hidden)` matrix.
+    /// in windows, with query and output rows strided as in a `(tokens, 3 * hidden)` matrix.
     #[test]
     fn every_instruction_set_matches_the_definition() {
         let cases = [
@@ -519,7 +516,7 @@ mod tests {
     fn check(isa: FloatIsa, d: usize, nq: usize, nk: usize, window: Option<(usize, usize)>) {
         let stride = 3 * d + 5;
         let q = noise(nq * stride, 1);
-        let v = noise(nk * stride, 2);
+        let v = noise(nk * d, 2);
         let k = noise(nk * d, 3);
         let mut keys = k.clone();
         keys.resize(Head::key_rows(nk) * d, 0.0);
@@ -531,7 +528,6 @@ mod tests {
             queries: nq,
             keys: &keys,
             values: &v,
-            v_stride: stride,
             nk,
             d,
             scale,
@@ -555,7 +551,7 @@ mod tests {
             for c in 0..d {
                 let want: f64 = seen
                     .iter()
-                    .map(|&j| (score(j) - max).exp() / z * v[j * stride + c] as f64)
+                    .map(|&j| (score(j) - max).exp() / z * v[j * d + c] as f64)
                     .sum();
                 let got = out[i * stride + c] as f64;
                 assert!(
