@@ -14,6 +14,11 @@ With --infinity, infinity (pip install "infinity-emb[server,torch]") serves the 
 directories on the same machine with the same threads, and the same load runs against its
 /rerank and /embeddings.
 
+--precision int8 runs both servers' models with int8 linear layers: ours with `precision: int8`
+in both config sections, infinity with `--dtype int8` (on CPU, torch's dynamic quantization of
+every Linear: int8 weights, activations quantized per call). The default f32 runs both in f32
+(infinity's `--dtype auto` on CPU).
+
 Usage (the release binary, a Python with httpx, e.g. the cohere/openai clients virtualenv):
     cargo build --release --features full --example rerank
     python scripts/bench_serve.py --bin $CARGO_TARGET_DIR/release/examples/rerank [--infinity PATH]
@@ -207,8 +212,8 @@ def run_rerank_serve(args, query, docs, texts):
     config = tmp / "serve.yaml"
     config.write_text(
         "retriever: { type: bm25 }\n"
-        f"reranker: {{ type: cross_encoder, model: {MODELS / 'ce-minilm-l6-random'} }}\n"
-        f"embedder: {{ type: bert, model: {MODELS / 'all-MiniLM-L6-v2'} }}\n"
+        f"reranker: {{ type: cross_encoder, model: {MODELS / 'ce-minilm-l6-random'}, precision: {args.precision} }}\n"
+        f"embedder: {{ type: bert, model: {MODELS / 'all-MiniLM-L6-v2'}, precision: {args.precision} }}\n"
     )
     proc = subprocess.Popen(
         [args.bin, "serve", "--config", str(config), "--addr", f"127.0.0.1:{port}",
@@ -246,7 +251,8 @@ def run_infinity(args, query, docs, texts):
     proc = subprocess.Popen(
         [args.infinity, "v2", "--port", str(port), "--host", "127.0.0.1",
          "--model-id", str(MODELS / "ce-minilm-l6-random"), "--model-id", str(MODELS / "all-MiniLM-L6-v2"),
-         "--engine", "torch", "--device", "cpu"],
+         "--engine", "torch", "--device", "cpu",
+         "--dtype", {"f32": "float32", "int8": "int8"}[args.precision]],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -272,6 +278,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--precision", choices=["f32", "int8"], default="f32",
+                    help="both servers' linear layers (infinity: --dtype float32 or int8)")
     ap.add_argument("--client-timeout", type=int, default=120,
                     help="each client's timeout in seconds: past the time the queue takes to "
                          "drain, no request is abandoned half-scored, on either server")
@@ -282,6 +290,7 @@ def main():
     query, docs = scifact(100)
     texts = docs
     out = {"clients": args.clients, "seconds": args.seconds, "threads": args.threads,
+           "precision": args.precision,
            "rerank_serve": run_rerank_serve(args, query, docs, texts)}
     if args.infinity:
         out["infinity"] = run_infinity(args, query, docs, texts)

@@ -59,6 +59,7 @@ mod error;
 mod filter;
 #[cfg(any(feature = "http", feature = "milvus"))]
 mod http;
+mod precision;
 mod simd;
 
 pub mod text;
@@ -84,6 +85,7 @@ pub mod store;
 pub use document::{read_bounded_lines, Document, Hit, Metadata, MAX_LINE_BYTES};
 pub use error::{BoxError, Error, Result};
 pub use filter::Filter;
+pub use precision::Precision;
 pub use simd::simd_isa;
 
 // The five traits.

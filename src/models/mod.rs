@@ -49,6 +49,7 @@ pub(crate) mod qwen3;
 pub mod registry;
 pub(crate) mod weights;
 
+pub use crate::Precision;
 pub(crate) use batch::{packed_starts, plan_batches, plan_packed_batches};
 pub(crate) use bert::classifier::SequenceClassifier;
 #[doc(hidden)]
@@ -65,7 +66,7 @@ pub(crate) use gte::classifier::GteClassifier;
 pub use hub::HubModel;
 pub(crate) use modernbert::classifier::ModernBertClassifier;
 pub(crate) use options::ModelPool;
-pub use options::{max_threads, ModelOptions, Precision, MAX_LENGTH};
+pub use options::{max_threads, ModelOptions, MAX_LENGTH};
 pub use quant::int8_kernel;
 
 /// `n` reproducible values in `[-1, 1)` from `seed` (a linear congruential generator): the

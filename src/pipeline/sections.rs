@@ -15,7 +15,7 @@ use crate::classify::{read_aliases, RuleClassifier, RuleConfig};
 use crate::guard::{PiiGuard, PiiKind};
 use crate::recall::Fusion;
 use crate::rerankers::qwen3::Instructions;
-use crate::{Document, Embedder, Error, Generator, Reranker, Result};
+use crate::{Document, Embedder, Error, Generator, Precision, Reranker, Result};
 
 /// The `recall` section: which retriever a request uses (the retrievers themselves are the
 /// `retriever` section).
@@ -68,6 +68,10 @@ pub enum EmbedderConfig {
         /// Keep only the first N dimensions, re-normalized (a Matryoshka model; default: all).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dims: Option<usize>,
+        /// The number format of the model's linear layers: `f32` (default), or `int8` where
+        /// the model's builder takes it ([`Precision`]; refused at load otherwise).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        precision: Option<Precision>,
     },
     /// An OpenAI-compatible `/embeddings` API (feature `http`): `OpenAiEmbedder`.
     Openai {
@@ -116,7 +120,11 @@ impl EmbedderConfig {
             EmbedderConfig::Hashing { dim, dims } => {
                 (Arc::new(crate::embed::HashingEmbedder::new(*dim)?), *dims)
             }
-            EmbedderConfig::Bert { model, dims } => (embedder(model)?, *dims),
+            EmbedderConfig::Bert {
+                model,
+                dims,
+                precision,
+            } => (embedder(model, precision.unwrap_or_default())?, *dims),
             EmbedderConfig::Openai { .. } => (self.openai()?, None),
         };
         Ok(match dims {
@@ -175,15 +183,15 @@ impl EmbedderConfig {
 }
 
 #[cfg(feature = "models")]
-fn embedder(model: &Path) -> Result<Arc<dyn Embedder>> {
+fn embedder(model: &Path, precision: Precision) -> Result<Arc<dyn Embedder>> {
     Ok(Arc::from(crate::load_embedder(
         model,
-        &crate::models::ModelOptions::default(),
+        &crate::models::ModelOptions::default().precision(precision),
     )?))
 }
 
 #[cfg(not(feature = "models"))]
-fn embedder(_model: &Path) -> Result<Arc<dyn Embedder>> {
+fn embedder(_model: &Path, _precision: Precision) -> Result<Arc<dyn Embedder>> {
     Err(Error::Config(
         "embedder: a BERT embedder needs the `models` feature of rerank".into(),
     ))
@@ -221,6 +229,7 @@ pub enum RerankerKind {
 ///   # or: fallback: { embedding_model: models/all-MiniLM-L6-v2 }  (embedding cosine)
 ///   instructions: { entity_field: entity_type, tasks: { design: "..." } }
 ///   passages: { aggregate: max }  # long documents scored by windows, the best kept
+///   precision: int8               # f32 (default) | int8 | bf16, where the model takes it
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -254,6 +263,11 @@ pub struct RerankerConfig {
     /// [`Passages`](crate::rerankers::Passages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passages: Option<crate::rerankers::Passages>,
+    /// The number format of the model's linear layers: `f32` (default), or `int8` / `bf16`
+    /// where the model's builder takes it ([`Precision`]; a builder refuses one it cannot
+    /// run, at load). Every type but `lexical`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
 }
 
 /// The `reranker.fallback` section.
@@ -281,6 +295,7 @@ impl RerankerConfig {
             instructions: None,
             fallback: None,
             passages: None,
+            precision: None,
         }
     }
 
@@ -293,7 +308,8 @@ impl RerankerConfig {
         builder = match &fallback.embedding_model {
             None => builder.fallback(crate::rerankers::LexicalReranker),
             Some(model) => {
-                builder.fallback(crate::rerankers::EmbeddingReranker::new(embedder(model)?))
+                let embedder = embedder(model, Precision::F32)?;
+                builder.fallback(crate::rerankers::EmbeddingReranker::new(embedder))
             }
         };
         if let Some(ms) = fallback.budget_ms {
@@ -311,9 +327,21 @@ impl RerankerConfig {
         })
     }
 
+    /// Refuses a precision on the model-free reranker, in every build.
+    fn check_precision(&self) -> Result<()> {
+        match (self.kind, self.precision) {
+            (RerankerKind::Lexical, Some(p)) => Err(Error::Config(format!(
+                "reranker.precision: the lexical reranker has no model to run in {p}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     #[cfg(feature = "models")]
     fn build_primary(&self) -> Result<Box<dyn Reranker>> {
-        let mut options = crate::models::ModelOptions::default();
+        self.check_precision()?;
+        let mut options =
+            crate::models::ModelOptions::default().precision(self.precision.unwrap_or_default());
         if let Some(passages) = self.passages {
             if matches!(self.kind, RerankerKind::Embedding | RerankerKind::Lexical) {
                 return Err(Error::Config(format!(
@@ -349,7 +377,6 @@ impl RerankerConfig {
             }
             RerankerKind::Model => crate::rerankers::load_reranker(self.model()?, &options)?,
             RerankerKind::Embedding => {
-                let options = crate::models::ModelOptions::default();
                 let embedder: Arc<dyn Embedder> =
                     Arc::from(crate::load_embedder(self.model()?, &options)?);
                 Box::new(crate::rerankers::EmbeddingReranker::new(embedder))
@@ -359,6 +386,7 @@ impl RerankerConfig {
 
     #[cfg(not(feature = "models"))]
     fn build_primary(&self) -> Result<Box<dyn Reranker>> {
+        self.check_precision()?;
         match self.kind {
             RerankerKind::Lexical => Ok(Box::new(crate::rerankers::LexicalReranker)),
             _ => {

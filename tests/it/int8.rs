@@ -263,3 +263,77 @@ fn precision_names_round_trip() {
     }
     assert!(matches!("fp16".parse::<Precision>(), Err(Error::Config(_))));
 }
+
+/// A pipeline config's `precision` key reaches the models: the reranker and the embedder it
+/// builds score and embed exactly as the int8 models built by hand, not as the f32 ones; a
+/// precision a model cannot run, or one on the model-free reranker, is refused by name.
+#[test]
+fn a_pipeline_config_runs_its_models_in_the_precision_it_names() {
+    use rerank::pipeline::PipelineConfig;
+    use rerank::rerankers::RerankQuery;
+    use rerank::Reranker;
+    let ce = Path::new(CE_FIXTURE).join("model");
+    let minilm = minilm_dir();
+    if !ce.join("config.json").is_file() || !minilm.join("model.safetensors").is_file() {
+        crate::common::skip("skipping: the tiny cross-encoder or all-MiniLM-L6-v2 is absent");
+        return;
+    }
+    let yaml = |reranker: &str| {
+        format!(
+            "retriever: {{ type: bm25 }}\nreranker: {reranker}\n\
+             embedder: {{ type: bert, model: {:?}, precision: int8 }}\n",
+            minilm.display().to_string()
+        )
+    };
+    let config = PipelineConfig::from_yaml_str(&yaml(&format!(
+        "{{ type: cross_encoder, model: {:?}, precision: int8 }}",
+        ce.display().to_string()
+    )))
+    .unwrap();
+    let pipeline = config.build(vec![]).unwrap();
+
+    let query = RerankQuery::new("how do vaccines train the immune system");
+    let docs = [
+        "Vaccines expose the immune system to a harmless antigen.",
+        "The recipe needs two cups of flour.",
+        "Ünïcödé naïve café",
+    ];
+    let by_hand = |precision| {
+        CrossEncoder::builder(&ce)
+            .options(ModelOptions::default().precision(precision))
+            .build()
+            .unwrap()
+    };
+    let got = pipeline.reranker().unwrap().score(&query, &docs).unwrap();
+    assert_eq!(got, by_hand(Precision::Int8).score(&query, &docs).unwrap());
+    assert_ne!(got, by_hand(Precision::F32).score(&query, &docs).unwrap());
+
+    let int8 = BertEmbedder::builder(&minilm)
+        .options(ModelOptions::default().precision(Precision::Int8))
+        .build()
+        .unwrap();
+    let embedder = pipeline.embedder().unwrap();
+    assert_eq!(embedder.id(), int8.id());
+    assert_eq!(embedder.embed(&docs).unwrap(), int8.embed(&docs).unwrap());
+
+    // What cannot run is refused when the pipeline is built, naming the precision or the key.
+    let e = PipelineConfig::from_yaml_str(&yaml(&format!(
+        "{{ type: cross_encoder, model: {:?}, precision: bf16 }}",
+        ce.display().to_string()
+    )))
+    .unwrap()
+    .build(vec![])
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("bf16"), "{e}");
+    let e = PipelineConfig::from_yaml_str(&yaml("{ type: lexical, precision: int8 }"))
+        .unwrap()
+        .build(vec![])
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("reranker.precision"), "{e}");
+    let e = PipelineConfig::from_yaml_str(&yaml("{ type: lexical, precision: int4 }"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("int4"), "{e}");
+}

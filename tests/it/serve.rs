@@ -348,6 +348,10 @@ fn serve_answers_every_api_as_the_library_does() {
     let info: Value = serde_json::from_slice(&info).unwrap();
     assert_eq!(info["reranker"], "cross-encoder");
     assert_eq!(info["embedder"]["dimensions"], json!([384]));
+    assert_eq!(
+        info["precision"],
+        json!({"reranker": "f32", "embedder": "f32"})
+    );
     let (_, _, metrics) = http(addr, "GET", "/metrics", &[], b"");
     let metrics = String::from_utf8(metrics).unwrap();
     assert!(

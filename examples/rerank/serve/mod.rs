@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
-use rerank::pipeline::{Pipeline, PipelineConfig};
+use rerank::pipeline::{EmbedderConfig, Pipeline, PipelineConfig, RerankerKind};
 use rerank::rerankers::RerankQuery;
 use rerank::{Embedder, Role};
 
@@ -301,6 +301,7 @@ fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
             "dimensions": dimensions,
         })),
         "generator": pipeline.generator().map(|g| g.name().to_string()),
+        "precision": precisions(config),
         "recall_modes": pipeline.recall_modes(),
         "limits": state.limits,
         "version": env!("CARGO_PKG_VERSION"),
@@ -317,6 +318,20 @@ fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
         return Err("loaded twice".into());
     }
     Ok(())
+}
+
+/// The number format each model runs in (`null` for a model-free or remote one).
+fn precisions(config: &PipelineConfig) -> serde_json::Value {
+    let reranker = config
+        .reranker
+        .as_ref()
+        .filter(|r| r.kind != RerankerKind::Lexical)
+        .map(|r| r.precision.unwrap_or_default());
+    let embedder = match &config.embedder {
+        Some(EmbedderConfig::Bert { precision, .. }) => Some(precision.unwrap_or_default()),
+        _ => None,
+    };
+    serde_json::json!({ "reranker": reranker, "embedder": embedder })
 }
 
 /// Embeds a batch whose items may have different roles: one call per role, outputs in input
