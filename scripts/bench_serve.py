@@ -22,6 +22,10 @@ every Linear: int8 weights, activations quantized per call). The default f32 run
 Usage (the release binary, a Python with httpx, e.g. the cohere/openai clients virtualenv):
     cargo build --release --features full --example rerank
     python scripts/bench_serve.py --bin $CARGO_TARGET_DIR/release/examples/rerank [--infinity PATH]
+What int8 costs in agreement, per server (no load; each server's int8 against its own f32):
+    python scripts/bench_serve.py --bin ... --infinity PATH --samples-only f32.json
+    python scripts/bench_serve.py --bin ... --infinity PATH --samples-only int8.json --precision int8
+    python scripts/bench_serve.py --bin ... --compare int8.json f32.json
 """
 import argparse
 import asyncio
@@ -206,6 +210,41 @@ def faults(port, query, docs):
     return out
 
 
+def sample(rerank_url, rerank_body, embed_url, embed_body):
+    """One request to each route: the scores in document order and the embeddings in input order
+    (what --samples keeps, to compare one precision's outputs with another's)."""
+    r = httpx.post(rerank_url, json=rerank_body, timeout=900).json()
+    scores = [None] * len(rerank_body["documents"])
+    for hit in r["results"]:
+        scores[hit["index"]] = hit["relevance_score"]
+    e = httpx.post(embed_url, json=embed_body, timeout=900).json()
+    vectors = [d["embedding"] for d in sorted(e["data"], key=lambda d: d["index"])]
+    return {"rerank": scores, "embeddings": vectors}
+
+
+def spearman(a, b):
+    def ranks(v):
+        r = [0] * len(v)
+        for rank, i in enumerate(sorted(range(len(v)), key=v.__getitem__)):
+            r[i] = rank
+        return r
+    ra, rb, n = ranks(a), ranks(b), len(a)
+    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
+
+
+def cosine(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+
+def agreement(got, reference):
+    """How one server's samples agree with its samples in another precision."""
+    cos = [cosine(a, b) for a, b in zip(got["embeddings"], reference["embeddings"])]
+    return {"rerank_spearman": round(spearman(got["rerank"], reference["rerank"]), 5),
+            "embeddings_min_cosine": round(min(cos), 6),
+            "embeddings_mean_cosine": round(sum(cos) / len(cos), 6)}
+
+
 def run_rerank_serve(args, query, docs, texts):
     port = free_port()
     tmp = Path(tempfile.mkdtemp())
@@ -223,6 +262,9 @@ def run_rerank_serve(args, query, docs, texts):
     try:
         base = f"http://127.0.0.1:{port}"
         wait_ready(base + "/health", proc)
+        if args.samples_only:
+            return sample(base + "/v2/rerank", {"query": query, "documents": docs, "top_n": len(docs)},
+                          base + "/v1/embeddings", {"input": texts, "model": "m"})
         result = {
             "rerank": asyncio.run(load(base + "/v2/rerank", {"query": query, "documents": docs}, args.clients, args.seconds, args.client_timeout)),
             "embeddings": asyncio.run(load(base + "/v1/embeddings", {"input": texts, "model": "m"}, args.clients, args.seconds, args.client_timeout)),
@@ -261,6 +303,10 @@ def run_infinity(args, query, docs, texts):
         # infinity names a local model by the last parts of its path: ask it which is which.
         ids = {cap: m["id"] for m in httpx.get(base + "/models").json()["data"]
                for cap in m.get("capabilities", [])}
+        if args.samples_only:
+            return sample(base + "/rerank", {"query": query, "documents": docs, "model": ids["rerank"],
+                                             "top_n": len(docs)},
+                          base + "/embeddings", {"input": texts, "model": ids["embed"]})
         return {
             "rerank": asyncio.run(load(base + "/rerank", {"query": query, "documents": docs, "model": ids["rerank"]}, args.clients, args.seconds, args.client_timeout)),
             "embeddings": asyncio.run(load(base + "/embeddings", {"input": texts, "model": ids["embed"]}, args.clients, args.seconds, args.client_timeout)),
@@ -286,7 +332,19 @@ def main():
     ap.add_argument("--server-timeout", type=int, default=600,
                     help="rerank serve's --timeout-secs: long enough that a full queue waits "
                          "rather than times out, as infinity's does")
+    ap.add_argument("--samples-only", metavar="FILE",
+                    help="no load: start each server, score and embed the 100 documents once, "
+                         "write the outputs to FILE and stop")
+    ap.add_argument("--compare", nargs=2, metavar=("FILE", "REFERENCE"),
+                    help="no server: how the samples in FILE agree with those in REFERENCE "
+                         "(e.g. int8 against f32): Spearman of the rerank scores, cosines of "
+                         "the embeddings, per server")
     args = ap.parse_args()
+    if args.compare:
+        got, ref = (json.loads(Path(f).read_text()) for f in args.compare)
+        json.dump({k: agreement(got[k], ref[k]) for k in got if k in ref}, sys.stdout, indent=1)
+        print()
+        return
     query, docs = scifact(100)
     texts = docs
     out = {"clients": args.clients, "seconds": args.seconds, "threads": args.threads,
@@ -294,6 +352,9 @@ def main():
            "rerank_serve": run_rerank_serve(args, query, docs, texts)}
     if args.infinity:
         out["infinity"] = run_infinity(args, query, docs, texts)
+    if args.samples_only:
+        Path(args.samples_only).write_text(json.dumps({k: v for k, v in out.items() if isinstance(v, dict)}))
+        return
     json.dump(out, sys.stdout, indent=1)
     print()
 
