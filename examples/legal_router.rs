@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(model) = std::env::args_os().nth(1) {
         config.generator = Some(GeneratorConfig::Qwen3Chat {
             model: model.into(),
+            precision: None,
         });
     }
     let pipeline = config.build(Vec::new())?;

@@ -666,6 +666,10 @@ pub enum GeneratorConfig {
     Qwen3Chat {
         /// The model directory.
         model: PathBuf,
+        /// The number format of the decoder's matrices: `f32` (default) or `bf16`
+        /// ([`Precision`]; generation refuses `int8`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        precision: Option<Precision>,
     },
     /// An OpenAI-compatible chat-completions server (feature `http`).
     Openai {
@@ -696,7 +700,9 @@ impl GeneratorConfig {
             GeneratorConfig::Extractive { max_sentences } => Ok(Arc::new(
                 crate::Extractive::new().max_sentences(*max_sentences)?,
             )),
-            GeneratorConfig::Qwen3Chat { model } => qwen3_chat(model),
+            GeneratorConfig::Qwen3Chat { model, precision } => {
+                qwen3_chat(model, precision.unwrap_or_default())
+            }
             GeneratorConfig::Openai {
                 base_url,
                 model,
@@ -708,12 +714,15 @@ impl GeneratorConfig {
 }
 
 #[cfg(feature = "models")]
-fn qwen3_chat(model: &Path) -> Result<Arc<dyn Generator>> {
-    Ok(Arc::new(crate::Qwen3Chat::from_dir(model)?))
+fn qwen3_chat(model: &Path, precision: Precision) -> Result<Arc<dyn Generator>> {
+    let options = crate::models::ModelOptions::default().precision(precision);
+    Ok(Arc::new(
+        crate::Qwen3Chat::builder(model).options(options).build()?,
+    ))
 }
 
 #[cfg(not(feature = "models"))]
-fn qwen3_chat(_model: &Path) -> Result<Arc<dyn Generator>> {
+fn qwen3_chat(_model: &Path, _precision: Precision) -> Result<Arc<dyn Generator>> {
     Err(Error::Config(
         "generator: qwen3_chat needs the `models` feature of rerank".into(),
     ))

@@ -266,7 +266,8 @@ fn precision_names_round_trip() {
 
 /// A pipeline config's `precision` key reaches the models: the reranker and the embedder it
 /// builds score and embed exactly as the int8 models built by hand, not as the f32 ones; a
-/// precision a model cannot run, or one on the model-free reranker, is refused by name.
+/// precision a model cannot run (bf16 on an encoder, int8 on Qwen3 generation), or one on the
+/// model-free reranker, is refused by name.
 #[test]
 fn a_pipeline_config_runs_its_models_in_the_precision_it_names() {
     use rerank::pipeline::PipelineConfig;
@@ -274,8 +275,13 @@ fn a_pipeline_config_runs_its_models_in_the_precision_it_names() {
     use rerank::Reranker;
     let ce = Path::new(CE_FIXTURE).join("model");
     let minilm = minilm_dir();
-    if !ce.join("config.json").is_file() || !minilm.join("model.safetensors").is_file() {
-        crate::common::skip("skipping: the tiny cross-encoder or all-MiniLM-L6-v2 is absent");
+    if !ce.join("config.json").is_file()
+        || !minilm.join("model.safetensors").is_file()
+        || !Path::new(QWEN3_FIXTURE).join("config.json").is_file()
+    {
+        crate::common::skip(
+            "skipping: the tiny cross-encoder, the tiny Qwen3 or all-MiniLM-L6-v2 is absent",
+        );
         return;
     }
     let yaml = |reranker: &str| {
@@ -336,4 +342,17 @@ fn a_pipeline_config_runs_its_models_in_the_precision_it_names() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("int4"), "{e}");
+
+    // The generator's key: Qwen3 generation takes bf16 and refuses int8.
+    let generator = |precision: &str| {
+        PipelineConfig::from_yaml_str(&format!(
+            "retriever: {{ type: bm25 }}\n\
+             generator: {{ type: qwen3_chat, model: {QWEN3_FIXTURE:?}, precision: {precision} }}\n"
+        ))
+        .unwrap()
+        .build(vec![])
+    };
+    generator("bf16").unwrap();
+    let e = generator("int8").err().unwrap();
+    assert!(e.to_string().contains("int8"), "{e}");
 }

@@ -435,8 +435,7 @@ struct Stats {
 }
 
 /// [`Stats`] of `xs` in one pass over `simd`'s vectors. The squares are summed in four
-/// independent chains (one chain of multiply-adds waits on each add's latency, and made this
-/// pass a tenth of the int8 layers' non-integer work on AMD Zen 3).
+/// independent chains: in one, every multiply-add waits for the one before.
 #[inline(always)]
 fn stats<S: pulp::Simd>(simd: S, xs: &[f32]) -> Stats {
     let (head, tail) = S::as_simd_f32s(xs);
