@@ -88,3 +88,14 @@ def median_seconds(call, rounds):
         call()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def spearman(a, b):
+    """Spearman's rank correlation of two lists without ties."""
+    def ranks(v):
+        r = [0] * len(v)
+        for rank, i in enumerate(sorted(range(len(v)), key=v.__getitem__)):
+            r[i] = rank
+        return r
+    ra, rb, n = ranks(a), ranks(b), len(a)
+    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 from bench_qwen3_vs_transformers import (
-    N_DOCS, QUERY, ROOT, cpu_flags, document, init_torch, nominal_flops, rust_run, spearman,
+    N_DOCS, QUERY, ROOT, cpu_flags, document, init_torch, nominal_flops, rust_run,
 )
-from bench_common import CARGO_FEATURES
+from bench_common import CARGO_FEATURES, spearman
 
 RUST = "rerank"
 PACKAGE = "package predict"

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import CARGO_FEATURES
+from bench_common import CARGO_FEATURES, spearman
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("RERANK_BENCH_VENV", Path.home() / ".cache" / "rerank" / "venv-bench"))
@@ -178,17 +178,6 @@ def rust_run(model_dir, threads, root=ROOT, precision="f32"):
     if not lines:
         sys.exit(f"no JSON line from the Rust bench; its output was:\n{out}")
     return json.loads(lines[-1])
-
-
-def spearman(a, b):
-    """Spearman's rank correlation of two lists without ties."""
-    def ranks(v):
-        r = [0] * len(v)
-        for rank, i in enumerate(sorted(range(len(v)), key=v.__getitem__)):
-            r[i] = rank
-        return r
-    ra, rb, n = ranks(a), ranks(b), len(a)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
 
 
 def main():

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import httpx
 
+from bench_common import spearman
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
@@ -220,16 +222,6 @@ def sample(rerank_url, rerank_body, embed_url, embed_body):
     e = httpx.post(embed_url, json=embed_body, timeout=900).json()
     vectors = [d["embedding"] for d in sorted(e["data"], key=lambda d: d["index"])]
     return {"rerank": scores, "embeddings": vectors}
-
-
-def spearman(a, b):
-    def ranks(v):
-        r = [0] * len(v)
-        for rank, i in enumerate(sorted(range(len(v)), key=v.__getitem__)):
-            r[i] = rank
-        return r
-    ra, rb, n = ranks(a), ranks(b), len(a)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
 
 
 def cosine(a, b):
