@@ -17,7 +17,7 @@ directories on the same machine with the same threads, and the same load runs ag
 --precision int8 runs both servers' models with int8 linear layers: ours with `precision: int8`
 in both config sections, infinity with `--dtype int8` (on CPU, torch's dynamic quantization of
 every Linear: int8 weights, activations quantized per call). The default f32 runs both in f32
-(infinity's `--dtype auto` on CPU).
+(infinity with `--dtype float32`, what its default `auto` picks on CPU).
 
 Usage (the release binary, a Python with httpx, e.g. the cohere/openai clients virtualenv):
     cargo build --release --features full --example rerank
@@ -25,7 +25,7 @@ Usage (the release binary, a Python with httpx, e.g. the cohere/openai clients v
 What int8 costs in agreement, per server (no load; each server's int8 against its own f32):
     python scripts/bench_serve.py --bin ... --infinity PATH --samples-only f32.json
     python scripts/bench_serve.py --bin ... --infinity PATH --samples-only int8.json --precision int8
-    python scripts/bench_serve.py --bin ... --compare int8.json f32.json
+    python scripts/bench_serve.py --compare int8.json f32.json
 """
 import argparse
 import asyncio
@@ -214,7 +214,7 @@ def faults(port, query, docs):
 
 def sample(rerank_url, rerank_body, embed_url, embed_body):
     """One request to each route: the scores in document order and the embeddings in input order
-    (what --samples keeps, to compare one precision's outputs with another's)."""
+    (what --samples-only keeps, to compare one precision's outputs with another's)."""
     r = httpx.post(rerank_url, json=rerank_body, timeout=900).json()
     scores = [None] * len(rerank_body["documents"])
     for hit in r["results"]:
@@ -310,7 +310,7 @@ def run_infinity(args, query, docs, texts):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", required=True, help="the rerank CLI (release build)")
+    ap.add_argument("--bin", help="the rerank CLI (release build; every mode but --compare)")
     ap.add_argument("--infinity", help="the infinity_emb executable, to run the peer too")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=int, default=60)
@@ -337,6 +337,8 @@ def main():
         json.dump({k: agreement(got[k], ref[k]) for k in got if k in ref}, sys.stdout, indent=1)
         print()
         return
+    if not args.bin:
+        ap.error("--bin is required (the rerank CLI)")
     query, docs = scifact(100)
     texts = docs
     out = {"clients": args.clients, "seconds": args.seconds, "threads": args.threads,
