@@ -14,11 +14,13 @@ pub enum Precision {
     /// 32-bit floats, the reference models' own format (the default; exact to the fixtures).
     #[default]
     F32,
-    /// 8-bit integer linear layers, for the BERT-family encoders ([`CrossEncoder`],
-    /// [`BertEmbedder`]) and the Qwen3 reranker ([`Qwen3Reranker`]): weights quantized per
-    /// output channel at load, activations per row at every call, integer dot products on the
-    /// best instructions the CPU has (AVX-512 VNNI, AVX-VNNI, AVX2; plain integer code
-    /// elsewhere); norms, softmax, activations, attention and the embeddings stay in f32.
+    /// 8-bit integer linear layers, for the models on the crate's own CPU kernels: the
+    /// encoders (cross-encoders such as [`CrossEncoder`], embedders such as [`BertEmbedder`])
+    /// and the Qwen3 / Qwen2 decoders when they score or embed ([`Qwen3Reranker`],
+    /// mxbai-rerank-v2, Qwen3-Embedding). Weights quantized per output channel at load,
+    /// activations per row at every call, integer dot products on the best instructions the
+    /// CPU has (AVX-512 VNNI, AVX-VNNI, AVX2; plain integer code elsewhere); norms, softmax,
+    /// activations, attention and the embeddings stay in f32.
     /// Faster, and close to f32 rather than equal to it (see `docs/encoder.md` and
     /// `docs/benchmarks.md` for the measured agreement). Qwen3 generation refuses it at
     /// `build()`.
