@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import CARGO_FEATURES, ROOT, SCIFACT, criterion_seconds, run, scifact_documents, scifact_first_judged_query
+from bench_common import CARGO_FEATURES, ROOT, SCIFACT, criterion_seconds, run, scifact_documents, scifact_first_judged_query, spearman
 
 EMBED_DOCS = 64
 CE_DOCS = 100
@@ -69,12 +69,6 @@ def cli(args, env):
 def cosines(a, b):
     import numpy as np
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
-def spearman(a, b):
-    import numpy as np
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 class OrtEmbedder:

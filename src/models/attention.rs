@@ -78,6 +78,8 @@ pub(crate) fn attention(
             tasks.push((s, b * QUERY_BLOCK, rows));
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    let isa = FloatIsa::detect();
     tasks.into_par_iter().for_each(|(s, q0, out)| {
         let (start, len) = (starts[s], lens[s]);
         let nq = out.len() / h;
@@ -88,8 +90,6 @@ pub(crate) fn attention(
             Some(w) => (q0.saturating_sub(w), (q1 + w).min(len)),
         };
         let nk = k1 - k0;
-        #[cfg(target_arch = "x86_64")]
-        let isa = FloatIsa::detect();
         #[cfg(target_arch = "x86_64")]
         if nq >= FUSED_MIN_QUERIES && Head::supported(isa, d) {
             let offset = q0 - k0;
