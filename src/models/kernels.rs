@@ -280,52 +280,160 @@ impl Act {
         }
     }
 
-    /// Applies the activation to every element on this thread; vectorized when inlined into
-    /// a `pulp` kernel.
+    /// Applies the activation to every element on this thread, in whole vectors of the CPU's
+    /// width (the last one partial): every element goes through the same instructions, so a
+    /// value's result does not depend on where it sits in the slice.
     #[inline(always)]
     pub fn apply_here(self, x: &mut [f32]) {
         match self {
-            Act::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v)),
-            Act::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
             Act::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
-            Act::Silu => x.iter_mut().for_each(|v| *v /= 1.0 + exp(-*v)),
+            act => simd(Activate { act, x }),
         }
+    }
+}
+
+/// [`Act::apply_here`] as a `pulp` kernel.
+struct Activate<'a> {
+    act: Act,
+    x: &'a mut [f32],
+}
+
+impl WithSimd for Activate<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        // (A closure here would not inherit the CPU features of this function, and its
+        // intrinsics would become calls.)
+        let act = self.act;
+        let (head, tail) = S::as_mut_simd_f32s(self.x);
+        // Four vectors at a time: their dependency chains (a division, two polynomials) are
+        // long, and side by side they fill the pipes.
+        let (quads, rest) = head.as_chunks_mut::<4>();
+        for [a, b, c, d] in quads {
+            let (x0, x1, x2, x3) = (*a, *b, *c, *d);
+            *a = activate(simd, act, x0);
+            *b = activate(simd, act, x1);
+            *c = activate(simd, act, x2);
+            *d = activate(simd, act, x3);
+        }
+        for v in rest {
+            *v = activate(simd, act, *v);
+        }
+        if !tail.is_empty() {
+            let v = simd.partial_load_f32s(tail);
+            simd.partial_store_f32s(tail, activate(simd, act, v));
+        }
+    }
+}
+
+/// `act` on one vector (the match is hoisted out of the loops that call this).
+#[inline(always)]
+fn activate<S: Simd>(simd: S, act: Act, x: S::f32s) -> S::f32s {
+    match act {
+        Act::Gelu => gelu(simd, x),
+        Act::GeluTanh => gelu_tanh(simd, x),
+        Act::Relu => simd.max_f32s(x, simd.splat_f32s(0.0)),
+        Act::Silu => silu(simd, x),
     }
 }
 
 /// `0.5 x (1 + erf(x / √2))`.
 #[inline(always)]
-pub(crate) fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+fn gelu<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
+    let half = simd.mul_f32s(x, simd.splat_f32s(0.5));
+    let e = erf(
+        simd,
+        simd.mul_f32s(x, simd.splat_f32s(std::f32::consts::FRAC_1_SQRT_2)),
+    );
+    simd.mul_add_f32s(half, e, half)
 }
 
 /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
 #[inline(always)]
-pub(crate) fn gelu_tanh(x: f32) -> f32 {
+fn gelu_tanh<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
     const C: f32 = 0.797_884_6; // √(2/π)
-    let u = C * (x + 0.044_715 * x * x * x);
+    let x2 = simd.mul_f32s(x, x);
+    let inner = simd.mul_add_f32s(x2, simd.splat_f32s(0.044_715), simd.splat_f32s(1.0));
+    let two_u = simd.mul_f32s(simd.mul_f32s(x, inner), simd.splat_f32s(2.0 * C));
     // tanh(u) = 1 - 2 / (e^{2u} + 1), stable at both ends with `exp` clamped.
-    let t = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
-    0.5 * x * (1.0 + t)
+    let one = simd.splat_f32s(1.0);
+    let e = simd.add_f32s(exp_vector(simd, two_u), one);
+    let t = simd.sub_f32s(one, simd.div_f32s(simd.splat_f32s(2.0), e));
+    let half = simd.mul_f32s(x, simd.splat_f32s(0.5));
+    simd.mul_add_f32s(half, t, half)
+}
+
+/// `x / (1 + e^-x)`.
+#[inline(always)]
+fn silu<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
+    let e = exp_vector(simd, simd.sub_f32s(simd.splat_f32s(0.0), x));
+    simd.div_f32s(x, simd.add_f32s(e, simd.splat_f32s(1.0)))
 }
 
 /// The error function with an absolute error below 1e-6: Abramowitz & Stegun 7.1.26 (bound
 /// 1.5e-7 in exact arithmetic), evaluated in float32, which adds up to 5e-7 near 0 where the
 /// result comes from `1 - poly * e^{-x^2}`. That is below what float32 GELU inputs can tell
-/// apart once multiplied by `x / 2`. Branch-free so that loops over it vectorize.
+/// apart once multiplied by `x / 2`.
 #[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
+fn erf<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
     const P: f32 = 0.327_591_1;
-    const A1: f32 = 0.254_829_6;
-    const A2: f32 = -0.284_496_72;
-    const A3: f32 = 1.421_413_7;
-    const A4: f32 = -1.453_152_1;
-    const A5: f32 = 1.061_405_4;
-    let a = x.abs();
-    let t = 1.0 / (1.0 + P * a);
-    let poly = ((((A5 * t + A4) * t + A3) * t + A2) * t + A1) * t;
-    let y = 1.0 - poly * exp(-a * a);
-    y.copysign(x)
+    const A: [f32; 5] = [
+        1.061_405_4,
+        -1.453_152_1,
+        1.421_413_7,
+        -0.284_496_72,
+        0.254_829_6,
+    ];
+    let sign = simd.and_f32s(x, simd.splat_f32s(-0.0));
+    let a = simd.abs_f32s(x);
+    let one = simd.splat_f32s(1.0);
+    let t = simd.div_f32s(one, simd.mul_add_f32s(a, simd.splat_f32s(P), one));
+    let mut poly = simd.splat_f32s(A[0]);
+    for c in &A[1..] {
+        poly = simd.mul_add_f32s(poly, t, simd.splat_f32s(*c));
+    }
+    poly = simd.mul_f32s(poly, t);
+    let minus_a2 = simd.mul_f32s(simd.sub_f32s(simd.splat_f32s(0.0), a), a);
+    // 1 - poly e^{-a^2}, then the sign of x.
+    let y = simd.sub_f32s(one, simd.mul_f32s(poly, exp_vector(simd, minus_a2)));
+    simd.or_f32s(y, sign)
+}
+
+/// [`exp`] over vectors, with fused multiply-adds where the CPU has them (so the two may
+/// differ in the last bit).
+#[inline(always)]
+fn exp_vector<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
+    const ROUND: f32 = 12_582_912.0;
+    let x = simd.min_f32s(
+        simd.max_f32s(x, simd.splat_f32s(-87.0)),
+        simd.splat_f32s(88.0),
+    );
+    let t = simd.mul_add_f32s(
+        x,
+        simd.splat_f32s(std::f32::consts::LOG2_E),
+        simd.splat_f32s(ROUND),
+    );
+    let n = simd.sub_f32s(t, simd.splat_f32s(ROUND));
+    let r = simd.mul_add_f32s(n, simd.splat_f32s(-0.693_145_75), x);
+    let r = simd.mul_add_f32s(n, simd.splat_f32s(-1.428_606_8e-6), r);
+    let mut p = simd.splat_f32s(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = simd.mul_add_f32s(p, r, simd.splat_f32s(c));
+    }
+    // 2^n from the bits of t, as in `exp`.
+    let bits = simd.transmute_u32s_f32s(t);
+    let biased = simd.add_u32s(bits, simd.splat_u32s(127u32.wrapping_sub(ROUND.to_bits())));
+    let scale = simd.wrapping_dyn_shl_u32s(biased, simd.splat_u32s(23));
+    simd.mul_f32s(p, simd.transmute_f32s_u32s(scale))
 }
 
 /// `e^x` in float32 with a relative error below 2e-7 over the normal range; inputs are clamped
@@ -458,17 +566,55 @@ mod tests {
         }
     }
 
+    /// [`erf`] over a slice, a vector at a time.
+    fn erf_all(xs: &mut [f32]) {
+        struct Op<'a>(&'a mut [f32]);
+        impl WithSimd for Op<'_> {
+            type Output = ();
+            fn with_simd<S: Simd>(self, simd: S) {
+                let (head, tail) = S::as_mut_simd_f32s(self.0);
+                for v in head {
+                    *v = erf(simd, *v);
+                }
+                if !tail.is_empty() {
+                    let v = simd.partial_load_f32s(tail);
+                    simd.partial_store_f32s(tail, erf(simd, v));
+                }
+            }
+        }
+        simd(Op(xs))
+    }
+
     #[test]
     fn erf_is_within_its_bound() {
+        let mut xs: Vec<f32> = (-60_000..=60_000).map(|i| i as f32 * 1e-4).collect();
+        let inputs = xs.clone();
+        erf_all(&mut xs);
         let mut worst = 0.0f64;
-        for i in -60_000..=60_000 {
-            let x = i as f32 * 1e-4;
-            worst = worst.max((erf(x) as f64 - erf64(x as f64)).abs());
+        for (&x, &got) in inputs.iter().zip(&xs) {
+            worst = worst.max((got as f64 - erf64(x as f64)).abs());
         }
         assert!(worst < 1e-6, "max |erf error| {worst:e}");
-        assert!(erf(0.0).abs() < 1e-6);
-        assert_eq!(erf(10.0), 1.0);
-        assert_eq!(erf(-10.0), -1.0);
+        let mut ends = [0.0, 10.0, -10.0, -0.0];
+        erf_all(&mut ends);
+        assert!(ends[0].abs() < 1e-6 && ends[3].abs() < 1e-6);
+        assert_eq!(ends[1..3], [1.0, -1.0]);
+    }
+
+    /// An element's activation is the same wherever it sits: in a whole vector or in the
+    /// partial one at the end, alone or among others.
+    #[test]
+    fn activations_do_not_depend_on_the_position() {
+        let xs: Vec<f32> = (0..37).map(|i| (i as f32 * 0.77).sin() * 5.0).collect();
+        for act in [Act::Gelu, Act::GeluTanh, Act::Relu, Act::Silu] {
+            let mut all = xs.clone();
+            act.apply_here(&mut all);
+            for (i, &x) in xs.iter().enumerate() {
+                let mut one = [x];
+                act.apply_here(&mut one);
+                assert_eq!(one[0].to_bits(), all[i].to_bits(), "{act:?} at {i}");
+            }
+        }
     }
 
     #[test]
@@ -492,10 +638,13 @@ mod tests {
             let x = i as f32 * 0.01;
             let x64 = x as f64;
             let exact = 0.5 * x64 * (1.0 + erf64(x64 / 2f64.sqrt()));
-            assert!((gelu(x) as f64 - exact).abs() < 1e-6, "gelu({x})");
+            let [mut gelu, mut gelu_tanh] = [[x]; 2];
+            Act::Gelu.apply_here(&mut gelu);
+            Act::GeluTanh.apply_here(&mut gelu_tanh);
+            assert!((gelu[0] as f64 - exact).abs() < 1e-6, "gelu({x})");
             let c = (2.0 / std::f64::consts::PI).sqrt();
             let tanh = 0.5 * x64 * (1.0 + (c * (x64 + 0.044715 * x64.powi(3))).tanh());
-            assert!((gelu_tanh(x) as f64 - tanh).abs() < 1e-6, "gelu_tanh({x})");
+            assert!((gelu_tanh[0] as f64 - tanh).abs() < 1e-6, "gelu_tanh({x})");
             let mut silu = [x];
             Act::Silu.apply_here(&mut silu);
             let want = x64 / (1.0 + (-x64).exp());

@@ -187,24 +187,38 @@ unsafe fn head<V: Vector, const D: usize, const QR: usize, const CV: usize>(
             let w = w.min(i32::MAX as usize) as i32;
             (w, V::positions((g0 + offset) as i32))
         });
-        let visible = |j: usize| window.map(|(w, pos)| V::within(pos, j as i32, w));
         if let Some((w, pos)) = window {
             for j in 0..nk {
                 let s = V::load(st.add(j * lanes_n));
                 max = max.max_where(V::within(pos, j as i32, w), s);
             }
         }
-        let mut sum = V::zero();
-        for j in 0..nk {
-            let p = st.add(j * lanes_n);
-            let e = exp2(V::load(p).sub(max));
-            let e = match visible(j) {
-                None => e,
-                Some(mask) => e.keep(mask),
-            };
-            e.store(p);
-            sum = sum.add(e);
+        // Four keys a step, four partial sums: each exponential is a chain of a dozen
+        // dependent operations, and four side by side keep the pipes busy.
+        let mut sums = [V::zero(); 4];
+        let whole = nk / 4 * 4;
+        for j in (0..whole).step_by(4) {
+            let mut e = [V::zero(); 4];
+            for (i, e) in e.iter_mut().enumerate() {
+                *e = exp2(V::load(st.add((j + i) * lanes_n)).sub(max));
+            }
+            for (i, (e, s)) in e.iter_mut().zip(&mut sums).enumerate() {
+                if let Some((w, pos)) = window {
+                    *e = e.keep(V::within(pos, (j + i) as i32, w));
+                }
+                e.store(st.add((j + i) * lanes_n));
+                *s = s.add(*e);
+            }
         }
+        for j in whole..nk {
+            let mut e = exp2(V::load(st.add(j * lanes_n)).sub(max));
+            if let Some((w, pos)) = window {
+                e = e.keep(V::within(pos, j as i32, w));
+            }
+            e.store(st.add(j * lanes_n));
+            sums[0] = sums[0].add(e);
+        }
+        let sum = sums[0].add(sums[1]).add(sums[2].add(sums[3]));
         let mut inv = [0.0f32; MAX_LANES];
         V::splat(1.0).div(sum).store(inv.as_mut_ptr());
 
@@ -255,29 +269,30 @@ unsafe fn head<V: Vector, const D: usize, const QR: usize, const CV: usize>(
 }
 
 /// `2^x` lane by lane: `x` clamped to `[-126, 127]` and split into an integer `n` (rounded to
-/// nearest) and `r` in `[-1/2, 1/2]`; `2^r = e^(r ln 2)` by its Taylor polynomial of degree 6
-/// (error below 3e-7 of the result), times `2^n` built in the exponent's bits.
+/// nearest) and `r` in `[-1/2, 1/2]`; `2^r` by a polynomial of degree 5 fitted to minimize the
+/// relative error over that interval (1.6e-7 in exact arithmetic, as low as the Taylor
+/// polynomial of degree 6, with one multiply-add less in every exponential's chain; 2.1e-7 in
+/// float32), times `2^n` built in the exponent's bits.
 ///
 /// # Safety
 /// As [`head`]: inlined where `V`'s instructions are enabled.
 #[inline(always)]
 unsafe fn exp2<V: Vector>(x: V) -> V {
     const ROUND: f32 = 12_582_912.0;
-    /// `ln(2)^k / k!`, highest degree first.
-    const TAYLOR: [f32; 7] = [
-        1.540_353_1e-4,
-        1.333_355_8e-3,
-        9.618_129e-3,
-        5.550_411e-2,
-        2.402_265e-1,
-        6.931_472e-1,
-        1.0,
+    /// The polynomial's coefficients, highest degree first.
+    const POLY: [f32; 6] = [
+        1.327_647_1e-3,
+        9.675_541e-3,
+        5.550_713e-2,
+        2.402_212e-1,
+        6.931_469_4e-1,
+        1.000_000_1,
     ];
     let x = x.max(V::splat(-126.0)).min(V::splat(127.0));
     let t = x.add(V::splat(ROUND));
     let r = x.sub(t.sub(V::splat(ROUND)));
-    let mut p = V::splat(TAYLOR[0]);
-    for c in &TAYLOR[1..] {
+    let mut p = V::splat(POLY[0]);
+    for c in &POLY[1..] {
         p = p.mul_add(r, V::splat(*c));
     }
     // `t`'s low bits hold `n` above ROUND's.
@@ -511,6 +526,55 @@ mod tests {
         }
         // AVX2 + FMA is the baseline of the machines this crate is tested on.
         assert!(ran >= 4 * cases.len(), "{ran} cases ran");
+    }
+
+    /// The exponential's relative error, on every instruction set's vectors, over the range
+    /// a softmax gives it (`x <= 0`), and its clamp below.
+    #[test]
+    fn exp2_is_within_its_bound() {
+        let xs: Vec<f32> = (0..=126_000).map(|i| -(i as f32) * 1e-3).collect();
+        let mut worst = 0.0f64;
+        for isa in FloatIsa::available() {
+            let mut out = vec![0.0f32; xs.len()];
+            // SAFETY: `available` lists only instruction sets this CPU has; every load and
+            // store stays in `xs` and `out`, 16 floats at a time over whole chunks.
+            let run = |x: &[f32], o: &mut [f32]| unsafe {
+                match isa {
+                    FloatIsa::Avx512 => exp2_chunk_avx512(x, o),
+                    FloatIsa::Avx2 => exp2_chunk_avx2(x, o),
+                    FloatIsa::Portable => {}
+                }
+            };
+            if isa == FloatIsa::Portable {
+                continue;
+            }
+            for (x, o) in xs.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
+                run(x, o);
+            }
+            for (&x, &got) in xs.iter().zip(&out).take(xs.len() / 16 * 16) {
+                let want = 2f64.powf(x as f64);
+                worst = worst.max((got as f64 - want).abs() / want);
+            }
+            let mut under = [0.0f32; 16];
+            run(&[-1000.0; 16], &mut under);
+            assert!(
+                under.iter().all(|&v| v > 0.0 && v < 1e-37),
+                "{isa:?}: {under:?}"
+            );
+        }
+        assert!(worst < 2.5e-7, "max relative 2^x error {worst:e}");
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn exp2_chunk_avx512(x: &[f32], out: &mut [f32]) {
+        exp2::<__m512>(__m512::load(x.as_ptr())).store(out.as_mut_ptr())
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp2_chunk_avx2(x: &[f32], out: &mut [f32]) {
+        for i in [0, 8] {
+            exp2::<__m256>(__m256::load(x.as_ptr().add(i))).store(out.as_mut_ptr().add(i))
+        }
     }
 
     fn check(isa: FloatIsa, d: usize, nq: usize, nk: usize, window: Option<(usize, usize)>) {
