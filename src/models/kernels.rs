@@ -307,17 +307,7 @@ impl WithSimd for Activate<'_> {
         // intrinsics would become calls.)
         let act = self.act;
         let (head, tail) = S::as_mut_simd_f32s(self.x);
-        // Four vectors at a time: their dependency chains (a division, two polynomials) are
-        // long, and side by side they fill the pipes.
-        let (quads, rest) = head.as_chunks_mut::<4>();
-        for [a, b, c, d] in quads {
-            let (x0, x1, x2, x3) = (*a, *b, *c, *d);
-            *a = activate(simd, act, x0);
-            *b = activate(simd, act, x1);
-            *c = activate(simd, act, x2);
-            *d = activate(simd, act, x3);
-        }
-        for v in rest {
+        for v in head {
             *v = activate(simd, act, *v);
         }
         if !tail.is_empty() {
