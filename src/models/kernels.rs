@@ -379,8 +379,17 @@ fn erf<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
         2.139_504_3e-1,
         1.128_378_6,
     ];
-    const Q: [f32; 5] = [1.098_097_7e-3, 1.555_158_5e-2, 1.208_019_9e-1, 5.229_363e-1, 1.0];
-    let x = simd.min_f32s(simd.max_f32s(x, simd.splat_f32s(-4.0)), simd.splat_f32s(4.0));
+    const Q: [f32; 5] = [
+        1.098_097_7e-3,
+        1.555_158_5e-2,
+        1.208_019_9e-1,
+        5.229_363e-1,
+        1.0,
+    ];
+    let x = simd.min_f32s(
+        simd.max_f32s(x, simd.splat_f32s(-4.0)),
+        simd.splat_f32s(4.0),
+    );
     let t = simd.mul_f32s(x, x);
     let mut p = simd.splat_f32s(P[0]);
     for c in &P[1..] {
