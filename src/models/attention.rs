@@ -78,14 +78,16 @@ pub(crate) fn attention(
     #[cfg(target_arch = "x86_64")]
     let isa = FloatIsa::detect();
     let queries = |len: usize| if first_only { 1 } else { len };
-    #[allow(unused_mut)]
-    let mut block = QUERY_BLOCK;
     #[cfg(target_arch = "x86_64")]
-    if window.is_none() && Head::supported(isa, d) {
+    let block = if window.is_none() && Head::supported(isa, d) {
         let rows: usize = lens.iter().map(|&len| queries(len)).sum();
         let per_task = rows / (4 * rayon::current_num_threads());
-        block = per_task.clamp(QUERY_BLOCK, FUSED_QUERY_BLOCK) / 8 * 8;
-    }
+        per_task.clamp(QUERY_BLOCK, FUSED_QUERY_BLOCK) / 8 * 8
+    } else {
+        QUERY_BLOCK
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let block = QUERY_BLOCK;
     // One task per (sequence, block of queries), with its rows of `ctx`.
     let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
     let mut rest = ctx;

@@ -535,6 +535,9 @@ mod tests {
         let xs: Vec<f32> = (0..=126_000).map(|i| -(i as f32) * 1e-3).collect();
         let mut worst = 0.0f64;
         for isa in FloatIsa::available() {
+            if isa == FloatIsa::Portable {
+                continue;
+            }
             let mut out = vec![0.0f32; xs.len()];
             // SAFETY: `available` lists only instruction sets this CPU has; every load and
             // store stays in `xs` and `out`, 16 floats at a time over whole chunks.
@@ -542,12 +545,9 @@ mod tests {
                 match isa {
                     FloatIsa::Avx512 => exp2_chunk_avx512(x, o),
                     FloatIsa::Avx2 => exp2_chunk_avx2(x, o),
-                    FloatIsa::Portable => {}
+                    FloatIsa::Portable => unreachable!("skipped above"),
                 }
             };
-            if isa == FloatIsa::Portable {
-                continue;
-            }
             for (x, o) in xs.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
                 run(x, o);
             }
