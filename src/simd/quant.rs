@@ -9,7 +9,11 @@
 //! - AVX2: `vpmaddubsw` multiplies u8 x i8 and adds adjacent pairs into i16 *with
 //!   saturation*; `vpmaddwd` against ones adds those pairs into i32. Weights are kept in
 //!   `[-63, 63]` (see `models::quant`), so a pair is at most `2 x 255 x 63 = 32130 < 32767`:
-//!   the i16 step never saturates and the result is exact.
+//!   the i16 step never saturates and the result is exact. The multiplies are what bound
+//!   this kernel (two pipes on the CPUs measured), so a second AVX2 kernel
+//!   ([`Isa::Avx2Pairs`]) adds two groups' pairs in i16 before one `vpmaddwd`, a quarter
+//!   fewer multiplies, for activations in `[0, 127]`: a pair is then at most `2 x 127 x 63 =
+//!   16002` and two pairs `32004`, still exact.
 //! - AVX-VNNI / AVX-512 VNNI (256-bit, with VL): `vpdpbusd` does the same four-term product
 //!   and accumulates in i32 in one instruction, without an i16 step. With AVX-512's 32
 //!   registers the kernel takes eight rows, so each weight load feeds twice the products.
@@ -18,7 +22,8 @@
 //!   reference the tests compare the vector kernels with, bit for bit).
 //!
 //! [`Isa`] values other than `Scalar` are only made by [`Isa::detect`] after the CPU reported
-//! the features, which is what makes calling the `#[target_feature]` functions sound.
+//! the features (and [`Isa::seven_bit`] from one of them), which is what makes calling the
+//! `#[target_feature]` functions sound.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -44,9 +49,13 @@ pub(crate) type Sums = [i32; NR];
 pub(crate) enum Isa {
     /// Plain integer arithmetic.
     Scalar,
-    /// `vpmaddubsw` + `vpmaddwd` on 256-bit vectors.
+    /// `vpmaddubsw` + `vpmaddwd` on 256-bit vectors, one group of four `k` a step.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// The same, two groups a step, their `vpmaddubsw` pairs added in i16 before one
+    /// `vpmaddwd`: a quarter fewer multiplies, for activations up to 127.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Pairs,
     /// `vpdpbusd` on 256-bit vectors (AVX-VNNI, or AVX-512 VNNI with VL).
     #[cfg(target_arch = "x86_64")]
     Vnni {
@@ -56,7 +65,7 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
-    /// The best kernel this CPU runs (checked at run time).
+    /// The best kernel this CPU runs (checked at run time) for 8-bit activations.
     pub(crate) fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
@@ -74,14 +83,35 @@ impl Isa {
     }
 
     /// The largest weight magnitude this kernel takes (see the module notes): 63 for AVX2,
-    /// whose `vpmaddubsw` adds two products into an i16 with saturation
-    /// (`2 x 255 x 63 = 32130` fits, `2 x 255 x 127` would not); 127 for the kernels that
-    /// sum in i32 (VNNI, scalar), which keeps one more bit of every weight.
+    /// whose `vpmaddubsw` adds two products into an i16 with saturation and whose kernel adds
+    /// two of those (`2 x (2 x 127 x 63) = 32004` fits); 127 for the kernels that sum in i32
+    /// (VNNI, scalar), which keeps one more bit of every weight.
     pub(crate) fn weight_max(self) -> f32 {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => 63.0,
+            Isa::Avx2 | Isa::Avx2Pairs => 63.0,
             _ => 127.0,
+        }
+    }
+
+    /// The faster kernel of this instruction set where it takes 7-bit activations only:
+    /// [`Isa::Avx2Pairs`] for [`Isa::Avx2`], else the same kernel.
+    pub(crate) fn seven_bit(self) -> Isa {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Isa::Avx2Pairs,
+            other => other,
+        }
+    }
+
+    /// The largest activation code this kernel takes: 127 for [`Isa::Avx2Pairs`], which adds
+    /// two groups' `vpmaddubsw` pairs in i16 before widening them (`2 x (2 x 127 x 63) =
+    /// 32004` fits in an i16, with 255 it would not); 255 for the others.
+    pub(crate) fn activation_max(self) -> u8 {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Pairs => 127,
+            _ => 255,
         }
     }
 
@@ -92,6 +122,8 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => "avx2",
             #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Pairs => "avx2-pairs",
+            #[cfg(target_arch = "x86_64")]
             Isa::Vnni { evex: true } => "avx512-vnni",
             #[cfg(target_arch = "x86_64")]
             Isa::Vnni { evex: false } => "avx-vnni",
@@ -100,7 +132,9 @@ impl Isa {
 }
 
 /// Sums `rows` rows of `a` (row stride `stride`, at least `4 x panel.len()` bytes each)
-/// against the panel into `out[..rows]`: `out[r][c] = Σ_k a[r][k] w[c][k]`.
+/// against the panel into `out[..rows]`: `out[r][c] = Σ_k a[r][k] w[c][k]`, exact for
+/// activations up to [`Isa::activation_max`] and weights within [`Isa::weight_max`] (beyond
+/// them the AVX2 kernel's i16 sums may saturate).
 ///
 /// Panics if the slices are too short (a bug in the caller).
 pub(crate) fn tiles(
@@ -122,12 +156,15 @@ pub(crate) fn tiles(
     );
     match isa {
         Isa::Scalar => tiles_scalar(a, stride, rows, panel, out),
-        // SAFETY (all three): an `Isa::Avx2` / `Isa::Vnni` is only made by `Isa::detect` on a
-        // CPU with those features (AVX2; AVX-512 VNNI + VL for `evex`, else AVX-VNNI); the
+        // SAFETY (all four): an `Isa::Avx2` / `Isa::Vnni` is only made by `Isa::detect` on a
+        // CPU with those features (AVX2; AVX-512 VNNI + VL for `evex`, else AVX-VNNI), and an
+        // `Isa::Avx2Pairs` only by `Isa::seven_bit` from an `Isa::Avx2`; the
         // asserts above keep every activation read (rows x k bytes at `stride`) inside `a`
         // and every write inside `out`, and the panel reads cover `panel` exactly.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { tiles_avx2(a.as_ptr(), stride, rows, panel, out) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Pairs => unsafe { tiles_avx2_pairs(a.as_ptr(), stride, rows, panel, out) },
         #[cfg(target_arch = "x86_64")]
         Isa::Vnni { evex: true } => unsafe { tiles_vnni512(a.as_ptr(), stride, rows, panel, out) },
         #[cfg(target_arch = "x86_64")]
@@ -173,6 +210,7 @@ macro_rules! row_loop {
 // AVX2 and AVX-VNNI have 16 vector registers: four rows (8 accumulators, 2 weight vectors, a
 // broadcast). AVX-512 has 32: eight rows, so each weight load feeds twice the products.
 row_loop!(tiles_avx2, tile_avx2, "avx2", 4, [1, 2, 3]);
+row_loop!(tiles_avx2_pairs, tile_avx2_pairs, "avx2", 4, [1, 2, 3]);
 row_loop!(tiles_avxvnni, tile_avxvnni, "avx2,avxvnni", 4, [1, 2, 3]);
 row_loop!(
     tiles_vnni512,
@@ -234,7 +272,63 @@ unsafe fn store<const R: usize>(acc: &[[__m256i; 2]; R], out: &mut [Sums]) {
     }
 }
 
-/// AVX2 kernel for `R` rows.
+/// AVX2 kernel for `R` rows, two groups a step ([`Isa::Avx2Pairs`]).
+///
+/// Both groups' `vpmaddubsw` pairs are added in i16 before one `vpmaddwd` widens them: three
+/// multiplies for 64 products where a group at a time takes four, and the two multiply pipes
+/// are what bound this kernel. Exact because activations are at most 127 on AVX2
+/// ([`Isa::activation_max`]): `2 x (2 x 127 x 63) = 32004 < 32767`.
+///
+/// # Safety
+/// The CPU must have AVX2; rows `0..R` of `a` must hold `4 x panel.len()` readable bytes each
+/// at row stride `stride`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn tile_avx2_pairs<const R: usize>(
+    a: *const u8,
+    stride: usize,
+    panel: &[Group],
+    out: &mut [Sums],
+) {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    let (pairs, last) = panel.as_chunks::<2>();
+    for (p, [first, second]) in pairs.iter().enumerate() {
+        // SAFETY: a group is 64 aligned bytes: two aligned 32-byte loads each.
+        let (u, v) = unsafe { (halves(first), halves(second)) };
+        for (r, sums) in acc.iter_mut().enumerate() {
+            // SAFETY: r < R and 2p + 1 < panel.len(), inside what the caller guarantees.
+            let (x, y) = unsafe {
+                (
+                    broadcast(a, stride, r, 2 * p),
+                    broadcast(a, stride, r, 2 * p + 1),
+                )
+            };
+            for (c, sum) in sums.iter_mut().enumerate() {
+                let pairs =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(x, u[c]), _mm256_maddubs_epi16(y, v[c]));
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+    }
+    if let [group] = last {
+        let g = panel.len() - 1;
+        // SAFETY: as above, for the last group.
+        let w = unsafe { halves(group) };
+        for (r, sums) in acc.iter_mut().enumerate() {
+            // SAFETY: r < R and g < panel.len().
+            let x = unsafe { broadcast(a, stride, r, g) };
+            for (c, sum) in sums.iter_mut().enumerate() {
+                let pairs = _mm256_maddubs_epi16(x, w[c]);
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+    }
+    // SAFETY: AVX2 implies AVX.
+    unsafe { store(&acc, out) }
+}
+
+/// AVX2 kernel for `R` rows, one group a step ([`Isa::Avx2`]).
 ///
 /// # Safety
 /// The CPU must have AVX2; rows `0..R` of `a` must hold `4 x panel.len()` readable bytes each
@@ -250,11 +344,8 @@ unsafe fn tile_avx2<const R: usize>(
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
-        // SAFETY: a group is 64 aligned bytes: two aligned 32-byte loads.
-        let (w0, w1) = unsafe {
-            let p = group.0.as_ptr() as *const __m256i;
-            (_mm256_load_si256(p), _mm256_load_si256(p.add(1)))
-        };
+        // SAFETY: a group is 64 aligned bytes.
+        let [w0, w1] = unsafe { halves(group) };
         for (r, sums) in acc.iter_mut().enumerate() {
             // SAFETY: r < R and g < panel.len(), inside what the caller guarantees.
             let x = unsafe { broadcast(a, stride, r, g) };
@@ -267,6 +358,20 @@ unsafe fn tile_avx2<const R: usize>(
     }
     // SAFETY: AVX2 implies AVX.
     unsafe { store(&acc, out) }
+}
+
+/// A group's two 32-byte halves: columns 0-7 and 8-15.
+///
+/// # Safety
+/// Needs AVX (implied by the callers' features).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves(group: &Group) -> [__m256i; 2] {
+    // SAFETY: a group is 64 bytes aligned to 64: two aligned 32-byte loads.
+    unsafe {
+        let p = group.0.as_ptr() as *const __m256i;
+        [_mm256_load_si256(p), _mm256_load_si256(p.add(1))]
+    }
 }
 
 /// AVX-VNNI kernel for `R` rows.
@@ -349,7 +454,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             if is_x86_feature_detected!("avx2") {
-                isas.push(Isa::Avx2);
+                isas.extend([Isa::Avx2, Isa::Avx2Pairs]);
             }
             if is_x86_feature_detected!("avxvnni") {
                 isas.push(Isa::Vnni { evex: false });
@@ -401,6 +506,14 @@ mod tests {
                     .sum();
                 assert_eq!(want[0][0], naive);
                 for isa in available() {
+                    // The activations at this kernel's extremes.
+                    let top = isa.activation_max();
+                    let a: Vec<u8> = a
+                        .iter()
+                        .map(|&v| if v == 255 { top } else { v.min(top) })
+                        .collect();
+                    let mut want = vec![[0; NR]; ROWS];
+                    tiles_scalar(&a, stride, rows, &panel, &mut want);
                     let mut got = vec![[0; NR]; ROWS];
                     tiles(isa, &a, stride, rows, &panel, &mut got);
                     assert_eq!(

@@ -5,16 +5,23 @@
 //! - **Weights**, once at load: per output channel, symmetric, `q = round(w / s)` with
 //!   `s = max |w| / m`: `m = 127` (8 bits) for the kernels that sum in i32 (VNNI, scalar),
 //!   `m = 63` (7 bits) for AVX2. That range is what keeps AVX2's `vpmaddubsw` exact: it adds
-//!   two u8 x i8 products into an i16 with saturation, and `2 x 255 x 63 = 32130` fits where
-//!   `2 x 255 x 127` would not. (The alternatives cost more: 7-bit activations lose more than
-//!   7-bit weights, since activations have outlier features and only one scale per row, and
-//!   the sign trick of `vpsignb` adds two instructions per product.) onnxruntime's
-//!   `reduce_range` makes the same choice for the same reason. So int8 results differ a
-//!   little between a CPU with VNNI and one without (as float results differ between
-//!   kernels), and are closer to f32 with VNNI.
+//!   two u8 x i8 products into an i16 with saturation, and the kernel adds two of those
+//!   sums in i16 before widening them. onnxruntime's `reduce_range` makes the same choice
+//!   for the same reason. So int8 results differ a little between a CPU with VNNI and one
+//!   without (as float results differ between kernels), and are closer to f32 with VNNI.
 //! - **Activations**, at every call: per row, asymmetric, `u = round(x / s) + z` in
-//!   `[0, 255]` with `s = (max - min) / 255` over the row (zero included in the range, so it
-//!   is exact). Unsigned is what `vpmaddubsw` and `vpdpbusd` take as their first operand; the
+//!   `[0, top]` with `s = (max - min) / top` over the row (zero included in the range, so
+//!   it is exact); `top = 255`, except for the encoders on AVX2 ([`QuantLinear::new`]):
+//!   127, where `2 x (2 x 127 x 63) = 32004` lets two groups' pairs share an i16 and saves
+//!   one multiply in four (the multiplies bound that kernel). With the outliers out (below),
+//!   the eighth bit matters little to an encoder: on all-MiniLM-L6-v2 the smallest cosine
+//!   of int8 to f32 embeddings over 64 SciFact documents went 0.99492 -> 0.99512 and SciFact
+//!   nDCG@10 0.6463 -> 0.6489 (f32: 0.6451), the random-head cross-encoder's Spearman with
+//!   f32 0.9978 -> 0.9966, for 13 % less time. A decoder's is another matter: on the tiny
+//!   random Qwen3 fixture the largest logit error grew 0.48 -> 0.70 (largest logit 3.2) and
+//!   Spearman fell 0.989 -> 0.984, so Qwen3 keeps 8-bit activations
+//!   ([`QuantLinear::with_8bit_activations`]).
+//!   Unsigned is what `vpmaddubsw` and `vpdpbusd` take as their first operand; the
 //!   zero point comes out of the sum exactly: `Σ u q = Σ (x/s + z) q`, so
 //!   `x · w ≈ s_x s_w (Σ u q - z Σ q)`, with `Σ q` per output kept from load.
 //! - **Outliers**, per row: BERT-family hidden states have a few channels far larger than the
@@ -49,10 +56,11 @@ const OUTLIER_RATIO: f32 = 6.0;
 /// Most rows one parallel task quantizes or multiplies.
 const MAX_CHUNK_ROWS: usize = 64;
 
-/// The integer kernel [`Precision::Int8`](crate::models::Precision::Int8) runs on this CPU:
-/// `avx512-vnni`, `avx-vnni`, `avx2` or `scalar` (for benchmark reports).
+/// The integer kernel [`Precision::Int8`](crate::models::Precision::Int8) runs the encoders
+/// on with this CPU: `avx512-vnni`, `avx-vnni`, `avx2-pairs` (AVX2, 7-bit activations) or
+/// `scalar` (for benchmark reports).
 pub fn int8_kernel() -> &'static str {
-    Isa::detect().name()
+    Isa::detect().seven_bit().name()
 }
 
 /// A linear layer with int8 weights: `out = x · wᵀ + bias`, `x` quantized per row on the fly.
@@ -73,17 +81,28 @@ pub(crate) struct QuantLinear {
     inputs: usize,
     outputs: usize,
     isa: Isa,
+    /// The largest activation code.
+    activation_max: u8,
 }
 
 impl QuantLinear {
-    /// Quantizes a float layer, for the best kernel this CPU has.
+    /// Quantizes a float layer of an encoder, for the fastest kernel this CPU has (on AVX2
+    /// the one that takes 7-bit activations; see the module notes).
     pub fn new(linear: &Linear) -> Self {
-        let isa = Isa::detect();
-        Self::with_isa(linear, isa, isa.weight_max())
+        let isa = Isa::detect().seven_bit();
+        Self::with_isa(linear, isa, (isa.weight_max(), isa.activation_max()))
     }
 
-    /// Quantizes for the kernel `isa`, weights to `[-weight_max, weight_max]`.
-    fn with_isa(linear: &Linear, isa: Isa, weight_max: f32) -> Self {
+    /// Quantizes a float layer for the best kernel this CPU has that keeps 8-bit
+    /// activations: a decoder's (Qwen3's) layers, whose logits 7 bits move too far.
+    pub fn with_8bit_activations(linear: &Linear) -> Self {
+        let isa = Isa::detect();
+        Self::with_isa(linear, isa, (isa.weight_max(), isa.activation_max()))
+    }
+
+    /// Quantizes for the kernel `isa`, weights to `[-weight_max, weight_max]`, activations
+    /// to `0..=activation_max` (what `isa` takes, or less).
+    fn with_isa(linear: &Linear, isa: Isa, (weight_max, activation_max): (f32, u8)) -> Self {
         let (inputs, outputs) = (linear.inputs, linear.outputs);
         let groups = inputs.div_ceil(4);
         let panels = outputs.div_ceil(NR);
@@ -141,6 +160,7 @@ impl QuantLinear {
             inputs,
             outputs,
             isa,
+            activation_max,
         }
     }
 
@@ -173,7 +193,9 @@ impl QuantLinear {
             return;
         }
         let stride = self.groups * 4;
-        scratch.quantize(&x[..rows * self.inputs], rows, self.inputs, stride, false);
+        let shape = (rows, self.inputs, stride);
+        let top = self.activation_max;
+        scratch.quantize(&x[..rows * self.inputs], shape, top, false);
         let chunk = chunk_rows(rows);
         let a = &*scratch;
         out[..rows * n]
@@ -215,13 +237,9 @@ impl QuantLinear {
         if rows == 0 {
             return;
         }
-        scratch.quantize(
-            &x[..rows * self.inputs],
-            rows,
-            self.inputs,
-            self.groups * 4,
-            true,
-        );
+        let shape = (rows, self.inputs, self.groups * 4);
+        let top = self.activation_max;
+        scratch.quantize(&x[..rows * self.inputs], shape, top, true);
         super::kernels::simd(ChunkProduct {
             layer: self,
             a: scratch,
@@ -325,9 +343,15 @@ impl QuantRows {
 }
 
 impl QuantRows {
-    /// Quantizes `rows` rows of `cols` floats into rows of `stride` bytes (zero-padded), in
-    /// parallel unless `serial`.
-    fn quantize(&mut self, x: &[f32], rows: usize, cols: usize, stride: usize, serial: bool) {
+    /// Quantizes `rows` rows of `cols` floats into rows of `stride` bytes (zero-padded), codes
+    /// `0..=top`, in parallel unless `serial`.
+    fn quantize(
+        &mut self,
+        x: &[f32],
+        (rows, cols, stride): (usize, usize, usize),
+        top: u8,
+        serial: bool,
+    ) {
         self.data.resize(rows * stride, 0);
         self.scales.resize(rows, 0.0);
         self.zeros.resize(rows, 0);
@@ -353,6 +377,7 @@ impl QuantRows {
                     counts,
                     cols,
                     stride,
+                    top: top as f32,
                 })
             });
     }
@@ -368,6 +393,8 @@ struct QuantizeRows<'a> {
     counts: &'a mut [u8],
     cols: usize,
     stride: usize,
+    /// The largest code.
+    top: f32,
 }
 
 impl pulp::WithSimd for QuantizeRows<'_> {
@@ -379,8 +406,6 @@ impl pulp::WithSimd for QuantizeRows<'_> {
         let xs = self.x.chunks_exact(self.cols);
         let slots = self.outliers.chunks_exact_mut(MAX_OUTLIERS);
         let rows = rows.zip(xs).zip(self.scales).zip(self.zeros);
-        // A row with its outliers zeroed, when it has some.
-        let mut rest = Vec::new();
         for ((((q, x), scale), zero), (slots, count)) in rows.zip(slots.zip(self.counts)) {
             let Stats {
                 mut lo,
@@ -388,28 +413,25 @@ impl pulp::WithSimd for QuantizeRows<'_> {
                 squares,
             } = stats(simd, x);
             let limit = OUTLIER_RATIO * (squares / x.len().max(1) as f32).sqrt();
-            *count = 0;
-            let mut x = x;
+            let mut n = 0;
             if lo < -limit || hi > limit {
-                let n = find_outliers(simd, x, limit, slots);
-                *count = n as u8;
-                rest.clear();
-                rest.extend_from_slice(x);
-                for &(k, _) in &slots[..n] {
-                    rest[k as usize] = 0.0;
-                }
-                x = &rest;
-                Stats { lo, hi, .. } = stats(simd, x);
+                (n, lo, hi) = take_outliers(simd, x, limit, slots);
             }
+            *count = n as u8;
             let (lo, hi) = (lo.min(0.0), hi.max(0.0));
-            let s = if hi > lo { (hi - lo) / 255.0 } else { 1.0 };
+            let top = self.top;
+            let s = if hi > lo { (hi - lo) / top } else { 1.0 };
             let inv = 1.0 / s;
             // The zero point: where 0.0 lands, rounded (exact for 0.0 itself).
-            let z = (-lo * inv + 0.5).floor().clamp(0.0, 255.0);
+            let z = (-lo * inv + 0.5).floor().clamp(0.0, top);
             for (q, &v) in q.iter_mut().zip(x) {
-                *q = round_to_u8((v * inv + z).clamp(0.0, 255.0));
+                *q = round_to_u8((v * inv + z).clamp(0.0, top));
             }
-            // (An outlier's slot now holds the zero point: it is added back in f32.)
+            // An outlier's slot holds the zero point, the code of 0.0: it is added back in
+            // f32.
+            for &(k, _) in &slots[..n] {
+                q[k as usize] = z as u8;
+            }
             q[self.cols..].fill(0);
             *scale = s;
             *zero = z as i32;
@@ -470,47 +492,71 @@ fn stats<S: pulp::Simd>(simd: S, xs: &[f32]) -> Stats {
     out
 }
 
-/// The largest magnitude in `xs`.
+/// Takes the outliers out of a row: the (index, value) of the largest-magnitude values of `x`
+/// beyond `limit`, at most `slots.len()`, go into `slots`. Returns how many, and the smallest
+/// and largest of the values that stay (`INFINITY` and `-INFINITY` if none stays).
+///
+/// One pass over the row: a block of values all within the limit (most of them) is folded
+/// into the range on vectors; a block with a value beyond it is walked one value at a time.
 #[inline(always)]
-fn max_abs<S: pulp::Simd>(simd: S, xs: &[f32]) -> f32 {
-    let (head, tail) = S::as_simd_f32s(xs);
-    let mut m = simd.splat_f32s(0.0);
-    for &v in head {
-        m = simd.max_f32s(m, simd.abs_f32s(v));
-    }
-    tail.iter()
-        .fold(simd.reduce_max_f32s(m), |m, v| m.max(v.abs()))
-}
-
-/// The (index, value) of the largest-magnitude values of `x` beyond `limit`, at most
-/// `slots.len()`, into `slots`; returns how many.
-#[inline(always)]
-fn find_outliers<S: pulp::Simd>(simd: S, x: &[f32], limit: f32, slots: &mut [(u32, f32)]) -> usize {
+fn take_outliers<S: pulp::Simd>(
+    simd: S,
+    x: &[f32],
+    limit: f32,
+    slots: &mut [(u32, f32)],
+) -> (usize, f32, f32) {
     const BLOCK: usize = 32;
     let mut n = 0;
+    let mut lo_v = simd.splat_f32s(f32::INFINITY);
+    let mut hi_v = simd.splat_f32s(f32::NEG_INFINITY);
+    // The range of the values that stay in the blocks walked one at a time.
+    let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for (b, block) in x.chunks(BLOCK).enumerate() {
-        // Whole blocks within the limit are skipped with a vectorized test.
-        if max_abs(simd, block) <= limit {
+        let (head, tail) = S::as_simd_f32s(block);
+        let mut block_lo = simd.splat_f32s(f32::INFINITY);
+        let mut block_hi = simd.splat_f32s(f32::NEG_INFINITY);
+        for &v in head {
+            block_lo = simd.min_f32s(block_lo, v);
+            block_hi = simd.max_f32s(block_hi, v);
+        }
+        let largest = simd.max_f32s(block_hi, simd.neg_f32s(block_lo));
+        if simd.reduce_max_f32s(largest) <= limit && tail.iter().all(|v| v.abs() <= limit) {
+            lo_v = simd.min_f32s(lo_v, block_lo);
+            hi_v = simd.max_f32s(hi_v, block_hi);
+            for &v in tail {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
             continue;
         }
         for (i, &v) in block.iter().enumerate() {
-            if v.abs() <= limit {
-                continue;
-            }
-            let k = (b * BLOCK + i) as u32;
-            if n < slots.len() {
-                slots[n] = (k, v);
+            // The value that stays in the row: `v`, or an outlier `v` displaces.
+            let stays = if v.abs() <= limit {
+                v
+            } else if n < slots.len() {
+                slots[n] = ((b * BLOCK + i) as u32, v);
                 n += 1;
-            } else if let Some(smallest) = slots
-                .iter_mut()
-                .min_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
-                .filter(|s| s.1.abs() < v.abs())
-            {
-                *smallest = (k, v);
-            }
+                continue;
+            } else {
+                match slots
+                    .iter_mut()
+                    .min_by(|s, t| s.1.abs().total_cmp(&t.1.abs()))
+                {
+                    Some(smallest) if smallest.1.abs() < v.abs() => {
+                        std::mem::replace(smallest, ((b * BLOCK + i) as u32, v)).1
+                    }
+                    _ => v,
+                }
+            };
+            lo = lo.min(stays);
+            hi = hi.max(stays);
         }
     }
-    n
+    (
+        n,
+        lo.min(simd.reduce_min_f32s(lo_v)),
+        hi.max(simd.reduce_max_f32s(hi_v)),
+    )
 }
 
 #[cfg(test)]
@@ -539,11 +585,17 @@ mod tests {
     }
 
     /// Shapes with ragged edges (inputs not a multiple of 4, outputs not of 16, rows not of
-    /// 4): the int8 product stays within the error its scales allow of the float one, and the
-    /// detected kernel gives exactly the scalar kernel's floats.
+    /// 4), with 7-bit and 8-bit activations: the int8 product stays within the error its
+    /// scales allow of the float one, and the detected kernel gives exactly the scalar
+    /// kernel's floats.
     #[test]
     fn int8_linear_tracks_the_float_layer() {
-        for (inputs, outputs, rows) in [(384, 1152, 37), (7, 5, 1), (130, 33, 9), (1536, 40, 70)] {
+        let shapes = [(384, 1152, 37), (7, 5, 1), (130, 33, 9), (1536, 40, 70)];
+        let makers: [fn(&Linear) -> QuantLinear; 2] =
+            [QuantLinear::new, QuantLinear::with_8bit_activations];
+        for ((inputs, outputs, rows), make) in
+            shapes.into_iter().flat_map(|s| makers.map(|m| (s, m)))
+        {
             let lin = layer(inputs, outputs);
             let mut x = random(rows * inputs, 3);
             // An outlier feature, as real activations have.
@@ -552,16 +604,11 @@ mod tests {
             lin.forward(&x, rows, &mut want);
             let mut got = vec![0.0; rows * outputs];
             let mut scratch = QuantRows::default();
-            let q = QuantLinear::new(&lin);
+            let q = make(&lin);
             q.forward(&x, rows, &mut got, &mut scratch, Then::Nothing);
             let mut scalar = vec![0.0; rows * outputs];
-            QuantLinear::with_isa(&lin, Isa::Scalar, q.isa.weight_max()).forward(
-                &x,
-                rows,
-                &mut scalar,
-                &mut scratch,
-                Then::Nothing,
-            );
+            QuantLinear::with_isa(&lin, Isa::Scalar, (q.isa.weight_max(), q.activation_max))
+                .forward(&x, rows, &mut scalar, &mut scratch, Then::Nothing);
             assert_eq!(got, scalar, "{} vs scalar", q.isa.name());
             for r in 0..rows {
                 let xr = &x[r * inputs..][..inputs];
@@ -572,7 +619,7 @@ mod tests {
                     // Rounding errors: half a step of each factor, summed over the inputs
                     // (a loose bound; the typical error is far below it).
                     let bound = inputs as f32
-                        * (0.5 * row_range / 255.0 * wmax
+                        * (0.5 * row_range / q.activation_max as f32 * wmax
                             + 0.5 * wmax / q.isa.weight_max() * row_range / 2.0);
                     let e = (got[r * outputs + c] - want[r * outputs + c]).abs();
                     assert!(e <= bound, "row {r} col {c}: error {e} > {bound}");
@@ -631,19 +678,97 @@ mod tests {
             );
             assert_eq!(one, got, "row {r} alone");
         }
-        // More outliers than slots: the largest ones are kept.
+        // More outliers than slots: the largest ones are kept, the others stay in the range.
         let mut row = vec![0.01f32; 64];
         for (i, v) in row.iter_mut().take(12).enumerate() {
             *v = 10.0 + i as f32;
         }
+        row[40] = -0.5;
         let mut slots = [(0u32, 0.0f32); MAX_OUTLIERS];
-        assert_eq!(
-            find_outliers(pulp::Scalar::new(), &row, 1.0, &mut slots),
-            MAX_OUTLIERS
-        );
+        let (n, lo, hi) = take_outliers(pulp::Scalar::new(), &row, 1.0, &mut slots);
+        assert_eq!((n, lo, hi), (MAX_OUTLIERS, -0.5, 13.0));
         let mut kept: Vec<u32> = slots.iter().map(|s| s.0).collect();
         kept.sort_unstable();
         assert_eq!(kept, (4..12).collect::<Vec<u32>>());
+    }
+
+    /// The quantization as first written, one step at a time: statistics, the outliers,
+    /// a copy of the row with their slots zeroed, its statistics, then the codes.
+    fn quantize_reference(
+        x: &[f32],
+        stride: usize,
+        top: f32,
+    ) -> (Vec<u8>, f32, i32, Vec<(u32, f32)>) {
+        let rms = (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt();
+        let limit = OUTLIER_RATIO * rms;
+        let mut slots: Vec<(u32, f32)> = Vec::new();
+        for (k, &v) in x.iter().enumerate() {
+            if v.abs() <= limit {
+                continue;
+            }
+            if slots.len() < MAX_OUTLIERS {
+                slots.push((k as u32, v));
+            } else if let Some(smallest) = slots
+                .iter_mut()
+                .min_by(|s, t| s.1.abs().total_cmp(&t.1.abs()))
+                .filter(|s| s.1.abs() < v.abs())
+            {
+                *smallest = (k as u32, v);
+            }
+        }
+        let mut rest = x.to_vec();
+        for &(k, _) in &slots {
+            rest[k as usize] = 0.0;
+        }
+        let lo = rest.iter().fold(0.0f32, |m, &v| m.min(v));
+        let hi = rest.iter().fold(0.0f32, |m, &v| m.max(v));
+        let s = if hi > lo { (hi - lo) / top } else { 1.0 };
+        let inv = 1.0 / s;
+        let z = (-lo * inv + 0.5).floor().clamp(0.0, top);
+        let mut q: Vec<u8> = rest
+            .iter()
+            .map(|&v| (v * inv + z).clamp(0.0, top).round_ties_even() as u8)
+            .collect();
+        q.resize(stride, 0);
+        (q, s, z as i32, slots)
+    }
+
+    /// The one-pass quantization gives the reference's codes, scales, zero points and
+    /// outliers, on rows with no outlier, a few, more than the slots, and in every block
+    /// position (whole blocks, a ragged end).
+    #[test]
+    fn quantization_matches_the_step_by_step_reference() {
+        for (cols, stride) in [(384, 384), (1536, 1536), (70, 72), (5, 8)] {
+            let rows = 24;
+            let mut x = random(rows * cols, cols as u64);
+            for r in 0..rows {
+                // Row r gets r % 11 outliers of either sign, some in the same block.
+                for j in 0..r % 11 {
+                    let k = (r * 37 + j * 29 + j % 2) % cols;
+                    x[r * cols + k] = if j % 2 == 0 {
+                        9.0 + j as f32
+                    } else {
+                        -20.0 - r as f32
+                    };
+                }
+            }
+            for top in [255, 127] {
+                let mut got = QuantRows::default();
+                got.quantize(&x, (rows, cols, stride), top, false);
+                for r in 0..rows {
+                    let row = &x[r * cols..][..cols];
+                    let (q, s, z, slots) = quantize_reference(row, stride, top as f32);
+                    let at = format!("{cols} columns, codes to {top}, row {r}");
+                    let mut kept = got.outliers(r).to_vec();
+                    kept.sort_by_key(|s| s.0);
+                    let mut want = slots;
+                    want.sort_by_key(|s| s.0);
+                    assert_eq!(kept, want, "{at}");
+                    assert_eq!(&got.data[r * stride..][..stride], &q[..], "{at}");
+                    assert_eq!((got.scales[r], got.zeros[r]), (s, z), "{at}");
+                }
+            }
+        }
     }
 
     /// The add-2^23 rounding is round-half-to-even over the whole quantized range.
@@ -664,22 +789,20 @@ mod tests {
             let lo = x.iter().fold(f32::INFINITY, |m, &v| m.min(v));
             let hi = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             let squares: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
-            let (got, got_max_abs) = super::super::kernels::simd(Measure(&x));
+            let got = super::super::kernels::simd(Measure(&x));
             assert_eq!((got.lo, got.hi), (lo, hi), "n = {n}");
             assert!((got.squares as f64 - squares).abs() <= 1e-5 * squares.max(1.0));
-            let max_abs = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            assert_eq!(got_max_abs, max_abs);
         }
     }
 
-    /// [`stats`] and [`max_abs`] of a row, on the CPU's vectors.
+    /// [`stats`] of a row, on the CPU's vectors.
     struct Measure<'a>(&'a [f32]);
 
     impl pulp::WithSimd for Measure<'_> {
-        type Output = (Stats, f32);
+        type Output = Stats;
         #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, simd: S) -> (Stats, f32) {
-            (stats(simd, self.0), max_abs(simd, self.0))
+        fn with_simd<S: pulp::Simd>(self, simd: S) -> Stats {
+            stats(simd, self.0)
         }
     }
 

@@ -149,7 +149,8 @@ impl MatrixFormat {
         match self {
             MatrixFormat::F32 => Matrix::Panels(PanelLinear::new(linear)),
             MatrixFormat::Bf16 => Matrix::Panels(PanelLinear::bf16(linear)),
-            MatrixFormat::Int8 => Matrix::Int8(QuantLinear::new(linear)),
+            // 8-bit activations: 7 (the faster AVX2 kernel) move a decoder's logits too far.
+            MatrixFormat::Int8 => Matrix::Int8(QuantLinear::with_8bit_activations(linear)),
         }
     }
 }
