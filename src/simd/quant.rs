@@ -312,17 +312,8 @@ unsafe fn tile_avx2_pairs<const R: usize>(
         }
     }
     if let [group] = last {
-        let g = panel.len() - 1;
-        // SAFETY: as above, for the last group.
-        let w = unsafe { halves(group) };
-        for (r, sums) in acc.iter_mut().enumerate() {
-            // SAFETY: r < R and g < panel.len().
-            let x = unsafe { broadcast(a, stride, r, g) };
-            for (c, sum) in sums.iter_mut().enumerate() {
-                let pairs = _mm256_maddubs_epi16(x, w[c]);
-                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
-            }
-        }
+        // SAFETY: the last group, g < panel.len().
+        unsafe { group_avx2(&mut acc, a, stride, panel.len() - 1, group) }
     }
     // SAFETY: AVX2 implies AVX.
     unsafe { store(&acc, out) }
@@ -341,23 +332,42 @@ unsafe fn tile_avx2<const R: usize>(
     panel: &[Group],
     out: &mut [Sums],
 ) {
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
-        // SAFETY: a group is 64 aligned bytes.
-        let [w0, w1] = unsafe { halves(group) };
-        for (r, sums) in acc.iter_mut().enumerate() {
-            // SAFETY: r < R and g < panel.len(), inside what the caller guarantees.
-            let x = unsafe { broadcast(a, stride, r, g) };
-            // u8 x i8 pairs into i16 (exact: |pair| <= 2 x 255 x 63), then pairs into i32.
-            let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones);
-            let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones);
-            sums[0] = _mm256_add_epi32(sums[0], p0);
-            sums[1] = _mm256_add_epi32(sums[1], p1);
-        }
+        // SAFETY: g < panel.len(), inside what the caller guarantees.
+        unsafe { group_avx2(&mut acc, a, stride, g, group) }
     }
     // SAFETY: AVX2 implies AVX.
     unsafe { store(&acc, out) }
+}
+
+/// Group `g` of `R` rows into their sums: u8 x i8 pairs into i16 by `vpmaddubsw` (exact:
+/// a pair is at most `2 x 255 x 63`), then pairs of those into i32 by `vpmaddwd`.
+///
+/// # Safety
+/// Needs AVX2 (inlined into the kernels that enable it); rows `0..R` of `a` must hold the
+/// group's four bytes at `4 g` (row stride `stride`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn group_avx2<const R: usize>(
+    acc: &mut [[__m256i; 2]; R],
+    a: *const u8,
+    stride: usize,
+    g: usize,
+    group: &Group,
+) {
+    let ones = _mm256_set1_epi16(1);
+    // SAFETY: the caller has AVX2 and guarantees the reads.
+    unsafe {
+        let w = halves(group);
+        for (r, sums) in acc.iter_mut().enumerate() {
+            let x = broadcast(a, stride, r, g);
+            for (sum, w) in sums.iter_mut().zip(w) {
+                let pairs = _mm256_maddubs_epi16(x, w);
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+    }
 }
 
 /// A group's two 32-byte halves: columns 0-7 and 8-15.
@@ -388,11 +398,8 @@ unsafe fn tile_avxvnni<const R: usize>(
 ) {
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
-        // SAFETY: as in `tile_avx2`.
-        let (w0, w1) = unsafe {
-            let p = group.0.as_ptr() as *const __m256i;
-            (_mm256_load_si256(p), _mm256_load_si256(p.add(1)))
-        };
+        // SAFETY: a group is 64 aligned bytes.
+        let [w0, w1] = unsafe { halves(group) };
         for (r, sums) in acc.iter_mut().enumerate() {
             // SAFETY: as in `tile_avx2`.
             let x = unsafe { broadcast(a, stride, r, g) };
@@ -418,11 +425,8 @@ unsafe fn tile_vnni512<const R: usize>(
 ) {
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (g, group) in panel.iter().enumerate() {
-        // SAFETY: as in `tile_avx2`.
-        let (w0, w1) = unsafe {
-            let p = group.0.as_ptr() as *const __m256i;
-            (_mm256_load_si256(p), _mm256_load_si256(p.add(1)))
-        };
+        // SAFETY: a group is 64 aligned bytes.
+        let [w0, w1] = unsafe { halves(group) };
         for (r, sums) in acc.iter_mut().enumerate() {
             // SAFETY: as in `tile_avx2`.
             let x = unsafe { broadcast(a, stride, r, g) };
@@ -468,8 +472,9 @@ mod tests {
     }
 
     /// Every vector kernel this CPU has gives exactly the scalar sums, on random data at the
-    /// extremes of both ranges (activations 0..=255, weights -63..=63), for every row count
-    /// up to a few kernel blocks and a remainder.
+    /// extremes of both ranges (activations `0..=activation_max`, weights -63..=63), for
+    /// every row count up to a few kernel blocks and a remainder, and for odd and even
+    /// numbers of groups (the paired AVX2 kernel's last group alone).
     #[test]
     fn vector_kernels_match_the_scalar_kernel() {
         const ROWS: usize = 3 * MR - 1;
@@ -508,10 +513,7 @@ mod tests {
                 for isa in available() {
                     // The activations at this kernel's extremes.
                     let top = isa.activation_max();
-                    let a: Vec<u8> = a
-                        .iter()
-                        .map(|&v| if v == 255 { top } else { v.min(top) })
-                        .collect();
+                    let a: Vec<u8> = a.iter().map(|&v| v.min(top)).collect();
                     let mut want = vec![[0; NR]; ROWS];
                     tiles_scalar(&a, stride, rows, &panel, &mut want);
                     let mut got = vec![[0; NR]; ROWS];
@@ -523,6 +525,18 @@ mod tests {
                         isa.name()
                     );
                 }
+            }
+        }
+        // Every activation at the top and every weight at 63 or -63 at once: the largest
+        // i16 sums the kernels make.
+        for w in [63i8, -63] {
+            let panel = vec![Group([w; GROUP]); 96];
+            for isa in available() {
+                let a = vec![isa.activation_max(); MR * 96 * 4];
+                let mut got = vec![[0; NR]; MR];
+                tiles(isa, &a, 96 * 4, MR, &panel, &mut got);
+                let want = isa.activation_max() as i32 * w as i32 * 96 * 4;
+                assert_eq!(got, vec![[want; NR]; MR], "{} at the extremes", isa.name());
             }
         }
     }
