@@ -61,17 +61,17 @@ fn spearman(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// How int8 logits agree with reference ones.
-struct Agreement {
+pub(crate) struct Agreement {
     /// Spearman correlation.
-    rho: f64,
+    pub rho: f64,
     /// Largest absolute difference.
-    worst: f32,
+    pub worst: f32,
     /// Largest reference magnitude.
-    spread: f32,
+    pub spread: f32,
 }
 
 /// The agreement of `logits` with `reference`, printed under `name`.
-fn agreement(name: &str, logits: &[f32], reference: &[f32]) -> Agreement {
+pub(crate) fn agreement(name: &str, logits: &[f32], reference: &[f32]) -> Agreement {
     let rho = spearman(logits, reference);
     let spread = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let worst = logits

@@ -192,10 +192,7 @@ impl QuantLinear {
         if rows == 0 {
             return;
         }
-        let stride = self.groups * 4;
-        let shape = (rows, self.inputs, stride);
-        let top = self.activation_max;
-        scratch.quantize(&x[..rows * self.inputs], shape, top, false);
+        self.quantize_input(x, rows, scratch, false);
         let chunk = chunk_rows(rows);
         let a = &*scratch;
         out[..rows * n]
@@ -211,6 +208,13 @@ impl QuantLinear {
                     then,
                 })
             });
+    }
+
+    /// Quantizes rows `..rows` of `x` into `scratch` as this layer's kernel reads them (rows
+    /// of whole groups, codes up to its activation range), in parallel unless `serial`.
+    fn quantize_input(&self, x: &[f32], rows: usize, scratch: &mut QuantRows, serial: bool) {
+        let shape = (rows, self.inputs, self.groups * 4);
+        scratch.quantize(&x[..rows * self.inputs], shape, self.activation_max, serial);
     }
 
     /// Rows per block for [`QuantLinear::forward_here`] over `rows` rows: whole kernel rows,
@@ -237,9 +241,7 @@ impl QuantLinear {
         if rows == 0 {
             return;
         }
-        let shape = (rows, self.inputs, self.groups * 4);
-        let top = self.activation_max;
-        scratch.quantize(&x[..rows * self.inputs], shape, top, true);
+        self.quantize_input(x, rows, scratch, true);
         super::kernels::simd(ChunkProduct {
             layer: self,
             a: scratch,
