@@ -138,7 +138,9 @@ impl ConnectionLike for Connection {
 }
 
 /// A reader over the socket's buffer that gives out at most `left` more bytes and fails once
-/// `deadline` has passed; each socket read waits at most until the deadline.
+/// `deadline` has passed; each socket read waits at most until the deadline. Past it, one last
+/// read takes what the socket already holds: a reply that arrived in time still counts when
+/// the calling thread itself was descheduled past the deadline (a loaded machine).
 struct Bounded<'a> {
     inner: &'a mut BufReader<Socket>,
     left: u64,
@@ -154,20 +156,32 @@ impl Read for Bounded<'_> {
                 format!("reply longer than {} bytes", self.limit),
             ));
         }
+        let mut late = false;
         if self.inner.buffer().is_empty() {
             let wait = self.deadline.saturating_duration_since(Instant::now());
-            if wait.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "reply not complete within the timeout",
-                ));
-            }
+            late = wait.is_zero();
+            // Past the deadline, the shortest wait the socket takes: what already arrived.
+            let wait = wait.max(Duration::from_millis(1));
             self.inner.get_ref().set_read_timeout(Some(wait))?;
         }
         let most = buf
             .len()
             .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..most])?;
+        let n = match self.inner.read(&mut buf[..most]) {
+            Err(e)
+                if late
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "reply not complete within the timeout",
+                ))
+            }
+            r => r?,
+        };
         self.left -= n as u64;
         Ok(n)
     }

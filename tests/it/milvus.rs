@@ -19,11 +19,13 @@ use rerank::recall::{FallbackRetriever, MilvusRetriever, SearchQuery};
 use rerank::{Bm25Index, Document, Embedder, Error, Hybrid, Pipeline, Result, Retriever};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/milvus.sh");
-/// How long a write may take to show in searches (Milvus's bounded staleness, plus room).
-const VISIBLE: Duration = Duration::from_secs(20);
+/// How long a write may take to show in searches: Milvus's bounded staleness (about a second)
+/// with room for a 2-core machine running the rest of the suite. Only a failure waits it out.
+const VISIBLE: Duration = Duration::from_secs(60);
 
-/// How long a restarted server may take to load its collections again.
-const RELOAD: Duration = Duration::from_secs(90);
+/// How long a restarted server may take to load its collections again (a minute or two on a
+/// loaded 2-core machine; only a failure waits it out).
+const RELOAD: Duration = Duration::from_secs(300);
 
 static TURN: Mutex<()> = Mutex::new(());
 
@@ -304,7 +306,9 @@ fn milvus_down_is_a_typed_error_or_the_fallback_and_comes_back_after_a_restart()
     let name = collection("restart");
     let m = Arc::new(
         MilvusRetriever::builder(&url, &name, Arc::new(Words))
-            .timeouts(Duration::from_secs(2), Duration::from_millis(500))
+            // Generous for the live server on a loaded machine; the stopped one refuses
+            // connections at once, whatever the timeouts.
+            .timeouts(Duration::from_secs(30), Duration::from_secs(5))
             .max_retries(2)
             .backoff(Duration::from_millis(100), Duration::from_millis(400))
             .build()

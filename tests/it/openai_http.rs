@@ -376,8 +376,10 @@ fn a_closed_port_fails_after_the_retries() {
 
 #[test]
 fn a_timeout_is_retried() {
+    // The first reply comes after a minute (on a thread of its own, so nothing waits for it);
+    // the timeout, five seconds, is also what the fast second attempt has on a loaded machine.
     let server = Server::start(vec![
-        Reply::Slow(Duration::from_millis(1500)),
+        Reply::Slow(Duration::from_secs(60)),
         Reply::Http(200, vec![], completion("fast")),
     ]);
     let slept = Arc::new(Mutex::new(Vec::new()));
@@ -385,7 +387,7 @@ fn a_timeout_is_retried() {
     let g = OpenAiCompatible::builder()
         .base_url(server.base_url())
         .model("m")
-        .timeout(Duration::from_millis(300))
+        .timeout(Duration::from_secs(5))
         .max_retries(1)
         .backoff(Duration::from_millis(10), Duration::from_millis(10))
         .sleeper(Arc::new(move |d| log.lock().unwrap().push(d)))

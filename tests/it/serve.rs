@@ -137,8 +137,10 @@ fn http(
     body: &[u8],
 ) -> (u16, String, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).unwrap();
+    // Only a server that hangs meets this: the slowest request here (200 texts through MiniLM
+    // in the test profile, on a loaded 2-core machine) answers in well under a minute.
     stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
+        .set_read_timeout(Some(Duration::from_secs(600)))
         .unwrap();
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -525,14 +527,18 @@ fn the_api_key_is_required_when_set_and_off_loopback() {
 
 #[test]
 fn concurrent_requests_are_batched_and_a_full_queue_is_refused_with_429() {
-    let Some(server) = start("batching", &["--queue", "4"], &[]) else {
+    let Some(server) = start("batching", &["--queue", "4", "--timeout-secs", "600"], &[]) else {
         return;
     };
     let addr = server.addr.clone();
-    let docs: Vec<String> = (0..100)
+    // Embeddings of 100 texts through MiniLM: a model call takes a thousand times what a
+    // client takes to connect and send, so however slow or loaded the machine, the queue
+    // fills while the first batch runs (the tiny cross-encoder answers about as fast as a
+    // client connects, which made the outcome a race).
+    let texts: Vec<String> = (0..100)
         .map(|i| format!("{} number {i}", DOCS[i % 2]))
         .collect();
-    let body = json!({"query": QUERY, "documents": docs});
+    let body = json!({"input": texts});
     let start = Instant::now();
     let statuses: Vec<(u16, String)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..32)
@@ -542,7 +548,7 @@ fn concurrent_requests_are_batched_and_a_full_queue_is_refused_with_429() {
                     let (status, head, _) = http(
                         addr,
                         "POST",
-                        "/v2/rerank",
+                        "/v1/embeddings",
                         &["Content-Type: application/json"],
                         body.to_string().as_bytes(),
                     );
@@ -582,8 +588,8 @@ fn concurrent_requests_are_batched_and_a_full_queue_is_refused_with_429() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name} in {metrics}"))
     };
-    let batches = value("rerank_batch_requests_count{model=\"rerank\"}");
-    let requests = value("rerank_batch_requests_sum{model=\"rerank\"}");
+    let batches = value("rerank_batch_requests_count{model=\"embed\"}");
+    let requests = value("rerank_batch_requests_sum{model=\"embed\"}");
     assert_eq!(
         requests as usize, ok,
         "every answered request was in one batch"
@@ -613,9 +619,24 @@ fn sigterm_finishes_the_requests_in_flight() {
     let texts: Vec<String> = (0..200)
         .map(|i| format!("{} {i}", DOCS[0].repeat(4)))
         .collect();
-    let request =
-        std::thread::spawn(move || post(&addr, "/v1/embeddings", &json!({"input": texts})));
-    std::thread::sleep(Duration::from_millis(300));
+    let request = {
+        let addr = addr.clone();
+        std::thread::spawn(move || post(&addr, "/v1/embeddings", &json!({"input": texts})))
+    };
+    // SIGTERM once the server has the request (its in-flight gauge says so), however long the
+    // client thread took to connect.
+    loop {
+        let (_, _, metrics) = http(&addr, "GET", "/metrics", &[], b"");
+        let metrics = String::from_utf8(metrics).unwrap();
+        if metrics.contains("rerank_requests_in_flight{route=\"/v1/embeddings\"} 1") {
+            break;
+        }
+        assert!(
+            !request.is_finished(),
+            "the request ended before it was seen in flight"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let pid = server.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])

@@ -1,5 +1,5 @@
-//! `GET /metrics`: requests by route and status, latency histograms, batch sizes, queue
-//! refusals, cache hits and fallbacks, in Prometheus' text format.
+//! `GET /metrics`: requests by route and status, requests in flight, latency histograms, batch
+//! sizes, queue refusals, cache hits and fallbacks, in Prometheus' text format.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -57,6 +57,7 @@ impl Histogram {
 #[derive(Default)]
 struct Inner {
     requests: BTreeMap<(String, u16), u64>,
+    in_flight: BTreeMap<String, u64>,
     latency: BTreeMap<String, Histogram>,
     batch_items: BTreeMap<&'static str, Histogram>,
     batch_requests: BTreeMap<&'static str, Histogram>,
@@ -74,6 +75,16 @@ impl Metrics {
     fn with(&self, f: impl FnOnce(&mut Inner)) {
         let mut inner = self.0.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut inner);
+    }
+
+    /// A request on `route` has started; it counts as in flight until the guard drops (when
+    /// its response is ready, or when its client leaves and the server drops the request).
+    pub fn begin(self: &std::sync::Arc<Self>, route: &str) -> InFlight {
+        self.with(|m| *m.in_flight.entry(route.to_string()).or_default() += 1);
+        InFlight {
+            metrics: self.clone(),
+            route: route.to_string(),
+        }
     }
 
     /// One finished request.
@@ -132,6 +143,10 @@ impl Metrics {
                     "rerank_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
                 );
             }
+            out.push_str("# TYPE rerank_requests_in_flight gauge\n");
+            for (route, n) in &m.in_flight {
+                let _ = writeln!(out, "rerank_requests_in_flight{{route=\"{route}\"}} {n}");
+            }
             out.push_str("# TYPE rerank_request_seconds histogram\n");
             for (route, h) in &m.latency {
                 h.write(
@@ -179,5 +194,21 @@ impl Metrics {
             );
         });
         out
+    }
+}
+
+/// One request in flight (see [`Metrics::begin`]).
+pub struct InFlight {
+    metrics: std::sync::Arc<Metrics>,
+    route: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.metrics.with(|m| {
+            if let Some(n) = m.in_flight.get_mut(&self.route) {
+                *n = n.saturating_sub(1);
+            }
+        });
     }
 }

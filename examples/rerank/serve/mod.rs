@@ -411,7 +411,9 @@ async fn observe(State(state): State<Shared>, request: Request, next: Next) -> R
         .map_or("unmatched", |p| p.as_str())
         .to_string();
     let start = Instant::now();
+    let in_flight = state.metrics.begin(&route);
     let response = next.run(request).await;
+    drop(in_flight);
     state
         .metrics
         .request(&route, response.status().as_u16(), start.elapsed());
