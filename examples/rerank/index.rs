@@ -1,22 +1,25 @@
-//! `rerank index`: upsert a JSONL corpus into an SQLite store.
+//! `rerank index`: add a JSONL corpus to an SQLite store.
 //!
 //! ```text
 //! cargo run --release --example rerank -- index --db notes.db --corpus notes.jsonl \
-//!     [--model models/all-MiniLM-L6-v2] [--batch 512] [--json]
+//!     [--model models/all-MiniLM-L6-v2] [--sync] [--duplicates refuse|first|last] [--json]
 //! ```
-//! The store ends up holding exactly the corpus: new and changed documents are (re)analyzed,
-//! and with `--model` embedded when no vector for their content and model is stored;
-//! unchanged ones cost a hash; documents no longer in the corpus are removed. The whole corpus
-//! is read and checked (every line a document with a non-empty id) before the first batch is
-//! written. A corpus that would remove every stored document (an empty file, or one that shares
-//! no id with the store) is refused unless `--replace-all` says that is meant. Each batch is one
-//! transaction, so an interrupted run keeps every batch it finished; a second `index` run on the
-//! same store while one runs fails at once (`Store::lock_writer`). At the end the write-ahead
-//! log is checkpointed, so the store is one whole file when the command returns. Prints one JSON object
-//! (`documents`, `added`, `updated`, `unchanged`, `removed`, `embedded`, `seconds`), or a line
-//! without `--json`. A progress bar goes to stderr when the run is long and stderr is a terminal.
+//! New and changed documents are (re)analyzed, and with `--model` embedded when no vector for
+//! their content and model is stored; unchanged ones cost a hash. Documents the store holds
+//! and the corpus does not are kept, so a second file adds to the first; `--sync` makes the
+//! store hold exactly the corpus (removing the others), and a sync that would remove every
+//! stored document (an empty file, or one that shares no id with the store) is refused unless
+//! `--replace-all` says that is meant. The whole corpus is read and checked (every line a
+//! document with a non-empty id; an id on two lines refused, or one of them kept with
+//! `--duplicates first|last`) before the first batch is written. Each batch is one
+//! transaction, so an interrupted run keeps every batch it finished; a second `index` run on
+//! the same store while one runs fails at once (`Store::lock_writer`). At the end the
+//! write-ahead log is checkpointed, so the store is one whole file when the command returns.
+//! Prints one JSON object (`documents`, `added`, `updated`, `unchanged`, `kept`, `removed`,
+//! `duplicates`, `embedded`, `seconds`), or a line without `--json`. A progress bar goes to
+//! stderr when the run is long and stderr is a terminal.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,16 +38,25 @@ pub struct Args {
     /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line.
     #[arg(long, value_name = "FILE")]
     corpus: PathBuf,
-    /// Also store embeddings from this BERT bi-encoder directory (for dense and hybrid recall).
+    /// Also store embeddings from this embedding model (a directory or hub id), for dense and
+    /// hybrid search; without it only BM25 data is stored.
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
     /// Threads for the embedding model (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Allow a corpus that removes every document the store holds (an empty corpus, or one
-    /// that shares no id with the store).
+    /// Make the store hold exactly the corpus: remove the stored documents it does not hold
+    /// (by default they are kept, and the summary counts them).
+    #[arg(long)]
+    sync: bool,
+    /// With --sync, allow a corpus that removes every document the store holds (an empty
+    /// corpus, or one that shares no id with the store). Implies --sync.
     #[arg(long)]
     replace_all: bool,
+    /// What to do with an id on more than one line of the corpus: refuse the corpus (naming
+    /// the lines), or keep its first or last line.
+    #[arg(long, value_enum, default_value_t = Duplicates::Refuse)]
+    duplicates: Duplicates,
     /// Documents per transaction.
     #[arg(long, default_value_t = 512)]
     batch: usize,
@@ -53,10 +65,22 @@ pub struct Args {
     json: bool,
 }
 
+/// `--duplicates`: what an id on several lines of the corpus means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Duplicates {
+    /// Refuse the corpus, naming the id and its lines; nothing is written.
+    Refuse,
+    /// Keep the id's first line.
+    First,
+    /// Keep the id's last line.
+    Last,
+}
+
 pub fn run(args: Args) -> CliResult {
     if args.batch == 0 {
         return Err("--batch must be at least 1".into());
     }
+    let sync = args.sync || args.replace_all;
     let start = Instant::now();
     let docs = Document::read_jsonl(&args.corpus)?;
     let embedder = match &args.model {
@@ -75,6 +99,7 @@ pub fn run(args: Args) -> CliResult {
         )
         .into());
     }
+    let (docs, duplicates) = dedupe(docs, args.duplicates, &args.corpus)?;
     let store = Arc::new(Store::open(&args.db)?);
     // Two runs with different corpora would interleave their batches: one at a time.
     let _lock = store.lock_writer()?;
@@ -85,7 +110,7 @@ pub fn run(args: Args) -> CliResult {
         .filter(|id| !keep.contains(id.as_str()))
         .cloned()
         .collect();
-    if !stored.is_empty() && gone.len() == stored.len() && !args.replace_all {
+    if sync && !stored.is_empty() && gone.len() == stored.len() && !args.replace_all {
         return Err(format!(
             "{} would remove all {} documents of {}: {}; nothing was written (pass \
              --replace-all if that is meant)",
@@ -114,7 +139,10 @@ pub fn run(args: Args) -> CliResult {
         total.embedded += r.embedded;
         bar.inc(chunk.len() as u64);
     }
-    let removed = store.remove(&gone)?;
+    let (removed, kept) = match sync {
+        true => (store.remove(&gone)?, 0),
+        false => (0, gone.len()),
+    };
     bar.finish_and_clear();
     // The file alone holds the store once the log is copied into it.
     store.checkpoint()?;
@@ -124,26 +152,108 @@ pub fn run(args: Args) -> CliResult {
         "added": total.added,
         "updated": total.updated,
         "unchanged": total.unchanged,
+        "kept": kept,
         "removed": removed,
+        "duplicates": duplicates,
         "embedded": total.embedded,
         "seconds": start.elapsed().as_secs_f64(),
     });
     if args.json {
         println!("{out}");
     } else {
+        let others = match sync {
+            true => format!("{removed} not in the corpus removed (--sync)"),
+            false => format!("{kept} not in the corpus kept"),
+        };
         println!(
-            "{}: {} documents ({} added, {} updated, {} unchanged, {} removed; {} embedded) in {:.2} s",
+            "{}: {} documents ({} added, {} updated, {} unchanged, {others}; {} embedded) in {:.2} s",
             args.db.display(),
             out["documents"],
             total.added,
             total.updated,
             total.unchanged,
-            removed,
             total.embedded,
             start.elapsed().as_secs_f64()
         );
     }
+    if embedder.is_none() {
+        eprintln!(
+            "note: no vectors were computed (BM25 search only); for dense and hybrid search run \
+             `rerank index --db {} --corpus {} --model MODEL` with the embedding model you will \
+             search with",
+            args.db.display(),
+            args.corpus.display()
+        );
+    }
     Ok(())
+}
+
+/// The corpus with one line per id, by `policy`, and how many lines were dropped; `refuse`
+/// fails naming the first ids on several lines and their line numbers.
+fn dedupe(
+    docs: Vec<Document>,
+    policy: Duplicates,
+    corpus: &std::path::Path,
+) -> CliResult<(Vec<Document>, usize)> {
+    let mut lines: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (n, d) in docs.iter().enumerate() {
+        lines.entry(d.id.as_str()).or_default().push(n);
+    }
+    let mut repeated: Vec<(&str, &Vec<usize>)> = lines
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(id, at)| (*id, at))
+        .collect();
+    if repeated.is_empty() {
+        return Ok((docs, 0));
+    }
+    repeated.sort_by_key(|(_, at)| at[0]);
+    let name = |(id, at): &(&str, &Vec<usize>)| {
+        let at: Vec<String> = at
+            .iter()
+            .map(|&n| line_of_document(corpus, n).to_string())
+            .collect();
+        format!("{id:?} on lines {}", at.join(", "))
+    };
+    let shown: Vec<String> = repeated.iter().take(3).map(name).collect();
+    let more = match repeated.len() {
+        n if n > 3 => format!(" and {} more ids", n - 3),
+        _ => String::new(),
+    };
+    let dropped: usize = repeated.iter().map(|(_, at)| at.len() - 1).sum();
+    if policy == Duplicates::Refuse {
+        return Err(format!(
+            "{}: {}{more}; nothing was written (--duplicates first or --duplicates last keeps \
+             one line of each)",
+            corpus.display(),
+            shown.join("; ")
+        )
+        .into());
+    }
+    eprintln!(
+        "note: {}: {}{more}: kept the {} line of each, {dropped} lines dropped",
+        corpus.display(),
+        shown.join("; "),
+        if policy == Duplicates::First {
+            "first"
+        } else {
+            "last"
+        }
+    );
+    let keep: HashSet<usize> = lines
+        .values()
+        .map(|at| match policy {
+            Duplicates::First => at[0],
+            _ => at[at.len() - 1],
+        })
+        .collect();
+    let docs = docs
+        .into_iter()
+        .enumerate()
+        .filter(|(n, _)| keep.contains(n))
+        .map(|(_, d)| d)
+        .collect();
+    Ok((docs, dropped))
 }
 
 /// The line of `path` that holds its `n`-th document (0-based), counting as

@@ -115,7 +115,7 @@ pub fn run(args: Args) -> CliResult {
 
 /// Sends `tracing` events at `level` and above to stderr, coloured only when stderr is a
 /// terminal (a log file or a pipe gets no escape codes).
-fn init_logging(level: &str) -> CliResult {
+pub(crate) fn init_logging(level: &str) -> CliResult {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .map_err(|e| format!("--log-level {level:?}: {e}"))?;
     tracing_subscriber::fmt()

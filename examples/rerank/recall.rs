@@ -269,8 +269,11 @@ pub fn redis_store(url: &str) -> CliResult<rerank::cache::RedisCacheStore<rerank
         // The URL is not echoed: it may hold a password.
         return Err("--cache expects redis://[USER:PASSWORD@]HOST:PORT[/DB]".into());
     }
+    // A second at most, once, for a Redis that is down (later calls skip it for a while); a
+    // working one answers in well under a millisecond, and 200 ms turned a loaded machine's
+    // late wake-up into "unreachable".
     Ok(rerank::cache::RedisCacheStore::builder(url)
-        .timeout(Duration::from_millis(200))
+        .timeout(Duration::from_secs(1))
         .build()?)
 }
 

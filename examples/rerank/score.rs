@@ -114,7 +114,12 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
         .map(|l| (l.query.as_str(), l.document.as_str()))
         .collect();
     let pairs = pairs.as_slice();
-    let dir = ModelDir::open(&args.model)?;
+    // Resolved as every command resolves a model: a directory, a folder of
+    // $RERANK_MODELS_DIR, or a hub id.
+    let dir = ModelDir::open(rerank::models::registry::resolve(
+        &args.model,
+        rerank::models::registry::Task::CrossEncoder,
+    )?)?;
     match dir.architecture()? {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification
@@ -126,7 +131,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
             let scores = builder.build()?.predict(pairs)?;
             Ok(scores.into_iter().map(|s| (s.score, s.logit)).collect())
         }
-        Architecture::Qwen3ForCausalLm => score_qwen3(args, lines),
+        Architecture::Qwen3ForCausalLm => score_qwen3(args, dir.path(), lines),
         _ => score_reranker(args, lines),
     }
 }
@@ -175,10 +180,10 @@ fn model_options(args: &Args) -> CliResult<rerank::models::ModelOptions> {
 
 /// Qwen3-Reranker: each line with its own instruction; `--raw` makes the score the logit.
 #[cfg(feature = "models")]
-fn score_qwen3(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
+fn score_qwen3(args: &Args, dir: &std::path::Path, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::rerankers::qwen3::{Qwen3Reranker, ScoreInput};
 
-    let mut builder = Qwen3Reranker::builder(&args.model).options(model_options(args)?);
+    let mut builder = Qwen3Reranker::builder(dir).options(model_options(args)?);
     if let Some(path) = &args.tokenizer {
         builder = builder.tokenizer(path);
     }

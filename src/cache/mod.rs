@@ -4,6 +4,7 @@
 //! - [`may_share_answer`] (`guard`): the guard against near-identical queries that mean
 //!   different things;
 //! - [`CacheStore`] (`store`): where entries live; [`MemoryStore`] is the default;
+//!   [`SharedMemoryStore`] is one in-memory map for the response and answer caches together;
 //! - [`Clock`] (`clock`): time for TTLs, [`ManualClock`] for tests;
 //! - [`RedisCacheStore`] (`redis`, feature `redis`): entries, invalidations and stats in Redis,
 //!   shared by every replica.
@@ -22,4 +23,4 @@ pub use self::redis::{RedisCacheStore, RedisCacheStoreBuilder};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use guard::may_share_answer;
 pub use semantic::{CacheConfig, CacheStats, InsertOptions, SemanticCache, SemanticCacheBuilder};
-pub use store::{CacheEntry, CacheStore, MemoryStore};
+pub use store::{CacheEntry, CacheStore, MemoryStore, SharedMemoryStore, TypedMemoryStore};

@@ -1,6 +1,9 @@
-//! Where cache entries live: the [`CacheStore`] trait and the in-memory [`MemoryStore`].
+//! Where cache entries live: the [`CacheStore`] trait, the in-memory [`MemoryStore`], and
+//! [`SharedMemoryStore`], one in-memory map for caches of different value types.
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -33,6 +36,20 @@ impl<V> CacheEntry<V> {
     /// Whether the entry has expired at `now`.
     pub fn is_expired(&self, now: Duration) -> bool {
         self.expires_at.is_some_and(|t| now >= t)
+    }
+
+    /// The same entry with its value changed by `f`.
+    fn map_value<W>(self, f: impl FnOnce(V) -> W) -> CacheEntry<W> {
+        CacheEntry {
+            value: f(self.value),
+            scope: self.scope,
+            key: self.key,
+            query: self.query,
+            embedding: self.embedding,
+            tags: self.tags,
+            inserted_at: self.inserted_at,
+            expires_at: self.expires_at,
+        }
     }
 }
 
@@ -226,5 +243,112 @@ impl<V: Clone + Send + Sync> CacheStore<V> for MemoryStore<V> {
 
     fn len(&self) -> Result<usize> {
         Ok(self.entries.read().map_err(|_| poisoned())?.len())
+    }
+}
+
+/// A value of any type in a [`SharedMemoryStore`].
+type AnyValue = Arc<dyn Any + Send + Sync>;
+
+/// One in-memory map that caches of different value types share: the pipeline's response
+/// cache and its answer cache keep their entries here under their own scopes, so that one
+/// invalidation by tag or key drops the entries of both, as the SQLite and Redis stores do.
+/// [`SharedMemoryStore::typed`] gives each cache its view; `len` and `clear` count and clear
+/// every view's entries.
+#[derive(Clone)]
+pub struct SharedMemoryStore {
+    map: Arc<MemoryStore<AnyValue>>,
+}
+
+impl Default for SharedMemoryStore {
+    /// Holds up to 10,000 entries (all views together).
+    fn default() -> Self {
+        SharedMemoryStore::with_capacity(10_000)
+    }
+}
+
+impl std::fmt::Debug for SharedMemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedMemoryStore")
+            .field("capacity", &self.map.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedMemoryStore {
+    /// A store holding at most `capacity` entries (at least 1), all views together.
+    pub fn with_capacity(capacity: usize) -> Self {
+        SharedMemoryStore {
+            map: Arc::new(MemoryStore::with_capacity(capacity)),
+        }
+    }
+
+    /// The view of the store that holds values of type `V`.
+    pub fn typed<V: Clone + Send + Sync + 'static>(&self) -> TypedMemoryStore<V> {
+        TypedMemoryStore {
+            map: self.map.clone(),
+            value: PhantomData,
+        }
+    }
+}
+
+/// The view of a [`SharedMemoryStore`] for values of type `V`: lookups see the entries of this
+/// type only; removals by key and tag, expiry and `clear` reach every view.
+pub struct TypedMemoryStore<V> {
+    map: Arc<MemoryStore<AnyValue>>,
+    value: PhantomData<fn() -> V>,
+}
+
+impl<V> std::fmt::Debug for TypedMemoryStore<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedMemoryStore")
+            .field("value", &std::any::type_name::<V>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> CacheStore<V> for TypedMemoryStore<V> {
+    fn put(&self, entry: CacheEntry<V>) -> Result<()> {
+        self.map.put(entry.map_value(|v| Arc::new(v) as AnyValue))
+    }
+
+    fn nearest(
+        &self,
+        scope: &str,
+        embedding: &[f32],
+        min_similarity: f32,
+        limit: usize,
+        now: Duration,
+    ) -> Result<Vec<(f32, CacheEntry<V>)>> {
+        // A scope holds one cache's entries, hence one type; another type there is skipped.
+        let found = self
+            .map
+            .nearest(scope, embedding, min_similarity, limit, now)?;
+        Ok(found
+            .into_iter()
+            .filter_map(|(s, e)| {
+                let value = e.value.downcast_ref::<V>()?.clone();
+                Some((s, e.map_value(|_| value)))
+            })
+            .collect())
+    }
+
+    fn remove_key(&self, key: &str) -> Result<usize> {
+        self.map.remove_key(key)
+    }
+
+    fn remove_tag(&self, tag: &str) -> Result<usize> {
+        self.map.remove_tag(tag)
+    }
+
+    fn remove_expired(&self, now: Duration) -> Result<usize> {
+        self.map.remove_expired(now)
+    }
+
+    fn clear(&self) -> Result<()> {
+        self.map.clear()
+    }
+
+    fn len(&self) -> Result<usize> {
+        self.map.len()
     }
 }

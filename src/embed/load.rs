@@ -40,6 +40,23 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
     let (dir, known) = registry::locate(model.as_ref(), Task::Embedding)?;
     let model_dir = ModelDir::open(&dir)?;
     let config = model_dir.config()?;
+    // A cross-encoder's body would embed, but its vectors mean nothing as embeddings (its
+    // training scored pairs): refused, unless sentence-transformers' modules say it embeds.
+    let classifier = config
+        .get("architectures")
+        .and_then(|a| a.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str())
+        .find(|a| a.ends_with("ForSequenceClassification"));
+    if let Some(arch) = classifier.filter(|_| !dir.join("modules.json").is_file()) {
+        return Err(Error::model(format!(
+            "{}: {arch} is a cross-encoder (it scores query-document pairs), not an embedding \
+             model; load it with load_reranker (`rerank score --model`, `--reranker`), and \
+             embed with a sentence-transformers model",
+            dir.join(CONFIG_FILE).display()
+        )));
+    }
     let model_type = config
         .get("model_type")
         .and_then(|v| v.as_str())

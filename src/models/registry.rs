@@ -419,24 +419,46 @@ pub fn find_by_name(name: &str) -> Option<&'static KnownModel> {
     found.next().is_none().then_some(first)
 }
 
-/// The local directory `model` names (fetching it from the hub when it is a hub id), and its
-/// registry entry when it has one for `task` (an embedder, or either kind of reranker).
-/// A hub id the registry marks unsupported, or knows as the other kind of model, is refused
-/// before anything is downloaded.
+/// The local directory `model` names, as every loader, command and config resolves it:
+/// - an existing directory is that directory;
+/// - a hub id (`owner/name`) or a bare name whose folder the fetch scripts made under
+///   `$RERANK_MODELS_DIR` (default `models`) is that folder (`BAAI/bge-small-en-v1.5` finds
+///   `models/bge-small-en-v1.5`);
+/// - a path that is local by its look (absolute, `./`, `../`, or under a folder that exists,
+///   such as `models/`) and does not exist is an error naming the nearest names in its folder;
+/// - any other hub id is fetched from the hub (feature `hf-hub`), and a failed fetch says how
+///   to get the model without network.
+///
+/// A hub id the registry marks unsupported, or knows as a model of the other kind than `task`
+/// asks for, is refused before anything is downloaded.
+pub fn resolve(model: &Path, task: Task) -> Result<PathBuf> {
+    Ok(locate(model, task)?.0)
+}
+
+/// [`resolve`], with the model's registry entry when it has one for `task` (an embedder, or
+/// either kind of reranker).
 pub(crate) fn locate(model: &Path, task: Task) -> Result<(PathBuf, Option<&'static KnownModel>)> {
-    if model.is_dir() {
-        let known = model
-            .file_name()
+    let for_task = |m: &&KnownModel| (m.task == Task::Embedding) == (task == Task::Embedding);
+    let by_name = |dir: &Path| {
+        dir.file_name()
             .and_then(|n| n.to_str())
             .and_then(find_by_name)
-            .filter(|m| (m.task == Task::Embedding) == (task == Task::Embedding));
-        return Ok((model.to_path_buf(), known));
+            .filter(for_task)
+    };
+    if model.is_dir() {
+        return Ok((model.to_path_buf(), by_name(model)));
     }
-    let Some(id) = hub_id(model) else {
-        // Not a hub id: the directory's own error (missing, not a directory, no config.json),
-        // with where to get a model.
-        crate::models::ModelDir::open(model)?;
-        return Ok((model.to_path_buf(), None));
+    let id = hub_id(model);
+    if let Some(dir) = in_models_dir(model, id.is_some()) {
+        let known = id.and_then(find).filter(for_task).or_else(|| by_name(&dir));
+        return Ok((dir, known));
+    }
+    let Some(id) = id.filter(|_| !looks_local(model)) else {
+        if model.exists() {
+            // A file, or a directory without config.json: its own error.
+            crate::models::ModelDir::open(model)?;
+        }
+        return Err(missing_local(model));
     };
     let known = find(id);
     if let Some(known) = known {
@@ -452,7 +474,111 @@ pub(crate) fn locate(model: &Path, task: Task) -> Result<(PathBuf, Option<&'stat
             return Err(Error::model(format!("{id}: {why}")));
         }
     }
-    Ok((fetch(id)?, known))
+    let dir = fetch(id).map_err(|e| match e {
+        Error::Model { message, source } => Error::Model {
+            message: format!(
+                "{message}. Without network: `scripts/fetch_model.sh {id}` on a machine that \
+                 has it puts the model folder in $RERANK_MODELS_DIR (default models/), where \
+                 `{id}` then resolves; HF_HUB_OFFLINE=1 reads only the hub cache \
+                 ($HF_HUB_CACHE, else $HF_HOME/hub); HF_ENDPOINT names a mirror"
+            ),
+            source,
+        },
+        other => other,
+    })?;
+    Ok((dir, known))
+}
+
+/// Where the fetch scripts put models: `$RERANK_MODELS_DIR`, else `models`.
+fn models_dir() -> PathBuf {
+    std::env::var_os("RERANK_MODELS_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("models"), PathBuf::from)
+}
+
+/// The folder of `$RERANK_MODELS_DIR` named after `model` (a hub id's repository name, or a
+/// bare name), when it holds a model.
+fn in_models_dir(model: &Path, is_hub_id: bool) -> Option<PathBuf> {
+    let bare = model.components().count() == 1;
+    if !(is_hub_id || bare) {
+        return None;
+    }
+    let name = model.file_name()?;
+    let dir = models_dir().join(name);
+    dir.join(crate::models::CONFIG_FILE)
+        .is_file()
+        .then_some(dir)
+}
+
+/// Whether `model` reads as a local path rather than a hub id: absolute, relative to `.` or
+/// `..`, or under a folder that exists here (`models/name` when `models/` exists).
+fn looks_local(model: &Path) -> bool {
+    use std::path::Component;
+    let mut parts = model.components();
+    match parts.next() {
+        Some(Component::Normal(first)) => {
+            parts.next().is_some()
+                && (Path::new(first).is_dir() || first == models_dir().as_os_str())
+        }
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// The error for a local path that does not exist: the nearest names in its folder, and where
+/// to get a model.
+fn missing_local(model: &Path) -> Error {
+    let parent = model
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let wanted = model
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    let mut names: Vec<String> = std::fs::read_dir(parent)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort_by_key(|n| (edit_distance(&n.to_lowercase(), &wanted), n.clone()));
+    let nearest = match names.is_empty() {
+        true if parent.is_dir() => format!("; {} holds no model folder", parent.display()),
+        true => format!("; {} does not exist either", parent.display()),
+        false => format!(
+            "; nearest in {}: {}",
+            parent.display(),
+            names.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Error::model(format!(
+        "{}: does not exist{nearest} ({})",
+        model.display(),
+        crate::models::dir::FETCH_HINT
+    ))
+}
+
+/// The Levenshtein distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// `model` as a hub id (`owner/name`, no other path syntax), if it is one.
@@ -507,6 +633,35 @@ mod tests {
         ] {
             assert_eq!(hub_id(Path::new(not)), None, "{not}");
         }
+    }
+
+    #[test]
+    fn edit_distance_counts_insertions_deletions_and_substitutions() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("abc", ""), 3);
+        assert_eq!(edit_distance("all-minilm-l6", "all-minilm-l6-v2"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_missing_local_path_names_the_nearest_folders() {
+        let dir = std::env::temp_dir().join(format!("rerank-resolve-{}", std::process::id()));
+        for name in [
+            "all-MiniLM-L6-v2",
+            "bge-small-en-v1.5",
+            "ms-marco-MiniLM-L-6-v2",
+        ] {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+        }
+        let wanted = dir.join("all-MiniLM-L6");
+        let e = locate(&wanted, Task::Embedding).unwrap_err().to_string();
+        assert!(e.contains("all-MiniLM-L6: does not exist"), "{e}");
+        let nearest = e.split("nearest in ").nth(1).unwrap();
+        assert!(
+            nearest.starts_with(&format!("{}: all-MiniLM-L6-v2, ", dir.display())),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

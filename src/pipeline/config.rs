@@ -360,9 +360,11 @@ impl PipelineConfig {
                     "cache: the semantic cache needs an `embedder` section".into(),
                 ));
             }
-            builder = builder.cache(cache.build::<super::SearchResponse>()?);
+            // One store for both caches, whatever its kind: one invalidation drops both.
+            let memory = crate::cache::SharedMemoryStore::default();
+            builder = builder.cache(cache.build_in::<super::SearchResponse>(&memory)?);
             if cache.answers {
-                builder = builder.answer_cache(cache.build::<super::Answer>()?);
+                builder = builder.answer_cache(cache.build_in::<super::Answer>(&memory)?);
             }
             for (tag, secs) in &cache.ttl_by_tag {
                 builder = builder.cache_ttl_by_tag(tag, std::time::Duration::from_secs(*secs));

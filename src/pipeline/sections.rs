@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::AnswerOptions;
 use crate::answer::{GroundingChecker, PromptBuilder};
-use crate::cache::{CacheConfig, MemoryStore, SemanticCache};
+use crate::cache::{CacheConfig, SemanticCache, SharedMemoryStore};
 use crate::classify::{read_aliases, RuleClassifier, RuleConfig};
 use crate::guard::{PiiGuard, PiiKind};
 use crate::recall::Fusion;
@@ -327,6 +327,13 @@ impl RerankerConfig {
         })
     }
 
+    /// The model's directory: `model` resolved as every loader resolves it (a directory, a
+    /// folder of `$RERANK_MODELS_DIR`, or a hub id).
+    #[cfg(feature = "models")]
+    fn model_dir(&self) -> Result<PathBuf> {
+        crate::models::registry::resolve(self.model()?, crate::models::registry::Task::CrossEncoder)
+    }
+
     /// Refuses a precision on the model-free reranker, in every build.
     fn check_precision(&self) -> Result<()> {
         match (self.kind, self.precision) {
@@ -355,13 +362,13 @@ impl RerankerConfig {
         Ok(match self.kind {
             RerankerKind::Lexical => Box::new(crate::rerankers::LexicalReranker),
             RerankerKind::CrossEncoder => Box::new(
-                crate::rerankers::CrossEncoder::builder(self.model()?)
+                crate::rerankers::CrossEncoder::builder(self.model_dir()?)
                     .options(options)
                     .build()?,
             ),
             RerankerKind::Qwen3 => {
                 let mut b =
-                    crate::rerankers::Qwen3Reranker::builder(self.model()?).options(options);
+                    crate::rerankers::Qwen3Reranker::builder(self.model_dir()?).options(options);
                 if let Some(i) = &self.instructions {
                     b = b.instructions(i.clone());
                 }
@@ -369,7 +376,7 @@ impl RerankerConfig {
             }
             RerankerKind::Mxbai => {
                 let mut b =
-                    crate::rerankers::MxbaiReranker::builder(self.model()?).options(options);
+                    crate::rerankers::MxbaiReranker::builder(self.model_dir()?).options(options);
                 if let Some(i) = &self.instructions {
                     b = b.instruction(i.default.clone());
                 }
@@ -592,8 +599,19 @@ impl CacheSection {
     }
 
     /// The cache this section describes, of responses ([`SearchResponse`](super::SearchResponse)) or answers
-    /// ([`Answer`](crate::pipeline::Answer)).
+    /// ([`Answer`](crate::pipeline::Answer)), with a store of its own when the store is
+    /// `memory` (see [`build_in`](Self::build_in) for one the caches share).
     pub fn build<V>(&self) -> Result<SemanticCache<V>>
+    where
+        V: Clone + Send + Sync + Serialize + serde::de::DeserializeOwned + 'static,
+    {
+        self.build_in(&SharedMemoryStore::default())
+    }
+
+    /// The cache this section describes, its entries in `memory` when the store is `memory`:
+    /// a pipeline's response and answer caches built in one [`SharedMemoryStore`] drop each
+    /// other's entries on one invalidation, as the SQLite and Redis stores do.
+    pub fn build_in<V>(&self, memory: &SharedMemoryStore) -> Result<SemanticCache<V>>
     where
         V: Clone + Send + Sync + Serialize + serde::de::DeserializeOwned + 'static,
     {
@@ -607,7 +625,7 @@ impl CacheSection {
             s => builder.ttl(Duration::from_secs(s)),
         };
         builder = match self.store {
-            CacheStoreKind::Memory => builder.store(MemoryStore::default()),
+            CacheStoreKind::Memory => builder.store(memory.typed::<V>()),
             CacheStoreKind::Sqlite => builder.store(sqlite_store(self.path.as_deref())?),
             CacheStoreKind::Redis => builder.store(redis_store(
                 self.url.as_deref().unwrap_or_default(),
@@ -629,7 +647,7 @@ fn sqlite_store<V>(path: Option<&Path>) -> Result<crate::store::SqliteCacheStore
 }
 
 #[cfg(not(feature = "sqlite"))]
-fn sqlite_store<V: Clone>(_path: Option<&Path>) -> Result<MemoryStore<V>> {
+fn sqlite_store<V: Clone>(_path: Option<&Path>) -> Result<crate::cache::MemoryStore<V>> {
     Err(Error::Config(
         "cache.store: `sqlite` needs the `sqlite` feature of rerank".into(),
     ))
@@ -645,7 +663,10 @@ fn redis_store<V>(url: &str, namespace: Option<&str>) -> Result<crate::cache::Re
 }
 
 #[cfg(not(feature = "redis"))]
-fn redis_store<V: Clone>(_url: &str, _namespace: Option<&str>) -> Result<MemoryStore<V>> {
+fn redis_store<V: Clone>(
+    _url: &str,
+    _namespace: Option<&str>,
+) -> Result<crate::cache::MemoryStore<V>> {
     Err(Error::Config(
         "cache.store: `redis` needs the `redis` feature of rerank".into(),
     ))

@@ -86,12 +86,35 @@ impl StoreDense {
             }
         }
         if missing > 0 {
+            // Which models the store does hold vectors of: none (indexed without a model), or
+            // others (searched with a model it was not indexed with).
+            let held: Vec<(String, i64)> = self.store.read(|tx| {
+                let mut stmt = tx.prepare(
+                    "SELECT embedder, COUNT(*) FROM embeddings GROUP BY embedder ORDER BY 2 DESC",
+                )?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+            })?;
+            let held = match held.is_empty() {
+                true => "it holds no vectors at all (indexed without a model)".to_string(),
+                false => format!(
+                    "it holds vectors of {}",
+                    held.iter()
+                        .map(|(id, n)| format!("{id} ({n})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             return Err(Error::Store {
                 path: self.store.path().to_path_buf(),
                 message: format!(
-                    "{missing} documents have no vector from embedder {}: index them with \
-                     Store::upsert_embedded or Store::embed_missing",
-                    self.embedder_id
+                    "{missing} of {} documents have no vector from the embedding model searched \
+                     with ({}); {held}. Compute them with that model: `rerank index --db {} \
+                     --corpus FILE --model MODEL` on the command line, Store::embed_missing \
+                     from Rust",
+                    missing + docs.len(),
+                    self.embedder_id,
+                    self.store.path().display()
                 ),
                 source: None,
             });

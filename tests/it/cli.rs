@@ -136,19 +136,27 @@ fn a_second_index_run_on_a_store_fails_while_one_writes() {
 }
 
 #[test]
-fn index_leaves_one_whole_file_and_refuses_to_empty_the_store_by_mistake() {
+fn index_leaves_one_whole_file_and_never_removes_documents_unless_asked() {
     let Some(cli) = crate::common::rerank_cli() else {
         return;
     };
     let db = TempDb::new("index");
     let dbs = db.0.display().to_string();
-    let out = run(
-        &cli,
-        &["index", "--db", &dbs, "--corpus", HANDBOOK, "--json"],
-    );
+    let index = |extra: &[&str]| {
+        let mut args = vec!["index", "--db", &dbs, "--json"];
+        args.extend_from_slice(extra);
+        run(&cli, &args)
+    };
+    let out = index(&["--corpus", HANDBOOK]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["documents"], 25);
+    // No model, no vectors: the run says so and how to get them.
+    assert!(
+        stderr(&out).contains("no vectors were computed") && stderr(&out).contains("--model"),
+        "{}",
+        stderr(&out)
+    );
     // The command has returned: the file alone holds the store.
     let wal = db.side("-wal");
     assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0);
@@ -156,48 +164,103 @@ fn index_leaves_one_whole_file_and_refuses_to_empty_the_store_by_mistake() {
     std::fs::copy(&db.0, &copy.0).unwrap();
     assert_eq!(rerank::Store::open(&copy.0).unwrap().len().unwrap(), 25);
 
-    // An empty corpus, and one that shares no id with the store, are refused.
+    // A second file adds to the first: the 25 documents it lacks are kept, and counted.
     let dir = std::env::temp_dir();
-    let empty = dir.join(format!("rerank-cli-empty-{}.jsonl", std::process::id()));
-    std::fs::write(&empty, "\n").unwrap();
-    let other = dir.join(format!("rerank-cli-other-{}.jsonl", std::process::id()));
-    std::fs::write(&other, "{\"id\": \"x1\", \"text\": \"another corpus\"}\n").unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(format!("rerank-cli-{name}-{}.jsonl", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let empty = file("empty", "\n");
+    let other = file("other", "{\"id\": \"x1\", \"text\": \"another corpus\"}\n");
+    let third = file("third", "{\"id\": \"x2\", \"text\": \"a third corpus\"}\n");
+    let out = index(&["--corpus", &other.display().to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (&report["documents"], &report["kept"], &report["removed"]),
+        (&26.into(), &25.into(), &0.into())
+    );
+    let line = run(
+        &cli,
+        &[
+            "index",
+            "--db",
+            &dbs,
+            "--corpus",
+            &other.display().to_string(),
+        ],
+    );
+    assert!(
+        stdout(&line).contains("25 not in the corpus kept"),
+        "{}",
+        stdout(&line)
+    );
+
+    // --sync makes the store hold the corpus, and refuses to empty it by mistake.
     for (corpus, why) in [
         (&empty, "it holds no document"),
-        (&other, "it shares no id with the store"),
+        (&third, "it shares no id with the store"),
     ] {
-        let c = corpus.display().to_string();
-        let out = run(&cli, &["index", "--db", &dbs, "--corpus", &c]);
+        let out = index(&["--corpus", &corpus.display().to_string(), "--sync"]);
         assert!(!out.status.success());
         let err = stderr(&out);
-        assert!(err.contains("would remove all 25 documents"), "{err}");
+        assert!(err.contains("would remove all 26 documents"), "{err}");
         assert!(err.contains(why) && err.contains("--replace-all"), "{err}");
     }
-    assert_eq!(rerank::Store::open(&db.0).unwrap().len().unwrap(), 25);
-    // Said explicitly, it replaces.
-    let c = other.display().to_string();
-    let out = run(
-        &cli,
-        &["index", "--db", &dbs, "--corpus", &c, "--replace-all"],
-    );
+    assert_eq!(rerank::Store::open(&db.0).unwrap().len().unwrap(), 26);
+    let out = index(&["--corpus", &other.display().to_string(), "--sync"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x1"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (&report["documents"], &report["removed"]),
+        (&1.into(), &25.into())
+    );
+    // Said explicitly, it replaces.
+    let out = index(&["--corpus", &third.display().to_string(), "--replace-all"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x2"]);
 
     // An empty id anywhere writes nothing and names the file and line.
-    let bad = dir.join(format!("rerank-cli-badid-{}.jsonl", std::process::id()));
     let mut text = std::fs::read_to_string(HANDBOOK).unwrap();
     text.push_str("\n{\"id\": \"\", \"text\": \"no id\"}\n");
-    std::fs::write(&bad, &text).unwrap();
+    let bad = file("badid", &text);
     let b = bad.display().to_string();
-    let out = run(&cli, &["index", "--db", &dbs, "--corpus", &b]);
+    let out = index(&["--corpus", &b]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
         err.contains(&format!("{b}:27: a document with an empty id")),
         "{err}"
     );
-    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x1"]);
-    for f in [empty, other, bad] {
+    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x2"]);
+
+    // An id on two lines: refused with the lines, or one line kept when asked.
+    let twice = file(
+        "twice",
+        "{\"id\": \"d\", \"text\": \"first text\"}\n\n{\"id\": \"e\", \"text\": \"other\"}\n\
+         {\"id\": \"d\", \"text\": \"second text\"}\n",
+    );
+    let t = twice.display().to_string();
+    let out = index(&["--corpus", &t]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{t}: \"d\" on lines 1, 4")) && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(rerank::Store::open(&db.0).unwrap().ids().unwrap(), ["x2"]);
+    for (policy, text) in [("first", "first text"), ("last", "second text")] {
+        let out = index(&["--corpus", &t, "--duplicates", policy]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(report["duplicates"], 1);
+        assert!(stderr(&out).contains("1 lines dropped"), "{}", stderr(&out));
+        let store = rerank::Store::open(&db.0).unwrap();
+        let kept = store.get("d").unwrap().expect("d is stored");
+        assert_eq!(kept.text, text, "--duplicates {policy}");
+    }
+    for f in [empty, other, third, bad, twice] {
         std::fs::remove_file(f).unwrap();
     }
 }

@@ -23,6 +23,13 @@ fn run_in(dir: Option<&Path>, args: &[&str]) -> Output {
         .expect("the rerank example runs")
 }
 
+/// Where the tests' models are: `$RERANK_MODELS_DIR`, else `models/` in the checkout.
+fn models_dir() -> PathBuf {
+    std::env::var_os("RERANK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")))
+}
+
 /// Runs `rerank ARGS`, which must fail, and returns its stderr.
 fn fails(args: &[&str]) -> String {
     let out = run_in(None, args);
@@ -170,7 +177,7 @@ fn a_missing_model_directory_says_so_and_where_to_get_one() {
     for (args, problem) in [
         (
             vec!["score", "--model", &missing, "--input", &input],
-            format!("{missing}: does not exist ("),
+            format!("{missing}: does not exist; {empty} holds no model folder ("),
         ),
         (
             vec!["score", "--model", &empty, "--input", &input],
@@ -189,7 +196,7 @@ fn a_missing_model_directory_says_so_and_where_to_get_one() {
                 &missing,
                 "leave",
             ],
-            format!("{missing}: does not exist ("),
+            format!("{missing}: does not exist; {empty} holds no model folder ("),
         ),
     ] {
         let e = fails(&args);
@@ -200,6 +207,71 @@ fn a_missing_model_directory_says_so_and_where_to_get_one() {
     }
 }
 
+/// One resolver for every command: a hub id whose folder the fetch scripts made under
+/// `$RERANK_MODELS_DIR` is that folder (for `embed` and `score` alike; `score` said "does not
+/// exist" before); a mistyped local path says it does not exist and names the nearest folders
+/// (it became a download that failed on DNS before); a cross-encoder is no embedder.
+#[cfg(feature = "models")]
+#[test]
+fn models_resolve_the_same_way_in_every_command() {
+    let base = models_dir();
+    if !base.join("all-MiniLM-L6-v2/model.safetensors").is_file() {
+        crate::common::skip(&format!(
+            "skipping: {} has no all-MiniLM-L6-v2",
+            base.display()
+        ));
+        return;
+    }
+    let scratch = Scratch::new("resolve");
+    let texts = scratch.file("texts.jsonl", "{\"text\": \"annual leave\"}\n");
+    let pairs = scratch.file(
+        "pairs.jsonl",
+        "{\"query\": \"leave\", \"document\": \"annual leave\"}\n",
+    );
+    let run_with_models = |args: &[&str]| {
+        Command::new(rerank_bin())
+            .args(args)
+            .env("RERANK_MODELS_DIR", &base)
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let by_id = "sentence-transformers/all-MiniLM-L6-v2";
+    for args in [
+        &["embed", "--model", by_id, "--input", &texts][..],
+        &["score", "--model", by_id, "--input", &pairs][..],
+    ] {
+        let out = run_with_models(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    }
+    let typo = base.join("all-MiniLM-L6").display().to_string();
+    let e = fails(&["embed", "--model", &typo, "--input", &texts]);
+    assert!(
+        e.contains("all-MiniLM-L6: does not exist") && e.contains("nearest in"),
+        "{e}"
+    );
+    // A hub id that is nowhere: the failed download says how to get it without network.
+    let out = run_with_models(&[
+        "embed",
+        "--model",
+        "nobody/no-such-model",
+        "--input",
+        &texts,
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("scripts/fetch_model.sh nobody/no-such-model") && e.contains("HF_HUB_OFFLINE"),
+        "{e}"
+    );
+}
+
 /// `score` takes an embedder directory, as `search --reranker` does: the score (and the
 /// logit) is the embeddings' cosine, the one `load_reranker`'s reranker gives.
 #[cfg(feature = "models")]
@@ -208,10 +280,7 @@ fn score_takes_an_embedder_directory_as_search_reranker_does() {
     use rerank::models::ModelOptions;
     use rerank::rerankers::{load_reranker, RerankQuery};
 
-    let base = std::env::var_os("RERANK_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/models")));
-    let model = base.join("all-MiniLM-L6-v2");
+    let model = models_dir().join("all-MiniLM-L6-v2");
     if !model.join("model.safetensors").is_file() {
         crate::common::skip(&format!("skipping: {} has no model", model.display()));
         return;

@@ -185,7 +185,7 @@ fn embed_input_lines_are_bounded_and_threads_too() {
     };
     let model = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/ce_tiny_a/model"
+        "/tests/fixtures/st_bert_tiny/plain"
     ));
     if !model.join("model.safetensors").is_file() {
         crate::common::skip(&format!("skipping: {} not found", model.display()));

@@ -150,6 +150,26 @@ pub fn stop_hub(base: &str) {
 /// nothing freely): how a test sees that an answer came from a cache.
 pub struct CountingGenerator(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
+impl CountingGenerator {
+    /// The pipeline `config` builds, with a counting generator in place of its own, and the
+    /// counter.
+    pub fn pipeline(
+        config: &rerank::pipeline::PipelineConfig,
+    ) -> (
+        rerank::Pipeline,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let pipeline = config
+            .builder(Vec::new())
+            .unwrap()
+            .generator(CountingGenerator(calls.clone()))
+            .build()
+            .unwrap();
+        (pipeline, calls)
+    }
+}
+
 impl rerank::Generator for CountingGenerator {
     fn generate(
         &self,

@@ -177,6 +177,18 @@ fn embedding_models_are_never_taken_for_yes_no_rerankers() {
     );
     assert!(e.to_string().contains("config.json"), "{e}");
     std::fs::remove_dir_all(&tmp).unwrap();
+
+    // A cross-encoder is not an embedder: refused by name (it returned vectors before).
+    let ce = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/xlmr_tiny"
+    ));
+    let e = load_embedder(ce, &options()).err().unwrap().to_string();
+    assert!(
+        e.contains("XLMRobertaForSequenceClassification is a cross-encoder")
+            && e.contains("load_reranker"),
+        "{e}"
+    );
 }
 
 /// `rerank embed --model NAME --role query` with `env`, one JSON line per text.

@@ -48,6 +48,8 @@ struct Server {
     child: Child,
     addr: String,
     dir: PathBuf,
+    /// What the server wrote to stderr after `ready`; complete once it has exited.
+    log: std::sync::mpsc::Receiver<String>,
 }
 
 impl Drop for Server {
@@ -119,12 +121,19 @@ fn start(name: &str, flags: &[&str], envs: &[(&str, &str)]) -> Option<Server> {
             break;
         }
     }
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    // Keep draining stderr so the server never blocks on a full pipe; the text comes back
+    // through `log` when the server exits.
+    let (sender, log) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        let _ = sender.send(text);
+    });
     Some(Server {
         child,
         addr: addr.expect("the listening address"),
         dir,
+        log,
     })
 }
 
@@ -325,6 +334,31 @@ fn serve_answers_every_api_as_the_library_does() {
             .zip(e)
             .all(|(a, b)| (a - f64::from(*b)).abs() < 1e-5));
     }
+    // The OpenAI route reaches the query role through `input_type`, as Cohere and Voyage name
+    // it; anything else is refused with the valid values.
+    let (status, body) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"input": DOCS, "input_type": "search_query"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    for (d, e) in body["data"].as_array().unwrap().iter().zip(&queries) {
+        let v: Vec<f64> = serde_json::from_value(d["embedding"].clone()).unwrap();
+        assert!(v.iter().zip(e).all(|(a, b)| close(*a, f64::from(*b))));
+    }
+    let (status, body) = post(
+        addr,
+        "/v1/embeddings",
+        &json!({"input": "x", "input_type": "classification"}),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("expected query, document"),
+        "{body}"
+    );
 
     // The pipeline's own routes.
     let (status, body) = post(
@@ -349,7 +383,9 @@ fn serve_answers_every_api_as_the_library_does() {
     assert_eq!(status, 200);
     let info: Value = serde_json::from_slice(&info).unwrap();
     assert_eq!(info["reranker"], "cross-encoder");
+    assert_eq!(info["reranker_model"], CE);
     assert_eq!(info["embedder"]["dimensions"], json!([384]));
+    assert_eq!(info["embedder"]["model"], minilm.display().to_string());
     assert_eq!(
         info["precision"],
         json!({"reranker": "f32", "embedder": "f32"})
@@ -440,6 +476,43 @@ fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
     let (status, _, body) = http(addr, "GET", "/nowhere", &[], b"");
     assert_eq!(status, 404);
     assert!(String::from_utf8_lossy(&body).contains("no route GET /nowhere"));
+    // Client mistakes are 4xx with a JSON body naming the field (an empty list was a 200 that
+    // billed a search unit; a route's wrong method a 405 with no body; an unknown recall mode
+    // and a top_k of 0 were 500s).
+    for route in ["/v2/rerank", "/rerank"] {
+        let body = match route {
+            "/rerank" => json!({"query": "q", "texts": []}),
+            _ => json!({"query": "q", "documents": []}),
+        };
+        let (status, body) = post(addr, route, &body);
+        assert_eq!(status, 422, "{route}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("empty"),
+            "{body}"
+        );
+    }
+    let (status, head, body) = http(addr, "GET", "/v2/rerank", &[], b"");
+    assert_eq!(status, 405);
+    assert!(head.to_ascii_lowercase().contains("allow: post"), "{head}");
+    let body: Value = serde_json::from_slice(&body).expect("a JSON body");
+    assert!(
+        body["message"].as_str().unwrap().contains("takes POST"),
+        "{body}"
+    );
+    for (request, says) in [
+        (
+            json!({"query": "vaccines", "mode": "dense"}),
+            "unknown recall mode \"dense\"",
+        ),
+        (
+            json!({"query": "vaccines", "top_k": 0}),
+            "top_k must be at least 1",
+        ),
+    ] {
+        let (status, body) = post(addr, "/search", &request);
+        assert_eq!(status, 422, "{request}: {body}");
+        assert!(body["message"].as_str().unwrap().contains(says), "{body}");
+    }
     let (status, body) = post(addr, "/v1/embeddings", &json!({"input": [[1, 2, 3]]}));
     assert_eq!(status, 422, "{body}");
 
@@ -612,7 +685,11 @@ fn concurrent_requests_are_batched_and_a_full_queue_is_refused_with_429() {
 
 #[test]
 fn sigterm_finishes_the_requests_in_flight() {
-    let Some(mut server) = start("sigterm", &["--timeout-secs", "300"], &[]) else {
+    let Some(mut server) = start(
+        "sigterm",
+        &["--timeout-secs", "300", "--log-level", "info"],
+        &[],
+    ) else {
         return;
     };
     let addr = server.addr.clone();
@@ -648,6 +725,14 @@ fn sigterm_finishes_the_requests_in_flight() {
     assert_eq!(body["data"].as_array().unwrap().len(), 200);
     let exit = server.child.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
+    // At `--log-level info`: a line per request and one for the shutdown.
+    let log = server.log.recv().unwrap();
+    assert!(
+        log.contains("shutting down")
+            && log.contains("route=\"/v1/embeddings\"")
+            && log.contains("status=200"),
+        "{log}"
+    );
 }
 
 /// The Python interpreter with the `cohere`, `openai` and `langchain-cohere` packages (`RERANK_CLIENTS_PYTHON`, else

@@ -195,8 +195,15 @@ fn dense_recall_from_the_store_equals_a_dense_index() {
     // A document without a vector for this model is an error, not a silent gap.
     store.upsert([Document::new("plain", "no vector")]).unwrap();
     let e = dense.retrieve(&SearchQuery::new("vector"), 3).unwrap_err();
+    // It says which model, what the store holds instead, and how to compute the vectors.
+    let e = e.to_string();
     assert!(
-        e.to_string().contains("no vector from embedder letters-v1"),
+        e.contains(&format!(
+            "1 of {} documents have no vector from the embedding model searched with (letters-v1)",
+            corpus().len() + 1
+        )) && e.contains("it holds vectors of letters-v1 (")
+            && e.contains("rerank index --db")
+            && e.contains("--model MODEL"),
         "{e}"
     );
     assert_eq!(store.embed_missing(&*letters).unwrap(), 1);

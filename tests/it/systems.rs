@@ -607,6 +607,40 @@ fn legal_router_answers_a_rephrasing_from_the_cache_without_the_generator() {
     assert_eq!(third.text, first.text);
 }
 
+/// The legal router's config on each store it takes here: one invalidation of an act on the
+/// response cache drops the cached answers that cite it too (the in-memory store kept them,
+/// in two separate maps, before).
+#[test]
+fn one_invalidation_drops_responses_and_answers_on_every_store() {
+    use rerank::pipeline::CacheStoreKind;
+    use std::sync::atomic::Ordering;
+    let db = TempDb::new("legal-invalidate");
+    for kind in [CacheStoreKind::Memory, CacheStoreKind::Sqlite] {
+        let mut config = legal(&db);
+        let cache = config.cache.as_mut().unwrap();
+        cache.store = kind;
+        if kind == CacheStoreKind::Memory {
+            cache.path = None;
+        }
+        let (pipeline, calls) = CountingGenerator::pipeline(&config);
+        let (responses, answers) = (pipeline.cache().unwrap(), pipeline.answer_cache().unwrap());
+        responses.clear();
+        let asked = "duties of directors under the Companies Act 2013";
+        pipeline.answer(asked).unwrap();
+        assert!(pipeline.answer(asked).unwrap().flags.cache_hit, "{kind:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{kind:?}");
+
+        let removed = responses.invalidate_tag(&LegalExtractor::act_tag("Companies Act 2013"));
+        assert!(
+            removed >= 2,
+            "{kind:?}: the response and the answer, {removed} removed"
+        );
+        assert_eq!(answers.stats().entries, 0, "{kind:?}");
+        assert!(!pipeline.answer(asked).unwrap().flags.cache_hit, "{kind:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{kind:?}");
+    }
+}
+
 #[test]
 fn fast_changing_areas_get_their_own_ttl() {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -687,13 +721,7 @@ fn chitchat_by_the_generator_and_an_embedding_fallback_come_from_the_config() {
     grounding.chitchat = rerank::pipeline::ChitchatMode::Generator;
     config.grounding = Some(grounding);
     let options = config.answer_options().unwrap();
-    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let pipeline = config
-        .builder(Vec::new())
-        .unwrap()
-        .generator(CountingGenerator(calls.clone()))
-        .build()
-        .unwrap();
+    let (pipeline, calls) = CountingGenerator::pipeline(&config);
     let a = pipeline
         .answer_with(&SearchRequest::new("thanks a lot!"), &options)
         .unwrap();

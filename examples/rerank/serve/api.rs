@@ -91,6 +91,12 @@ pub struct OpenAiEmbeddingsRequest {
     pub dimensions: Option<usize>,
     #[serde(default)]
     pub encoding_format: Option<String>,
+    /// Which side of retrieval the texts are, as Cohere's and Voyage's embedding APIs carry
+    /// it: `query` (or `search_query`) embeds with the model's query prompt, `document` (or
+    /// `search_document`, the default) with its document prompt. Not in OpenAI's schema:
+    /// its SDK sends it through `extra_body`.
+    #[serde(default)]
+    pub input_type: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -74,9 +74,12 @@ impl From<JsonRejection> for ApiError {
 impl From<rerank::Error> for ApiError {
     fn from(e: rerank::Error) -> Self {
         match &e {
-            rerank::Error::Config(_) | rerank::Error::PiiRefused { .. } => {
-                ApiError::unprocessable(e.to_string())
-            }
+            // What the request asked for is wrong (an unknown recall mode, a top_k of 0, a
+            // malformed two-phase query): the client's mistake, and the message names it.
+            rerank::Error::Config(_)
+            | rerank::Error::InvalidInput(_)
+            | rerank::Error::QueryFormat(_)
+            | rerank::Error::PiiRefused { .. } => ApiError::unprocessable(e.to_string()),
             _ => ApiError::internal(e.to_string()),
         }
     }

@@ -80,6 +80,10 @@ pub struct Args {
     /// Threads of the models' pool (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Log level for stderr: error, warn, info (a line per request: method, route, status,
+    /// latency; and the shutdown), debug, trace.
+    #[arg(long, default_value = "warn")]
+    log_level: String,
 }
 
 /// Limits every request is checked against.
@@ -98,7 +102,7 @@ impl Limits {
     fn check<'a>(&self, texts: impl ExactSizeIterator<Item = &'a str>) -> Result<(), ApiError> {
         if texts.len() > self.max_documents {
             return Err(ApiError::too_large(format!(
-                "{} documents in one request; the limit is {}",
+                "{} documents in one request; the limit is {} (--max-documents)",
                 texts.len(),
                 self.max_documents
             )));
@@ -106,7 +110,7 @@ impl Limits {
         for (i, t) in texts.enumerate() {
             if t.len() > self.max_document_bytes {
                 return Err(ApiError::too_large(format!(
-                    "document {i} has {} bytes; the limit is {}",
+                    "document {i} has {} bytes; the limit is {} (--max-document-bytes)",
                     t.len(),
                     self.max_document_bytes
                 )));
@@ -169,6 +173,7 @@ pub fn run(args: Args) -> CliResult {
     if api_key.as_deref() == Some("") {
         return Err("the API key is empty".into());
     }
+    crate::query::init_logging(&args.log_level)?;
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -224,7 +229,9 @@ async fn serve(addr: SocketAddr, config: PipelineConfig, state: Shared) -> CliRe
     let failure_slot = failure.clone();
     let shutdown = async move {
         tokio::select! {
-            _ = signal() => {}
+            _ = signal() => {
+                tracing::info!("shutting down: finishing the requests in flight");
+            }
             Ok(message) = failed_rx => {
                 *failure_slot.lock().unwrap() = Some(message);
             }
@@ -294,9 +301,20 @@ fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
             (Some(batcher), embedding_dimensions(config, embedder.dim()))
         }
     };
+    let embedder_model = match &config.embedder {
+        Some(EmbedderConfig::Bert { model, .. }) => Some(model.display().to_string()),
+        _ => None,
+    };
     let info = serde_json::json!({
         "reranker": pipeline.reranker().map(|r| r.name().to_string()),
+        // The model as the config names it (a directory or a hub id).
+        "reranker_model": config
+            .reranker
+            .as_ref()
+            .and_then(|r| r.model.as_ref())
+            .map(|m| m.display().to_string()),
         "embedder": pipeline.embedder().map(|e| serde_json::json!({
+            "model": embedder_model,
             "id": e.id(),
             "dimensions": dimensions,
         })),
@@ -396,6 +414,7 @@ fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/info", get(info))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), bound))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
@@ -411,12 +430,19 @@ async fn observe(State(state): State<Shared>, request: Request, next: Next) -> R
         .map_or("unmatched", |p| p.as_str())
         .to_string();
     let start = Instant::now();
+    let method = request.method().clone();
     let in_flight = state.metrics.begin(&route);
     let response = next.run(request).await;
     drop(in_flight);
-    state
-        .metrics
-        .request(&route, response.status().as_u16(), start.elapsed());
+    let (status, took) = (response.status().as_u16(), start.elapsed());
+    state.metrics.request(&route, status, took);
+    tracing::info!(
+        %method,
+        route,
+        status,
+        latency_ms = took.as_secs_f64() * 1e3,
+        "request"
+    );
     response
 }
 
@@ -431,8 +457,10 @@ async fn bound(State(state): State<Shared>, request: Request, next: Next) -> Res
         .and_then(|v| v.parse::<u64>().ok());
     let limit = state.limits.max_body_bytes;
     if let Some(n) = announced.filter(|&n| n > limit as u64) {
-        return ApiError::too_large(format!("a body of {n} bytes; the limit is {limit}"))
-            .into_response();
+        return ApiError::too_large(format!(
+            "a body of {n} bytes; the limit is {limit} (--max-body-bytes)"
+        ))
+        .into_response();
     }
     let deadline = Duration::from_secs(state.limits.timeout_secs);
     match tokio::time::timeout(deadline, next.run(request)).await {
@@ -480,6 +508,25 @@ async fn not_found(request: Request) -> ApiError {
     )
 }
 
+/// A route called with a method it does not take: 405 with the method it does take, in the
+/// `Allow` header and in a JSON body like every other error's.
+async fn method_not_allowed(request: Request) -> Response {
+    let path = request.uri().path();
+    let allowed = match path {
+        "/health" | "/metrics" | "/info" => "GET",
+        _ => "POST",
+    };
+    let mut response = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} {path}: this route takes {allowed}", request.method()),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, axum::http::HeaderValue::from_static(allowed));
+    response
+}
+
 async fn health(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
     state.ready()?;
     Ok(Json(serde_json::json!({ "status": "ok" })))
@@ -509,10 +556,12 @@ async fn rerank_scores(
             "this server's config has no reranker (add a `reranker` section)",
         )
     })?;
-    state.limits.check(documents.iter().map(String::as_str))?;
     if documents.is_empty() {
-        return Ok(Vec::new());
+        return Err(ApiError::unprocessable(
+            "documents: the list is empty; send at least one document to rerank",
+        ));
     }
+    state.limits.check(documents.iter().map(String::as_str))?;
     let query = Arc::new(query);
     let items = documents.into_iter().map(|d| (query.clone(), d)).collect();
     batcher.submit(items, state.limits.deadline()).await
@@ -661,7 +710,16 @@ async fn openai_embeddings(
             )))
         }
     };
-    let vectors = embeddings(&state, texts(request.input)?, Role::Document).await?;
+    let role = match request.input_type.as_deref() {
+        None | Some("document" | "search_document") => Role::Document,
+        Some("query" | "search_query") => Role::Query,
+        Some(other) => {
+            return Err(ApiError::unprocessable(format!(
+                "input_type {other:?}: expected query, document, search_query or search_document"
+            )))
+        }
+    };
+    let vectors = embeddings(&state, texts(request.input)?, role).await?;
     let data = vectors
         .into_iter()
         .enumerate()
