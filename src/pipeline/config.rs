@@ -43,7 +43,9 @@ use crate::{Bm25Index, Document, Embedder, Error, Hybrid, Pipeline, Result, Retr
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
-    /// Stage 1.
+    /// Stage 1 (default: BM25 over the `corpus`, or over nothing: a config that only serves
+    /// its reranker and embedder needs neither).
+    #[serde(default)]
     pub retriever: RetrieverConfig,
     /// Which retriever a request uses (default: the whole `retriever`; see [`RecallConfig`]).
     #[serde(default)]
@@ -169,6 +171,16 @@ fn default_rescore() -> usize {
     100
 }
 
+impl Default for RetrieverConfig {
+    /// BM25 with its default parameters.
+    fn default() -> Self {
+        RetrieverConfig::Bm25 {
+            k1: default_k1(),
+            b: default_b(),
+        }
+    }
+}
+
 fn default_k1() -> f32 {
     Bm25Params::default().k1
 }
@@ -210,7 +222,10 @@ impl PipelineConfig {
     /// Relative paths of input files (`corpus`, model directories, `classifier.aliases`,
     /// `classifier.lexicons`) are taken relative to the config file's directory; the files
     /// the pipeline writes (`store.path`, `cache.path`) relative to the working directory.
-    /// Every input file must exist: the error names the key (`classifier.aliases: ...`).
+    /// Every input file must exist: the error names the key (`classifier.aliases: ...`). A
+    /// model may also be named as the model resolver takes names
+    /// (`models::registry::resolve`): a hub id such as `BAAI/bge-reranker-base`, or the name
+    /// of a folder of `$RERANK_MODELS_DIR`, when nothing of that name is beside the config.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
@@ -231,9 +246,12 @@ impl PipelineConfig {
             e => e,
         })?;
         let base = path.parent().unwrap_or(Path::new(""));
-        config.for_each_input(&mut |_, p| {
-            if p.is_relative() {
-                *p = base.join(&*p);
+        config.for_each_input(&mut |key, p| {
+            // A model key may name a hub id or a folder of $RERANK_MODELS_DIR rather than a
+            // path: kept as written when nothing is at the path beside the config.
+            let beside = base.join(&*p);
+            if p.is_relative() && (beside.exists() || !names_a_model(key, p)) {
+                *p = beside;
             }
             Ok(())
         })?;
@@ -248,7 +266,8 @@ impl PipelineConfig {
     pub fn check_files(&self) -> Result<()> {
         let mut copy = self.clone();
         copy.for_each_input(&mut |key, p| {
-            if p.exists() {
+            if p.exists() || names_a_model(key, p) {
+                // A model name is resolved (and its absence reported) when the model loads.
                 Ok(())
             } else {
                 Err(Error::Config(format!(
@@ -403,6 +422,16 @@ impl PipelineConfig {
     pub fn build(&self, docs: Vec<Document>) -> Result<Pipeline> {
         self.builder(docs)?.build()
     }
+}
+
+/// Whether the input at `key` is a model named the way the model resolver takes names
+/// (`models::registry::resolve`): a hub id `owner/name` or a bare name, no other path syntax.
+fn names_a_model(key: &str, p: &Path) -> bool {
+    use std::path::Component;
+    let plain = p
+        .components()
+        .all(|c| matches!(c, Component::Normal(n) if !n.to_string_lossy().starts_with('.')));
+    key.ends_with("model") && plain && (1..=2).contains(&p.components().count())
 }
 
 /// A path-to-error as one message: `reranker: unknown field ...`.

@@ -88,6 +88,16 @@ fn config(dir: &Path, minilm: &Path) -> PathBuf {
 /// Starts the server with `flags` and waits until it is ready; `None` (through `skip`) when
 /// the CLI or a model is missing.
 fn start(name: &str, flags: &[&str], envs: &[(&str, &str)]) -> Option<Server> {
+    start_with(name, None, flags, envs)
+}
+
+/// [`start`] with the config at `config` instead of the test's own.
+fn start_with(
+    name: &str,
+    config: Option<&Path>,
+    flags: &[&str],
+    envs: &[(&str, &str)],
+) -> Option<Server> {
     let cli = crate::common::rerank_cli()?;
     let minilm = minilm()?;
     if !Path::new(CE).is_dir() {
@@ -95,7 +105,10 @@ fn start(name: &str, flags: &[&str], envs: &[(&str, &str)]) -> Option<Server> {
         return None;
     }
     let dir = std::env::temp_dir().join(format!("rerank-serve-{name}-{}", std::process::id()));
-    let config = config(&dir, &minilm);
+    let config = match config {
+        Some(path) => path.to_path_buf(),
+        None => self::config(&dir, &minilm),
+    };
     let mut child = Command::new(cli)
         .args(["serve", "--config"])
         .arg(&config)
@@ -754,6 +767,69 @@ fn clients_python() -> Option<PathBuf> {
         ));
         None
     }
+}
+
+/// `examples/configs/serve.yaml`: models by name (resolved in `$RERANK_MODELS_DIR`), no corpus
+/// and no retriever; the rerank and embedding routes answer as with the test's own config.
+#[test]
+fn the_shipped_serve_config_names_its_models_and_needs_no_corpus() {
+    let Some(minilm) = minilm() else { return };
+    // A models folder as the fetch scripts leave it, the tiny cross-encoder standing in for
+    // ms-marco-MiniLM-L-6-v2.
+    let models = std::env::temp_dir().join(format!("rerank-serve-models-{}", std::process::id()));
+    std::fs::create_dir_all(&models).unwrap();
+    for (name, target) in [
+        ("ms-marco-MiniLM-L-6-v2", Path::new(CE)),
+        ("all-MiniLM-L6-v2", minilm.as_path()),
+    ] {
+        let link = models.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).unwrap();
+    }
+    let config = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/configs/serve.yaml"
+    ));
+    let models_env = models.display().to_string();
+    let Some(server) = start_with(
+        "shipped",
+        Some(config),
+        &[],
+        &[("RERANK_MODELS_DIR", models_env.as_str())],
+    ) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let (status, body) = post(
+        addr,
+        "/v2/rerank",
+        &json!({"query": QUERY, "documents": DOCS}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let scores: Vec<f32> = {
+        let mut by_index = vec![0.0; DOCS.len()];
+        for r in body["results"].as_array().unwrap() {
+            by_index[r["index"].as_u64().unwrap() as usize] =
+                r["relevance_score"].as_f64().unwrap() as f32;
+        }
+        by_index
+    };
+    let want = library_scores();
+    assert!(
+        scores.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5),
+        "{scores:?} {want:?}"
+    );
+    let (status, body) = post(addr, "/v1/embeddings", &json!({"input": DOCS[0]}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"][0]["embedding"].as_array().unwrap().len(), 384);
+    let (_, _, info) = http(addr, "GET", "/info", &[], b"");
+    let info: Value = serde_json::from_slice(&info).unwrap();
+    assert_eq!(
+        info["reranker_model"],
+        "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&models).unwrap();
 }
 
 #[test]

@@ -67,10 +67,20 @@ fn every_example_config_loads_round_trips_and_builds() {
         .collect();
     for name in listed.iter() {
         assert!(
-            CONFIGS.contains(&name.as_str()),
+            CONFIGS.contains(&name.as_str()) || name == "serve.yaml",
             "{name} is not tested here"
         );
     }
+    // The models-only serve config names its models (resolved when they load: it is served in
+    // tests/it/serve.rs) and has neither corpus nor retriever.
+    let serve = load("serve.yaml");
+    assert!(serve.corpus.is_none());
+    assert_eq!(
+        serve.reranker.as_ref().and_then(|r| r.model.as_deref()),
+        Some(Path::new("cross-encoder/ms-marco-MiniLM-L-6-v2"))
+    );
+    let yaml = serve.to_yaml_string().unwrap();
+    assert_eq!(PipelineConfig::from_yaml_str(&yaml).unwrap(), serve);
     let db = TempDb::new("round_trip");
     for name in CONFIGS {
         let config = load(name);
