@@ -504,6 +504,30 @@ fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
             "{body}"
         );
     }
+    // A field the API does not have is ignored, as the real services do, and named in a
+    // `Warning` header; a document of the wrong shape is refused in the API's words (serde's
+    // "untagged enum CohereDocument" before).
+    let body = json!({"query": "q", "documents": ["a"], "model": "m", "colour": 1});
+    let (status, head, body) = http(
+        addr,
+        "POST",
+        "/v2/rerank",
+        &json_headers,
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        head.contains("unknown fields ignored: colour\"") && !head.contains("model"),
+        "{head}"
+    );
+    let (status, body) = post(addr, "/v2/rerank", &json!({"query": "q", "documents": [3]}));
+    assert_eq!(status, 422, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("each document as a string, or an object with a \"text\" string")
+            && !message.contains("untagged"),
+        "{message}"
+    );
     let (status, head, body) = http(addr, "GET", "/v2/rerank", &[], b"");
     assert_eq!(status, 405);
     assert!(head.to_ascii_lowercase().contains("allow: post"), "{head}");

@@ -1,12 +1,22 @@
 //! The wire shapes of the APIs the server speaks: Cohere's rerank (v1 and v2), TEI's `/rerank`
-//! and `/embed`, OpenAI's embeddings, and the pipeline's own `/search` and `/answer`. Only
-//! the fields each API documents; unknown fields are ignored, as the real services do.
+//! and `/embed`, OpenAI's embeddings, and the pipeline's own `/search` and `/answer`. The
+//! fields each API documents (some accepted and ignored); any other field is ignored, as the
+//! real services do, and named in the response's `Warning` header (`Unknown`).
 
+use std::collections::BTreeMap;
+
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
+
+/// The fields of a request that its API does not document, by name.
+pub type Unknown = BTreeMap<String, IgnoredAny>;
 
 /// A Cohere document: a string, or an object with `text` (v1).
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "each document as a string, or an object with a \"text\" string"
+)]
 pub enum CohereDocument {
     Text(String),
     Object { text: String },
@@ -20,7 +30,9 @@ impl CohereDocument {
     }
 }
 
-/// `POST /v1/rerank`, `POST /v2/rerank` (`model` is accepted and ignored: the server has one).
+/// `POST /v1/rerank`, `POST /v2/rerank` (`model` is accepted and ignored: the server has one;
+/// so are v1's `rank_fields` and `max_chunks_per_doc` and v2's `max_tokens_per_doc`: documents
+/// are cut to the model's length).
 #[derive(Debug, Deserialize)]
 pub struct CohereRerankRequest {
     pub query: String,
@@ -29,6 +41,16 @@ pub struct CohereRerankRequest {
     pub top_n: Option<usize>,
     #[serde(default)]
     pub return_documents: Option<bool>,
+    #[serde(default, rename = "model")]
+    pub _model: Option<IgnoredAny>,
+    #[serde(default, rename = "rank_fields")]
+    pub _rank_fields: Option<IgnoredAny>,
+    #[serde(default, rename = "max_chunks_per_doc")]
+    pub _max_chunks_per_doc: Option<IgnoredAny>,
+    #[serde(default, rename = "max_tokens_per_doc")]
+    pub _max_tokens_per_doc: Option<IgnoredAny>,
+    #[serde(flatten)]
+    pub unknown: Unknown,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,6 +83,12 @@ pub struct TeiRerankRequest {
     pub raw_scores: bool,
     #[serde(default)]
     pub return_text: bool,
+    #[serde(default, rename = "truncate")]
+    pub _truncate: Option<IgnoredAny>,
+    #[serde(default, rename = "truncation_direction")]
+    pub _truncation_direction: Option<IgnoredAny>,
+    #[serde(flatten)]
+    pub unknown: Unknown,
 }
 
 #[derive(Debug, Serialize)]
@@ -97,6 +125,11 @@ pub struct OpenAiEmbeddingsRequest {
     /// its SDK sends it through `extra_body`.
     #[serde(default)]
     pub input_type: Option<String>,
+    /// OpenAI's end-user id: accepted and ignored.
+    #[serde(default, rename = "user")]
+    pub _user: Option<IgnoredAny>,
+    #[serde(flatten)]
+    pub unknown: Unknown,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,6 +165,12 @@ pub struct TeiEmbedRequest {
     /// `query` embeds with the model's query prompt; anything else as documents.
     #[serde(default)]
     pub prompt_name: Option<String>,
+    #[serde(default, rename = "truncate")]
+    pub _truncate: Option<IgnoredAny>,
+    #[serde(default, rename = "truncation_direction")]
+    pub _truncation_direction: Option<IgnoredAny>,
+    #[serde(flatten)]
+    pub unknown: Unknown,
 }
 
 /// `POST /search` and `POST /answer`: the pipeline's request.
@@ -166,5 +205,38 @@ impl SearchBody {
         r.score_threshold = self.score_threshold;
         r.rerank_depth = self.rerank_depth;
         r
+    }
+}
+
+/// A response with a `Warning` header (code 299) naming the request fields the server ignored,
+/// at most ten of them, when there are any.
+pub struct Warned<T>(pub T, pub Unknown);
+
+impl<T: axum::response::IntoResponse> axum::response::IntoResponse for Warned<T> {
+    fn into_response(self) -> axum::response::Response {
+        let mut response = self.0.into_response();
+        if self.1.is_empty() {
+            return response;
+        }
+        let mut names: Vec<String> = self
+            .1
+            .keys()
+            .take(10)
+            .map(|k| k.chars().take(64).collect())
+            .collect();
+        if self.1.len() > 10 {
+            names.push(format!("and {} more", self.1.len() - 10));
+        }
+        let text = format!(
+            "299 rerank \"unknown fields ignored: {}\"",
+            names.join(", ").replace(['"', '\\'], "")
+        );
+        // A name the header cannot carry (control characters) leaves the warning out.
+        if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::WARNING, value);
+        }
+        response
     }
 }

@@ -582,7 +582,7 @@ async fn cohere_rerank(
     State(state): State<Shared>,
     path: MatchedPath,
     body: Result<Json<CohereRerankRequest>, JsonRejection>,
-) -> Result<Json<CohereRerankResponse>, ApiError> {
+) -> Result<Warned<Json<CohereRerankResponse>>, ApiError> {
     let Json(request) = body?;
     if request.top_n == Some(0) {
         return Err(ApiError::unprocessable("top_n must be at least 1"));
@@ -609,20 +609,21 @@ async fn cohere_rerank(
     } else {
         "1"
     };
-    Ok(Json(CohereRerankResponse {
+    let response = CohereRerankResponse {
         id: request_id(),
         results,
         meta: serde_json::json!({
             "api_version": { "version": version },
             "billed_units": { "search_units": 1 },
         }),
-    }))
+    };
+    Ok(Warned(Json(response), request.unknown))
 }
 
 async fn tei_rerank(
     State(state): State<Shared>,
     body: Result<Json<TeiRerankRequest>, JsonRejection>,
-) -> Result<Json<Vec<TeiRank>>, ApiError> {
+) -> Result<Warned<Json<Vec<TeiRank>>>, ApiError> {
     let Json(request) = body?;
     if request.raw_scores {
         return Err(ApiError::unprocessable(
@@ -635,16 +636,15 @@ async fn tei_rerank(
         request.texts.clone(),
     )
     .await?;
-    Ok(Json(
-        best_first(&scores, None)
-            .into_iter()
-            .map(|i| TeiRank {
-                index: i,
-                score: scores[i],
-                text: request.return_text.then(|| request.texts[i].clone()),
-            })
-            .collect(),
-    ))
+    let ranks = best_first(&scores, None)
+        .into_iter()
+        .map(|i| TeiRank {
+            index: i,
+            score: scores[i],
+            text: request.return_text.then(|| request.texts[i].clone()),
+        })
+        .collect();
+    Ok(Warned(Json(ranks), request.unknown))
 }
 
 /// The texts of an `input` / `inputs` field; token ids are refused.
@@ -688,7 +688,7 @@ fn request_id() -> String {
 async fn openai_embeddings(
     State(state): State<Shared>,
     body: Result<Json<OpenAiEmbeddingsRequest>, JsonRejection>,
-) -> Result<Json<OpenAiEmbeddingsResponse>, ApiError> {
+) -> Result<Warned<Json<OpenAiEmbeddingsResponse>>, ApiError> {
     let Json(request) = body?;
     let ready = state.ready()?;
     let base64 = match request.encoding_format.as_deref() {
@@ -744,7 +744,7 @@ async fn openai_embeddings(
         .model
         .or_else(|| ready.pipeline.embedder().and_then(|e| e.id()))
         .unwrap_or_else(|| "rerank".into());
-    Ok(Json(OpenAiEmbeddingsResponse {
+    let response = OpenAiEmbeddingsResponse {
         object: "list",
         data,
         model,
@@ -753,13 +753,14 @@ async fn openai_embeddings(
             prompt_tokens: 0,
             total_tokens: 0,
         },
-    }))
+    };
+    Ok(Warned(Json(response), request.unknown))
 }
 
 async fn tei_embed(
     State(state): State<Shared>,
     body: Result<Json<TeiEmbedRequest>, JsonRejection>,
-) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
+) -> Result<Warned<Json<Vec<Vec<f32>>>>, ApiError> {
     let Json(request) = body?;
     let role = match request.prompt_name.as_deref() {
         Some("query") => Role::Query,
@@ -779,7 +780,7 @@ async fn tei_embed(
             }
         }
     }
-    Ok(Json(vectors))
+    Ok(Warned(Json(vectors), request.unknown))
 }
 
 /// Runs `f` with the pipeline on a blocking thread, within the request's deadline.
