@@ -25,7 +25,7 @@ pub struct Args {
     /// Qwen3-Reranker or BERT bi-encoder, as `search --reranker` takes.
     #[arg(long)]
     model: PathBuf,
-    /// JSONL input: one {"query", "document"} per line.
+    /// JSONL input: one {"query", "document"} per line; `-` for stdin.
     #[arg(long)]
     input: PathBuf,
     /// Scores are raw logits (no activation).
@@ -74,23 +74,35 @@ struct Line {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let text =
-        std::fs::read_to_string(&args.input).map_err(|e| rerank::Error::io(&args.input, e))?;
+    use std::io::BufRead;
+    // `-` reads stdin, as `embed --input -` does; lines are bounded in bytes either way.
+    let (reader, origin): (Box<dyn BufRead>, String) = if args.input.as_os_str() == "-" {
+        (Box::new(std::io::stdin().lock()), "stdin".into())
+    } else {
+        let file =
+            std::fs::File::open(&args.input).map_err(|e| rerank::Error::io(&args.input, e))?;
+        (
+            Box::new(std::io::BufReader::new(file)),
+            args.input.display().to_string(),
+        )
+    };
     let mut lines = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    rerank::read_bounded_lines(reader, &origin, |number, line| {
         if line.trim().is_empty() {
-            continue;
+            return Ok(());
         }
         let parsed: Line = serde_json::from_str(line).map_err(|e| {
-            format!(
-                "{}:{}: {e}; expected one JSON object per line: {{\"query\": \"...\", \
-                 \"document\": \"...\"}} (\"instruction\" optional)",
-                args.input.display(),
-                i + 1
+            rerank::Error::parse(
+                format!("{origin}:{number}"),
+                format!(
+                    "{e}; expected one JSON object per line: {{\"query\": \"...\", \
+                     \"document\": \"...\"}} (\"instruction\" optional)"
+                ),
             )
         })?;
         lines.push(parsed);
-    }
+        Ok(())
+    })?;
     let scores = score_lines(&args, &lines)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (score, logit) in scores {

@@ -250,6 +250,31 @@ fn models_resolve_the_same_way_in_every_command() {
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
     }
+    // `score --input -` reads stdin, as `embed --input -` does (it failed on the path `-`).
+    let mut child = Command::new(rerank_bin())
+        .args(["score", "--model", by_id, "--input", "-"])
+        .env("RERANK_MODELS_DIR", &base)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    let text = std::fs::read_to_string(&pairs).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let piped = child.wait_with_output().unwrap();
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    let from_file = run_with_models(&["score", "--model", by_id, "--input", &pairs]);
+    assert_eq!(piped.stdout, from_file.stdout);
     let typo = base.join("all-MiniLM-L6").display().to_string();
     let e = fails(&["embed", "--model", &typo, "--input", &texts]);
     assert!(
