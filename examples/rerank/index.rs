@@ -208,12 +208,17 @@ fn dedupe(
         return Ok((docs, 0));
     }
     repeated.sort_by_key(|(_, at)| at[0]);
+    let line_of = document_lines(corpus);
     let name = |(id, at): &(&str, &Vec<usize>)| {
-        let at: Vec<String> = at
+        let mut shown: Vec<String> = at
             .iter()
-            .map(|&n| line_of_document(corpus, n).to_string())
+            .take(5)
+            .map(|&n| line_of.get(n).copied().unwrap_or(n + 1).to_string())
             .collect();
-        format!("{id:?} on lines {}", at.join(", "))
+        if at.len() > 5 {
+            shown.push(format!("and {} more", at.len() - 5));
+        }
+        format!("{id:?} on lines {}", shown.join(", "))
     };
     let shown: Vec<String> = repeated.iter().take(3).map(name).collect();
     let more = match repeated.len() {
@@ -259,16 +264,22 @@ fn dedupe(
 /// The line of `path` that holds its `n`-th document (0-based), counting as
 /// `Document::read_jsonl` does (blank lines hold none).
 fn line_of_document(path: &std::path::Path, n: usize) -> usize {
+    document_lines(path).get(n).copied().unwrap_or(n + 1)
+}
+
+/// The line of `path` (1-based) that holds each document, in order, counting as
+/// `Document::read_jsonl` does (blank lines hold none): the file read once for any number of
+/// lookups. Empty when the file cannot be read again.
+fn document_lines(path: &std::path::Path) -> Vec<usize> {
     std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| {
+        .map(|text| {
             text.lines()
                 .enumerate()
                 .filter(|(_, l)| !l.trim().is_empty())
-                .nth(n)
                 .map(|(i, _)| i + 1)
+                .collect()
         })
-        .unwrap_or(n + 1)
+        .unwrap_or_default()
 }
 
 /// A progress bar on stderr that shows itself only after a second, and never when stderr is

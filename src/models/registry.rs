@@ -449,7 +449,7 @@ pub(crate) fn locate(model: &Path, task: Task) -> Result<(PathBuf, Option<&'stat
         return Ok((model.to_path_buf(), by_name(model)));
     }
     let id = hub_id(model);
-    if let Some(dir) = in_models_dir(model, id.is_some()) {
+    if let Some(dir) = in_models_dir(model) {
         let known = id.and_then(find).filter(for_task).or_else(|| by_name(&dir));
         return Ok((dir, known));
     }
@@ -496,11 +496,21 @@ fn models_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("models"), PathBuf::from)
 }
 
+/// Whether `model` is a name rather than a path: a hub id (`owner/name`) or a bare name (one
+/// plain component), the forms [`resolve`] looks up in `$RERANK_MODELS_DIR`.
+pub(crate) fn names_a_model(model: &Path) -> bool {
+    use std::path::Component;
+    let bare = matches!(
+        model.components().collect::<Vec<_>>()[..],
+        [Component::Normal(n)] if !n.to_string_lossy().starts_with('.')
+    );
+    bare || hub_id(model).is_some()
+}
+
 /// The folder of `$RERANK_MODELS_DIR` named after `model` (a hub id's repository name, or a
 /// bare name), when it holds a model.
-fn in_models_dir(model: &Path, is_hub_id: bool) -> Option<PathBuf> {
-    let bare = model.components().count() == 1;
-    if !(is_hub_id || bare) {
+fn in_models_dir(model: &Path) -> Option<PathBuf> {
+    if !names_a_model(model) {
         return None;
     }
     let name = model.file_name()?;

@@ -425,13 +425,16 @@ impl PipelineConfig {
 }
 
 /// Whether the input at `key` is a model named the way the model resolver takes names
-/// (`models::registry::resolve`): a hub id `owner/name` or a bare name, no other path syntax.
+/// (`models::registry::resolve`: a hub id or a bare name). Without the `models` feature no
+/// model loads, so every input is a path.
 fn names_a_model(key: &str, p: &Path) -> bool {
-    use std::path::Component;
-    let plain = p
-        .components()
-        .all(|c| matches!(c, Component::Normal(n) if !n.to_string_lossy().starts_with('.')));
-    key.ends_with("model") && plain && (1..=2).contains(&p.components().count())
+    #[cfg(feature = "models")]
+    return key.ends_with("model") && crate::models::registry::names_a_model(p);
+    #[cfg(not(feature = "models"))]
+    {
+        let _ = (key, p);
+        false
+    }
 }
 
 /// A path-to-error as one message: `reranker: unknown field ...`.

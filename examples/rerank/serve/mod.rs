@@ -508,23 +508,18 @@ async fn not_found(request: Request) -> ApiError {
     )
 }
 
-/// A route called with a method it does not take: 405 with the method it does take, in the
-/// `Allow` header and in a JSON body like every other error's.
-async fn method_not_allowed(request: Request) -> Response {
+/// A route called with a method it does not take: 405 with a JSON body like every other
+/// error's, naming the method the route takes (axum adds the `Allow` header from the router).
+async fn method_not_allowed(request: Request) -> ApiError {
     let path = request.uri().path();
     let allowed = match path {
         "/health" | "/metrics" | "/info" => "GET",
         _ => "POST",
     };
-    let mut response = ApiError::new(
+    ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("{} {path}: this route takes {allowed}", request.method()),
     )
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::ALLOW, axum::http::HeaderValue::from_static(allowed));
-    response
 }
 
 async fn health(State(state): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
