@@ -49,6 +49,7 @@ mod reliability;
 mod serve;
 mod st_embed_parity;
 mod store;
+mod sweep;
 mod systems;
 mod trec_eval_parity;
 mod two_phase;

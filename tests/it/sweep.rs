@@ -1,0 +1,92 @@
+//! Parity over each architecture's configuration space: the tiny random cross-encoders of
+//! tests/fixtures/sweep (made by the make.py there, one folder per config variant that
+//! published checkpoints use: heads and head sizes, position buckets and relative distances,
+//! WordPiece / Unigram / BPE vocabularies, activations, norms and their epsilons, pooler
+//! activations, token types, local attention windows, biases), each against transformers'
+//! logits one pair at a time and batched. Every variant is checked, and every one that differs
+//! is named, before the test fails.
+#![cfg(feature = "models")]
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use rerank::models::ModelOptions;
+use rerank::rerankers::{load_reranker, RerankQuery};
+
+use crate::model_fixtures::{assert_close, check_cross_encoder};
+
+/// Logits agree with transformers' to this.
+const TOL: f32 = 1e-5;
+
+/// The variant folders of `tests/fixtures/sweep`, as (architecture, folder), sorted.
+fn variants() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
+    let mut out = Vec::new();
+    for arch in std::fs::read_dir(&root).unwrap() {
+        let arch = arch.unwrap().path();
+        if !arch.is_dir() {
+            continue;
+        }
+        for variant in std::fs::read_dir(&arch).unwrap() {
+            let variant = variant.unwrap().path();
+            if variant.join("expected.json").is_file() {
+                let name = arch.file_name().unwrap().to_string_lossy().into_owned();
+                out.push((name, variant));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_config_variant_matches_transformers() {
+    let variants = variants();
+    assert!(variants.len() >= 20, "{} variants", variants.len());
+    // (tokens, batch size): everything in one batch, then budgets that split it.
+    let budgets = [(usize::MAX, 64), (300, 2)];
+    let mut worst: BTreeMap<String, (usize, f32)> = BTreeMap::new();
+    let mut failed = Vec::new();
+    for (arch, dir) in &variants {
+        let name = format!("{arch}/{}", dir.file_name().unwrap().to_string_lossy());
+        let options = ModelOptions::default().threads(2);
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            let checked = check_cross_encoder(dir, &name, options.clone(), &budgets, TOL);
+            // load_reranker (what configs, the CLI and the server load) scores each pair as
+            // sentence-transformers' CrossEncoder.predict does.
+            let reranker = load_reranker(dir, &options).unwrap();
+            let scores: Vec<f32> = checked
+                .cases
+                .iter()
+                .map(|c| {
+                    let query = RerankQuery::new(c.query.clone());
+                    reranker.score(&query, &[c.document.as_str()]).unwrap()[0]
+                })
+                .collect();
+            let st = checked.cases.iter().map(|c| c.st_score.unwrap());
+            assert_close(&scores, st, TOL, &format!("{name} load_reranker"));
+            checked
+                .single
+                .iter()
+                .zip(&checked.cases)
+                .map(|(got, c)| (got - c.logit).abs())
+                .fold(0f32, f32::max)
+        }));
+        match run {
+            Ok(err) => {
+                let entry = worst.entry(arch.clone()).or_insert((0, 0.0));
+                entry.0 += 1;
+                entry.1 = entry.1.max(err);
+            }
+            Err(_) => failed.push(name),
+        }
+    }
+    for (arch, (n, err)) in &worst {
+        println!("{arch}: {n} variants pass, largest logit difference {err:.1e}");
+    }
+    assert!(
+        failed.is_empty(),
+        "variants that differ from transformers: {failed:?}"
+    );
+}
