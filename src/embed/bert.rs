@@ -9,9 +9,10 @@ use ndarray::Array2;
 
 use super::builder::EmbedderBuilder;
 use super::layout::PoolingMode;
-use super::packed::{EncoderEngine, EncoderFamily, PackedEncoder, PackedTexts};
+use super::packed::PackedTexts;
 use super::{Embedder, Role};
 use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
+use crate::models::engine::{EncoderEngine, EncoderFamily, PackedEncoder};
 use crate::models::{ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};
 

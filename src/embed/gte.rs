@@ -9,12 +9,13 @@ use ndarray::Array2;
 
 use super::builder::EmbedderBuilder;
 use super::layout::PoolingMode;
-use super::packed::{EncoderEngine, EncoderFamily, PackedEncoder, PackedTexts};
+use super::packed::PackedTexts;
 use super::{Embedder, Role};
-use crate::models::bert::encoder::{EncoderWeights, Sequence};
-use crate::models::dense::Output;
+use crate::models::engine::{EncoderEngine, EncoderFamily, PackedEncoder};
 use crate::models::gte::config::{GteConfig, Spelling};
 use crate::models::gte::encoder::GteEncoder;
+use crate::models::layers::dense::Output;
+use crate::models::layers::encoder::{EncoderWeights, Sequence};
 use crate::models::{ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};
 

@@ -18,8 +18,10 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::Role;
-use crate::models::weights::Weights;
+use crate::models::layers::config::{bad, count, flag_or, object, string};
+use crate::models::layers::weights::Weights;
 use crate::models::ModelDir;
+pub use crate::models::PoolingMode;
 use crate::{Error, Result};
 
 /// The module list, relative to the model directory.
@@ -39,64 +41,6 @@ const NORMALIZE_EPS: f32 = 1e-12;
 const MAX_POOL_FILL: f32 = f32::NEG_INFINITY;
 /// sentence-transformers' clamp on the token count of mean pooling.
 const MEAN_POOL_MIN_COUNT: f32 = 1e-9;
-
-/// One pooling mode of `1_Pooling/config.json`. With several, their vectors are concatenated
-/// in the order the config lists them (for the older `pooling_mode_*` flags: cls, max, mean,
-/// mean_sqrt_len_tokens, lasttoken).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolingMode {
-    /// The first token (`[CLS]`): `pooling_mode_cls_token`.
-    Cls,
-    /// The element-wise maximum over the tokens: `pooling_mode_max_tokens`.
-    Max,
-    /// The mean over the tokens: `pooling_mode_mean_tokens`.
-    Mean,
-    /// The sum over the tokens divided by the square root of their count:
-    /// `pooling_mode_mean_sqrt_len_tokens`.
-    MeanSqrtLen,
-    /// The last token (`[SEP]` for BERT): `pooling_mode_lasttoken`.
-    LastToken,
-}
-
-impl PoolingMode {
-    /// Every mode with its flag in older pooling configs, in the order sentence-transformers
-    /// concatenates flagged modes.
-    const LEGACY_KEYS: [(PoolingMode, &'static str); 5] = [
-        (PoolingMode::Cls, "pooling_mode_cls_token"),
-        (PoolingMode::Max, "pooling_mode_max_tokens"),
-        (PoolingMode::Mean, "pooling_mode_mean_tokens"),
-        (
-            PoolingMode::MeanSqrtLen,
-            "pooling_mode_mean_sqrt_len_tokens",
-        ),
-        (PoolingMode::LastToken, "pooling_mode_lasttoken"),
-    ];
-
-    /// The mode called `name` in a `pooling_mode` setting.
-    fn from_name(name: &str) -> Option<Self> {
-        [
-            PoolingMode::Cls,
-            PoolingMode::Max,
-            PoolingMode::Mean,
-            PoolingMode::MeanSqrtLen,
-            PoolingMode::LastToken,
-        ]
-        .into_iter()
-        .find(|m| m.as_str() == name)
-    }
-
-    /// The mode's name as sentence-transformers spells it (`cls`, `max`, `mean`,
-    /// `mean_sqrt_len_tokens`, `lasttoken`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PoolingMode::Cls => "cls",
-            PoolingMode::Max => "max",
-            PoolingMode::Mean => "mean",
-            PoolingMode::MeanSqrtLen => "mean_sqrt_len_tokens",
-            PoolingMode::LastToken => "lasttoken",
-        }
-    }
-}
 
 /// A Dense module's activation function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,58 +133,6 @@ pub(crate) struct Layout {
     hidden: usize,
 }
 
-/// The error for `key` of `file`.
-fn bad(file: &Path, key: &str, what: impl std::fmt::Display) -> Error {
-    Error::model(format!("{}: key {key:?}: {what}", file.display()))
-}
-
-/// `obj[key]` as a bool (absent or null: `default`).
-fn get_bool(obj: &Map<String, Value>, key: &str, default: bool, file: &Path) -> Result<bool> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(bad(file, key, format!("expected true or false, got {v}"))),
-    }
-}
-
-/// `obj[key]` as a count (absent or null: `None`).
-fn get_usize(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<Option<usize>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| {
-                bad(
-                    file,
-                    key,
-                    format!("expected a non-negative integer, got {v}"),
-                )
-            }),
-    }
-}
-
-/// `obj[key]` as a string (absent or null: `None`).
-fn get_str<'a>(obj: &'a Map<String, Value>, key: &str, file: &Path) -> Result<Option<&'a str>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(bad(file, key, format!("expected a string, got {v}"))),
-    }
-}
-
-/// A JSON object, or an error naming `file`.
-fn object(v: Value, file: &Path) -> Result<Map<String, Value>> {
-    match v {
-        Value::Object(m) => Ok(m),
-        other => Err(Error::model(format!(
-            "{}: expected a JSON object, got {other}",
-            file.display()
-        ))),
-    }
-}
-
 /// The last component of a dotted Python name (`sentence_transformers.models.Pooling`:
 /// `Pooling`).
 fn short_name(name: &str) -> &str {
@@ -273,10 +165,10 @@ impl Layout {
         if let Some(v) = dir.optional_json(SENTENCE_BERT_FILE)? {
             let file = root.join(SENTENCE_BERT_FILE);
             let obj = object(v, &file)?;
-            if let Some(n) = get_usize(&obj, "max_seq_length", &file)? {
+            if let Some(n) = count(&obj, "max_seq_length", &file)? {
                 layout.max_seq_length = n;
             }
-            layout.do_lower_case = get_bool(&obj, "do_lower_case", false, &file)?;
+            layout.do_lower_case = flag_or(&obj, "do_lower_case", false, &file)?;
             // sentence-transformers 6 saves, for a tokenizer with a chat template, a "message"
             // modality, and then feeds every text through that template: not reproduced here.
             if let Some(Value::Object(modalities)) = obj.get("modality_config") {
@@ -296,7 +188,7 @@ impl Layout {
                 ("transformer_task", "feature-extraction"),
                 ("module_output_name", "token_embeddings"),
             ] {
-                if let Some(got) = get_str(&obj, key, &file)?.filter(|g| *g != want) {
+                if let Some(got) = string(&obj, key, &file)?.filter(|g| *g != want) {
                     return Err(bad(
                         &file,
                         key,
@@ -324,10 +216,10 @@ impl Layout {
         for (i, module) in modules.into_iter().enumerate() {
             let module = object(module, &file)?;
             let key = |k: &str| format!("[{i}].{k}");
-            let kind = get_str(&module, "type", &file)
+            let kind = string(&module, "type", &file)
                 .map_err(|_| bad(&file, &key("type"), "expected a string"))?
                 .ok_or_else(|| bad(&file, &key("type"), "missing"))?;
-            let path = get_str(&module, "path", &file)
+            let path = string(&module, "path", &file)
                 .map_err(|_| bad(&file, &key("path"), "expected a string"))?
                 .unwrap_or("");
             match (i, short_name(kind)) {
@@ -418,7 +310,7 @@ impl Layout {
         let file = dir.path().join(&name);
         let obj = object(dir.json(&name)?, &file)?;
         for key in ["embedding_dimension", "word_embedding_dimension"] {
-            if let Some(d) = get_usize(&obj, key, &file)?.filter(|&d| d != self.hidden) {
+            if let Some(d) = count(&obj, key, &file)?.filter(|&d| d != self.hidden) {
                 return Err(bad(
                     &file,
                     key,
@@ -429,7 +321,7 @@ impl Layout {
                 ));
             }
         }
-        self.include_prompt = get_bool(&obj, "include_prompt", true, &file)?;
+        self.include_prompt = flag_or(&obj, "include_prompt", true, &file)?;
         let unsupported = |key: &str, mode: &str| {
             bad(
                 &file,
@@ -442,7 +334,7 @@ impl Layout {
         };
         let modes = match obj.get("pooling_mode") {
             None | Some(Value::Null) => {
-                if get_bool(&obj, "pooling_mode_weightedmean_tokens", false, &file)? {
+                if flag_or(&obj, "pooling_mode_weightedmean_tokens", false, &file)? {
                     return Err(unsupported(
                         "pooling_mode_weightedmean_tokens",
                         "weightedmean",
@@ -450,7 +342,7 @@ impl Layout {
                 }
                 let mut modes = Vec::new();
                 for (mode, key) in PoolingMode::LEGACY_KEYS {
-                    if get_bool(&obj, key, false, &file)? {
+                    if flag_or(&obj, key, false, &file)? {
                         modes.push(mode);
                     }
                 }
@@ -517,7 +409,7 @@ impl Layout {
         hash.update(value.to_string().as_bytes());
         let obj = object(value, &file)?;
         let need = |key: &str| -> Result<usize> {
-            get_usize(&obj, key, &file)?.ok_or_else(|| bad(&file, key, "missing"))
+            count(&obj, key, &file)?.ok_or_else(|| bad(&file, key, "missing"))
         };
         let inputs = need("in_features")?;
         let outputs = need("out_features")?;
@@ -532,7 +424,7 @@ impl Layout {
         if outputs == 0 {
             return Err(bad(&file, "out_features", "must be at least 1"));
         }
-        if get_bool(&obj, "use_residual", false, &file)? {
+        if flag_or(&obj, "use_residual", false, &file)? {
             return Err(bad(
                 &file,
                 "use_residual",
@@ -540,8 +432,8 @@ impl Layout {
             ));
         }
         check_sentence_embedding(&obj, &file)?;
-        let has_bias = get_bool(&obj, "bias", true, &file)?;
-        let act_name = get_str(&obj, "activation_function", &file)?
+        let has_bias = flag_or(&obj, "bias", true, &file)?;
+        let act_name = string(&obj, "activation_function", &file)?
             .unwrap_or("torch.nn.modules.activation.Tanh");
         let activation = match short_name(act_name) {
             "Identity" => Activation::Identity,
@@ -607,7 +499,7 @@ impl Layout {
             }
             Some(v) => return Err(bad(file, "prompts", format!("expected an object, got {v}"))),
         }
-        let default = get_str(&obj, "default_prompt_name", file)?;
+        let default = string(&obj, "default_prompt_name", file)?;
         if let Some(name) = default {
             if !prompts.contains_key(name) {
                 return Err(bad(
@@ -636,7 +528,7 @@ impl Layout {
             pick(&["document", "passage", "corpus"]).unwrap_or_default(),
         );
         let normalized = matches!(self.steps.last(), Some(Step::Normalize));
-        match get_str(&obj, "similarity_fn_name", file)? {
+        match string(&obj, "similarity_fn_name", file)? {
             None | Some("cosine") => {}
             // On unit vectors these rank as cosine does.
             Some("dot" | "euclidean") if normalized => {}
@@ -651,7 +543,7 @@ impl Layout {
                 ))
             }
         }
-        self.similarity = get_str(&obj, "similarity_fn_name", file)?.map(str::to_string);
+        self.similarity = string(&obj, "similarity_fn_name", file)?.map(str::to_string);
         Ok(())
     }
 
@@ -761,7 +653,7 @@ impl Layout {
 /// models).
 fn check_sentence_embedding(obj: &Map<String, Value>, file: &Path) -> Result<()> {
     for key in ["module_input_name", "module_output_name"] {
-        match get_str(obj, key, file)? {
+        match string(obj, key, file)? {
             None | Some("sentence_embedding") => {}
             Some(other) => {
                 return Err(bad(

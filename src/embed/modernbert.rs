@@ -8,9 +8,10 @@ use ndarray::Array2;
 
 use super::builder::EmbedderBuilder;
 use super::layout::PoolingMode;
-use super::packed::{EncoderEngine, EncoderFamily, PackedEncoder, PackedTexts};
+use super::packed::PackedTexts;
 use super::{Embedder, Role};
-use crate::models::dense::Output;
+use crate::models::engine::{EncoderEngine, EncoderFamily, PackedEncoder};
+use crate::models::layers::dense::Output;
 use crate::models::modernbert::config::ModernBertConfig;
 use crate::models::modernbert::encoder::{ModernBertEncoder, ModernBertWeights};
 use crate::models::{ModelDir, ModelPool, Precision, CONFIG_FILE};

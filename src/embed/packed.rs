@@ -16,106 +16,10 @@ use super::builder::{
 };
 use super::layout::Layout;
 use super::{Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
-use crate::models::dense::Output;
+use crate::models::engine::PackedEncoder;
+use crate::models::layers::dense::Output;
 use crate::models::{plan_batches, ModelDir, Precision, CONFIG_FILE};
 use crate::{Error, Result};
-
-/// An encoder that runs token sequences packed (their tokens concatenated, attention within
-/// each): what an embedder built on [`PackedTexts`] needs from its model.
-pub(crate) trait PackedEncoder: Send + Sync {
-    /// The width of the hidden states.
-    fn hidden(&self) -> usize;
-
-    /// The last hidden states of `rows` run as one packed batch, row-major with
-    /// [`hidden`](Self::hidden) columns: one row per token (rows in order) for
-    /// [`Output::AllTokens`], one per sequence for [`Output::FirstToken`].
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>>;
-}
-
-/// An embedder's encoder on its engine: `E`, the family's packed encoder on the crate's own
-/// kernels, or the same model through candle on [`ModelOptions::device`].
-///
-/// [`ModelOptions::device`]: crate::models::ModelOptions::device
-pub(crate) struct EncoderEngine<E> {
-    inner: Engine<E>,
-    precision: Precision,
-}
-
-enum Engine<E> {
-    Native(E),
-    #[cfg(feature = "candle")]
-    Candle(Box<crate::models::candle::encoder::CandleEncoder>),
-}
-
-impl<E: PackedEncoder> EncoderEngine<E> {
-    /// The encoder of `dir` on `options.device`: `native()` on the CPU, candle's module of
-    /// `family` elsewhere.
-    pub fn load(
-        options: &crate::models::ModelOptions,
-        dir: &ModelDir,
-        family: EncoderFamily,
-        native: impl FnOnce() -> Result<E>,
-    ) -> Result<Self> {
-        let (device, precision) = (options.device, options.precision);
-        let inner = if device.uses_candle() {
-            #[cfg(feature = "candle")]
-            {
-                use crate::models::candle::encoder::CandleEncoder;
-                Engine::Candle(Box::new(CandleEncoder::load(
-                    dir, family, device, precision,
-                )?))
-            }
-            #[cfg(not(feature = "candle"))]
-            {
-                let _ = (dir, family);
-                return Err(device.unavailable());
-            }
-        } else {
-            Engine::Native(native()?)
-        };
-        Ok(EncoderEngine { inner, precision })
-    }
-
-    /// The number format of the encoder's weights.
-    pub fn precision(&self) -> Precision {
-        self.precision
-    }
-}
-
-impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
-    fn hidden(&self) -> usize {
-        match &self.inner {
-            Engine::Native(e) => e.hidden(),
-            #[cfg(feature = "candle")]
-            Engine::Candle(e) => e.hidden(),
-        }
-    }
-
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        match &self.inner {
-            Engine::Native(e) => e.encode(rows, output),
-            #[cfg(feature = "candle")]
-            Engine::Candle(e) => e.encode(rows, output),
-        }
-    }
-}
-
-/// The encoder families, as their `config.json` tells them apart: what the embedders load,
-/// and (DeBERTa too) what the candle engine's encoders run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EncoderFamily {
-    /// `bert`.
-    Bert,
-    /// `xlm-roberta` / `roberta`: positions after the padding id.
-    Roberta,
-    /// `modernbert`.
-    ModernBert,
-    /// `deberta-v2` (DeBERTa v2 and v3; cross-encoders only).
-    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
-    Deberta,
-    /// `new` / `gte` / `nomic_bert` (the crate's kernels only: the candle engine refuses it).
-    Gte,
-}
 
 /// The text side of an encoder embedder: layout, tokenizer, prompt lengths and batching.
 pub(crate) struct PackedTexts {

@@ -216,7 +216,7 @@ mod tests {
         let e = m.config().unwrap_err();
         assert!(matches!(e, Error::Parse { .. }), "{e}");
         std::fs::write(dir.join(WEIGHTS_FILE), b"garbage").unwrap();
-        let Err(e) = crate::models::weights::Weights::open(m.path()) else {
+        let Err(e) = crate::models::layers::weights::Weights::open(m.path()) else {
             panic!("garbage weights loaded")
         };
         let e = e.to_string();

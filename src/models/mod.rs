@@ -27,34 +27,25 @@
 //! themselves (micro-kernels, one-row products in f32 or bf16, int8 sums), the `gemm` call
 //! and the memory map are in `crate::simd`.
 
-pub(crate) mod attention;
-mod batch;
 pub(crate) mod bert;
-#[cfg(feature = "candle")]
-pub(crate) mod candle;
 mod config;
 pub(crate) mod deberta;
-pub(crate) mod dense;
 mod device;
 mod dir;
+pub(crate) mod engine;
 pub(crate) mod gte;
 #[cfg(feature = "hf-hub")]
 mod hub;
-pub(crate) mod kernels;
+pub(crate) mod layers;
 pub(crate) mod modernbert;
 mod options;
-pub(crate) mod panels;
-mod quant;
+pub(crate) mod pair;
+mod pooling;
 pub(crate) mod qwen3;
 pub mod registry;
-pub(crate) mod weights;
 
 pub use crate::Precision;
-pub(crate) use batch::{packed_starts, plan_batches, plan_packed_batches};
 pub(crate) use bert::classifier::SequenceClassifier;
-#[doc(hidden)]
-pub use bert::pair::PairEncoding;
-pub(crate) use bert::pair::PairTokenizer;
 pub(crate) use config::ClassifierConfig;
 pub use config::{Activation, Architecture};
 pub(crate) use deberta::classifier::DebertaClassifier;
@@ -64,10 +55,15 @@ pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 pub(crate) use gte::classifier::GteClassifier;
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;
+pub(crate) use layers::batch::{packed_starts, plan_batches, plan_packed_batches};
+pub use layers::quant::int8_kernel;
 pub(crate) use modernbert::classifier::ModernBertClassifier;
 pub(crate) use options::ModelPool;
 pub use options::{max_threads, ModelOptions, MAX_LENGTH};
-pub use quant::int8_kernel;
+#[doc(hidden)]
+pub use pair::PairEncoding;
+pub(crate) use pair::PairTokenizer;
+pub use pooling::PoolingMode;
 
 /// `n` reproducible values in `[-1, 1)` from `seed` (a linear congruential generator): the
 /// inputs and weights of the kernels' tests.

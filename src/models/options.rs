@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Device;
-use crate::rerankers::Passages;
+use crate::text::passages::Passages;
 use crate::{Error, Precision, Result};
 
 /// Options shared by every model builder ([`CrossEncoder`](crate::CrossEncoder),

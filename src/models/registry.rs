@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::embed::PoolingMode;
+use crate::models::PoolingMode;
 use crate::{Error, Result};
 
 /// What a model does.

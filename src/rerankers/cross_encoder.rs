@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::models::engine::{load_classifier, Classifier};
 pub use crate::models::Activation;
 #[cfg(feature = "hf-hub")]
 use crate::models::HubModel;
 use crate::models::{
-    plan_batches, Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir,
-    ModelOptions, ModelPool, ModernBertClassifier, PairEncoding, PairTokenizer, Precision,
-    SequenceClassifier, CONFIG_FILE,
+    plan_batches, Architecture, ModelDir, ModelOptions, ModelPool, PairEncoding, PairTokenizer,
+    Precision,
 };
 use crate::rerankers::passages::score_documents;
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
@@ -63,7 +63,7 @@ pub struct PairScore {
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub struct CrossEncoder {
-    model: Model,
+    model: Box<dyn Classifier>,
     tokenizer: PairTokenizer,
     activation: Activation,
     token_budget: usize,
@@ -255,114 +255,6 @@ impl Reranker for CrossEncoder {
     }
 }
 
-/// The sequence classifier a cross-encoder runs, by architecture.
-enum Model {
-    /// BERT and XLM-RoBERTa.
-    Bert(SequenceClassifier),
-    /// ModernBERT.
-    ModernBert(ModernBertClassifier),
-    /// DeBERTa-v2 / v3.
-    Deberta(DebertaClassifier),
-    /// GTE ("new").
-    Gte(GteClassifier),
-    /// Any of them through candle, on [`ModelOptions::device`].
-    #[cfg(feature = "candle")]
-    Candle(Box<crate::models::candle::encoder::CandleClassifier>),
-}
-
-impl Model {
-    /// The classifier `config.json` names; any other architecture is an [`Error::Model`]
-    /// naming the file and the supported ones.
-    fn load(dir: &ModelDir, options: &ModelOptions) -> Result<Self> {
-        let (precision, device) = (options.precision, options.device);
-        if device.uses_candle() {
-            #[cfg(feature = "candle")]
-            return crate::models::candle::encoder::CandleClassifier::load(dir, device, precision)
-                .map(|m| Model::Candle(Box::new(m)));
-            #[cfg(not(feature = "candle"))]
-            return Err(device.unavailable());
-        }
-        match dir.architecture()? {
-            Architecture::BertForSequenceClassification
-            | Architecture::XlmRobertaForSequenceClassification => {
-                SequenceClassifier::load(dir, precision).map(Model::Bert)
-            }
-            Architecture::ModernBertForSequenceClassification => {
-                ModernBertClassifier::load(dir, precision).map(Model::ModernBert)
-            }
-            Architecture::DebertaV2ForSequenceClassification => {
-                DebertaClassifier::load(dir, precision).map(Model::Deberta)
-            }
-            Architecture::NewForSequenceClassification
-            | Architecture::GteForSequenceClassification => {
-                GteClassifier::load(dir, precision).map(Model::Gte)
-            }
-            other => Err(Error::model(format!(
-                "{}: unsupported architecture {other} for a cross-encoder (supported: \
-                 BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-                 ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
-                 NewForSequenceClassification, GteForSequenceClassification)",
-                dir.path().join(CONFIG_FILE).display()
-            ))),
-        }
-    }
-
-    fn config(&self) -> &ClassifierConfig {
-        match self {
-            Model::Bert(m) => m.config(),
-            Model::ModernBert(m) => m.config(),
-            Model::Deberta(m) => m.config(),
-            Model::Gte(m) => m.config(),
-            #[cfg(feature = "candle")]
-            Model::Candle(m) => m.config(),
-        }
-    }
-
-    fn precision(&self) -> Precision {
-        match self {
-            Model::Bert(m) => m.precision(),
-            Model::ModernBert(m) => m.precision(),
-            Model::Deberta(m) => m.precision(),
-            Model::Gte(m) => m.precision(),
-            #[cfg(feature = "candle")]
-            Model::Candle(m) => m.precision(),
-        }
-    }
-
-    fn vocab_size(&self) -> usize {
-        match self {
-            Model::Bert(m) => m.vocab_size(),
-            Model::ModernBert(m) => m.vocab_size(),
-            Model::Deberta(m) => m.vocab_size(),
-            Model::Gte(m) => m.vocab_size(),
-            #[cfg(feature = "candle")]
-            Model::Candle(m) => m.vocab_size(),
-        }
-    }
-
-    fn max_length(&self) -> usize {
-        match self {
-            Model::Bert(m) => m.max_length(),
-            Model::ModernBert(m) => m.max_length(),
-            Model::Deberta(m) => m.max_length(),
-            Model::Gte(m) => m.max_length(),
-            #[cfg(feature = "candle")]
-            Model::Candle(m) => m.max_length(),
-        }
-    }
-
-    fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
-        match self {
-            Model::Bert(m) => m.logits(encodings),
-            Model::ModernBert(m) => m.logits(encodings),
-            Model::Deberta(m) => m.logits(encodings),
-            Model::Gte(m) => m.logits(encodings),
-            #[cfg(feature = "candle")]
-            Model::Candle(m) => m.logits(encodings),
-        }
-    }
-}
-
 enum Source {
     Dir(PathBuf),
     #[cfg(feature = "hf-hub")]
@@ -416,12 +308,12 @@ impl CrossEncoderBuilder {
             #[cfg(feature = "hf-hub")]
             Source::Hub(model) => model.fetch(&["tokenizer_config.json"])?,
         };
-        let model = Model::load(&dir, &self.options)?;
+        let model = load_classifier(&dir, &self.options)?;
         let config = model.config().clone();
         if config.num_labels != 1 {
             return Err(Error::model(format!(
                 "{}: the model has {} labels; a reranking cross-encoder needs exactly one",
-                dir.path().join(CONFIG_FILE).display(),
+                dir.path().join(crate::models::CONFIG_FILE).display(),
                 config.num_labels
             )));
         }

@@ -20,11 +20,11 @@ mod protect;
 
 use std::sync::Arc;
 
+#[cfg(feature = "models")]
+pub(crate) use crate::text::passages::tokens_of;
+pub use crate::text::passages::{PassageAggregate, Passages};
 pub use embedding::{EmbeddingReranker, VectorSource};
 pub use lexical::LexicalReranker;
-#[cfg(feature = "models")]
-pub(crate) use passages::tokens_of;
-pub use passages::{PassageAggregate, Passages};
 pub use protect::ProtectPolicy;
 
 use serde::{Deserialize, Serialize};

@@ -258,7 +258,7 @@ impl PromptEncoder {
     }
 
     /// The tokens `document` alone has, with their byte ranges (for passages).
-    fn document_tokens(&self, document: &str) -> Result<Vec<crate::rerankers::passages::Token>> {
+    fn document_tokens(&self, document: &str) -> Result<Vec<crate::text::passages::Token>> {
         let encoding = self
             .tokenizer
             .encode(document, false)

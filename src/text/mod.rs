@@ -11,6 +11,7 @@
 
 mod analyzer;
 mod content;
+pub(crate) mod passages;
 mod sentences;
 mod words;
 

@@ -11,18 +11,16 @@
 //! last layer computes queries, the attention output and the feed-forward part for those rows
 //! only. Workspace buffers are allocated once per batch and reused by every layer.
 
-use std::cell::RefCell;
-
 use rayon::prelude::*;
 use serde_json::Value;
 
-use crate::models::attention::{attention, Heads};
-use crate::models::dense::Dense;
-pub(crate) use crate::models::dense::Output;
-use crate::models::dir::{ModelDir, WEIGHTS_FILE};
-use crate::models::kernels::{layer_norm_row, with_scratch, Act, Linear, Then, Weight};
-use crate::models::quant::QuantRows;
-use crate::models::weights::Weights;
+use crate::models::layers::attention::{attention, Heads};
+use crate::models::layers::dense::Dense;
+pub(crate) use crate::models::layers::dense::Output;
+pub(crate) use crate::models::layers::encoder::{
+    check_sequences, feed_forward, EncoderWeights, Norm, Sequence, Workspace,
+};
+use crate::models::layers::kernels::{layer_norm_row, Act, Linear, Then, Weight};
 use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
@@ -120,25 +118,6 @@ impl EncoderConfig {
     }
 }
 
-/// A layer norm's scale and shift (the post-norm layers of BERT and DeBERTa).
-#[derive(Debug, Clone)]
-pub(crate) struct Norm {
-    pub weight: Vec<f32>,
-    pub bias: Vec<f32>,
-}
-
-impl Norm {
-    /// `layer_norm(out + residual)`, as the step after a product.
-    pub fn after<'a>(&'a self, residual: &'a [f32], eps: f32) -> Then<'a> {
-        Then::AddNorm {
-            residual,
-            weight: &self.weight,
-            bias: &self.bias,
-            eps,
-        }
-    }
-}
-
 /// One encoder layer; `qkv` holds the query, key and value projections stacked (`3 * hidden`
 /// outputs), so one product computes all three.
 #[derive(Debug, Clone)]
@@ -149,95 +128,6 @@ struct Layer {
     ff_in: Dense,
     ff_out: Dense,
     ff_norm: Norm,
-}
-
-/// One block's feed-forward activations, and their quantized rows in int8.
-#[derive(Default)]
-struct FfBlock {
-    activations: Vec<f32>,
-    quant: QuantRows,
-}
-
-thread_local! {
-    /// The feed-forward block of this thread, reused across calls.
-    static FF_BLOCK: RefCell<FfBlock> = RefCell::new(FfBlock::default());
-}
-
-/// `out = LN(x + W2 · act(W1 · x))` over `rows` rows, block by block of rows in parallel: a
-/// block's `(rows, intermediate)` activations stay in cache between the two products, and the
-/// whole matrix is never written. (DeBERTa's layers end the same way.)
-pub(crate) fn feed_forward(
-    ff_in: &Dense,
-    ff_out: &Dense,
-    act: Act,
-    norm: Then<'_>,
-    x: &[f32],
-    rows: usize,
-    out: &mut [f32],
-) {
-    let (h, inner) = (ff_out.outputs(), ff_in.outputs());
-    if rows == 0 {
-        return;
-    }
-    let block = ff_in.block_rows(rows);
-    out[..rows * h]
-        .par_chunks_mut(block * h)
-        .enumerate()
-        .for_each(|(b, out)| {
-            let (first, count) = (b * block, out.len() / h);
-            let x = &x[first * h..(first + count) * h];
-            with_scratch(&FF_BLOCK, |FfBlock { activations, quant }| {
-                activations.resize(count * inner, 0.0);
-                ff_in.forward_here(x, count, activations, quant, Then::Activate(act), 0);
-                ff_out.forward_here(activations, count, out, quant, norm, first);
-            });
-        });
-}
-
-/// One sequence of a batch: token ids and token type ids of equal length.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Sequence<'a> {
-    pub ids: &'a [u32],
-    pub types: &'a [u32],
-}
-
-/// Checks that every sequence of a packed encoder batch can be encoded: non-empty with one
-/// token type per token, at most `max_positions` tokens, ids below `vocab` and, where the
-/// model has token type embeddings (`type_vocab`), types below it. An
-/// [`Error::InvalidInput`] or [`Error::Model`], never an out-of-bounds read.
-pub(crate) fn check_sequences(
-    seqs: &[Sequence<'_>],
-    max_positions: usize,
-    vocab: usize,
-    type_vocab: Option<usize>,
-) -> Result<()> {
-    for s in seqs {
-        if s.ids.is_empty() || s.ids.len() != s.types.len() {
-            return Err(Error::InvalidInput(
-                "an encoder input must be non-empty, with one token type per token".into(),
-            ));
-        }
-        if s.ids.len() > max_positions {
-            return Err(Error::InvalidInput(format!(
-                "a sequence of {} tokens is longer than the model's {max_positions} positions",
-                s.ids.len(),
-            )));
-        }
-        if let Some(id) = s.ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(Error::model(format!(
-                "token id {id} is outside the embedding matrix ({vocab} rows): the tokenizer \
-                 does not belong to these weights",
-            )));
-        }
-        if let Some(types) = type_vocab {
-            if let Some(t) = s.types.iter().find(|&&t| t as usize >= types) {
-                return Err(Error::model(format!(
-                    "token type {t} is outside the token type embeddings ({types} rows)",
-                )));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A BERT-family encoder's weights in float32.
@@ -252,157 +142,24 @@ pub(crate) struct Encoder {
     precision: Precision,
 }
 
-/// The weights of a BERT-family checkpoint, through the one weights loader
-/// ([`Weights`]): the encoder's tensors (`embeddings.*`, `encoder.layer.N.*`) sit under
-/// `bert.` / `roberta.` in transformers' task-model layout, or at the file's root for a bare
-/// encoder; task heads sit at the root.
-pub(crate) struct EncoderWeights {
-    weights: Weights,
-    /// `"bert."`, `"roberta."` or `""`: where the encoder's tensors are.
-    prefix: String,
-}
-
-impl EncoderWeights {
-    /// Maps the checkpoint of `dir` (one file or shards) and finds the encoder under the
-    /// first of `prefixes` that has it, or at the root; weights with none are an
-    /// [`Error::Model`] naming the file.
-    pub fn open(dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
-        let weights = Weights::open(dir.path())?;
-        const WORD: &str = "embeddings.word_embeddings.weight";
-        let prefix = match prefixes
-            .iter()
-            .find(|p| weights.has(&format!("{p}.{WORD}")))
-        {
-            Some(p) => format!("{p}."),
-            None if weights.has(WORD) => String::new(),
-            None => {
-                return Err(Error::model(format!(
-                    "{}: no encoder tensors (expected {}.{WORD})",
-                    dir.path().join(WEIGHTS_FILE).display(),
-                    prefixes.first().unwrap_or(&"")
-                )))
-            }
-        };
-        let w = EncoderWeights { weights, prefix };
-        w.check_layout(dir)?;
-        Ok(w)
-    }
-
-    /// Refuses a checkpoint whose layers are not in transformers' layout
-    /// (`encoder.layer.N.attention.self.query`), naming the architecture and the layout it
-    /// is in, instead of failing later on a missing tensor. The layout known by name is the
-    /// flash-attention one of jina's remote code (jina-reranker-v2, jina-embeddings-v2/v3:
-    /// `encoder.layers.N.mixer.Wqkv`).
-    fn check_layout(&self, dir: &ModelDir) -> Result<()> {
-        let standard = format!("{}encoder.layer.0.attention.self.query.weight", self.prefix);
-        let architecture = dir
-            .architecture()
-            .map_or_else(|_| "(unknown)".to_string(), |a| a.name().to_string());
-        // Other families (DeBERTa) read their own names through these weights.
-        let bert_family = ["Bert", "XLMRoberta", "Roberta"]
-            .iter()
-            .any(|f| architecture.starts_with(f));
-        let has_layers = self.weights.names().any(|n| n.contains("encoder.layer"));
-        if self.weights.has(&standard) || !has_layers || !bert_family {
-            return Ok(());
-        }
-        let layout = if self.weights.names().any(|n| n.contains(".mixer.Wqkv.")) {
-            "jina's flash-attention layout (remote code: encoder.layers.N.mixer.Wqkv, \
-             mlp.fc1, norm1)"
-        } else {
-            "an unknown layout"
-        };
-        Err(Error::model(format!(
-            "{}: architecture {architecture} in {layout} is not supported (no {standard}); \
-             supported: BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-             BertModel and XLMRobertaModel in transformers' layout \
-             (encoder.layer.N.attention.self.query)",
-            dir.path().join(WEIGHTS_FILE).display()
-        )))
-    }
-
-    /// The encoder's tensor `name` (relative to the encoder's root) of shape `shape`.
-    pub fn encoder(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        self.weights.f32(&format!("{}{name}", self.prefix), shape)
-    }
-
-    /// The checkpoint, for what the BERT layout does not name (DeBERTa's tensors).
-    pub fn weights(&self) -> &Weights {
-        &self.weights
-    }
-
-    /// The full name of the encoder's tensor `name` (relative to the encoder's root).
-    pub fn encoder_name(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
-    }
-
-    /// Whether the encoder has a tensor `name` (relative to its root).
-    pub fn encoder_has(&self, name: &str) -> bool {
-        self.weights.has(&format!("{}{name}", self.prefix))
-    }
-
-    /// The linear layer `{name}.weight` `(outputs, inputs)` and `{name}.bias`, relative to the
-    /// encoder's root.
-    pub fn encoder_linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear> {
-        Ok(Linear {
-            weight: Weight::F32(self.encoder(&format!("{name}.weight"), &[outputs, inputs])?),
-            bias: self.encoder(&format!("{name}.bias"), &[outputs])?,
-            inputs,
-            outputs,
-        })
-    }
-
-    /// The linear layer `{name}.weight` / `{name}.bias` at the file's root (a task head).
-    pub fn root_linear(&self, name: &str, outputs: usize, inputs: usize) -> Result<Linear> {
-        Ok(Linear {
-            weight: Weight::F32(
-                self.weights
-                    .f32(&format!("{name}.weight"), &[outputs, inputs])?,
-            ),
-            bias: self.weights.f32(&format!("{name}.bias"), &[outputs])?,
-            inputs,
-            outputs,
-        })
-    }
-
-    /// Checks every size `config.json` gives against the tensor shapes in the safetensors
-    /// header, before any of them sizes an allocation: a mismatch is an [`Error::Model`] naming
-    /// `config.json` and the key (see [`Weights::check_config_size`]).
-    pub fn check_config(&self, cfg: &EncoderConfig) -> Result<()> {
-        let name = |n: &str| format!("{}{n}", self.prefix);
-        let w = &self.weights;
-        let word = name("embeddings.word_embeddings.weight");
-        w.check_config_size("hidden_size", cfg.hidden, &word, 1)?;
-        w.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
-        let position = name("embeddings.position_embeddings.weight");
-        w.check_config_size("max_position_embeddings", cfg.positions, &position, 0)?;
-        let token_type = name("embeddings.token_type_embeddings.weight");
-        w.check_config_size("type_vocab_size", cfg.type_vocab, &token_type, 0)?;
-        let last = cfg.layers - 1;
-        let last_query = name(&format!("encoder.layer.{last}.attention.self.query.weight"));
-        w.check_config_tensor("num_hidden_layers", cfg.layers, &last_query)?;
-        let inner = name("encoder.layer.0.intermediate.dense.weight");
-        w.check_config_size("intermediate_size", cfg.intermediate, &inner, 0)
-    }
-
-    /// Checks a size `config.json` gives (`key` is `value`) against axis `axis` of the tensor
-    /// `name` at the file's root (a task head), before it sizes an allocation.
-    pub fn check_root_size(&self, key: &str, value: usize, name: &str, axis: usize) -> Result<()> {
-        self.weights.check_config_size(key, value, name, axis)
-    }
-
-    /// A layer norm under `name`: `weight`/`bias`, or the older `gamma`/`beta` names.
-    pub fn norm(&self, name: &str, n: usize) -> Result<Norm> {
-        let (w, b) = if self.encoder_has(&format!("{name}.weight")) {
-            ("weight", "bias")
-        } else {
-            ("gamma", "beta")
-        };
-        Ok(Norm {
-            weight: self.encoder(&format!("{name}.{w}"), &[n])?,
-            bias: self.encoder(&format!("{name}.{b}"), &[n])?,
-        })
-    }
+/// Checks every size `config.json` gives against the tensor shapes in the safetensors
+/// header, before any of them sizes an allocation: a mismatch is an [`Error::Model`] naming
+/// `config.json` and the key (see `Weights::check_config_size`).
+fn check_config(weights: &EncoderWeights, cfg: &EncoderConfig) -> Result<()> {
+    let name = |n: &str| weights.encoder_name(n);
+    let w = weights.weights();
+    let word = name("embeddings.word_embeddings.weight");
+    w.check_config_size("hidden_size", cfg.hidden, &word, 1)?;
+    w.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
+    let position = name("embeddings.position_embeddings.weight");
+    w.check_config_size("max_position_embeddings", cfg.positions, &position, 0)?;
+    let token_type = name("embeddings.token_type_embeddings.weight");
+    w.check_config_size("type_vocab_size", cfg.type_vocab, &token_type, 0)?;
+    let last = cfg.layers - 1;
+    let last_query = name(&format!("encoder.layer.{last}.attention.self.query.weight"));
+    w.check_config_tensor("num_hidden_layers", cfg.layers, &last_query)?;
+    let inner = name("encoder.layer.0.intermediate.dense.weight");
+    w.check_config_size("intermediate_size", cfg.intermediate, &inner, 0)
 }
 
 impl Encoder {
@@ -417,7 +174,7 @@ impl Encoder {
                  int8; bf16 is for Qwen3 models)"
             )));
         }
-        w.check_config(&cfg)?;
+        check_config(w, &cfg)?;
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?;
         let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?;
@@ -592,32 +349,5 @@ impl Encoder {
             &mut ws.proj[..n],
         );
         std::mem::swap(&mut ws.x, &mut ws.proj);
-    }
-}
-
-/// The buffers of one batch, sized for its tokens (GTE's post-norm encoder uses the same).
-pub(crate) struct Workspace {
-    /// Hidden states `(tokens, hidden)`.
-    pub x: Vec<f32>,
-    /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
-    pub qkv: Vec<f32>,
-    /// Attention context `(tokens, hidden)`.
-    pub ctx: Vec<f32>,
-    /// Projection outputs `(tokens, hidden)`.
-    pub proj: Vec<f32>,
-    /// The quantized inputs of the int8 linear layers (empty in f32).
-    pub quant: QuantRows,
-}
-
-impl Workspace {
-    pub fn new(tokens: usize, hidden: usize) -> Self {
-        let h = hidden;
-        Workspace {
-            x: vec![0.0; tokens * h],
-            qkv: vec![0.0; tokens * 3 * h],
-            ctx: vec![0.0; tokens * h],
-            proj: vec![0.0; tokens * h],
-            quant: QuantRows::default(),
-        }
     }
 }

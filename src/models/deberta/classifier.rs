@@ -4,13 +4,13 @@
 
 use super::config::{DebertaConfig, PoolerAct};
 use super::encoder::DebertaEncoder;
-use crate::models::bert::classifier::{pooled_logits, sequences};
-use crate::models::bert::encoder::EncoderWeights;
-use crate::models::bert::pair::PairEncoding;
 use crate::models::config::{Architecture, ClassifierConfig};
-use crate::models::dense::Output;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
-use crate::models::kernels::Linear;
+use crate::models::layers::dense::Output;
+use crate::models::layers::encoder::EncoderWeights;
+use crate::models::layers::head::{pooled_logits, sequences};
+use crate::models::layers::kernels::Linear;
+use crate::models::pair::PairEncoding;
 use crate::models::Precision;
 use crate::{Error, Result};
 

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::models::kernels::Act;
-use crate::models::modernbert::config::{activation, bad, flag_or, get, positive};
+use crate::models::layers::config::{activation, bad, flag_or, get, positive};
+use crate::models::layers::kernels::Act;
 use crate::{Error, Result};
 
 /// `layer_norm_eps`' default.

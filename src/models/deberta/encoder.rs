@@ -31,13 +31,13 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::config::DebertaConfig;
-pub(crate) use crate::models::bert::encoder::Sequence;
-use crate::models::bert::encoder::{check_sequences, feed_forward, EncoderWeights, Norm};
-use crate::models::dense::{Dense, Output};
-use crate::models::kernels::{
+use crate::models::layers::dense::{Dense, Output};
+pub(crate) use crate::models::layers::encoder::Sequence;
+use crate::models::layers::encoder::{check_sequences, feed_forward, EncoderWeights, Norm};
+use crate::models::layers::kernels::{
     layer_norm_row, matmul, softmax_rows, with_scratch, Linear, Mat, Then, Threads, Weight,
 };
-use crate::models::quant::QuantRows;
+use crate::models::layers::quant::QuantRows;
 use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 

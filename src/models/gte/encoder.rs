@@ -16,12 +16,12 @@ use std::sync::{Arc, RwLock};
 use rayon::prelude::*;
 
 use super::config::{GteConfig, Layout};
-use crate::models::attention::Heads;
-use crate::models::bert::encoder::{check_sequences, EncoderWeights, Norm, Sequence, Workspace};
-use crate::models::dense::{Dense, Output};
-use crate::models::kernels::{layer_norm_row, Linear, Then, Weight};
-use crate::models::modernbert::encoder::{gated_mlp, grown, Batch};
-use crate::models::qwen3::ops::Rope;
+use crate::models::layers::attention::Heads;
+use crate::models::layers::dense::{Dense, Output};
+use crate::models::layers::encoder::{check_sequences, EncoderWeights, Norm, Sequence, Workspace};
+use crate::models::layers::kernels::{layer_norm_row, Linear, Then, Weight};
+use crate::models::layers::rope::Rope;
+use crate::models::layers::rotary::{gated_mlp, grown, Batch};
 use crate::models::Precision;
 use crate::{Error, Result};
 

@@ -5,11 +5,11 @@
 
 use super::config::{ClassifierPooling, ModernBertConfig};
 use super::encoder::{ModernBertEncoder, ModernBertWeights, Norm};
-use crate::models::bert::pair::PairEncoding;
 use crate::models::config::{Architecture, ClassifierConfig};
-use crate::models::dense::Output;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
-use crate::models::kernels::{Act, Linear};
+use crate::models::layers::dense::Output;
+use crate::models::layers::kernels::{Act, Linear};
+use crate::models::pair::PairEncoding;
 use crate::models::Precision;
 use crate::{Error, Result};
 

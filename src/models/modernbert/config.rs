@@ -10,9 +10,10 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::models::kernels::Act;
+use crate::models::layers::config::{activation, bad, flag, get, positive, theta};
+use crate::models::layers::kernels::Act;
 use crate::{Error, Result};
 
 /// `global_attn_every_n_layers` when the config gives neither it nor `layer_types`.
@@ -70,100 +71,6 @@ pub(crate) struct ModernBertConfig {
     pub classifier_bias: bool,
     /// The head's activation (`classifier_activation`).
     pub classifier_act: Act,
-}
-
-/// The error for `key` of `file` (the DeBERTa config reads its keys with these helpers too).
-pub(crate) fn bad(file: &Path, key: &str, what: impl std::fmt::Display) -> Error {
-    Error::model(format!("{}: key {key:?}: {what}", file.display()))
-}
-
-/// Reads a config value, absent or null as `None`.
-pub(crate) fn get<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-/// A positive integer `key` (`default` when absent or null; an error naming the key when
-/// neither).
-pub(crate) fn positive(
-    obj: &Map<String, Value>,
-    key: &str,
-    default: Option<u64>,
-    file: &Path,
-) -> Result<usize> {
-    let n = match get(obj, key) {
-        None => default.ok_or_else(|| bad(file, key, "missing (a positive integer)"))?,
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| bad(file, key, format!("expected a positive integer, got {v}")))?,
-    };
-    match usize::try_from(n) {
-        Ok(n) if n > 0 && n <= MAX_SIZE => Ok(n),
-        _ if n > 0 => Err(bad(
-            file,
-            key,
-            format!("{n} is larger than any model's ({MAX_SIZE} at most)"),
-        )),
-        _ => Err(bad(
-            file,
-            key,
-            format!("expected a positive integer, got {n}"),
-        )),
-    }
-}
-
-/// The largest size a config may give (2^24): past every real model's vocabulary, width,
-/// depth and context, and small enough that what is sized by it before the tensors are
-/// checked (a list per layer) cannot exhaust memory.
-pub(crate) const MAX_SIZE: usize = 1 << 24;
-
-/// A boolean `key`, false when absent or null.
-pub(crate) fn flag(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<bool> {
-    flag_or(obj, key, false, file)
-}
-
-/// A boolean `key`, `default` when absent or null.
-pub(crate) fn flag_or(
-    obj: &Map<String, Value>,
-    key: &str,
-    default: bool,
-    file: &Path,
-) -> Result<bool> {
-    match get(obj, key) {
-        None => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(bad(file, key, format!("expected true or false, got {v}"))),
-    }
-}
-
-/// The activation `key` names (`gelu` when absent or null).
-pub(crate) fn activation(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<Act> {
-    let name = match get(obj, key) {
-        None => "gelu",
-        Some(Value::String(s)) => s.as_str(),
-        Some(v) => return Err(bad(file, key, format!("expected a string, got {v}"))),
-    };
-    Act::from_name(name).ok_or_else(|| {
-        bad(
-            file,
-            key,
-            format!(
-                "unsupported activation {name:?} (supported: gelu, gelu_new, gelu_pytorch_tanh, \
-                 gelu_fast, relu, silu)"
-            ),
-        )
-    })
-}
-
-/// A positive finite number (a RoPE theta, a scaling factor) at `key`.
-pub(crate) fn theta(v: &Value, key: &str, file: &Path) -> Result<f64> {
-    match v.as_f64() {
-        Some(t) if t.is_finite() && t > 0.0 => Ok(t),
-        _ => Err(bad(
-            file,
-            key,
-            format!("expected a positive number, got {v}"),
-        )),
-    }
 }
 
 impl ModernBertConfig {

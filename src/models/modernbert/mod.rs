@@ -9,6 +9,8 @@
 //! - `classifier`: `ModernBertForSequenceClassification`'s head (cls or mean pooling, then
 //!   dense, activation, norm and the classifier), the cross-encoder's model.
 
+#[cfg(feature = "candle")]
+pub(crate) mod candle;
 pub(crate) mod classifier;
 pub(crate) mod config;
 pub(crate) mod encoder;

@@ -31,10 +31,10 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::config::Qwen3Config;
-use super::generate::KvCache;
+use super::kv_cache::KvCache;
 use super::layers::{qkv_layout, Decoder, Layer};
 use super::ops::{norm_rope_rows, rms_norm_rows, silu_mul_rows, QkvLayout, Rope};
-use crate::models::kernels::{matmul, softmax_row, Mat, Threads};
+use crate::models::layers::kernels::{matmul, softmax_row, Mat, Threads};
 use crate::{Error, Result};
 
 /// Query rows per attention block (see the module documentation).

@@ -12,10 +12,10 @@ use rayon::prelude::*;
 
 use super::config::Qwen3Config;
 use super::ops::{QkNormWeights, QkvLayout};
-use crate::models::kernels::{with_scratch, Linear, Then, Weight};
-use crate::models::panels::PanelLinear;
-use crate::models::quant::{QuantLinear, QuantRows};
-use crate::models::weights::Weights;
+use crate::models::layers::kernels::{with_scratch, Linear, Then, Weight};
+use crate::models::layers::panels::PanelLinear;
+use crate::models::layers::quant::{QuantLinear, QuantRows};
+use crate::models::layers::weights::Weights;
 use crate::{Error, Result};
 
 /// The name of the token embedding matrix.

@@ -13,6 +13,7 @@
 //! - `forward`: the packed forward pass over whole prompts (`Qwen3Model`), which both uses of
 //!   the model share.
 //! - `scorer`: yes/no scoring (`Qwen3Scorer`): the packed pass and one head vector.
+//! - `kv_cache`: every layer's keys and values for the positions so far.
 //! - `generate`: generation (`CausalLm`): the packed pass fills a KV cache (prefill), then one
 //!   token at a time through matrix-vector products that allocate nothing (decode).
 //!
@@ -20,9 +21,12 @@
 //! `models::panels` (the layers in f32 or bf16), `models::quant` (int8), `models::kernels`
 //! (attention) and `simd::gemv` (the output head).
 
+#[cfg(feature = "candle")]
+pub(crate) mod candle;
 pub(crate) mod config;
 pub(crate) mod forward;
 pub(crate) mod generate;
+mod kv_cache;
 pub(crate) mod layers;
 pub(crate) mod ops;
 pub(crate) mod scorer;

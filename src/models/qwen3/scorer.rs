@@ -9,7 +9,7 @@ use std::path::Path;
 use super::config::Qwen3Config;
 use super::forward::Qwen3Model;
 use super::layers::{head_name, Decoder, MatrixFormat};
-use crate::models::weights::Weights;
+use crate::models::layers::weights::Weights;
 use crate::models::{plan_packed_batches, Device, Precision};
 use crate::{Error, Result};
 
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 pub(crate) enum DecoderEngine {
     Native(Qwen3Model),
     #[cfg(feature = "candle")]
-    Candle(crate::models::candle::decoder::CandleDecoder),
+    Candle(super::candle::CandleDecoder),
 }
 
 impl DecoderEngine {
@@ -41,7 +41,7 @@ impl DecoderEngine {
         }
         if device.uses_candle() {
             #[cfg(feature = "candle")]
-            return crate::models::candle::decoder::CandleDecoder::load(
+            return super::candle::CandleDecoder::load(
                 weights,
                 cfg,
                 max_positions,

@@ -155,7 +155,7 @@ mod encoder {
         pub(crate) fn document_tokens(
             &self,
             document: &str,
-        ) -> Result<Vec<crate::rerankers::passages::Token>> {
+        ) -> Result<Vec<crate::text::passages::Token>> {
             let encoding = self
                 .tokenizer
                 .encode(document, false)

@@ -119,12 +119,12 @@ impl PairTokenizer {
     pub(crate) fn document_tokens(
         &self,
         document: &str,
-    ) -> Result<Vec<crate::rerankers::passages::Token>> {
+    ) -> Result<Vec<crate::text::passages::Token>> {
         let encoding = self
             .tokenizer
             .encode(document, false)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
-        Ok(crate::rerankers::tokens_of(&encoding))
+        Ok(crate::text::passages::tokens_of(&encoding))
     }
 
     /// How many document tokens fit beside `query` without cutting either: the content

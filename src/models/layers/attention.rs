@@ -16,7 +16,9 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::models::kernels::{matmul, simd, softmax_row, softmax_rows, with_scratch, Mat, Threads};
+use crate::models::layers::kernels::{
+    matmul, simd, softmax_row, softmax_rows, with_scratch, Mat, Threads,
+};
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{attention::Head, FloatIsa};
 use pulp::{Simd, WithSimd};

@@ -51,7 +51,7 @@
 use rayon::prelude::*;
 use std::cell::RefCell;
 
-use crate::models::kernels::{with_scratch, Linear, Then};
+use crate::models::layers::kernels::{with_scratch, Linear, Then};
 use crate::simd::panels::bf16::{widen, DotTile};
 use crate::simd::panels::{
     interleave, panel_sums, tile_rows, Isa, Out, PairTile, PanelValue, Tile, MAX_MR, NR,
@@ -944,7 +944,7 @@ mod tests {
     /// product followed by one pass of the same steps (over block boundaries too).
     #[test]
     fn linear_blocks_carry_their_residual_rows() {
-        use crate::models::kernels::{layer_norm_row, Act, Weight};
+        use crate::models::layers::kernels::{layer_norm_row, Act, Weight};
         let (inputs, outputs) = (40, 24);
         let linear = Linear {
             weight: Weight::F32(noise(inputs * outputs, 7)),
@@ -1001,7 +1001,7 @@ mod tests {
     /// `forward_add` over many rows adds exactly what `forward` computes.
     #[test]
     fn gemv_and_forward_add_match_the_product() {
-        use crate::models::kernels::Weight;
+        use crate::models::layers::kernels::Weight;
         for &(inputs, outputs) in &[(1, 1), (515, 35), (64, 48), (3, 17)] {
             let w = noise(inputs * outputs, 21);
             let linear = Linear {
@@ -1057,7 +1057,7 @@ mod tests {
     /// dot-product ones; with odd `k`, several blocks of `k` and partial tiles and panels.
     #[test]
     fn bf16_panels_compute_the_f32_product_of_rounded_values() {
-        use crate::models::kernels::Weight;
+        use crate::models::layers::kernels::Weight;
         for &(inputs, outputs, rows) in &[
             (515, 35, 31),
             (64, 48, 7),

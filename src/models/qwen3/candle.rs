@@ -15,11 +15,13 @@ use candle_core::{DType, IndexOp, Module, Tensor};
 use candle_nn::rotary_emb::rope;
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
-use super::{candle_device, dtype, err, rope_tables, to_host, var_builder, BUCKET};
-use crate::models::qwen3::config::Qwen3Config;
-use crate::models::qwen3::forward::{check_prompts, shared_prefix};
-use crate::models::qwen3::layers::{check_config, under_model, EMBED};
-use crate::models::weights::Weights;
+use super::config::Qwen3Config;
+use super::forward::{check_prompts, shared_prefix};
+use super::layers::{check_config, under_model, EMBED};
+use crate::models::layers::candle::{
+    candle_device, dtype, err, rope_tables, to_host, var_builder, BUCKET,
+};
+use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
 use crate::Result;
 

@@ -2,9 +2,9 @@
 //! the precision it was loaded with ([`Dense`]: f32 panels or int8), and which rows of the
 //! last layer a caller needs ([`Output`]).
 
-use crate::models::kernels::{Linear, Then};
-use crate::models::panels::PanelLinear;
-use crate::models::quant::{QuantLinear, QuantRows};
+use crate::models::layers::kernels::{Linear, Then};
+use crate::models::layers::panels::PanelLinear;
+use crate::models::layers::quant::{QuantLinear, QuantRows};
 use crate::models::Precision;
 
 /// A linear layer of an encoder in the precision it was loaded with.

@@ -1,23 +1,25 @@
 //! Encoders on candle, run on right-padded batches, as embedders' encoders ([`CandleEncoder`],
 //! through `PackedEncoder`) and as cross-encoders ([`CandleClassifier`], with the heads
 //! transformers puts on them): candle-transformers' BERT and XLM-RoBERTa modules, its
-//! DeBERTa-v2 encoder under embeddings written here, and our ModernBERT (`super::modernbert`).
+//! DeBERTa-v2 encoder under embeddings written here, and our ModernBERT (`modernbert::candle`).
 
 use candle_core::{IndexOp, Module, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::{bert, debertav2, xlm_roberta};
 use serde_json::Value;
 
-use super::{candle_device, dtype, err, to_host, var_builder, Padded};
-use crate::embed::packed::{EncoderFamily as Family, PackedEncoder};
-use crate::models::bert::pair::PairEncoding;
+use super::{EncoderFamily as Family, PackedEncoder};
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::deberta::config::{DebertaConfig, PoolerAct};
-use crate::models::dense::Output;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
-use crate::models::kernels::Act;
+use crate::models::layers::candle::{
+    activate, candle_device, dtype, err, to_host, var_builder, Padded,
+};
+use crate::models::layers::dense::Output;
+use crate::models::layers::kernels::Act;
+use crate::models::layers::weights::Weights;
 use crate::models::modernbert::config::{ClassifierPooling, ModernBertConfig};
-use crate::models::weights::Weights;
+use crate::models::pair::PairEncoding;
 use crate::models::{Device, Precision};
 use crate::{Error, Result};
 
@@ -25,7 +27,7 @@ use crate::{Error, Result};
 enum Body {
     Bert(bert::BertModel),
     Roberta(xlm_roberta::XLMRobertaModel),
-    ModernBert(Box<super::modernbert::ModernBert>),
+    ModernBert(Box<crate::models::modernbert::candle::ModernBert>),
     Deberta(Box<Deberta>),
 }
 
@@ -211,7 +213,7 @@ impl CandleEncoder {
             }
             Family::ModernBert => {
                 let cfg = ModernBertConfig::from_value(&value, &file)?;
-                let model = super::modernbert::ModernBert::load(vb.clone(), &cfg)?;
+                let model = crate::models::modernbert::candle::ModernBert::load(vb.clone(), &cfg)?;
                 let pad = value
                     .get("pad_token_id")
                     .and_then(Value::as_u64)
@@ -495,14 +497,4 @@ fn no_gte(file: &std::path::Path) -> Error {
          candle engine has no module for them",
         file.display()
     ))
-}
-
-/// `act` on candle: GELU exact (erf) or tanh-approximated, ReLU or SiLU.
-pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
-    match act {
-        Act::Gelu => x.gelu_erf(),
-        Act::GeluTanh => x.gelu(),
-        Act::Relu => x.relu(),
-        Act::Silu => x.silu(),
-    }
 }

@@ -1,33 +1,30 @@
-//! The candle engine (feature `candle`): the same models on candle's tensors, on a CPU, CUDA
+//! What the candle engine (feature `candle`) shares: the same models on candle's tensors, on a CPU, CUDA
 //! or Metal device ([`Device`]).
 //!
 //! What it shares with the crate's own kernels: the model directory, the one weights loader
 //! (`models::weights`: every tensor is read there, converted to f32, then handed to candle in
 //! the device's number format), the tokenizers, truncation, prompts, pooling and heads' inputs.
 //! What differs is the forward pass:
-//! - the encoders (`encoder`) are candle-transformers' `bert` and `xlm_roberta`, and its
+//! - the encoders (`models::engine::candle`) are candle-transformers' `bert` and `xlm_roberta`, and its
 //!   `debertav2` encoder under embeddings written here (candle's size the token-type table by
 //!   `hidden_size`), with transformers' sequence-classification heads written here;
-//! - ModernBERT (`modernbert`) is written here on candle's operations: candle-transformers'
+//! - ModernBERT (`modernbert::candle`) is written on candle's operations: candle-transformers'
 //!   has no biases and one pattern of global layers, and its classifier applies a softmax;
 //! - the decoders (Qwen3, and Qwen2 for mxbai-rerank-v2) are written here on candle's
-//!   operations (`decoder`): candle-transformers' keep a KV cache in the model (`&mut self`)
+//!   operations (`qwen3::candle`): candle-transformers' keep a KV cache in the model (`&mut self`)
 //!   and have no padding mask, so a batch of prompts could not be scored at once.
 //!
 //! Batches are padded (a device has no use for the CPU path's packing) to the next multiple of
 //! [`BUCKET`] tokens, so that a device sees few distinct shapes.
-
-pub(crate) mod decoder;
-pub(crate) mod encoder;
-mod modernbert;
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
+use super::kernels::Act;
 use super::weights::Weights;
-use super::{Device, Precision};
+use crate::models::{Device, Precision};
 use crate::{Error, Result};
 
 /// Padded batch lengths are rounded up to a multiple of this many tokens.
@@ -150,7 +147,7 @@ pub(crate) fn to_host(t: &Tensor) -> Result<Vec<f32>> {
         .map_err(err("reading results back"))
 }
 
-/// The CPU path's RoPE tables (`qwen3::ops::Rope`: the same angles, rounded as transformers
+/// The CPU path's RoPE tables (`layers::rope::Rope`: the same angles, rounded as transformers
 /// rounds them) for heads of `d` and `positions` positions: `(cos, sin)`, each
 /// `(positions, d / 2)`, the layout of candle's fused kernel
 /// ([`candle_nn::rotary_emb::rope`]: `x cos + rotate_half(x) sin`, transformers' `rotate_half`
@@ -162,7 +159,7 @@ pub(crate) fn rope_tables(
     dtype: DType,
     device: &candle_core::Device,
 ) -> Result<(Tensor, Tensor)> {
-    let rope = super::qwen3::ops::Rope::new(d, theta, positions);
+    let rope = super::rope::Rope::new(d, theta, positions);
     let table = |half: &[f32]| -> Result<Tensor> {
         Tensor::from_slice(half, (positions, d / 2), device)
             .and_then(|t| t.to_dtype(dtype))
@@ -170,4 +167,14 @@ pub(crate) fn rope_tables(
     };
     let (cos, sin) = rope.tables();
     Ok((table(cos)?, table(sin)?))
+}
+
+/// `act` on candle: GELU exact (erf) or tanh-approximated, ReLU or SiLU.
+pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
+    match act {
+        Act::Gelu => x.gelu_erf(),
+        Act::GeluTanh => x.gelu(),
+        Act::Relu => x.relu(),
+        Act::Silu => x.silu(),
+    }
 }

@@ -13,10 +13,9 @@
 use candle_core::{DType, Module, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
-use super::encoder::activate;
-use super::{err, rope_tables};
-use crate::models::kernels::Act;
-use crate::models::modernbert::config::ModernBertConfig;
+use super::config::ModernBertConfig;
+use crate::models::layers::candle::{activate, err, rope_tables};
+use crate::models::layers::kernels::Act;
 use crate::Result;
 use candle_nn::rotary_emb::rope;
 

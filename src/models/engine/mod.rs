@@ -1,0 +1,208 @@
+//! The engines a model runs on, behind one wrapper: the crate's own kernels on the CPU, or
+//! candle on a device (feature `candle`). Nothing outside this module names candle's encoder:
+//! a caller loads an [`EncoderEngine`] with the family's native loader, and the choice of
+//! engine follows [`ModelOptions::device`](crate::models::ModelOptions::device).
+//!
+//! - [`PackedEncoder`]: token sequences in, last hidden states out (packed: no padding);
+//! - [`EncoderEngine`]: a family's native encoder, or the same model through candle;
+//! - [`EncoderFamily`]: the encoder families as `config.json` tells them apart;
+//! - [`Classifier`] and [`load_classifier`]: a cross-encoder's sequence classifier, by
+//!   architecture, on either engine;
+//! - `candle`: candle's encoders and sequence classifiers for those families.
+
+#[cfg(feature = "candle")]
+pub(crate) mod candle;
+
+use crate::models::layers::dense::Output;
+use crate::models::pair::PairEncoding;
+use crate::models::{
+    Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir, ModelOptions,
+    ModernBertClassifier, Precision, SequenceClassifier, CONFIG_FILE,
+};
+use crate::{Error, Result};
+
+/// An encoder that runs token sequences packed (their tokens concatenated, attention within
+/// each): what an embedder needs from its model.
+pub(crate) trait PackedEncoder: Send + Sync {
+    /// The width of the hidden states.
+    fn hidden(&self) -> usize;
+
+    /// The last hidden states of `rows` run as one packed batch, row-major with
+    /// [`hidden`](Self::hidden) columns: one row per token (rows in order) for
+    /// [`Output::AllTokens`], one per sequence for [`Output::FirstToken`].
+    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>>;
+}
+
+/// An embedder's encoder on its engine: `E`, the family's packed encoder on the crate's own
+/// kernels, or the same model through candle on [`ModelOptions::device`].
+///
+/// [`ModelOptions::device`]: crate::models::ModelOptions::device
+pub(crate) struct EncoderEngine<E> {
+    inner: Engine<E>,
+    precision: Precision,
+}
+
+enum Engine<E> {
+    Native(E),
+    #[cfg(feature = "candle")]
+    Candle(Box<candle::CandleEncoder>),
+}
+
+impl<E: PackedEncoder> EncoderEngine<E> {
+    /// The encoder of `dir` on `options.device`: `native()` on the CPU, candle's module of
+    /// `family` elsewhere.
+    pub fn load(
+        options: &crate::models::ModelOptions,
+        dir: &ModelDir,
+        family: EncoderFamily,
+        native: impl FnOnce() -> Result<E>,
+    ) -> Result<Self> {
+        let (device, precision) = (options.device, options.precision);
+        let inner = if device.uses_candle() {
+            #[cfg(feature = "candle")]
+            {
+                use candle::CandleEncoder;
+                Engine::Candle(Box::new(CandleEncoder::load(
+                    dir, family, device, precision,
+                )?))
+            }
+            #[cfg(not(feature = "candle"))]
+            {
+                let _ = (dir, family);
+                return Err(device.unavailable());
+            }
+        } else {
+            Engine::Native(native()?)
+        };
+        Ok(EncoderEngine { inner, precision })
+    }
+
+    /// The number format of the encoder's weights.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+}
+
+impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
+    fn hidden(&self) -> usize {
+        match &self.inner {
+            Engine::Native(e) => e.hidden(),
+            #[cfg(feature = "candle")]
+            Engine::Candle(e) => e.hidden(),
+        }
+    }
+
+    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+        match &self.inner {
+            Engine::Native(e) => e.encode(rows, output),
+            #[cfg(feature = "candle")]
+            Engine::Candle(e) => e.encode(rows, output),
+        }
+    }
+}
+
+/// The encoder families, as their `config.json` tells them apart: what the embedders load,
+/// and (DeBERTa too) what the candle engine's encoders run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EncoderFamily {
+    /// `bert`.
+    Bert,
+    /// `xlm-roberta` / `roberta`: positions after the padding id.
+    Roberta,
+    /// `modernbert`.
+    ModernBert,
+    /// `deberta-v2` (DeBERTa v2 and v3; cross-encoders only).
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    Deberta,
+    /// `new` / `gte` / `nomic_bert` (the crate's kernels only: the candle engine refuses it).
+    Gte,
+}
+
+/// A sequence classifier over (query, document) pairs: what a cross-encoder runs. Each
+/// architecture's classifier implements it, on the crate's kernels or through candle.
+pub(crate) trait Classifier: Send + Sync {
+    /// What `config.json` says of the head (architecture, labels, activation).
+    fn config(&self) -> &ClassifierConfig;
+    /// The number format of the weights.
+    fn precision(&self) -> Precision;
+    /// The rows of the word embeddings (token ids must be below it).
+    fn vocab_size(&self) -> usize;
+    /// The longest input in tokens the model can encode.
+    fn max_length(&self) -> usize;
+    /// Logits, one row of `num_labels` per encoding, the encodings run as one batch.
+    fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Implements [`Classifier`] for classifiers whose inherent methods have its names.
+macro_rules! classifier {
+    ($($ty:ty),* $(,)?) => {$(
+        impl Classifier for $ty {
+            fn config(&self) -> &ClassifierConfig {
+                <$ty>::config(self)
+            }
+            fn precision(&self) -> Precision {
+                <$ty>::precision(self)
+            }
+            fn vocab_size(&self) -> usize {
+                <$ty>::vocab_size(self)
+            }
+            fn max_length(&self) -> usize {
+                <$ty>::max_length(self)
+            }
+            fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
+                <$ty>::logits(self, encodings)
+            }
+        }
+    )*};
+}
+
+classifier!(
+    SequenceClassifier,
+    ModernBertClassifier,
+    DebertaClassifier,
+    GteClassifier,
+);
+#[cfg(feature = "candle")]
+classifier!(candle::CandleClassifier);
+
+/// The sequence classifier of `dir`, by the architecture `config.json` names, on
+/// `options.device`: the crate's kernels on the CPU, candle elsewhere. Any other architecture
+/// is an [`Error::Model`] naming the file and the supported ones.
+pub(crate) fn load_classifier(
+    dir: &ModelDir,
+    options: &ModelOptions,
+) -> Result<Box<dyn Classifier>> {
+    let (precision, device) = (options.precision, options.device);
+    if device.uses_candle() {
+        #[cfg(feature = "candle")]
+        return candle::CandleClassifier::load(dir, device, precision)
+            .map(|m| Box::new(m) as Box<dyn Classifier>);
+        #[cfg(not(feature = "candle"))]
+        return Err(device.unavailable());
+    }
+    fn boxed<C: Classifier + 'static>(c: C) -> Box<dyn Classifier> {
+        Box::new(c)
+    }
+    match dir.architecture()? {
+        Architecture::BertForSequenceClassification
+        | Architecture::XlmRobertaForSequenceClassification => {
+            SequenceClassifier::load(dir, precision).map(boxed)
+        }
+        Architecture::ModernBertForSequenceClassification => {
+            ModernBertClassifier::load(dir, precision).map(boxed)
+        }
+        Architecture::DebertaV2ForSequenceClassification => {
+            DebertaClassifier::load(dir, precision).map(boxed)
+        }
+        Architecture::NewForSequenceClassification | Architecture::GteForSequenceClassification => {
+            GteClassifier::load(dir, precision).map(boxed)
+        }
+        other => Err(Error::model(format!(
+            "{}: unsupported architecture {other} for a cross-encoder (supported: \
+             BertForSequenceClassification, XLMRobertaForSequenceClassification, \
+             ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
+             NewForSequenceClassification, GteForSequenceClassification)",
+            dir.path().join(CONFIG_FILE).display()
+        ))),
+    }
+}

@@ -1,0 +1,31 @@
+//! The shared layer every architecture is built from: nothing here knows a model family.
+//!
+//! - `config`: the one reader of `config.json` values, with errors that name the file and key;
+//! - `kernels`: the products (`Linear`, in f32, bf16 or int8), row-wise steps (norms,
+//!   activations, softmax) and the thread-local scratch they run in; `panels` holds the f32 and
+//!   bf16 weight panels, `quant` the int8 rows;
+//! - `dense`: an encoder's linear layer in its precision, with the step after it;
+//! - `attention`: attention within each sequence of a packed batch;
+//! - `encoder`: what the post-norm encoders share (the weights under a checkpoint's prefix,
+//!   layer norms, the feed-forward block, the sequences of a batch and their checks);
+//! - `head`: the classification heads' pooled logits;
+//! - `rope`: rotary tables and their scalings;
+//! - `mlp`: gated MLPs and the batches of the rotary encoders;
+//! - `weights`: the one safetensors loader;
+//! - `batch`: length batching under one token budget;
+//! - `candle` (feature `candle`): the same building blocks on a candle device.
+
+pub(crate) mod attention;
+pub(crate) mod batch;
+#[cfg(feature = "candle")]
+pub(crate) mod candle;
+pub(crate) mod config;
+pub(crate) mod dense;
+pub(crate) mod encoder;
+pub(crate) mod head;
+pub(crate) mod kernels;
+pub(crate) mod panels;
+pub(crate) mod quant;
+pub(crate) mod rope;
+pub(crate) mod rotary;
+pub(crate) mod weights;
