@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the rational erf of `src/models/kernels.rs`: erf(x) ~ x P(x^2) / Q(x^2) on [0, 4].
+"""Fits the rational erf of `src/models/layers/kernels.rs`: erf(x) ~ x P(x^2) / Q(x^2) on [0, 4].
 
 P has degree 6 and Q degree 4 (Q(0) = 1). The fit is a linearized least-squares problem,
 `x P(t) - erf(x) Q(t)` divided by the previous Q, on Chebyshev nodes, reweighted by each

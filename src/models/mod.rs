@@ -6,21 +6,30 @@
 //! with the `hf-hub` feature, [`HubModel`] to fetch a directory from the Hugging Face hub;
 //! [`registry`]: the models the crate knows by hub name.
 //!
-//! The rest is internal, one folder per model family on one shared layer:
-//! - `bert/`: the packed (padding-free) BERT / XLM-R encoder, its sequence-classification head
-//!   and the (query, document) tokenization of the cross-encoders;
+//! The rest is internal, one folder per architecture on one shared layer:
+//! - `layers/`: what no architecture owns: the reader of `config.json` values, the CPU kernels
+//!   (`kernels`, `panels`, `quant`), the linear layers in their precision (`dense`), attention,
+//!   what the post-norm and the rotary encoders share, the heads' steps, RoPE, the one weights
+//!   loader, length batching, and (feature `candle`) candle's devices and padded batches;
+//! - `bert/`: the packed (padding-free) BERT / XLM-R encoder and its sequence-classification
+//!   head;
 //! - `modernbert/`: the packed ModernBERT encoder (global and sliding-window attention, RoPE,
-//!   GeGLU) and its sequence-classification head;
+//!   GeGLU), its sequence-classification head and its candle port;
 //! - `deberta/`: the packed DeBERTa-v2 / v3 encoder (disentangled attention over log-bucketed
 //!   relative positions), its sequence-classification head and the tokenizer transformers
 //!   builds for it;
-//! - `qwen3/`: the Qwen3 decoder: config, weights in the kernels' layout, the packed forward
-//!   pass (scoring, prefill) and the KV-cached decode step (generation);
-//! - shared: the one weights loader (`weights`), length batching under one token budget
-//!   (`batch`), the encoders' linear layers in their precision (`dense`), the CPU kernels
-//!   (`kernels`: products, the one `Linear`, row-wise steps;
-//!   `panels` for the layers' f32 and bf16 panels; `quant` for int8), the model directory
-//!   (`dir`) and options with the one thread-pool helper (`options`).
+//! - `gte/`: GTE and NomicBERT (BERT with RoPE and a gated MLP) and its head;
+//! - `qwen3/`: the Qwen3 (and Qwen2) decoder: config, weights in the kernels' layout, the
+//!   packed forward pass (scoring, prefill), the KV-cached decode step (generation), its candle
+//!   port;
+//! - `engine/`: the one place that chooses the crate's kernels or candle: an embedder's
+//!   `EncoderEngine`, a cross-encoder's `Classifier` (`load_classifier`);
+//! - `pair`: (query, document) tokenization as sentence-transformers does it; `pooling`: the
+//!   pooling modes; `dir`, `options`, `device`, `hub`, `registry`: finding, opening and
+//!   configuring a model.
+//!
+//! No architecture folder imports a sibling, and nothing here imports `embed` or `rerankers`
+//! (`scripts/import_graph.py` checks both).
 //!
 //! No candle code runs: weights are read with `safetensors` + `memmap2`, and the products run
 //! on the crate's own SIMD kernels and `gemm` (the kernels candle itself uses). The kernels

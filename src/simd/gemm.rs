@@ -2,7 +2,7 @@
 //! checks that every element of its strided views ([`Mat`]) and of its output block lies inside
 //! their slices, then makes the one `unsafe` call, whose raw pointers and strides it derives
 //! from them. Used by the models' attention (per-head products over strided views) and by
-//! `models::kernels::Linear`'s products.
+//! `models::layers::kernels::Linear`'s products.
 
 use ::gemm::Parallelism;
 

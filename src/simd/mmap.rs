@@ -1,4 +1,4 @@
-//! The memory map of a weights file behind a safe type: `models::weights` maps each
+//! The memory map of a weights file behind a safe type: `models::layers::weights` maps each
 //! safetensors file once, read-only, and hands the pages of a tensor back to the kernel once it
 //! has converted them.
 

@@ -16,7 +16,7 @@
 //!   `gemm::matmul` checks that every element of its strided views lies inside its slices.
 //! - `mmap` (feature `models`): mapping a file is unsafe because the file could be truncated
 //!   or rewritten while mapped, and `madvise(MADV_DONTNEED)` because it drops pages that
-//!   references may still point to; the weights loader (`models::weights`) maps each file once,
+//!   references may still point to; the weights loader (`models::layers::weights`) maps each file once,
 //!   read-only, checks its length against its header, and releases only ranges it has copied.
 //!
 //! Not here: the models' element-wise loops (layer norm, softmax, activations, the int8

@@ -1,4 +1,4 @@
-//! The integer dot-product kernels of the int8 layers (`models::quant`).
+//! The integer dot-product kernels of the int8 layers (`models::layers::quant`).
 //!
 //! One kernel shape: up to eight rows of unsigned 8-bit activations times one panel of
 //! [`NR`] columns of signed 8-bit weights, summed over `k` into 32-bit integers. The panel
@@ -8,7 +8,7 @@
 //!
 //! - AVX2: `vpmaddubsw` multiplies u8 x i8 and adds adjacent pairs into i16 *with
 //!   saturation*; `vpmaddwd` against ones adds those pairs into i32. Weights are kept in
-//!   `[-63, 63]` (see `models::quant`), so a pair is at most `2 x 255 x 63 = 32130 < 32767`:
+//!   `[-63, 63]` (see `models::layers::quant`), so a pair is at most `2 x 255 x 63 = 32130 < 32767`:
 //!   the i16 step never saturates and the result is exact. The multiplies are what bound
 //!   this kernel (two pipes on the CPUs measured), so a second AVX2 kernel
 //!   ([`Isa::Avx2Pairs`]) adds two groups' pairs in i16 before one `vpmaddwd`, a quarter

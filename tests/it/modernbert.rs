@@ -182,7 +182,7 @@ fn modernbert_cross_encoders_match_transformers_single_and_batched() {
         // int8 stays close. On this tiny random model (a few dozen inputs per product, so
         // little averaging of rounding errors; logits up to 1.3 (cls) and 2.2 (mean)) the
         // largest difference was 0.046 and 0.028 with 8-bit activations, 0.063 and 0.026 with
-        // the 7 bits the encoders keep on AVX2 (`models::quant`).
+        // the 7 bits the encoders keep on AVX2 (`models::layers::quant`).
         let int8 = CrossEncoder::builder(&dir)
             .options(ModelOptions::default().precision(Precision::Int8))
             .build()

@@ -4,7 +4,7 @@
 //! A batch is *packed*: the tokens of all its sequences are concatenated into one
 //! `(tokens, hidden)` matrix, so the projections and the feed-forward layers never compute a
 //! padding token, and attention runs within each sequence (no mask is needed;
-//! `models::attention`). Per layer, as in `transformers`' `BertLayer` (post-norm):
+//! `models::layers::attention`). Per layer, as in `transformers`' `BertLayer` (post-norm):
 //! `x = LN(x + O · attention(Q x, K x, V x))`, then `x = LN(x + W2 · act(W1 · x))`.
 //!
 //! When only each sequence's first token is wanted (classification heads read `[CLS]`), the
@@ -166,7 +166,7 @@ impl Encoder {
     /// Loads the encoder from `w` (`embeddings.*`, `encoder.layer.N.*`), with the shapes `cfg`
     /// implies; a missing tensor or a wrong shape is an [`Error::Model`] naming the file and
     /// the tensor. With [`Precision::Int8`] the linear layers of every encoder layer are
-    /// quantized (see `models::quant`); embeddings and layer norms stay in f32.
+    /// quantized (see `models::layers::quant`); embeddings and layer norms stay in f32.
     pub fn load(w: &EncoderWeights, cfg: EncoderConfig, precision: Precision) -> Result<Self> {
         if !matches!(precision, Precision::F32 | Precision::Int8) {
             return Err(Error::Config(format!(

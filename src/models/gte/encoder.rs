@@ -8,8 +8,8 @@
 //! BERT: `x = LN(x + O · attention(RoPE(Q x), RoPE(K x), V x))`, then
 //! `x = LN(x + down · (act(gate · x) * (up · x)))`. The embeddings are the token's and its
 //! token type's (when the model has them), layer-normed; RoPE carries the positions. Attention
-//! is `models::attention`'s (every layer global); RoPE and the gated MLP are ModernBERT's
-//! (`modernbert::encoder`).
+//! is `models::layers::attention`'s (every layer global); RoPE and the gated MLP are the rotary encoders' shared
+//! layer (`layers::rotary`).
 
 use std::sync::{Arc, RwLock};
 

@@ -2,7 +2,7 @@
 //! or Metal device ([`Device`]).
 //!
 //! What it shares with the crate's own kernels: the model directory, the one weights loader
-//! (`models::weights`: every tensor is read there, converted to f32, then handed to candle in
+//! (`models::layers::weights`: every tensor is read there, converted to f32, then handed to candle in
 //! the device's number format), the tokenizers, truncation, prompts, pooling and heads' inputs.
 //! What differs is the forward pass:
 //! - the encoders (`models::engine::candle`) are candle-transformers' `bert` and `xlm_roberta`, and its

@@ -12,8 +12,8 @@ use rayon::prelude::*;
 pub(crate) use crate::simd::gemm::{matmul, Mat, Threads};
 
 /// A linear layer as stored by torch: `weight` is `(out, in)`, `bias` is `(out)`: every model's
-/// layers as read, before they are packed for their kernels (`models::panels`,
-/// `models::quant`); kept as it is for the Qwen3 generator's output head and its `bf16`
+/// layers as read, before they are packed for their kernels (`models::layers::panels`,
+/// `models::layers::quant`); kept as it is for the Qwen3 generator's output head and its `bf16`
 /// layers, which run one row at a time.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {

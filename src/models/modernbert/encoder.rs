@@ -14,7 +14,7 @@
 //! `local_attention / 2` positions away; each kind has its own RoPE theta. The embeddings are
 //! the token embeddings, layer-normed (no positions: RoPE carries them).
 //!
-//! Attention is `models::attention`'s (global, or within the window in the sliding layers).
+//! Attention is `models::layers::attention`'s (global, or within the window in the sliding layers).
 //! When only each sequence's first token is wanted, the last layer computes its keys and values
 //! for every token and the rest for the first tokens only.
 

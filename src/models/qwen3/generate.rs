@@ -7,7 +7,7 @@
 //! appended to the cache, attention over the cached positions, the head again. The step
 //! allocates nothing: the cache and every buffer it writes live in a [`DecodeState`] sized
 //! before decoding starts ([`DecodeState::reserve`]). Its matrix products have one input row,
-//! so they stream each weight once from memory (`models::panels` for the layers, f32 or bf16,
+//! so they stream each weight once from memory (`models::layers::panels` for the layers, f32 or bf16,
 //! `simd::gemv` for the output head); with [`Precision::Bf16`] the weights are half the
 //! bytes, and prefill runs on `bf16` dot products where the CPU has them.
 

@@ -158,11 +158,11 @@ impl MatrixFormat {
 /// One matrix of a layer, in the form its use wants. `out = x · wᵀ + bias` in every form.
 #[derive(Debug, Clone)]
 pub(crate) enum Matrix {
-    /// `f32` or `bf16` packed in column panels (`models::panels`): products over many rows
+    /// `f32` or `bf16` packed in column panels (`models::layers::panels`): products over many rows
     /// (scoring, prefill) run on the crate's tiles without gathering the weights, and a
     /// decode step streams each panel once (`bf16`: half the bytes).
     Panels(PanelLinear),
-    /// `int8` weights and activations quantized per row on the fly (`models::quant`): scoring
+    /// `int8` weights and activations quantized per row on the fly (`models::layers::quant`): scoring
     /// only.
     Int8(QuantLinear),
 }

@@ -17,8 +17,8 @@
 //! - `generate`: generation (`CausalLm`): the packed pass fills a KV cache (prefill), then one
 //!   token at a time through matrix-vector products that allocate nothing (decode).
 //!
-//! Weights come from the one loader, `models::weights`; matrix products from
-//! `models::panels` (the layers in f32 or bf16), `models::quant` (int8), `models::kernels`
+//! Weights come from the one loader, `models::layers::weights`; matrix products from
+//! `models::layers::panels` (the layers in f32 or bf16), `models::layers::quant` (int8), `models::layers::kernels`
 //! (attention) and `simd::gemv` (the output head).
 
 #[cfg(feature = "candle")]

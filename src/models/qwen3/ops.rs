@@ -1,4 +1,4 @@
-//! The element-wise and row-wise steps of a Qwen3 decoder, vectorized like `models::kernels`
+//! The element-wise and row-wise steps of a Qwen3 decoder, vectorized like `models::layers::kernels`
 //! (each loop runs inside a `pulp` dispatch, compiled for the widest instructions present):
 //! RMSNorm of rows, per-head q/k RMSNorm fused with RoPE, and `SiLU(gate) * up`.
 //!

@@ -1,4 +1,4 @@
-//! The `bf16` panels' kernels (the layout is described in `models::panels::bf16`): reading a
+//! The `bf16` panels' kernels (the layout is described in `models::layers::panels::bf16`): reading a
 //! pair of rows as `f32` (the `bf16` values are the top halves of the lanes), widening a
 //! panel's block to `f32` rows, the rounding of a product's inputs to `bf16` pairs, and the
 //! AVX-512 `bf16` dot-product tile (`vdpbf16ps`).
@@ -58,7 +58,7 @@ unsafe fn widen_avx2(src: &[u16], dst: &mut [f32]) {
     }
 }
 
-/// The layout of `bf16` panels (see `models::panels::bf16`): the even row of a pair in the low half
+/// The layout of `bf16` panels (see `models::layers::panels::bf16`): the even row of a pair in the low half
 /// of each 32-bit lane, the odd row in the high half.
 impl PanelValue for u16 {
     fn at(l: usize, c: usize) -> usize {

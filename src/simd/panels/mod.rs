@@ -1,4 +1,4 @@
-//! The micro-kernels of the packed linear layers (`models::panels`, whose docs describe the
+//! The micro-kernels of the packed linear layers (`models::layers::panels`, whose docs describe the
 //! panels' layout and how a product walks its blocks): the tiles that sum a block of copied
 //! rows against a panel's block into the output, the one-row kernels that stream a whole
 //! panel against one input row, and, in [`bf16`], the `bf16` panels' widening, the rounding
