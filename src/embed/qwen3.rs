@@ -9,7 +9,7 @@ use tokenizers::Tokenizer;
 use super::builder::{encode_texts, load_tokenizer, model_id, token_ids, EmbedderBuilder};
 use super::layout::{Layout, PoolingMode};
 use super::{Embedder, Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
-use crate::models::qwen3::scorer::DecoderEngine;
+use crate::models::engine::DecoderEngine;
 use crate::models::qwen3::Qwen3Config;
 use crate::models::{plan_packed_batches, ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};

@@ -27,7 +27,8 @@ use std::path::PathBuf;
 use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
-use crate::models::qwen3::scorer::{DecoderEngine, Qwen3Scorer};
+use crate::models::engine::DecoderEngine;
+use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::{ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE};
 use crate::rerankers::passages::score_documents;
 use crate::rerankers::{Passages, RerankQuery, RerankScores};

@@ -8,10 +8,14 @@
 //! - [`EncoderFamily`]: the encoder families as `config.json` tells them apart;
 //! - [`Classifier`] and [`load_classifier`]: a cross-encoder's sequence classifier, by
 //!   architecture, on either engine;
+//! - [`DecoderEngine`] (`decoder`): the Qwen3 / Qwen2 decoder on either engine;
 //! - `candle`: candle's encoders and sequence classifiers for those families.
 
 #[cfg(feature = "candle")]
 pub(crate) mod candle;
+mod decoder;
+
+pub(crate) use decoder::DecoderEngine;
 
 use crate::models::layers::dense::Output;
 use crate::models::pair::PairEncoding;

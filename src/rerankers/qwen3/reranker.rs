@@ -6,7 +6,8 @@ use rayon::prelude::*;
 
 use super::instructions::Instructions;
 use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
-use crate::models::qwen3::scorer::{DecoderEngine, Qwen3Scorer};
+use crate::models::engine::DecoderEngine;
+use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
 use crate::models::{plan_packed_batches, ModelDir, ModelOptions, ModelPool, Precision};
 use crate::rerankers::passages::score_documents;
