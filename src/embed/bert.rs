@@ -3,17 +3,13 @@
 //! vector) on the packed encoder, with the pooling, projection,
 //! normalization and prompts their directory declares (see `layout`).
 
-use std::path::{Path, PathBuf};
-
-use ndarray::Array2;
+use std::path::Path;
 
 use super::builder::EmbedderBuilder;
-use super::layout::PoolingMode;
-use super::packed::PackedTexts;
+use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec};
 use super::{Embedder, Role};
 use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
-use crate::models::engine::{EncoderEngine, EncoderFamily, PackedEncoder};
-use crate::models::{ModelDir, ModelPool, Precision, CONFIG_FILE};
+use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::{Error, Result};
 
 /// Default [`ModelOptions::token_budget`](crate::models::ModelOptions::token_budget) (texts x longest text; no padding is computed).
@@ -70,121 +66,34 @@ pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 /// assert_eq!(q.len(), 384);
 /// # Ok::<(), rerank::Error>(())
 /// ```
-pub struct BertEmbedder {
-    encoder: EncoderEngine<Encoder>,
-    /// The layout, tokenizer and batching (shared with the other encoder embedders).
-    text: PackedTexts,
-    pool: ModelPool,
-    /// The model directory, for [`Embedder::id`].
-    dir: PathBuf,
-    family: Family,
-    /// [`Embedder::id`], computed on first use (it reads the weights once).
-    id: std::sync::OnceLock<Option<String>>,
-}
+pub struct BertEmbedder(EncoderEmbedder);
 
-/// Options for [`BertEmbedder`]; checked by [`build`](EmbedderBuilder::build).
-pub type BertEmbedderBuilder = EmbedderBuilder<BertEmbedder>;
-
-impl EmbedderBuilder<BertEmbedder> {
-    /// Checks the options, then loads the model directory.
-    pub fn build(self) -> Result<BertEmbedder> {
-        self.options.validate("BertEmbedder", 2)?;
-        BertEmbedder::load(self)
-    }
-}
+encoder_embedder!(BertEmbedder, BertEmbedderBuilder);
 
 impl BertEmbedder {
-    /// Loads a model directory with default options (see [`BertEmbedder::builder`]).
-    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
-        Self::builder(dir).build()
-    }
-
-    /// A builder for a model directory.
-    pub fn builder(dir: impl AsRef<Path>) -> BertEmbedderBuilder {
-        EmbedderBuilder::new(dir.as_ref())
-    }
-
     fn load(builder: BertEmbedderBuilder) -> Result<Self> {
-        let options = &builder.options;
-        let model_dir = ModelDir::open(&builder.dir)?;
-        let dir = model_dir.path();
-        let config_path = dir.join(CONFIG_FILE);
-        let value = model_dir.config()?;
-        let family = Family::of(&value, &config_path)?;
-        let config = EncoderConfig::from_value(&value, &config_path, family.roberta_positions())?;
-        let text = PackedTexts::load(
-            &builder,
-            &model_dir,
-            config.hidden,
-            config.max_length(),
-            config.vocab,
-        )?;
-        let engine_family = match family {
-            Family::Bert => EncoderFamily::Bert,
-            Family::Roberta => EncoderFamily::Roberta,
-        };
-        let encoder = EncoderEngine::load(options, &model_dir, engine_family, || {
-            let weights = EncoderWeights::open(&model_dir, &[family.prefix()])?;
-            Encoder::load(&weights, config, options.precision)
-        })?;
-
-        let pool = options.thread_pool("bert")?;
-
-        Ok(BertEmbedder {
-            encoder,
-            text,
-            pool,
-            dir: dir.to_path_buf(),
-            family,
-            id: std::sync::OnceLock::new(),
+        let precision = builder.options.precision;
+        EncoderEmbedder::load(&builder, "bert", |model_dir, value| {
+            let config_path = config_path(model_dir);
+            let family = Family::of(value, &config_path)?;
+            let config =
+                EncoderConfig::from_value(value, &config_path, family.roberta_positions())?;
+            let spec = EncoderSpec {
+                hidden: config.hidden,
+                max_positions: config.max_length(),
+                vocab: config.vocab,
+                family: match family {
+                    Family::Bert => EncoderFamily::Bert,
+                    Family::Roberta => EncoderFamily::Roberta,
+                },
+                id_prefix: family.id_prefix(),
+            };
+            Ok((spec, move |dir: &crate::models::ModelDir| {
+                let weights = EncoderWeights::open(dir, &[family.prefix()])?;
+                Encoder::load(&weights, config, precision)
+            }))
         })
-    }
-
-    /// The longest input in tokens, `[CLS]` and `[SEP]` included; longer texts are truncated.
-    pub fn max_length(&self) -> usize {
-        self.text.layout.max_seq_length
-    }
-
-    /// The number format of the encoder's linear layers ([`ModelOptions::precision`](crate::models::ModelOptions::precision)).
-    pub fn precision(&self) -> Precision {
-        self.encoder.precision()
-    }
-
-    /// The number of threads of the dedicated pool, if one was configured.
-    pub fn threads(&self) -> Option<usize> {
-        self.pool.threads()
-    }
-
-    /// The pooling modes, in the order their vectors are concatenated.
-    pub fn pooling(&self) -> &[PoolingMode] {
-        &self.text.layout.modes
-    }
-
-    /// The prompt put before texts of `role` (`None`: none).
-    pub fn prompt(&self, role: Role) -> Option<&str> {
-        self.text.layout.prompts.get(role)
-    }
-
-    /// `similarity_fn_name` of `config_sentence_transformers.json` (`None` when absent). The
-    /// crate ranks by cosine; a model that asks for `dot` or `euclidean` loads only when its
-    /// vectors are normalized (where those rank as cosine does).
-    pub fn similarity_fn_name(&self) -> Option<&str> {
-        self.text.layout.similarity.as_deref()
-    }
-
-    /// Whether the directory is a sentence-transformers one (has `modules.json`).
-    pub fn is_sentence_transformers(&self) -> bool {
-        self.text.layout.sentence_transformers
-    }
-
-    /// The token ids the model sees for `text` as a document (`[CLS] ... [SEP]`, truncated).
-    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
-        self.token_ids_as(text, Role::Document)
-    }
-
-    /// The token ids the model sees for `text` as `role`: its prompt, then the text.
-    pub fn token_ids_as(&self, text: &str, role: Role) -> Result<Vec<u32>> {
-        self.text.token_ids_as(text, role)
+        .map(BertEmbedder)
     }
 }
 
@@ -253,51 +162,6 @@ impl Family {
             Family::Bert => "bert",
             Family::Roberta => "xlmr",
         }
-    }
-}
-
-impl Embedder for BertEmbedder {
-    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
-        self.pool
-            .install(|| self.text.embed(&self.encoder, texts, role))
-    }
-
-    fn dim(&self) -> usize {
-        self.text.layout.dim()
-    }
-
-    /// `bert-` (`xlmr-` for XLM-RoBERTa and RoBERTa) and the first 16 bytes (hex) of the
-    /// SHA-256 of `config.json`, `tokenizer.json`, `model.safetensors` and `max_length`: the
-    /// same for the same model and settings on any machine. `None` when a file cannot be read.
-    ///
-    /// Unless the model is mean pooling + normalization with no prompts (all-MiniLM, whose id
-    /// is unchanged), the hash also covers the pooling, the Dense and Normalize steps (with
-    /// the Dense weights), lower-casing and both prompts, so changing a prompt changes the id.
-    /// With [`Precision::Int8`] it also covers the precision (int8 vectors are close to f32
-    /// ones, not equal), so stored vectors of one are never read as the other.
-    fn id(&self) -> Option<String> {
-        self.id
-            .get_or_init(|| {
-                let (family, precision) = (self.family.id_prefix(), self.encoder.precision());
-                self.text.id(family, &self.dir, precision)
-            })
-            .clone()
-    }
-}
-
-impl std::fmt::Debug for BertEmbedder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BertEmbedder")
-            .field("dim", &self.text.layout.dim())
-            .field("max_length", &self.text.layout.max_seq_length)
-            .field("pooling", &self.text.layout.modes)
-            .field("query_prompt", &self.prompt(Role::Query))
-            .field("document_prompt", &self.prompt(Role::Document))
-            .field("token_budget", &self.text.token_budget)
-            .field("max_batch_size", &self.text.max_batch_size)
-            .field("precision", &self.precision())
-            .field("threads", &self.threads())
-            .finish()
     }
 }
 

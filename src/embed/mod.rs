@@ -12,8 +12,9 @@
 //!   (gte-modernbert, modernbert-embed) on the same layout;
 //! - [`GteEmbedder`] (`gte`): GTE and NomicBERT sentence-transformers models (gte-multilingual,
 //!   gte-en-v1.5, nomic-embed-text) on the same layout;
-//! - `packed`: what the encoder embedders share around their encoder (layout, tokenizer,
-//!   prompts, batching, pooling);
+//! - `encoder`: the one sentence-transformers embedder over an encoder, which the three above
+//!   are under their architectures' names (each file says only how its encoder is read);
+//!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
 //! - [`EmbedderBuilder`] (`builder`): the options they all load with, and what they share;
 //! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
@@ -23,6 +24,8 @@
 mod bert;
 #[cfg(feature = "models")]
 mod builder;
+#[cfg(feature = "models")]
+mod encoder;
 #[cfg(feature = "models")]
 mod gte;
 mod hashing;

@@ -37,6 +37,16 @@ pub(crate) trait PackedEncoder: Send + Sync {
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>>;
 }
 
+impl PackedEncoder for Box<dyn PackedEncoder> {
+    fn hidden(&self) -> usize {
+        (**self).hidden()
+    }
+
+    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+        (**self).encode(rows, output)
+    }
+}
+
 /// An embedder's encoder on its engine: `E`, the family's packed encoder on the crate's own
 /// kernels, or the same model through candle on [`ModelOptions::device`].
 ///
