@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
+use super::chat::ChatTemplate;
 use super::layout::Layout;
 use super::Role;
 use crate::models::{ModelDir, ModelOptions, TOKENIZER_FILE};
@@ -92,29 +93,52 @@ impl<M> EmbedderBuilder<M> {
     }
 }
 
-/// The encodings of `texts` as `role`: each its role's prompt, then the text, tokenized with
-/// the tokenizer's special tokens and truncation (in parallel, in input order).
+/// An embedder's tokenizer: `tokenizer.json` as [`load_tokenizer`] sets it up, and the chat
+/// template texts go through when the model's sentence-transformers config says so.
+pub(crate) struct TextTokenizer {
+    pub tokenizer: Tokenizer,
+    chat: Option<ChatTemplate>,
+}
+
+/// The token ids of `texts` as `role`, in input order: each its role's prompt, then the
+/// text, tokenized with the tokenizer's special tokens and truncation; or, for a model whose
+/// texts go through its chat template, the template's rendering (`chat`).
 pub(crate) fn encode_texts(
-    tokenizer: &Tokenizer,
+    tokenizer: &TextTokenizer,
     layout: &Layout,
     texts: &[&str],
     role: Role,
-) -> Result<Vec<tokenizers::Encoding>> {
+) -> Result<Vec<Vec<u32>>> {
+    if let Some(chat) = &tokenizer.chat {
+        use rayon::prelude::*;
+        return texts
+            .par_iter()
+            .map(|t| chat.ids(t, role, layout.max_seq_length))
+            .collect();
+    }
     let prepared: Vec<String> = texts.iter().map(|t| layout.prepare(t, role)).collect();
-    tokenizer
+    let encodings = tokenizer
+        .tokenizer
         .encode_batch_fast(prepared, true)
-        .map_err(|e| Error::tokenizer(e.to_string()))
+        .map_err(|e| Error::tokenizer(e.to_string()))?;
+    Ok(encodings
+        .into_iter()
+        .map(|e| e.get_ids().to_vec())
+        .collect())
 }
 
-/// The token ids the model sees for `text` as `role`: its prompt, then the text, with the
-/// tokenizer's special tokens, truncated.
+/// The token ids the model sees for `text` as `role` (see [`encode_texts`]).
 pub(crate) fn token_ids(
-    tokenizer: &Tokenizer,
+    tokenizer: &TextTokenizer,
     layout: &Layout,
     text: &str,
     role: Role,
 ) -> Result<Vec<u32>> {
+    if let Some(chat) = &tokenizer.chat {
+        return chat.ids(text, role, layout.max_seq_length);
+    }
     let enc = tokenizer
+        .tokenizer
         .encode_fast(layout.prepare(text, role), true)
         .map_err(|e| Error::tokenizer(e.to_string()))?;
     Ok(enc.get_ids().to_vec())
@@ -131,11 +155,19 @@ pub(crate) fn role_index(role: Role) -> usize {
 /// How many leading tokens of a text of `role` are its prompt, left out of pooling when the
 /// model's `include_prompt` is false; 0 otherwise. As sentence-transformers counts them: the
 /// prompt alone tokenized with its special tokens, less a special token that ends it.
-pub(crate) fn prompt_length(tokenizer: &Tokenizer, layout: &Layout, role: Role) -> Result<usize> {
-    if layout.include_prompt || layout.prompts.get(role).is_none() {
+///
+/// With a chat template the prompt is a system message, and sentence-transformers does not
+/// count its tokens: none are left out.
+pub(crate) fn prompt_length(
+    tokenizer: &TextTokenizer,
+    layout: &Layout,
+    role: Role,
+) -> Result<usize> {
+    if layout.include_prompt || layout.prompts.get(role).is_none() || tokenizer.chat.is_some() {
         return Ok(0);
     }
     let enc = tokenizer
+        .tokenizer
         .encode_fast(layout.prepare("", role), true)
         .map_err(|e| Error::tokenizer(e.to_string()))?;
     let n = enc.get_ids().len();
@@ -145,12 +177,12 @@ pub(crate) fn prompt_length(tokenizer: &Tokenizer, layout: &Layout, role: Role) 
 
 /// Loads `tokenizer.json` with its baked-in padding removed and truncation set to
 /// `max_seq_length` tokens (special tokens included), on the right, and lower-casing put
-/// first when the layout says `do_lower_case`.
+/// first when the layout says `do_lower_case`; with the layout's chat template, if any.
 pub(crate) fn load_tokenizer(
     dir: &ModelDir,
     layout: &Layout,
     vocab_size: usize,
-) -> Result<Tokenizer> {
+) -> Result<TextTokenizer> {
     let path = dir.path().join(TOKENIZER_FILE);
     let mut tokenizer = dir.tokenizer_within(vocab_size)?;
     tokenizer.with_padding(None);
@@ -165,7 +197,15 @@ pub(crate) fn load_tokenizer(
     if layout.do_lower_case {
         add_lowercase(&mut tokenizer)?;
     }
-    Ok(tokenizer)
+    let chat = match &layout.chat {
+        Some(settings) => {
+            let prompts =
+                [Role::Query, Role::Document].map(|r| layout.prompts.get(r).map(str::to_string));
+            Some(ChatTemplate::new(settings, dir, &tokenizer, prompts)?)
+        }
+        None => None,
+    };
+    Ok(TextTokenizer { tokenizer, chat })
 }
 
 /// Puts a `Lowercase` normalizer first in `tokenizer`, unless it already has one (as

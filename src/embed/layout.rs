@@ -17,6 +17,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::chat::ChatSettings;
 use super::Role;
 use crate::models::layers::config::{bad, count, flag_or, object, string};
 use crate::models::layers::weights::Weights;
@@ -129,6 +130,8 @@ pub(crate) struct Layout {
     pub similarity: Option<String>,
     /// Whether the directory has a `modules.json`.
     pub sentence_transformers: bool,
+    /// The chat template texts go through (sentence-transformers 6's `message` modality).
+    pub chat: Option<ChatSettings>,
     /// The width of the encoder's hidden states.
     hidden: usize,
 }
@@ -153,6 +156,7 @@ impl Layout {
             prompts: Prompts::default(),
             similarity: None,
             sentence_transformers: false,
+            chat: None,
             hidden,
         };
         let Some(modules) = dir.optional_json(MODULES_FILE)? else {
@@ -170,17 +174,11 @@ impl Layout {
             }
             layout.do_lower_case = flag_or(&obj, "do_lower_case", false, &file)?;
             // sentence-transformers 6 saves, for a tokenizer with a chat template, a "message"
-            // modality, and then feeds every text through that template: not reproduced here.
+            // modality, and then feeds every text through that template (`chat`).
             if let Some(Value::Object(modalities)) = obj.get("modality_config") {
-                if modalities.contains_key("message") {
-                    return Err(bad(
-                        &file,
-                        "modality_config.message",
-                        "sentence-transformers formats every text with the tokenizer's chat \
-                         template for this model, which is not supported (without the \
-                         \"message\" entry texts are embedded as they are, as published \
-                         models such as Qwen3-Embedding are)",
-                    ));
+                if let Some(message) = modalities.get("message") {
+                    let processing = obj.get("processing_kwargs");
+                    layout.chat = Some(ChatSettings::read(dir, message, processing, &file)?);
                 }
             }
             // sentence-transformers 6 also records what the Transformer module outputs.
@@ -568,7 +566,7 @@ impl Layout {
                 Step::Normalize => "normalize".to_string(),
             })
             .collect();
-        format!(
+        let mut out = format!(
             "pooling={};include_prompt={};steps={};lower={};query={:?};document={:?}",
             modes.join("+"),
             self.include_prompt,
@@ -576,7 +574,16 @@ impl Layout {
             self.do_lower_case,
             self.prompts.query,
             self.prompts.document,
-        )
+        );
+        if let Some(chat) = &self.chat {
+            out.push_str(&format!(
+                ";chat={:?};kwargs={};template={}",
+                chat.format,
+                Value::Object(chat.kwargs.clone()),
+                chat.template
+            ));
+        }
+        out
     }
 
     /// Whether pooling needs only the first token of each sequence.
@@ -719,6 +726,7 @@ mod tests {
             prompts: Prompts::default(),
             similarity: None,
             sentence_transformers: true,
+            chat: None,
             hidden: 2,
         }
     }

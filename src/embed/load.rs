@@ -74,13 +74,14 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(GteEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
-        "qwen3" => {
+        // Qwen2 decoders (gte-Qwen2) are the Qwen3 decoder's family (`DecoderFamily`).
+        "qwen3" | "qwen2" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
-             xlm-roberta, roberta, modernbert, new, gte, nomic_bert, qwen3)",
+             xlm-roberta, roberta, modernbert, new, gte, nomic_bert, qwen3, qwen2)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

@@ -25,6 +25,8 @@ mod bert;
 #[cfg(feature = "models")]
 mod builder;
 #[cfg(feature = "models")]
+mod chat;
+#[cfg(feature = "models")]
 mod encoder;
 #[cfg(feature = "models")]
 mod gte;

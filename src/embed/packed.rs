@@ -9,10 +9,10 @@
 use std::path::Path;
 
 use ndarray::Array2;
-use tokenizers::Tokenizer;
 
 use super::builder::{
     encode_texts, load_tokenizer, model_id, prompt_length, role_index, token_ids, EmbedderBuilder,
+    TextTokenizer,
 };
 use super::layout::Layout;
 use super::{Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
@@ -23,7 +23,7 @@ use crate::{Error, Result};
 
 /// The text side of an encoder embedder: layout, tokenizer, prompt lengths and batching.
 pub(crate) struct PackedTexts {
-    pub tokenizer: Tokenizer,
+    pub tokenizer: TextTokenizer,
     pub layout: Layout,
     /// How many leading tokens of a `[Query, Document]` text are its prompt, left out of
     /// pooling (0 unless `include_prompt` is false).
@@ -88,7 +88,7 @@ impl PackedTexts {
             return Ok(out);
         }
         let encodings = encode_texts(&self.tokenizer, &self.layout, texts, role)?;
-        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
+        let ids: Vec<&[u32]> = encodings.iter().map(Vec::as_slice).collect();
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
         let skip = self.prompt_tokens[role_index(role)];
         for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {

@@ -4,13 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
-use tokenizers::Tokenizer;
 
-use super::builder::{encode_texts, load_tokenizer, model_id, token_ids, EmbedderBuilder};
+use super::builder::{
+    encode_texts, load_tokenizer, model_id, token_ids, EmbedderBuilder, TextTokenizer,
+};
 use super::layout::{Layout, PoolingMode};
 use super::{Embedder, Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 use crate::models::engine::DecoderEngine;
-use crate::models::qwen3::Qwen3Config;
+use crate::models::qwen3::{DecoderFamily, Qwen3Config};
 use crate::models::{plan_packed_batches, ModelDir, ModelPool, Precision, CONFIG_FILE};
 use crate::{Error, Result};
 
@@ -41,7 +42,7 @@ use crate::{Error, Result};
 /// ```
 pub struct Qwen3Embedder {
     model: DecoderEngine,
-    tokenizer: Tokenizer,
+    tokenizer: TextTokenizer,
     layout: Layout,
     precision: Precision,
     token_budget: usize,
@@ -80,7 +81,16 @@ impl Qwen3Embedder {
         let model_dir = ModelDir::open(&builder.dir)?;
         let dir = model_dir.path();
         let config_path = dir.join(CONFIG_FILE);
-        let config = Qwen3Config::from_file(&config_path)?;
+        // A Qwen2 decoder (gte-Qwen2) is the same family with q/k/v biases.
+        let family = match model_dir
+            .config()?
+            .get("model_type")
+            .and_then(|v| v.as_str())
+        {
+            Some("qwen2") => DecoderFamily::Qwen2,
+            _ => DecoderFamily::Qwen3,
+        };
+        let config = Qwen3Config::from_file_for(&config_path, family)?;
         let positions = config
             .max_position_embeddings
             .unwrap_or(crate::models::qwen3::config::MAX_POSITIONS);
@@ -149,7 +159,7 @@ impl Qwen3Embedder {
             return Ok(out);
         }
         let encodings = encode_texts(&self.tokenizer, &self.layout, texts, role)?;
-        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
+        let ids: Vec<&[u32]> = encodings.iter().map(Vec::as_slice).collect();
         if let Some(i) = ids.iter().position(|row| row.is_empty()) {
             return Err(Error::InvalidInput(format!(
                 "text {i} has no tokens (the tokenizer adds no end token): a Qwen3 embedding \

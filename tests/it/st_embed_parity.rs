@@ -366,8 +366,8 @@ fn other_modules_and_settings_are_refused_naming_file_and_key() {
     });
     b.refused("2_Normalize/config.json", "module_input_name");
 
-    // A directory sentence-transformers 6 saved for a tokenizer with a chat template: it feeds
-    // every text through the template ("message" modality), which is refused, not ignored.
+    // A "message" modality (every text through the tokenizer's chat template) where the
+    // tokenizer has no chat template: refused, not ignored.
     let b = Broken::of("cls_prompts", "message");
     b.edit("sentence_bert_config.json", |v| {
         v["modality_config"] = serde_json::json!({

@@ -1,0 +1,111 @@
+//! Parity over the Qwen decoders' configuration space: the tiny random Qwen3 and Qwen2
+//! embedders of tests/fixtures/sweep_decoders (made by the make.py there, one folder per config
+//! variant: grouped-query ratios, head sizes wider and narrower than the hidden size, tied and
+//! untied embeddings, the `model.` prefix, norm epsilons, RoPE thetas and scalings, attention
+//! biases, sliding windows), each through `load_embedder` against sentence-transformers, in one
+//! call and one text at a time. Every variant is checked, and every one that differs or is
+//! refused is named, before the test fails.
+//!
+//! The crate does not yet compute the scaled RoPE tables (linear, dynamic, YaRN, Llama 3) nor
+//! sliding-window attention of these decoders: those variants ([`REFUSED`]) must be refused at
+//! load with an error naming `config.json` and the key, never embedded differently.
+#![cfg(feature = "models")]
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use rerank::models::ModelOptions;
+use rerank::{load_embedder, Qwen3Embedder, Role};
+
+use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
+
+/// The variant folders, as (architecture, folder), sorted.
+fn variants() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep_decoders");
+    let mut out = Vec::new();
+    for arch in std::fs::read_dir(&root).unwrap() {
+        let arch = arch.unwrap().path();
+        if !arch.is_dir() {
+            continue;
+        }
+        for variant in std::fs::read_dir(&arch).unwrap() {
+            let variant = variant.unwrap().path();
+            if variant.join("expected.json").is_file() {
+                let name = arch.file_name().unwrap().to_string_lossy().into_owned();
+                out.push((name, variant));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The variants the crate refuses, with the key their error names.
+const REFUSED: [(&str, &str); 10] = [
+    ("qwen2/rope_yarn_type_key", "rope"),
+    ("qwen2/sliding", "sliding"),
+    ("qwen3/rope_dynamic", "rope"),
+    ("qwen3/rope_linear", "rope"),
+    ("qwen3/rope_llama3", "rope"),
+    ("qwen3/rope_yarn", "rope"),
+    ("qwen3/rope_yarn_options", "rope"),
+    ("qwen3/sliding_all", "sliding"),
+    ("qwen3/sliding_layer_types", "sliding"),
+    ("qwen3/sliding_max_window_layers", "sliding"),
+];
+
+#[test]
+fn every_decoder_variant_matches_sentence_transformers() {
+    let variants = variants();
+    assert!(variants.len() >= 20, "{} variants", variants.len());
+    let mut worst: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    let mut failed = Vec::new();
+    for (arch, dir) in &variants {
+        let name = format!("{arch}/{}", dir.file_name().unwrap().to_string_lossy());
+        if let Some((_, key)) = REFUSED.iter().find(|(n, _)| *n == name) {
+            match load_embedder(dir, &ModelOptions::default()) {
+                Ok(_) => failed.push(format!("{name} (loads, but is listed as refused)")),
+                Err(e) => {
+                    let m = e.to_string();
+                    if !(m.contains("config.json") && m.contains(key)) {
+                        failed.push(format!("{name} (refused without naming the key: {m})"));
+                    }
+                }
+            }
+            continue;
+        }
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            let expected = expected_in(dir);
+            let want = &expected["case"];
+            let options = ModelOptions::default().threads(2);
+            let e = load_embedder(dir, &options).unwrap();
+            let bare = Qwen3Embedder::builder(dir)
+                .options(options)
+                .prompt(Role::Query, "")
+                .prompt(Role::Document, "")
+                .build()
+                .unwrap();
+            let ids = |text: &str| bare.token_ids_as(text, Role::Document).unwrap();
+            assert_matches_sentence_transformers(&name, want, &*e, &bare, &ids)
+        }));
+        match run {
+            Ok(cos) => {
+                let entry = worst.entry(arch.clone()).or_insert((0, 1.0));
+                entry.0 += 1;
+                entry.1 = entry.1.min(cos);
+            }
+            Err(_) => failed.push(name),
+        }
+    }
+    for (arch, (n, cos)) in &worst {
+        println!(
+            "{arch}: {n} variants pass, smallest cosine {cos:.9} (1 - cos = {:.1e})",
+            1.0 - cos
+        );
+    }
+    assert!(
+        failed.is_empty(),
+        "variants that differ or are refused: {failed:?}"
+    );
+}
