@@ -19,6 +19,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::models::layers::config::{activation, bad, flag_or, get, positive};
+pub(crate) use crate::models::layers::head::PoolerAct;
 use crate::models::layers::kernels::Act;
 use crate::{Error, Result};
 
@@ -26,25 +27,6 @@ use crate::{Error, Result};
 const DEFAULT_EPS: f64 = 1e-7;
 /// `max_position_embeddings`' default.
 const DEFAULT_MAX_POSITIONS: u64 = 512;
-
-/// The activation of the pooler (`pooler_hidden_act`): one of the encoder's, or `tanh`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PoolerAct {
-    /// An activation the encoder's layers also use (`gelu`, `gelu_new`, `relu`, ...).
-    Act(Act),
-    /// `tanh` (BERT's pooler).
-    Tanh,
-}
-
-impl PoolerAct {
-    /// Applies the activation to every element of `x`.
-    pub fn apply(self, x: &mut [f32]) {
-        match self {
-            PoolerAct::Act(act) => act.apply_here(x),
-            PoolerAct::Tanh => x.iter_mut().for_each(|v| *v = v.tanh()),
-        }
-    }
-}
 
 /// How relative positions become rows of the relative embeddings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,12 +10,13 @@ use serde_json::Value;
 
 use super::{EncoderFamily as Family, PackedEncoder};
 use crate::models::config::{Architecture, ClassifierConfig};
-use crate::models::deberta::config::{DebertaConfig, PoolerAct};
+use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::candle::{
     activate, candle_device, dtype, err, to_host, var_builder, Padded,
 };
 use crate::models::layers::dense::Output;
+use crate::models::layers::head::PoolerAct;
 use crate::models::layers::kernels::Act;
 use crate::models::layers::weights::Weights;
 use crate::models::modernbert::config::{ClassifierPooling, ModernBertConfig};

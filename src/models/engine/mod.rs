@@ -18,6 +18,7 @@ mod decoder;
 pub(crate) use decoder::DecoderEngine;
 
 use crate::models::layers::dense::Output;
+pub(crate) use crate::models::layers::head::Classifier;
 use crate::models::pair::PairEncoding;
 use crate::models::{
     Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir, ModelOptions,
@@ -132,21 +133,6 @@ pub(crate) enum EncoderFamily {
     Gte,
 }
 
-/// A sequence classifier over (query, document) pairs: what a cross-encoder runs. Each
-/// architecture's classifier implements it, on the crate's kernels or through candle.
-pub(crate) trait Classifier: Send + Sync {
-    /// What `config.json` says of the head (architecture, labels, activation).
-    fn config(&self) -> &ClassifierConfig;
-    /// The number format of the weights.
-    fn precision(&self) -> Precision;
-    /// The rows of the word embeddings (token ids must be below it).
-    fn vocab_size(&self) -> usize;
-    /// The longest input in tokens the model can encode.
-    fn max_length(&self) -> usize;
-    /// Logits, one row of `num_labels` per encoding, the encodings run as one batch.
-    fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>>;
-}
-
 /// Implements [`Classifier`] for classifiers whose inherent methods have its names.
 macro_rules! classifier {
     ($($ty:ty),* $(,)?) => {$(
@@ -170,12 +156,7 @@ macro_rules! classifier {
     )*};
 }
 
-classifier!(
-    SequenceClassifier,
-    ModernBertClassifier,
-    DebertaClassifier,
-    GteClassifier,
-);
+classifier!(ModernBertClassifier);
 #[cfg(feature = "candle")]
 classifier!(candle::CandleClassifier);
 

@@ -1,9 +1,139 @@
-//! The classification heads' shared steps: the packed encoders' inputs for pair encodings and
-//! a first-token head `out(act(dense(first)))` (BERT's, GTE's and DeBERTa's).
+//! The classification heads: the [`Classifier`] trait every architecture's sequence
+//! classifier implements (what a cross-encoder runs), and the one first-token head
+//! `out(act(pooler(first)))` that BERT, XLM-R, GTE and DeBERTa share ([`PooledClassifier`],
+//! over any [`FirstTokens`] encoder).
 
-use super::encoder::Sequence;
-use super::kernels::Linear;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::encoder::{EncoderWeights, Sequence};
+use super::kernels::{Act, Linear};
+use crate::models::config::ClassifierConfig;
+use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::pair::PairEncoding;
+use crate::models::Precision;
+use crate::Result;
+
+/// A sequence classifier over (query, document) pairs: what a cross-encoder runs. Each
+/// architecture's classifier implements it, on the crate's kernels or through candle.
+pub(crate) trait Classifier: Send + Sync {
+    /// What `config.json` says of the head (architecture, labels, activation).
+    fn config(&self) -> &ClassifierConfig;
+    /// The number format of the weights.
+    fn precision(&self) -> Precision;
+    /// The rows of the word embeddings (token ids must be below it).
+    fn vocab_size(&self) -> usize;
+    /// The longest input in tokens the model can encode.
+    fn max_length(&self) -> usize;
+    /// Logits, one row of `num_labels` per encoding, the encodings run as one batch.
+    fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// An encoder a first-token head reads: each sequence's first hidden state, and its limits.
+pub(crate) trait FirstTokens: Send + Sync {
+    /// The last hidden state of each sequence's first token, `(sequences, hidden)`, the
+    /// sequences run as one packed batch.
+    fn first_tokens(&self, seqs: &[Sequence<'_>]) -> Result<Vec<f32>>;
+    /// The number format of the encoder's linear layers.
+    fn precision(&self) -> Precision;
+    /// `vocab_size` from `config.json`.
+    fn vocab_size(&self) -> usize;
+    /// The longest input the position embeddings (or the model) cover.
+    fn max_length(&self) -> usize;
+}
+
+/// The activation of a pooler: one of the encoder's, or `tanh` (BERT's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PoolerAct {
+    /// An activation the encoder's layers also use (`gelu`, `gelu_new`, `relu`, ...).
+    Act(Act),
+    /// `tanh` (BERT's pooler).
+    Tanh,
+}
+
+impl PoolerAct {
+    /// Applies the activation to every element of `x`.
+    pub fn apply(self, x: &mut [f32]) {
+        match self {
+            PoolerAct::Act(act) => act.apply_here(x),
+            PoolerAct::Tanh => x.iter_mut().for_each(|v| *v = v.tanh()),
+        }
+    }
+}
+
+/// An encoder with a first-token head: `logits = out(act(pooler(first)))`, the pooler and the
+/// output layer in f32. BERT's and GTE's pooler is `tanh(pooler.dense)`, XLM-R's the head's
+/// `classifier.dense` with `tanh`, DeBERTa's `ContextPooler` its `pooler_hidden_act`.
+pub(crate) struct PooledClassifier<E> {
+    encoder: E,
+    pooler: Linear,
+    act: PoolerAct,
+    out: Linear,
+    config: ClassifierConfig,
+}
+
+impl<E> PooledClassifier<E> {
+    /// The classifier of `encoder` with its head.
+    pub fn new(
+        encoder: E,
+        pooler: Linear,
+        act: PoolerAct,
+        out: Linear,
+        config: ClassifierConfig,
+    ) -> Self {
+        PooledClassifier {
+            encoder,
+            pooler,
+            act,
+            out,
+            config,
+        }
+    }
+}
+
+impl<E> std::fmt::Debug for PooledClassifier<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledClassifier")
+            .field("config", &self.config)
+            .field("act", &self.act)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: FirstTokens> Classifier for PooledClassifier<E> {
+    fn config(&self) -> &ClassifierConfig {
+        &self.config
+    }
+    fn precision(&self) -> Precision {
+        self.encoder.precision()
+    }
+    fn vocab_size(&self) -> usize {
+        self.encoder.vocab_size()
+    }
+    fn max_length(&self) -> usize {
+        self.encoder.max_length()
+    }
+    fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
+        let first = self.encoder.first_tokens(&sequences(encodings))?;
+        let act = |x: &mut [f32]| self.act.apply(x);
+        Ok(pooled_logits(&first, &self.pooler, act, &self.out))
+    }
+}
+
+/// What a classifier's loader reads first: `config.json`'s path, its value, and what it says
+/// of the head.
+pub(crate) fn head_config(dir: &ModelDir) -> Result<(PathBuf, Value, ClassifierConfig)> {
+    let path = dir.path().join(CONFIG_FILE);
+    let value = dir.config()?;
+    let config = ClassifierConfig::from_value(&value, &path)?;
+    Ok((path, value, config))
+}
+
+/// Checks `num_labels` against the rows of the output layer `name` (at the file's root).
+pub(crate) fn check_labels(w: &EncoderWeights, labels: usize, name: &str) -> Result<()> {
+    w.check_root_size("num_labels (or the size of id2label)", labels, name, 0)
+}
 
 /// The packed encoders' inputs for pair encodings (ids and token types).
 pub(crate) fn sequences<'a>(encodings: &[&'a PairEncoding]) -> Vec<Sequence<'a>> {
@@ -14,11 +144,6 @@ pub(crate) fn sequences<'a>(encodings: &[&'a PairEncoding]) -> Vec<Sequence<'a>>
             types: &e.token_type_ids,
         })
         .collect()
-}
-
-/// `tanh` on every value (BERT's pooler activation).
-pub(crate) fn tanh(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = v.tanh());
 }
 
 /// A first-token classification head: `out(act(dense(first)))` for the rows of `first` (one
