@@ -28,7 +28,7 @@ use crate::{Error, Result};
 /// [SEP]`, cut on the right to `max_seq_length` tokens and run *packed* (no padding is
 /// computed; attention stays within each text, windows counted from its first token), in
 /// batches under a token budget; rows come back in input order. Linear layers run in f32 or,
-/// with [`Precision::Int8`], in int8; bf16 is refused.
+/// with [`Precision::Int8`](crate::models::Precision::Int8), in int8; bf16 is refused.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once.
 ///
