@@ -130,6 +130,8 @@ pub(crate) enum EncoderFamily {
     Deberta,
     /// `new` / `gte` / `nomic_bert` (the crate's kernels only: the candle engine refuses it).
     Gte,
+    /// `mpnet` (the crate's kernels only: the candle engine refuses it).
+    Mpnet,
 }
 
 /// A sequence classifier over (query, document) pairs: what a cross-encoder runs. Each
