@@ -109,7 +109,9 @@ pub use answer::Qwen3Chat;
 pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
-pub use embed::{load_embedder, BertEmbedder, GteEmbedder, ModernBertEmbedder, Qwen3Embedder};
+pub use embed::{
+    load_embedder, BertEmbedder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder,
+};
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};
 #[cfg(feature = "models")]

@@ -1,10 +1,11 @@
 //! The one sentence-transformers embedder over an encoder: [`EncoderEmbedder`] holds any
 //! architecture's packed encoder on its engine (`models::engine`) with the text side
 //! (`packed::PackedTexts`: layout, tokenizer, prompts, batching, pooling). The public
-//! embedders ([`BertEmbedder`](super::BertEmbedder), [`ModernBertEmbedder`](super::ModernBertEmbedder),
-//! [`GteEmbedder`](super::GteEmbedder)) are this embedder under the name of the architectures
-//! they accept: each one's file says only how its architecture's encoder is read, and
-//! [`encoder_embedder!`] writes their shared methods once.
+//! embedders ([`BertEmbedder`](super::BertEmbedder),
+//! [`ModernBertEmbedder`](super::ModernBertEmbedder), [`GteEmbedder`](super::GteEmbedder),
+//! [`MpnetEmbedder`](super::MpnetEmbedder)) are this embedder under the name of the
+//! architectures they accept: each one's file says only how its architecture's encoder is read,
+//! and [`encoder_embedder!`] writes their shared methods once.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -220,7 +221,7 @@ macro_rules! encoder_embedder {
             }
 
             /// The architecture's prefix (`bert-`, `xlmr-` for XLM-RoBERTa and RoBERTa,
-            /// `modernbert-`, `gte-`) and the first 16 bytes (hex) of the SHA-256 of
+            /// `modernbert-`, `gte-`, `mpnet-`) and the first 16 bytes (hex) of the SHA-256 of
             /// `config.json`, `tokenizer.json`, `model.safetensors` and `max_length`: the same
             /// for the same model and settings on any machine. `None` when a file cannot be
             /// read.

@@ -29,8 +29,8 @@ use crate::{Error, Result};
 /// SwiGLU). GTE's NTK-scaled RoPE is read as new-impl computes it. Texts are prefixed with their
 /// role's prompt, tokenized, cut on the right to `max_seq_length` tokens and run *packed* (no
 /// padding is computed), in batches under a token budget; rows come back in input order. Linear
-/// layers run in f32 or, with [`Precision::Int8`](crate::models::Precision::Int8), in int8; bf16 and the candle engine are
-/// refused.
+/// layers run in f32 or, with [`Precision::Int8`](crate::models::Precision::Int8), in int8; bf16
+/// and the candle engine are refused.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once.
 ///

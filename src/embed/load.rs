@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use super::{
-    BertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder, Qwen3Embedder, Role,
+    BertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder,
+    Qwen3Embedder, Role,
 };
 use crate::models::registry::{self, KnownModel, Task};
 use crate::models::{ModelDir, ModelOptions, CONFIG_FILE};
@@ -24,8 +25,9 @@ use crate::{Error, Result};
 ///
 /// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta` and `roberta`
 /// load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`, `gte` and
-/// `nomic_bert` as a [`GteEmbedder`], `qwen3` as a [`Qwen3Embedder`]; anything else is an
-/// [`Error::Model`] naming the file and the supported types.
+/// `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `qwen3` as a
+/// [`Qwen3Embedder`]; anything else is an [`Error::Model`] naming the file and the supported
+/// types.
 ///
 /// ```no_run
 /// use rerank::models::ModelOptions;
@@ -74,6 +76,10 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(GteEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
+        "mpnet" => {
+            let builder = with_registry(MpnetEmbedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         // Qwen2 decoders (gte-Qwen2) are the Qwen3 decoder's family (`DecoderFamily`).
         "qwen3" | "qwen2" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
@@ -81,7 +87,7 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         }
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
-             xlm-roberta, roberta, modernbert, new, gte, nomic_bert, qwen3, qwen2)",
+             xlm-roberta, roberta, modernbert, new, gte, nomic_bert, mpnet, qwen3, qwen2)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

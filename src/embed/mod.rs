@@ -12,7 +12,9 @@
 //!   (gte-modernbert, modernbert-embed) on the same layout;
 //! - [`GteEmbedder`] (`gte`): GTE and NomicBERT sentence-transformers models (gte-multilingual,
 //!   gte-en-v1.5, nomic-embed-text) on the same layout;
-//! - `encoder`: the one sentence-transformers embedder over an encoder, which the three above
+//! - [`MpnetEmbedder`] (`mpnet`): MPNet sentence-transformers models (all-mpnet-base-v2,
+//!   multi-qa-mpnet-base-dot-v1) on the same layout;
+//! - `encoder`: the one sentence-transformers embedder over an encoder, which the four above
 //!   are under their architectures' names (each file says only how its encoder is read);
 //!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
@@ -38,6 +40,8 @@ mod load;
 mod matryoshka;
 #[cfg(feature = "models")]
 mod modernbert;
+#[cfg(feature = "models")]
+mod mpnet;
 #[cfg(feature = "http")]
 mod openai;
 #[cfg(feature = "models")]
@@ -66,6 +70,8 @@ pub use layout::PoolingMode;
 pub use load::load_embedder;
 #[cfg(feature = "models")]
 pub use modernbert::{ModernBertEmbedder, ModernBertEmbedderBuilder};
+#[cfg(feature = "models")]
+pub use mpnet::{MpnetEmbedder, MpnetEmbedderBuilder};
 #[cfg(feature = "http")]
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderBuilder};
 #[cfg(feature = "models")]

@@ -19,6 +19,8 @@
 //!   relative positions), its sequence-classification head and the tokenizer transformers
 //!   builds for it;
 //! - `gte/`: GTE and NomicBERT (BERT with RoPE and a gated MLP) and its head;
+//! - `mpnet/`: the packed MPNet encoder (post-norm layers, positions after the padding index,
+//!   a relative position bias shared by every layer);
 //! - `qwen3/`: the Qwen3 (and Qwen2) decoder: config, weights in the kernels' layout, the
 //!   packed forward pass (scoring, prefill), the KV-cached decode step (generation), its candle
 //!   port;
@@ -47,6 +49,7 @@ pub(crate) mod gte;
 mod hub;
 pub(crate) mod layers;
 pub(crate) mod modernbert;
+pub(crate) mod mpnet;
 mod options;
 pub(crate) mod pair;
 mod pooling;

@@ -287,6 +287,24 @@ pub const MODELS: &[KnownModel] = &[
         "Apache-2.0",
     ),
     embedder(
+        "sentence-transformers/all-mpnet-base-v2",
+        "mpnet",
+        Mean,
+        768,
+        384,
+        "Apache-2.0",
+    ),
+    // CLS pooling without Normalize: its model card ranks by dot product. No licence is
+    // declared on its model card.
+    embedder(
+        "sentence-transformers/multi-qa-mpnet-base-dot-v1",
+        "mpnet",
+        Cls,
+        768,
+        512,
+        "NOASSERTION",
+    ),
+    embedder(
         "jinaai/jina-embeddings-v2-base-en",
         "bert",
         Mean,

@@ -267,6 +267,7 @@ fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value,
         (shared.join("qwen3_tiny_a/model"), true),
         (root.join("tests/fixtures/st_bert_tiny/cls_prompts"), false),
         (root.join("tests/fixtures/st_modernbert_tiny/cls"), false),
+        (root.join("tests/fixtures/st_mpnet_tiny/mean"), false),
     ];
     let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("fuzz_{tag}_{}", std::process::id()));
@@ -312,7 +313,7 @@ fn corpus_line() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    // A case loads four models: fewer cases than the other properties by default.
+    // A case loads five models: fewer cases than the other properties by default.
     #![proptest_config(config_or(64))]
 
     /// A model directory whose `config.json` has keys deleted or set to any value loads or

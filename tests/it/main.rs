@@ -33,6 +33,7 @@ mod load_reranker;
 mod milvus;
 mod model_fixtures;
 mod modernbert;
+mod mpnet;
 mod mxbai_v2;
 mod openai_embed;
 mod openai_http;

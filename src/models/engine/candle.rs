@@ -232,7 +232,7 @@ impl CandleEncoder {
                 let pad = cfg.pad_token_id.unwrap_or(0) as u32;
                 (Body::Deberta(Box::new(model)), pad, native.max_positions)
             }
-            Family::Gte => return Err(no_gte(&file)),
+            Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
         };
         let encoder = CandleEncoder {
             body,
@@ -404,7 +404,7 @@ impl CandleClassifier {
                 act: DebertaConfig::from_value(&value, &file)?.pooler_act,
                 out: linear(labels, "classifier", true)?,
             },
-            Family::Gte => return Err(no_gte(&file)),
+            Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
         };
         Ok(CandleClassifier {
             encoder,
@@ -491,11 +491,16 @@ impl Head {
     }
 }
 
-/// The error for a GTE / NomicBERT model on the candle engine, which has no module for them.
-fn no_gte(file: &std::path::Path) -> Error {
+/// The error for a family the candle engine has no module for (GTE / NomicBERT, MPNet): they
+/// run on the crate's CPU kernels only.
+fn native_only(family: Family, file: &std::path::Path) -> Error {
+    let what = match family {
+        Family::Mpnet => "MPNet encoders run",
+        _ => "GTE and NomicBERT encoders run",
+    };
     Error::model(format!(
-        "{}: GTE and NomicBERT encoders run on the crate's CPU kernels only (device cpu); the \
-         candle engine has no module for them",
+        "{}: {what} on the crate's CPU kernels only (device cpu); the candle engine has no \
+         module for them",
         file.display()
     ))
 }

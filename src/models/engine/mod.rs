@@ -131,6 +131,8 @@ pub(crate) enum EncoderFamily {
     Deberta,
     /// `new` / `gte` / `nomic_bert` (the crate's kernels only: the candle engine refuses it).
     Gte,
+    /// `mpnet` (the crate's kernels only: the candle engine refuses it).
+    Mpnet,
 }
 
 /// Implements [`Classifier`] for classifiers whose inherent methods have its names.
