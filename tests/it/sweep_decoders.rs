@@ -6,9 +6,9 @@
 //! call and one text at a time. Every variant is checked, and every one that differs or is
 //! refused is named, before the test fails.
 //!
-//! The crate does not yet compute the scaled RoPE tables (linear, dynamic, YaRN, Llama 3) nor
-//! sliding-window attention of these decoders: those variants ([`REFUSED`]) must be refused at
-//! load with an error naming `config.json` and the key, never embedded differently.
+//! The crate does not yet run the sliding-window attention of these decoders: those variants
+//! ([`REFUSED`]) must be refused at load with an error naming `config.json` and the key, never
+//! embedded differently.
 #![cfg(feature = "models")]
 
 use std::collections::BTreeMap;
@@ -42,14 +42,8 @@ fn variants() -> Vec<(String, PathBuf)> {
 }
 
 /// The variants the crate refuses, with the key their error names.
-const REFUSED: [(&str, &str); 10] = [
-    ("qwen2/rope_yarn_type_key", "rope"),
+const REFUSED: [(&str, &str); 4] = [
     ("qwen2/sliding", "sliding"),
-    ("qwen3/rope_dynamic", "rope"),
-    ("qwen3/rope_linear", "rope"),
-    ("qwen3/rope_llama3", "rope"),
-    ("qwen3/rope_yarn", "rope"),
-    ("qwen3/rope_yarn_options", "rope"),
     ("qwen3/sliding_all", "sliding"),
     ("qwen3/sliding_layer_types", "sliding"),
     ("qwen3/sliding_max_window_layers", "sliding"),

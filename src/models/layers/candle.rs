@@ -160,6 +160,18 @@ pub(crate) fn rope_tables(
     device: &candle_core::Device,
 ) -> Result<(Tensor, Tensor)> {
     let rope = super::rope::Rope::new(d, theta, positions);
+    rope_tensors(&rope, d, positions, dtype, device)
+}
+
+/// `rope`'s tables (heads of `d`, `positions` positions) as candle tensors, as
+/// [`rope_tables`] gives them.
+pub(crate) fn rope_tensors(
+    rope: &super::rope::Rope,
+    d: usize,
+    positions: usize,
+    dtype: DType,
+    device: &candle_core::Device,
+) -> Result<(Tensor, Tensor)> {
     let table = |half: &[f32]| -> Result<Tensor> {
         Tensor::from_slice(half, (positions, d / 2), device)
             .and_then(|t| t.to_dtype(dtype))

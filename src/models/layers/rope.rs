@@ -21,21 +21,25 @@ impl Rope {
     /// Tables whose inverse frequencies are divided by `divisor` (transformers' "linear"
     /// scaling; GTE's NTK scaling is that of a larger theta).
     pub fn scaled(head_dim: usize, theta: f64, divisor: f64, positions: usize) -> Self {
-        let half = head_dim / 2;
         let divisor = divisor as f32;
-        let inv: Vec<f32> = (0..half)
-            .map(|i| {
-                let exponent = (2 * i) as f32 / head_dim as f32;
-                1.0f32 / (theta.powf(exponent as f64) as f32) / divisor
-            })
+        let inv: Vec<f32> = base_inv_freq(head_dim, theta)
+            .into_iter()
+            .map(|f| f / divisor)
             .collect();
+        Self::from_inv_freq(&inv, 1.0, positions)
+    }
+
+    /// Tables for the inverse frequencies `inv` (one per pair of a head's values), each cosine
+    /// and sine multiplied by `attention` (transformers' `attention_scaling`, 1 but for YaRN).
+    pub fn from_inv_freq(inv: &[f32], attention: f32, positions: usize) -> Self {
+        let half = inv.len();
         let mut cos = Vec::with_capacity(positions * half);
         let mut sin = Vec::with_capacity(positions * half);
         for pos in 0..positions {
-            for &f in &inv {
+            for &f in inv {
                 let angle = (pos as f32 * f) as f64;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+                cos.push(angle.cos() as f32 * attention);
+                sin.push(angle.sin() as f32 * attention);
             }
         }
         Rope { cos, sin, half }
@@ -70,5 +74,151 @@ pub(crate) fn rope_head(head: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (u, v) = (*a, *b);
         *a = u * c - v * s;
         *b = v * c + u * s;
+    }
+}
+
+/// `1 / theta^(2i / head_dim)` for `i` in `0..head_dim / 2`, in float32 as transformers computes
+/// them.
+fn base_inv_freq(head_dim: usize, theta: f64) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| {
+            let exponent = (2 * i) as f32 / head_dim as f32;
+            1.0f32 / (theta.powf(exponent as f64) as f32)
+        })
+        .collect()
+}
+
+/// How a model scales its RoPE frequencies (transformers' `rope_type` and its parameters).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RopeScaling {
+    /// `default`, and `dynamic` within the model's positions (dynamic NTK changes the
+    /// frequencies only past `max_position_embeddings`, which no input here reaches).
+    Default,
+    /// `linear`: every inverse frequency divided by `factor`.
+    Linear { factor: f64 },
+    /// `yarn`: low frequencies interpolated, high ones kept, a ramp between, cos and sin
+    /// scaled by the attention factor.
+    Yarn {
+        factor: f64,
+        original: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        attention_factor: Option<f64>,
+        mscale: Option<f64>,
+        mscale_all_dim: Option<f64>,
+        truncate: bool,
+    },
+    /// `llama3`: wavelengths beyond `original / low` divided by `factor`, below
+    /// `original / high` kept, smoothed between.
+    Llama3 {
+        factor: f64,
+        low: f64,
+        high: f64,
+        original: f64,
+    },
+}
+
+impl RopeScaling {
+    /// The tables of heads of `head_dim` for positions `0..positions`, as transformers'
+    /// `ROPE_INIT_FUNCTIONS` compute the inverse frequencies and the attention scaling.
+    pub fn rope(&self, head_dim: usize, theta: f64, positions: usize) -> Rope {
+        let (inv, attention) = self.inv_freq(head_dim, theta);
+        Rope::from_inv_freq(&inv, attention, positions)
+    }
+
+    /// The inverse frequencies and the attention scaling.
+    pub fn inv_freq(&self, head_dim: usize, theta: f64) -> (Vec<f32>, f32) {
+        let base = base_inv_freq(head_dim, theta);
+        match *self {
+            RopeScaling::Default => (base, 1.0),
+            RopeScaling::Linear { factor } => {
+                let factor = factor as f32;
+                (base.into_iter().map(|f| f / factor).collect(), 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                mscale,
+                mscale_all_dim,
+                truncate,
+            } => {
+                let get_mscale = |scale: f64, m: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * scale.ln() + 1.0
+                    }
+                };
+                let attention = match (attention_factor, mscale, mscale_all_dim) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                        get_mscale(factor, m) / get_mscale(factor, all)
+                    }
+                    _ => get_mscale(factor, 1.0),
+                };
+                let dim = head_dim as f64;
+                let correction = |rotations: f64| {
+                    dim * (original / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                        / (2.0 * theta.ln())
+                };
+                let (mut low, mut high) = (correction(beta_fast), correction(beta_slow));
+                if truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                let (factor32, span) = (factor as f32, (high - low) as f32);
+                let inv = (0..head_dim / 2)
+                    .map(|i| {
+                        // transformers: pos_freqs = theta^(2i/dim); 1/pos_freqs and
+                        // 1/(factor * pos_freqs), mixed by a ramp, in float32.
+                        let exponent = (2 * i) as f32 / head_dim as f32;
+                        let pos_freq = theta.powf(exponent as f64) as f32;
+                        let (extrapolation, interpolation) =
+                            (1.0 / pos_freq, 1.0 / (factor32 * pos_freq));
+                        let ramp = ((i as f32 - low as f32) / span).clamp(0.0, 1.0);
+                        let keep = 1.0 - ramp;
+                        interpolation * (1.0 - keep) + extrapolation * keep
+                    })
+                    .collect();
+                (inv, attention as f32)
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low,
+                high,
+                original,
+            } => {
+                let (low_wavelen, high_wavelen) = (original / low, original / high);
+                let factor32 = factor as f32;
+                let inv = base
+                    .into_iter()
+                    .map(|f| {
+                        let wavelen = 2.0 * std::f32::consts::PI / f;
+                        let scaled = if (wavelen as f64) > low_wavelen {
+                            f / factor32
+                        } else {
+                            f
+                        };
+                        let medium =
+                            (wavelen as f64) >= high_wavelen && (wavelen as f64) <= low_wavelen;
+                        if medium {
+                            let smooth = (original as f32 / wavelen - low as f32)
+                                / (high as f32 - low as f32);
+                            (1.0 - smooth) * scaled / factor32 + smooth * scaled
+                        } else {
+                            scaled
+                        }
+                    })
+                    .collect();
+                (inv, 1.0)
+            }
+        }
     }
 }

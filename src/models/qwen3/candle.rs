@@ -19,7 +19,7 @@ use super::config::Qwen3Config;
 use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::candle::{
-    candle_device, dtype, err, rope_tables, to_host, var_builder, BUCKET,
+    candle_device, dtype, err, rope_tensors, to_host, var_builder, BUCKET,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -131,7 +131,8 @@ impl CandleDecoder {
             });
         }
         let norm = rms(&vb, h, eps, "norm")?;
-        let (cos, sin) = rope_tables(d, cfg.rope_theta, max_positions, dt, &dev)?;
+        let rope = cfg.rope_scaling.rope(d, cfg.rope_theta, max_positions);
+        let (cos, sin) = rope_tensors(&rope, d, max_positions, dt, &dev)?;
         Ok(CandleDecoder {
             cfg,
             embed,

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::models::layers::rope::RopeScaling;
 use crate::{Error, Result};
 
 /// Which of the two decoders of the Qwen family a checkpoint is.
@@ -59,6 +60,8 @@ pub struct Qwen3Config {
     pub head_dim: usize,
     /// RoPE base.
     pub rope_theta: f64,
+    /// How the RoPE frequencies are scaled (`rope_parameters` / `rope_scaling`).
+    pub(crate) rope_scaling: RopeScaling,
     /// Epsilon of every RMSNorm.
     pub rms_norm_eps: f64,
     /// Whether the output head shares the input embedding matrix.
@@ -118,12 +121,95 @@ struct RopeParameters {
     kind: Option<String>,
     #[serde(default)]
     rope_theta: Option<f64>,
+    #[serde(default)]
+    factor: Option<f64>,
+    #[serde(default)]
+    original_max_position_embeddings: Option<f64>,
+    #[serde(default)]
+    beta_fast: Option<f64>,
+    #[serde(default)]
+    beta_slow: Option<f64>,
+    #[serde(default)]
+    attention_factor: Option<f64>,
+    #[serde(default)]
+    mscale: Option<f64>,
+    #[serde(default)]
+    mscale_all_dim: Option<f64>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    low_freq_factor: Option<f64>,
+    #[serde(default)]
+    high_freq_factor: Option<f64>,
+    #[serde(default)]
+    partial_rotary_factor: Option<f64>,
 }
 
 impl RopeParameters {
-    fn is_default(&self) -> bool {
+    /// The scaling these parameters describe, as transformers 5 reads them
+    /// (`modeling_rope_utils`); `max_positions` is `max_position_embeddings`, which YaRN and
+    /// Llama 3 take for `original_max_position_embeddings` when it is absent. A type or a
+    /// parameter the crate cannot compute is an error naming the key.
+    fn scaling(&self, key: &str, max_positions: Option<usize>) -> Result<RopeScaling> {
         let kind = self.rope_type.as_deref().or(self.kind.as_deref());
-        matches!(kind, None | Some("default"))
+        let bad = |what: String| Error::model(format!("{key}: {what}"));
+        if let Some(p) = self.partial_rotary_factor.filter(|&p| p != 1.0) {
+            return Err(bad(format!(
+                "partial_rotary_factor {p}: RoPE on part of each head is not supported"
+            )));
+        }
+        let positive = |name: &str, v: Option<f64>| -> Result<f64> {
+            match v {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+                Some(x) => Err(bad(format!("{name} {x} must be a positive number"))),
+                None => Err(bad(format!("{kind:?} needs {name}"))),
+            }
+        };
+        let original = || -> Result<f64> {
+            let fallback = max_positions.map(|n| n as f64);
+            positive(
+                "original_max_position_embeddings",
+                self.original_max_position_embeddings.or(fallback),
+            )
+        };
+        Ok(match kind {
+            None | Some("default") | Some("dynamic") => RopeScaling::Default,
+            Some("linear") => RopeScaling::Linear {
+                factor: positive("factor", self.factor)?,
+            },
+            Some("yarn") => {
+                let original = original()?;
+                let factor = match self.factor {
+                    Some(f) => positive("factor", Some(f))?,
+                    None => {
+                        positive("max_position_embeddings", max_positions.map(|n| n as f64))?
+                            / original
+                    }
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original,
+                    beta_fast: self.beta_fast.filter(|b| *b != 0.0).unwrap_or(32.0),
+                    beta_slow: self.beta_slow.filter(|b| *b != 0.0).unwrap_or(1.0),
+                    attention_factor: self.attention_factor,
+                    mscale: self.mscale,
+                    mscale_all_dim: self.mscale_all_dim,
+                    truncate: self.truncate.unwrap_or(true),
+                }
+            }
+            Some("llama3") => RopeScaling::Llama3 {
+                factor: positive("factor", self.factor)?,
+                low: positive("low_freq_factor", self.low_freq_factor)?,
+                high: positive("high_freq_factor", self.high_freq_factor)?,
+                original: original()?,
+            },
+            Some(other) => {
+                return Err(bad(format!(
+                    "rope_type {other:?} is not supported (supported: default, linear, \
+                     dynamic, yarn, llama3)"
+                )))
+            }
+        })
     }
 }
 
@@ -202,17 +288,12 @@ impl Qwen3Config {
                 "use_sliding_window is true: sliding-window attention is not supported",
             ));
         }
-        for rope in [&raw.rope_parameters, &raw.rope_scaling]
-            .into_iter()
-            .flatten()
-        {
-            if !rope.is_default() {
-                return Err(Error::model(format!(
-                    "RoPE scaling {:?} is not supported (only the default RoPE)",
-                    rope.rope_type.as_deref().or(rope.kind.as_deref())
-                )));
-            }
-        }
+        // transformers 5 reads rope_parameters, else the older rope_scaling.
+        let rope_scaling = match (&raw.rope_parameters, &raw.rope_scaling) {
+            (Some(p), _) => p.scaling("rope_parameters", raw.max_position_embeddings)?,
+            (None, Some(p)) => p.scaling("rope_scaling", raw.max_position_embeddings)?,
+            (None, None) => RopeScaling::Default,
+        };
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
         let positive = [
@@ -282,6 +363,7 @@ impl Qwen3Config {
             num_key_value_heads: kv_heads,
             head_dim,
             rope_theta,
+            rope_scaling,
             rms_norm_eps,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             attention_bias,
@@ -370,9 +452,24 @@ mod tests {
             (
                 TINY.replace(
                     "\"vocab_size\"",
-                    "\"rope_scaling\": {\"rope_type\": \"yarn\"}, \"vocab_size\"",
+                    "\"rope_scaling\": {\"rope_type\": \"longrope\"}, \"vocab_size\"",
                 ),
-                "RoPE scaling",
+                "rope_scaling: rope_type \"longrope\" is not supported",
+            ),
+            (
+                TINY.replace(
+                    "\"vocab_size\"",
+                    "\"rope_parameters\": {\"rope_type\": \"linear\"}, \"vocab_size\"",
+                ),
+                "rope_parameters: Some(\"linear\") needs factor",
+            ),
+            (
+                TINY.replace(
+                    "\"vocab_size\"",
+                    "\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8, \
+                     \"low_freq_factor\": -1}, \"vocab_size\"",
+                ),
+                "low_freq_factor -1 must be a positive number",
             ),
         ];
         for (text, needle) in bad {

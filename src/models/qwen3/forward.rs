@@ -52,7 +52,9 @@ impl Qwen3Model {
     /// The model over `decoder`, for sequences of at most `max_positions` tokens.
     pub fn new(decoder: Decoder, max_positions: usize) -> Self {
         let cfg = &decoder.cfg;
-        let rope = Rope::new(cfg.head_dim, cfg.rope_theta, max_positions);
+        let rope = cfg
+            .rope_scaling
+            .rope(cfg.head_dim, cfg.rope_theta, max_positions);
         let layout = qkv_layout(cfg);
         Qwen3Model {
             decoder,
