@@ -15,12 +15,11 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use crate::models::layers::attention::{attention, Heads};
-use crate::models::layers::dense::Dense;
 pub(crate) use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::encoder::{
-    check_sequences, feed_forward, EncoderWeights, Norm, Sequence, Workspace,
+    check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Sequence, Workspace,
 };
-use crate::models::layers::kernels::{layer_norm_row, Act, Linear, Then, Weight};
+use crate::models::layers::kernels::{layer_norm_row, Act, Then};
 use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
@@ -118,17 +117,17 @@ impl EncoderConfig {
     }
 }
 
-/// One encoder layer; `qkv` holds the query, key and value projections stacked (`3 * hidden`
-/// outputs), so one product computes all three.
-#[derive(Debug, Clone)]
-struct Layer {
-    qkv: Dense,
-    out: Dense,
-    attn_norm: Norm,
-    ff_in: Dense,
-    ff_out: Dense,
-    ff_norm: Norm,
-}
+/// One encoder layer.
+type Layer = PostNormLayer;
+
+/// Where BERT's attention tensors are.
+const ATTENTION: AttentionNames = AttentionNames {
+    q: "self.query",
+    k: "self.key",
+    v: "self.value",
+    out: "output.dense",
+    norm: "output.LayerNorm",
+};
 
 /// A BERT-family encoder's weights in float32.
 #[derive(Debug, Clone)]
@@ -185,28 +184,8 @@ impl Encoder {
         let embed_norm = w.norm("embeddings.LayerNorm", h)?;
         let layers = (0..cfg.layers)
             .map(|n| {
-                let l = format!("encoder.layer.{n}");
-                let att = format!("{l}.attention");
-                let q = w.encoder_linear(&format!("{att}.self.query"), h, h)?;
-                let k = w.encoder_linear(&format!("{att}.self.key"), h, h)?;
-                let v = w.encoder_linear(&format!("{att}.self.value"), h, h)?;
-                let qkv = Linear {
-                    weight: Weight::F32(
-                        [q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat(),
-                    ),
-                    bias: [q.bias, k.bias, v.bias].concat(),
-                    inputs: h,
-                    outputs: 3 * h,
-                };
-                let dense = |linear| Dense::new(linear, precision);
-                Ok(Layer {
-                    qkv: dense(qkv),
-                    out: dense(w.encoder_linear(&format!("{att}.output.dense"), h, h)?),
-                    attn_norm: w.norm(&format!("{att}.output.LayerNorm"), h)?,
-                    ff_in: dense(w.encoder_linear(&format!("{l}.intermediate.dense"), i, h)?),
-                    ff_out: dense(w.encoder_linear(&format!("{l}.output.dense"), h, i)?),
-                    ff_norm: w.norm(&format!("{l}.output.LayerNorm"), h)?,
-                })
+                let qkv = w.qkv(n, &ATTENTION, h)?;
+                w.post_norm_layer(n, &ATTENTION, qkv, (h, i), precision)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Encoder {
@@ -325,29 +304,6 @@ impl Encoder {
         };
         attention(qkv, ctx, lens, starts, shape, None, first_only);
         // Residual rows: all of x, or the first row of each sequence.
-        if first_only {
-            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
-            for (i, &s) in starts.iter().enumerate() {
-                ws.x.copy_within(s * h..(s + 1) * h, i * h);
-            }
-        }
-        // x = LN(x + O ctx), computed in `proj`, which then becomes `x`.
-        let n = rows * h;
-        let then = l.attn_norm.after(&ws.x[..n], cfg.eps);
-        l.out
-            .forward(ctx, rows, &mut ws.proj[..n], &mut ws.quant, then);
-        std::mem::swap(&mut ws.x, &mut ws.proj);
-        // x = LN(x + W2 act(W1 x)), the same way.
-        let norm = l.ff_norm.after(&ws.x[..n], cfg.eps);
-        feed_forward(
-            &l.ff_in,
-            &l.ff_out,
-            cfg.act,
-            norm,
-            &ws.x[..n],
-            rows,
-            &mut ws.proj[..n],
-        );
-        std::mem::swap(&mut ws.x, &mut ws.proj);
+        l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
     }
 }

@@ -31,32 +31,44 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::config::DebertaConfig;
-use crate::models::layers::dense::{Dense, Output};
+use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::encoder::Sequence;
-use crate::models::layers::encoder::{check_sequences, feed_forward, EncoderWeights, Norm};
+use crate::models::layers::encoder::{
+    check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Workspace,
+};
 use crate::models::layers::kernels::{
     layer_norm_row, matmul, softmax_rows, with_scratch, Linear, Mat, Then, Threads, Weight,
 };
-use crate::models::layers::quant::QuantRows;
 use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
 
-/// One encoder layer.
+/// One encoder layer: a post-norm layer and its position projections.
 #[derive(Debug, Clone)]
 struct Layer {
-    /// Queries, keys and values stacked (`3 * hidden` outputs).
-    qkv: Dense,
-    out: Dense,
-    attn_norm: Norm,
-    ff_in: Dense,
-    ff_out: Dense,
-    ff_norm: Norm,
+    base: PostNormLayer,
     /// `(2 span, hidden)`: the relative embeddings through the key projection, divided by the
     /// attention scale (empty without `c2p`).
     pos_key: Vec<f32>,
     /// The same through the query projection (empty without `p2c`).
     pos_query: Vec<f32>,
 }
+
+impl std::ops::Deref for Layer {
+    type Target = PostNormLayer;
+
+    fn deref(&self) -> &PostNormLayer {
+        &self.base
+    }
+}
+
+/// Where DeBERTa's attention tensors are.
+const ATTENTION: AttentionNames = AttentionNames {
+    q: "self.query_proj",
+    k: "self.key_proj",
+    v: "self.value_proj",
+    out: "output.dense",
+    norm: "output.LayerNorm",
+};
 
 /// A DeBERTa-v2 / v3 encoder's weights, in f32 or int8 linear layers.
 #[derive(Debug)]
@@ -188,11 +200,8 @@ impl DebertaEncoder {
         let scale = 1.0 / ((cfg.head_dim() as f32) * cfg.scale_factor() as f32).sqrt();
         let layers = (0..cfg.layers)
             .map(|n| {
-                let l = format!("encoder.layer.{n}");
-                let att = format!("{l}.attention");
-                let q = w.encoder_linear(&format!("{att}.self.query_proj"), h, h)?;
-                let k = w.encoder_linear(&format!("{att}.self.key_proj"), h, h)?;
-                let v = w.encoder_linear(&format!("{att}.self.value_proj"), h, h)?;
+                let att = format!("encoder.layer.{n}.attention");
+                let [q, k, v] = w.qkv(n, &ATTENTION, h)?;
                 let pos_key = match (cfg.c2p, cfg.share_att_key) {
                     (false, _) => Vec::new(),
                     (true, true) => project(&k, &rel, span2, scale),
@@ -209,22 +218,8 @@ impl DebertaEncoder {
                         project(&p, &rel, span2, scale)
                     }
                 };
-                let qkv = Linear {
-                    weight: Weight::F32(
-                        [q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat(),
-                    ),
-                    bias: [q.bias, k.bias, v.bias].concat(),
-                    inputs: h,
-                    outputs: 3 * h,
-                };
-                let dense = |linear| Dense::new(linear, precision);
                 Ok(Layer {
-                    qkv: dense(qkv),
-                    out: dense(w.encoder_linear(&format!("{att}.output.dense"), h, h)?),
-                    attn_norm: w.norm(&format!("{att}.output.LayerNorm"), h)?,
-                    ff_in: dense(w.encoder_linear(&format!("{l}.intermediate.dense"), i, h)?),
-                    ff_out: dense(w.encoder_linear(&format!("{l}.output.dense"), h, i)?),
-                    ff_norm: w.norm(&format!("{l}.output.LayerNorm"), h)?,
+                    base: w.post_norm_layer(n, &ATTENTION, [q, k, v], (h, i), precision)?,
                     pos_key,
                     pos_query,
                 })
@@ -355,30 +350,7 @@ impl DebertaEncoder {
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         let rows = if first_only { starts.len() } else { total };
         self.attention(l, qkv, &mut ws.ctx[..rows * h], batch);
-        if first_only {
-            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
-            for (i, &s) in starts.iter().enumerate() {
-                ws.x.copy_within(s * h..(s + 1) * h, i * h);
-            }
-        }
-        // x = LN(x + O ctx), computed in `proj`, which then becomes `x`.
-        let n = rows * h;
-        let then = l.attn_norm.after(&ws.x[..n], cfg.eps);
-        l.out
-            .forward(&ws.ctx[..n], rows, &mut ws.proj[..n], &mut ws.quant, then);
-        std::mem::swap(&mut ws.x, &mut ws.proj);
-        // x = LN(x + W2 act(W1 x)), the same way.
-        let norm = l.ff_norm.after(&ws.x[..n], cfg.eps);
-        feed_forward(
-            &l.ff_in,
-            &l.ff_out,
-            cfg.act,
-            norm,
-            &ws.x[..n],
-            rows,
-            &mut ws.proj[..n],
-        );
-        std::mem::swap(&mut ws.x, &mut ws.proj);
+        l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
     }
 
     /// Disentangled attention within each sequence, all heads, into `ctx`: one row per token
@@ -541,31 +513,5 @@ impl Terms<'_> {
         }
         softmax_rows(scores, n);
         matmul(Mat::new(scores, nq, n), v, out, d, 1.0, false, Threads::One);
-    }
-}
-
-/// The buffers of one batch, sized for its tokens.
-struct Workspace {
-    /// Hidden states `(tokens, hidden)`.
-    x: Vec<f32>,
-    /// Stacked queries, keys and values `(tokens, 3 * hidden)`.
-    qkv: Vec<f32>,
-    /// Attention context `(tokens, hidden)`.
-    ctx: Vec<f32>,
-    /// Projection outputs `(tokens, hidden)`.
-    proj: Vec<f32>,
-    /// The quantized inputs of the int8 linear layers (empty in f32).
-    quant: QuantRows,
-}
-
-impl Workspace {
-    fn new(tokens: usize, h: usize) -> Self {
-        Workspace {
-            x: vec![0.0; tokens * h],
-            qkv: vec![0.0; tokens * 3 * h],
-            ctx: vec![0.0; tokens * h],
-            proj: vec![0.0; tokens * h],
-            quant: QuantRows::default(),
-        }
     }
 }

@@ -13,6 +13,7 @@ use super::kernels::{with_scratch, Act, Linear, Then, Weight};
 use super::quant::QuantRows;
 use super::weights::Weights;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
+use crate::models::Precision;
 use crate::{Error, Result};
 
 /// A layer norm's scale and shift (zeros where a model has no norm bias: adding them changes
@@ -259,6 +260,109 @@ impl EncoderWeights {
         Ok(Norm {
             weight: self.encoder(&format!("{name}.{w}"), &[n])?,
             bias: self.encoder(&format!("{name}.{b}"), &[n])?,
+        })
+    }
+}
+
+/// One post-norm encoder layer's weights (BERT / XLM-R, DeBERTa, MPNet):
+/// `x = LN(x + out · attention(qkv · x))`, then `x = LN(x + ff_out · act(ff_in · x))`.
+/// `qkv` holds the query, key and value projections stacked (`3 * hidden` outputs), so one
+/// product computes all three.
+#[derive(Debug, Clone)]
+pub(crate) struct PostNormLayer {
+    pub qkv: Dense,
+    pub out: Dense,
+    pub attn_norm: Norm,
+    pub ff_in: Dense,
+    pub ff_out: Dense,
+    pub ff_norm: Norm,
+}
+
+impl PostNormLayer {
+    /// The rest of the layer once its attention context is in `ws.ctx` (`rows` rows): with
+    /// `first_only`, each sequence's first residual row (at `starts`) moves to the front of
+    /// `ws.x`; then `x = LN(x + out · ctx)` and `x = LN(x + ff_out · act(ff_in · x))`, each
+    /// computed in `ws.proj`, which then becomes `ws.x`. `(hidden, eps, act)` are the model's.
+    pub fn finish(
+        &self,
+        ws: &mut Workspace,
+        starts: &[usize],
+        first_only: bool,
+        rows: usize,
+        (h, eps, act): (usize, f32, Act),
+    ) {
+        if first_only {
+            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
+            for (i, &s) in starts.iter().enumerate() {
+                ws.x.copy_within(s * h..(s + 1) * h, i * h);
+            }
+        }
+        let n = rows * h;
+        let then = self.attn_norm.after(&ws.x[..n], eps);
+        self.out
+            .forward(&ws.ctx[..n], rows, &mut ws.proj[..n], &mut ws.quant, then);
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+        let norm = self.ff_norm.after(&ws.x[..n], eps);
+        feed_forward(
+            &self.ff_in,
+            &self.ff_out,
+            act,
+            norm,
+            &ws.x[..n],
+            rows,
+            &mut ws.proj[..n],
+        );
+        std::mem::swap(&mut ws.x, &mut ws.proj);
+    }
+}
+
+/// Where a post-norm layer's attention tensors are, relative to `encoder.layer.N.attention.`
+/// (the feed-forward ones are `intermediate.dense`, `output.dense` and `output.LayerNorm` in
+/// every such model).
+pub(crate) struct AttentionNames {
+    pub q: &'static str,
+    pub k: &'static str,
+    pub v: &'static str,
+    pub out: &'static str,
+    pub norm: &'static str,
+}
+
+impl EncoderWeights {
+    /// Layer `n`'s query, key and value projections (`hidden` wide), in f32.
+    pub fn qkv(&self, n: usize, names: &AttentionNames, hidden: usize) -> Result<[Linear; 3]> {
+        let att = format!("encoder.layer.{n}.attention");
+        let read = |name: &str| self.encoder_linear(&format!("{att}.{name}"), hidden, hidden);
+        Ok([read(names.q)?, read(names.k)?, read(names.v)?])
+    }
+
+    /// Layer `n` of `hidden` wide states and an `inner` wide feed-forward block, its query,
+    /// key and value projections `qkv` stacked into one, every linear layer in `precision`.
+    pub fn post_norm_layer(
+        &self,
+        n: usize,
+        names: &AttentionNames,
+        qkv: [Linear; 3],
+        (hidden, inner): (usize, usize),
+        precision: Precision,
+    ) -> Result<PostNormLayer> {
+        let (h, i) = (hidden, inner);
+        let l = format!("encoder.layer.{n}");
+        let att = format!("{l}.attention");
+        let [q, k, v] = qkv;
+        let stacked = Linear {
+            weight: Weight::F32([q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat()),
+            bias: [q.bias, k.bias, v.bias].concat(),
+            inputs: h,
+            outputs: 3 * h,
+        };
+        let dense = |linear| Dense::new(linear, precision);
+        Ok(PostNormLayer {
+            qkv: dense(stacked),
+            out: dense(self.encoder_linear(&format!("{att}.{}", names.out), h, h)?),
+            attn_norm: self.norm(&format!("{att}.{}", names.norm), h)?,
+            ff_in: dense(self.encoder_linear(&format!("{l}.intermediate.dense"), i, h)?),
+            ff_out: dense(self.encoder_linear(&format!("{l}.output.dense"), h, i)?),
+            ff_norm: self.norm(&format!("{l}.output.LayerNorm"), h)?,
         })
     }
 }

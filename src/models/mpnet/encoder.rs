@@ -32,12 +32,12 @@ use rayon::prelude::*;
 
 use super::config::{MpnetConfig, MAX_DISTANCE, NUM_BUCKETS, PADDING_IDX};
 use crate::models::layers::attention::QUERY_BLOCK;
-use crate::models::layers::dense::{Dense, Output};
+use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{
-    check_sequences, feed_forward, EncoderWeights, Norm, Sequence, Workspace,
+    check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Sequence, Workspace,
 };
 use crate::models::layers::kernels::{
-    layer_norm_row, matmul, softmax_rows, with_scratch, Linear, Mat, Then, Threads, Weight,
+    layer_norm_row, matmul, softmax_rows, with_scratch, Mat, Then, Threads,
 };
 use crate::models::{packed_starts, Precision};
 use crate::{Error, Result};
@@ -85,22 +85,17 @@ pub(crate) fn position_ids(ids: &[u32]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
-/// One encoder layer; `qkv` holds `attn.q`, `attn.k` and `attn.v` stacked (`3 * hidden`
-/// outputs), so one product computes all three.
-#[derive(Debug, Clone)]
-struct Layer {
-    qkv: Dense,
-    /// `attn.o`.
-    out: Dense,
-    /// `attention.LayerNorm`.
-    attn_norm: Norm,
-    /// `intermediate.dense`.
-    ff_in: Dense,
-    /// `output.dense`.
-    ff_out: Dense,
-    /// `output.LayerNorm`.
-    ff_norm: Norm,
-}
+/// One encoder layer.
+type Layer = PostNormLayer;
+
+/// Where MPNet's attention tensors are.
+const ATTENTION: AttentionNames = AttentionNames {
+    q: "attn.q",
+    k: "attn.k",
+    v: "attn.v",
+    out: "attn.o",
+    norm: "LayerNorm",
+};
 
 /// An MPNet encoder's weights: embeddings, layer norms and the relative bias in f32, linear
 /// layers in f32 panels or int8.
@@ -159,28 +154,8 @@ impl MpnetEncoder {
         )?;
         let layers = (0..cfg.layers)
             .map(|n| {
-                let l = format!("encoder.layer.{n}");
-                let att = format!("{l}.attention");
-                let q = w.encoder_linear(&format!("{att}.attn.q"), h, h)?;
-                let k = w.encoder_linear(&format!("{att}.attn.k"), h, h)?;
-                let v = w.encoder_linear(&format!("{att}.attn.v"), h, h)?;
-                let qkv = Linear {
-                    weight: Weight::F32(
-                        [q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat(),
-                    ),
-                    bias: [q.bias, k.bias, v.bias].concat(),
-                    inputs: h,
-                    outputs: 3 * h,
-                };
-                let dense = |linear| Dense::new(linear, precision);
-                Ok(Layer {
-                    qkv: dense(qkv),
-                    out: dense(w.encoder_linear(&format!("{att}.attn.o"), h, h)?),
-                    attn_norm: w.norm(&format!("{att}.LayerNorm"), h)?,
-                    ff_in: dense(w.encoder_linear(&format!("{l}.intermediate.dense"), i, h)?),
-                    ff_out: dense(w.encoder_linear(&format!("{l}.output.dense"), h, i)?),
-                    ff_norm: w.norm(&format!("{l}.output.LayerNorm"), h)?,
-                })
+                let qkv = w.qkv(n, &ATTENTION, h)?;
+                w.post_norm_layer(n, &ATTENTION, qkv, (h, i), precision)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(MpnetEncoder {
@@ -284,30 +259,7 @@ impl MpnetEncoder {
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         let rows = if first_only { starts.len() } else { total };
         self.attention(qkv, &mut ws.ctx[..rows * h], batch);
-        if first_only {
-            // Row starts[i] moves to row i; starts[i] >= i, so no source is overwritten first.
-            for (i, &s) in starts.iter().enumerate() {
-                ws.x.copy_within(s * h..(s + 1) * h, i * h);
-            }
-        }
-        // x = LN(x + O ctx), computed in `proj`, which then becomes `x`.
-        let n = rows * h;
-        let then = l.attn_norm.after(&ws.x[..n], cfg.eps);
-        l.out
-            .forward(&ws.ctx[..n], rows, &mut ws.proj[..n], &mut ws.quant, then);
-        std::mem::swap(&mut ws.x, &mut ws.proj);
-        // x = LN(x + W2 act(W1 x)), the same way.
-        let norm = l.ff_norm.after(&ws.x[..n], cfg.eps);
-        feed_forward(
-            &l.ff_in,
-            &l.ff_out,
-            cfg.act,
-            norm,
-            &ws.x[..n],
-            rows,
-            &mut ws.proj[..n],
-        );
-        std::mem::swap(&mut ws.x, &mut ws.proj);
+        l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
     }
 
     /// Attention with the relative bias within each sequence, all heads, into `ctx`: one row
