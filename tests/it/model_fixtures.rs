@@ -197,3 +197,27 @@ impl Drop for Broken {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The variant folders of a sweep fixture (`tests/fixtures/<sweep>/<arch>/<variant>/`, each with
+/// an `expected.json`), as (architecture, folder), sorted.
+pub fn sweep_variants(sweep: &str) -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(sweep);
+    let mut out = Vec::new();
+    for arch in std::fs::read_dir(&root).unwrap() {
+        let arch = arch.unwrap().path();
+        if !arch.is_dir() {
+            continue;
+        }
+        for variant in std::fs::read_dir(&arch).unwrap() {
+            let variant = variant.unwrap().path();
+            if variant.join("expected.json").is_file() {
+                let name = arch.file_name().unwrap().to_string_lossy().into_owned();
+                out.push((name, variant));
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -273,7 +273,7 @@ fn scratch(tag: &str) -> PathBuf {
 /// A Qwen2 config the decoder cannot honour is refused, naming config.json and the key.
 #[test]
 fn unsupported_qwen2_configs_are_refused_naming_file_and_key() {
-    let edits: [(&str, Value, &str); 4] = [
+    let edits: [(&str, Value, &str); 5] = [
         (
             "use_sliding_window",
             Value::Bool(true),
@@ -283,8 +283,13 @@ fn unsupported_qwen2_configs_are_refused_naming_file_and_key() {
         ("intermediate_size", Value::from(96), "intermediate_size"),
         (
             "rope_scaling",
-            serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
-            "RoPE scaling",
+            serde_json::json!({"rope_type": "longrope", "factor": 4.0}),
+            "rope_scaling: rope_type \"longrope\" is not supported",
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear"}),
+            "needs factor",
         ),
     ];
     for (key, value, needle) in edits {

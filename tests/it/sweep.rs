@@ -9,40 +9,18 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 
 use rerank::models::ModelOptions;
 use rerank::rerankers::{load_reranker, RerankQuery};
 
-use crate::model_fixtures::{assert_close, check_cross_encoder};
+use crate::model_fixtures::{assert_close, check_cross_encoder, sweep_variants};
 
 /// Logits agree with transformers' to this.
 const TOL: f32 = 1e-5;
 
-/// The variant folders of `tests/fixtures/sweep`, as (architecture, folder), sorted.
-fn variants() -> Vec<(String, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
-    let mut out = Vec::new();
-    for arch in std::fs::read_dir(&root).unwrap() {
-        let arch = arch.unwrap().path();
-        if !arch.is_dir() {
-            continue;
-        }
-        for variant in std::fs::read_dir(&arch).unwrap() {
-            let variant = variant.unwrap().path();
-            if variant.join("expected.json").is_file() {
-                let name = arch.file_name().unwrap().to_string_lossy().into_owned();
-                out.push((name, variant));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn every_config_variant_matches_transformers() {
-    let variants = variants();
+    let variants = sweep_variants("sweep");
     assert!(variants.len() >= 20, "{} variants", variants.len());
     // (tokens, batch size): everything in one batch, then budgets that split it.
     let budgets = [(usize::MAX, 64), (300, 2)];

@@ -13,33 +13,12 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 
 use rerank::models::ModelOptions;
 use rerank::{load_embedder, Qwen3Embedder, Role};
 
+use crate::model_fixtures::sweep_variants;
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
-
-/// The variant folders, as (architecture, folder), sorted.
-fn variants() -> Vec<(String, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep_decoders");
-    let mut out = Vec::new();
-    for arch in std::fs::read_dir(&root).unwrap() {
-        let arch = arch.unwrap().path();
-        if !arch.is_dir() {
-            continue;
-        }
-        for variant in std::fs::read_dir(&arch).unwrap() {
-            let variant = variant.unwrap().path();
-            if variant.join("expected.json").is_file() {
-                let name = arch.file_name().unwrap().to_string_lossy().into_owned();
-                out.push((name, variant));
-            }
-        }
-    }
-    out.sort();
-    out
-}
 
 /// The variants the crate refuses, with the key their error names.
 const REFUSED: [(&str, &str); 4] = [
@@ -51,7 +30,7 @@ const REFUSED: [(&str, &str); 4] = [
 
 #[test]
 fn every_decoder_variant_matches_sentence_transformers() {
-    let variants = variants();
+    let variants = sweep_variants("sweep_decoders");
     assert!(variants.len() >= 20, "{} variants", variants.len());
     let mut worst: BTreeMap<String, (usize, f64)> = BTreeMap::new();
     let mut failed = Vec::new();
