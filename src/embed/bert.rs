@@ -8,8 +8,9 @@ use std::path::Path;
 use super::builder::EmbedderBuilder;
 use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec};
 use super::{Embedder, Role};
-use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
+use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
+use crate::models::layers::encoder::single_texts;
 use crate::{Error, Result};
 
 /// Default [`ModelOptions::token_budget`](crate::models::ModelOptions::token_budget) (texts x longest text; no padding is computed).
@@ -104,16 +105,7 @@ impl PackedEncoder for Encoder {
 
     /// One token type (0) per token: the embedders encode single texts.
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let zeros = vec![0u32; longest];
-        let seqs: Vec<Sequence<'_>> = rows
-            .iter()
-            .map(|ids| Sequence {
-                ids,
-                types: &zeros[..ids.len()],
-            })
-            .collect();
-        self.forward(&seqs, output)
+        single_texts(rows, |seqs| self.forward(seqs, output))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::gte::config::{GteConfig, Spelling};
 use crate::models::gte::encoder::GteEncoder;
 use crate::models::layers::dense::Output;
-use crate::models::layers::encoder::{EncoderWeights, Sequence};
+use crate::models::layers::encoder::{single_texts, EncoderWeights};
 use crate::models::ModelDir;
 use crate::{Error, Result};
 
@@ -83,16 +83,7 @@ impl PackedEncoder for GteEncoder {
 
     /// Single texts: every token of type 0.
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let zeros = vec![0u32; longest];
-        let seqs: Vec<Sequence<'_>> = rows
-            .iter()
-            .map(|ids| Sequence {
-                ids,
-                types: &zeros[..ids.len()],
-            })
-            .collect();
-        self.forward(&seqs, output)
+        single_texts(rows, |seqs| self.forward(seqs, output))
     }
 }
 

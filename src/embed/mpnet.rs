@@ -7,7 +7,7 @@ use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec
 use super::{Embedder, Role};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::layers::dense::Output;
-use crate::models::layers::encoder::{EncoderWeights, Sequence};
+use crate::models::layers::encoder::{single_texts, EncoderWeights};
 use crate::models::mpnet::config::MpnetConfig;
 use crate::models::mpnet::encoder::{MpnetEncoder, PREFIXES};
 use crate::models::ModelDir;
@@ -77,16 +77,7 @@ impl PackedEncoder for MpnetEncoder {
 
     /// Single texts (MPNet has no token types; the sequences carry zeros).
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let zeros = vec![0u32; longest];
-        let seqs: Vec<Sequence<'_>> = rows
-            .iter()
-            .map(|ids| Sequence {
-                ids,
-                types: &zeros[..ids.len()],
-            })
-            .collect();
-        self.forward(&seqs, output)
+        single_texts(rows, |seqs| self.forward(seqs, output))
     }
 }
 

@@ -115,7 +115,7 @@ impl PairTokenizer {
 
     /// The tokens `document` alone has, with their byte ranges (for [`Passages`]).
     ///
-    /// [`Passages`]: crate::rerankers::Passages
+    /// [`Passages`]: crate::text::passages::Passages
     pub(crate) fn document_tokens(
         &self,
         document: &str,

@@ -1,9 +1,8 @@
 //! The registry of known models: what a hub name stands for before anything is downloaded.
 //!
-//! [`load_embedder`](crate::load_embedder) and
-//! [`load_reranker`](crate::rerankers::load_reranker) look a name up here to refuse a model the
-//! crate cannot run before fetching gigabytes, and to fill in the prompts a model card asks
-//! for when the model's own `config_sentence_transformers.json` leaves them out (bge's query
+//! [`load_embedder`](crate::load_embedder) and the rerankers' `load_reranker` look a name up
+//! here to refuse a model the crate cannot run before fetching gigabytes, and to fill in the
+//! prompts a model card asks for when the model's own `config_sentence_transformers.json` leaves them out (bge's query
 //! instruction, e5's `query: ` / `passage: `). Everything else is read from the model's
 //! directory, which wins where the two differ. `docs/models.md` is this table with the
 //! figures each model was tested to.

@@ -249,15 +249,11 @@ impl GteEncoder {
         let rope = self.rope(batch.longest());
         let mut ws = Workspace::new(batch.tokens(), h);
         self.embed(seqs, &mut ws.x);
-        let n_layers = self.layers.len();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let first_only = output == Output::FirstToken && i + 1 == n_layers;
+        output.each_layer(&self.layers, |layer, first_only| {
             self.layer(layer, &mut ws, &batch, &rope, first_only);
-        }
-        if output == Output::FirstToken {
-            // The last layer left one row per sequence at the front (configs have >= 1 layer).
-            ws.x.truncate(seqs.len() * h);
-        }
+        });
+        // With first tokens only, the last layer left one row per sequence at the front.
+        ws.x.truncate(output.rows(batch.tokens(), seqs.len()) * h);
         Ok(ws.x)
     }
 

@@ -82,3 +82,23 @@ pub(crate) enum Output {
     /// The first token of each sequence (`[CLS]` / `<s>` heads).
     FirstToken,
 }
+
+impl Output {
+    /// The rows of hidden states a batch of `sequences` sequences and `tokens` tokens gives.
+    pub fn rows(self, tokens: usize, sequences: usize) -> usize {
+        match self {
+            Output::AllTokens => tokens,
+            Output::FirstToken => sequences,
+        }
+    }
+
+    /// Runs every one of `layers` with `run(layer, first_only)`, `first_only` set on the last
+    /// layer when only each sequence's first token is wanted: that layer computes those rows
+    /// only and leaves them at the front of the states.
+    pub fn each_layer<L>(self, layers: &[L], mut run: impl FnMut(&L, bool)) {
+        let last = layers.len().saturating_sub(1);
+        for (i, layer) in layers.iter().enumerate() {
+            run(layer, self == Output::FirstToken && i == last);
+        }
+    }
+}

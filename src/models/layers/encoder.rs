@@ -92,6 +92,21 @@ pub(crate) struct Sequence<'a> {
     pub types: &'a [u32],
 }
 
+/// `run` over `rows` as sequences of one text each: every token of type 0 (what an embedder
+/// feeds a packed encoder).
+pub(crate) fn single_texts<R>(rows: &[&[u32]], run: impl FnOnce(&[Sequence<'_>]) -> R) -> R {
+    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let zeros = vec![0u32; longest];
+    let seqs: Vec<Sequence<'_>> = rows
+        .iter()
+        .map(|ids| Sequence {
+            ids,
+            types: &zeros[..ids.len()],
+        })
+        .collect();
+    run(&seqs)
+}
+
 /// Checks that every sequence of a packed encoder batch can be encoded: non-empty with one
 /// token type per token, at most `max_positions` tokens, ids below `vocab` and, where the
 /// model has token type embeddings (`type_vocab`), types below it. An

@@ -322,17 +322,11 @@ impl ModernBertEncoder {
         let rope = self.rope(batch.longest());
         let mut ws = Workspace::new(total, &self.cfg);
         self.embed(seqs, &mut ws.x);
-        let n_layers = self.layers.len();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let first_only = output == Output::FirstToken && i + 1 == n_layers;
+        output.each_layer(&self.layers, |layer, first_only| {
             self.layer(layer, &mut ws, &batch, &rope, first_only);
-        }
-        let rows = match output {
-            Output::AllTokens => total,
-            // The last layer left one row per sequence at the front (configs have >= 1 layer).
-            Output::FirstToken => seqs.len(),
-        };
-        ws.x.truncate(rows * h);
+        });
+        // With first tokens only, the last layer left one row per sequence at the front.
+        ws.x.truncate(output.rows(total, seqs.len()) * h);
         let (norm, eps) = (&self.final_norm, self.cfg.eps);
         ws.x.par_chunks_mut(h * ROWS_PER_TASK)
             .for_each(|rows| norm_rows(rows, norm, eps));

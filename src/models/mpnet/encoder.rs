@@ -189,9 +189,7 @@ impl MpnetEncoder {
         let bias = self.position_bias(lens.iter().copied().max().unwrap_or(1));
         let mut ws = Workspace::new(total, h);
         self.embed(seqs, &mut ws.x);
-        let n_layers = self.layers.len();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let first_only = output == Output::FirstToken && i + 1 == n_layers;
+        output.each_layer(&self.layers, |layer, first_only| {
             let batch = Batch {
                 lens: &lens,
                 starts: &starts,
@@ -199,11 +197,9 @@ impl MpnetEncoder {
                 first_only,
             };
             self.layer(layer, &mut ws, &batch);
-        }
-        if output == Output::FirstToken {
-            // The last layer left one row per sequence at the front (configs have >= 1 layer).
-            ws.x.truncate(seqs.len() * h);
-        }
+        });
+        // With first tokens only, the last layer left one row per sequence at the front.
+        ws.x.truncate(output.rows(total, seqs.len()) * h);
         Ok(ws.x)
     }
 
