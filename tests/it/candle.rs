@@ -3,7 +3,7 @@
 //! embedders (BERT in five layouts, XLM-R, ModernBERT, Qwen3 with left and right padding, the
 //! real all-MiniLM-L6-v2 when it is there), Qwen3-Reranker and mxbai-rerank-v2, each within
 //! 1e-4 of the references (cosine >= 0.99999 for embeddings), printed next to the CPU
-//! engine's error on the same inputs.
+//! engine's error on the same inputs; and the Qwen decoders' sliding-window variants.
 //!
 //! The device is `RERANK_TEST_DEVICE` (`candle-cpu` when unset, as in CI; `cuda:0` on a GPU
 //! machine, through `scripts/gpu_check.sh`); `RERANK_SHARED_FIXTURES` points at the shared
@@ -202,9 +202,29 @@ fn bare(dir: &Path) -> (Box<dyn Embedder>, Box<dyn Fn(&str) -> Vec<u32>>) {
     match model_type.as_str() {
         "bert" | "xlm-roberta" => build!(BertEmbedder),
         "modernbert" => build!(ModernBertEmbedder),
-        "qwen3" => build!(Qwen3Embedder),
+        "qwen3" | "qwen2" => build!(Qwen3Embedder),
         other => panic!("no embedder for {other}"),
     }
+}
+
+/// The decoder sweep's sliding-window variants (layers that see only the last `window` keys,
+/// texts longer than the window) on the device, as on the CPU.
+#[test]
+fn sliding_window_decoders_match_sentence_transformers() {
+    let mut checked = 0;
+    for (arch, dir) in crate::model_fixtures::sweep_variants("sweep_decoders") {
+        let name = format!("{arch}/{}", dir.file_name().unwrap().to_string_lossy());
+        if !name.contains("sliding") {
+            continue;
+        }
+        let want = &expected_in(&dir)["case"];
+        let e = load_embedder(&dir, &candle()).unwrap();
+        let (bare, ids) = bare(&dir);
+        let worst = assert_matches_sentence_transformers(&name, want, &*e, &*bare, &*ids);
+        println!("{name}: candle smallest cosine {worst:.9}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "the four sliding-window variants");
 }
 
 #[test]

@@ -275,9 +275,9 @@ fn scratch(tag: &str) -> PathBuf {
 fn unsupported_qwen2_configs_are_refused_naming_file_and_key() {
     let edits: [(&str, Value, &str); 5] = [
         (
-            "use_sliding_window",
-            Value::Bool(true),
-            "use_sliding_window",
+            "layer_types",
+            serde_json::json!(["sliding_attention"]),
+            "layer_types has 1 entries",
         ),
         ("hidden_act", Value::from("gelu"), "hidden_act"),
         ("intermediate_size", Value::from(96), "intermediate_size"),

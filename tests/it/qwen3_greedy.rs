@@ -143,6 +143,43 @@ fn decoding_without_the_kv_cache_gives_the_same_ids() {
     }
 }
 
+/// With a sliding window (every layer from layer 1 on sees its last 5 keys, transformers'
+/// `max_window_layers` rule; the 24 new tokens go past it) the decode steps read the cache within the window as the prompt
+/// pass does: cached and uncached decoding agree, and the window changes what is generated.
+#[test]
+fn a_sliding_window_decodes_the_same_with_and_without_the_cache() {
+    let Some((model, cases)) = load() else { return };
+    let dir = std::env::temp_dir().join(format!("rerank-qwen3-sliding-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::common::copy_dir(&Path::new(FIXTURE).join("model"), &dir);
+    let path = dir.join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["use_sliding_window"] = Value::Bool(true);
+    config["sliding_window"] = Value::from(5);
+    config["max_window_layers"] = Value::from(1);
+    config.as_object_mut().unwrap().remove("layer_types");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let sliding = Qwen3Chat::from_dir(&dir).unwrap();
+    let mut changed = 0;
+    for c in &cases {
+        let cached = sliding.generate_ids(&c.prompt_ids, &greedy(24)).unwrap();
+        let uncached = sliding
+            .generate_ids(
+                &c.prompt_ids,
+                &DecodeParams {
+                    use_kv_cache: false,
+                    ..greedy(24)
+                },
+            )
+            .unwrap();
+        assert_eq!(cached.ids, uncached.ids, "{:?}", c.prompt);
+        let full = model.generate_ids(&c.prompt_ids, &greedy(24)).unwrap();
+        changed += usize::from(full.ids != cached.ids);
+    }
+    assert!(changed > 0, "the window changed no generation");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sampling_is_reproducible_with_a_seed() {
     let Some((model, cases)) = load() else { return };

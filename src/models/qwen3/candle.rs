@@ -186,15 +186,19 @@ impl CandleDecoder {
     /// those run once (their keys and values kept), then the rest of each prompt, left-padded,
     /// attends to them and to itself.
     fn forward(&self, prompts: &[&[u32]], shared: usize) -> candle_core::Result<Tensor> {
+        let windows = self.windows();
         let prefix = match shared {
             0 => None,
             p => {
                 let ids = Tensor::from_vec(prompts[0][..p].to_vec(), (1, p), &self.device)?;
                 let positions: Vec<u32> = (0..p as u32).collect();
-                let mask: Vec<f32> = (0..p)
-                    .flat_map(|q| (0..p).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
-                    .collect();
-                Some(self.layers_over(&ids, positions, mask, None, true)?.1)
+                let masks = windows.iter().map(|&w| {
+                    (0..p)
+                        .flat_map(|q| (0..p).map(move |k| visible(k, q, w)))
+                        .collect()
+                });
+                let masks = masks.collect();
+                Some(self.layers_over(&ids, positions, masks, None, true)?.1)
             }
         };
         let rest: Vec<&[u32]> = prompts.iter().map(|p| &p[shared..]).collect();
@@ -206,39 +210,64 @@ impl CandleDecoder {
             .flat_map(|r| std::iter::repeat_n(0, t - r.len()).chain(r.iter().copied()))
             .collect();
         let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
-        // Positions after the shared prefix; every token sees the whole prefix, then its own
-        // prompt's real tokens up to itself (a padding row sees the prefix, or itself).
+        // Positions after the shared prefix; every token sees the whole prefix (within its
+        // window), then its own prompt's real tokens up to itself (a padding row sees the
+        // prefix, or itself).
         let width = shared + t;
         let mut positions = Vec::with_capacity(b * t);
-        let mut mask = vec![f32::NEG_INFINITY; b * t * width];
-        for (i, r) in rest.iter().enumerate() {
+        for r in &rest {
             let pad = t - r.len();
             positions.extend((0..t).map(|j| (shared + j.saturating_sub(pad)) as u32));
-            for q in 0..t {
-                let row = &mut mask[(i * t + q) * width..(i * t + q + 1) * width];
-                row[..shared].iter_mut().for_each(|m| *m = 0.0);
-                let own = &mut row[shared..];
-                match q < pad {
-                    true if shared == 0 => own[q] = 0.0,
-                    true => {}
-                    false => own[pad..=q].iter_mut().for_each(|m| *m = 0.0),
+        }
+        let masks = windows.iter().map(|&w| {
+            let mut mask = vec![f32::NEG_INFINITY; b * t * width];
+            for (i, r) in rest.iter().enumerate() {
+                let pad = t - r.len();
+                for q in 0..t {
+                    let row = &mut mask[(i * t + q) * width..(i * t + q + 1) * width];
+                    let at = shared + q.saturating_sub(pad);
+                    for (k, m) in row[..shared].iter_mut().enumerate() {
+                        *m = visible(k, at, w);
+                    }
+                    let own = &mut row[shared..];
+                    match q < pad {
+                        true if shared == 0 => own[q] = 0.0,
+                        true => {}
+                        false => {
+                            for (j, m) in own.iter_mut().enumerate().take(q + 1).skip(pad) {
+                                *m = visible(shared + j - pad, at, w);
+                            }
+                        }
+                    }
                 }
             }
-        }
-        let (x, _) = self.layers_over(&ids, positions, mask, prefix.as_deref(), false)?;
+            mask
+        });
+        let masks = masks.collect();
+        let (x, _) = self.layers_over(&ids, positions, masks, prefix.as_deref(), false)?;
         let last = x.i((.., t - 1, ..))?.contiguous()?;
         self.norm.forward(&last)
     }
 
-    /// Every layer over `ids` `(b, t)` at `positions` with the additive `mask`
-    /// `(b, t, prefix + t)`, the keys and values of a shared prefix first when there is one;
-    /// the hidden states, and each layer's (keys, values) of these tokens when `keep`.
+    /// The windows the layers attend within: `[None]` when no layer slides, else
+    /// `[None, Some(window)]` (see [`Qwen3Config::window`]).
+    fn windows(&self) -> Vec<Option<usize>> {
+        match self.cfg.sliding_window {
+            None => vec![None],
+            Some(w) => vec![None, Some(w)],
+        }
+    }
+
+    /// Every layer over `ids` `(b, t)` at `positions` with the additive masks
+    /// `(b, t, prefix + t)` of [`Self::windows`] (a layer takes the one of its window), the
+    /// keys and values of a shared prefix first when there is one; the hidden states, and each
+    /// layer's (keys, values) of these tokens when `keep`.
     #[allow(clippy::type_complexity)]
     fn layers_over(
         &self,
         ids: &Tensor,
         positions: Vec<u32>,
-        mask: Vec<f32>,
+        masks: Vec<Vec<f32>>,
         prefix: Option<&[(Tensor, Tensor)]>,
         keep: bool,
     ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
@@ -248,7 +277,7 @@ impl CandleDecoder {
             self.cfg.num_key_value_heads,
             self.cfg.head_dim,
         );
-        let width = mask.len() / (b * t);
+        let width = masks[0].len() / (b * t);
         let positions = Tensor::from_vec(positions, b * t, &self.device)?;
         let cos = self
             .cos
@@ -260,11 +289,15 @@ impl CandleDecoder {
             .reshape((b, t, d / 2))?;
         // The additive mask, broadcast over the heads; scores, mask and softmax in f32 (in
         // f16 they cost a qwen3_tiny_a score 6e-2 instead of 3e-3).
-        let mask = Tensor::from_vec(mask, (b, 1, 1, t, width), &self.device)?;
+        let masks = masks
+            .into_iter()
+            .map(|m| Tensor::from_vec(m, (b, 1, 1, t, width), &self.device))
+            .collect::<candle_core::Result<Vec<_>>>()?;
         let scale = 1.0 / (d as f64).sqrt();
         let mut kept = Vec::new();
         let mut x = self.embed.forward(ids)?;
         for (n, layer) in self.layers.iter().enumerate() {
+            let mask = &masks[usize::from(self.cfg.window(n).is_some())];
             let residual = x.clone();
             let y = layer.input_norm.forward(&x)?;
             let split = |proj: &Linear, n: usize, norm: Option<&RmsNorm>| {
@@ -302,7 +335,7 @@ impl CandleDecoder {
             let scores = (q.matmul(&k.t()?)? * scale)?
                 .to_dtype(DType::F32)?
                 .reshape((b, kv, group, t, width))?
-                .broadcast_add(&mask)?;
+                .broadcast_add(mask)?;
             let probs =
                 candle_nn::ops::softmax_last_dim(&scores.reshape((b, kv, group * t, width))?)?
                     .to_dtype(self.dtype)?;
@@ -318,6 +351,17 @@ impl CandleDecoder {
             x = (residual + layer.down.forward(&mlp)?)?;
         }
         Ok((x, kept))
+    }
+}
+
+/// The additive mask entry of the key at position `key` for the query at position `query`:
+/// 0 when the query sees it (causal, and within `window` when there is one), else -inf.
+fn visible(key: usize, query: usize, window: Option<usize>) -> f32 {
+    let near = window.is_none_or(|w| key + w > query);
+    if key <= query && near {
+        0.0
+    } else {
+        f32::NEG_INFINITY
     }
 }
 

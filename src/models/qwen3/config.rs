@@ -73,6 +73,14 @@ pub struct Qwen3Config {
     pub vocab_size: Option<usize>,
     /// The longest sequence the model was trained for, when the config says.
     pub max_position_embeddings: Option<usize>,
+    /// How many keys a query of a sliding layer sees, itself included (`sliding_window` when
+    /// `use_sliding_window` is true; `None` when no layer slides).
+    pub sliding_window: Option<usize>,
+    /// Per layer, whether it attends within [`Qwen3Config::sliding_window`]
+    /// (`"sliding_attention"`) rather than over the whole prefix: `layer_types` when the
+    /// config has them, else the layers from `max_window_layers` on, as transformers derives
+    /// them.
+    pub sliding_layers: Vec<bool>,
 }
 
 /// The raw JSON, with the optional keys optional.
@@ -106,6 +114,12 @@ struct RawConfig {
     hidden_act: Option<String>,
     #[serde(default)]
     use_sliding_window: Option<bool>,
+    #[serde(default)]
+    sliding_window: Option<usize>,
+    #[serde(default)]
+    max_window_layers: Option<usize>,
+    #[serde(default)]
+    layer_types: Option<Vec<String>>,
     #[serde(default)]
     vocab_size: Option<usize>,
     #[serde(default)]
@@ -213,6 +227,62 @@ impl RopeParameters {
     }
 }
 
+/// The window and the sliding layers, as transformers 5's Qwen2 / Qwen3 configs derive them:
+/// the window is `sliding_window` (default 4096) when `use_sliding_window` is true;
+/// `layer_types`, when
+/// present, say which layers slide, else the layers from `max_window_layers` (default 28) on
+/// do. A `"sliding_attention"` layer without a window, or a layer type the crate does not
+/// know, is an error naming the key.
+fn sliding(raw: &RawConfig) -> Result<(Option<usize>, Vec<bool>)> {
+    let layers = raw.num_hidden_layers;
+    let window = match (raw.use_sliding_window, raw.sliding_window) {
+        (Some(true), Some(0)) => {
+            return Err(Error::model(
+                "sliding_window 0: a sliding layer must see at least its own token",
+            ))
+        }
+        // transformers' default window.
+        (Some(true), w) => Some(w.unwrap_or(4096)),
+        _ => None,
+    };
+    let sliding_layers = match &raw.layer_types {
+        Some(types) => {
+            if types.len() != layers {
+                return Err(Error::model(format!(
+                    "layer_types has {} entries for {layers} layers",
+                    types.len()
+                )));
+            }
+            let mut kinds = Vec::with_capacity(layers);
+            for (i, t) in types.iter().enumerate() {
+                kinds.push(match t.as_str() {
+                    "full_attention" => false,
+                    "sliding_attention" if window.is_some() => true,
+                    "sliding_attention" => {
+                        return Err(Error::model(format!(
+                            "layer_types[{i}] is \"sliding_attention\" but sliding_window is \
+                             off (use_sliding_window is not true)"
+                        )))
+                    }
+                    other => {
+                        return Err(Error::model(format!(
+                            "layer_types[{i}] {other:?} is not supported (\"full_attention\", \
+                             \"sliding_attention\")"
+                        )))
+                    }
+                });
+            }
+            kinds
+        }
+        None => {
+            let from = raw.max_window_layers.unwrap_or(28);
+            (0..layers).map(|i| window.is_some() && i >= from).collect()
+        }
+    };
+    let window = window.filter(|_| sliding_layers.contains(&true));
+    Ok((window, sliding_layers))
+}
+
 /// The most positions a Qwen3 model is loaded for (`max_position_embeddings`, or a builder's
 /// `max_length`): the RoPE table and the KV cache are sized by it, so a larger value from a
 /// config file is an error, never an allocation of that size.
@@ -283,11 +353,6 @@ impl Qwen3Config {
                 )));
             }
         }
-        if raw.use_sliding_window == Some(true) {
-            return Err(Error::model(
-                "use_sliding_window is true: sliding-window attention is not supported",
-            ));
-        }
         // transformers 5 reads rope_parameters, else the older rope_scaling.
         let rope_scaling = match (&raw.rope_parameters, &raw.rope_scaling) {
             (Some(p), _) => p.scaling("rope_parameters", raw.max_position_embeddings)?,
@@ -350,6 +415,7 @@ impl Qwen3Config {
                 "rms_norm_eps {rms_norm_eps} must be finite and non-negative"
             )));
         }
+        let (sliding_window, sliding_layers) = sliding(&raw)?;
         let attention_bias = match family {
             DecoderFamily::Qwen3 => raw.attention_bias.unwrap_or(false),
             DecoderFamily::Qwen2 => true,
@@ -369,7 +435,18 @@ impl Qwen3Config {
             attention_bias,
             vocab_size: raw.vocab_size,
             max_position_embeddings: raw.max_position_embeddings.filter(|&n| n > 0),
+            sliding_window,
+            sliding_layers,
         })
+    }
+
+    /// The window of layer `layer`'s attention: `Some(w)` when a query sees only the `w` keys
+    /// ending at itself, `None` when it sees its whole prefix.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        match self.sliding_layers.get(layer) {
+            Some(true) => self.sliding_window,
+            _ => None,
+        }
     }
 
     /// Whether the q/k/v projections have biases.
@@ -509,9 +586,46 @@ mod tests {
             "\"use_sliding_window\": false",
             "\"use_sliding_window\": true",
         );
-        let e = Qwen3Config::from_json_str_for(&sliding, DecoderFamily::Qwen2)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("use_sliding_window"), "{e}");
+        let c = Qwen3Config::from_json_str_for(&sliding, DecoderFamily::Qwen2).unwrap();
+        // max_window_layers 2 of 2 layers: no layer slides.
+        assert_eq!(
+            (c.sliding_window, c.window(0), c.window(1)),
+            (None, None, None)
+        );
+        let sliding = sliding.replace("\"max_window_layers\": 2", "\"max_window_layers\": 1");
+        let c = Qwen3Config::from_json_str_for(&sliding, DecoderFamily::Qwen2).unwrap();
+        assert_eq!((c.window(0), c.window(1)), (None, Some(4096)));
+        let typed = sliding.replace(
+            "\"hidden_act\"",
+            "\"layer_types\": [\"sliding_attention\", \"full_attention\"], \"hidden_act\"",
+        );
+        let c = Qwen3Config::from_json_str_for(&typed, DecoderFamily::Qwen2).unwrap();
+        assert_eq!((c.window(0), c.window(1)), (Some(4096), None));
+        for (config, key) in [
+            (
+                typed.replace("\"full_attention\"", "\"chunked_attention\""),
+                "layer_types[1]",
+            ),
+            (
+                typed.replace("\"sliding_attention\", ", ""),
+                "layer_types has 1",
+            ),
+            (
+                typed.replace(
+                    "\"use_sliding_window\": true",
+                    "\"use_sliding_window\": false",
+                ),
+                "layer_types[0]",
+            ),
+            (
+                sliding.replace("\"sliding_window\": 4096", "\"sliding_window\": 0"),
+                "sliding_window 0",
+            ),
+        ] {
+            let e = Qwen3Config::from_json_str_for(&config, DecoderFamily::Qwen2)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
     }
 }

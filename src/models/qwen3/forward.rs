@@ -117,7 +117,7 @@ impl Qwen3Model {
             None => return Err(Error::model("a Qwen3 model without layers")),
         };
         for (i, layer) in rest.iter().enumerate() {
-            self.attend(layer, &batch, &mut ws, false);
+            self.attend(layer, cfg.window(i), &batch, &mut ws, false);
             if let Some(cache) = cache.as_deref_mut() {
                 cache.store(i, &ws.qkv, self.layout);
             }
@@ -128,7 +128,7 @@ impl Qwen3Model {
         // The last layer: keys and values from every row, everything else on each prompt's
         // last row only. A cache holds one prompt, which shares no rows, so `total` is its
         // length.
-        self.attend(last, &batch, &mut ws, true);
+        self.attend(last, cfg.window(rest.len()), &batch, &mut ws, true);
         if let Some(cache) = cache {
             cache.store(rest.len(), &ws.qkv, self.layout);
             cache.set_len(batch.total);
@@ -156,8 +156,16 @@ impl Qwen3Model {
 
     /// The first half of a layer, on every row: `x += o(attention(qkv(rms(x))))` up to the
     /// attention context, which is left in `ws.ctx` (one row per packed row, or with
-    /// `last_only` one per prompt, as `attention` computes them).
-    fn attend(&self, l: &Layer, b: &Packed, ws: &mut Workspace, last_only: bool) {
+    /// `last_only` one per prompt, as `attention` computes them). `window` is the layer's
+    /// sliding window, if it has one.
+    fn attend(
+        &self,
+        l: &Layer,
+        window: Option<usize>,
+        b: &Packed,
+        ws: &mut Workspace,
+        last_only: bool,
+    ) {
         let eps = self.eps();
         let t = b.total;
         let h = self.decoder.cfg.hidden_size;
@@ -177,6 +185,7 @@ impl Qwen3Model {
             &mut ws.heads,
             b,
             self.layout,
+            window,
             last_only,
         );
     }
@@ -352,13 +361,16 @@ thread_local! {
 
 /// Causal attention within each prompt into `ctx` (`(rows, q_heads * head_dim)`): one row per
 /// packed row, or with `last_only` one row per prompt (its last token's query against all of
-/// its keys). `heads` is scratch for the per-head outputs.
+/// its keys). With a `window`, a query sees only the `window` keys that end at itself (those
+/// of positions `p - window < k <= p`, as transformers' sliding-window mask). `heads` is
+/// scratch for the per-head outputs.
 fn attention(
     qkv: &[f32],
     ctx: &mut [f32],
     heads: &mut [f32],
     b: &Packed,
     layout: QkvLayout,
+    window: Option<usize>,
     last_only: bool,
 ) {
     let (nh, d) = (layout.q_heads, layout.head_dim);
@@ -416,9 +428,12 @@ fn attention(
                 let one = Threads::One;
                 matmul(q, shared_keys.t(), &mut scores, width, scale, false, one);
                 matmul(q, own_keys, &mut scores[c..], width, scale, false, one);
+                // Column j of a row is the key at position j of the prompt.
                 for (r, row) in scores.chunks_exact_mut(width).enumerate() {
                     let visible = c + q0 + r + 1;
-                    softmax_row(&mut row[..visible]);
+                    let from = window.map_or(0, |w| visible.saturating_sub(w));
+                    softmax_row(&mut row[from..visible]);
+                    row[..from].fill(0.0);
                     row[visible..].fill(0.0);
                 }
                 let p = Mat::new(&scores, nq, width);

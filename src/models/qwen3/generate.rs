@@ -183,7 +183,7 @@ impl CausalLm {
             )));
         }
         let model = &self.model;
-        let (layout, eps) = (model.layout, model.eps());
+        let (layout, eps, cfg) = (model.layout, model.eps(), &model.decoder.cfg);
         model.decoder.embed.lookup(&[id], &mut st.x)?;
         for (i, l) in model.decoder.layers.iter().enumerate() {
             rms_norm_row(&st.x, &mut st.hn, &l.input_norm, eps);
@@ -205,7 +205,7 @@ impl CausalLm {
                 &st.qkv[..qw],
                 &st.cache.keys[i],
                 &st.cache.values[i],
-                pos + 1,
+                cfg.window(i).map_or(0, |w| (pos + 1).saturating_sub(w))..pos + 1,
                 st.cache.capacity,
                 layout,
                 &mut st.scores,
@@ -224,7 +224,8 @@ impl CausalLm {
     }
 }
 
-/// Attention of one query row (`q`, every query head) over the first `n` cached positions:
+/// Attention of one query row (`q`, every query head) over the cached positions `seen` (all
+/// up to the query's, or its sliding window):
 /// each query head reads its key/value head's columns in place (grouped-query attention
 /// without copies); one rayon task per query head. `scores` holds `capacity` weights per head.
 #[allow(clippy::too_many_arguments)]
@@ -232,7 +233,7 @@ fn attend_one(
     q: &[f32],
     keys: &[f32],
     values: &[f32],
-    n: usize,
+    seen: std::ops::Range<usize>,
     capacity: usize,
     layout: QkvLayout,
     scores: &mut [f32],
@@ -247,13 +248,13 @@ fn attend_one(
         .for_each(|(head, (out, scores))| {
             let kv = head / group;
             let q = &q[head * d..(head + 1) * d];
-            let scores = &mut scores[..n];
-            for (j, s) in scores.iter_mut().enumerate() {
+            let scores = &mut scores[seen.clone()];
+            for (j, s) in seen.clone().zip(scores.iter_mut()) {
                 *s = crate::simd::dot::dot_f32(q, &keys[j * kw + kv * d..][..d]) * scale;
             }
             softmax_row(scores);
             out.fill(0.0);
-            for (j, &p) in scores.iter().enumerate() {
+            for (j, &p) in seen.clone().zip(scores.iter()) {
                 let v = &values[j * kw + kv * d..][..d];
                 out.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
             }
