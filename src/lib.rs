@@ -110,7 +110,8 @@ pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
-    load_embedder, BertEmbedder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder,
+    load_embedder, BertEmbedder, ColbertEncoder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder,
+    Qwen3Embedder,
 };
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};

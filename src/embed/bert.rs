@@ -11,6 +11,7 @@ use super::{Embedder, Role};
 use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Output};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::layers::encoder::single_texts;
+use crate::models::{ModelDir, Precision};
 use crate::{Error, Result};
 
 /// Default [`ModelOptions::token_budget`](crate::models::ModelOptions::token_budget) (texts x longest text; no padding is computed).
@@ -75,27 +76,36 @@ impl BertEmbedder {
     fn load(builder: BertEmbedderBuilder) -> Result<Self> {
         let precision = builder.options.precision;
         EncoderEmbedder::load(&builder, "bert", |model_dir, value| {
-            let config_path = config_path(model_dir);
-            let family = Family::of(value, &config_path)?;
-            let config =
-                EncoderConfig::from_value(value, &config_path, family.roberta_positions())?;
-            let spec = EncoderSpec {
-                hidden: config.hidden,
-                max_positions: config.max_length(),
-                vocab: config.vocab,
-                family: match family {
-                    Family::Bert => EncoderFamily::Bert,
-                    Family::Roberta => EncoderFamily::Roberta,
-                },
-                id_prefix: family.id_prefix(),
-            };
-            Ok((spec, move |dir: &crate::models::ModelDir| {
-                let weights = EncoderWeights::open(dir, &[family.prefix()])?;
-                Encoder::load(&weights, config, precision)
-            }))
+            read(model_dir, value, precision)
         })
         .map(BertEmbedder)
     }
+}
+
+/// The BERT-family encoder (`bert`, `xlm-roberta`, `roberta`) of `model_dir`, whose parsed
+/// `config.json` is `value`: its shape, and its native loader in `precision`.
+pub(super) fn read(
+    model_dir: &ModelDir,
+    value: &serde_json::Value,
+    precision: Precision,
+) -> Result<(EncoderSpec, impl FnOnce(&ModelDir) -> Result<Encoder>)> {
+    let config_path = config_path(model_dir);
+    let family = Family::of(value, &config_path)?;
+    let config = EncoderConfig::from_value(value, &config_path, family.roberta_positions())?;
+    let spec = EncoderSpec {
+        hidden: config.hidden,
+        max_positions: config.max_length(),
+        vocab: config.vocab,
+        family: match family {
+            Family::Bert => EncoderFamily::Bert,
+            Family::Roberta => EncoderFamily::Roberta,
+        },
+        id_prefix: family.id_prefix(),
+    };
+    Ok((spec, move |dir: &ModelDir| {
+        let weights = EncoderWeights::open(dir, &[family.prefix()])?;
+        Encoder::load(&weights, config, precision)
+    }))
 }
 
 impl PackedEncoder for Encoder {
@@ -106,6 +116,17 @@ impl PackedEncoder for Encoder {
     /// One token type (0) per token: the embedders encode single texts.
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
         single_texts(rows, |seqs| self.forward(seqs, output))
+    }
+
+    fn encode_attending(
+        &self,
+        rows: &[&[u32]],
+        keys: &[usize],
+        output: Output,
+    ) -> Result<Vec<f32>> {
+        single_texts(rows, |seqs| {
+            self.forward_attending(seqs, Some(keys), output)
+        })
     }
 }
 

@@ -52,19 +52,21 @@ enum Activation {
 
 /// A `Dense` module: `activation(W x + b)`.
 #[derive(Debug, Clone)]
-struct DenseLayer {
+pub(crate) struct DenseLayer {
     /// `(outputs, inputs)`, row-major.
     weight: Vec<f32>,
     bias: Option<Vec<f32>>,
     inputs: usize,
-    outputs: usize,
+    /// The width of the vectors it makes.
+    pub outputs: usize,
     activation: Activation,
     /// SHA-256 (hex) of the module's `config.json` and weights, for the embedder id.
-    digest: String,
+    pub digest: String,
 }
 
 impl DenseLayer {
-    fn apply(&self, x: &[f32]) -> Vec<f32> {
+    /// `activation(W x + b)` of one vector `x` of the module's `in_features` values.
+    pub fn apply(&self, x: &[f32]) -> Vec<f32> {
         let dot = crate::simd::dot::kernel();
         (0..self.outputs)
             .map(|o| {
@@ -259,7 +261,7 @@ impl Layout {
                     ))
                 }
                 (_, "Dense") if pooling => {
-                    let layer = self.read_dense(dir, path)?;
+                    let layer = read_dense(dir, path, self.dim())?;
                     self.steps.push(Step::Dense(layer));
                 }
                 (_, "Normalize") if pooling => {
@@ -395,86 +397,6 @@ impl Layout {
                 Step::Normalize => None,
             })
             .unwrap_or_else(|| self.pooled_width())
-    }
-
-    /// Reads `{path}/config.json` and `{path}/model.safetensors` of a Dense module.
-    fn read_dense(&self, dir: &ModelDir, path: &str) -> Result<DenseLayer> {
-        use sha2::{Digest, Sha256};
-        let name = format!("{path}/{MODULE_CONFIG_FILE}");
-        let file = dir.path().join(&name);
-        let value = dir.json(&name)?;
-        let mut hash = Sha256::new();
-        hash.update(value.to_string().as_bytes());
-        let obj = object(value, &file)?;
-        let need = |key: &str| -> Result<usize> {
-            count(&obj, key, &file)?.ok_or_else(|| bad(&file, key, "missing"))
-        };
-        let inputs = need("in_features")?;
-        let outputs = need("out_features")?;
-        let expected = self.dim();
-        if inputs != expected {
-            return Err(bad(
-                &file,
-                "in_features",
-                format!("{inputs}, but the vector before it has {expected} values"),
-            ));
-        }
-        if outputs == 0 {
-            return Err(bad(&file, "out_features", "must be at least 1"));
-        }
-        if flag_or(&obj, "use_residual", false, &file)? {
-            return Err(bad(
-                &file,
-                "use_residual",
-                "residual Dense modules are not supported",
-            ));
-        }
-        check_sentence_embedding(&obj, &file)?;
-        let has_bias = flag_or(&obj, "bias", true, &file)?;
-        let act_name = string(&obj, "activation_function", &file)?
-            .unwrap_or("torch.nn.modules.activation.Tanh");
-        let activation = match short_name(act_name) {
-            "Identity" => Activation::Identity,
-            "Tanh" => Activation::Tanh,
-            _ => {
-                return Err(bad(
-                    &file,
-                    "activation_function",
-                    format!("unsupported activation {act_name:?} (supported: Identity, Tanh)"),
-                ))
-            }
-        };
-        let module_dir = dir.path().join(path);
-        let weights = Weights::open(&module_dir).map_err(|e| {
-            Error::model_caused(
-                format!(
-                    "{}: the Dense module's weights must be in model.safetensors",
-                    module_dir.display()
-                ),
-                e,
-            )
-        })?;
-        let weight = weights.f32("linear.weight", &[outputs, inputs])?;
-        let bias = if has_bias {
-            Some(weights.f32("linear.bias", &[outputs])?)
-        } else {
-            None
-        };
-        for v in weight.iter().chain(bias.iter().flatten()) {
-            hash.update(v.to_le_bytes());
-        }
-        let digest: String = hash.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Ok(DenseLayer {
-            weight,
-            bias,
-            inputs,
-            outputs,
-            activation,
-            digest,
-        })
     }
 
     /// Reads `config_sentence_transformers.json`: prompts by role and the similarity.
@@ -653,6 +575,86 @@ impl Layout {
         }
         out
     }
+}
+
+/// Reads `{path}/config.json` and `{path}/model.safetensors` of a Dense module that takes
+/// vectors of `expected` values (sentence-transformers' `Dense`, PyLate's too).
+pub(crate) fn read_dense(dir: &ModelDir, path: &str, expected: usize) -> Result<DenseLayer> {
+    use sha2::{Digest, Sha256};
+    let name = format!("{path}/{MODULE_CONFIG_FILE}");
+    let file = dir.path().join(&name);
+    let value = dir.json(&name)?;
+    let mut hash = Sha256::new();
+    hash.update(value.to_string().as_bytes());
+    let obj = object(value, &file)?;
+    let need = |key: &str| -> Result<usize> {
+        count(&obj, key, &file)?.ok_or_else(|| bad(&file, key, "missing"))
+    };
+    let inputs = need("in_features")?;
+    let outputs = need("out_features")?;
+    if inputs != expected {
+        return Err(bad(
+            &file,
+            "in_features",
+            format!("{inputs}, but the vector before it has {expected} values"),
+        ));
+    }
+    if outputs == 0 {
+        return Err(bad(&file, "out_features", "must be at least 1"));
+    }
+    if flag_or(&obj, "use_residual", false, &file)? {
+        return Err(bad(
+            &file,
+            "use_residual",
+            "residual Dense modules are not supported",
+        ));
+    }
+    check_sentence_embedding(&obj, &file)?;
+    let has_bias = flag_or(&obj, "bias", true, &file)?;
+    let act_name =
+        string(&obj, "activation_function", &file)?.unwrap_or("torch.nn.modules.activation.Tanh");
+    let activation = match short_name(act_name) {
+        "Identity" => Activation::Identity,
+        "Tanh" => Activation::Tanh,
+        _ => {
+            return Err(bad(
+                &file,
+                "activation_function",
+                format!("unsupported activation {act_name:?} (supported: Identity, Tanh)"),
+            ))
+        }
+    };
+    let module_dir = dir.path().join(path);
+    let weights = Weights::open(&module_dir).map_err(|e| {
+        Error::model_caused(
+            format!(
+                "{}: the Dense module's weights must be in model.safetensors",
+                module_dir.display()
+            ),
+            e,
+        )
+    })?;
+    let weight = weights.f32("linear.weight", &[outputs, inputs])?;
+    let bias = if has_bias {
+        Some(weights.f32("linear.bias", &[outputs])?)
+    } else {
+        None
+    };
+    for v in weight.iter().chain(bias.iter().flatten()) {
+        hash.update(v.to_le_bytes());
+    }
+    let digest: String = hash.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(DenseLayer {
+        weight,
+        bias,
+        inputs,
+        outputs,
+        activation,
+        digest,
+    })
 }
 
 /// Refuses a module that reads or writes anything but the sentence embedding

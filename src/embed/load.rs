@@ -3,10 +3,12 @@
 
 use std::path::Path;
 
+use super::encoder::EncoderSpec;
 use super::{
     BertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder,
     Qwen3Embedder, Role,
 };
+use crate::models::engine::{EncoderEngine, PackedEncoder};
 use crate::models::registry::{self, KnownModel, Task};
 use crate::models::{ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Error, Result};
@@ -89,6 +91,41 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
              xlm-roberta, roberta, modernbert, new, gte, nomic_bert, mpnet, qwen3, qwen2)",
             dir.join(CONFIG_FILE).display()
+        ))),
+    }
+}
+
+/// The token encoder of `model_dir` (whose parsed `config.json` is `value`) on `options`'
+/// engine, by `model_type`: BERT, XLM-R and RoBERTa, or ModernBERT (the encoders ColBERT models
+/// are built on); its shape, for the text side to check its inputs against.
+pub(crate) fn load_token_encoder(
+    model_dir: &ModelDir,
+    value: &serde_json::Value,
+    options: &crate::models::ModelOptions,
+) -> Result<(EncoderSpec, EncoderEngine<Box<dyn PackedEncoder>>)> {
+    let precision = options.precision;
+    fn boxed(e: impl PackedEncoder + 'static) -> Box<dyn PackedEncoder> {
+        Box::new(e)
+    }
+    match super::encoder::model_type(value) {
+        None | Some("bert" | "xlm-roberta" | "roberta") => {
+            let (spec, native) = super::bert::read(model_dir, value, precision)?;
+            let engine = EncoderEngine::load(options, model_dir, spec.family, || {
+                native(model_dir).map(boxed)
+            })?;
+            Ok((spec, engine))
+        }
+        Some("modernbert") => {
+            let (spec, native) = super::modernbert::read(model_dir, value, precision)?;
+            let engine = EncoderEngine::load(options, model_dir, spec.family, || {
+                native(model_dir).map(boxed)
+            })?;
+            Ok((spec, engine))
+        }
+        Some(other) => Err(crate::Error::model(format!(
+            "{}: model_type {other:?} is not supported here (supported: bert, xlm-roberta, \
+             roberta, modernbert)",
+            super::encoder::config_path(model_dir).display()
         ))),
     }
 }

@@ -18,6 +18,8 @@
 //!   are under their architectures' names (each file says only how its encoder is read);
 //!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
+//! - [`ColbertEncoder`] (`colbert`): late interaction, one vector per token (PyLate's and
+//!   Stanford's ColBERT layouts), scored by [`maxsim`];
 //! - [`EmbedderBuilder`] (`builder`): the options they all load with, and what they share;
 //! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
 //! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder.
@@ -28,6 +30,8 @@ mod bert;
 mod builder;
 #[cfg(feature = "models")]
 mod chat;
+#[cfg(feature = "models")]
+mod colbert;
 #[cfg(feature = "models")]
 mod encoder;
 #[cfg(feature = "models")]
@@ -62,6 +66,8 @@ pub use matryoshka::{truncate_normalized, Matryoshka};
 pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 #[cfg(feature = "models")]
 pub use builder::EmbedderBuilder;
+#[cfg(feature = "models")]
+pub use colbert::{maxsim, ColbertBuilder, ColbertEncoder};
 #[cfg(feature = "models")]
 pub use gte::{GteEmbedder, GteEmbedderBuilder};
 #[cfg(feature = "models")]

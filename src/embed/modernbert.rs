@@ -9,7 +9,7 @@ use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::layers::dense::Output;
 use crate::models::modernbert::config::ModernBertConfig;
 use crate::models::modernbert::encoder::{ModernBertEncoder, ModernBertWeights};
-use crate::models::ModelDir;
+use crate::models::{ModelDir, Precision};
 use crate::{Error, Result};
 
 /// A ModernBERT bi-encoder loaded from a local sentence-transformers (or plain transformers)
@@ -48,35 +48,48 @@ impl ModernBertEmbedder {
     fn load(builder: ModernBertEmbedderBuilder) -> Result<Self> {
         let precision = builder.options.precision;
         EncoderEmbedder::load(&builder, "modernbert", |model_dir, value| {
-            let config_path = config_path(model_dir);
-            match model_type(value) {
-                Some("modernbert") => {}
-                other => {
-                    return Err(Error::model(format!(
-                        "{}: model_type {other:?} is not modernbert (load_embedder picks the \
-                         loader for each model_type)",
-                        config_path.display()
-                    )))
-                }
-            }
-            let config = ModernBertConfig::from_value(value, &config_path)?;
-            // The sizes config.json gives are checked against the weights before anything
-            // (the sentence-transformers modules included) is read with them.
-            let weights = ModernBertWeights::open(model_dir)?;
-            weights.check_config(&config)?;
-            let spec = EncoderSpec {
-                hidden: config.hidden,
-                max_positions: config.max_positions,
-                vocab: config.vocab,
-                family: EncoderFamily::ModernBert,
-                id_prefix: "modernbert",
-            };
-            Ok((spec, move |_: &ModelDir| {
-                ModernBertEncoder::load(&weights, config, precision)
-            }))
+            read(model_dir, value, precision)
         })
         .map(ModernBertEmbedder)
     }
+}
+
+/// The ModernBERT encoder of `model_dir`, whose parsed `config.json` is `value`: its shape,
+/// and its native loader in `precision`.
+pub(super) fn read(
+    model_dir: &ModelDir,
+    value: &serde_json::Value,
+    precision: Precision,
+) -> Result<(
+    EncoderSpec,
+    impl FnOnce(&ModelDir) -> Result<ModernBertEncoder>,
+)> {
+    let config_path = config_path(model_dir);
+    match model_type(value) {
+        Some("modernbert") => {}
+        other => {
+            return Err(Error::model(format!(
+                "{}: model_type {other:?} is not modernbert (load_embedder picks the loader \
+                 for each model_type)",
+                config_path.display()
+            )))
+        }
+    }
+    let config = ModernBertConfig::from_value(value, &config_path)?;
+    // The sizes config.json gives are checked against the weights before anything (the
+    // sentence-transformers modules included) is read with them.
+    let weights = ModernBertWeights::open(model_dir)?;
+    weights.check_config(&config)?;
+    let spec = EncoderSpec {
+        hidden: config.hidden,
+        max_positions: config.max_positions,
+        vocab: config.vocab,
+        family: EncoderFamily::ModernBert,
+        id_prefix: "modernbert",
+    };
+    Ok((spec, move |_: &ModelDir| {
+        ModernBertEncoder::load(&weights, config, precision)
+    }))
 }
 
 impl PackedEncoder for ModernBertEncoder {
@@ -86,6 +99,15 @@ impl PackedEncoder for ModernBertEncoder {
 
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
         self.forward(rows, output)
+    }
+
+    fn encode_attending(
+        &self,
+        rows: &[&[u32]],
+        keys: &[usize],
+        output: Output,
+    ) -> Result<Vec<f32>> {
+        self.forward_attending(rows, Some(keys), output)
     }
 }
 

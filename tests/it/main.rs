@@ -14,6 +14,7 @@ mod cli;
 mod cli_errors;
 mod cli_query;
 mod cli_reliability;
+mod colbert;
 mod common;
 mod concurrency;
 mod cross_encoder_parity;

@@ -14,7 +14,7 @@
 use rayon::prelude::*;
 use serde_json::Value;
 
-use crate::models::layers::attention::{attention, Heads};
+use crate::models::layers::attention::{attention, check_keys, Heads};
 pub(crate) use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::encoder::{
     check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Sequence, Workspace,
@@ -224,18 +224,31 @@ impl Encoder {
     /// with `hidden` columns: one row per token for [`Output::AllTokens`] (sequences in order),
     /// one row per sequence for [`Output::FirstToken`].
     pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
+        self.forward_attending(seqs, None, output)
+    }
+
+    /// [`Encoder::forward`] with sequence `i`'s tokens attending to its first `keys[i]` tokens
+    /// only (all of them without `keys`): the tokens past them are queries and never keys, as
+    /// ColBERT's query expansion tokens are.
+    pub fn forward_attending(
+        &self,
+        seqs: &[Sequence<'_>],
+        keys: Option<&[usize]>,
+        output: Output,
+    ) -> Result<Vec<f32>> {
         self.check(seqs)?;
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
         let h = self.cfg.hidden;
         let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let keys = check_keys(keys, &lens)?;
         let total: usize = lens.iter().sum();
         let starts = packed_starts(&lens);
         let mut ws = Workspace::new(total, self.cfg.hidden);
         self.embed(seqs, &mut ws.x);
         output.each_layer(&self.layers, |layer, first_only| {
-            self.layer(layer, &mut ws, &lens, &starts, first_only);
+            self.layer(layer, &mut ws, [&lens, &starts, &keys], first_only);
         });
         // With first tokens only, the last layer left one row per sequence at the front.
         ws.x.truncate(output.rows(total, seqs.len()) * h);
@@ -280,8 +293,7 @@ impl Encoder {
         &self,
         l: &Layer,
         ws: &mut Workspace,
-        lens: &[usize],
-        starts: &[usize],
+        [lens, starts, keys]: [&[usize]; 3],
         first_only: bool,
     ) {
         let cfg = &self.cfg;
@@ -298,7 +310,7 @@ impl Encoder {
             heads,
             dim: d,
         };
-        attention(qkv, ctx, lens, starts, shape, None, first_only);
+        attention(qkv, ctx, lens, starts, keys, shape, None, first_only);
         // Residual rows: all of x, or the first row of each sequence.
         l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
     }

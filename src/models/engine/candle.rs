@@ -246,8 +246,13 @@ impl CandleEncoder {
 
     /// The last hidden states `(rows, len, hidden)` of `rows` padded on the right (with
     /// token types `types`, zeros when `None`), and the padded batch.
-    fn states(&self, rows: &[&[u32]], types: Option<&[&[u32]]>) -> Result<(Tensor, Padded)> {
-        let batch = Padded::new(rows, self.pad, self.max_len, &self.device)?;
+    fn states(
+        &self,
+        rows: &[&[u32]],
+        types: Option<&[&[u32]]>,
+        keys: Option<&[usize]>,
+    ) -> Result<(Tensor, Padded)> {
+        let batch = Padded::attending(rows, keys, self.pad, self.max_len, &self.device)?;
         let types = match types {
             Some(types) => Padded::types(types, batch.len, &self.device)?,
             None => batch.ids.zeros_like().map_err(err("token types"))?,
@@ -268,10 +273,31 @@ impl PackedEncoder for CandleEncoder {
     }
 
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+        self.encode_keys(rows, None, output)
+    }
+
+    fn encode_attending(
+        &self,
+        rows: &[&[u32]],
+        keys: &[usize],
+        output: Output,
+    ) -> Result<Vec<f32>> {
+        self.encode_keys(rows, Some(keys), output)
+    }
+}
+
+impl CandleEncoder {
+    /// [`PackedEncoder::encode_attending`], every token a key without `keys`.
+    fn encode_keys(
+        &self,
+        rows: &[&[u32]],
+        keys: Option<&[usize]>,
+        output: Output,
+    ) -> Result<Vec<f32>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let (states, batch) = self.states(rows, None)?;
+        let (states, batch) = self.states(rows, None, keys)?;
         let h = self.hidden;
         match output {
             Output::FirstToken => to_host(&states.i((.., 0, ..)).map_err(err("first tokens"))?),
@@ -447,7 +473,7 @@ impl CandleClassifier {
             .map(|e| e.token_type_ids.as_slice())
             .collect();
         let labels = self.config.num_labels;
-        let (states, batch) = self.encoder.states(&ids, Some(&types))?;
+        let (states, batch) = self.encoder.states(&ids, Some(&types), None)?;
         let logits = self
             .head
             .forward(&states, &batch.mask)

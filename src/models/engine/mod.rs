@@ -36,6 +36,25 @@ pub(crate) trait PackedEncoder: Send + Sync {
     /// [`hidden`](Self::hidden) columns: one row per token (rows in order) for
     /// [`Output::AllTokens`], one per sequence for [`Output::FirstToken`].
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>>;
+
+    /// [`encode`](Self::encode) with row `i`'s tokens attending to its first `keys[i]` tokens
+    /// only: the tokens past them are queries and never keys (ColBERT's query expansion
+    /// tokens). An encoder that cannot leave keys out refuses a count short of its row.
+    fn encode_attending(
+        &self,
+        rows: &[&[u32]],
+        keys: &[usize],
+        output: Output,
+    ) -> Result<Vec<f32>> {
+        if rows.len() != keys.len() || rows.iter().zip(keys).any(|(r, &k)| r.len() != k) {
+            return Err(Error::model(
+                "this encoder attends to every token of a text: tokens that are queries but \
+                 not keys (ColBERT's query expansion without attend_to_expansion_tokens) are \
+                 supported on BERT and ModernBERT encoders",
+            ));
+        }
+        self.encode(rows, output)
+    }
 }
 
 impl PackedEncoder for Box<dyn PackedEncoder> {
@@ -45,6 +64,15 @@ impl PackedEncoder for Box<dyn PackedEncoder> {
 
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
         (**self).encode(rows, output)
+    }
+
+    fn encode_attending(
+        &self,
+        rows: &[&[u32]],
+        keys: &[usize],
+        output: Output,
+    ) -> Result<Vec<f32>> {
+        (**self).encode_attending(rows, keys, output)
     }
 }
 
@@ -112,6 +140,19 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
             Engine::Native(e) => e.encode(rows, output),
             #[cfg(feature = "candle")]
             Engine::Candle(e) => e.encode(rows, output),
+        }
+    }
+
+    fn encode_attending(
+        &self,
+        rows: &[&[u32]],
+        keys: &[usize],
+        output: Output,
+    ) -> Result<Vec<f32>> {
+        match &self.inner {
+            Engine::Native(e) => e.encode_attending(rows, keys, output),
+            #[cfg(feature = "candle")]
+            Engine::Candle(e) => e.encode_attending(rows, keys, output),
         }
     }
 }

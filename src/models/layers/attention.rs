@@ -23,6 +23,8 @@ use crate::models::layers::kernels::{
 use crate::simd::{attention::Head, FloatIsa};
 use pulp::{Simd, WithSimd};
 
+use crate::{Error, Result};
+
 /// Queries per attention task.
 pub(crate) const QUERY_BLOCK: usize = 64;
 
@@ -59,13 +61,17 @@ thread_local! {
 /// Attention within each sequence of a packed batch (sequence `s` is rows
 /// `starts[s]..starts[s] + lens[s]` of `qkv`, queries then keys then values in each row), all
 /// heads, into `ctx`: one row per token, or per sequence with `first_only` (the query is the
-/// sequence's first token). With a `window`, query `i` sees the keys `j` with
-/// `|i - j| <= window` only.
+/// sequence's first token). Every token of sequence `s` attends to its first `keys[s]` tokens
+/// only (`keys == lens`, but for ColBERT's query expansion tokens, which are queries and never
+/// keys). With a `window`, query `i` sees the keys `j` with `|i - j| <= window` only; a query
+/// that sees no key gets a zero context.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     qkv: &[f32],
     ctx: &mut [f32],
     lens: &[usize],
     starts: &[usize],
+    keys: &[usize],
     shape: Heads,
     window: Option<usize>,
     first_only: bool,
@@ -101,17 +107,23 @@ pub(crate) fn attention(
         }
     }
     tasks.into_par_iter().for_each(|(s, q0, out)| {
-        let (start, len) = (starts[s], lens[s]);
+        let (start, len) = (starts[s], keys[s].min(lens[s]));
         let nq = out.len() / h;
         let q1 = q0 + nq;
         // The keys any query of the block sees.
         let (k0, k1) = match window {
             None => (0, len),
-            Some(w) => (q0.saturating_sub(w), (q1 + w).min(len)),
+            Some(w) => (q0.saturating_sub(w).min(len), (q1 + w).min(len)),
         };
         let nk = k1 - k0;
+        if nk == 0 {
+            out.fill(0.0);
+            return;
+        }
+        // The fused kernel's window is about the block's own rows, all of them keys.
+        let partial = len < lens[s] && window.is_some();
         #[cfg(target_arch = "x86_64")]
-        if nq >= FUSED_MIN_QUERIES && Head::supported(isa, d) {
+        if nq >= FUSED_MIN_QUERIES && Head::supported(isa, d) && !partial {
             let offset = q0 - k0;
             with_scratch(&FUSED, |[keys, values, scratch]| {
                 let key_rows = Head::key_rows(nk);
@@ -157,7 +169,10 @@ pub(crate) fn attention(
         let ranges: Vec<(usize, usize)> = match window {
             None => Vec::new(),
             Some(w) => (q0..q1)
-                .map(|i| (i.saturating_sub(w) - k0, (i + w + 1).min(len) - k0))
+                .map(|i| {
+                    let hi = (i + w + 1).min(len);
+                    (i.saturating_sub(w).min(hi) - k0, hi - k0)
+                })
                 .collect(),
         };
         with_scratch(&SCORES, |scores| {
@@ -179,6 +194,26 @@ pub(crate) fn attention(
             }
         });
     });
+}
+
+/// The keys each sequence of `lens` tokens attends to: `keys` when given (one per sequence,
+/// each between 1 and its length), else every token. An [`Error::InvalidInput`] otherwise.
+pub(crate) fn check_keys(keys: Option<&[usize]>, lens: &[usize]) -> Result<Vec<usize>> {
+    let Some(keys) = keys else {
+        return Ok(lens.to_vec());
+    };
+    let fits = keys.len() == lens.len()
+        && keys
+            .iter()
+            .zip(lens)
+            .all(|(&k, &len)| (1..=len).contains(&k));
+    if !fits {
+        return Err(Error::InvalidInput(format!(
+            "attended keys {keys:?} do not fit sequences of {lens:?} tokens (one count per \
+             sequence, each between 1 and its length)"
+        )));
+    }
+    Ok(keys.to_vec())
 }
 
 /// Softmax of `scores` (`(rows, width)`) with row `r` over its columns `ranges[r]` only, the
@@ -212,12 +247,20 @@ mod tests {
     use super::*;
     use crate::models::noise;
 
-    /// Attention of one head in float64, by the definition, with an optional window.
-    fn reference(q: &[f32], k: &[f32], v: &[f32], d: usize, window: Option<usize>) -> Vec<f64> {
+    /// Attention of one head in float64, by the definition, with an optional window, over the
+    /// first `visible` keys (a query that sees none gets zeros).
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        d: usize,
+        window: Option<usize>,
+        visible: usize,
+    ) -> Vec<f64> {
         let n = q.len() / d;
         let mut out = vec![0.0; n * d];
         for i in 0..n {
-            let keys: Vec<usize> = (0..n)
+            let keys: Vec<usize> = (0..visible)
                 .filter(|&j| window.is_none_or(|w| i.abs_diff(j) <= w))
                 .collect();
             let scores: Vec<f64> = keys
@@ -242,8 +285,9 @@ mod tests {
     }
 
     /// Packed attention over sequences longer and shorter than the window and than a block of
-    /// queries equals the per-sequence definition, globally and in a window; the first-token
-    /// rows equal the first rows of the whole.
+    /// queries equals the per-sequence definition, globally and in a window, with every token
+    /// a key or only the leading ones (queries past them, beyond the window, see none); the
+    /// first-token rows equal the first rows of the whole.
     #[test]
     fn windowed_packed_attention_matches_the_definition() {
         // Heads of 4 values run the two products; of 32 and 64, the fused kernel where the
@@ -264,11 +308,15 @@ mod tests {
             heads,
             dim: d,
         };
-        for window in [None, Some(8), Some(500)] {
+        let some_keys = [100usize, 2, 70, 1];
+        let cases = [None, Some(8), Some(500)]
+            .into_iter()
+            .flat_map(|w| [(w, &lens), (w, &some_keys)]);
+        for (window, keys) in cases {
             let mut ctx = vec![0.0; total * h];
-            attention(&qkv, &mut ctx, &lens, &starts, shape, window, false);
+            attention(&qkv, &mut ctx, &lens, &starts, keys, shape, window, false);
             let mut first = vec![0.0; lens.len() * h];
-            attention(&qkv, &mut first, &lens, &starts, shape, window, true);
+            attention(&qkv, &mut first, &lens, &starts, keys, shape, window, true);
             for (s, (&start, &len)) in starts.iter().zip(&lens).enumerate() {
                 for hd in 0..heads {
                     let pick = |part: usize| -> Vec<f32> {
@@ -279,7 +327,7 @@ mod tests {
                             })
                             .collect()
                     };
-                    let want = reference(&pick(0), &pick(1), &pick(2), d, window);
+                    let want = reference(&pick(0), &pick(1), &pick(2), d, window, keys[s]);
                     for r in 0..len {
                         for c in 0..d {
                             let got = ctx[(start + r) * h + hd * d + c] as f64;

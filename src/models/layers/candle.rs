@@ -100,8 +100,11 @@ pub(crate) struct Padded {
 }
 
 impl Padded {
-    pub fn new(
+    /// The padded batch of `rows`, row `i`'s mask 1 on its first `keys[i]` tokens only (every
+    /// token without `keys`): the rest are queries, never keys.
+    pub fn attending(
         rows: &[&[u32]],
+        keys: Option<&[usize]>,
         pad: u32,
         max_len: usize,
         device: &candle_core::Device,
@@ -113,12 +116,13 @@ impl Padded {
             .min(max_len.max(longest));
         let mut ids = Vec::with_capacity(rows.len() * len);
         let mut mask = Vec::with_capacity(rows.len() * len);
-        for row in rows {
+        for (i, row) in rows.iter().enumerate() {
             let padding = len - row.len();
+            let seen = keys.map_or(row.len(), |k| k[i].min(row.len()));
             ids.extend_from_slice(row);
-            mask.extend(std::iter::repeat_n(1u32, row.len()));
+            mask.extend(std::iter::repeat_n(1u32, seen));
             ids.extend(std::iter::repeat_n(pad, padding));
-            mask.extend(std::iter::repeat_n(0u32, padding));
+            mask.extend(std::iter::repeat_n(0u32, len - seen));
         }
         let shape = (rows.len(), len);
         let to = |v: Vec<u32>| Tensor::from_vec(v, shape, device).map_err(err("a padded batch"));

@@ -9,13 +9,14 @@ use std::sync::{Arc, RwLock};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::attention::{attention, Heads};
+use super::attention::{attention, check_keys, Heads};
 use super::dense::Dense;
 use super::encoder::Norm;
 use super::kernels::{simd, with_scratch, Act, Then};
 use super::quant::QuantRows;
 use super::rope::{rope_head, Rope};
 use crate::models::packed_starts;
+use crate::Result;
 
 /// Rows per task of the row-wise passes (norms, RoPE).
 const ROWS_PER_TASK: usize = 16;
@@ -25,6 +26,9 @@ pub(crate) struct Batch {
     pub lens: Vec<usize>,
     /// Each sequence's first row.
     pub starts: Vec<usize>,
+    /// How many leading tokens of each sequence are keys (all, but for ColBERT's query
+    /// expansion tokens: see [`attention`]).
+    pub keys: Vec<usize>,
     /// Each packed row's position within its sequence.
     pub positions: Vec<u32>,
 }
@@ -35,10 +39,18 @@ impl Batch {
         let starts = packed_starts(&lens);
         let positions = lens.iter().flat_map(|&l| 0..l as u32).collect();
         Batch {
+            keys: lens.clone(),
             lens,
             starts,
             positions,
         }
+    }
+
+    /// The batch with sequence `i`'s tokens attending to its first `keys[i]` only (all of
+    /// them without `keys`); an error when a count does not fit its sequence.
+    pub fn attending(mut self, keys: Option<&[usize]>) -> Result<Self> {
+        self.keys = check_keys(keys, &self.lens)?;
+        Ok(self)
     }
 
     /// The number of packed rows.
@@ -77,6 +89,7 @@ impl Batch {
             ctx,
             &self.lens,
             &self.starts,
+            &self.keys,
             shape,
             window,
             first_only,

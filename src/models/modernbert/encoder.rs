@@ -312,12 +312,24 @@ impl ModernBertEncoder {
     /// [`Output::AllTokens`] (sequences in order), one row per sequence for
     /// [`Output::FirstToken`].
     pub fn forward(&self, seqs: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+        self.forward_attending(seqs, None, output)
+    }
+
+    /// [`ModernBertEncoder::forward`] with sequence `i`'s tokens attending to its first
+    /// `keys[i]` tokens only (all of them without `keys`): the tokens past them are queries
+    /// and never keys, as ColBERT's query expansion tokens are.
+    pub fn forward_attending(
+        &self,
+        seqs: &[&[u32]],
+        keys: Option<&[usize]>,
+        output: Output,
+    ) -> Result<Vec<f32>> {
         self.check(seqs)?;
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
         let h = self.cfg.hidden;
-        let batch = Batch::of(seqs.iter().map(|s| s.len()).collect());
+        let batch = Batch::of(seqs.iter().map(|s| s.len()).collect()).attending(keys)?;
         let total = batch.tokens();
         let rope = self.rope(batch.longest());
         let mut ws = Workspace::new(total, &self.cfg);
