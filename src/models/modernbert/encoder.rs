@@ -26,6 +26,7 @@ use super::config::ModernBertConfig;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::layers::attention::Heads;
 use crate::models::layers::dense::{Dense, Output};
+use crate::models::layers::encoder::check_f32_or_int8;
 pub(crate) use crate::models::layers::encoder::Norm;
 use crate::models::layers::kernels::{Linear, Then, Weight};
 use crate::models::layers::quant::QuantRows;
@@ -207,12 +208,7 @@ impl ModernBertEncoder {
         cfg: ModernBertConfig,
         precision: Precision,
     ) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Int8) {
-            return Err(Error::Config(format!(
-                "precision {precision} is not supported by the ModernBERT encoder (f32 or \
-                 int8; bf16 is for Qwen3 models)"
-            )));
-        }
+        check_f32_or_int8(precision, "ModernBERT encoder")?;
         w.check_config(&cfg)?;
         let (h, i, nb) = (cfg.hidden, cfg.intermediate, cfg.norm_bias);
         let embeddings = w.encoder("embeddings.tok_embeddings.weight", &[cfg.vocab, h])?;
