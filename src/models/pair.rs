@@ -120,11 +120,7 @@ impl PairTokenizer {
         &self,
         document: &str,
     ) -> Result<Vec<crate::text::passages::Token>> {
-        let encoding = self
-            .tokenizer
-            .encode(document, false)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        Ok(crate::text::passages::tokens_of(&encoding))
+        crate::text::passages::document_tokens(&self.tokenizer, document)
     }
 
     /// How many document tokens fit beside `query` without cutting either: the content

@@ -90,6 +90,22 @@ const fn embedder(
     }
 }
 
+/// A nomic-embed model (768 wide, 8192 tokens, mean pooling) with its `search_query: ` and
+/// `search_document: ` prompts.
+const fn nomic_embedder(id: &'static str, model_type: &'static str) -> KnownModel {
+    embedder(id, model_type, Mean, 768, 8192, "Apache-2.0")
+        .prompts(Some("search_query: "), Some("search_document: "))
+}
+
+/// The Matryoshka dimensions of nomic-embed-text-v1.5 and modernbert-embed-base.
+const NOMIC_MATRYOSHKA: &[usize] = &[768, 512, 256, 128, 64];
+
+/// A GTE v1.5 / multilingual embedder (`"new"` model type, 8192 tokens, CLS pooling) `dim`
+/// wide.
+const fn gte_embedder(id: &'static str, dim: usize) -> KnownModel {
+    embedder(id, "new", Cls, dim, 8192, "Apache-2.0")
+}
+
 const fn reranker(
     id: &'static str,
     task: Task,
@@ -232,59 +248,12 @@ pub const MODELS: &[KnownModel] = &[
         8192,
         "Apache-2.0",
     ),
-    embedder(
-        "nomic-ai/modernbert-embed-base",
-        "modernbert",
-        Mean,
-        768,
-        8192,
-        "Apache-2.0",
-    )
-    .prompts(Some("search_query: "), Some("search_document: "))
-    .matryoshka(&[768, 512, 256, 128, 64]),
-    embedder(
-        "nomic-ai/nomic-embed-text-v1.5",
-        "nomic_bert",
-        Mean,
-        768,
-        8192,
-        "Apache-2.0",
-    )
-    .prompts(Some("search_query: "), Some("search_document: "))
-    .matryoshka(&[768, 512, 256, 128, 64]),
-    embedder(
-        "nomic-ai/nomic-embed-text-v1",
-        "nomic_bert",
-        Mean,
-        768,
-        8192,
-        "Apache-2.0",
-    )
-    .prompts(Some("search_query: "), Some("search_document: ")),
-    embedder(
-        "Alibaba-NLP/gte-multilingual-base",
-        "new",
-        Cls,
-        768,
-        8192,
-        "Apache-2.0",
-    ),
-    embedder(
-        "Alibaba-NLP/gte-base-en-v1.5",
-        "new",
-        Cls,
-        768,
-        8192,
-        "Apache-2.0",
-    ),
-    embedder(
-        "Alibaba-NLP/gte-large-en-v1.5",
-        "new",
-        Cls,
-        1024,
-        8192,
-        "Apache-2.0",
-    ),
+    nomic_embedder("nomic-ai/modernbert-embed-base", "modernbert").matryoshka(NOMIC_MATRYOSHKA),
+    nomic_embedder("nomic-ai/nomic-embed-text-v1.5", "nomic_bert").matryoshka(NOMIC_MATRYOSHKA),
+    nomic_embedder("nomic-ai/nomic-embed-text-v1", "nomic_bert"),
+    gte_embedder("Alibaba-NLP/gte-multilingual-base", 768),
+    gte_embedder("Alibaba-NLP/gte-base-en-v1.5", 768),
+    gte_embedder("Alibaba-NLP/gte-large-en-v1.5", 1024),
     embedder(
         "sentence-transformers/all-mpnet-base-v2",
         "mpnet",

@@ -14,7 +14,7 @@ use crate::models::{
     plan_batches, Architecture, ModelDir, ModelOptions, ModelPool, PairEncoding, PairTokenizer,
     Precision,
 };
-use crate::rerankers::passages::score_documents;
+use crate::rerankers::passages::{passage_windows, score_documents};
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
@@ -146,11 +146,13 @@ impl CrossEncoder {
     /// (the whole text when it fits); an error when passages are off (a test hook).
     #[doc(hidden)]
     pub fn passage_windows(&self, query: &str, document: &str) -> Result<Vec<Range<usize>>> {
-        let passages = self
-            .passages
-            .ok_or_else(|| Error::Config("passages are off for this cross-encoder".into()))?;
-        let room = self.tokenizer.room(query)?;
-        Ok(passages.windows(document, &self.tokenizer.document_tokens(document)?, room))
+        passage_windows(
+            self.passages,
+            "cross-encoder",
+            document,
+            || self.tokenizer.room(query),
+            |d| self.tokenizer.document_tokens(d),
+        )
     }
 
     /// Raw logits, one per pair, in input order.

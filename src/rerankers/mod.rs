@@ -20,8 +20,6 @@ mod protect;
 
 use std::sync::Arc;
 
-#[cfg(feature = "models")]
-pub(crate) use crate::text::passages::tokens_of;
 pub use crate::text::passages::{PassageAggregate, Passages};
 pub use embedding::{EmbeddingReranker, VectorSource};
 pub use lexical::LexicalReranker;

@@ -30,7 +30,7 @@ use tokenizers::Tokenizer;
 use crate::models::engine::DecoderEngine;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::{ModelDir, ModelOptions, ModelPool, Precision, CONFIG_FILE};
-use crate::rerankers::passages::score_documents;
+use crate::rerankers::passages::{passage_windows, score_documents, sigmoid};
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
@@ -260,11 +260,7 @@ impl PromptEncoder {
 
     /// The tokens `document` alone has, with their byte ranges (for passages).
     fn document_tokens(&self, document: &str) -> Result<Vec<crate::text::passages::Token>> {
-        let encoding = self
-            .tokenizer
-            .encode(document, false)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        Ok(crate::rerankers::tokens_of(&encoding))
+        crate::text::passages::document_tokens(&self.tokenizer, document)
     }
 }
 
@@ -406,11 +402,13 @@ impl MxbaiReranker {
         query: &RerankQuery,
         document: &str,
     ) -> Result<Vec<std::ops::Range<usize>>> {
-        let passages = self
-            .passages
-            .ok_or_else(|| Error::Config("passages are off for this reranker".into()))?;
-        let room = self.room(query)?;
-        Ok(passages.windows(document, &self.encoder.document_tokens(document)?, room))
+        passage_windows(
+            self.passages,
+            "reranker",
+            document,
+            || self.room(query),
+            |d| self.encoder.document_tokens(d),
+        )
     }
 
     /// The document tokens that fit in a prompt beside `query` and its instruction.
@@ -466,15 +464,6 @@ impl MxbaiReranker {
                 truncated,
             ))
         })
-    }
-}
-
-fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
     }
 }
 

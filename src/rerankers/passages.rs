@@ -3,9 +3,37 @@
 
 #![cfg_attr(not(feature = "models"), allow(dead_code))]
 
+use std::ops::Range;
+
 use super::RerankScores;
 use crate::text::passages::{PassagePlan, Passages, Token};
-use crate::Result;
+use crate::{Error, Result};
+
+/// A model reranker's `passage_windows` test hook: the byte ranges of `document` that
+/// `passages` scores in the `room()` tokens beside a query (the whole text when it fits),
+/// `tokens(document)` its tokens. An [`Error::Config`] naming `reranker` when passages are off.
+pub(crate) fn passage_windows(
+    passages: Option<Passages>,
+    reranker: &str,
+    document: &str,
+    room: impl FnOnce() -> Result<usize>,
+    tokens: impl FnOnce(&str) -> Result<Vec<Token>>,
+) -> Result<Vec<Range<usize>>> {
+    let passages =
+        passages.ok_or_else(|| Error::Config(format!("passages are off for this {reranker}")))?;
+    let room = room()?;
+    Ok(passages.windows(document, &tokens(document)?, room))
+}
+
+/// The logistic function, without overflow at either end: a yes/no logit's probability.
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
 
 /// A model reranker's [`Reranker::score_detailed`](crate::Reranker::score_detailed): without
 /// `passages`, `score(docs)` (one score per document and how many were cut); with them, the

@@ -13,6 +13,10 @@ use crate::cache::{CacheEntry, CacheStore};
 use crate::embed::cosine;
 use crate::{Error, Result};
 
+/// Removes the tags whose entry is gone (after entries are removed by tag or by expiry).
+const DELETE_ORPHAN_TAGS: &str = "DELETE FROM cache_tags WHERE (scope, key) NOT IN \
+     (SELECT scope, key FROM cache_entries)";
+
 /// A [`CacheStore`] in a [`Store`]'s file: entries (values as JSON), TTLs, tags and the hit
 /// and miss counters survive a restart and are shared by every process using the file.
 ///
@@ -158,11 +162,7 @@ impl<V: Serialize + DeserializeOwned + Send + Sync> CacheStore<V> for SqliteCach
                  (SELECT scope, key FROM cache_tags WHERE tag = ?1)",
                 [tag],
             )?;
-            tx.execute(
-                "DELETE FROM cache_tags WHERE (scope, key) NOT IN \
-                 (SELECT scope, key FROM cache_entries)",
-                [],
-            )?;
+            tx.execute(DELETE_ORPHAN_TAGS, [])?;
             Ok(n)
         })
     }
@@ -173,11 +173,7 @@ impl<V: Serialize + DeserializeOwned + Send + Sync> CacheStore<V> for SqliteCach
                 "DELETE FROM cache_entries WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1",
                 [ms(now)],
             )?;
-            tx.execute(
-                "DELETE FROM cache_tags WHERE (scope, key) NOT IN \
-                 (SELECT scope, key FROM cache_entries)",
-                [],
-            )?;
+            tx.execute(DELETE_ORPHAN_TAGS, [])?;
             Ok(n)
         })
     }

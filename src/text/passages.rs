@@ -161,6 +161,19 @@ pub(crate) struct Token {
     pub word_start: bool,
 }
 
+/// The tokens `document` alone has (no special tokens) under `tokenizer`, with their byte
+/// ranges: what [`Passages`] cuts a document by.
+#[cfg(feature = "models")]
+pub(crate) fn document_tokens(
+    tokenizer: &tokenizers::Tokenizer,
+    document: &str,
+) -> Result<Vec<Token>> {
+    let encoding = tokenizer
+        .encode(document, false)
+        .map_err(|e| Error::tokenizer(e.to_string()))?;
+    Ok(tokens_of(&encoding))
+}
+
 /// The tokens of a document as a tokenizer's `encoding` of it (byte offsets, word ids)
 /// gives them; tokens that cover no text (special tokens) are left out.
 #[cfg(feature = "models")]

@@ -9,7 +9,7 @@ use super::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use crate::models::config::Architecture;
 use crate::models::dir::ModelDir;
 use crate::models::layers::head::{
-    check_labels, head_config, FirstTokens, PooledClassifier, PoolerAct,
+    head_config, FirstTokens, PooledClassifier, BERT_HEAD, XLMR_HEAD,
 };
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -36,29 +36,11 @@ impl PooledClassifier<Encoder> {
             }
         };
         let enc_config = EncoderConfig::from_value(&value, &config_path, roberta)?;
-        let (h, labels) = (enc_config.hidden, config.num_labels);
+        let h = enc_config.hidden;
         let w = EncoderWeights::open(dir, &[if roberta { "roberta" } else { "bert" }])?;
         let encoder = Encoder::load(&w, enc_config, precision)?;
-        let (pooler, out) = if roberta {
-            check_labels(&w, labels, "classifier.out_proj.weight")?;
-            (
-                w.root_linear("classifier.dense", h, h)?,
-                w.root_linear("classifier.out_proj", labels, h)?,
-            )
-        } else {
-            check_labels(&w, labels, "classifier.weight")?;
-            (
-                w.encoder_linear("pooler.dense", h, h)?,
-                w.root_linear("classifier", labels, h)?,
-            )
-        };
-        Ok(PooledClassifier::new(
-            encoder,
-            pooler,
-            PoolerAct::Tanh,
-            out,
-            config,
-        ))
+        let head = if roberta { &XLMR_HEAD } else { &BERT_HEAD };
+        PooledClassifier::with_tanh_head(encoder, &w, h, config, head)
     }
 }
 

@@ -17,10 +17,11 @@ use serde_json::Value;
 use crate::models::layers::attention::{attention, check_keys, Heads};
 pub(crate) use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::encoder::{
-    check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Sequence, Workspace,
+    check_f32_or_int8, check_sequences, token_rows, AttentionNames, EncoderWeights, Norm, Packed,
+    PostNormLayer, Sequence, Workspace,
 };
-use crate::models::layers::kernels::{layer_norm_row, Act, Then};
-use crate::models::{packed_starts, Precision};
+use crate::models::layers::kernels::{layer_norm_row, Act};
+use crate::models::Precision;
 use crate::{Error, Result};
 
 /// The shape and options of an encoder, read from `config.json`.
@@ -143,22 +144,16 @@ pub(crate) struct Encoder {
 
 /// Checks every size `config.json` gives against the tensor shapes in the safetensors
 /// header, before any of them sizes an allocation: a mismatch is an [`Error::Model`] naming
-/// `config.json` and the key (see `Weights::check_config_size`).
-fn check_config(weights: &EncoderWeights, cfg: &EncoderConfig) -> Result<()> {
-    let name = |n: &str| weights.encoder_name(n);
-    let w = weights.weights();
-    let word = name("embeddings.word_embeddings.weight");
-    w.check_config_size("hidden_size", cfg.hidden, &word, 1)?;
-    w.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
-    let position = name("embeddings.position_embeddings.weight");
-    w.check_config_size("max_position_embeddings", cfg.positions, &position, 0)?;
-    let token_type = name("embeddings.token_type_embeddings.weight");
-    w.check_config_size("type_vocab_size", cfg.type_vocab, &token_type, 0)?;
-    let last = cfg.layers - 1;
-    let last_query = name(&format!("encoder.layer.{last}.attention.self.query.weight"));
-    w.check_config_tensor("num_hidden_layers", cfg.layers, &last_query)?;
-    let inner = name("encoder.layer.0.intermediate.dense.weight");
-    w.check_config_size("intermediate_size", cfg.intermediate, &inner, 0)
+/// `config.json` and the key (see `Weights::check_config_size`). First refuses a
+/// `precision` other than f32 and int8.
+fn check_config(weights: &EncoderWeights, cfg: &EncoderConfig, precision: Precision) -> Result<()> {
+    check_f32_or_int8(precision, "BERT-family encoders")?;
+    weights.check_embedding_sizes(cfg.hidden, cfg.vocab, cfg.positions)?;
+    let token_type = weights.encoder_name("embeddings.token_type_embeddings.weight");
+    weights
+        .weights()
+        .check_config_size("type_vocab_size", cfg.type_vocab, &token_type, 0)?;
+    weights.check_layer_sizes(&ATTENTION, cfg.layers, cfg.intermediate)
 }
 
 impl Encoder {
@@ -167,13 +162,7 @@ impl Encoder {
     /// the tensor. With [`Precision::Int8`] the linear layers of every encoder layer are
     /// quantized (see `models::layers::quant`); embeddings and layer norms stay in f32.
     pub fn load(w: &EncoderWeights, cfg: EncoderConfig, precision: Precision) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Int8) {
-            return Err(Error::Config(format!(
-                "precision {precision} is not supported by the BERT-family encoders (f32 or \
-                 int8; bf16 is for Qwen3 models)"
-            )));
-        }
-        check_config(w, &cfg)?;
+        check_config(w, &cfg, precision)?;
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?;
         let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?;
@@ -182,12 +171,7 @@ impl Encoder {
             &[cfg.type_vocab, h],
         )?;
         let embed_norm = w.norm("embeddings.LayerNorm", h)?;
-        let layers = (0..cfg.layers)
-            .map(|n| {
-                let qkv = w.qkv(n, &ATTENTION, h)?;
-                w.post_norm_layer(n, &ATTENTION, qkv, (h, i), precision)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let layers = w.post_norm_layers(cfg.layers, &ATTENTION, (h, i), precision)?;
         Ok(Encoder {
             cfg,
             word,
@@ -237,38 +221,27 @@ impl Encoder {
         output: Output,
     ) -> Result<Vec<f32>> {
         self.check(seqs)?;
-        if seqs.is_empty() {
+        let Some(packed) = Packed::of(seqs) else {
             return Ok(Vec::new());
-        }
-        let h = self.cfg.hidden;
-        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-        let keys = check_keys(keys, &lens)?;
-        let total: usize = lens.iter().sum();
-        let starts = packed_starts(&lens);
-        let mut ws = Workspace::new(total, self.cfg.hidden);
+        };
+        let keys = check_keys(keys, &packed.lens)?;
+        let mut ws = Workspace::new(packed.total, self.cfg.hidden);
         self.embed(seqs, &mut ws.x);
         output.each_layer(&self.layers, |layer, first_only| {
-            self.layer(layer, &mut ws, [&lens, &starts, &keys], first_only);
+            self.layer(
+                layer,
+                &mut ws,
+                [&packed.lens, &packed.starts, &keys],
+                first_only,
+            );
         });
-        // With first tokens only, the last layer left one row per sequence at the front.
-        ws.x.truncate(output.rows(total, seqs.len()) * h);
-        Ok(ws.x)
+        Ok(packed.last_states(ws.x, self.cfg.hidden, output))
     }
 
     /// Word + position + token type embeddings, then layer norm, into `x`.
     fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
         let h = self.cfg.hidden;
-        let offset = self.cfg.position_offset;
-        let rows: Vec<(u32, usize, u32)> = seqs
-            .iter()
-            .flat_map(|s| {
-                s.ids
-                    .iter()
-                    .zip(s.types)
-                    .enumerate()
-                    .map(move |(p, (&id, &t))| (id, p + offset, t))
-            })
-            .collect();
+        let rows = token_rows(seqs, self.cfg.position_offset);
         x.par_chunks_mut(h)
             .zip(rows.par_iter())
             .for_each(|(row, &(id, pos, t))| {
@@ -297,21 +270,14 @@ impl Encoder {
         first_only: bool,
     ) {
         let cfg = &self.cfg;
-        let (h, heads, d) = (cfg.hidden, cfg.heads, cfg.head_dim());
-        let total: usize = lens.iter().sum();
-        let qkv = &mut ws.qkv[..total * 3 * h];
-        l.qkv
-            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
-        // With `first_only`, attention keeps one query row per sequence, and so does the rest.
-        let rows = if first_only { starts.len() } else { total };
-        let ctx = &mut ws.ctx[..rows * h];
         let shape = Heads {
-            hidden: h,
-            heads,
-            dim: d,
+            hidden: cfg.hidden,
+            heads: cfg.heads,
+            dim: cfg.head_dim(),
         };
-        attention(qkv, ctx, lens, starts, keys, shape, None, first_only);
-        // Residual rows: all of x, or the first row of each sequence.
-        l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
+        let model = (cfg.hidden, cfg.eps, cfg.act);
+        l.forward(ws, (lens, starts), first_only, model, |qkv, ctx| {
+            attention(qkv, ctx, lens, starts, keys, shape, None, first_only)
+        });
     }
 }

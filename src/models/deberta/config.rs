@@ -18,10 +18,12 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::models::layers::config::{activation, bad, flag_or, get, positive};
+use crate::models::layers::config::{
+    activation, bad, flag_or, get, hidden_and_heads, non_negative, object_ref, positive,
+};
 pub(crate) use crate::models::layers::head::PoolerAct;
 use crate::models::layers::kernels::Act;
-use crate::{Error, Result};
+use crate::Result;
 
 /// `layer_norm_eps`' default.
 const DEFAULT_EPS: f64 = 1e-7;
@@ -145,21 +147,8 @@ fn names(obj: &Map<String, Value>, key: &str, file: &Path) -> Result<Vec<String>
 impl DebertaConfig {
     /// Reads a parsed `config.json` (`file` names it in errors).
     pub fn from_value(v: &Value, file: &Path) -> Result<Self> {
-        let Value::Object(obj) = v else {
-            return Err(Error::model(format!(
-                "{}: expected a JSON object",
-                file.display()
-            )));
-        };
-        let hidden = positive(obj, "hidden_size", None, file)?;
-        let heads = positive(obj, "num_attention_heads", None, file)?;
-        if hidden % heads != 0 {
-            return Err(bad(
-                file,
-                "num_attention_heads",
-                format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"),
-            ));
-        }
+        let obj = object_ref(v, file)?;
+        let (hidden, heads) = hidden_and_heads(obj, file)?;
         if let Some(d) =
             get(obj, "attention_head_size").filter(|d| d.as_u64() != Some((hidden / heads) as u64))
         {
@@ -264,19 +253,7 @@ impl DebertaConfig {
             n => usize::try_from(n)
                 .map_err(|_| bad(file, "type_vocab_size", format!("{n} is too large")))?,
         };
-        let eps = match get(obj, "layer_norm_eps") {
-            None => DEFAULT_EPS,
-            Some(v) => v
-                .as_f64()
-                .filter(|e| e.is_finite() && *e >= 0.0)
-                .ok_or_else(|| {
-                    bad(
-                        file,
-                        "layer_norm_eps",
-                        format!("expected a number, got {v}"),
-                    )
-                })?,
-        };
+        let eps = non_negative(obj, "layer_norm_eps", DEFAULT_EPS, file)?;
         Ok(DebertaConfig {
             hidden,
             heads,
@@ -316,6 +293,7 @@ impl DebertaConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::layers::config::assert_patches_refused;
     use serde_json::json;
 
     fn parse(v: Value) -> Result<DebertaConfig> {
@@ -466,16 +444,6 @@ mod tests {
             ),
             ("vocab_size", json!({"vocab_size": null})),
         ];
-        for (key, patch) in cases {
-            let mut v = v3_base();
-            for (k, x) in patch.as_object().unwrap() {
-                v[k] = x.clone();
-            }
-            let e = parse(v).unwrap_err().to_string();
-            assert!(
-                e.contains("dir/config.json") && e.contains(key),
-                "{key}: {e}"
-            );
-        }
+        assert_patches_refused(v3_base, parse, cases);
     }
 }

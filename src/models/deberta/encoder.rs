@@ -34,12 +34,13 @@ use super::config::DebertaConfig;
 use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::encoder::Sequence;
 use crate::models::layers::encoder::{
-    check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Workspace,
+    check_f32_or_int8, check_sequences, token_rows, AttentionNames, EncoderWeights, Norm, Packed,
+    PostNormLayer, Workspace,
 };
 use crate::models::layers::kernels::{
-    layer_norm_row, matmul, softmax_rows, with_scratch, Linear, Mat, Then, Threads, Weight,
+    layer_norm_row, matmul, softmax_rows, with_scratch, Linear, Mat, Threads, Weight,
 };
-use crate::models::{packed_starts, Precision};
+use crate::models::Precision;
 use crate::{Error, Result};
 
 /// One encoder layer: a post-norm layer and its position projections.
@@ -118,13 +119,7 @@ fn check_config(w: &EncoderWeights, cfg: &DebertaConfig) -> Result<()> {
         None => "max_relative_positions",
     };
     weights.check_config_size(key, cfg.relative.span().saturating_mul(2), &rel, 0)?;
-    let last = cfg.layers - 1;
-    let last_query = name(&format!(
-        "encoder.layer.{last}.attention.self.query_proj.weight"
-    ));
-    weights.check_config_tensor("num_hidden_layers", cfg.layers, &last_query)?;
-    let inner = name("encoder.layer.0.intermediate.dense.weight");
-    weights.check_config_size("intermediate_size", cfg.intermediate, &inner, 0)?;
+    w.check_layer_sizes(&ATTENTION, cfg.layers, cfg.intermediate)?;
     if !cfg.share_att_key {
         for (on, proj, what) in [
             (cfg.c2p, "pos_key_proj", "c2p"),
@@ -158,12 +153,7 @@ impl DebertaEncoder {
     /// quantized; embeddings, norms and the position projections (computed at load from the
     /// f32 weights) stay in f32. [`Precision::Bf16`] is refused.
     pub fn load(w: &EncoderWeights, cfg: DebertaConfig, precision: Precision) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Int8) {
-            return Err(Error::Config(format!(
-                "precision {precision} is not supported by the DeBERTa encoder (f32 or int8; \
-                 bf16 is for Qwen3 models)"
-            )));
-        }
+        check_f32_or_int8(precision, "DeBERTa encoder")?;
         check_config(w, &cfg)?;
         let (h, i, e) = (cfg.hidden, cfg.intermediate, cfg.embedding);
         let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, e])?;
@@ -261,49 +251,34 @@ impl DebertaEncoder {
     /// one row per sequence for [`Output::FirstToken`].
     pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
         self.check(seqs)?;
-        if seqs.is_empty() {
+        let Some(packed) = Packed::of(seqs) else {
             return Ok(Vec::new());
-        }
-        let h = self.cfg.hidden;
-        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-        let total: usize = lens.iter().sum();
-        let starts = packed_starts(&lens);
+        };
         // The relative embeddings' row of every `delta = i - j` the batch has (sized by the
         // input, which is checked against max_position_embeddings, not by the config alone).
-        let longest = lens.iter().copied().max().unwrap_or(1) as i64;
+        let longest = packed.longest() as i64;
         let rows: Vec<usize> = (1 - longest..longest)
             .map(|d| self.cfg.relative.row(d))
             .collect();
-        let mut ws = Workspace::new(total, h);
+        let mut ws = Workspace::new(packed.total, self.cfg.hidden);
         self.embed(seqs, &mut ws);
         output.each_layer(&self.layers, |layer, first_only| {
             let batch = Batch {
-                lens: &lens,
-                starts: &starts,
+                lens: &packed.lens,
+                starts: &packed.starts,
                 rows: &rows,
                 first_only,
             };
             self.layer(layer, &mut ws, &batch);
         });
-        // With first tokens only, the last layer left one row per sequence at the front.
-        ws.x.truncate(output.rows(total, seqs.len()) * h);
-        Ok(ws.x)
+        Ok(packed.last_states(ws.x, self.cfg.hidden, output))
     }
 
     /// Word (+ position) (+ token type) embeddings, projected to `hidden` when the widths
     /// differ, then layer norm, into `ws.x`.
     fn embed(&self, seqs: &[Sequence<'_>], ws: &mut Workspace) {
         let (h, e) = (self.cfg.hidden, self.cfg.embedding);
-        let rows: Vec<(u32, usize, u32)> = seqs
-            .iter()
-            .flat_map(|s| {
-                s.ids
-                    .iter()
-                    .zip(s.types)
-                    .enumerate()
-                    .map(|(p, (&id, &t))| (id, p, t))
-            })
-            .collect();
+        let rows = token_rows(seqs, 0);
         let mut sums = match self.embed_proj {
             None => std::mem::take(&mut ws.x),
             Some(_) => vec![0.0; rows.len() * e],
@@ -338,15 +313,11 @@ impl DebertaEncoder {
     /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
     fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch<'_>) {
         let cfg = &self.cfg;
-        let h = cfg.hidden;
-        let (starts, first_only) = (batch.starts, batch.first_only);
-        let total: usize = batch.lens.iter().sum();
-        let qkv = &mut ws.qkv[..total * 3 * h];
-        l.qkv
-            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
-        let rows = if first_only { starts.len() } else { total };
-        self.attention(l, qkv, &mut ws.ctx[..rows * h], batch);
-        l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
+        let packed = (batch.lens, batch.starts);
+        let model = (cfg.hidden, cfg.eps, cfg.act);
+        l.forward(ws, packed, batch.first_only, model, |qkv, ctx| {
+            self.attention(l, qkv, ctx, batch)
+        });
     }
 
     /// Disentangled attention within each sequence, all heads, into `ctx`: one row per token

@@ -9,9 +9,7 @@ use crate::models::config::Architecture;
 use crate::models::dir::ModelDir;
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{EncoderWeights, Sequence};
-use crate::models::layers::head::{
-    check_labels, head_config, FirstTokens, PooledClassifier, PoolerAct,
-};
+use crate::models::layers::head::{head_config, FirstTokens, PooledClassifier, BERT_HEAD};
 use crate::models::Precision;
 use crate::{Error, Result};
 
@@ -38,19 +36,10 @@ impl PooledClassifier<GteEncoder> {
             }
         };
         let cfg = GteConfig::from_value(&value, spelling, &config_path)?;
-        let (h, labels) = (cfg.hidden, config.num_labels);
+        let h = cfg.hidden;
         let w = EncoderWeights::open(dir, cfg.layout.prefixes())?;
         let encoder = GteEncoder::load(&w, cfg, precision)?;
-        check_labels(&w, labels, "classifier.weight")?;
-        let pooler = w.encoder_linear("pooler.dense", h, h)?;
-        let out = w.root_linear("classifier", labels, h)?;
-        Ok(PooledClassifier::new(
-            encoder,
-            pooler,
-            PoolerAct::Tanh,
-            out,
-            config,
-        ))
+        PooledClassifier::with_tanh_head(encoder, &w, h, config, &BERT_HEAD)
     }
 }
 

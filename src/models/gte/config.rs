@@ -25,9 +25,11 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::models::layers::config::{activation, bad, flag_or, get, positive, theta};
+use crate::models::layers::config::{
+    activation, bad, flag_or, get, non_negative, object_ref, positive, theta,
+};
 use crate::models::layers::kernels::Act;
-use crate::{Error, Result};
+use crate::Result;
 
 /// `layer_norm_eps`' default (every spelling).
 const DEFAULT_EPS: f64 = 1e-12;
@@ -229,12 +231,7 @@ const GPT_KEYS: Keys = Keys {
 impl GteConfig {
     /// Reads a parsed `config.json` in `spelling` (`file` names it in errors).
     pub fn from_value(v: &Value, spelling: Spelling, file: &Path) -> Result<Self> {
-        let Value::Object(obj) = v else {
-            return Err(Error::model(format!(
-                "{}: expected a JSON object",
-                file.display()
-            )));
-        };
+        let obj = object_ref(v, file)?;
         let keys = match spelling {
             Spelling::NomicHub => &GPT_KEYS,
             _ => &BERT_KEYS,
@@ -328,13 +325,7 @@ impl GteConfig {
                 (Layout::Nomic, rope, act, 2048)
             }
         };
-        let eps = match get(obj, keys.eps) {
-            None => DEFAULT_EPS,
-            Some(v) => v
-                .as_f64()
-                .filter(|e| e.is_finite() && *e >= 0.0)
-                .ok_or_else(|| bad(file, keys.eps, format!("expected a number, got {v}")))?,
-        };
+        let eps = non_negative(obj, keys.eps, DEFAULT_EPS, file)?;
         let default_types = if layout == Layout::Nomic { 2 } else { 1 };
         let type_vocab = match get(obj, "type_vocab_size") {
             Some(Value::Number(n)) if n.as_u64() == Some(0) => 0,

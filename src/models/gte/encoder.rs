@@ -16,14 +16,15 @@ use std::sync::{Arc, RwLock};
 use rayon::prelude::*;
 
 use super::config::{GteConfig, Layout};
-use crate::models::layers::attention::Heads;
 use crate::models::layers::dense::{Dense, Output};
-use crate::models::layers::encoder::{check_sequences, EncoderWeights, Norm, Sequence, Workspace};
+use crate::models::layers::encoder::{
+    check_f32_or_int8, check_sequences, EncoderWeights, Norm, Sequence, Workspace,
+};
 use crate::models::layers::kernels::{layer_norm_row, Linear, Then, Weight};
 use crate::models::layers::rope::Rope;
-use crate::models::layers::rotary::{gated_mlp, grown, Batch};
+use crate::models::layers::rotary::{gated_mlp, grown, heads_of, Batch};
 use crate::models::Precision;
-use crate::{Error, Result};
+use crate::Result;
 
 /// One encoder layer.
 #[derive(Debug, Clone)]
@@ -160,12 +161,7 @@ impl GteEncoder {
     /// an [`Error::Model`] naming the file and the tensor. With [`Precision::Int8`] the linear
     /// layers are quantized; [`Precision::Bf16`] is refused.
     pub fn load(w: &EncoderWeights, cfg: GteConfig, precision: Precision) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Int8) {
-            return Err(Error::Config(format!(
-                "precision {precision} is not supported by the GTE / NomicBERT encoder (f32 or \
-                 int8; bf16 is for Qwen3 models)"
-            )));
-        }
+        check_f32_or_int8(precision, "GTE / NomicBERT encoder")?;
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let checks = w.weights();
         let word = w.encoder_name("embeddings.word_embeddings.weight");
@@ -283,16 +279,12 @@ impl GteEncoder {
     /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
     fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch, rope: &Rope, first_only: bool) {
         let cfg = &self.cfg;
-        let (h, d) = (cfg.hidden, cfg.head_dim());
+        let h = cfg.hidden;
         let total = batch.tokens();
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
-        let shape = Heads {
-            hidden: h,
-            heads: cfg.heads,
-            dim: d,
-        };
+        let shape = heads_of(h, cfg.heads);
         let rows = batch.rotary_attention(qkv, &mut ws.ctx, shape, rope, None, first_only);
         if first_only {
             batch.firsts_to_front(&mut ws.x, h);

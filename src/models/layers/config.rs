@@ -144,3 +144,71 @@ pub(crate) fn object(v: Value, file: &Path) -> Result<Map<String, Value>> {
         ))),
     }
 }
+
+/// A parsed `config.json` as the JSON object it must be, or an error naming `file`.
+pub(crate) fn object_ref<'a>(v: &'a Value, file: &Path) -> Result<&'a Map<String, Value>> {
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(Error::model(format!(
+            "{}: expected a JSON object",
+            file.display()
+        ))),
+    }
+}
+
+/// `hidden_size` and `num_attention_heads` (both required), the first a multiple of the second.
+pub(crate) fn hidden_and_heads(obj: &Map<String, Value>, file: &Path) -> Result<(usize, usize)> {
+    let hidden = positive(obj, "hidden_size", None, file)?;
+    let heads = positive(obj, "num_attention_heads", None, file)?;
+    if hidden % heads != 0 {
+        return Err(bad(
+            file,
+            "num_attention_heads",
+            format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"),
+        ));
+    }
+    Ok((hidden, heads))
+}
+
+/// A finite non-negative number `key` (a layer norm's epsilon), `default` when absent or null.
+pub(crate) fn non_negative(
+    obj: &Map<String, Value>,
+    key: &str,
+    default: f64,
+    file: &Path,
+) -> Result<f64> {
+    match get(obj, key) {
+        None => Ok(default),
+        Some(v) => v
+            .as_f64()
+            .filter(|e| e.is_finite() && *e >= 0.0)
+            .ok_or_else(|| {
+                bad(
+                    file,
+                    key,
+                    format!("expected a non-negative number, got {v}"),
+                )
+            }),
+    }
+}
+
+/// Test support: each of `cases` (a key and the patch that breaks it) applied to `base()`
+/// makes `parse` fail with an error naming `dir/config.json` and the key.
+#[cfg(test)]
+pub(crate) fn assert_patches_refused<T: std::fmt::Debug>(
+    base: impl Fn() -> Value,
+    parse: impl Fn(Value) -> Result<T>,
+    cases: Vec<(&str, Value)>,
+) {
+    for (key, patch) in cases {
+        let mut v = base();
+        for (k, x) in patch.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        let e = parse(v).unwrap_err().to_string();
+        assert!(
+            e.contains("dir/config.json") && e.contains(key),
+            "{key}: {e}"
+        );
+    }
+}

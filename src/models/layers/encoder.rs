@@ -8,7 +8,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::dense::Dense;
+use super::dense::{Dense, Output};
 use super::kernels::{with_scratch, Act, Linear, Then, Weight};
 use super::quant::QuantRows;
 use super::weights::Weights;
@@ -90,6 +90,20 @@ pub(crate) fn feed_forward(
 pub(crate) struct Sequence<'a> {
     pub ids: &'a [u32],
     pub types: &'a [u32],
+}
+
+/// Every token of `seqs`, packed in order: its id, its position (counted from
+/// `position_offset` in its sequence) and its type.
+pub(crate) fn token_rows(seqs: &[Sequence<'_>], position_offset: usize) -> Vec<(u32, usize, u32)> {
+    seqs.iter()
+        .flat_map(|s| {
+            s.ids
+                .iter()
+                .zip(s.types)
+                .enumerate()
+                .map(move |(p, (&id, &t))| (id, p + position_offset, t))
+        })
+        .collect()
 }
 
 /// `run` over `rows` as sequences of one text each: every token of type 0 (what an embedder
@@ -294,11 +308,33 @@ pub(crate) struct PostNormLayer {
 }
 
 impl PostNormLayer {
+    /// The whole layer over the packed rows in `ws.x` (sequences of `lens` tokens starting at
+    /// rows `starts`): the stacked query, key and value projection into `ws.qkv`, then
+    /// `attention(qkv, ctx)`, which writes the context of every row (of each sequence's first
+    /// row only with `first_only`) into `ctx`, then [`PostNormLayer::finish`].
+    pub fn forward(
+        &self,
+        ws: &mut Workspace,
+        (lens, starts): (&[usize], &[usize]),
+        first_only: bool,
+        (h, eps, act): (usize, f32, Act),
+        attention: impl FnOnce(&[f32], &mut [f32]),
+    ) {
+        let total: usize = lens.iter().sum();
+        let qkv = &mut ws.qkv[..total * 3 * h];
+        self.qkv
+            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
+        // With `first_only`, attention keeps one query row per sequence, and so does the rest.
+        let rows = if first_only { starts.len() } else { total };
+        attention(qkv, &mut ws.ctx[..rows * h]);
+        self.finish(ws, starts, first_only, rows, (h, eps, act));
+    }
+
     /// The rest of the layer once its attention context is in `ws.ctx` (`rows` rows): with
     /// `first_only`, each sequence's first residual row (at `starts`) moves to the front of
     /// `ws.x`; then `x = LN(x + out · ctx)` and `x = LN(x + ff_out · act(ff_in · x))`, each
     /// computed in `ws.proj`, which then becomes `ws.x`. `(hidden, eps, act)` are the model's.
-    pub fn finish(
+    fn finish(
         &self,
         ws: &mut Workspace,
         starts: &[usize],
@@ -343,6 +379,61 @@ pub(crate) struct AttentionNames {
 }
 
 impl EncoderWeights {
+    /// Checks `hidden_size` and `vocab_size` against the word embeddings and
+    /// `max_position_embeddings` against the position embeddings in the safetensors header
+    /// (see `Weights::check_config_size`).
+    pub fn check_embedding_sizes(
+        &self,
+        hidden: usize,
+        vocab: usize,
+        positions: usize,
+    ) -> Result<()> {
+        let w = self.weights();
+        let word = self.encoder_name("embeddings.word_embeddings.weight");
+        w.check_config_size("hidden_size", hidden, &word, 1)?;
+        w.check_config_size("vocab_size", vocab, &word, 0)?;
+        let position = self.encoder_name("embeddings.position_embeddings.weight");
+        w.check_config_size("max_position_embeddings", positions, &position, 0)
+    }
+
+    /// Checks `num_hidden_layers` (the last layer's query projection, named by `names`, is
+    /// there) and `intermediate_size` (the first layer's feed-forward input) against the
+    /// safetensors header.
+    pub fn check_layer_sizes(
+        &self,
+        names: &AttentionNames,
+        layers: usize,
+        intermediate: usize,
+    ) -> Result<()> {
+        let w = self.weights();
+        let last = layers - 1;
+        let last_query = self.encoder_name(&format!(
+            "encoder.layer.{last}.attention.{}.weight",
+            names.q
+        ));
+        w.check_config_tensor("num_hidden_layers", layers, &last_query)?;
+        let inner = self.encoder_name("encoder.layer.0.intermediate.dense.weight");
+        w.check_config_size("intermediate_size", intermediate, &inner, 0)
+    }
+
+    /// All `layers` layers of a post-norm encoder whose attention is named by `names`, their
+    /// query, key and value read apart ([`EncoderWeights::qkv`]) and stacked
+    /// ([`EncoderWeights::post_norm_layer`]).
+    pub fn post_norm_layers(
+        &self,
+        layers: usize,
+        names: &AttentionNames,
+        (hidden, inner): (usize, usize),
+        precision: Precision,
+    ) -> Result<Vec<PostNormLayer>> {
+        (0..layers)
+            .map(|n| {
+                let qkv = self.qkv(n, names, hidden)?;
+                self.post_norm_layer(n, names, qkv, (hidden, inner), precision)
+            })
+            .collect()
+    }
+
     /// Layer `n`'s query, key and value projections (`hidden` wide), in f32.
     pub fn qkv(&self, n: usize, names: &AttentionNames, hidden: usize) -> Result<[Linear; 3]> {
         let att = format!("encoder.layer.{n}.attention");
@@ -379,6 +470,56 @@ impl EncoderWeights {
             ff_out: dense(self.encoder_linear(&format!("{l}.output.dense"), h, i)?),
             ff_norm: self.norm(&format!("{l}.output.LayerNorm"), h)?,
         })
+    }
+}
+
+/// Refuses a `precision` other than f32 and int8 for the CPU encoder `encoder` names (e.g.
+/// "MPNet encoder"): bf16 is for Qwen3 models.
+pub(crate) fn check_f32_or_int8(precision: Precision, encoder: &str) -> Result<()> {
+    if matches!(precision, Precision::F32 | Precision::Int8) {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "precision {precision} is not supported by the {encoder} (f32 or int8; bf16 is for \
+         Qwen3 models)"
+    )))
+}
+
+/// The shape of a packed batch: each sequence's length, their total and the row each
+/// sequence starts at.
+pub(crate) struct Packed {
+    pub lens: Vec<usize>,
+    pub total: usize,
+    pub starts: Vec<usize>,
+}
+
+impl Packed {
+    /// The shape of `seqs` packed one after another; `None` when there is no sequence.
+    pub fn of(seqs: &[Sequence<'_>]) -> Option<Self> {
+        if seqs.is_empty() {
+            return None;
+        }
+        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let total = lens.iter().sum();
+        let starts = crate::models::packed_starts(&lens);
+        Some(Packed {
+            lens,
+            total,
+            starts,
+        })
+    }
+
+    /// The longest sequence's length.
+    pub fn longest(&self) -> usize {
+        self.lens.iter().copied().max().unwrap_or(1)
+    }
+
+    /// The hidden states `output` wants of the `hidden` wide states `x` the last layer left:
+    /// every row, or with [`Output::FirstToken`] the one row per sequence that layer left at
+    /// the front.
+    pub fn last_states(&self, mut x: Vec<f32>, hidden: usize, output: Output) -> Vec<f32> {
+        x.truncate(output.rows(self.total, self.lens.len()) * hidden);
+        x
     }
 }
 

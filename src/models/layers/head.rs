@@ -92,6 +92,56 @@ impl<E> PooledClassifier<E> {
     }
 }
 
+/// Where the linear layers of a head with a `tanh` pooler are: `pooler` (`hidden` to `hidden`)
+/// under the encoder's prefix or at the file's root, then `out` (`hidden` to the labels) at
+/// the root.
+pub(crate) struct TanhHead {
+    pub pooler: &'static str,
+    pub pooler_at_root: bool,
+    pub out: &'static str,
+}
+
+/// BERT's (and GTE's) head: the encoder's `pooler.dense`, then `classifier`.
+pub(crate) const BERT_HEAD: TanhHead = TanhHead {
+    pooler: "pooler.dense",
+    pooler_at_root: false,
+    out: "classifier",
+};
+
+/// XLM-R's head: `classifier.dense`, then `classifier.out_proj`.
+pub(crate) const XLMR_HEAD: TanhHead = TanhHead {
+    pooler: "classifier.dense",
+    pooler_at_root: true,
+    out: "classifier.out_proj",
+};
+
+impl<E> PooledClassifier<E> {
+    /// `encoder` (`hidden` wide) with the `tanh` head whose layers `head` names, its output
+    /// checked against `config.num_labels` first.
+    pub fn with_tanh_head(
+        encoder: E,
+        w: &EncoderWeights,
+        hidden: usize,
+        config: ClassifierConfig,
+        head: &TanhHead,
+    ) -> Result<Self> {
+        let (h, labels) = (hidden, config.num_labels);
+        check_labels(w, labels, &format!("{}.weight", head.out))?;
+        let pooler = match head.pooler_at_root {
+            true => w.root_linear(head.pooler, h, h)?,
+            false => w.encoder_linear(head.pooler, h, h)?,
+        };
+        let out = w.root_linear(head.out, labels, h)?;
+        Ok(PooledClassifier::new(
+            encoder,
+            pooler,
+            PoolerAct::Tanh,
+            out,
+            config,
+        ))
+    }
+}
+
 impl<E> std::fmt::Debug for PooledClassifier<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PooledClassifier")

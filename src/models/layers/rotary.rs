@@ -107,6 +107,15 @@ impl Batch {
     }
 }
 
+/// The heads of a model `hidden` wide in `heads` heads of `hidden / heads` values.
+pub(crate) fn heads_of(hidden: usize, heads: usize) -> Heads {
+    Heads {
+        hidden,
+        heads,
+        dim: hidden / heads,
+    }
+}
+
 /// The tables in `slot` if they cover `positions` (`covered` says how many they do), else
 /// new ones from `build(n)`, stored for the next call: `n` grows by doubling (so that longer
 /// and longer inputs rebuild them a few times only), never past `max` positions. The RoPE

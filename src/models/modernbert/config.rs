@@ -12,9 +12,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::models::layers::config::{activation, bad, flag, get, positive, theta};
+use crate::models::layers::config::{
+    activation, bad, flag, get, hidden_and_heads, non_negative, object_ref, positive, theta,
+};
 use crate::models::layers::kernels::Act;
-use crate::{Error, Result};
+use crate::Result;
 
 /// `global_attn_every_n_layers` when the config gives neither it nor `layer_types`.
 const DEFAULT_GLOBAL_EVERY: u64 = 3;
@@ -76,21 +78,8 @@ pub(crate) struct ModernBertConfig {
 impl ModernBertConfig {
     /// Reads a parsed `config.json` (`file` names it in errors).
     pub fn from_value(v: &Value, file: &Path) -> Result<Self> {
-        let Value::Object(obj) = v else {
-            return Err(Error::model(format!(
-                "{}: expected a JSON object",
-                file.display()
-            )));
-        };
-        let hidden = positive(obj, "hidden_size", None, file)?;
-        let heads = positive(obj, "num_attention_heads", None, file)?;
-        if hidden % heads != 0 {
-            return Err(bad(
-                file,
-                "num_attention_heads",
-                format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"),
-            ));
-        }
+        let obj = object_ref(v, file)?;
+        let (hidden, heads) = hidden_and_heads(obj, file)?;
         let head_dim = hidden / heads;
         if head_dim % 2 != 0 {
             return Err(bad(
@@ -205,13 +194,7 @@ impl ModernBertConfig {
         }
         let local_attention =
             positive(obj, "local_attention", Some(DEFAULT_LOCAL_ATTENTION), file)?;
-        let eps = match get(obj, "norm_eps") {
-            None => DEFAULT_NORM_EPS,
-            Some(v) => v
-                .as_f64()
-                .filter(|e| e.is_finite() && *e >= 0.0)
-                .ok_or_else(|| bad(file, "norm_eps", format!("expected a number, got {v}")))?,
-        };
+        let eps = non_negative(obj, "norm_eps", DEFAULT_NORM_EPS, file)?;
         let classifier_pooling = match get(obj, "classifier_pooling").map(|v| (v, v.as_str())) {
             None | Some((_, Some("cls"))) => ClassifierPooling::Cls,
             Some((_, Some("mean"))) => ClassifierPooling::Mean,
@@ -259,6 +242,7 @@ impl ModernBertConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::layers::config::assert_patches_refused;
     use serde_json::json;
 
     fn parse(v: Value) -> Result<ModernBertConfig> {
@@ -341,16 +325,6 @@ mod tests {
             ("local_attention", json!({"local_attention": 0})),
             ("vocab_size", json!({"vocab_size": null})),
         ];
-        for (key, patch) in cases {
-            let mut v = base();
-            for (k, x) in patch.as_object().unwrap() {
-                v[k] = x.clone();
-            }
-            let e = parse(v).unwrap_err().to_string();
-            assert!(
-                e.contains("dir/config.json") && e.contains(key),
-                "{key}: {e}"
-            );
-        }
+        assert_patches_refused(base, parse, cases);
     }
 }

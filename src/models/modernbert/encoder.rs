@@ -24,13 +24,13 @@ use rayon::prelude::*;
 
 use super::config::ModernBertConfig;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
-use crate::models::layers::attention::Heads;
 use crate::models::layers::dense::{Dense, Output};
+use crate::models::layers::encoder::check_f32_or_int8;
 pub(crate) use crate::models::layers::encoder::Norm;
 use crate::models::layers::kernels::{Linear, Then, Weight};
 use crate::models::layers::quant::QuantRows;
 use crate::models::layers::rope::Rope;
-use crate::models::layers::rotary::{gated_mlp, grown, norm_rows, Batch};
+use crate::models::layers::rotary::{gated_mlp, grown, heads_of, norm_rows, Batch};
 use crate::models::layers::weights::Weights;
 use crate::models::Precision;
 use crate::{Error, Result};
@@ -107,7 +107,7 @@ impl ModernBertWeights {
     }
 
     /// A linear layer `{name}.weight` `(outputs, inputs)`, with `{name}.bias` when `bias`
-    /// (zeros otherwise); `root` for a task head's, else the encoder's.
+    /// (zeros otherwise); `root` for a task head's, else the encoder's (as [`Self::norm`]).
     fn linear(
         &self,
         name: &str,
@@ -131,17 +131,6 @@ impl ModernBertWeights {
             inputs,
             outputs,
         })
-    }
-
-    /// The encoder's linear layer `name`.
-    fn encoder_linear(
-        &self,
-        name: &str,
-        outputs: usize,
-        inputs: usize,
-        bias: bool,
-    ) -> Result<Linear> {
-        self.linear(name, outputs, inputs, bias, false)
     }
 
     /// A task head's linear layer `name` (at the file's root).
@@ -207,12 +196,7 @@ impl ModernBertEncoder {
         cfg: ModernBertConfig,
         precision: Precision,
     ) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Int8) {
-            return Err(Error::Config(format!(
-                "precision {precision} is not supported by the ModernBERT encoder (f32 or \
-                 int8; bf16 is for Qwen3 models)"
-            )));
-        }
+        check_f32_or_int8(precision, "ModernBERT encoder")?;
         w.check_config(&cfg)?;
         let (h, i, nb) = (cfg.hidden, cfg.intermediate, cfg.norm_bias);
         let embeddings = w.encoder("embeddings.tok_embeddings.weight", &[cfg.vocab, h])?;
@@ -227,11 +211,11 @@ impl ModernBertEncoder {
                         0 => None,
                         _ => Some(w.norm(&format!("{l}.attn_norm"), h, nb, false)?),
                     },
-                    qkv: dense(w.encoder_linear(&format!("{l}.attn.Wqkv"), 3 * h, h, ab)?),
-                    out: dense(w.encoder_linear(&format!("{l}.attn.Wo"), h, h, ab)?),
+                    qkv: dense(w.linear(&format!("{l}.attn.Wqkv"), 3 * h, h, ab, false)?),
+                    out: dense(w.linear(&format!("{l}.attn.Wo"), h, h, ab, false)?),
                     mlp_norm: w.norm(&format!("{l}.mlp_norm"), h, nb, false)?,
-                    wi: dense(w.encoder_linear(&format!("{l}.mlp.Wi"), 2 * i, h, mb)?),
-                    wo: dense(w.encoder_linear(&format!("{l}.mlp.Wo"), h, i, mb)?),
+                    wi: dense(w.linear(&format!("{l}.mlp.Wi"), 2 * i, h, mb, false)?),
+                    wo: dense(w.linear(&format!("{l}.mlp.Wo"), h, i, mb, false)?),
                     global: cfg.global[n],
                 })
             })
@@ -368,7 +352,7 @@ impl ModernBertEncoder {
         first_only: bool,
     ) {
         let cfg = &self.cfg;
-        let (h, d) = (cfg.hidden, cfg.head_dim());
+        let h = cfg.hidden;
         let total = batch.tokens();
         let n = total * h;
         // Wqkv over attn_norm(x) (x itself in layer 0).
@@ -388,11 +372,7 @@ impl ModernBertEncoder {
             .forward(input, total, qkv, &mut ws.quant, Then::Nothing);
         let rope = if l.global { &rope.global } else { &rope.local };
         let window = (!l.global).then_some(cfg.window);
-        let shape = Heads {
-            hidden: h,
-            heads: cfg.heads,
-            dim: d,
-        };
+        let shape = heads_of(h, cfg.heads);
         let rows = batch.rotary_attention(qkv, &mut ws.ctx, shape, rope, window, first_only);
         if first_only {
             batch.firsts_to_front(&mut ws.x, h);

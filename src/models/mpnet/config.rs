@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::models::layers::config::{activation, bad, get, object, positive, string};
+use crate::models::layers::config::{activation, bad, non_negative, object, positive, string};
 use crate::models::layers::kernels::Act;
 use crate::Result;
 
@@ -107,19 +107,7 @@ impl MpnetConfig {
                 ),
             ));
         }
-        let eps = match get(&obj, "layer_norm_eps") {
-            None => DEFAULT_EPS,
-            Some(e) => e
-                .as_f64()
-                .filter(|e| e.is_finite() && *e >= 0.0)
-                .ok_or_else(|| {
-                    bad(
-                        file,
-                        "layer_norm_eps",
-                        format!("expected a non-negative number, got {e}"),
-                    )
-                })?,
-        };
+        let eps = non_negative(&obj, "layer_norm_eps", DEFAULT_EPS, file)?;
         Ok(MpnetConfig {
             hidden,
             heads,

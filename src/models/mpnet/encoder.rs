@@ -34,13 +34,14 @@ use super::config::{MpnetConfig, MAX_DISTANCE, NUM_BUCKETS, PADDING_IDX};
 use crate::models::layers::attention::QUERY_BLOCK;
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{
-    check_sequences, AttentionNames, EncoderWeights, Norm, PostNormLayer, Sequence, Workspace,
+    check_f32_or_int8, check_sequences, AttentionNames, EncoderWeights, Norm, Packed,
+    PostNormLayer, Sequence, Workspace,
 };
 use crate::models::layers::kernels::{
-    layer_norm_row, matmul, softmax_rows, with_scratch, Mat, Then, Threads,
+    layer_norm_row, matmul, softmax_rows, with_scratch, Mat, Threads,
 };
-use crate::models::{packed_starts, Precision};
-use crate::{Error, Result};
+use crate::models::Precision;
+use crate::Result;
 
 /// The tensor-name prefixes the encoder may sit under (`MPNetForMaskedLM`'s `mpnet.`); a bare
 /// `MPNetModel`, as sentence-transformers saves it, has its tensors at the root.
@@ -114,23 +115,15 @@ pub(crate) struct MpnetEncoder {
 
 /// Checks every size `config.json` gives against the tensor shapes in the safetensors
 /// header, before any of them sizes an allocation: a mismatch is an [`Error::Model`] naming
-/// `config.json` and the key.
-fn check_config(weights: &EncoderWeights, cfg: &MpnetConfig) -> Result<()> {
-    let name = |n: &str| weights.encoder_name(n);
+/// `config.json` and the key. First refuses a `precision` other than f32 and int8.
+fn check_config(weights: &EncoderWeights, cfg: &MpnetConfig, precision: Precision) -> Result<()> {
+    check_f32_or_int8(precision, "MPNet encoder")?;
+    weights.check_embedding_sizes(cfg.hidden, cfg.vocab, cfg.positions)?;
     let w = weights.weights();
-    let word = name("embeddings.word_embeddings.weight");
-    w.check_config_size("hidden_size", cfg.hidden, &word, 1)?;
-    w.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
-    let position = name("embeddings.position_embeddings.weight");
-    w.check_config_size("max_position_embeddings", cfg.positions, &position, 0)?;
-    let relative = name("encoder.relative_attention_bias.weight");
+    let relative = weights.encoder_name("encoder.relative_attention_bias.weight");
     w.check_config_size("relative_attention_num_buckets", cfg.buckets, &relative, 0)?;
     w.check_config_size("num_attention_heads", cfg.heads, &relative, 1)?;
-    let last = cfg.layers - 1;
-    let last_query = name(&format!("encoder.layer.{last}.attention.attn.q.weight"));
-    w.check_config_tensor("num_hidden_layers", cfg.layers, &last_query)?;
-    let inner = name("encoder.layer.0.intermediate.dense.weight");
-    w.check_config_size("intermediate_size", cfg.intermediate, &inner, 0)
+    weights.check_layer_sizes(&ATTENTION, cfg.layers, cfg.intermediate)
 }
 
 impl MpnetEncoder {
@@ -140,24 +133,13 @@ impl MpnetEncoder {
     /// tensor or a wrong shape is an [`Error::Model`] naming the file and the tensor. With
     /// [`Precision::Int8`] the linear layers are quantized; bf16 is refused.
     pub fn load(w: &EncoderWeights, cfg: MpnetConfig, precision: Precision) -> Result<Self> {
-        if !matches!(precision, Precision::F32 | Precision::Int8) {
-            return Err(Error::Config(format!(
-                "precision {precision} is not supported by the MPNet encoder (f32 or int8; \
-                 bf16 is for Qwen3 models)"
-            )));
-        }
-        check_config(w, &cfg)?;
+        check_config(w, &cfg, precision)?;
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let relative = w.encoder(
             "encoder.relative_attention_bias.weight",
             &[cfg.buckets, cfg.heads],
         )?;
-        let layers = (0..cfg.layers)
-            .map(|n| {
-                let qkv = w.qkv(n, &ATTENTION, h)?;
-                w.post_norm_layer(n, &ATTENTION, qkv, (h, i), precision)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let layers = w.post_norm_layers(cfg.layers, &ATTENTION, (h, i), precision)?;
         Ok(MpnetEncoder {
             word: w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?,
             position: w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?,
@@ -179,28 +161,22 @@ impl MpnetEncoder {
     /// [`Output::FirstToken`].
     pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
         check_sequences(seqs, self.cfg.max_length(), self.cfg.vocab, None)?;
-        if seqs.is_empty() {
+        let Some(packed) = Packed::of(seqs) else {
             return Ok(Vec::new());
-        }
-        let h = self.cfg.hidden;
-        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-        let total: usize = lens.iter().sum();
-        let starts = packed_starts(&lens);
-        let bias = self.position_bias(lens.iter().copied().max().unwrap_or(1));
-        let mut ws = Workspace::new(total, h);
+        };
+        let bias = self.position_bias(packed.longest());
+        let mut ws = Workspace::new(packed.total, self.cfg.hidden);
         self.embed(seqs, &mut ws.x);
         output.each_layer(&self.layers, |layer, first_only| {
             let batch = Batch {
-                lens: &lens,
-                starts: &starts,
+                lens: &packed.lens,
+                starts: &packed.starts,
                 bias: &bias,
                 first_only,
             };
             self.layer(layer, &mut ws, &batch);
         });
-        // With first tokens only, the last layer left one row per sequence at the front.
-        ws.x.truncate(output.rows(total, seqs.len()) * h);
-        Ok(ws.x)
+        Ok(packed.last_states(ws.x, self.cfg.hidden, output))
     }
 
     /// The bias of every head and key offset a batch whose longest sequence has `longest`
@@ -247,15 +223,11 @@ impl MpnetEncoder {
     /// per sequence.
     fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch<'_>) {
         let cfg = &self.cfg;
-        let h = cfg.hidden;
-        let (starts, first_only) = (batch.starts, batch.first_only);
-        let total: usize = batch.lens.iter().sum();
-        let qkv = &mut ws.qkv[..total * 3 * h];
-        l.qkv
-            .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
-        let rows = if first_only { starts.len() } else { total };
-        self.attention(qkv, &mut ws.ctx[..rows * h], batch);
-        l.finish(ws, starts, first_only, rows, (h, cfg.eps, cfg.act));
+        let packed = (batch.lens, batch.starts);
+        let model = (cfg.hidden, cfg.eps, cfg.act);
+        l.forward(ws, packed, batch.first_only, model, |qkv, ctx| {
+            self.attention(qkv, ctx, batch)
+        });
     }
 
     /// Attention with the relative bias within each sequence, all heads, into `ctx`: one row

@@ -781,14 +781,7 @@ mod tests {
     #[test]
     fn compact_storage_keeps_vectors_and_vector_source() {
         let exact = index();
-        let idx = DenseIndex::with_storage(Arc::new(Letters), VectorStorage::int8());
-        idx.add(vec![
-            Document::new("1", "aaaa"),
-            Document::new("2", "bbbb"),
-            Document::new("3", "aabb"),
-            Document::new("4", "eeee"),
-        ])
-        .unwrap();
+        let idx = letters_index(VectorStorage::int8());
         assert_eq!(idx.vector("3"), exact.vector("3"));
         assert_eq!(
             idx.vectors(&["aabb", "zzz"]).unwrap(),

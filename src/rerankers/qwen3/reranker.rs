@@ -10,7 +10,7 @@ use crate::models::engine::DecoderEngine;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
 use crate::models::{plan_packed_batches, ModelDir, ModelOptions, ModelPool, Precision};
-use crate::rerankers::passages::score_documents;
+use crate::rerankers::passages::{passage_windows, score_documents, sigmoid};
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
@@ -60,15 +60,6 @@ impl Qwen3Score {
             score: sigmoid(logit),
             logit,
         }
-    }
-}
-
-fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
     }
 }
 
@@ -189,11 +180,13 @@ impl Qwen3Reranker {
         query: &RerankQuery,
         document: &str,
     ) -> Result<Vec<std::ops::Range<usize>>> {
-        let passages = self
-            .passages
-            .ok_or_else(|| Error::Config("passages are off for this reranker".into()))?;
-        let room = self.room(query)?;
-        Ok(passages.windows(document, &self.encoder.document_tokens(document)?, room))
+        passage_windows(
+            self.passages,
+            "reranker",
+            document,
+            || self.room(query),
+            |d| self.encoder.document_tokens(d),
+        )
     }
 
     /// The document tokens that fit in a prompt beside `query` and its instruction.

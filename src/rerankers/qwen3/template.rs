@@ -156,11 +156,7 @@ mod encoder {
             &self,
             document: &str,
         ) -> Result<Vec<crate::text::passages::Token>> {
-            let encoding = self
-                .tokenizer
-                .encode(document, false)
-                .map_err(|e| Error::tokenizer(e.to_string()))?;
-            Ok(crate::rerankers::tokens_of(&encoding))
+            crate::text::passages::document_tokens(&self.tokenizer, document)
         }
 
         fn ids(&self, text: &str) -> Result<Vec<u32>> {

@@ -110,26 +110,24 @@ mod tests {
 
     #[test]
     fn sizes_follow_the_caches_and_keep_the_tuned_values_on_large_ones() {
-        // Zen 4 (32 KB, 1 MB) and Sapphire Rapids (48 KB, 2 MB): the tuned sizes.
-        assert_eq!(
-            Blocking::for_caches(32 << 10, 1 << 20, 96),
-            Blocking { kc: 256, nc: 1024 }
-        );
-        assert_eq!(
-            Blocking::for_caches(48 << 10, 2 << 20, 96),
-            Blocking { kc: 256, nc: 1024 }
-        );
-        // Zen 3 (32 KB, 512 KB): half the groups' columns.
-        assert_eq!(
-            Blocking::for_caches(32 << 10, 512 << 10, 96),
-            Blocking { kc: 256, nc: 512 }
-        );
-        // Small caches: smaller blocks, never below the floors.
-        assert_eq!(
-            Blocking::for_caches(16 << 10, 256 << 10, 96),
-            Blocking { kc: 128, nc: 256 }
-        );
-        assert_eq!(Blocking::for_caches(1, 1, 96), Blocking { kc: 32, nc: 64 });
+        // (L1 bytes, L2 bytes, the sizes).
+        let cases = [
+            // Zen 4 (32 KB, 1 MB) and Sapphire Rapids (48 KB, 2 MB): the tuned sizes.
+            (32 << 10, 1 << 20, (256, 1024)),
+            (48 << 10, 2 << 20, (256, 1024)),
+            // Zen 3 (32 KB, 512 KB): half the groups' columns.
+            (32 << 10, 512 << 10, (256, 512)),
+            // Small caches: smaller blocks, never below the floors.
+            (16 << 10, 256 << 10, (128, 256)),
+            (1, 1, (32, 64)),
+        ];
+        for (l1, l2, (kc, nc)) in cases {
+            assert_eq!(
+                Blocking::for_caches(l1, l2, 96),
+                Blocking { kc, nc },
+                "{l1} {l2}"
+            );
+        }
         let b = Blocking::detect();
         assert!(b.kc.is_multiple_of(2) && b.nc.is_multiple_of(NR), "{b:?}");
     }
