@@ -70,17 +70,7 @@ pub const DEFAULT_MAX_BATCH_SIZE: usize = 128;
 /// ```
 pub struct BertEmbedder(EncoderEmbedder);
 
-encoder_embedder!(BertEmbedder, BertEmbedderBuilder);
-
-impl BertEmbedder {
-    fn load(builder: BertEmbedderBuilder) -> Result<Self> {
-        let precision = builder.options.precision;
-        EncoderEmbedder::load(&builder, "bert", |model_dir, value| {
-            read(model_dir, value, precision)
-        })
-        .map(BertEmbedder)
-    }
-}
+encoder_embedder!(BertEmbedder, BertEmbedderBuilder, "bert", read);
 
 /// The BERT-family encoder (`bert`, `xlm-roberta`, `roberta`) of `model_dir`, whose parsed
 /// `config.json` is `value`: its shape, and its native loader in `precision`.
@@ -118,12 +108,7 @@ impl PackedEncoder for Encoder {
         single_texts(rows, |seqs| self.forward(seqs, output))
     }
 
-    fn encode_attending(
-        &self,
-        rows: &[&[u32]],
-        keys: &[usize],
-        output: Output,
-    ) -> Result<Vec<f32>> {
+    fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         single_texts(rows, |seqs| {
             self.forward_attending(seqs, Some(keys), output)
         })

@@ -132,14 +132,31 @@ impl EncoderEmbedder {
 
 /// The public face of [`EncoderEmbedder`] under the name `$name` (a newtype around it, with
 /// its builder alias `$builder`): the constructors, the accessors, [`Embedder`] and `Debug`,
-/// written once for every encoder architecture. The architecture's file implements
-/// `$name::load(builder)` and documents the type.
+/// written once for every encoder architecture. The architecture's file documents the type
+/// and gives `$read(model_dir, config, precision)`, which reads its encoder's shape and
+/// returns its native loader; `$pool` names the thread pool.
 ///
 /// [`Embedder`]: super::Embedder
 macro_rules! encoder_embedder {
-    ($name:ident, $builder:ident) => {
+    ($name:ident, $builder:ident, $pool:literal, $read:path) => {
         /// Options for the embedder; checked by [`build`](EmbedderBuilder::build).
         pub type $builder = EmbedderBuilder<$name>;
+
+        impl $name {
+            fn load(builder: $builder) -> Result<Self> {
+                let precision = builder.options.precision;
+                EncoderEmbedder::load(&builder, $pool, |model_dir, value| {
+                    $read(model_dir, value, precision)
+                })
+                .map($name)
+            }
+        }
+
+        /// The embedder is shared between threads.
+        const _: fn() = || {
+            fn check<T: Send + Sync>() {}
+            check::<$name>();
+        };
 
         impl EmbedderBuilder<$name> {
             /// Checks the options, then loads the model directory.
@@ -248,6 +265,24 @@ macro_rules! encoder_embedder {
 }
 
 pub(crate) use encoder_embedder;
+
+/// [`PackedEncoder`] for an encoder of single texts whose `forward` takes
+/// [`Sequence`](crate::models::layers::encoder::Sequence)s: every token of type 0.
+macro_rules! single_text_encoder {
+    ($ty:ty) => {
+        impl PackedEncoder for $ty {
+            fn hidden(&self) -> usize {
+                self.config().hidden
+            }
+
+            fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+                single_texts(rows, |seqs| self.forward(seqs, output))
+            }
+        }
+    };
+}
+
+pub(crate) use single_text_encoder;
 
 /// The `config.json` path of `dir`, for errors.
 pub(crate) fn config_path(dir: &ModelDir) -> PathBuf {

@@ -4,14 +4,16 @@
 //! `packed`).
 
 use super::builder::EmbedderBuilder;
-use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec};
+use super::encoder::{
+    config_path, encoder_embedder, single_text_encoder, EncoderEmbedder, EncoderSpec,
+};
 use super::{Embedder, Role};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::gte::config::{GteConfig, Spelling};
 use crate::models::gte::encoder::GteEncoder;
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{single_texts, EncoderWeights};
-use crate::models::ModelDir;
+use crate::models::{ModelDir, Precision};
 use crate::{Error, Result};
 
 /// A GTE or NomicBERT bi-encoder loaded from a local sentence-transformers (or plain
@@ -44,56 +46,35 @@ use crate::{Error, Result};
 /// ```
 pub struct GteEmbedder(EncoderEmbedder);
 
-encoder_embedder!(GteEmbedder, GteEmbedderBuilder);
+encoder_embedder!(GteEmbedder, GteEmbedderBuilder, "gte", read);
+single_text_encoder!(GteEncoder);
 
-impl GteEmbedder {
-    fn load(builder: GteEmbedderBuilder) -> Result<Self> {
-        let precision = builder.options.precision;
-        EncoderEmbedder::load(&builder, "gte", |model_dir, value| {
-            let config_path = config_path(model_dir);
-            let spelling = Spelling::of(value).ok_or_else(|| {
-                Error::model(format!(
-                    "{}: model_type {:?} is not new, gte or nomic_bert (load_embedder picks the \
-                     loader for each model_type)",
-                    config_path.display(),
-                    value.get("model_type")
-                ))
-            })?;
-            let config = GteConfig::from_value(value, spelling, &config_path)?;
-            let spec = EncoderSpec {
-                hidden: config.hidden,
-                max_positions: config.max_positions,
-                vocab: config.vocab,
-                family: EncoderFamily::Gte,
-                id_prefix: "gte",
-            };
-            Ok((spec, move |dir: &ModelDir| {
-                let weights = EncoderWeights::open(dir, config.layout.prefixes())?;
-                GteEncoder::load(&weights, config, precision)
-            }))
-        })
-        .map(GteEmbedder)
-    }
-}
-
-impl PackedEncoder for GteEncoder {
-    fn hidden(&self) -> usize {
-        self.config().hidden
-    }
-
-    /// Single texts: every token of type 0.
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        single_texts(rows, |seqs| self.forward(seqs, output))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn is_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<GteEmbedder>();
-    }
+/// The GTE / NomicBERT encoder of `model_dir`, whose parsed `config.json` is `value`: its
+/// shape, and its native loader in `precision`.
+fn read(
+    model_dir: &ModelDir,
+    value: &serde_json::Value,
+    precision: Precision,
+) -> Result<(EncoderSpec, impl FnOnce(&ModelDir) -> Result<GteEncoder>)> {
+    let config_path = config_path(model_dir);
+    let spelling = Spelling::of(value).ok_or_else(|| {
+        Error::model(format!(
+            "{}: model_type {:?} is not new, gte or nomic_bert (load_embedder picks the loader \
+             for each model_type)",
+            config_path.display(),
+            value.get("model_type")
+        ))
+    })?;
+    let config = GteConfig::from_value(value, spelling, &config_path)?;
+    let spec = EncoderSpec {
+        hidden: config.hidden,
+        max_positions: config.max_positions,
+        vocab: config.vocab,
+        family: EncoderFamily::Gte,
+        id_prefix: "gte",
+    };
+    Ok((spec, move |dir: &ModelDir| {
+        let weights = EncoderWeights::open(dir, config.layout.prefixes())?;
+        GteEncoder::load(&weights, config, precision)
+    }))
 }

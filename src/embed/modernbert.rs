@@ -42,17 +42,12 @@ use crate::{Error, Result};
 /// ```
 pub struct ModernBertEmbedder(EncoderEmbedder);
 
-encoder_embedder!(ModernBertEmbedder, ModernBertEmbedderBuilder);
-
-impl ModernBertEmbedder {
-    fn load(builder: ModernBertEmbedderBuilder) -> Result<Self> {
-        let precision = builder.options.precision;
-        EncoderEmbedder::load(&builder, "modernbert", |model_dir, value| {
-            read(model_dir, value, precision)
-        })
-        .map(ModernBertEmbedder)
-    }
-}
+encoder_embedder!(
+    ModernBertEmbedder,
+    ModernBertEmbedderBuilder,
+    "modernbert",
+    read
+);
 
 /// The ModernBERT encoder of `model_dir`, whose parsed `config.json` is `value`: its shape,
 /// and its native loader in `precision`.
@@ -101,12 +96,7 @@ impl PackedEncoder for ModernBertEncoder {
         self.forward(rows, output)
     }
 
-    fn encode_attending(
-        &self,
-        rows: &[&[u32]],
-        keys: &[usize],
-        output: Output,
-    ) -> Result<Vec<f32>> {
+    fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         self.forward_attending(rows, Some(keys), output)
     }
 }

@@ -3,14 +3,16 @@
 //! declares (the text side is the BERT embedders', `packed`).
 
 use super::builder::EmbedderBuilder;
-use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec};
+use super::encoder::{
+    config_path, encoder_embedder, single_text_encoder, EncoderEmbedder, EncoderSpec,
+};
 use super::{Embedder, Role};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{single_texts, EncoderWeights};
 use crate::models::mpnet::config::MpnetConfig;
 use crate::models::mpnet::encoder::{MpnetEncoder, PREFIXES};
-use crate::models::ModelDir;
+use crate::models::{ModelDir, Precision};
 use crate::Result;
 
 /// An MPNet bi-encoder loaded from a local sentence-transformers (or plain transformers)
@@ -47,47 +49,26 @@ use crate::Result;
 /// ```
 pub struct MpnetEmbedder(EncoderEmbedder);
 
-encoder_embedder!(MpnetEmbedder, MpnetEmbedderBuilder);
+encoder_embedder!(MpnetEmbedder, MpnetEmbedderBuilder, "mpnet", read);
+single_text_encoder!(MpnetEncoder);
 
-impl MpnetEmbedder {
-    fn load(builder: MpnetEmbedderBuilder) -> Result<Self> {
-        let precision = builder.options.precision;
-        EncoderEmbedder::load(&builder, "mpnet", |model_dir, value| {
-            let config = MpnetConfig::from_value(value, &config_path(model_dir))?;
-            let spec = EncoderSpec {
-                hidden: config.hidden,
-                max_positions: config.max_length(),
-                vocab: config.vocab,
-                family: EncoderFamily::Mpnet,
-                id_prefix: "mpnet",
-            };
-            Ok((spec, move |dir: &ModelDir| {
-                let weights = EncoderWeights::open(dir, PREFIXES)?;
-                MpnetEncoder::load(&weights, config, precision)
-            }))
-        })
-        .map(MpnetEmbedder)
-    }
-}
-
-impl PackedEncoder for MpnetEncoder {
-    fn hidden(&self) -> usize {
-        self.config().hidden
-    }
-
-    /// Single texts (MPNet has no token types; the sequences carry zeros).
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        single_texts(rows, |seqs| self.forward(seqs, output))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn is_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<MpnetEmbedder>();
-    }
+/// The MPNet encoder of `model_dir`, whose parsed `config.json` is `value`: its shape, and its
+/// native loader in `precision` (MPNet has no token types; the sequences carry zeros).
+fn read(
+    model_dir: &ModelDir,
+    value: &serde_json::Value,
+    precision: Precision,
+) -> Result<(EncoderSpec, impl FnOnce(&ModelDir) -> Result<MpnetEncoder>)> {
+    let config = MpnetConfig::from_value(value, &config_path(model_dir))?;
+    let spec = EncoderSpec {
+        hidden: config.hidden,
+        max_positions: config.max_length(),
+        vocab: config.vocab,
+        family: EncoderFamily::Mpnet,
+        id_prefix: "mpnet",
+    };
+    Ok((spec, move |dir: &ModelDir| {
+        let weights = EncoderWeights::open(dir, PREFIXES)?;
+        MpnetEncoder::load(&weights, config, precision)
+    }))
 }

@@ -321,9 +321,7 @@ impl ColbertEncoder {
         for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
             let ids: Vec<&[u32]> = batch.indices.iter().map(|&i| &rows[i].0[..]).collect();
             let keys: Vec<usize> = batch.indices.iter().map(|&i| rows[i].1).collect();
-            let states = self
-                .encoder
-                .encode_attending(&ids, &keys, Output::AllTokens)?;
+            let states = self.encoder.encode_keys(&ids, &keys, Output::AllTokens)?;
             let mut start = 0;
             for (&i, row) in batch.indices.iter().zip(&ids) {
                 let states = &states[start * h..(start + row.len()) * h];

@@ -273,22 +273,17 @@ impl PackedEncoder for CandleEncoder {
     }
 
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        self.encode_keys(rows, None, output)
+        self.encode_masked(rows, None, output)
     }
 
-    fn encode_attending(
-        &self,
-        rows: &[&[u32]],
-        keys: &[usize],
-        output: Output,
-    ) -> Result<Vec<f32>> {
-        self.encode_keys(rows, Some(keys), output)
+    fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
+        self.encode_masked(rows, Some(keys), output)
     }
 }
 
 impl CandleEncoder {
-    /// [`PackedEncoder::encode_attending`], every token a key without `keys`.
-    fn encode_keys(
+    /// [`PackedEncoder::encode_keys`], every token a key without `keys`.
+    fn encode_masked(
         &self,
         rows: &[&[u32]],
         keys: Option<&[usize]>,

@@ -40,12 +40,7 @@ pub(crate) trait PackedEncoder: Send + Sync {
     /// [`encode`](Self::encode) with row `i`'s tokens attending to its first `keys[i]` tokens
     /// only: the tokens past them are queries and never keys (ColBERT's query expansion
     /// tokens). An encoder that cannot leave keys out refuses a count short of its row.
-    fn encode_attending(
-        &self,
-        rows: &[&[u32]],
-        keys: &[usize],
-        output: Output,
-    ) -> Result<Vec<f32>> {
+    fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         if rows.len() != keys.len() || rows.iter().zip(keys).any(|(r, &k)| r.len() != k) {
             return Err(Error::model(
                 "this encoder attends to every token of a text: tokens that are queries but \
@@ -66,13 +61,8 @@ impl PackedEncoder for Box<dyn PackedEncoder> {
         (**self).encode(rows, output)
     }
 
-    fn encode_attending(
-        &self,
-        rows: &[&[u32]],
-        keys: &[usize],
-        output: Output,
-    ) -> Result<Vec<f32>> {
-        (**self).encode_attending(rows, keys, output)
+    fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
+        (**self).encode_keys(rows, keys, output)
     }
 }
 
@@ -143,16 +133,11 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
         }
     }
 
-    fn encode_attending(
-        &self,
-        rows: &[&[u32]],
-        keys: &[usize],
-        output: Output,
-    ) -> Result<Vec<f32>> {
+    fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         match &self.inner {
-            Engine::Native(e) => e.encode_attending(rows, keys, output),
+            Engine::Native(e) => e.encode_keys(rows, keys, output),
             #[cfg(feature = "candle")]
-            Engine::Candle(e) => e.encode_attending(rows, keys, output),
+            Engine::Candle(e) => e.encode_keys(rows, keys, output),
         }
     }
 }
