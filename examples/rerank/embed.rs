@@ -10,6 +10,10 @@
 //! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, pooled,
 //! projected and normalized as the model directory says (`modules.json`). `--role` picks the
 //! model's query or document prompt (default: document; symmetric models ignore it).
+//!
+//! A ColBERT model (PyLate's or Stanford's layout) prints one `{"token_embeddings": [[...],
+//! ...]}` line per text instead: its normalized token vectors, queries (`--role query`)
+//! padded to the query length, documents without their punctuation tokens.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -171,8 +175,11 @@ pub fn run(args: Args) -> CliResult {
         device: args.device.parse()?,
         ..ModelOptions::default()
     };
-    let embedder = rerank::load_embedder(&args.model, &options)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    if rerank::ColbertEncoder::is_colbert_dir(&args.model) {
+        return colbert(&args, &refs, options);
+    }
+    let embedder = rerank::load_embedder(&args.model, &options)?;
     let embeddings = embedder.embed_as(&refs, args.role.into())?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -183,6 +190,37 @@ pub fn run(args: Args) -> CliResult {
             embedding: &embedding,
         })?;
         writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// A ColBERT model's token vectors: one `{"token_embeddings": [[...], ...]}` line per text
+/// (`--max-length` is the role's length: `query_length` or `document_length`).
+#[cfg(feature = "models")]
+fn colbert(args: &Args, texts: &[&str], options: rerank::models::ModelOptions) -> CliResult {
+    use std::io::Write;
+
+    #[derive(serde::Serialize)]
+    struct Tokens {
+        token_embeddings: Vec<Vec<f32>>,
+    }
+    let role: rerank::Role = args.role.into();
+    let mut builder = rerank::ColbertEncoder::builder(&args.model).options(options);
+    if let Some(n) = args.max_length {
+        builder = match role {
+            rerank::Role::Query => builder.query_length(n),
+            rerank::Role::Document => builder.document_length(n),
+        };
+    }
+    let vectors = builder.build()?.encode(texts, role)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for m in vectors {
+        let line = Tokens {
+            token_embeddings: m.rows().into_iter().map(|r| r.to_vec()).collect(),
+        };
+        writeln!(out, "{}", serde_json::to_string(&line)?)?;
     }
     out.flush()?;
     Ok(())

@@ -136,6 +136,13 @@ pub enum RetrieverConfig {
         /// The embedding model directory (BERT bi-encoder).
         model: PathBuf,
     },
+    /// Late interaction ([`LateInteractionIndex`](crate::recall::LateInteractionIndex); needs
+    /// the `models` feature): every document's ColBERT token vectors in memory (computed when
+    /// the pipeline builds, also over a store), scored by exact MaxSim.
+    LateInteraction {
+        /// The ColBERT model (PyLate's or Stanford's layout).
+        model: PathBuf,
+    },
     /// [`KeywordOverlap`]: the share of the query's content words a document has, a raw
     /// score in `[0, 1]` (pair it with a vector retriever in a linear fusion).
     Keyword {},
@@ -454,9 +461,9 @@ fn retriever_inputs(
     f: &mut dyn FnMut(&str, &mut PathBuf) -> Result<()>,
 ) -> Result<()> {
     match config {
-        RetrieverConfig::Dense { model } | RetrieverConfig::Milvus { model, .. } => {
-            f(&format!("{key}.model"), model)
-        }
+        RetrieverConfig::Dense { model }
+        | RetrieverConfig::Milvus { model, .. }
+        | RetrieverConfig::LateInteraction { model } => f(&format!("{key}.model"), model),
         RetrieverConfig::Hybrid { retrievers, .. } => {
             for (i, r) in retrievers.iter_mut().enumerate() {
                 retriever_inputs(r, &format!("{key}.retrievers[{i}]"), f)?;
@@ -472,6 +479,7 @@ fn mode_name(config: &RetrieverConfig) -> &'static str {
     match config {
         RetrieverConfig::Bm25 { .. } => "bm25",
         RetrieverConfig::Keyword {} => "keyword",
+        RetrieverConfig::LateInteraction { .. } => "late_interaction",
         RetrieverConfig::Hybrid { .. } => HYBRID_MODE,
         _ => "vector",
     }
@@ -525,6 +533,7 @@ fn build_retriever(
                 }
             }
             RetrieverConfig::Dense { model } => build_dense(model, docs),
+            RetrieverConfig::LateInteraction { model } => build_late_interaction(model, docs),
             RetrieverConfig::Milvus {
                 url,
                 collection,
@@ -560,6 +569,25 @@ fn build_milvus(
 ) -> Result<Box<dyn Retriever>> {
     Err(Error::Config(
         "a milvus retriever needs the `milvus` and `models` features of rerank".into(),
+    ))
+}
+
+/// A late-interaction index of `model` over `docs`.
+#[cfg(feature = "models")]
+fn build_late_interaction(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
+    let options = crate::models::ModelOptions::default();
+    let encoder = crate::ColbertEncoder::builder(model)
+        .options(options)
+        .build()?;
+    let index = crate::recall::LateInteractionIndex::new(encoder);
+    index.add(docs.to_vec())?;
+    Ok(Box::new(index))
+}
+
+#[cfg(not(feature = "models"))]
+fn build_late_interaction(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> {
+    Err(Error::Config(
+        "a late_interaction retriever needs the `models` feature of rerank".into(),
     ))
 }
 
@@ -828,6 +856,10 @@ mod store_recall {
                 Ok(Box::new(store.bm25()))
             }
             RetrieverConfig::Dense { model } => dense(store, model),
+            // Token vectors are in memory; the store keeps the documents.
+            RetrieverConfig::LateInteraction { model } => {
+                super::build_late_interaction(model, &store.documents()?)
+            }
             // The vectors live in Milvus; the store keeps the documents.
             RetrieverConfig::Milvus {
                 url,

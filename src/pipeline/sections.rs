@@ -210,10 +210,15 @@ pub enum RerankerKind {
     Mxbai,
     /// Whatever `model` is, read as [`load_reranker`](crate::rerankers::load_reranker) reads
     /// it (a directory or a hub id; feature `models`): a cross-encoder of any supported
-    /// architecture, Qwen3, mxbai-v2, or an embedding model scoring by cosine.
+    /// architecture, Qwen3, mxbai-v2, a ColBERT model (MaxSim), or an embedding model scoring
+    /// by cosine.
     Model,
     /// Cosine between BERT embeddings (needs `model`, feature `models`).
     Embedding,
+    /// Late interaction: MaxSim of a ColBERT model's token vectors
+    /// ([`ColbertReranker`](crate::rerankers::ColbertReranker); needs `model`, feature
+    /// `models`). `model` also takes a ColBERT folder.
+    Colbert,
     /// The model-free [`LexicalReranker`](crate::rerankers::LexicalReranker).
     Lexical,
 }
@@ -222,7 +227,7 @@ pub enum RerankerKind {
 ///
 /// ```yaml
 /// reranker:
-///   type: qwen3                   # cross_encoder | qwen3 | mxbai | model | embedding | lexical
+///   type: qwen3                   # cross_encoder | qwen3 | mxbai | model | embedding | colbert | lexical
 ///   model: models/qwen3-reranker  # every type but lexical
 ///   depth: 30                     # rerank the first 30 candidates (default: all)
 ///   fallback: { budget_ms: 800 }  # lexical scores when the model fails or is late
@@ -350,7 +355,10 @@ impl RerankerConfig {
         let mut options =
             crate::models::ModelOptions::default().precision(self.precision.unwrap_or_default());
         if let Some(passages) = self.passages {
-            if matches!(self.kind, RerankerKind::Embedding | RerankerKind::Lexical) {
+            if matches!(
+                self.kind,
+                RerankerKind::Embedding | RerankerKind::Colbert | RerankerKind::Lexical
+            ) {
                 return Err(Error::Config(format!(
                     "reranker.passages: a {:?} reranker scores whole documents (passages are \
                      for cross_encoder, qwen3, mxbai and model)",
@@ -383,6 +391,10 @@ impl RerankerConfig {
                 Box::new(b.build()?)
             }
             RerankerKind::Model => crate::rerankers::load_reranker(self.model()?, &options)?,
+            RerankerKind::Colbert => Box::new(crate::rerankers::ColbertReranker::from_dir(
+                self.model_dir()?,
+                &options,
+            )?),
             RerankerKind::Embedding => {
                 let embedder: Arc<dyn Embedder> =
                     Arc::from(crate::load_embedder(self.model()?, &options)?);

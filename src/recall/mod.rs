@@ -8,6 +8,8 @@
 //!   ([`Fusion::Rrf`]), by weighted min-max normalized scores ([`Fusion::Weighted`]), or
 //!   linearly over raw scores ([`Fusion::Linear`]);
 //! - [`KeywordOverlap`] (`keyword`): the share of the query's content words a document has;
+//! - `LateInteractionIndex` (`late_interaction`, feature `models`): exact MaxSim over every
+//!   document's ColBERT token vectors, kept as f16;
 //! - [`MatryoshkaIndex`] (`matryoshka`): coarse search over truncated vectors, rescored with
 //!   the full ones;
 //! - [`FallbackRetriever`] (`fallback`): recall from a second retriever when the first fails;
@@ -19,6 +21,8 @@ mod dense;
 mod fallback;
 mod fusion;
 mod keyword;
+#[cfg(feature = "models")]
+mod late_interaction;
 mod matryoshka;
 #[cfg(feature = "milvus")]
 mod milvus;
@@ -34,6 +38,8 @@ pub use dense::{DenseIndex, VectorStorage};
 pub use fallback::FallbackRetriever;
 pub use fusion::{linear_fuse, normalize_min_max, rrf_fuse, weighted_fuse, Fusion, Hybrid};
 pub use keyword::{keyword_overlap, KeywordOverlap};
+#[cfg(feature = "models")]
+pub use late_interaction::LateInteractionIndex;
 pub use matryoshka::MatryoshkaIndex;
 #[cfg(feature = "milvus")]
 pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};

@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{CrossEncoder, EmbeddingReranker, MxbaiReranker, Qwen3Reranker};
+use super::{ColbertReranker, CrossEncoder, EmbeddingReranker, MxbaiReranker, Qwen3Reranker};
+use crate::embed::ColbertEncoder;
 use crate::models::registry::{self, Task};
 use crate::models::{Architecture, ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Embedder, Error, Reranker, Result};
@@ -19,6 +20,7 @@ use crate::{Embedder, Error, Reranker, Result};
 /// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
 /// | `Qwen2ForCausalLM` | [`MxbaiReranker`] (mxbai-rerank-v2: the `mxbai-rerank` package's prompt; scores are its raw logits) |
+/// | a ColBERT model (PyLate's `config_sentence_transformers.json` with `model_type` `ColBERT`, or Stanford's `artifact.metadata`) | [`ColbertReranker`] (MaxSim) |
 /// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
 /// So Qwen3-Embedding, whose `config.json` also says `Qwen3ForCausalLM`, is never taken for
@@ -39,6 +41,9 @@ use crate::{Embedder, Error, Reranker, Result};
 pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Reranker>> {
     let (dir, _) = registry::locate(model.as_ref(), Task::CrossEncoder)?;
     let model = ModelDir::open(&dir)?;
+    if ColbertEncoder::is_colbert_dir(&dir) {
+        return Ok(Box::new(ColbertReranker::from_dir(&dir, options)?));
+    }
     if is_embedding_model(&model)? {
         return embedding_reranker(&dir, options);
     }

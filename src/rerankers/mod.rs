@@ -7,6 +7,8 @@
 //! - [`MxbaiReranker`] ([`mxbai`], feature `models`): mxbai-rerank-v2 (a Qwen2 decoder) as
 //!   mixedbread's `mxbai-rerank` package scores it;
 //! - [`EmbeddingReranker`] (`embedding`): cosine between query and document embeddings;
+//! - [`ColbertReranker`] (`late_interaction`, feature `models`): MaxSim of ColBERT token
+//!   vectors;
 //! - [`LexicalReranker`] (`lexical`): model-free coverage of the query's content words;
 //! - [`FallbackReranker`] (`fallback`): a primary scorer with a fallback and a latency budget;
 //! - [`load_reranker`] (`load`, feature `models`): picks one of the above from `config.json`;
@@ -32,6 +34,8 @@ use crate::{Error, Result};
 #[cfg(feature = "models")]
 mod cross_encoder;
 #[cfg(feature = "models")]
+mod late_interaction;
+#[cfg(feature = "models")]
 mod load;
 #[cfg(feature = "models")]
 pub use cross_encoder::{
@@ -43,6 +47,8 @@ mod fallback;
 pub mod qwen3;
 
 pub use fallback::{FallbackReranker, FallbackRerankerBuilder};
+#[cfg(feature = "models")]
+pub use late_interaction::ColbertReranker;
 #[cfg(feature = "models")]
 pub use load::load_reranker;
 #[cfg(feature = "models")]

@@ -228,3 +228,217 @@ fn builder_lengths_are_checked_and_change_the_query_shape() {
     );
     assert!(longer.encode(&[], Role::Document).unwrap().is_empty());
 }
+
+/// `load_reranker` takes a ColBERT folder (either layout) for a MaxSim reranker: every
+/// query's scores of the documents are PyLate's.
+#[test]
+fn load_reranker_scores_documents_by_maxsim() {
+    use rerank::rerankers::{load_reranker, RerankQuery};
+    let expected = expected();
+    for case in CASES {
+        let want = &expected[case];
+        let reranker =
+            load_reranker(root().join(case), &ModelOptions::default().threads(2)).unwrap();
+        assert_eq!(reranker.name(), "colbert", "{case}");
+        let docs: Vec<&str> = want["documents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["text"].as_str().unwrap())
+            .collect();
+        for (qi, q) in want["queries"].as_array().unwrap().iter().enumerate() {
+            let query = RerankQuery::new(q["text"].as_str().unwrap());
+            let scores = reranker.score(&query, &docs).unwrap();
+            for (di, got) in scores.iter().enumerate() {
+                let s = want["scores"][qi][di].as_f64().unwrap();
+                assert!(
+                    (*got as f64 - s).abs() < 1e-5,
+                    "{case} q{qi} d{di}: {got} {s}"
+                );
+            }
+        }
+        assert!(reranker
+            .score(&RerankQuery::new("x"), &[])
+            .unwrap()
+            .is_empty());
+    }
+}
+
+/// `rerank embed` on a ColBERT model prints each text's token vectors, as PyLate encodes them.
+#[test]
+fn the_cli_prints_token_embeddings_of_a_colbert_model() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let want = &expected()["modernbert"];
+    let dir = std::env::temp_dir().join(format!("rerank-colbert-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (role, key) in [("query", "queries"), ("document", "documents")] {
+        let items = want[key].as_array().unwrap();
+        let input = dir.join(format!("{key}.jsonl"));
+        let lines: Vec<String> = items
+            .iter()
+            .map(|t| serde_json::json!({"text": t["text"]}).to_string())
+            .collect();
+        std::fs::write(&input, lines.join("\n")).unwrap();
+        let model = root().join("modernbert");
+        let out = std::process::Command::new(&cli)
+            .args(["embed", "--model", model.to_str().unwrap(), "--role", role])
+            .args(["--input", input.to_str().unwrap(), "--threads", "2"])
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let printed: Vec<&str> = stdout.lines().collect();
+        assert_eq!(printed.len(), items.len());
+        for (line, item) in printed.iter().zip(items) {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let got = matrix(&v["token_embeddings"]);
+            let got = Array2::from_shape_vec((got.len(), got[0].len()), got.concat()).unwrap();
+            let cos = smallest_cosine(key, &got, &matrix(&item["vectors"]));
+            assert!(cos >= 0.99999, "{key}: {cos}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `reranker: {type: colbert}` and `{type: model}` on a ColBERT folder build a pipeline whose
+/// stage 2 ranks by PyLate's MaxSim; passages are refused (a ColBERT document is cut to its
+/// length).
+#[test]
+fn a_pipeline_config_reranks_with_colbert() {
+    let want = &expected()["bert"];
+    let docs: Vec<rerank::Document> = want["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d["text"].as_str().unwrap().is_empty())
+        .map(|(i, d)| rerank::Document::new(i.to_string(), d["text"].as_str().unwrap()))
+        .collect();
+    let query = want["queries"][0]["text"].as_str().unwrap();
+    let dir = root().join("bert").display().to_string();
+    for kind in ["colbert", "model"] {
+        let yaml = format!(
+            "retriever: {{ type: bm25 }}\nreranker: {{ type: {kind}, model: {dir:?} }}\n\
+             search: {{ top_k: 3 }}\n"
+        );
+        let config = rerank::PipelineConfig::from_yaml_str(&yaml).unwrap();
+        let pipeline = config.build(docs.clone()).unwrap();
+        let response = pipeline.search(query).unwrap();
+        assert_eq!(response.scorer, "colbert", "{kind}");
+        assert!(!response.hits.is_empty(), "{kind}");
+        for hit in &response.hits {
+            let i: usize = hit.document.id.parse().unwrap();
+            let s = want["scores"][0][i].as_f64().unwrap();
+            let got = hit.rerank_score.unwrap() as f64;
+            assert!((got - s).abs() < 1e-5, "{kind} doc {i}: {got} {s}");
+        }
+        let scores: Vec<f32> = response
+            .hits
+            .iter()
+            .map(|h| h.rerank_score.unwrap())
+            .collect();
+        assert!(
+            scores.windows(2).all(|w| w[0] >= w[1]),
+            "{kind}: best first"
+        );
+    }
+    let yaml =
+        format!("reranker: {{ type: colbert, model: {dir:?}, passages: {{ aggregate: max }} }}\n");
+    let e = rerank::PipelineConfig::from_yaml_str(&yaml)
+        .and_then(|c| c.build(Vec::new()))
+        .unwrap_err();
+    assert!(e.to_string().contains("reranker.passages"), "{e}");
+}
+
+/// Stage-1 late interaction: the index holds every document's token vectors (f16) and ranks
+/// them by MaxSim as PyLate scores them (within f16 rounding); a config retriever
+/// `late_interaction` builds it; re-adding an id replaces the document.
+#[test]
+fn the_late_interaction_index_ranks_by_maxsim() {
+    use rerank::recall::{LateInteractionIndex, Retriever, SearchQuery};
+    let want = &expected()["bert"];
+    let docs: Vec<rerank::Document> = want["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| rerank::Document::new(i.to_string(), d["text"].as_str().unwrap()))
+        .collect();
+    let index = LateInteractionIndex::new(load(&root().join("bert")));
+    index.add(docs.clone()).unwrap();
+    assert_eq!(index.len(), docs.len());
+    // 16 dims of 2 bytes per kept token.
+    let tokens: usize = want["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kept_ids"].as_array().unwrap().len())
+        .sum();
+    let bytes = index.bytes_per_document();
+    assert!(
+        (bytes - (tokens * 32) as f64 / docs.len() as f64).abs() < 1e-9,
+        "{bytes}"
+    );
+    for (qi, q) in want["queries"].as_array().unwrap().iter().enumerate() {
+        let hits = index
+            .retrieve(&SearchQuery::new(q["text"].as_str().unwrap()), 5)
+            .unwrap();
+        assert_eq!(hits.len(), 5);
+        for hit in &hits {
+            let i: usize = hit.document.id.parse().unwrap();
+            let s = want["scores"][qi][i].as_f64().unwrap();
+            assert!(
+                (hit.score as f64 - s).abs() < 2e-2,
+                "q{qi} d{i}: {} {s}",
+                hit.score
+            );
+        }
+        // The best by PyLate's scores is first, unless within f16 rounding of the next.
+        let best = (0..docs.len())
+            .max_by(|&a, &b| {
+                let (x, y) = (
+                    want["scores"][qi][a].as_f64(),
+                    want["scores"][qi][b].as_f64(),
+                );
+                x.partial_cmp(&y).unwrap()
+            })
+            .unwrap();
+        let first: usize = hits[0].document.id.parse().unwrap();
+        let gap = want["scores"][qi][best].as_f64().unwrap()
+            - want["scores"][qi][first].as_f64().unwrap();
+        assert!(gap < 2e-2, "q{qi}: {first} ranked over {best} by {gap}");
+    }
+    // Replacing a document keeps one entry per id.
+    index
+        .add(vec![rerank::Document::new("0", "a new text")])
+        .unwrap();
+    assert_eq!(index.len(), docs.len());
+    assert_eq!(
+        index.vectors("0").unwrap().nrows(),
+        index
+            .encoder()
+            .encode(&["a new text"], Role::Document)
+            .unwrap()[0]
+            .nrows()
+    );
+
+    let yaml = format!(
+        "retriever: {{ type: late_interaction, model: {:?} }}\nsearch: {{ top_k: 2 }}\n",
+        root().join("bert").display().to_string()
+    );
+    let pipeline = rerank::PipelineConfig::from_yaml_str(&yaml)
+        .unwrap()
+        .build(docs)
+        .unwrap();
+    let response = pipeline
+        .search(want["queries"][0]["text"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(response.hits.len(), 2);
+}

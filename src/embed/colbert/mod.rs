@@ -25,8 +25,8 @@ use crate::{Error, Result};
 
 /// The late-interaction score of a query against a document: for each query vector, its
 /// largest dot product with a document vector, summed (ColBERT's MaxSim; PyLate's
-/// `colbert_scores` on unpadded vectors). Rows are token vectors of equal width; a document
-/// without vectors scores 0.
+/// `colbert_scores` on unpadded vectors). Rows are token vectors; a document without vectors
+/// scores 0, and vectors of different widths NaN.
 ///
 /// ```
 /// use ndarray::array;
@@ -35,25 +35,23 @@ use crate::{Error, Result};
 /// assert!((rerank::embed::maxsim(q.view(), d.view()) - 1.8).abs() < 1e-6);
 /// ```
 pub fn maxsim(query: ArrayView2<'_, f32>, document: ArrayView2<'_, f32>) -> f32 {
+    if query.ncols() != document.ncols() {
+        return f32::NAN;
+    }
     if document.nrows() == 0 {
         return 0.0;
     }
+    let (query, document) = (query.as_standard_layout(), document.as_standard_layout());
+    let width = document.ncols();
     let dot = crate::simd::dot::kernel();
+    let docs = document.as_slice().unwrap_or_default();
     query
-        .rows()
-        .into_iter()
+        .as_slice()
+        .unwrap_or_default()
+        .chunks_exact(width.max(1))
         .map(|q| {
-            let q = q
-                .as_slice()
-                .map(<[f32]>::to_vec)
-                .unwrap_or_else(|| q.to_vec());
-            document
-                .rows()
-                .into_iter()
-                .map(|d| match d.as_slice() {
-                    Some(d) => dot(&q, d),
-                    None => dot(&q, &d.to_vec()),
-                })
+            docs.chunks_exact(width.max(1))
+                .map(|d| dot(q, d))
                 .fold(f32::NEG_INFINITY, f32::max)
         })
         .sum()
