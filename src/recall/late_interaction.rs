@@ -63,6 +63,26 @@ impl LateInteractionIndex {
         let texts: Vec<String> = docs.iter().map(Document::full_text).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let vectors = self.encoder.encode(&refs, Role::Document)?;
+        self.add_encoded(docs, vectors)
+    }
+
+    /// Indexes `docs` with token vectors computed elsewhere (by this index's model, as
+    /// [`ColbertEncoder::encode`] gives them for documents): one `(tokens, dim)` matrix per
+    /// document. A matrix of another width, or a count that differs from the documents', is
+    /// an error and nothing is added.
+    pub fn add_encoded(
+        &self,
+        docs: Vec<Document>,
+        vectors: Vec<ndarray::Array2<f32>>,
+    ) -> Result<()> {
+        let dim = self.encoder.dim();
+        if docs.len() != vectors.len() || vectors.iter().any(|m| m.ncols() != dim) {
+            return Err(Error::InvalidInput(format!(
+                "{} documents with {} token matrices: one matrix of {dim} columns per document",
+                docs.len(),
+                vectors.len()
+            )));
+        }
         let mut inner = self.entries.write().unwrap_or_else(|e| e.into_inner());
         for (doc, m) in docs.into_iter().zip(vectors) {
             let entry = Entry {
