@@ -167,26 +167,21 @@ pub trait Generator: Send + Sync {
     }
 }
 
-impl<G: Generator + ?Sized> Generator for Arc<G> {
-    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
-        (**self).generate(request)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn writes_freely(&self) -> bool {
-        (**self).writes_freely()
-    }
+/// An `Arc` or a `Box` of a generator is the generator.
+macro_rules! forward_generator {
+    ($($pointer:ident),*) => {$(
+        impl<G: Generator + ?Sized> Generator for $pointer<G> {
+            fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+                (**self).generate(request)
+            }
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn writes_freely(&self) -> bool {
+                (**self).writes_freely()
+            }
+        }
+    )*};
 }
 
-impl<G: Generator + ?Sized> Generator for Box<G> {
-    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
-        (**self).generate(request)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn writes_freely(&self) -> bool {
-        (**self).writes_freely()
-    }
-}
+forward_generator!(Arc, Box);

@@ -169,29 +169,24 @@ fn single_row(m: Array2<f32>) -> Result<Vec<f32>> {
     Ok(m.row(0).to_vec())
 }
 
-impl<E: Embedder + ?Sized> Embedder for Arc<E> {
-    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
-        (**self).embed_as(texts, role)
-    }
-    fn dim(&self) -> usize {
-        (**self).dim()
-    }
-    fn id(&self) -> Option<String> {
-        (**self).id()
-    }
+/// An `Arc` or a `Box` of an embedder is the embedder.
+macro_rules! forward_embedder {
+    ($($pointer:ident),*) => {$(
+        impl<E: Embedder + ?Sized> Embedder for $pointer<E> {
+            fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
+                (**self).embed_as(texts, role)
+            }
+            fn dim(&self) -> usize {
+                (**self).dim()
+            }
+            fn id(&self) -> Option<String> {
+                (**self).id()
+            }
+        }
+    )*};
 }
 
-impl<E: Embedder + ?Sized> Embedder for Box<E> {
-    fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
-        (**self).embed_as(texts, role)
-    }
-    fn dim(&self) -> usize {
-        (**self).dim()
-    }
-    fn id(&self) -> Option<String> {
-        (**self).id()
-    }
-}
+forward_embedder!(Arc, Box);
 
 /// Cosine similarity of two vectors (0 when either has zero norm or lengths differ), on the
 /// crate's f32 dot product.
