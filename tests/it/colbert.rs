@@ -415,6 +415,19 @@ fn the_late_interaction_index_ranks_by_maxsim() {
             - want["scores"][qi][first].as_f64().unwrap();
         assert!(gap < 2e-2, "q{qi}: {first} ranked over {best} by {gap}");
     }
+    // Vectors of another width, or a count unlike the documents', are refused whole.
+    let e = index
+        .add_encoded(
+            vec![rerank::Document::new("x", "")],
+            vec![Array2::zeros((2, 3))],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("16 columns"), "{e}");
+    let e = index
+        .add_encoded(Vec::new(), vec![Array2::zeros((2, 16))])
+        .unwrap_err();
+    assert!(e.to_string().contains("0 documents with 1"), "{e}");
+    assert_eq!(index.len(), docs.len());
     // Replacing a document keeps one entry per id.
     index
         .add(vec![rerank::Document::new("0", "a new text")])
