@@ -10,7 +10,8 @@
 //! - `layers/`: what no architecture owns: the reader of `config.json` values, the CPU kernels
 //!   (`kernels`, `panels`, `quant`), the linear layers in their precision (`dense`), attention,
 //!   what the post-norm and the rotary encoders share, the heads' steps, RoPE, the one weights
-//!   loader, length batching, the MLM head, and (feature `candle`) candle's devices and padded batches;
+//!   loader, length batching, the MLM head, and (feature `candle`) candle's devices and padded
+//!   batches;
 //! - `bert/`: the packed (padding-free) BERT / XLM-R encoder and its sequence-classification
 //!   head;
 //! - `modernbert/`: the packed ModernBERT encoder (global and sliding-window attention, RoPE,

@@ -3,7 +3,8 @@
 //!
 //! - `vector`: [`SparseVector`] (ascending ids, non-zero values), its dot product and top-k;
 //! - `modules` (feature `models`): the sentence-transformers 6 `SparseEncoder` layout:
-//!   `MLMTransformer` + `SpladePooling`, or a `Router` with a query and a document route;
+//!   `MLMTransformer` + `SpladePooling`, or a `Router` with a query and a document route
+//!   ([`is_sparse_encoder`]: whether a directory holds one);
 //! - `splade` (feature `models`): the MLM route: a BERT or DistilBERT masked language model,
 //!   its MLM head (`models::layers::mlm`) and SpladePooling;
 //! - `table` (feature `models`): the inference-free route, `SparseStaticEmbedding`'s
@@ -21,6 +22,8 @@ pub use vector::SparseVector;
 
 #[cfg(feature = "models")]
 pub use encoder::{SparseEncoder, SparseEncoderBuilder};
+#[cfg(feature = "models")]
+pub use modules::is_sparse_encoder;
 #[cfg(feature = "models")]
 pub use modules::SpladeStrategy;
 

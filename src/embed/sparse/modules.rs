@@ -168,6 +168,31 @@ impl SparseLayout {
     }
 }
 
+/// Whether the directory `dir` holds a sentence-transformers sparse encoder:
+/// `config_sentence_transformers.json` says `model_type` `SparseEncoder`, or `modules.json`
+/// names a module only sparse encoders have (`MLMTransformer`, `SpladePooling`,
+/// `SparseStaticEmbedding`). Files that cannot be read say no (loading then names them).
+pub fn is_sparse_encoder(dir: &Path) -> bool {
+    let json = |name: &str| -> Option<Value> {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
+    };
+    let declared = json(ST_CONFIG_FILE)
+        .is_some_and(|v| v.get("model_type").and_then(Value::as_str) == Some("SparseEncoder"));
+    let sparse_module = |m: &Value| {
+        m.get("type").and_then(Value::as_str).is_some_and(|t| {
+            matches!(
+                short_name(t),
+                "MLMTransformer" | "SpladePooling" | "SparseStaticEmbedding"
+            )
+        })
+    };
+    let modules = match json(MODULES_FILE) {
+        Some(Value::Array(m)) => m.iter().any(sparse_module),
+        _ => false,
+    };
+    declared || modules
+}
+
 /// Refuses a directory without `modules.json` unless `config.json` names a `*ForMaskedLM`
 /// architecture.
 fn check_masked_lm(dir: &ModelDir) -> Result<()> {
