@@ -319,3 +319,43 @@ fn older_module_type_names_load_as_the_current_ones() {
         );
     }
 }
+
+/// `SparseIndex` ranks the documents of every case by the dot product sentence-transformers
+/// gives (`scores`), best first; a document added again under its id replaces the first.
+#[test]
+fn the_sparse_index_ranks_by_sentence_transformers_scores() {
+    use rerank::recall::{SearchQuery, SparseIndex};
+    use rerank::{Document, Retriever};
+
+    for case in ["max", "inference_free"] {
+        let want = &expected()[case];
+        let index = SparseIndex::new(std::sync::Arc::new(encoder(case)));
+        let docs: Vec<Document> = want["documents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Document::new(i.to_string(), d["text"].as_str().unwrap()))
+            .collect();
+        index.add(docs.clone()).unwrap();
+        assert_eq!(index.len(), docs.len());
+        let scores: Vec<Vec<f32>> = serde_json::from_value(want["scores"].clone()).unwrap();
+        for (q, row) in want["queries"].as_array().unwrap().iter().zip(&scores) {
+            let text = q["text"].as_str().unwrap();
+            let hits = index.retrieve(&SearchQuery::new(text), 3).unwrap();
+            let mut order: Vec<usize> = (0..row.len()).filter(|&d| row[d] > 0.0).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            order.truncate(3);
+            assert_eq!(hits.len(), order.len(), "{case} {text:?}");
+            for (hit, &d) in hits.iter().zip(&order) {
+                assert!((hit.score - row[d]).abs() <= 1e-4, "{case} {text:?}");
+                // Near-ties may swap; the score is what must match.
+                let id: usize = hit.document.id.parse().unwrap();
+                assert!((row[id] - row[d]).abs() <= 1e-4, "{case} {text:?}");
+            }
+        }
+        assert_eq!(index.name(), "sparse");
+        index.add(vec![Document::new("0", "")]).unwrap();
+        assert_eq!(index.len(), docs.len());
+    }
+}
