@@ -111,7 +111,7 @@ pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
     load_embedder, BertEmbedder, ColbertEncoder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder,
-    Qwen3Embedder,
+    Qwen3Embedder, SparseEncoder,
 };
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};

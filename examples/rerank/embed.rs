@@ -14,6 +14,12 @@
 //! A ColBERT model (PyLate's or Stanford's layout) prints one `{"token_embeddings": [[...],
 //! ...]}` line per text instead: its normalized token vectors, queries (`--role query`)
 //! padded to the query length, documents without their punctuation tokens.
+//!
+//! A learned sparse encoder directory (SPLADE: a sentence-transformers `SparseEncoder`, see
+//! `rerank::embed::SparseEncoder`) prints one `{"indices": [...], "values": [...]}` line per
+//! input line instead: the vocabulary ids with a non-zero weight, ascending, and their
+//! weights. `--role query` runs the model's query side (an inference-free model's token-weight
+//! table).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -137,6 +143,41 @@ struct Output<'a> {
     embedding: &'a [f32],
 }
 
+/// One line of a sparse encoder's output.
+#[cfg(feature = "models")]
+#[derive(serde::Serialize)]
+struct SparseOutput<'a> {
+    indices: &'a [u32],
+    values: &'a [f32],
+}
+
+/// Encodes `texts` as `role` with the sparse encoder in `dir`, one JSON line per text.
+#[cfg(feature = "models")]
+fn run_sparse(
+    dir: &Path,
+    options: rerank::models::ModelOptions,
+    texts: &[&str],
+    role: rerank::Role,
+) -> CliResult {
+    use std::io::Write;
+
+    let encoder = rerank::SparseEncoder::builder(dir)
+        .options(options)
+        .build()?;
+    let vectors = encoder.encode(texts, role)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for v in &vectors {
+        let line = serde_json::to_string(&SparseOutput {
+            indices: &v.indices,
+            values: &v.values,
+        })?;
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// Reads the `text` of each non-blank line; a line longer than `rerank::MAX_LINE_BYTES`
 /// (`--input /dev/zero`) is an error naming the file and the line.
 fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
@@ -178,6 +219,9 @@ pub fn run(args: Args) -> CliResult {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     if rerank::ColbertEncoder::is_colbert_dir(&args.model) {
         return colbert(&args, &refs, options);
+    }
+    if rerank::embed::sparse::is_sparse_encoder(&args.model) {
+        return run_sparse(&args.model, options, &refs, args.role.into());
     }
     let embedder = rerank::load_embedder(&args.model, &options)?;
     let embeddings = embedder.embed_as(&refs, args.role.into())?;

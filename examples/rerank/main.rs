@@ -52,7 +52,8 @@ enum Command {
     Beir(beir::Args),
     /// Stats, invalidation and clearing of the semantic cache shared through Redis.
     Cache(cache::Args),
-    /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line.
+    /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line
+    /// ({"indices": [...], "values": [...]} for a SPLADE sparse encoder).
     Embed(embed::Args),
     /// Run the Qwen3 chat model on one prompt and print the new token ids.
     Generate(generate::Args),

@@ -140,7 +140,7 @@ pub(crate) struct Layout {
 
 /// The last component of a dotted Python name (`sentence_transformers.models.Pooling`:
 /// `Pooling`).
-fn short_name(name: &str) -> &str {
+pub(crate) fn short_name(name: &str) -> &str {
     name.rsplit('.').next().unwrap_or(name)
 }
 
@@ -149,7 +149,36 @@ impl Layout {
     /// `max_positions` positions.
     pub fn read(dir: &ModelDir, hidden: usize, max_positions: usize) -> Result<Self> {
         let root = dir.path();
-        let mut layout = Layout {
+        let mut layout = Layout::plain(dir, hidden, max_positions)?;
+        let Some(modules) = dir.optional_json(MODULES_FILE)? else {
+            // A plain transformers directory: sentence-transformers wraps it in a Transformer
+            // and a mean Pooling, and reads none of its own files.
+            return Ok(layout);
+        };
+        layout.sentence_transformers = true;
+        layout.read_modules(dir, modules)?;
+        layout.read_sentence_bert(dir, "feature-extraction")?;
+        if let Some(v) = dir.optional_json(ST_CONFIG_FILE)? {
+            layout.read_st_config(v, &root.join(ST_CONFIG_FILE))?;
+        }
+        Ok(layout)
+    }
+
+    /// The layout of a Transformer module that is only tokenized and encoded here (a sparse
+    /// encoder's `MLMTransformer`, whose head and pooling are not this layout's): no pooling,
+    /// Dense or Normalize steps, no prompts; `max_seq_length` and `do_lower_case` read as
+    /// [`Layout::read`] reads them, the module's `transformer_task` `fill-mask`.
+    pub fn text_only(dir: &ModelDir, max_positions: usize) -> Result<Self> {
+        let mut layout = Layout::plain(dir, 0, max_positions)?;
+        layout.modes.clear();
+        layout.sentence_transformers = true;
+        layout.read_sentence_bert(dir, "fill-mask")?;
+        Ok(layout)
+    }
+
+    /// What a plain transformers directory means (see [`Layout::read`]).
+    fn plain(dir: &ModelDir, hidden: usize, max_positions: usize) -> Result<Self> {
+        Ok(Layout {
             modes: vec![PoolingMode::Mean],
             include_prompt: true,
             steps: Vec::new(),
@@ -160,32 +189,31 @@ impl Layout {
             sentence_transformers: false,
             chat: None,
             hidden,
-        };
-        let Some(modules) = dir.optional_json(MODULES_FILE)? else {
-            // A plain transformers directory: sentence-transformers wraps it in a Transformer
-            // and a mean Pooling, and reads none of its own files.
-            return Ok(layout);
-        };
-        layout.sentence_transformers = true;
-        layout.read_modules(dir, modules)?;
+        })
+    }
+
+    /// Reads `sentence_bert_config.json`, if any: `max_seq_length`, `do_lower_case`, the chat
+    /// template's settings, and what the Transformer module computes (`transformer_task`
+    /// must be `task`, `module_output_name` `token_embeddings`).
+    fn read_sentence_bert(&mut self, dir: &ModelDir, task: &str) -> Result<()> {
         if let Some(v) = dir.optional_json(SENTENCE_BERT_FILE)? {
-            let file = root.join(SENTENCE_BERT_FILE);
+            let file = dir.path().join(SENTENCE_BERT_FILE);
             let obj = object(v, &file)?;
             if let Some(n) = count(&obj, "max_seq_length", &file)? {
-                layout.max_seq_length = n;
+                self.max_seq_length = n;
             }
-            layout.do_lower_case = flag_or(&obj, "do_lower_case", false, &file)?;
+            self.do_lower_case = flag_or(&obj, "do_lower_case", false, &file)?;
             // sentence-transformers 6 saves, for a tokenizer with a chat template, a "message"
             // modality, and then feeds every text through that template (`chat`).
             if let Some(Value::Object(modalities)) = obj.get("modality_config") {
                 if let Some(message) = modalities.get("message") {
                     let processing = obj.get("processing_kwargs");
-                    layout.chat = Some(ChatSettings::read(dir, message, processing, &file)?);
+                    self.chat = Some(ChatSettings::read(dir, message, processing, &file)?);
                 }
             }
             // sentence-transformers 6 also records what the Transformer module outputs.
             for (key, want) in [
-                ("transformer_task", "feature-extraction"),
+                ("transformer_task", task),
                 ("module_output_name", "token_embeddings"),
             ] {
                 if let Some(got) = string(&obj, key, &file)?.filter(|g| *g != want) {
@@ -197,10 +225,7 @@ impl Layout {
                 }
             }
         }
-        if let Some(v) = dir.optional_json(ST_CONFIG_FILE)? {
-            layout.read_st_config(v, &root.join(ST_CONFIG_FILE))?;
-        }
-        Ok(layout)
+        Ok(())
     }
 
     /// Reads `modules.json` and the modules it names.

@@ -22,7 +22,10 @@
 //!   Stanford's ColBERT layouts), scored by [`maxsim`];
 //! - [`EmbedderBuilder`] (`builder`): the options they all load with, and what they share;
 //! - [`HashingEmbedder`] (`hashing`): model-free feature hashing of content words;
-//! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder.
+//! - [`Matryoshka`] (`matryoshka`): keeps the first N dimensions of any embedder;
+//! - [`SparseEncoder`] (`sparse`, feature `models`): learned sparse (SPLADE) vectors,
+//!   [`SparseVector`]s over the vocabulary, from sentence-transformers `SparseEncoder`
+//!   directories.
 
 #[cfg(feature = "models")]
 mod bert;
@@ -52,6 +55,7 @@ mod openai;
 pub(crate) mod packed;
 #[cfg(feature = "models")]
 mod qwen3;
+pub mod sparse;
 
 use std::sync::Arc;
 
@@ -61,6 +65,7 @@ use crate::Result;
 
 pub use hashing::HashingEmbedder;
 pub use matryoshka::{truncate_normalized, Matryoshka};
+pub use sparse::SparseVector;
 
 #[cfg(feature = "models")]
 pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
@@ -82,6 +87,8 @@ pub use mpnet::{MpnetEmbedder, MpnetEmbedderBuilder};
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use qwen3::{Qwen3Embedder, Qwen3EmbedderBuilder};
+#[cfg(feature = "models")]
+pub use sparse::{SparseEncoder, SparseEncoderBuilder, SpladeStrategy};
 
 /// Which side of a search a text is on. Asymmetric models (e5, bge, Qwen3-Embedding) embed a
 /// query and a document differently, usually with a prompt put before the text ("query: ",

@@ -49,6 +49,18 @@ impl ModelDir {
         )))
     }
 
+    /// Opens `path` as a folder of model files that need not have a `config.json` of its own
+    /// (a sentence-transformers model whose modules sit in sub-folders, such as a Router's);
+    /// a path that is not a directory is refused as [`ModelDir::open`] refuses it.
+    pub(crate) fn folder(path: impl AsRef<Path>) -> Result<Self> {
+        match path.as_ref().is_dir() {
+            true => Ok(ModelDir {
+                root: path.as_ref().to_path_buf(),
+            }),
+            false => Self::open(path),
+        }
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.root

@@ -10,7 +10,8 @@
 //! - `layers/`: what no architecture owns: the reader of `config.json` values, the CPU kernels
 //!   (`kernels`, `panels`, `quant`), the linear layers in their precision (`dense`), attention,
 //!   what the post-norm and the rotary encoders share, the heads' steps, RoPE, the one weights
-//!   loader, length batching, and (feature `candle`) candle's devices and padded batches;
+//!   loader, length batching, the MLM head, and (feature `candle`) candle's devices and padded
+//!   batches;
 //! - `bert/`: the packed (padding-free) BERT / XLM-R encoder and its sequence-classification
 //!   head;
 //! - `modernbert/`: the packed ModernBERT encoder (global and sliding-window attention, RoPE,
@@ -18,6 +19,8 @@
 //! - `deberta/`: the packed DeBERTa-v2 / v3 encoder (disentangled attention over log-bucketed
 //!   relative positions), its sequence-classification head and the tokenizer transformers
 //!   builds for it;
+//! - `distilbert/`: the packed DistilBERT encoder (BERT's post-norm layers under DistilBERT's
+//!   names, no token types) and where its MLM head is;
 //! - `gte/`: GTE and NomicBERT (BERT with RoPE and a gated MLP) and its head;
 //! - `mpnet/`: the packed MPNet encoder (post-norm layers, positions after the padding index,
 //!   a relative position bias shared by every layer);
@@ -43,6 +46,7 @@ mod config;
 pub(crate) mod deberta;
 mod device;
 mod dir;
+pub(crate) mod distilbert;
 pub(crate) mod engine;
 pub(crate) mod gte;
 #[cfg(feature = "hf-hub")]

@@ -143,6 +143,13 @@ pub enum RetrieverConfig {
         /// The ColBERT model (PyLate's or Stanford's layout).
         model: PathBuf,
     },
+    /// Learned sparse recall ([`SparseIndex`](crate::recall::SparseIndex); needs the `models`
+    /// feature): every document's SPLADE vector in an inverted index (computed when the
+    /// pipeline builds, also over a store), scored by the dot product with the query's.
+    Sparse {
+        /// The sparse encoder (a sentence-transformers `SparseEncoder` folder).
+        model: PathBuf,
+    },
     /// [`KeywordOverlap`]: the share of the query's content words a document has, a raw
     /// score in `[0, 1]` (pair it with a vector retriever in a linear fusion).
     Keyword {},
@@ -463,7 +470,8 @@ fn retriever_inputs(
     match config {
         RetrieverConfig::Dense { model }
         | RetrieverConfig::Milvus { model, .. }
-        | RetrieverConfig::LateInteraction { model } => f(&format!("{key}.model"), model),
+        | RetrieverConfig::LateInteraction { model }
+        | RetrieverConfig::Sparse { model } => f(&format!("{key}.model"), model),
         RetrieverConfig::Hybrid { retrievers, .. } => {
             for (i, r) in retrievers.iter_mut().enumerate() {
                 retriever_inputs(r, &format!("{key}.retrievers[{i}]"), f)?;
@@ -480,6 +488,7 @@ fn mode_name(config: &RetrieverConfig) -> &'static str {
         RetrieverConfig::Bm25 { .. } => "bm25",
         RetrieverConfig::Keyword {} => "keyword",
         RetrieverConfig::LateInteraction { .. } => "late_interaction",
+        RetrieverConfig::Sparse { .. } => "sparse",
         RetrieverConfig::Hybrid { .. } => HYBRID_MODE,
         _ => "vector",
     }
@@ -534,6 +543,7 @@ fn build_retriever(
             }
             RetrieverConfig::Dense { model } => build_dense(model, docs),
             RetrieverConfig::LateInteraction { model } => build_late_interaction(model, docs),
+            RetrieverConfig::Sparse { model } => build_sparse(model, docs),
             RetrieverConfig::Milvus {
                 url,
                 collection,
@@ -588,6 +598,25 @@ fn build_late_interaction(model: &Path, docs: &[Document]) -> Result<Box<dyn Ret
 fn build_late_interaction(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> {
     Err(Error::Config(
         "a late_interaction retriever needs the `models` feature of rerank".into(),
+    ))
+}
+
+/// A learned sparse index of `model` over `docs`.
+#[cfg(feature = "models")]
+fn build_sparse(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
+    let options = crate::models::ModelOptions::default();
+    let encoder = crate::SparseEncoder::builder(model)
+        .options(options)
+        .build()?;
+    let index = crate::recall::SparseIndex::new(Arc::new(encoder));
+    index.add(docs.to_vec())?;
+    Ok(Box::new(index))
+}
+
+#[cfg(not(feature = "models"))]
+fn build_sparse(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> {
+    Err(Error::Config(
+        "a sparse retriever needs the `models` feature of rerank".into(),
     ))
 }
 
@@ -856,10 +885,11 @@ mod store_recall {
                 Ok(Box::new(store.bm25()))
             }
             RetrieverConfig::Dense { model } => dense(store, model),
-            // Token vectors are in memory; the store keeps the documents.
+            // Token and sparse vectors are in memory; the store keeps the documents.
             RetrieverConfig::LateInteraction { model } => {
                 super::build_late_interaction(model, &store.documents()?)
             }
+            RetrieverConfig::Sparse { model } => super::build_sparse(model, &store.documents()?),
             // The vectors live in Milvus; the store keeps the documents.
             RetrieverConfig::Milvus {
                 url,

@@ -12,6 +12,8 @@
 //!   document's ColBERT token vectors, kept as f16;
 //! - [`MatryoshkaIndex`] (`matryoshka`): coarse search over truncated vectors, rescored with
 //!   the full ones;
+//! - `SparseIndex` (`sparse`, feature `models`): learned sparse (SPLADE) retrieval, an inverted
+//!   index of [`SparseVector`](crate::embed::SparseVector) weights scored by the dot product;
 //! - [`FallbackRetriever`] (`fallback`): recall from a second retriever when the first fails;
 //! - `MilvusRetriever` (`milvus`, feature `milvus`): dense recall from a Milvus collection over
 //!   its REST API, with the request's filters evaluated by Milvus.
@@ -26,13 +28,17 @@ mod late_interaction;
 mod matryoshka;
 #[cfg(feature = "milvus")]
 mod milvus;
+#[cfg(feature = "models")]
+mod sparse;
 
 use std::sync::Arc;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use bm25::build::{analyze as analyze_docs, Analyzed};
+#[cfg(any(feature = "sqlite", feature = "models"))]
+pub(crate) use bm25::top_slots;
 #[cfg(feature = "sqlite")]
-pub(crate) use bm25::{top_slots, Scorer};
+pub(crate) use bm25::Scorer;
 pub use bm25::{Bm25Index, Bm25Params};
 pub use dense::{DenseIndex, VectorStorage};
 pub use fallback::FallbackRetriever;
@@ -43,6 +49,8 @@ pub use late_interaction::LateInteractionIndex;
 pub use matryoshka::MatryoshkaIndex;
 #[cfg(feature = "milvus")]
 pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};
+#[cfg(feature = "models")]
+pub use sparse::SparseIndex;
 
 use crate::Filter;
 use crate::{Hit, Result};

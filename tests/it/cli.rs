@@ -293,3 +293,61 @@ fn search_reads_a_store_without_writing_and_refuses_an_empty_file() {
     );
     assert_eq!(std::fs::metadata(&empty.0).unwrap().len(), 0);
 }
+
+/// `embed` on a SPLADE directory prints one `{"indices", "values"}` line per text, the query
+/// side or the document side as `--role` says, as sentence-transformers encodes them.
+#[cfg(feature = "models")]
+#[test]
+fn embed_prints_sparse_vectors_of_a_splade_model_by_role() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/splade_tiny");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("expected.json")).unwrap())
+            .unwrap();
+    let model = fixtures.join("inference_free");
+    let input =
+        std::env::temp_dir().join(format!("rerank-cli-splade-{}.jsonl", std::process::id()));
+    for (role, key) in [("query", "queries"), ("document", "documents")] {
+        let want = expected["inference_free"][key].as_array().unwrap();
+        let lines: Vec<String> = want
+            .iter()
+            .map(|w| serde_json::json!({"text": w["text"]}).to_string())
+            .collect();
+        std::fs::write(&input, lines.join("\n")).unwrap();
+        let args = [
+            "embed",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--role",
+            role,
+        ];
+        let out = run(&cli, &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let got: Vec<serde_json::Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(got.len(), want.len(), "{role}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g["indices"], w["indices"], "{role} {}", w["text"]);
+            let values = |v: &serde_json::Value| -> Vec<f64> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            };
+            for (a, b) in values(&g["values"]).iter().zip(values(&w["values"])) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "{role}: {a} vs {b}"
+                );
+            }
+        }
+    }
+    std::fs::remove_file(&input).unwrap();
+}

@@ -49,6 +49,7 @@ mod rank;
 mod redis_cache;
 mod reliability;
 mod serve;
+mod splade;
 mod st_chat;
 mod st_embed_parity;
 mod store;

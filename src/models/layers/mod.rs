@@ -9,6 +9,8 @@
 //! - `encoder`: what the post-norm encoders share (the weights under a checkpoint's prefix,
 //!   layer norms, the feed-forward block, the sequences of a batch and their checks);
 //! - `head`: the classification heads' pooled logits;
+//! - `mlm`: the masked-language-model head (the logits over the vocabulary), reduced over each
+//!   sequence's tokens in blocks (learned sparse encoders);
 //! - `rope`: rotary tables and their scalings;
 //! - `mlp`: gated MLPs and the batches of the rotary encoders;
 //! - `weights`: the one safetensors loader;
@@ -24,6 +26,7 @@ pub(crate) mod dense;
 pub(crate) mod encoder;
 pub(crate) mod head;
 pub(crate) mod kernels;
+pub(crate) mod mlm;
 pub(crate) mod panels;
 pub(crate) mod quant;
 pub(crate) mod rope;
