@@ -455,3 +455,24 @@ fn the_late_interaction_index_ranks_by_maxsim() {
         .unwrap();
     assert_eq!(response.hits.len(), 2);
 }
+
+/// `examples/configs/five_signals.yaml`: sparse, BM25 and dense recall fused, ColBERT
+/// reranking, over the handbook corpus; every stage runs and is timed.
+#[test]
+fn the_five_signal_config_runs_every_stage() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/configs/five_signals.yaml");
+    let config = rerank::PipelineConfig::from_path(&path).unwrap();
+    let pipeline = config.build(Vec::new()).unwrap();
+    let response = pipeline.search("how are business flights booked").unwrap();
+    assert_eq!(response.scorer, "colbert");
+    assert_eq!(response.hits.len(), 5);
+    assert!(response.hits.iter().all(|h| h.rerank_score.is_some()));
+    // BM25's and the dense retriever's scores reach the fused hits.
+    assert!(response.hits.iter().any(|h| h.bm25_score.is_some()));
+    assert!(response.hits.iter().any(|h| h.vector_score.is_some()));
+    let t = &response.timings;
+    assert!(
+        t.retrieve_ms > 0.0 && t.rerank_ms.is_some_and(|ms| ms > 0.0),
+        "{t:?}"
+    );
+}

@@ -16,9 +16,10 @@ use super::config::{DistilBertConfig, EPS};
 use crate::models::layers::attention::{attention, Heads};
 use crate::models::layers::dense::{Dense, Output};
 use crate::models::layers::encoder::{
-    check_f32_or_int8, check_sequences, EncoderWeights, Norm, PostNormLayer, Sequence, Workspace,
+    check_f32_or_int8, check_sequences, stack_qkv, EncoderWeights, Norm, PostNormLayer, Sequence,
+    Workspace,
 };
-use crate::models::layers::kernels::{layer_norm_row, Linear, Weight};
+use crate::models::layers::kernels::layer_norm_row;
 use crate::models::layers::mlm::MlmNames;
 use crate::models::{packed_starts, Precision};
 use crate::Result;
@@ -159,12 +160,7 @@ fn layer(
         linear("attention.k_lin", h, h)?,
         linear("attention.v_lin", h, h)?,
     ];
-    let qkv = Linear {
-        weight: Weight::F32([q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat()),
-        bias: [q.bias, k.bias, v.bias].concat(),
-        inputs: h,
-        outputs: 3 * h,
-    };
+    let qkv = stack_qkv([q, k, v], h);
     let dense = |linear| Dense::new(linear, precision);
     Ok(PostNormLayer {
         qkv: dense(qkv),

@@ -367,6 +367,17 @@ impl PostNormLayer {
     }
 }
 
+/// The query, key and value projections of `hidden` wide states stacked into one product
+/// (`3 * hidden` outputs: queries, then keys, then values), in f32.
+pub(crate) fn stack_qkv([q, k, v]: [Linear; 3], hidden: usize) -> Linear {
+    Linear {
+        weight: Weight::F32([q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat()),
+        bias: [q.bias, k.bias, v.bias].concat(),
+        inputs: hidden,
+        outputs: 3 * hidden,
+    }
+}
+
 /// Where a post-norm layer's attention tensors are, relative to `encoder.layer.N.attention.`
 /// (the feed-forward ones are `intermediate.dense`, `output.dense` and `output.LayerNorm` in
 /// every such model).
@@ -454,16 +465,9 @@ impl EncoderWeights {
         let (h, i) = (hidden, inner);
         let l = format!("encoder.layer.{n}");
         let att = format!("{l}.attention");
-        let [q, k, v] = qkv;
-        let stacked = Linear {
-            weight: Weight::F32([q.weight.to_f32(), k.weight.to_f32(), v.weight.to_f32()].concat()),
-            bias: [q.bias, k.bias, v.bias].concat(),
-            inputs: h,
-            outputs: 3 * h,
-        };
         let dense = |linear| Dense::new(linear, precision);
         Ok(PostNormLayer {
-            qkv: dense(stacked),
+            qkv: dense(stack_qkv(qkv, h)),
             out: dense(self.encoder_linear(&format!("{att}.{}", names.out), h, h)?),
             attn_norm: self.norm(&format!("{att}.{}", names.norm), h)?,
             ff_in: dense(self.encoder_linear(&format!("{l}.intermediate.dense"), i, h)?),
