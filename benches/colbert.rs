@@ -10,8 +10,9 @@
 //! document) in one `encode` call per run; `RERANK_BENCH_THREADS` threads (default 2),
 //! `RERANK_BENCH_WARMUP` untimed runs (default 1), `RERANK_BENCH_REPEATS` timed ones (default
 //! 3). The line has the load time, the seconds of each timed run, the token count (the ids
-//! the encoder sees, prefix and query expansion included) and the vector count, and the
-//! vectors of the first four texts (for the parity check).
+//! the encoder sees, prefix and query expansion included) and the seconds taken to count
+//! them (tokenizing the texts one by one, on one thread), the vector count, and the vectors
+//! of the first four texts (for the parity check).
 //!
 //! MaxSim: with `RERANK_BENCH_MAXSIM_QUERY` (a query text) and the role `document`, the query
 //! is encoded too and scored against every document's vectors by `rerank::embed::maxsim`,
@@ -50,10 +51,12 @@ fn main() {
         .build()
         .expect("the model loads");
     let load_seconds = start.elapsed().as_secs_f64();
+    let started = Instant::now();
     let tokens: usize = texts
         .iter()
         .map(|t| colbert.token_ids(t, role).expect("tokenizes").0.len())
         .sum();
+    let tokenize_seconds = started.elapsed().as_secs_f64();
 
     for _ in 0..count("RERANK_BENCH_WARMUP", 1) {
         std::hint::black_box(colbert.encode(&texts, role).expect("encodes"));
@@ -83,6 +86,7 @@ fn main() {
         "tokens": tokens,
         "vectors": vectors,
         "load_seconds": load_seconds,
+        "tokenize_seconds": tokenize_seconds,
         "seconds": seconds,
         "first": first,
     });

@@ -14,11 +14,16 @@ first --queries SciFact queries (queries.jsonl) encoded as queries (each padded 
 [MASK]), from ../shared/datasets/scifact.
   - PyLate: `ColBERT(dir).encode(texts, is_query=..., batch_size=32)` with
     torch.set_num_threads(--threads), median of --rounds timed calls after a warm-up;
-  - Rust: `cargo bench --bench colbert` (release; one process: load, one warm-up, then --rounds
-    timed `encode` calls), its JSON line; RERANK_BENCH_BIN=path runs a bench executable built
+  - Rust: `cargo bench --bench colbert` (release; one process per round: load, one warm-up, one
+    timed `encode` call), its JSON line; RERANK_BENCH_BIN=path runs a bench executable built
     before (`cargo bench --features full --bench colbert --no-run` prints it) without cargo.
-Parity first: the same number of vectors for every text (total) and for the first four texts,
-and per-token cosine >= 0.9999 on those four; then docs/s of each and the ratio.
+The rounds alternate (a PyLate call, then a Rust process), so that a busy machine slows both
+sides alike; each side's figure is the median of its --rounds timed calls (texts/s, ratio), and
+the ratio of each side's fastest call is printed too (the least disturbed pair on a busy
+machine). The load average after each role goes to stderr.
+Parity, checked on the first Rust run: the same number of vectors in all (PyLate's from its
+warm-up call) and for each of the first four texts, and per-token cosine >= 0.9999 on those
+four. Then texts/s of each side and the ratio.
 
 MaxSim: the first judged SciFact query against the --docs document matrices, 1 query x N
 documents, each side on its own vectors: Rust `maxsim` over the list of matrices (median of the
@@ -148,20 +153,33 @@ def main():
         encode = lambda: model.encode(texts, is_query=is_query, batch_size=32,
                                       show_progress_bar=False)
         ref = encode()  # the warm-up
-        times = []
-        for _ in range(args.rounds):
+        # Interleaved: each round times one PyLate call, then one Rust process (load, a
+        # warm-up, one timed call), so that both sides see the same background load.
+        py_times, rs_times, rs_maxsim, ours = [], [], [], None
+        for r in range(args.rounds):
             t = time.perf_counter()
             encode()
-            times.append(time.perf_counter() - t)
-        py_seconds = statistics.median(times)
-
-        ours = rust_bench(texts, role, args.threads, args.rounds,
-                          maxsim_query if role == "document" else None, args.maxsim_rounds)
-        cos = parity(role, ours, ref)
-        rs_seconds = statistics.median(ours["seconds"])
+            py_times.append(time.perf_counter() - t)
+            run_r = rust_bench(texts, role, args.threads, 1,
+                               maxsim_query if role == "document" else None, args.maxsim_rounds)
+            rs_times += run_r["seconds"]
+            rs_maxsim += run_r.get("maxsim_seconds", [])
+            if ours is None:  # parity before any more timing
+                ours, cos = run_r, parity(role, run_r, ref)
+        py_seconds = statistics.median(py_times)
+        rs_seconds = statistics.median(rs_times)
         n = len(texts)
+        print(f"{role}: rerank {[round(x, 3) for x in rs_times]} s, PyLate "
+              f"{[round(x, 3) for x in py_times]} s, load average {os.getloadavg()[0]:.2f}",
+              file=sys.stderr)
+        # Where the time goes: PyLate's tokenization alone (model.tokenize, batches of 32).
+        t = time.perf_counter()
+        for i in range(0, n, 32):
+            model.tokenize(texts[i:i + 32], is_query=is_query)
+        py_tokenize = time.perf_counter() - t
         rows.append((role, n, ours["tokens"], ours["vectors"], n / rs_seconds, n / py_seconds,
-                     py_seconds / rs_seconds, cos, ours["load_seconds"]))
+                     py_seconds / rs_seconds, min(py_times) / min(rs_times), cos, rs_seconds, py_seconds,
+                     ours["tokenize_seconds"], py_tokenize))
 
         if role == "document":
             q = torch.from_numpy(np.asarray(model.encode([maxsim_query], is_query=True,
@@ -188,16 +206,21 @@ def main():
             diff = float(np.abs(np.asarray(ours["maxsim_scores"]) - scores.numpy()).max())
             if diff > 1e-3:
                 raise SystemExit(f"MaxSim scores differ from PyLate's by {diff}")
-            maxsim = (n, padded.shape[1], statistics.median(ours["maxsim_seconds"]),
+            maxsim = (n, padded.shape[1], statistics.median(rs_maxsim),
                       timed["kernel"], timed["pad"], diff)
 
     print(f"\nColBERT {MODEL.name} (BERT 6 x 384, Dense 384 -> 96), f32, {args.threads} threads, "
           f"cpu [{cpu_flags()}], {platform.processor() or platform.machine()}; "
           f"pylate {pylate.__version__}, torch {torch.__version__}")
-    print(f"| role | texts | tokens | vectors | rerank texts/s | PyLate texts/s | ratio | min cos |")
-    print(f"|---|---:|---:|---:|---:|---:|---:|---:|")
-    for role, n, tokens, vectors, rs, py, ratio, cos, _ in rows:
-        print(f"| {role} | {n} | {tokens} | {vectors} | {rs:.1f} | {py:.1f} | {ratio:.2f}x | {cos:.7f} |")
+    print("| role | texts | tokens | vectors | rerank texts/s | PyLate texts/s | ratio | ratio of best rounds | min cos |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for role, n, tokens, vectors, rs, py, ratio, best, cos, *_ in rows:
+        print(f"| {role} | {n} | {tokens} | {vectors} | {rs:.1f} | {py:.1f} | {ratio:.2f}x | {best:.2f}x | {cos:.7f} |")
+    print("\nTime per call (median) and its tokenization alone (rerank: one text at a time, one thread;"
+          " PyLate: model.tokenize in batches of 32):")
+    for role, n, *_, rs_s, py_s, rs_tok, py_tok in rows:
+        print(f"  {role}: rerank {rs_s:.3f} s (tokenize {rs_tok:.3f} s), "
+              f"PyLate {py_s:.3f} s (tokenize {py_tok:.3f} s)")
     if maxsim:
         n, width, rs, kern, pad, diff = maxsim
         print(f"\nMaxSim, 1 query (32 vectors) x {n} documents (padded to {width} for PyLate), "
