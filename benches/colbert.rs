@@ -16,8 +16,10 @@
 //!
 //! MaxSim: with `RERANK_BENCH_MAXSIM_QUERY` (a query text) and the role `document`, the query
 //! is encoded too and scored against every document's vectors by `rerank::embed::maxsim`,
-//! `RERANK_BENCH_MAXSIM_REPEATS` times (default 50) after one untimed round; the line adds
-//! the seconds of each round (one query x all documents) and the scores of the last.
+//! `RERANK_BENCH_MAXSIM_REPEATS` times (default 50) after one untimed round, on one thread
+//! (`maxsim_seconds`) and over the documents on `RERANK_BENCH_THREADS` rayon threads
+//! (`maxsim_parallel_seconds`); the line adds the seconds of each round (one query x all
+//! documents) and the scores of the last.
 
 #[cfg(feature = "models")]
 fn main() {
@@ -96,20 +98,36 @@ fn main() {
             .encode(&[query.as_str()], Role::Query)
             .expect("encodes the query")
             .remove(0);
-        let score_all = || -> Vec<f32> {
-            last.iter()
-                .map(|d| maxsim(q.view(), d.view()))
-                .collect::<Vec<_>>()
+        // One thread, as `maxsim` is called; and over the documents on `threads` threads.
+        let serial = || -> Vec<f32> { last.iter().map(|d| maxsim(q.view(), d.view())).collect() };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a thread pool");
+        let parallel = || -> Vec<f32> {
+            use rayon::prelude::*;
+            pool.install(|| {
+                last.par_iter()
+                    .map(|d| maxsim(q.view(), d.view()))
+                    .collect()
+            })
         };
-        std::hint::black_box(score_all());
-        let mut maxsim_seconds = Vec::new();
-        let mut scores = Vec::new();
-        for _ in 0..count("RERANK_BENCH_MAXSIM_REPEATS", 50).max(1) {
-            let t = Instant::now();
-            scores = std::hint::black_box(score_all());
-            maxsim_seconds.push(t.elapsed().as_secs_f64());
-        }
+        let rounds = count("RERANK_BENCH_MAXSIM_REPEATS", 50).max(1);
+        let time = |score: &dyn Fn() -> Vec<f32>| -> (Vec<f64>, Vec<f32>) {
+            let mut scores = std::hint::black_box(score());
+            let mut seconds = Vec::new();
+            for _ in 0..rounds {
+                let t = Instant::now();
+                scores = std::hint::black_box(score());
+                seconds.push(t.elapsed().as_secs_f64());
+            }
+            (seconds, scores)
+        };
+        let (maxsim_seconds, scores) = time(&serial);
+        let (parallel_seconds, parallel_scores) = time(&parallel);
+        assert_eq!(scores, parallel_scores, "the same scores on any thread");
         line["maxsim_seconds"] = serde_json::json!(maxsim_seconds);
+        line["maxsim_parallel_seconds"] = serde_json::json!(parallel_seconds);
         line["maxsim_scores"] = serde_json::json!(scores);
     }
     println!("{line}");
