@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use super::{RerankQuery, Reranker};
 use crate::embed::{maxsim, ColbertEncoder};
 use crate::models::ModelOptions;
@@ -54,7 +56,10 @@ impl Reranker for ColbertReranker {
         }
         let q = self.encoder.encode(&[query.text.as_str()], Role::Query)?;
         let d = self.encoder.encode(docs, Role::Document)?;
-        Ok(d.iter().map(|d| maxsim(q[0].view(), d.view())).collect())
+        let q = q[0].view();
+        Ok(self
+            .encoder
+            .install(|| d.par_iter().map(|d| maxsim(q, d.view())).collect()))
     }
 
     fn name(&self) -> &str {

@@ -476,3 +476,50 @@ fn the_five_signal_config_runs_every_stage() {
         "{t:?}"
     );
 }
+
+/// `rerank score` takes a ColBERT folder (Stanford's layout here) as it takes a cross-encoder:
+/// one line per pair, the score PyLate's MaxSim.
+#[test]
+fn the_cli_scores_pairs_with_a_colbert_model() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let want = &expected()["stanford"];
+    let query = want["queries"][0]["text"].as_str().unwrap();
+    let docs = want["documents"].as_array().unwrap();
+    let dir = std::env::temp_dir().join(format!("rerank-colbert-score-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("pairs.jsonl");
+    let lines: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::json!({"query": query, "document": d["text"]}).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let model = root().join("stanford");
+    let out = std::process::Command::new(&cli)
+        .args(["score", "--model", model.to_str().unwrap()])
+        .args(["--input", input.to_str().unwrap(), "--threads", "2"])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let scores: Vec<f64> = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["score"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(scores.len(), docs.len());
+    for (i, got) in scores.iter().enumerate() {
+        let s = want["scores"][0][i].as_f64().unwrap();
+        assert!((got - s).abs() < 1e-5, "doc {i}: {got} {s}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

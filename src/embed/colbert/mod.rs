@@ -21,6 +21,7 @@ use super::{Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 use crate::models::engine::{EncoderEngine, PackedEncoder};
 use crate::models::layers::dense::Output;
 use crate::models::{plan_batches, ModelDir, ModelOptions, ModelPool, Precision};
+use crate::simd::gemm::{matmul, Mat, Threads};
 use crate::{Error, Result};
 
 /// The late-interaction score of a query against a document: for each query vector, its
@@ -42,18 +43,17 @@ pub fn maxsim(query: ArrayView2<'_, f32>, document: ArrayView2<'_, f32>) -> f32 
         return 0.0;
     }
     let (query, document) = (query.as_standard_layout(), document.as_standard_layout());
-    let width = document.ncols();
-    let dot = crate::simd::dot::kernel();
-    let docs = document.as_slice().unwrap_or_default();
-    query
-        .as_slice()
-        .unwrap_or_default()
-        .chunks_exact(width.max(1))
-        .map(|q| {
-            docs.chunks_exact(width.max(1))
-                .map(|d| dot(q, d))
-                .fold(f32::NEG_INFINITY, f32::max)
-        })
+    let (rows, cols, width) = (query.nrows(), document.nrows(), document.ncols());
+    let (Some(q), Some(d)) = (query.as_slice(), document.as_slice()) else {
+        return f32::NAN;
+    };
+    // Every query vector against every document vector in one product, then each row's best.
+    let mut scores = vec![0.0f32; rows * cols];
+    let (q, d) = (Mat::new(q, rows, width), Mat::new(d, cols, width));
+    matmul(q, d.t(), &mut scores, cols, 1.0, false, Threads::One);
+    scores
+        .chunks_exact(cols)
+        .map(|row| row.iter().copied().fold(f32::NEG_INFINITY, f32::max))
         .sum()
 }
 
@@ -249,6 +249,11 @@ impl ColbertEncoder {
     pub fn token_ids(&self, text: &str, role: Role) -> Result<(Vec<u32>, usize)> {
         let mut rows = self.tokenize(&[text], role)?;
         Ok(rows.remove(0))
+    }
+
+    /// Runs `work` in the encoder's thread pool (the caller's when none was configured).
+    pub(crate) fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(work)
     }
 
     /// Each text's token vectors as `role`: a `(tokens, dim)` matrix per text, in input order.

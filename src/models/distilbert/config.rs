@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::models::layers::config::{activation, bad, flag, object, positive, string};
+use crate::models::layers::config::{activation, bad, flag, object_of_type, positive};
 use crate::models::layers::kernels::Act;
 use crate::Result;
 
@@ -37,16 +37,7 @@ pub(crate) struct DistilBertConfig {
 impl DistilBertConfig {
     /// Reads a parsed `config.json` (`file` names it in errors).
     pub fn from_value(v: &Value, file: &Path) -> Result<Self> {
-        let obj: Map<String, Value> = object(v.clone(), file)?;
-        if let Some(kind) = string(&obj, "model_type", file)? {
-            if kind != "distilbert" {
-                return Err(bad(
-                    file,
-                    "model_type",
-                    format!("{kind:?} is not a DistilBERT model (\"distilbert\")"),
-                ));
-            }
-        }
+        let obj = object_of_type(v, "distilbert", "a DistilBERT model", file)?;
         if flag(&obj, "sinusoidal_pos_embds", file)? {
             return Err(bad(
                 file,

@@ -10,16 +10,13 @@
 //! (`transformer.layer.N.attention.{q,k,v,out}_lin`, `sa_layer_norm`, `ffn.lin1`, `ffn.lin2`,
 //! `output_layer_norm`). Every layer norm has epsilon 1e-12.
 
-use rayon::prelude::*;
-
 use super::config::{DistilBertConfig, EPS};
 use crate::models::layers::attention::{attention, Heads};
 use crate::models::layers::dense::{Dense, Output};
 use crate::models::layers::encoder::{
-    check_f32_or_int8, check_sequences, stack_qkv, EncoderWeights, Norm, PostNormLayer, Sequence,
-    Workspace,
+    check_f32_or_int8, check_sequences, embed_words_and_positions, stack_qkv, EncoderWeights, Norm,
+    PostNormLayer, Sequence, Workspace,
 };
-use crate::models::layers::kernels::layer_norm_row;
 use crate::models::layers::mlm::MlmNames;
 use crate::models::{packed_starts, Precision};
 use crate::Result;
@@ -125,22 +122,12 @@ impl DistilBertEncoder {
 
     /// Word + position embeddings, then layer norm, into `x`.
     fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
-        let h = self.cfg.hidden;
         let rows: Vec<(u32, usize)> = seqs
             .iter()
             .flat_map(|s| s.ids.iter().copied().zip(0..))
             .collect();
-        x.par_chunks_mut(h)
-            .zip(rows.par_iter())
-            .for_each(|(row, &(id, pos))| {
-                let w = &self.word[id as usize * h..][..h];
-                let p = &self.position[pos * h..][..h];
-                for ((v, w), p) in row.iter_mut().zip(w).zip(p) {
-                    *v = w + p;
-                }
-                let norm = &self.embed_norm;
-                layer_norm_row(row, &norm.weight, &norm.bias, EPS);
-            });
+        let tables = (&self.word[..], &self.position[..]);
+        embed_words_and_positions(x, &rows, tables, &self.embed_norm, EPS);
     }
 }
 

@@ -134,6 +134,25 @@ pub(crate) fn string<'a>(
     }
 }
 
+/// `config.json`'s object `v`, whose `model_type`, when it has one, must be `model_type` (else
+/// an error naming `file`, the key, and the architecture's `name`).
+pub(crate) fn object_of_type(
+    v: &Value,
+    model_type: &str,
+    name: &str,
+    file: &Path,
+) -> Result<Map<String, Value>> {
+    let obj = object(v.clone(), file)?;
+    match string(&obj, "model_type", file)? {
+        Some(kind) if kind != model_type => Err(bad(
+            file,
+            "model_type",
+            format!("{kind:?} is not {name} ({model_type:?})"),
+        )),
+        _ => Ok(obj),
+    }
+}
+
 /// A JSON object, or an error naming `file`.
 pub(crate) fn object(v: Value, file: &Path) -> Result<Map<String, Value>> {
     match v {

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::dense::{Dense, Output};
-use super::kernels::{with_scratch, Act, Linear, Then, Weight};
+use super::kernels::{layer_norm_row, with_scratch, Act, Linear, Then, Weight};
 use super::quant::QuantRows;
 use super::weights::Weights;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
@@ -28,7 +28,7 @@ impl Norm {
     /// `layer_norm(row)` in place.
     #[inline(always)]
     pub fn apply(&self, row: &mut [f32], eps: f32) {
-        super::kernels::layer_norm_row(row, &self.weight, &self.bias, eps);
+        layer_norm_row(row, &self.weight, &self.bias, eps);
     }
 
     /// `layer_norm(out + residual)`, as the step after a product.
@@ -365,6 +365,28 @@ impl PostNormLayer {
         );
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
+}
+
+/// `x`'s rows (`hidden` wide) as `LN(word[id] + position[p])` for each `(id, p)` of `rows`,
+/// in parallel: the embeddings of the encoders without token types (MPNet, DistilBERT).
+pub(crate) fn embed_words_and_positions(
+    x: &mut [f32],
+    rows: &[(u32, usize)],
+    (word, position): (&[f32], &[f32]),
+    norm: &Norm,
+    eps: f32,
+) {
+    let h = norm.weight.len();
+    x.par_chunks_mut(h)
+        .zip(rows.par_iter())
+        .for_each(|(row, &(id, pos))| {
+            let w = &word[id as usize * h..][..h];
+            let p = &position[pos * h..][..h];
+            for ((v, w), p) in row.iter_mut().zip(w).zip(p) {
+                *v = w + p;
+            }
+            layer_norm_row(row, &norm.weight, &norm.bias, eps);
+        });
 }
 
 /// The query, key and value projections of `hidden` wide states stacked into one product

@@ -14,9 +14,9 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::models::layers::config::{activation, bad, non_negative, object, positive, string};
+use crate::models::layers::config::{activation, bad, non_negative, object_of_type, positive};
 use crate::models::layers::kernels::Act;
 use crate::Result;
 
@@ -64,16 +64,7 @@ pub(crate) struct MpnetConfig {
 impl MpnetConfig {
     /// Reads a parsed `config.json` (`file` names it in errors).
     pub fn from_value(v: &Value, file: &Path) -> Result<Self> {
-        let obj: Map<String, Value> = object(v.clone(), file)?;
-        if let Some(kind) = string(&obj, "model_type", file)? {
-            if kind != "mpnet" {
-                return Err(bad(
-                    file,
-                    "model_type",
-                    format!("{kind:?} is not an MPNet model (\"mpnet\")"),
-                ));
-            }
-        }
+        let obj = object_of_type(v, "mpnet", "an MPNet model", file)?;
         let hidden = positive(&obj, "hidden_size", Some(768), file)?;
         let heads = positive(&obj, "num_attention_heads", Some(12), file)?;
         if hidden % heads != 0 {

@@ -34,12 +34,10 @@ use super::config::{MpnetConfig, MAX_DISTANCE, NUM_BUCKETS, PADDING_IDX};
 use crate::models::layers::attention::QUERY_BLOCK;
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{
-    check_f32_or_int8, check_sequences, AttentionNames, EncoderWeights, Norm, Packed,
-    PostNormLayer, Sequence, Workspace,
+    check_f32_or_int8, check_sequences, embed_words_and_positions, AttentionNames, EncoderWeights,
+    Norm, Packed, PostNormLayer, Sequence, Workspace,
 };
-use crate::models::layers::kernels::{
-    layer_norm_row, matmul, softmax_rows, with_scratch, Mat, Threads,
-};
+use crate::models::layers::kernels::{matmul, softmax_rows, with_scratch, Mat, Threads};
 use crate::models::Precision;
 use crate::Result;
 
@@ -200,22 +198,12 @@ impl MpnetEncoder {
 
     /// Word + position embeddings, then layer norm, into `x`.
     fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
-        let h = self.cfg.hidden;
         let rows: Vec<(u32, usize)> = seqs
             .iter()
             .flat_map(|s| s.ids.iter().copied().zip(position_ids(s.ids)))
             .collect();
-        x.par_chunks_mut(h)
-            .zip(rows.par_iter())
-            .for_each(|(row, &(id, pos))| {
-                let w = &self.word[id as usize * h..][..h];
-                let p = &self.position[pos * h..][..h];
-                for ((v, w), p) in row.iter_mut().zip(w).zip(p) {
-                    *v = w + p;
-                }
-                let norm = &self.embed_norm;
-                layer_norm_row(row, &norm.weight, &norm.bias, self.cfg.eps);
-            });
+        let tables = (&self.word[..], &self.position[..]);
+        embed_words_and_positions(x, &rows, tables, &self.embed_norm, self.cfg.eps);
     }
 
     /// One layer over the packed rows in `ws.x`. With `batch.first_only`, only each
