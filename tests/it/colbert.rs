@@ -462,6 +462,11 @@ fn the_late_interaction_index_ranks_by_maxsim() {
 fn the_five_signal_config_runs_every_stage() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/configs/five_signals.yaml");
     let config = rerank::PipelineConfig::from_path(&path).unwrap();
+    let yaml = config.to_yaml_string().unwrap();
+    assert_eq!(
+        rerank::PipelineConfig::from_yaml_str(&yaml).unwrap(),
+        config
+    );
     let pipeline = config.build(Vec::new()).unwrap();
     let response = pipeline.search("how are business flights booked").unwrap();
     assert_eq!(response.scorer, "colbert");
