@@ -76,11 +76,19 @@ pub struct Qwen3Config {
     /// How many keys a query of a sliding layer sees, itself included (`sliding_window` when
     /// `use_sliding_window` is true; `None` when no layer slides).
     pub sliding_window: Option<usize>,
-    /// Per layer, whether it attends within [`Qwen3Config::sliding_window`]
-    /// (`"sliding_attention"`) rather than over the whole prefix: `layer_types` when the
-    /// config has them, else the layers from `max_window_layers` on, as transformers derives
-    /// them.
-    pub sliding_layers: Vec<bool>,
+    /// Which layers attend within [`Qwen3Config::sliding_window`] (see
+    /// [`Qwen3Config::window`]).
+    pub(crate) sliding_layers: SlidingLayers,
+}
+
+/// Which layers of a decoder slide: those `layer_types` marks `"sliding_attention"` (one flag
+/// per layer, as many as the config lists), or else, as transformers derives them, every layer
+/// from `max_window_layers` on (no per-layer list: the layer count is only checked against
+/// the weights later, so it sizes nothing here).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SlidingLayers {
+    Listed(Vec<bool>),
+    From(usize),
 }
 
 /// The raw JSON, with the optional keys optional.
@@ -233,7 +241,7 @@ impl RopeParameters {
 /// present, say which layers slide, else the layers from `max_window_layers` (default 28) on
 /// do. A `"sliding_attention"` layer without a window, or a layer type the crate does not
 /// know, is an error naming the key.
-fn sliding(raw: &RawConfig) -> Result<(Option<usize>, Vec<bool>)> {
+fn sliding(raw: &RawConfig) -> Result<(Option<usize>, SlidingLayers)> {
     let layers = raw.num_hidden_layers;
     let window = match (raw.use_sliding_window, raw.sliding_window) {
         (Some(true), Some(0)) => {
@@ -253,7 +261,7 @@ fn sliding(raw: &RawConfig) -> Result<(Option<usize>, Vec<bool>)> {
                     types.len()
                 )));
             }
-            let mut kinds = Vec::with_capacity(layers);
+            let mut kinds = Vec::with_capacity(types.len());
             for (i, t) in types.iter().enumerate() {
                 kinds.push(match t.as_str() {
                     "full_attention" => false,
@@ -272,14 +280,15 @@ fn sliding(raw: &RawConfig) -> Result<(Option<usize>, Vec<bool>)> {
                     }
                 });
             }
-            kinds
+            SlidingLayers::Listed(kinds)
         }
-        None => {
-            let from = raw.max_window_layers.unwrap_or(28);
-            (0..layers).map(|i| window.is_some() && i >= from).collect()
-        }
+        None => SlidingLayers::From(raw.max_window_layers.unwrap_or(28)),
     };
-    let window = window.filter(|_| sliding_layers.contains(&true));
+    let any = match &sliding_layers {
+        SlidingLayers::Listed(kinds) => kinds.contains(&true),
+        SlidingLayers::From(first) => *first < layers,
+    };
+    let window = window.filter(|_| any);
     Ok((window, sliding_layers))
 }
 
@@ -443,10 +452,11 @@ impl Qwen3Config {
     /// The window of layer `layer`'s attention: `Some(w)` when a query sees only the `w` keys
     /// ending at itself, `None` when it sees its whole prefix.
     pub fn window(&self, layer: usize) -> Option<usize> {
-        match self.sliding_layers.get(layer) {
-            Some(true) => self.sliding_window,
-            _ => None,
-        }
+        let slides = match &self.sliding_layers {
+            SlidingLayers::Listed(kinds) => kinds.get(layer).copied().unwrap_or(false),
+            SlidingLayers::From(first) => layer >= *first,
+        };
+        self.sliding_window.filter(|_| slides)
     }
 
     /// Whether the q/k/v projections have biases.
