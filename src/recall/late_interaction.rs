@@ -45,6 +45,9 @@ pub struct LateInteractionIndex {
 struct Inner {
     docs: Vec<Entry>,
     by_id: HashMap<String, usize>,
+    /// The entries whose document's [`full_text`](Document::full_text) is the key (the text a
+    /// reranker is given), for [`LateInteractionIndex::vectors_of_texts`].
+    by_text: HashMap<String, usize>,
 }
 
 impl LateInteractionIndex {
@@ -90,14 +93,24 @@ impl LateInteractionIndex {
                 vectors: m.iter().map(|&x| f32_to_f16(x)).collect(),
                 document: Arc::new(doc),
             };
-            match inner.by_id.get(&entry.document.id) {
-                Some(&i) => inner.docs[i] = entry,
+            let text = entry.document.full_text();
+            let i = match inner.by_id.get(&entry.document.id) {
+                Some(&i) => {
+                    let old = inner.docs[i].document.full_text();
+                    if inner.by_text.get(&old) == Some(&i) {
+                        inner.by_text.remove(&old);
+                    }
+                    inner.docs[i] = entry;
+                    i
+                }
                 None => {
                     let i = inner.docs.len();
                     inner.by_id.insert(entry.document.id.clone(), i);
                     inner.docs.push(entry);
+                    i
                 }
-            }
+            };
+            inner.by_text.insert(text, i);
         }
         Ok(())
     }
@@ -128,9 +141,29 @@ impl LateInteractionIndex {
         ndarray::Array2::from_shape_vec((e.tokens, dim), data).ok()
     }
 
+    /// The indexed token vectors (as f32) of each of `texts` that is an indexed document's
+    /// [`full_text`](Document::full_text) (what a reranker is given), `None` for the others.
+    pub fn vectors_of_texts(&self, texts: &[&str]) -> Vec<Option<ndarray::Array2<f32>>> {
+        let inner = self.read();
+        let dim = self.encoder.dim();
+        texts
+            .iter()
+            .map(|t| {
+                let e = &inner.docs[*inner.by_text.get(*t)?];
+                let data = e.vectors.iter().map(|&h| f16_to_f32(h)).collect();
+                ndarray::Array2::from_shape_vec((e.tokens, dim), data).ok()
+            })
+            .collect()
+    }
+
     /// The encoder.
     pub fn encoder(&self) -> &ColbertEncoder {
         &self.encoder
+    }
+
+    /// The encoder, shared.
+    pub fn encoder_arc(&self) -> Arc<ColbertEncoder> {
+        Arc::clone(&self.encoder)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {

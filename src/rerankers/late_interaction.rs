@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use super::{RerankQuery, Reranker};
 use crate::embed::{maxsim, ColbertEncoder};
 use crate::models::ModelOptions;
+use crate::recall::LateInteractionIndex;
 use crate::{Result, Role};
 
 /// Scores each document by [`maxsim`] of its token vectors against the query's, both from one
@@ -22,9 +23,19 @@ use crate::{Result, Role};
 /// assert_eq!(scores.len(), 2);
 /// # Ok::<(), rerank::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ColbertReranker {
     encoder: Arc<ColbertEncoder>,
+    index: Option<Arc<LateInteractionIndex>>,
+}
+
+impl std::fmt::Debug for ColbertReranker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColbertReranker")
+            .field("encoder", &self.encoder)
+            .field("index", &self.index.as_ref().map(|i| i.len()))
+            .finish()
+    }
 }
 
 impl ColbertReranker {
@@ -32,6 +43,19 @@ impl ColbertReranker {
     pub fn new(encoder: impl Into<Arc<ColbertEncoder>>) -> Self {
         ColbertReranker {
             encoder: encoder.into(),
+            index: None,
+        }
+    }
+
+    /// A reranker over `index`'s encoder that reads the candidates' token vectors from the
+    /// index when it holds them (a candidate whose text is an indexed document's
+    /// [`full_text`](crate::Document::full_text)), so that only the query and the others are
+    /// encoded. The stored vectors are f16: scores differ from freshly encoded ones by f16
+    /// rounding.
+    pub fn with_index(index: Arc<LateInteractionIndex>) -> Self {
+        ColbertReranker {
+            encoder: index.encoder_arc(),
+            index: Some(index),
         }
     }
 
@@ -55,7 +79,21 @@ impl Reranker for ColbertReranker {
             return Ok(Vec::new());
         }
         let q = self.encoder.encode(&[query.text.as_str()], Role::Query)?;
-        let d = self.encoder.encode(docs, Role::Document)?;
+        let stored = match &self.index {
+            Some(index) => index.vectors_of_texts(docs),
+            None => vec![None; docs.len()],
+        };
+        let missing: Vec<&str> = docs
+            .iter()
+            .zip(&stored)
+            .filter(|(_, s)| s.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        let mut fresh = self.encoder.encode(&missing, Role::Document)?.into_iter();
+        let d: Vec<ndarray::Array2<f32>> = stored
+            .into_iter()
+            .map(|s| s.or_else(|| fresh.next()).unwrap_or_default())
+            .collect();
         let q = q[0].view();
         Ok(self
             .encoder

@@ -528,3 +528,47 @@ fn the_cli_scores_pairs_with_a_colbert_model() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ColbertReranker::with_index` reads indexed documents' vectors (f16: within rounding of
+/// PyLate's scores) and encodes the others (PyLate's scores within 1e-5).
+#[test]
+fn a_reranker_over_the_index_reads_stored_vectors() {
+    use rerank::recall::LateInteractionIndex;
+    use rerank::rerankers::{ColbertReranker, RerankQuery};
+    use rerank::Reranker;
+    let want = &expected()["bert"];
+    let texts: Vec<&str> = want["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["text"].as_str().unwrap())
+        .collect();
+    let index = LateInteractionIndex::new(load(&root().join("bert")));
+    // The first half indexed; the rest are encoded at scoring.
+    let half = texts.len() / 2;
+    let docs = texts[..half]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| rerank::Document::new(i.to_string(), *t))
+        .collect();
+    index.add(docs).unwrap();
+    let reranker = ColbertReranker::with_index(std::sync::Arc::new(index));
+    let query = RerankQuery::new(want["queries"][0]["text"].as_str().unwrap());
+    let scores = reranker.score(&query, &texts).unwrap();
+    for (i, got) in scores.iter().enumerate() {
+        let s = want["scores"][0][i].as_f64().unwrap();
+        let tolerance = if i < half { 2e-2 } else { 1e-5 };
+        assert!((*got as f64 - s).abs() < tolerance, "doc {i}: {got} {s}");
+    }
+    // Against a reranker that encodes every candidate: the indexed ones differ by f16
+    // rounding (their stored vectors were read), the others agree.
+    let fresh = ColbertReranker::new(load(&root().join("bert")))
+        .score(&query, &texts)
+        .unwrap();
+    assert!((0..half).all(|i| (scores[i] - fresh[i]).abs() < 2e-2));
+    assert!(
+        (0..half).any(|i| scores[i] != fresh[i]),
+        "no stored vector was read"
+    );
+    assert!((half..texts.len()).all(|i| (scores[i] - fresh[i]).abs() < 1e-5));
+}
