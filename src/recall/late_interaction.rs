@@ -18,6 +18,14 @@ struct Entry {
     tokens: usize,
 }
 
+impl Entry {
+    /// The token vectors as an f32 `(tokens, dim)` matrix.
+    fn matrix(&self, dim: usize) -> Option<ndarray::Array2<f32>> {
+        let data = self.vectors.iter().map(|&h| f16_to_f32(h)).collect();
+        ndarray::Array2::from_shape_vec((self.tokens, dim), data).ok()
+    }
+}
+
 /// A retriever that scores every document by late interaction: the MaxSim of its ColBERT
 /// token vectors against the query's (exact, on the crate's f16 dot-product kernels), for
 /// collections whose vectors fit in memory: `tokens x dim x 2` bytes a document
@@ -135,10 +143,7 @@ impl LateInteractionIndex {
     /// A document's token vectors (as f32), if it is indexed.
     pub fn vectors(&self, id: &str) -> Option<ndarray::Array2<f32>> {
         let inner = self.read();
-        let e = &inner.docs[*inner.by_id.get(id)?];
-        let dim = self.encoder.dim();
-        let data = e.vectors.iter().map(|&h| f16_to_f32(h)).collect();
-        ndarray::Array2::from_shape_vec((e.tokens, dim), data).ok()
+        inner.docs[*inner.by_id.get(id)?].matrix(self.encoder.dim())
     }
 
     /// The indexed token vectors (as f32) of each of `texts` that is an indexed document's
@@ -148,11 +153,7 @@ impl LateInteractionIndex {
         let dim = self.encoder.dim();
         texts
             .iter()
-            .map(|t| {
-                let e = &inner.docs[*inner.by_text.get(*t)?];
-                let data = e.vectors.iter().map(|&h| f16_to_f32(h)).collect();
-                ndarray::Array2::from_shape_vec((e.tokens, dim), data).ok()
-            })
+            .map(|t| inner.docs[*inner.by_text.get(*t)?].matrix(dim))
             .collect()
     }
 

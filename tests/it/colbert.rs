@@ -264,6 +264,19 @@ fn load_reranker_scores_documents_by_maxsim() {
     }
 }
 
+/// The CLI's stdout for `args` with `--input input --threads 2`, which must succeed.
+fn run_cli(cli: &Path, args: &[&str], input: &Path) -> String {
+    let out = std::process::Command::new(cli)
+        .args(args)
+        .args(["--input", input.to_str().unwrap(), "--threads", "2"])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `rerank embed` on a ColBERT model prints each text's token vectors, as PyLate encodes them.
 #[test]
 fn the_cli_prints_token_embeddings_of_a_colbert_model() {
@@ -282,18 +295,8 @@ fn the_cli_prints_token_embeddings_of_a_colbert_model() {
             .collect();
         std::fs::write(&input, lines.join("\n")).unwrap();
         let model = root().join("modernbert");
-        let out = std::process::Command::new(&cli)
-            .args(["embed", "--model", model.to_str().unwrap(), "--role", role])
-            .args(["--input", input.to_str().unwrap(), "--threads", "2"])
-            .env("RUST_LOG", "off")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8(out.stdout).unwrap();
+        let model = model.to_str().unwrap();
+        let stdout = run_cli(&cli, &["embed", "--model", model, "--role", role], &input);
         let printed: Vec<&str> = stdout.lines().collect();
         assert_eq!(printed.len(), items.len());
         for (line, item) in printed.iter().zip(items) {
@@ -501,18 +504,7 @@ fn the_cli_scores_pairs_with_a_colbert_model() {
         .collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
     let model = root().join("stanford");
-    let out = std::process::Command::new(&cli)
-        .args(["score", "--model", model.to_str().unwrap()])
-        .args(["--input", input.to_str().unwrap(), "--threads", "2"])
-        .env("RUST_LOG", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stdout = run_cli(&cli, &["score", "--model", model.to_str().unwrap()], &input);
     let scores: Vec<f64> = stdout
         .lines()
         .map(|l| {
