@@ -11,6 +11,14 @@
 //! `RERANK_BENCH_THREADS` threads (default 2), `RERANK_BENCH_QUERIES` timed searches (default
 //! 10, top 100). The line has the bytes of vectors per document and in all, the seconds of
 //! each search (query encoding included) and of encoding a query alone.
+//!
+//! MUVERA: with `RERANK_BENCH_MUVERA=1` the index picks its MaxSim candidates by MUVERA's
+//! encodings (`MuveraConfig`'s defaults, or `RERANK_BENCH_MUVERA_REPETITIONS`, `_BITS`,
+//! `_PROJECTION`, `_CANDIDATES`). The line adds, over `RERANK_BENCH_RECALL_QUERIES` queries
+//! (default 20), the share of the exact top 10 that the candidates' top 10 holds, for the text
+//! queries and for queries made of 16 of one document's tokens moved by noise (N(0, 0.05) per
+//! value, renormalized), with the share of those whose source document comes first; and the
+//! seconds of an exact search for comparison.
 
 #[cfg(feature = "models")]
 fn main() {
@@ -44,7 +52,19 @@ fn main() {
         .build()
         .expect("the model loads");
     let dim = encoder.dim();
-    let index = LateInteractionIndex::new(encoder);
+    let mut index = LateInteractionIndex::new(encoder);
+    let muvera = env("RERANK_BENCH_MUVERA").is_some_and(|v| v == "1");
+    if muvera {
+        let d = rerank::recall::MuveraConfig::default();
+        let config = rerank::recall::MuveraConfig {
+            repetitions: count("RERANK_BENCH_MUVERA_REPETITIONS", d.repetitions),
+            simhash_bits: count("RERANK_BENCH_MUVERA_BITS", d.simhash_bits),
+            projection: count("RERANK_BENCH_MUVERA_PROJECTION", d.projection),
+            candidates: count("RERANK_BENCH_MUVERA_CANDIDATES", d.candidates),
+            seed: d.seed,
+        };
+        index = index.with_muvera(config).expect("valid MUVERA settings");
+    }
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let start = Instant::now();
     const BATCH: usize = 10_000;
@@ -85,9 +105,60 @@ fn main() {
         encode.push(t.elapsed().as_secs_f64());
     }
     let per_doc = index.bytes_per_document();
+    let mut recall = serde_json::Value::Null;
+    if muvera {
+        let overlap = |a: &[rerank::Hit], b: &[rerank::Hit]| -> f64 {
+            let ids: std::collections::HashSet<&str> =
+                b.iter().map(|h| h.document.id.as_str()).collect();
+            a.iter()
+                .filter(|h| ids.contains(h.document.id.as_str()))
+                .count() as f64
+                / b.len().max(1) as f64
+        };
+        let n = count("RERANK_BENCH_RECALL_QUERIES", 20);
+        let (mut text_recall, mut noisy_recall, mut found, mut exact_seconds) =
+            (0.0, 0.0, 0usize, Vec::new());
+        for i in 0..n {
+            let q = index
+                .encoder()
+                .encode(&[queries[i % queries.len()]], Role::Query)
+                .expect("encodes")
+                .remove(0);
+            let t = Instant::now();
+            let truth = index.search_vectors_exact(q.view(), 10).expect("searches");
+            exact_seconds.push(t.elapsed().as_secs_f64());
+            text_recall += overlap(
+                &index.search_vectors(q.view(), 10).expect("searches"),
+                &truth,
+            );
+            let source = rng.random_range(0..docs);
+            let m = index.vectors(&format!("d{source}")).expect("indexed");
+            let mut q = m.slice(ndarray::s![..16.min(m.nrows()), ..]).to_owned();
+            q.mapv_inplace(|x| {
+                let (u, v): (f32, f32) = (rng.random(), rng.random());
+                x + 0.05 * (-2.0 * (1.0 - u).ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+            });
+            for mut row in q.rows_mut() {
+                let norm = row.dot(&row).sqrt();
+                row.mapv_inplace(|x| x / norm);
+            }
+            let truth = index.search_vectors_exact(q.view(), 10).expect("searches");
+            let got = index.search_vectors(q.view(), 10).expect("searches");
+            noisy_recall += overlap(&got, &truth);
+            found += usize::from(got[0].document.id == format!("d{source}"));
+        }
+        recall = serde_json::json!({
+            "config": index.muvera(),
+            "text_recall_at_10": text_recall / n as f64,
+            "noisy_recall_at_10": noisy_recall / n as f64,
+            "noisy_source_first": found as f64 / n as f64,
+            "exact_search_seconds": exact_seconds,
+        });
+    }
     println!(
         "{}",
         serde_json::json!({
+            "muvera": recall,
             "impl": "rerank",
             "docs": docs,
             "mean_tokens": tokens,

@@ -885,11 +885,9 @@ mod store_recall {
                 Ok(Box::new(store.bm25()))
             }
             RetrieverConfig::Dense { model } => dense(store, model),
-            // Token and sparse vectors are in memory; the store keeps the documents.
-            RetrieverConfig::LateInteraction { model } => {
-                super::build_late_interaction(model, &store.documents()?)
-            }
-            RetrieverConfig::Sparse { model } => super::build_sparse(model, &store.documents()?),
+            // Token and sparse vectors are stored (the missing ones computed now).
+            RetrieverConfig::LateInteraction { model } => late_interaction(store, model),
+            RetrieverConfig::Sparse { model } => sparse(store, model),
             // The vectors live in Milvus; the store keeps the documents.
             RetrieverConfig::Milvus {
                 url,
@@ -925,5 +923,31 @@ mod store_recall {
         Err(Error::Config(
             "a dense retriever needs the `models` feature of rerank".into(),
         ))
+    }
+
+    /// Late interaction over the token vectors `model` stored, the missing ones computed.
+    #[cfg(feature = "models")]
+    fn late_interaction(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
+        let encoder = Arc::new(crate::ColbertEncoder::builder(model).build()?);
+        store.encode_missing_tokens(&encoder)?;
+        Ok(Box::new(store.late_interaction(encoder)?))
+    }
+
+    /// Sparse recall over the vectors `model` stored, the missing ones computed.
+    #[cfg(feature = "models")]
+    fn sparse(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
+        let encoder = Arc::new(crate::SparseEncoder::builder(model).build()?);
+        store.encode_missing_sparse(&encoder)?;
+        Ok(Box::new(store.sparse(encoder)?))
+    }
+
+    #[cfg(not(feature = "models"))]
+    fn late_interaction(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
+        super::build_late_interaction(model, &store.documents()?)
+    }
+
+    #[cfg(not(feature = "models"))]
+    fn sparse(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
+        super::build_sparse(model, &store.documents()?)
     }
 }

@@ -8,8 +8,9 @@
 //!   ([`Fusion::Rrf`]), by weighted min-max normalized scores ([`Fusion::Weighted`]), or
 //!   linearly over raw scores ([`Fusion::Linear`]);
 //! - [`KeywordOverlap`] (`keyword`): the share of the query's content words a document has;
-//! - `LateInteractionIndex` (`late_interaction`, feature `models`): exact MaxSim over every
-//!   document's ColBERT token vectors, kept as f16;
+//! - `LateInteractionIndex` (`late_interaction`, feature `models`): MaxSim over every
+//!   document's ColBERT token vectors, kept as f16: exact, or over the candidates that MUVERA's
+//!   fixed-dimensional encodings (`muvera`) pick;
 //! - [`MatryoshkaIndex`] (`matryoshka`): coarse search over truncated vectors, rescored with
 //!   the full ones;
 //! - `SparseIndex` (`sparse`, feature `models`): learned sparse (SPLADE) retrieval, an inverted
@@ -28,6 +29,8 @@ mod late_interaction;
 mod matryoshka;
 #[cfg(feature = "milvus")]
 mod milvus;
+#[cfg(feature = "models")]
+mod muvera;
 #[cfg(feature = "models")]
 mod sparse;
 
@@ -49,6 +52,8 @@ pub use late_interaction::LateInteractionIndex;
 pub use matryoshka::MatryoshkaIndex;
 #[cfg(feature = "milvus")]
 pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};
+#[cfg(feature = "models")]
+pub use muvera::MuveraConfig;
 #[cfg(feature = "models")]
 pub use sparse::SparseIndex;
 

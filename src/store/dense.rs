@@ -1,10 +1,10 @@
 //! [`StoreDense`]: exact cosine recall over one embedder's vectors in the store.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use ndarray::Array2;
 
-use super::{doc_from_row_at, vector_from_blob, Store, DOC_COLUMNS};
+use super::{doc_from_row_at, vector_from_blob, Loaded, Store, DOC_COLUMNS};
 use crate::recall::{Retriever, SearchQuery};
 use crate::{DenseIndex, Embedder, Error, Hit, Result};
 
@@ -18,7 +18,7 @@ pub struct StoreDense {
     store: Arc<Store>,
     embedder: Arc<dyn Embedder>,
     embedder_id: String,
-    loaded: RwLock<Option<(i64, Arc<DenseIndex>)>>,
+    loaded: Loaded<DenseIndex>,
 }
 
 impl std::fmt::Debug for StoreDense {
@@ -36,18 +36,17 @@ impl StoreDense {
             store,
             embedder,
             embedder_id,
-            loaded: RwLock::new(None),
+            loaded: Loaded::new(),
         }
     }
 
     /// The in-memory index for the store as it is now (loaded when a write changed it).
     fn index(&self) -> Result<Arc<DenseIndex>> {
-        let generation = self.store.read(Store::generation)?;
-        if let Some((g, index)) = &*self.loaded.read().unwrap_or_else(|e| e.into_inner()) {
-            if *g == generation {
-                return Ok(Arc::clone(index));
-            }
-        }
+        self.loaded.get(&self.store, || self.load())
+    }
+
+    /// Reads the vectors into a new index, with the generation of the snapshot read.
+    fn load(&self) -> Result<(i64, DenseIndex)> {
         let dim = self.embedder.dim();
         let (generation, rows) = self.store.read(|tx| {
             let generation = Store::generation(tx)?;
@@ -121,14 +120,8 @@ impl StoreDense {
         }
         let matrix = Array2::from_shape_vec((docs.len(), dim), flat)
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
-        let index = Arc::new(DenseIndex::from_embeddings(
-            Arc::clone(&self.embedder),
-            docs,
-            matrix,
-        )?);
-        *self.loaded.write().unwrap_or_else(|e| e.into_inner()) =
-            Some((generation, Arc::clone(&index)));
-        Ok(index)
+        let index = DenseIndex::from_embeddings(Arc::clone(&self.embedder), docs, matrix)?;
+        Ok((generation, index))
     }
 }
 

@@ -6,6 +6,8 @@
 //! - [`StoreBm25`] (`lexical`): BM25 recall scored from the stored postings, with exactly the
 //!   rankings and scores of a fresh [`Bm25Index`](crate::Bm25Index) over the same documents;
 //! - [`StoreDense`] (`dense`): exact cosine recall over the stored vectors of one embedder;
+//! - [`StoreLateInteraction`] and [`StoreSparse`] (`encoded`, feature `models`): ColBERT token
+//!   vectors (f16) and learned sparse vectors per (content, model), and recall over them;
 //! - [`SqliteCacheStore`] (`cache`): a [`CacheStore`](crate::cache::CacheStore) whose entries,
 //!   TTLs, tags and counters survive a restart;
 //! - the schema and its version (`schema`), documented in `docs/store.md`.
@@ -28,19 +30,23 @@
 
 mod cache;
 mod dense;
+#[cfg(feature = "models")]
+mod encoded;
 mod lexical;
 mod lock;
 mod schema;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde::Serialize;
 
 pub use cache::SqliteCacheStore;
 pub use dense::StoreDense;
+#[cfg(feature = "models")]
+pub use encoded::{EncodedSize, StoreLateInteraction, StoreSparse};
 pub use lexical::StoreBm25;
 pub use lock::WriterLock;
 pub use schema::SCHEMA_VERSION;
@@ -582,8 +588,37 @@ impl Store {
     }
 }
 
+/// An in-memory index built from the store's rows (dense vectors, token vectors, sparse
+/// vectors), kept until a write, in any process, changes the store's generation.
+pub(crate) struct Loaded<T>(RwLock<Option<(i64, Arc<T>)>>);
+
+impl<T> Loaded<T> {
+    pub(crate) fn new() -> Self {
+        Loaded(RwLock::new(None))
+    }
+
+    /// The index for the store as it is now: the one held when the generation is unchanged,
+    /// else the one `build` makes (with the generation of the snapshot it read).
+    pub(crate) fn get(
+        &self,
+        store: &Store,
+        build: impl FnOnce() -> Result<(i64, T)>,
+    ) -> Result<Arc<T>> {
+        let generation = store.read(Store::generation)?;
+        if let Some((g, index)) = &*self.0.read().unwrap_or_else(|e| e.into_inner()) {
+            if *g == generation {
+                return Ok(Arc::clone(index));
+            }
+        }
+        let (generation, index) = build()?;
+        let index = Arc::new(index);
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some((generation, Arc::clone(&index)));
+        Ok(index)
+    }
+}
+
 /// The columns [`doc_from_row`] reads, in order.
-const DOC_COLUMNS: &str = "id, text, title, source, page, metadata";
+pub(crate) const DOC_COLUMNS: &str = "id, text, title, source, page, metadata";
 
 /// A document from a row of [`DOC_COLUMNS`]; bad metadata JSON is an error, not a panic.
 fn doc_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Document>> {
@@ -777,11 +812,15 @@ fn delete_document(tx: &Transaction<'_>, id: &str) -> rusqlite::Result<bool> {
     };
     tx.execute("DELETE FROM postings WHERE slot = ?1", [slot])?;
     tx.execute("DELETE FROM documents WHERE slot = ?1", [slot])?;
-    tx.execute(
-        "DELETE FROM embeddings WHERE content_hash = ?1 AND NOT EXISTS \
-         (SELECT 1 FROM documents WHERE content_hash = ?1)",
-        [&hash],
-    )?;
+    for table in ["embeddings", "encodings"] {
+        tx.execute(
+            &format!(
+                "DELETE FROM {table} WHERE content_hash = ?1 AND NOT EXISTS \
+                 (SELECT 1 FROM documents WHERE content_hash = ?1)"
+            ),
+            [&hash],
+        )?;
+    }
     Ok(true)
 }
 

@@ -9,10 +9,11 @@ use rusqlite::Connection;
 use super::sql_error;
 use crate::{Error, Result};
 
-/// The schema version this crate reads and writes (`PRAGMA user_version`). Version 1 (postings
-/// keyed by term) is upgraded to 2 (postings keyed by block, then term) when a store is opened
-/// for writing.
-pub const SCHEMA_VERSION: i64 = 2;
+/// The schema version this crate reads and writes (`PRAGMA user_version`). Older versions are
+/// upgraded when a store is opened for writing: 1 (postings keyed by term) to 2 (postings keyed
+/// by block, then term), and 2 to 3 (the `encodings` table: ColBERT token vectors and learned
+/// sparse vectors).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Documents per postings block: a posting's block is its slot shifted right by this many bits
 /// (16,384 documents). Postings are keyed by (block, term, slot), so a batch of new documents
@@ -69,12 +70,25 @@ CREATE TABLE cache_counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
+{encodings}
 INSERT INTO meta (key, value) VALUES
     ('generation', '0'),
     ('analyzer', 'english: lucene stopwords, snowball english, tokens \\b\\w\\w+\\b'),
     ('bm25_k1', '0.9'),
     ('bm25_b', '0.4');
 INSERT INTO cache_counters (name, value) VALUES ('hits', 0), ('misses', 0);
+";
+
+/// The table of token (ColBERT) and sparse (SPLADE) vectors, one row per (content, model);
+/// schema 3. A rowid table (not `WITHOUT ROWID`): a document's token vectors are tens of KB.
+const ENCODINGS: &str = "
+CREATE TABLE IF NOT EXISTS encodings (
+    content_hash TEXT NOT NULL,
+    model        TEXT NOT NULL,
+    rows         INTEGER NOT NULL,
+    data         BLOB NOT NULL,
+    UNIQUE (content_hash, model)
+);
 ";
 
 /// The postings table (schema 2) under the name `{table}`, for a new file and the upgrade.
@@ -147,7 +161,8 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
             }
             return Ok(());
         }
-        tx.execute_batch(CREATE).map_err(err)?;
+        tx.execute_batch(&CREATE.replace("{encodings}", ENCODINGS))
+            .map_err(err)?;
         tx.execute_batch(&POSTINGS.replace("{table}", "postings"))
             .map_err(err)?;
         tx.execute_batch(POSTINGS_INDEX).map_err(err)?;
@@ -156,8 +171,13 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<()> {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         tx.commit().map_err(err)?;
-    } else if version == 1 {
-        upgrade_to_blocks(conn).map_err(err)?;
+    } else {
+        if version == 1 {
+            upgrade_to_blocks(conn).map_err(err)?;
+        }
+        if version <= 2 {
+            add_encodings(conn).map_err(err)?;
+        }
     }
     Ok(())
 }
@@ -179,6 +199,18 @@ fn upgrade_to_blocks(conn: &mut Connection) -> rusqlite::Result<()> {
     ))?;
     tx.execute_batch(POSTINGS_INDEX)?;
     tx.pragma_update(None, "user_version", 2)?;
+    tx.commit()
+}
+
+/// Schema 2 to 3: the `encodings` table, in one transaction (another process upgrading the
+/// same file at once waits, then finds it done).
+fn add_encodings(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    if identity(&tx)?.version != 2 {
+        return tx.commit();
+    }
+    tx.execute_batch(ENCODINGS)?;
+    tx.pragma_update(None, "user_version", 3)?;
     tx.commit()
 }
 

@@ -564,3 +564,80 @@ fn a_reranker_over_the_index_reads_stored_vectors() {
     );
     assert!((half..texts.len()).all(|i| (scores[i] - fresh[i]).abs() < 1e-5));
 }
+
+/// MUVERA candidates: the hits are the candidates' exact MaxSim scores; with as many
+/// candidates as documents the ranking is the exact one; the encodings count in the bytes per
+/// document; settings out of range are refused naming the key.
+#[test]
+fn muvera_candidates_are_ranked_by_exact_maxsim() {
+    use rerank::recall::{LateInteractionIndex, MuveraConfig};
+    let docs = rerank::Document::read_jsonl(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/handbook.jsonl"),
+    )
+    .unwrap();
+    let encoder = std::sync::Arc::new(load(&root().join("bert")));
+    let exact = LateInteractionIndex::new(std::sync::Arc::clone(&encoder));
+    exact.add(docs.clone()).unwrap();
+    let config = MuveraConfig {
+        repetitions: 4,
+        simhash_bits: 3,
+        projection: 8,
+        candidates: 6,
+        seed: 1,
+    };
+    let approx = LateInteractionIndex::new(std::sync::Arc::clone(&encoder))
+        .with_muvera(config)
+        .unwrap();
+    approx.add(docs.clone()).unwrap();
+    // The encodings of documents added before `with_muvera` are the same as after.
+    let late = LateInteractionIndex::new(std::sync::Arc::clone(&encoder));
+    late.add(docs.clone()).unwrap();
+    let late = late.with_muvera(config).unwrap();
+    let width = 4 * 8 * 8;
+    assert!(
+        (approx.bytes_per_document() - exact.bytes_per_document() - 2.0 * width as f64).abs()
+            < 1e-9
+    );
+    let all = LateInteractionIndex::new(std::sync::Arc::clone(&encoder))
+        .with_muvera(MuveraConfig {
+            candidates: docs.len(),
+            ..config
+        })
+        .unwrap();
+    all.add(docs.clone()).unwrap();
+    for q in [
+        "how are flights booked",
+        "hotel receipts",
+        "security badge lost",
+    ] {
+        let qv = encoder.encode(&[q], Role::Query).unwrap().remove(0);
+        let truth = exact.search_vectors(qv.view(), docs.len()).unwrap();
+        let score_of = |id: &str| truth.iter().find(|h| h.document.id == id).unwrap().score;
+        let hits = approx.search_vectors(qv.view(), 4).unwrap();
+        assert_eq!(hits.len(), 4);
+        for h in &hits {
+            assert_eq!(h.score.to_bits(), score_of(&h.document.id).to_bits(), "{q}");
+        }
+        let ids = |hits: &[rerank::Hit]| -> Vec<String> {
+            hits.iter().map(|h| h.document.id.clone()).collect()
+        };
+        assert_eq!(ids(&late.search_vectors(qv.view(), 4).unwrap()), ids(&hits));
+        assert_eq!(
+            ids(&approx.search_vectors_exact(qv.view(), 5).unwrap()),
+            ids(&truth[..5])
+        );
+        assert_eq!(
+            ids(&all.search_vectors(qv.view(), 5).unwrap()),
+            ids(&truth[..5])
+        );
+    }
+    let e = LateInteractionIndex::new(encoder)
+        .with_muvera(MuveraConfig {
+            projection: 17,
+            ..config
+        })
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("projection") && e.contains("16"), "{e}");
+}

@@ -53,6 +53,7 @@ mod splade;
 mod st_chat;
 mod st_embed_parity;
 mod store;
+mod store_encoded;
 mod sweep;
 mod sweep_decoders;
 mod systems;

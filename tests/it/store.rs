@@ -21,10 +21,10 @@ use rerank::{Bm25Index, DenseIndex, Document, Embedder, Error, Result, Retriever
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/handbook.jsonl");
 
 /// A fresh file path; the file and its WAL side files are removed on drop.
-struct TempDb(PathBuf);
+pub(crate) struct TempDb(pub(crate) PathBuf);
 
 impl TempDb {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let path = std::env::temp_dir().join(format!(
             "rerank-store-{name}-{}-{:?}.db",
             std::process::id(),
@@ -795,7 +795,7 @@ fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
              tf INTEGER NOT NULL, PRIMARY KEY (term, slot)) WITHOUT ROWID;\n\
            INSERT INTO p1 SELECT term, slot, tf FROM postings; DROP TABLE postings;\n\
            ALTER TABLE p1 RENAME TO postings; CREATE INDEX postings_slot ON postings (slot);\n\
-           PRAGMA user_version = 1;''')\n\
+           DROP TABLE encodings; PRAGMA user_version = 1;''')\n\
          c.commit()",
     );
     let e = Store::open_read_only(&db.0).unwrap_err().to_string();
@@ -811,7 +811,37 @@ fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
          print(c.execute('PRAGMA user_version').fetchone()[0])\n\
          print([r[1] for r in c.execute('PRAGMA table_info(postings)')])",
     );
-    assert_eq!(seen, "2\n['block', 'term', 'slot', 'tf']\n");
+    assert_eq!(seen, "3\n['block', 'term', 'slot', 'tf']\n");
     drop(store);
     assert!(Store::open_read_only(&db.0).is_ok());
+}
+
+/// A store written with schema 2 (no `encodings` table) gets the table when it is opened for
+/// writing (schema 3), keeping its documents; a read-only open of it says how to upgrade.
+#[test]
+fn a_schema_2_store_gets_the_encodings_table_when_opened_for_writing() {
+    let db = TempDb::new("upgrade-2");
+    {
+        let store = Store::open(&db.0).unwrap();
+        store.upsert(corpus()).unwrap();
+    }
+    let python = |code: &str| python_on(&db.0, code);
+    python(
+        "import sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         c.executescript('DROP TABLE encodings; PRAGMA user_version = 2;')\n\
+         c.commit()",
+    );
+    let e = Store::open_read_only(&db.0).unwrap_err().to_string();
+    assert!(e.contains("schema 2"), "{e}");
+    let store = Arc::new(Store::open(&db.0).unwrap());
+    assert_eq!(store.len().unwrap(), corpus().len());
+    let seen = python(
+        "import sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1])\n\
+         print(c.execute('PRAGMA user_version').fetchone()[0])\n\
+         print([r[1] for r in c.execute('PRAGMA table_info(encodings)')])",
+    );
+    assert_eq!(seen, "3\n['content_hash', 'model', 'rows', 'data']\n");
+    assert_bm25_parity(&store, &QUERIES);
 }

@@ -82,6 +82,8 @@ mod encoder {
         by_role: [usize; 2],
         max_active_dims: Option<usize>,
         pool: ModelPool,
+        /// See [`SparseEncoder::id`].
+        id: Option<String>,
     }
 
     /// A route, loaded.
@@ -182,11 +184,35 @@ mod encoder {
                     root.path().join("router_config.json").display()
                 )));
             }
+            // The id names what makes a document's vector: the document route's model, its
+            // pooling, length and precision, and `max_active_dims` (the query side is not
+            // stored).
+            let id = match (
+                &routes[layout.by_role[1]],
+                &layout.routes[layout.by_role[1]],
+            ) {
+                (Loaded::Mlm(r), Route::Mlm { path, .. }) => {
+                    let extra = format!(
+                        "{:?} {} {} {:?}",
+                        r.pooling(),
+                        r.max_length(),
+                        options.precision.as_str(),
+                        layout.max_active_dims
+                    );
+                    crate::embed::builder::model_id(
+                        "sparse",
+                        &root.path().join(path),
+                        &[extra.as_bytes()],
+                    )
+                }
+                _ => None,
+            };
             Ok(SparseEncoder {
                 routes,
                 by_role: layout.by_role,
                 max_active_dims: layout.max_active_dims,
                 pool: options.thread_pool("sparse")?,
+                id,
             })
         }
 
@@ -217,6 +243,14 @@ mod encoder {
             let mut v = self.encode(&[text], role)?;
             v.pop()
                 .ok_or_else(|| Error::model("the sparse encoder returned no vector for a text"))
+        }
+
+        /// An id of what makes a document's vector (`sparse-` and a hash of the document
+        /// route's model files, pooling, `max_length`, precision and `max_active_dims`), so
+        /// that stored vectors of one model are never read as another's; `None` when a file
+        /// cannot be read or the document side is a token-weight table.
+        pub fn id(&self) -> Option<String> {
+            self.id.clone()
         }
 
         /// The vocabulary size: every index of a vector is below it.
