@@ -6,9 +6,11 @@
 # SciFact is read from ../shared/datasets/scifact (or $SCIFACT) and converted to the corpus
 # format in a temporary folder; nothing of it is written into the repository. The CLI is
 # $RERANK_CLI, else target/release/examples/rerank, else target/debug/examples/rerank (the one
-# `cargo test --features full` builds).
+# `cargo test --features full` builds). With STORE=FILE the config keeps everything in that
+# SQLite store (documents, postings, dense, sparse and token vectors): the first run computes
+# them, later runs over the same file only load them.
 #
-#   scripts/five_signals_scifact.sh ["a question"]
+#   [STORE=scifact.db] scripts/five_signals_scifact.sh ["a question"]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scifact=${SCIFACT:-$root/../shared/datasets/scifact}
@@ -31,5 +33,8 @@ with open(sys.argv[1]) as src, open(sys.argv[2], "w") as out:
 PY
 sed -e "s#^corpus: .*#corpus: $work/corpus.jsonl#" -e "s#\.\./\.\./tests/#$root/tests/#g" \
     "$root/examples/configs/five_signals.yaml" > "$work/five_signals.yaml"
+if [[ -n "${STORE:-}" ]]; then
+    printf 'store: { path: %s }\n' "$(realpath -m "$STORE")" >> "$work/five_signals.yaml"
+fi
 question=${1:-"0-dimensional biomaterials show inductive properties."}
 "$cli" query --config "$work/five_signals.yaml" "$question"

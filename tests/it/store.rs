@@ -291,7 +291,7 @@ fn a_newer_schema_is_refused_and_left_untouched() {
     );
     assert_eq!(
         seen,
-        "2\n['cache_counters', 'cache_entries', 'cache_tags', 'documents', 'embeddings', 'meta', 'postings']\n"
+        "3\n['cache_counters', 'cache_entries', 'cache_tags', 'documents', 'embeddings', 'encodings', 'meta', 'postings']\n"
     );
     python("import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('PRAGMA user_version = 7')\nc.commit()");
     let bytes = std::fs::read(&db.0).unwrap();
