@@ -1147,19 +1147,22 @@ fn assert_sparse(body: &Value, want: &[rerank::embed::SparseVector]) {
     }
 }
 
-/// A config with a ColBERT reranker and, in its `serve` section, the inference-free SPLADE
-/// model (a static table for queries, an MLM for documents) with queries as `/embed_sparse`'s
-/// default role.
+/// A config with a ColBERT reranker, an embedder with query and document prompts and, in its
+/// `serve` section, the inference-free SPLADE model (a static table for queries, an MLM for
+/// documents), with queries as the default role of `/embed_sparse` and `/v1/embeddings`.
 #[test]
 fn embed_sparse_and_a_colbert_reranker_answer_as_the_library_does() {
     let dir = std::env::temp_dir().join(format!("rerank-serve-late-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("serve.yaml");
+    let prompts =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_bert_tiny/cls_prompts");
     std::fs::write(
         &config,
         format!(
-            "reranker: {{ type: colbert, model: {} }}\nserve:\n  sparse_model: {}\n  default_role: {{ embed_sparse: query }}\n",
+            "reranker: {{ type: colbert, model: {} }}\nembedder: {{ type: bert, model: {} }}\nserve:\n  sparse_model: {}\n  default_role: {{ embed_sparse: query, embeddings: query }}\n",
             colbert_dir().display(),
+            prompts.display(),
             splade_dir("inference_free").display()
         ),
     )
@@ -1195,6 +1198,48 @@ fn embed_sparse_and_a_colbert_reranker_answer_as_the_library_does() {
         &json!({"inputs": "x", "prompt_name": "title"}),
     );
     assert_eq!(status, 422, "{body}");
+
+    // The embedding routes' default roles: query on /v1/embeddings (the config's), document
+    // on /embed; usage counts each text's prompt too.
+    let embedder = load_embedder(&prompts, &ModelOptions::default().threads(2)).unwrap();
+    let rows = |role| -> Vec<Vec<f32>> {
+        let m = embedder.embed_as(&DOCS, role).unwrap();
+        m.outer_iter().map(|r| r.to_vec()).collect()
+    };
+    let (as_query, as_document) = (rows(Role::Query), rows(Role::Document));
+    assert_ne!(as_query, as_document, "the prompts differ");
+    let (status, body) = post(addr, "/v1/embeddings", &json!({"input": DOCS}));
+    assert_eq!(status, 200, "{body}");
+    for (d, e) in body["data"].as_array().unwrap().iter().zip(&as_query) {
+        let v: Vec<f64> = serde_json::from_value(d["embedding"].clone()).unwrap();
+        assert!(v.iter().zip(e).all(|(a, b)| close(*a, f64::from(*b))));
+    }
+    let mut tokenizer = tokenizers::Tokenizer::from_file(prompts.join("tokenizer.json")).unwrap();
+    tokenizer.with_padding(None);
+    // The model computes at most max_seq_length tokens: with no sentence_bert_config.json,
+    // the tokenizer's model_max_length (24, below the 512 positions).
+    let tokenizer_config: Value = serde_json::from_str(
+        &std::fs::read_to_string(prompts.join("tokenizer_config.json")).unwrap(),
+    )
+    .unwrap();
+    let max_length = tokenizer_config["model_max_length"].as_u64().unwrap() as usize;
+    let want: usize = DOCS
+        .iter()
+        .map(|d| {
+            let n = tokenizer.encode(format!("query: {d}"), true).unwrap().len();
+            n.min(max_length)
+        })
+        .sum();
+    assert_eq!(body["usage"]["prompt_tokens"], want, "{body}");
+    let (status, body) = post(addr, "/embed", &json!({"inputs": DOCS}));
+    assert_eq!(status, 200, "{body}");
+    for (row, e) in body.as_array().unwrap().iter().zip(&as_document) {
+        let v: Vec<f64> = serde_json::from_value(row.clone()).unwrap();
+        assert!(v
+            .iter()
+            .zip(e)
+            .all(|(a, b)| (a - f64::from(*b)).abs() < 1e-5));
+    }
 
     // MaxSim scores on every rerank route; raw scores are the same (no activation).
     let colbert =
@@ -1248,6 +1293,7 @@ fn embed_sparse_and_a_colbert_reranker_answer_as_the_library_does() {
     );
     assert_eq!(info["default_role"]["embed_sparse"], "query");
     assert_eq!(info["default_role"]["embed"], "document");
+    assert_eq!(info["default_role"]["embeddings"], "query");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

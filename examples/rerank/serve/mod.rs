@@ -164,6 +164,9 @@ struct RerankItem {
     raw: bool,
 }
 
+/// The queue of the sparse encoder: (role, text) in, a sparse vector out.
+type SparseBatcher = Batcher<(Role, String), SparseVector>;
+
 /// The role of each embedding route when a request names none (`serve.default_role`).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 struct Roles {
@@ -179,7 +182,7 @@ struct Ready {
     /// Whether the reranker has raw scores (TEI's `raw_scores`).
     raw_scores: bool,
     embed: Option<Batcher<(Role, String), Vec<f32>>>,
-    sparse: Option<Batcher<(Role, String), SparseVector>>,
+    sparse: Option<SparseBatcher>,
     roles: Roles,
     /// The embedding widths `dimensions` may ask for (the model's, then its Matryoshka ones).
     dimensions: Vec<usize>,
@@ -505,10 +508,7 @@ fn by_role<O: Default + Clone>(
 
 /// Loads the sparse encoder of `model` and starts its worker; with it, what `/info` says of it.
 #[cfg(feature = "models")]
-fn sparse_batcher(
-    model: &Path,
-    state: &Shared,
-) -> CliResult<(Batcher<(Role, String), SparseVector>, serde_json::Value)> {
+fn sparse_batcher(model: &Path, state: &Shared) -> CliResult<(SparseBatcher, serde_json::Value)> {
     use rerank::models::registry::{resolve, Task};
     let encoder = resolve(model, Task::Embedding)
         .and_then(|dir| rerank::embed::SparseEncoder::builder(dir).build())
@@ -539,10 +539,7 @@ fn sparse_batcher(
 
 /// Without the `models` feature no sparse encoder loads.
 #[cfg(not(feature = "models"))]
-fn sparse_batcher(
-    model: &Path,
-    _state: &Shared,
-) -> CliResult<(Batcher<(Role, String), SparseVector>, serde_json::Value)> {
+fn sparse_batcher(model: &Path, _state: &Shared) -> CliResult<(SparseBatcher, serde_json::Value)> {
     Err(format!(
         "the sparse model {}: a sparse encoder needs the `models` feature of rerank",
         model.display()
