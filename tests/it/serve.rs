@@ -1283,6 +1283,19 @@ fn embed_sparse_and_a_colbert_reranker_answer_as_the_library_does() {
             );
         }
     }
+    // Usage: the query's tokens (padded to the query length) and the document's, per pair.
+    let encoder = colbert.encoder();
+    let query_tokens = encoder.token_ids(QUERY, Role::Query).unwrap().0.len();
+    let want: usize = DOCS
+        .iter()
+        .map(|d| query_tokens + encoder.token_ids(d, Role::Document).unwrap().0.len())
+        .sum();
+    let (_, body) = post(
+        addr,
+        "/v1/rerank",
+        &json!({"query": QUERY, "documents": DOCS}),
+    );
+    assert_eq!(body["usage"]["total_tokens"], want, "{body}");
     let (_, _, info) = http(addr, "GET", "/info", &[], b"");
     let info: Value = serde_json::from_slice(&info).unwrap();
     assert_eq!(info["reranker"], "colbert");
@@ -1357,5 +1370,45 @@ fn a_wrong_serve_section_or_sparse_model_is_refused() {
         stderr.contains("the sparse model") && stderr.contains(&missing),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reranker without scores before an activation (the lexical one) refuses `raw_scores` with
+/// a 422 that names it, and still answers without it.
+#[test]
+fn raw_scores_are_refused_when_the_reranker_has_none() {
+    let dir = std::env::temp_dir().join(format!("rerank-serve-lexical-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("serve.yaml");
+    std::fs::write(&config, "reranker: { type: lexical }\n").unwrap();
+    let Some(server) = start_with("lexical", Some(&config), &[], &[]) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let (status, body) = post(
+        addr,
+        "/rerank",
+        &json!({"query": QUERY, "texts": DOCS, "raw_scores": true}),
+    );
+    assert_eq!(status, 422, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("raw_scores") && message.contains("lexical"),
+        "{message}"
+    );
+    let (status, body) = post(addr, "/rerank", &json!({"query": QUERY, "texts": DOCS}));
+    assert_eq!(status, 200, "{body}");
+    // The lexical reranker counts no tokens: Cohere's and Jina's counts are left out.
+    let (status, body) = post(
+        addr,
+        "/v2/rerank",
+        &json!({"query": QUERY, "documents": DOCS}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.get("usage").is_none() && body["meta"].get("tokens").is_none(),
+        "{body}"
+    );
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
