@@ -23,7 +23,9 @@
 //! (`batcher.rs`), and the requests that wait while it runs are scored together in its next
 //! call (dynamic batching over the padding-free encoder), each call bounded in items
 //! (`--batch-items`) and tokens (`--max-batch-tokens`, as text-embeddings-inference's): a
-//! larger request is served over several calls. Over the queue a request gets `429` with
+//! larger request is served over several calls, and a text longer than the token limit (after
+//! the model's own truncation) in a call alone, where TEI refuses to start with a limit below
+//! the model's input length. Over the queue a request gets `429` with
 //! `Retry-After`; past its deadline `504`; while the models load `503`. Every error is a JSON
 //! body with a message (`error.rs`). SIGTERM or Ctrl-C stops accepting connections and
 //! finishes the requests in flight.
