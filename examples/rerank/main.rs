@@ -68,7 +68,7 @@ enum Command {
     /// The query layer of a pipeline config: answer, --classify-only, --dry-run, --cache-stats, --invalidate-act.
     Query(query::Args),
     /// Serve the config's pipeline over HTTP: Cohere /v2/rerank, OpenAI /v1/embeddings, TEI
-    /// /rerank and /embed, /search, /answer, /health, /metrics, /info.
+    /// /rerank, /embed and /embed_sparse, /search, /answer, /health, /metrics, /info.
     Serve(serve::Args),
     /// Score (query, document) pairs from a JSONL file with a local model (a cross-encoder,
     /// Qwen3-Reranker or BERT bi-encoder: what `search --reranker` takes).

@@ -254,6 +254,11 @@ macro_rules! encoder_embedder {
             fn id(&self) -> Option<String> {
                 self.0.id()
             }
+
+            /// The length of [`token_ids_as`](Self::token_ids_as).
+            fn token_count(&self, text: &str, role: Role) -> Option<usize> {
+                self.token_ids_as(text, role).ok().map(|ids| ids.len())
+            }
         }
 
         impl std::fmt::Debug for $name {

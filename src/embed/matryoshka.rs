@@ -92,4 +92,8 @@ impl Embedder for Matryoshka {
             .id()
             .map(|id| format!("{id}+matryoshka{}", self.dims))
     }
+
+    fn token_count(&self, text: &str, role: super::Role) -> Option<usize> {
+        self.inner.token_count(text, role)
+    }
 }

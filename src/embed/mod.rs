@@ -93,7 +93,10 @@ pub use sparse::{SparseEncoder, SparseEncoderBuilder, SpladeStrategy};
 /// Which side of a search a text is on. Asymmetric models (e5, bge, Qwen3-Embedding) embed a
 /// query and a document differently, usually with a prompt put before the text ("query: ",
 /// "passage: ", an instruction); symmetric models (all-MiniLM) ignore the role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// A search query (or a cache key: what a user asked).
     Query,
@@ -163,6 +166,15 @@ pub trait Embedder: Send + Sync {
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
         single_row(self.embed_as(&[text], Role::Query)?)
     }
+
+    /// How many tokens the model computes for `text` as `role` (its prompt and special tokens
+    /// included, after truncation): what a server reports as usage and bounds its batches by.
+    /// `None` (the default) when the embedder cannot tell (a remote or model-free one) or the
+    /// text cannot be tokenized.
+    fn token_count(&self, text: &str, role: Role) -> Option<usize> {
+        let _ = (text, role);
+        None
+    }
 }
 
 /// The one row of `m`; another row count is an [`Error::Model`](crate::Error::Model).
@@ -188,6 +200,9 @@ macro_rules! forward_embedder {
             }
             fn id(&self) -> Option<String> {
                 (**self).id()
+            }
+            fn token_count(&self, text: &str, role: Role) -> Option<usize> {
+                (**self).token_count(text, role)
             }
         }
     )*};

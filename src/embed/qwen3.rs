@@ -206,6 +206,11 @@ impl Embedder for Qwen3Embedder {
             })
             .clone()
     }
+
+    /// The length of [`token_ids_as`](Self::token_ids_as).
+    fn token_count(&self, text: &str, role: Role) -> Option<usize> {
+        self.token_ids_as(text, role).ok().map(|ids| ids.len())
+    }
 }
 
 impl std::fmt::Debug for Qwen3Embedder {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 pub use super::sections::{
     read_lexicon, CacheSection, CacheStoreKind, ClassifierConfig, EmbedderConfig, FallbackConfig,
     GeneratorConfig, GroundingConfig, PiiConfig, RecallConfig, RerankerConfig, RerankerKind,
+    ServeRoles, ServeSection,
 };
 use super::{AnswerOptions, PipelineBuilder, SearchOptions, HYBRID_MODE};
 use crate::expand::{ExpansionConfig, HydeConfig};
@@ -23,7 +24,8 @@ use crate::{Bm25Index, Document, Embedder, Error, Hybrid, Pipeline, Result, Retr
 /// `recall` (which one a request uses), `embedder` (shared by `vector` retrievers, the cache
 /// and HyDE), `reranker` (stage 2: type, model, depth, instruction policy, fallback),
 /// `classifier`, `protection`, `pii`, `two_phase`, `hyde`, `expansion`, `cache`, `generator`,
-/// `grounding`, `search` (depth, threshold, dedup, filters), `corpus`, `store`.
+/// `grounding`, `search` (depth, threshold, dedup, filters), `corpus`, `store`, `serve`
+/// (read by `rerank serve` only).
 /// [`PipelineConfig::from_path`] reads JSON, YAML or TOML, rejects unknown keys and files that
 /// do not exist, and names the key (`reranker.modle`, `classifier.aliases`) in its error.
 /// `examples/configs/` holds one configuration per system the crate was made for.
@@ -96,6 +98,10 @@ pub struct PipelineConfig {
     /// a store uses k1 0.9 and b 0.4.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreConfig>,
+    /// Settings of `rerank serve` (default: none; see [`ServeSection`]). The pipeline itself
+    /// does not read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<ServeSection>,
 }
 
 /// Where the pipeline's store lives.
@@ -320,6 +326,13 @@ impl PipelineConfig {
         }
         if let Some(GeneratorConfig::Qwen3Chat { model, .. }) = &mut self.generator {
             f("generator.model", model)?;
+        }
+        if let Some(ServeSection {
+            sparse_model: Some(model),
+            ..
+        }) = &mut self.serve
+        {
+            f("serve.sparse_model", model)?;
         }
         Ok(())
     }

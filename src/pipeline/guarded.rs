@@ -75,6 +75,20 @@ impl Reranker for Guarded<dyn Reranker> {
             || self.0.score_pairs(pairs),
         )
     }
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        catch(
+            || format!("reranker {}", self.0.name()),
+            || self.0.raw_score_pairs(pairs),
+        )
+    }
+    fn token_count(&self, query: &RerankQuery, document: &str) -> Option<usize> {
+        catch(
+            || format!("reranker {}", self.0.name()),
+            || Ok(self.0.token_count(query, document)),
+        )
+        .ok()
+        .flatten()
+    }
 }
 
 impl Generator for Guarded<dyn Generator> {
@@ -101,6 +115,11 @@ impl Embedder for Guarded<dyn Embedder> {
     }
     fn id(&self) -> Option<String> {
         self.0.id()
+    }
+    fn token_count(&self, text: &str, role: crate::Role) -> Option<usize> {
+        catch(|| "embedder".into(), || Ok(self.0.token_count(text, role)))
+            .ok()
+            .flatten()
     }
 }
 

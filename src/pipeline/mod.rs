@@ -37,7 +37,7 @@ pub use builder::PipelineBuilder;
 pub use config::{
     read_lexicon, CacheSection, CacheStoreKind, ClassifierConfig, EmbedderConfig, FallbackConfig,
     GeneratorConfig, GroundingConfig, PiiConfig, PipelineConfig, RecallConfig, RerankerConfig,
-    RerankerKind, RetrieverConfig, StoreConfig,
+    RerankerKind, RetrieverConfig, ServeRoles, ServeSection, StoreConfig,
 };
 pub use dry_run::SearchPlan;
 pub use modes::HYBRID_MODE;

@@ -197,6 +197,51 @@ fn embedder(_model: &Path, _precision: Precision) -> Result<Arc<dyn Embedder>> {
     ))
 }
 
+/// The `serve` section: settings of `rerank serve` that belong with the models it serves (the
+/// library itself reads none of them; the server's limits are its flags).
+///
+/// ```yaml
+/// serve:
+///   sparse_model: models/splade-v3   # answers TEI's /embed_sparse (flag: --sparse-model)
+///   default_role: { embeddings: document, embed: query, embed_sparse: query }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeSection {
+    /// The learned sparse encoder (a sentence-transformers `SparseEncoder` folder) that
+    /// answers text-embeddings-inference's `POST /embed_sparse` (default: none; the route then
+    /// answers 501).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparse_model: Option<PathBuf>,
+    /// The role texts are embedded as on each embedding route when a request names none.
+    #[serde(skip_serializing_if = "ServeRoles::is_empty")]
+    pub default_role: ServeRoles,
+}
+
+/// `serve.default_role`: per route, `query` or `document` (default: `document` everywhere,
+/// as the APIs default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeRoles {
+    /// OpenAI's `POST /v1/embeddings` (a request's `input_type` overrides it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<crate::Role>,
+    /// text-embeddings-inference's `POST /embed` (a request's `prompt_name` overrides it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embed: Option<crate::Role>,
+    /// text-embeddings-inference's `POST /embed_sparse` (a request's `prompt_name` overrides
+    /// it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embed_sparse: Option<crate::Role>,
+}
+
+impl ServeRoles {
+    /// Whether no route has a role set.
+    pub fn is_empty(&self) -> bool {
+        self == &ServeRoles::default()
+    }
+}
+
 /// Which reranker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

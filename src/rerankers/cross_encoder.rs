@@ -255,6 +255,23 @@ impl Reranker for CrossEncoder {
         let (logits, _) = self.logits_counted(&pairs)?;
         Ok(logits.iter().map(|&l| self.activation.apply(l)).collect())
     }
+
+    /// The logits (see [`logits`](Self::logits)); `None` with passages on, where a score is
+    /// the best of a document's windows rather than one logit.
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        if self.passages.is_some() {
+            return Ok(None);
+        }
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(q, d)| (q.text.as_str(), *d)).collect();
+        Ok(Some(self.logits(&pairs)?))
+    }
+
+    /// The length of the pair's encoding ([`encode_pair`](Self::encode_pair)).
+    fn token_count(&self, query: &RerankQuery, document: &str) -> Option<usize> {
+        self.encode_pair(&query.text, document)
+            .ok()
+            .map(|e| e.len())
+    }
 }
 
 enum Source {

@@ -247,6 +247,17 @@ impl Reranker for FallbackReranker {
     fn name(&self) -> &str {
         self.primary.name()
     }
+
+    /// The primary's raw scores (a fallback's scores are not the model's: a failure is an
+    /// error here).
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        self.primary.raw_score_pairs(pairs)
+    }
+
+    /// The primary's count.
+    fn token_count(&self, query: &RerankQuery, document: &str) -> Option<usize> {
+        self.primary.token_count(query, document)
+    }
 }
 
 /// Builds a [`FallbackReranker`].

@@ -103,4 +103,17 @@ impl Reranker for ColbertReranker {
     fn name(&self) -> &str {
         "colbert"
     }
+
+    /// The scores themselves: MaxSim has no activation to leave out.
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        self.score_pairs(pairs).map(Some)
+    }
+
+    /// The query's token ids (padded with `[MASK]` to the query length, as encoded) and the
+    /// document's ([`ColbertEncoder::token_ids`]).
+    fn token_count(&self, query: &RerankQuery, document: &str) -> Option<usize> {
+        let (q, _) = self.encoder.token_ids(&query.text, Role::Query).ok()?;
+        let (d, _) = self.encoder.token_ids(document, Role::Document).ok()?;
+        Some(q.len() + d.len())
+    }
 }

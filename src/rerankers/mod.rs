@@ -182,6 +182,23 @@ pub trait Reranker: Send + Sync {
         score_pairs_by_query(self, pairs)
     }
 
+    /// The pairs' scores before the model's final activation (a cross-encoder's logits, whose
+    /// sigmoid is the score), one per pair in input order: what text-embeddings-inference's
+    /// `raw_scores` returns. `Ok(None)` (the default) when the reranker has no such scores,
+    /// whatever the pairs, so a call with no pairs tells whether it has them.
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        let _ = pairs;
+        Ok(None)
+    }
+
+    /// How many tokens the model computes for `document` beside `query` (special tokens
+    /// included, after truncation): what a server reports as usage and bounds its batches by.
+    /// `None` (the default) when the reranker cannot tell or the texts cannot be tokenized.
+    fn token_count(&self, query: &RerankQuery, document: &str) -> Option<usize> {
+        let _ = (query, document);
+        None
+    }
+
     /// Scores `documents` against `query` and returns them best first, as indices into
     /// `documents` with their scores: the shape of sentence-transformers' `CrossEncoder.rank`.
     /// `top_n` keeps only the best N (`None`: all). Equal scores keep input order; a NaN
@@ -301,6 +318,15 @@ macro_rules! forward_reranker {
             }
             fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
                 (**self).score_pairs(pairs)
+            }
+            fn raw_score_pairs(
+                &self,
+                pairs: &[(&RerankQuery, &str)],
+            ) -> Result<Option<Vec<f32>>> {
+                (**self).raw_score_pairs(pairs)
+            }
+            fn token_count(&self, query: &RerankQuery, document: &str) -> Option<usize> {
+                (**self).token_count(query, document)
             }
         }
     )*};

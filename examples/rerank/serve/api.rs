@@ -1,5 +1,6 @@
-//! The wire shapes of the APIs the server speaks: Cohere's rerank (v1 and v2), TEI's `/rerank`
-//! and `/embed`, OpenAI's embeddings, and the pipeline's own `/search` and `/answer`. The
+//! The wire shapes of the APIs the server speaks: Cohere's rerank (v1 and v2, which Jina's
+//! rerank shares), TEI's `/rerank`, `/embed` and `/embed_sparse`, OpenAI's embeddings (which
+//! Jina's and Voyage's share), and the pipeline's own `/search` and `/answer`. The
 //! fields each API documents (some accepted and ignored); any other field is ignored, as the
 //! real services do, and named in the response's `Warning` header (`Unknown`).
 
@@ -66,15 +67,26 @@ pub struct CohereResult {
     pub document: Option<CohereText>,
 }
 
+/// The tokens a request took: Jina's rerank `usage` (Cohere's count is in `meta.tokens`).
+#[derive(Debug, Serialize)]
+pub struct RerankUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
 #[derive(Debug, Serialize)]
 pub struct CohereRerankResponse {
     pub id: String,
     pub results: Vec<CohereResult>,
     pub meta: serde_json::Value,
+    /// Absent when the reranker cannot count tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RerankUsage>,
 }
 
 /// `POST /rerank` (text-embeddings-inference). `truncate` is accepted and ignored: inputs
-/// are always cut to the model's length, as the reference models cut them.
+/// are always cut to the model's length, as the reference models cut them. `raw_scores` gives
+/// the scores before the model's activation (a cross-encoder's logits).
 #[derive(Debug, Deserialize)]
 pub struct TeiRerankRequest {
     pub query: String,
@@ -171,6 +183,29 @@ pub struct TeiEmbedRequest {
     pub _truncation_direction: Option<IgnoredAny>,
     #[serde(flatten)]
     pub unknown: Unknown,
+}
+
+/// `POST /embed_sparse` (text-embeddings-inference; `truncate` is accepted and ignored, as for
+/// `/embed`).
+#[derive(Debug, Deserialize)]
+pub struct TeiEmbedSparseRequest {
+    pub inputs: Inputs,
+    /// `query` or `document` (`passage`): the sparse encoder's route for the texts.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
+    #[serde(default, rename = "truncate")]
+    pub _truncate: Option<IgnoredAny>,
+    #[serde(default, rename = "truncation_direction")]
+    pub _truncation_direction: Option<IgnoredAny>,
+    #[serde(flatten)]
+    pub unknown: Unknown,
+}
+
+/// One non-zero entry of a sparse vector: a vocabulary id and its weight.
+#[derive(Debug, Serialize)]
+pub struct SparseValue {
+    pub index: u32,
+    pub value: f32,
 }
 
 /// `POST /search` and `POST /answer`: the pipeline's request.

@@ -1,5 +1,6 @@
 //! `GET /metrics`: requests by route and status, requests in flight, latency histograms, batch
-//! sizes, queue refusals, cache hits and fallbacks, in Prometheus' text format.
+//! sizes (requests, items and tokens per model call), queue refusals, cache hits and
+//! fallbacks, in Prometheus' text format.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,6 +13,11 @@ const LATENCY: [f64; 12] = [
 ];
 /// Upper bounds of the batch-size buckets (items in one model call).
 const SIZES: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 512.0, 2048.0];
+/// Upper bounds of the batch-token buckets (tokens in one model call).
+const TOKENS: [f64; 13] = [
+    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
+    65536.0,
+];
 
 #[derive(Default)]
 struct Histogram {
@@ -61,6 +67,7 @@ struct Inner {
     latency: BTreeMap<String, Histogram>,
     batch_items: BTreeMap<&'static str, Histogram>,
     batch_requests: BTreeMap<&'static str, Histogram>,
+    batch_tokens: BTreeMap<&'static str, Histogram>,
     cancelled: BTreeMap<&'static str, u64>,
     expired: BTreeMap<&'static str, u64>,
     cache_hits: u64,
@@ -98,9 +105,13 @@ impl Metrics {
         });
     }
 
-    /// One model call of `model` over `requests` requests and `items` items.
-    pub fn batch(&self, model: &'static str, requests: usize, items: usize) {
+    /// One model call of `model` over `requests` requests, `items` items and `tokens` tokens.
+    pub fn batch(&self, model: &'static str, requests: usize, items: usize, tokens: usize) {
         self.with(|m| {
+            m.batch_tokens
+                .entry(model)
+                .or_default()
+                .observe(&TOKENS, tokens as f64);
             m.batch_items
                 .entry(model)
                 .or_default()
@@ -172,6 +183,15 @@ impl Metrics {
                     "rerank_batch_requests",
                     &format!("model=\"{model}\""),
                     &SIZES,
+                );
+            }
+            out.push_str("# TYPE rerank_batch_tokens histogram\n");
+            for (model, h) in &m.batch_tokens {
+                h.write(
+                    &mut out,
+                    "rerank_batch_tokens",
+                    &format!("model=\"{model}\""),
+                    &TOKENS,
                 );
             }
             out.push_str("# TYPE rerank_cancelled_total counter\n");

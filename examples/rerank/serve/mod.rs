@@ -2,18 +2,32 @@
 //!
 //! | route | API | served by |
 //! |---|---|---|
-//! | `POST /v2/rerank`, `POST /v1/rerank` | Cohere rerank | the config's reranker |
-//! | `POST /rerank` | text-embeddings-inference | the config's reranker |
-//! | `POST /v1/embeddings` | OpenAI embeddings (`float` or `base64`, `dimensions`) | the config's embedder |
+//! | `POST /v2/rerank`, `POST /v1/rerank` | Cohere rerank (Jina's too: `usage.total_tokens`) | the config's reranker |
+//! | `POST /rerank` | text-embeddings-inference (`raw_scores`: the logits) | the config's reranker |
+//! | `POST /v1/embeddings` | OpenAI embeddings (`float` or `base64`, `dimensions`, `input_type`; Jina's and Voyage's too) | the config's embedder |
 //! | `POST /embed` | text-embeddings-inference | the config's embedder |
+//! | `POST /embed_sparse` | text-embeddings-inference (`[{index, value}]` per input) | `serve.sparse_model` or `--sparse-model` |
 //! | `POST /search`, `POST /answer` | the pipeline's own request and response | the pipeline |
 //! | `GET /health`, `GET /metrics`, `GET /info` | readiness, Prometheus text, models and limits | |
 //!
+//! The reranker may be any the config's `reranker` section names: a cross-encoder, Qwen3,
+//! or a ColBERT model (`type: colbert`), whose MaxSim scores the rerank routes return. Usage
+//! is counted in the model's own tokens (special tokens and prompts included, after
+//! truncation): OpenAI's `usage.prompt_tokens`, Cohere's `meta.tokens.input_tokens` and
+//! Jina's `usage.total_tokens`. A route with a role (`/v1/embeddings`, `/embed`,
+//! `/embed_sparse`) embeds as `document` unless the request says otherwise or the config's
+//! `serve.default_role` names another for that route; a route whose model the config lacks
+//! answers `501`.
+//!
 //! The library stays synchronous: each model has a worker thread fed by a bounded queue
 //! (`batcher.rs`), and the requests that wait while it runs are scored together in its next
-//! call (dynamic batching over the padding-free encoder). Over the queue a request gets `429`
-//! with `Retry-After`; past its deadline `504`; while the models load `503`. Every error is a
-//! JSON body with a message (`error.rs`). SIGTERM or Ctrl-C stops accepting connections and
+//! call (dynamic batching over the padding-free encoder), each call bounded in items
+//! (`--batch-items`) and tokens (`--max-batch-tokens`, as text-embeddings-inference's): a
+//! larger request is served over several calls, and a text longer than the token limit (after
+//! the model's own truncation) in a call alone, where TEI refuses to start with a limit below
+//! the model's input length. Over the queue a request gets `429` with
+//! `Retry-After`; past its deadline `504`; while the models load `503`. Every error is a JSON
+//! body with a message (`error.rs`). SIGTERM or Ctrl-C stops accepting connections and
 //! finishes the requests in flight.
 
 mod api;
@@ -22,7 +36,7 @@ mod error;
 mod metrics;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -34,13 +48,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
+use rerank::embed::SparseVector;
 use rerank::pipeline::{EmbedderConfig, Pipeline, PipelineConfig, RerankerKind};
 use rerank::rerankers::RerankQuery;
 use rerank::{Embedder, Role};
 
 use crate::CliResult;
 use api::*;
-use batcher::Batcher;
+use batcher::{Batcher, CallLimits, Done};
 use error::ApiError;
 use metrics::Metrics;
 
@@ -48,9 +63,14 @@ use metrics::Metrics;
 #[derive(clap::Args)]
 pub struct Args {
     /// Pipeline config (YAML, TOML or JSON): its reranker answers the rerank routes, its
-    /// embedder the embedding routes, the whole pipeline /search and /answer.
+    /// embedder the embedding routes, the whole pipeline /search and /answer; its `serve`
+    /// section names the sparse model and the default role of each embedding route.
     #[arg(long)]
     config: PathBuf,
+    /// The learned sparse encoder (a sentence-transformers SparseEncoder folder, SPLADE) that
+    /// answers /embed_sparse (default: the config's `serve.sparse_model`).
+    #[arg(long)]
+    sparse_model: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
@@ -74,6 +94,11 @@ pub struct Args {
     /// Most documents (or inputs) one model call takes across waiting requests.
     #[arg(long, default_value_t = 512)]
     batch_items: usize,
+    /// Most tokens one model call takes across waiting requests (as text-embeddings-inference's
+    /// flag): a larger request is served over several calls; one text longer than this (after
+    /// the model's own truncation) goes in a call alone.
+    #[arg(long, default_value_t = 16384)]
+    max_batch_tokens: usize,
     /// Seconds a request may take, waiting included (504 beyond).
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
@@ -94,6 +119,7 @@ struct Limits {
     max_document_bytes: usize,
     queue: usize,
     batch_items: usize,
+    max_batch_tokens: usize,
     timeout_secs: u64,
 }
 
@@ -122,13 +148,44 @@ impl Limits {
     fn deadline(&self) -> Instant {
         Instant::now() + Duration::from_secs(self.timeout_secs)
     }
+
+    /// What one model call may take.
+    fn call(&self) -> CallLimits {
+        CallLimits {
+            max_items: self.batch_items,
+            max_tokens: self.max_batch_tokens,
+        }
+    }
+}
+
+/// One (query, document) pair to score.
+struct RerankItem {
+    query: Arc<RerankQuery>,
+    document: String,
+    /// The score before the model's activation (TEI's `raw_scores`).
+    raw: bool,
+}
+
+/// The queue of the sparse encoder: (role, text) in, a sparse vector out.
+type SparseBatcher = Batcher<(Role, String), SparseVector>;
+
+/// The role of each embedding route when a request names none (`serve.default_role`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Roles {
+    embeddings: Role,
+    embed: Role,
+    embed_sparse: Role,
 }
 
 /// What is served once the models are loaded.
 struct Ready {
     pipeline: Arc<Pipeline>,
-    rerank: Option<Batcher<(Arc<RerankQuery>, String), f32>>,
+    rerank: Option<Batcher<RerankItem, f32>>,
+    /// Whether the reranker has raw scores (TEI's `raw_scores`).
+    raw_scores: bool,
     embed: Option<Batcher<(Role, String), Vec<f32>>>,
+    sparse: Option<SparseBatcher>,
+    roles: Roles,
     /// The embedding widths `dimensions` may ask for (the model's, then its Matryoshka ones).
     dimensions: Vec<usize>,
     /// The config's `grounding` section, for `/answer`.
@@ -181,12 +238,17 @@ pub fn run(args: Args) -> CliResult {
             .map_err(|e| format!("--threads {n}: {e}"))?;
     }
     let config = PipelineConfig::from_path(&args.config)?;
+    let sparse_model = args
+        .sparse_model
+        .clone()
+        .or_else(|| config.serve.as_ref().and_then(|s| s.sparse_model.clone()));
     let limits = Limits {
         max_body_bytes: args.max_body_bytes,
         max_documents: args.max_documents,
         max_document_bytes: args.max_document_bytes,
         queue: args.queue.max(1),
         batch_items: args.batch_items.max(1),
+        max_batch_tokens: args.max_batch_tokens.max(1),
         timeout_secs: args.timeout_secs.max(1),
     };
     let state = Arc::new(AppState {
@@ -199,10 +261,15 @@ pub fn run(args: Args) -> CliResult {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(serve(args.addr, config, state))
+    runtime.block_on(serve(args.addr, config, sparse_model, state))
 }
 
-async fn serve(addr: SocketAddr, config: PipelineConfig, state: Shared) -> CliResult {
+async fn serve(
+    addr: SocketAddr,
+    config: PipelineConfig,
+    sparse_model: Option<PathBuf>,
+    state: Shared,
+) -> CliResult {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -210,7 +277,9 @@ async fn serve(addr: SocketAddr, config: PipelineConfig, state: Shared) -> CliRe
     eprintln!("listening on http://{}", listener.local_addr()?);
     let loading = {
         let state = state.clone();
-        tokio::task::spawn_blocking(move || load(&config, &state).map_err(|e| e.to_string()))
+        tokio::task::spawn_blocking(move || {
+            load(&config, sparse_model.as_deref(), &state).map_err(|e| e.to_string())
+        })
     };
     let app = router(state.clone());
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
@@ -263,43 +332,69 @@ async fn signal() {
     let _ = ctrl_c.await;
 }
 
-/// Builds the pipeline, starts a worker per model and marks the server ready.
-fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
+/// Builds the pipeline (and the sparse encoder), starts a worker per model and marks the
+/// server ready.
+fn load(config: &PipelineConfig, sparse_model: Option<&Path>, state: &Shared) -> CliResult {
     let pipeline = Arc::new(config.build(Vec::new())?);
     let limits = &state.limits;
-    let rerank = match pipeline.reranker() {
-        None => None,
-        Some(_) => {
-            let p = pipeline.clone();
-            Some(Batcher::start(
+    let (rerank, raw_scores) = match pipeline.reranker() {
+        None => (None, false),
+        Some(reranker) => {
+            // The answer does not depend on the pairs: none tells.
+            let raw_scores = matches!(reranker.raw_score_pairs(&[]), Ok(Some(_)));
+            let (p, q) = (pipeline.clone(), pipeline.clone());
+            let batcher = Batcher::start(
                 "rerank",
                 limits.queue,
-                limits.batch_items,
+                limits.call(),
                 state.metrics.clone(),
-                Box::new(move |items: &[(Arc<RerankQuery>, String)]| {
+                Box::new(move |items: &[&RerankItem]| {
                     let reranker = p.reranker().ok_or("the reranker is gone")?;
-                    let pairs: Vec<(&RerankQuery, &str)> = items
-                        .iter()
-                        .map(|(q, d)| (q.as_ref(), d.as_str()))
-                        .collect();
-                    reranker.score_pairs(&pairs).map_err(|e| e.to_string())
+                    rerank_items(reranker, items)
                 }),
-            )?)
+                Box::new(move |item: &RerankItem| {
+                    q.reranker()?.token_count(&item.query, &item.document)
+                }),
+            )?;
+            (Some(batcher), raw_scores)
         }
     };
     let (embed, dimensions) = match pipeline.embedder() {
         None => (None, Vec::new()),
         Some(embedder) => {
-            let e = embedder.clone();
+            let (e, c) = (embedder.clone(), embedder.clone());
             let batcher = Batcher::start(
                 "embed",
                 limits.queue,
-                limits.batch_items,
+                limits.call(),
                 state.metrics.clone(),
-                Box::new(move |items: &[(Role, String)]| embed_items(e.as_ref(), items)),
+                Box::new(move |items: &[&(Role, String)]| {
+                    by_role(items, |texts, role| {
+                        let rows = e.embed_as(texts, role).map_err(|e| e.to_string())?;
+                        Ok(rows.outer_iter().map(|r| r.to_vec()).collect())
+                    })
+                }),
+                Box::new(move |(role, text): &(Role, String)| c.token_count(text, *role)),
             )?;
             (Some(batcher), embedding_dimensions(config, embedder.dim()))
         }
+    };
+    let (sparse, sparse_info) = match sparse_model {
+        None => (None, serde_json::Value::Null),
+        Some(model) => {
+            let (batcher, info) = sparse_batcher(model, state)?;
+            (Some(batcher), info)
+        }
+    };
+    let defaults = config
+        .serve
+        .as_ref()
+        .map(|s| s.default_role.clone())
+        .unwrap_or_default();
+    let roles = Roles {
+        embeddings: defaults.embeddings.unwrap_or(Role::Document),
+        embed: defaults.embed.unwrap_or(Role::Document),
+        embed_sparse: defaults.embed_sparse.unwrap_or(Role::Document),
     };
     let embedder_model = match &config.embedder {
         Some(EmbedderConfig::Bert { model, .. }) => Some(model.display().to_string()),
@@ -313,11 +408,14 @@ fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
             .as_ref()
             .and_then(|r| r.model.as_ref())
             .map(|m| m.display().to_string()),
+        "raw_scores": raw_scores,
         "embedder": pipeline.embedder().map(|e| serde_json::json!({
             "model": embedder_model,
             "id": e.id(),
             "dimensions": dimensions,
         })),
+        "sparse": sparse_info,
+        "default_role": roles,
         "generator": pipeline.generator().map(|g| g.name().to_string()),
         "precision": precisions(config),
         "recall_modes": pipeline.recall_modes(),
@@ -327,7 +425,10 @@ fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
     let ready = Ready {
         pipeline,
         rerank,
+        raw_scores,
         embed,
+        sparse,
+        roles,
         dimensions,
         answer_options: config.answer_options()?,
         info,
@@ -336,6 +437,116 @@ fn load(config: &PipelineConfig, state: &Shared) -> CliResult {
         return Err("loaded twice".into());
     }
     Ok(())
+}
+
+/// Scores a call's pairs: the plain ones with [`Reranker::score_pairs`], the raw ones with
+/// [`Reranker::raw_score_pairs`]; outputs in input order.
+///
+/// [`Reranker::score_pairs`]: rerank::Reranker::score_pairs
+/// [`Reranker::raw_score_pairs`]: rerank::Reranker::raw_score_pairs
+fn rerank_items(
+    reranker: &dyn rerank::Reranker,
+    items: &[&RerankItem],
+) -> Result<Vec<f32>, String> {
+    let mut out = vec![f32::NAN; items.len()];
+    for raw in [false, true] {
+        let at: Vec<usize> = (0..items.len()).filter(|&i| items[i].raw == raw).collect();
+        if at.is_empty() {
+            continue;
+        }
+        let pairs: Vec<(&RerankQuery, &str)> = at
+            .iter()
+            .map(|&i| (items[i].query.as_ref(), items[i].document.as_str()))
+            .collect();
+        let scores = if raw {
+            reranker
+                .raw_score_pairs(&pairs)
+                .map_err(|e| e.to_string())?
+                .ok_or("the reranker has no raw scores")?
+        } else {
+            reranker.score_pairs(&pairs).map_err(|e| e.to_string())?
+        };
+        if scores.len() != at.len() {
+            return Err(format!(
+                "the reranker returned {} scores for {} pairs",
+                scores.len(),
+                at.len()
+            ));
+        }
+        for (&i, score) in at.iter().zip(scores) {
+            out[i] = score;
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `f` once per role over the items of that role (a call's items may have different
+/// roles); outputs in input order.
+fn by_role<O: Default + Clone>(
+    items: &[&(Role, String)],
+    f: impl Fn(&[&str], Role) -> Result<Vec<O>, String>,
+) -> Result<Vec<O>, String> {
+    let mut out = vec![O::default(); items.len()];
+    for role in [Role::Query, Role::Document] {
+        let at: Vec<usize> = (0..items.len()).filter(|&i| items[i].0 == role).collect();
+        if at.is_empty() {
+            continue;
+        }
+        let texts: Vec<&str> = at.iter().map(|&i| items[i].1.as_str()).collect();
+        let rows = f(&texts, role)?;
+        if rows.len() != at.len() {
+            return Err(format!(
+                "the model returned {} outputs for {} texts",
+                rows.len(),
+                at.len()
+            ));
+        }
+        for (&i, row) in at.iter().zip(rows) {
+            out[i] = row;
+        }
+    }
+    Ok(out)
+}
+
+/// Loads the sparse encoder of `model` and starts its worker; with it, what `/info` says of it.
+#[cfg(feature = "models")]
+fn sparse_batcher(model: &Path, state: &Shared) -> CliResult<(SparseBatcher, serde_json::Value)> {
+    use rerank::models::registry::{resolve, Task};
+    let encoder = resolve(model, Task::Embedding)
+        .and_then(|dir| rerank::embed::SparseEncoder::builder(dir).build())
+        .map_err(|e| format!("the sparse model {}: {e}", model.display()))?;
+    let encoder = Arc::new(encoder);
+    let info = serde_json::json!({
+        "model": model.display().to_string(),
+        "vocab_size": encoder.vocab_size(),
+        "max_active_dims": encoder.max_active_dims(),
+    });
+    let (e, c) = (encoder.clone(), encoder);
+    let batcher = Batcher::start(
+        "sparse",
+        state.limits.queue,
+        state.limits.call(),
+        state.metrics.clone(),
+        Box::new(move |items: &[&(Role, String)]| {
+            by_role(items, |texts, role| {
+                e.encode(texts, role).map_err(|e| e.to_string())
+            })
+        }),
+        Box::new(move |(role, text): &(Role, String)| {
+            c.token_ids(text, *role).ok().map(|ids| ids.len())
+        }),
+    )?;
+    Ok((batcher, info))
+}
+
+/// Without the `models` feature no sparse encoder loads.
+#[cfg(not(feature = "models"))]
+fn sparse_batcher(model: &Path, _state: &Shared) -> CliResult<(SparseBatcher, serde_json::Value)> {
+    Err(format!(
+        "the sparse model {}: a sparse encoder needs the `models` feature of rerank",
+        model.display()
+    )
+    .into())
 }
 
 /// The number format each model runs in (`null` for a model-free or remote one).
@@ -350,24 +561,6 @@ fn precisions(config: &PipelineConfig) -> serde_json::Value {
         _ => None,
     };
     serde_json::json!({ "reranker": reranker, "embedder": embedder })
-}
-
-/// Embeds a batch whose items may have different roles: one call per role, outputs in input
-/// order.
-fn embed_items(embedder: &dyn Embedder, items: &[(Role, String)]) -> Result<Vec<Vec<f32>>, String> {
-    let mut out = vec![Vec::new(); items.len()];
-    for role in [Role::Query, Role::Document] {
-        let at: Vec<usize> = (0..items.len()).filter(|&i| items[i].0 == role).collect();
-        if at.is_empty() {
-            continue;
-        }
-        let texts: Vec<&str> = at.iter().map(|&i| items[i].1.as_str()).collect();
-        let rows = embedder.embed_as(&texts, role).map_err(|e| e.to_string())?;
-        for (&i, row) in at.iter().zip(rows.outer_iter()) {
-            out[i] = row.to_vec();
-        }
-    }
-    Ok(out)
 }
 
 /// The model's width, then the Matryoshka widths the registry knows for it (the registry is
@@ -408,6 +601,7 @@ fn router(state: Shared) -> Router {
         .route("/rerank", post(tei_rerank))
         .route("/v1/embeddings", post(openai_embeddings))
         .route("/embed", post(tei_embed))
+        .route("/embed_sparse", post(tei_embed_sparse))
         .route("/search", post(search))
         .route("/answer", post(answer))
         .route("/health", get(health))
@@ -538,12 +732,14 @@ async fn info(State(state): State<Shared>) -> Result<Json<serde_json::Value>, Ap
     Ok(Json(state.ready()?.info.clone()))
 }
 
-/// Scores `documents` against `query` through the rerank queue, in input order.
+/// Scores `documents` against `query` through the rerank queue, in input order (`raw`: the
+/// scores before the model's activation), with the tokens they took.
 async fn rerank_scores(
     state: &AppState,
     query: RerankQuery,
     documents: Vec<String>,
-) -> Result<Vec<f32>, ApiError> {
+    raw: bool,
+) -> Result<Done<f32>, ApiError> {
     let ready = state.ready()?;
     let batcher = ready.rerank.as_ref().ok_or_else(|| {
         ApiError::new(
@@ -556,9 +752,22 @@ async fn rerank_scores(
             "documents: the list is empty; send at least one document to rerank",
         ));
     }
+    if raw && !ready.raw_scores {
+        return Err(ApiError::unprocessable(format!(
+            "raw_scores: the reranker ({}) has no scores before an activation to return",
+            ready.pipeline.reranker().map_or("none", |r| r.name())
+        )));
+    }
     state.limits.check(documents.iter().map(String::as_str))?;
     let query = Arc::new(query);
-    let items = documents.into_iter().map(|d| (query.clone(), d)).collect();
+    let items = documents
+        .into_iter()
+        .map(|document| RerankItem {
+            query: query.clone(),
+            document,
+            raw,
+        })
+        .collect();
     batcher.submit(items, state.limits.deadline()).await
 }
 
@@ -587,7 +796,14 @@ async fn cohere_rerank(
         .iter()
         .map(|d| d.text().to_string())
         .collect();
-    let scores = rerank_scores(&state, RerankQuery::new(request.query), texts.clone()).await?;
+    let done = rerank_scores(
+        &state,
+        RerankQuery::new(request.query),
+        texts.clone(),
+        false,
+    )
+    .await?;
+    let scores = done.outputs;
     let return_documents = request.return_documents.unwrap_or(false);
     let results = best_first(&scores, request.top_n)
         .into_iter()
@@ -604,12 +820,20 @@ async fn cohere_rerank(
     } else {
         "1"
     };
+    let mut meta = serde_json::json!({
+        "api_version": { "version": version },
+        "billed_units": { "search_units": 1 },
+    });
+    if let Some(tokens) = done.tokens {
+        meta["tokens"] = serde_json::json!({ "input_tokens": tokens, "output_tokens": 0 });
+    }
     let response = CohereRerankResponse {
         id: request_id(),
         results,
-        meta: serde_json::json!({
-            "api_version": { "version": version },
-            "billed_units": { "search_units": 1 },
+        meta,
+        usage: done.tokens.map(|tokens| RerankUsage {
+            prompt_tokens: tokens,
+            total_tokens: tokens,
         }),
     };
     Ok(Warned(Json(response), request.unknown))
@@ -620,17 +844,14 @@ async fn tei_rerank(
     body: Result<Json<TeiRerankRequest>, JsonRejection>,
 ) -> Result<Warned<Json<Vec<TeiRank>>>, ApiError> {
     let Json(request) = body?;
-    if request.raw_scores {
-        return Err(ApiError::unprocessable(
-            "raw_scores: this server returns the model's scores after its activation only",
-        ));
-    }
     let scores = rerank_scores(
         &state,
         RerankQuery::new(request.query),
         request.texts.clone(),
+        request.raw_scores,
     )
-    .await?;
+    .await?
+    .outputs;
     let ranks = best_first(&scores, None)
         .into_iter()
         .map(|i| TeiRank {
@@ -653,12 +874,12 @@ fn texts(inputs: Inputs) -> Result<Vec<String>, ApiError> {
     }
 }
 
-/// Embeds `texts` through the embed queue, in input order.
+/// Embeds `texts` through the embed queue, in input order, with the tokens they took.
 async fn embeddings(
     state: &AppState,
     texts: Vec<String>,
     role: Role,
-) -> Result<Vec<Vec<f32>>, ApiError> {
+) -> Result<Done<Vec<f32>>, ApiError> {
     let ready = state.ready()?;
     let batcher = ready.embed.as_ref().ok_or_else(|| {
         ApiError::new(
@@ -706,7 +927,8 @@ async fn openai_embeddings(
         }
     };
     let role = match request.input_type.as_deref() {
-        None | Some("document" | "search_document") => Role::Document,
+        None => ready.roles.embeddings,
+        Some("document" | "search_document") => Role::Document,
         Some("query" | "search_query") => Role::Query,
         Some(other) => {
             return Err(ApiError::unprocessable(format!(
@@ -714,8 +936,9 @@ async fn openai_embeddings(
             )))
         }
     };
-    let vectors = embeddings(&state, texts(request.input)?, role).await?;
-    let data = vectors
+    let done = embeddings(&state, texts(request.input)?, role).await?;
+    let data = done
+        .outputs
         .into_iter()
         .enumerate()
         .map(|(index, mut v)| {
@@ -743,10 +966,10 @@ async fn openai_embeddings(
         object: "list",
         data,
         model,
-        // The embedders do not report token counts.
+        // 0 when the embedder cannot count tokens (a remote one).
         usage: OpenAiUsage {
-            prompt_tokens: 0,
-            total_tokens: 0,
+            prompt_tokens: done.tokens.unwrap_or(0),
+            total_tokens: done.tokens.unwrap_or(0),
         },
     };
     Ok(Warned(Json(response), request.unknown))
@@ -757,16 +980,10 @@ async fn tei_embed(
     body: Result<Json<TeiEmbedRequest>, JsonRejection>,
 ) -> Result<Warned<Json<Vec<Vec<f32>>>>, ApiError> {
     let Json(request) = body?;
-    let role = match request.prompt_name.as_deref() {
-        Some("query") => Role::Query,
-        None | Some("document") | Some("passage") => Role::Document,
-        Some(other) => {
-            return Err(ApiError::unprocessable(format!(
-                "prompt_name {other:?}: expected query or document"
-            )))
-        }
-    };
-    let mut vectors = embeddings(&state, texts(request.inputs)?, role).await?;
+    let role = prompt_role(request.prompt_name.as_deref(), state.ready()?.roles.embed)?;
+    let mut vectors = embeddings(&state, texts(request.inputs)?, role)
+        .await?
+        .outputs;
     if request.normalize.unwrap_or(true) {
         for v in &mut vectors {
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -775,6 +992,54 @@ async fn tei_embed(
             }
         }
     }
+    Ok(Warned(Json(vectors), request.unknown))
+}
+
+/// The role TEI's `prompt_name` asks for: `query`, or `document` (`passage`); `default` when
+/// the request names none.
+fn prompt_role(name: Option<&str>, default: Role) -> Result<Role, ApiError> {
+    match name {
+        None => Ok(default),
+        Some("query") => Ok(Role::Query),
+        Some("document" | "passage") => Ok(Role::Document),
+        Some(other) => Err(ApiError::unprocessable(format!(
+            "prompt_name {other:?}: expected query or document"
+        ))),
+    }
+}
+
+async fn tei_embed_sparse(
+    State(state): State<Shared>,
+    body: Result<Json<TeiEmbedSparseRequest>, JsonRejection>,
+) -> Result<Warned<Json<Vec<Vec<SparseValue>>>>, ApiError> {
+    let Json(request) = body?;
+    let ready = state.ready()?;
+    let batcher = ready.sparse.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "this server has no sparse model (set `serve.sparse_model` in the config, or pass \
+             --sparse-model)",
+        )
+    })?;
+    let role = prompt_role(request.prompt_name.as_deref(), ready.roles.embed_sparse)?;
+    let texts = texts(request.inputs)?;
+    state.limits.check(texts.iter().map(String::as_str))?;
+    if texts.is_empty() {
+        return Err(ApiError::unprocessable("inputs is empty"));
+    }
+    let items = texts.into_iter().map(|t| (role, t)).collect();
+    let done = batcher.submit(items, state.limits.deadline()).await?;
+    let vectors = done
+        .outputs
+        .into_iter()
+        .map(|v| {
+            v.indices
+                .into_iter()
+                .zip(v.values)
+                .map(|(index, value)| SparseValue { index, value })
+                .collect()
+        })
+        .collect();
     Ok(Warned(Json(vectors), request.unknown))
 }
 
