@@ -35,7 +35,8 @@ pub fn is_stdout(path: &Path) -> bool {
 pub struct LogArgs {
     /// Log level for stderr: error, warn, info, debug or trace (or a filter such as
     /// `rerank=debug`).
-    #[arg(long, default_value = "warn")]
+    // Global: `cache stats --log-level debug` takes it after the action too.
+    #[arg(long, default_value = "warn", global = true)]
     pub log_level: String,
 }
 

@@ -180,12 +180,16 @@ pub fn run(args: Args) -> CliResult {
         );
     }
     if embedder.is_none() {
+        // Stdin was read once: the note names a file to read the corpus from again.
+        let corpus = match crate::flags::is_stdin(&args.corpus) {
+            true => "FILE".to_string(),
+            false => args.corpus.display().to_string(),
+        };
         eprintln!(
             "note: no vectors were computed (BM25 search only); for dense and hybrid search run \
-             `rerank index --db {} --corpus {} --embedder MODEL` with the embedding model you \
-             will search with",
+             `rerank index --db {} --corpus {corpus} --embedder MODEL` with the embedding model \
+             you will search with",
             args.db.display(),
-            args.corpus.display()
         );
     }
     Ok(())

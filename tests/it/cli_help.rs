@@ -242,9 +242,27 @@ fn shared_table(all: &BTreeMap<String, Vec<Flag>>) -> String {
             .collect();
         let first = subs.first().map(|s| flag(&all[*s], spelling));
         let value = first.and_then(|f| f.value.clone()).unwrap_or_default();
-        let default = first.and_then(Flag::default).unwrap_or_default();
+        // Each default shown, with the subcommands that show it when not all do.
+        let mut defaults: Vec<(String, Vec<&str>)> = Vec::new();
+        for s in &subs {
+            let Some(d) = flag(&all[*s], spelling).default() else {
+                continue;
+            };
+            match defaults.iter_mut().find(|(v, _)| *v == d) {
+                Some((_, at)) => at.push(s),
+                None => defaults.push((d, vec![s])),
+            }
+        }
+        let default: Vec<String> = defaults
+            .iter()
+            .map(|(d, at)| match at.len() == subs.len() {
+                true => d.clone(),
+                false => format!("{d} ({})", at.join(", ")),
+            })
+            .collect();
         out.push_str(&format!(
-            "| {concept} | {spelling} | {value} | {default} | {} |\n",
+            "| {concept} | {spelling} | {value} | {} | {} |\n",
+            default.join("; "),
             subs.join(", ")
         ));
     }
@@ -560,4 +578,48 @@ fn precision_and_device_are_checked_together() {
         e.contains("invalid value 'tpu' for '--device <DEVICE>'"),
         "{e}"
     );
+}
+
+/// `query` speaks like the other subcommands: text without `--json`, one JSON object with it
+/// (the answer's text is the same in both).
+#[test]
+fn query_prints_text_and_with_json_one_object() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/configs/legal_router.yaml"
+    );
+    // The config's cache file lands in the working directory: a scratch folder.
+    let scratch = std::env::temp_dir().join(format!("rerank-cli-help-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let question = "What does section 166 of the Companies Act 2013 require of directors?";
+    let query = |json: bool| {
+        let mut args = vec!["query", "--config", config];
+        if json {
+            args.push("--json");
+        }
+        args.push(question);
+        let out = Command::new(&cli)
+            .args(&args)
+            .current_dir(&scratch)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {e}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&query(true)).unwrap();
+    let answer = json["answer"].as_str().unwrap();
+    assert!(!answer.is_empty());
+    let text = query(false);
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&text).is_err(),
+        "{text}"
+    );
+    assert!(text.starts_with(answer), "{text}");
+    assert!(text.contains("confidence: "), "{text}");
 }
