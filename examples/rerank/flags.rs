@@ -159,7 +159,7 @@ pub enum PrecisionArg {
     /// device.
     Bf16,
     /// float16: a candle device only (--device candle-cpu, cuda, metal).
-    #[cfg_attr(not(feature = "candle"), value(skip))]
+    #[cfg_attr(not(feature = "candle"), value(skip), allow(dead_code))]
     F16,
 }
 
