@@ -5,12 +5,11 @@
 //!     [--embedder models/all-MiniLM-L6-v2] [--sync] [--duplicates refuse|first|last] [--json]
 //! ```
 //! `--corpus -` reads the corpus from stdin. New and changed documents are (re)analyzed, and
-//! with `--embedder` embedded when no vector for
-//! their content and model is stored; unchanged ones cost a hash. Documents the store holds
-//! and the corpus does not are kept, so a second file adds to the first; `--sync` makes the
-//! store hold exactly the corpus (removing the others), and a sync that would remove every
-//! stored document (an empty file, or one that shares no id with the store) is refused unless
-//! `--replace-all` says that is meant. The whole corpus is read and checked (every line a
+//! with `--embedder` embedded when no vector for their content and model is stored; unchanged
+//! ones cost a hash. Documents the store holds and the corpus does not are kept, so a second
+//! file adds to the first; `--sync` makes the store hold exactly the corpus (removing the
+//! others), and a sync that would remove every stored document (an empty file, or one that
+//! shares no id with the store) is refused unless `--replace-all` says that is meant. The whole corpus is read and checked (every line a
 //! document with a non-empty id; an id on two lines refused, or one of them kept with
 //! `--duplicates first|last`) before the first batch is written. Each batch is one
 //! transaction, so an interrupted run keeps every batch it finished; a second `index` run on

@@ -52,7 +52,8 @@ pub struct RecallArgs {
         required_unless_present = "db"
     )]
     pub corpus: Option<PathBuf>,
-    /// An SQLite store filled by `rerank index`: queried without re-indexing.
+    /// An SQLite store filled by `rerank index`: queried without re-indexing (dense recall
+    /// embeds the query with the --embedder and --precision the store was indexed with).
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
     /// Stage-1 retriever: bm25, dense (`vector` is an alias) or hybrid (BM25 + dense,
