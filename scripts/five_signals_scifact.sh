@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs examples/configs/five_signals.yaml (sparse + BM25 + dense recall fused by RRF, ColBERT
-# reranking) over SciFact through the CLI: `rerank query --config ... QUESTION`, which prints
+# reranking) over SciFact through the CLI: `rerank query --config ... --json QUESTION`, which prints
 # the answer, its sources and the per-stage timings as one JSON line.
 #
 # SciFact is read from ../shared/datasets/scifact (or $SCIFACT) and converted to the corpus
@@ -37,4 +37,4 @@ if [[ -n "${STORE:-}" ]]; then
     printf 'store: { path: %s }\n' "$(realpath -m "$STORE")" >> "$work/five_signals.yaml"
 fi
 question=${1:-"0-dimensional biomaterials show inductive properties."}
-"$cli" query --config "$work/five_signals.yaml" "$question"
+"$cli" query --config "$work/five_signals.yaml" --json "$question"

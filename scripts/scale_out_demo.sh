@@ -23,7 +23,7 @@ trap 'bash scripts/redis.sh stop "$port" "$dir"; rm -rf "$dir"' EXIT
 bash scripts/redis.sh start "$port" "$dir"
 cache="redis://127.0.0.1:$port/0"
 
-recall=(--corpus "$corpus" --model "$model" --retriever hybrid)
+recall=(--corpus "$corpus" --embedder "$model" --retriever hybrid)
 if [ "${1:-}" = "--milvus" ]; then
     recall+=(--vector-store milvus://127.0.0.1:19530/scale_out_demo)
 fi

@@ -16,9 +16,10 @@ use crate::CliResult;
 enum GeneratorKind {
     /// Model-free: quotes the best-matching sentences.
     Extractive,
-    /// A Qwen3 chat model from --model DIR (needs the `models` feature).
+    /// A Qwen3 chat model from --generator-model (needs the `models` feature).
     Qwen3,
-    /// An OpenAI-compatible server at --base-url with model --model (needs the `http` feature).
+    /// An OpenAI-compatible server at --base-url serving --generator-model (needs the `http`
+    /// feature).
     Openai,
 }
 
@@ -29,30 +30,33 @@ pub struct Args {
     /// Which generator writes the answer.
     #[arg(long, value_enum, default_value = "extractive")]
     generator: GeneratorKind,
-    /// Qwen3: the model directory. OpenAI: the model name.
-    #[arg(long)]
+    /// The generator's model. qwen3: the Qwen3 chat model's directory (it runs on cpu, in
+    /// f32). openai: the model name the server knows.
+    #[arg(long, value_name = "MODEL")]
     generator_model: Option<String>,
-    /// Qwen3: a tokenizer.json to use instead of the one in the model directory.
-    #[arg(long)]
+    /// qwen3: a tokenizer.json to use instead of the one in the model directory.
+    #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
-    /// OpenAI: the API root (the key comes from OPENAI_API_KEY).
-    #[arg(long, default_value = "http://127.0.0.1:8000/v1")]
+    /// openai: the API root (the key comes from OPENAI_API_KEY).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8000/v1")]
     base_url: String,
     /// Number of hits retrieved.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     top_k: usize,
     /// Context budget in characters.
-    #[arg(long, default_value_t = 6000)]
+    #[arg(long, value_name = "N", default_value_t = 6000)]
     budget_chars: usize,
-    /// Hits scoring below this are not used.
-    #[arg(long)]
+    /// Hits scoring below this are not used (default: every hit is used).
+    #[arg(long, value_name = "SCORE", allow_negative_numbers = true)]
     min_score: Option<f32>,
     /// Upper bound on generated tokens.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, value_name = "N", default_value_t = 512)]
     max_new_tokens: usize,
     /// Print the answer as one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
     /// The question.
     question: String,
 }
@@ -70,7 +74,7 @@ fn qwen3(args: &Args) -> CliResult<Arc<dyn Generator>> {
     let dir = args
         .generator_model
         .as_ref()
-        .ok_or("--generator qwen3 needs --generator-model DIR")?;
+        .ok_or("--generator qwen3 needs --generator-model MODEL (the Qwen3 chat model)")?;
     let mut builder = rerank::answer::Qwen3Chat::builder(dir);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
@@ -103,6 +107,7 @@ fn openai(_args: &Args) -> CliResult<Arc<dyn Generator>> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    args.log.init()?;
     let pipeline = args
         .recall
         .builder()?
@@ -120,6 +125,13 @@ pub fn run(args: Args) -> CliResult {
         println!("{}", serde_json::to_string(&answer)?);
         return Ok(());
     }
+    print_answer(&answer);
+    Ok(())
+}
+
+/// The human-readable form of an answer: its text, confidence and numbered sources, then what
+/// the grounding check found (`answer` and `query` without `--json`).
+pub fn print_answer(answer: &rerank::Answer) {
     println!("{}\n", answer.text);
     println!("confidence: {:.2}", answer.confidence);
     if answer.flags.cache_hit {
@@ -138,5 +150,4 @@ pub fn run(args: Args) -> CliResult {
     for c in &answer.invalid_citations {
         println!("cites a source that was not provided: {}", c.label());
     }
-    Ok(())
 }

@@ -4,18 +4,18 @@
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 [--k1 F] [--b F] \
 //!     [--split test] [--depth 1000] --json
 //! cargo run --release --example rerank -- beir --data DIR --retriever dense|hybrid \
-//!     --model models/all-MiniLM-L6-v2 [--rrf-k 60] [--threads N] --json
+//!     --embedder models/all-MiniLM-L6-v2 [--rrf-k 60] [--threads N] --json
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 \
 //!     --reranker models/ce-minilm [--rerank-depth 100] [--threads N] --json
 //! ```
-//! `dense` embeds the corpus (`title + " " + text`) and the queries with the BERT bi-encoder in
-//! `--model` and ranks by cosine; `hybrid` fuses BM25 and dense by reciprocal rank
+//! `dense` embeds the corpus (`title + " " + text`) and the queries with the embedding model
+//! `--embedder` and ranks by cosine; `hybrid` fuses BM25 and dense by reciprocal rank
 //! (`1 / (rrf_k + rank)`, equal weights), each list `--depth` deep. Embedding the corpus counts
 //! in `index_seconds`, embedding the queries in `search_seconds`.
 //!
-//! `--reranker DIR` adds stage 2: the top `--rerank-depth` hits of every query are rescored by
-//! the model in DIR (chosen by its `config.json`: a cross-encoder, Qwen3-Reranker, or embedding
-//! cosine for a `BertModel` bi-encoder) and put first in that order; the hits below keep their
+//! `--reranker MODEL` adds stage 2: the top `--rerank-depth` hits of every query are rescored
+//! by that model (chosen by its `config.json`: a cross-encoder, Qwen3-Reranker, or embedding
+//! cosine for a bi-encoder) and put first in that order; the hits below keep their
 //! stage-1 order. Queries are reranked one after the other, each as one batched call, timed as
 //! `rerank_seconds`.
 //! Loads the collection, builds the stage-1 retriever (timed as `index_seconds`), runs every
@@ -63,35 +63,34 @@ const METRICS: [&str; 9] = [
 #[derive(clap::Args)]
 pub struct Args {
     /// The collection folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     data: PathBuf,
-    /// Stage-1 retriever: bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
+    /// Stage-1 retriever: bm25, dense (`vector` is an alias) or hybrid (BM25 + dense,
+    /// reciprocal rank fusion).
     #[arg(long, value_enum, ignore_case = true, default_value_t = RetrieverKind::Bm25)]
     retriever: RetrieverKind,
-    /// The embedding model directory for dense and hybrid (e.g. models/all-MiniLM-L6-v2).
-    #[arg(long, value_name = "DIR")]
-    model: Option<PathBuf>,
-    /// Embed through an OpenAI-compatible `/embeddings` API at this root instead of --model
-    /// (e.g. `http://127.0.0.1:8080/v1`, a `rerank serve`; feature `http`), with
+    /// The embedding model of dense and hybrid (e.g. models/all-MiniLM-L6-v2: a directory, a
+    /// folder name under $RERANK_MODELS_DIR, or a hub id).
+    #[arg(long, value_name = "MODEL", alias = "model")]
+    embedder: Option<PathBuf>,
+    /// Embed through an OpenAI-compatible `/embeddings` API at this root instead of
+    /// --embedder (e.g. `http://127.0.0.1:8080/v1`, a `rerank serve`; feature `http`), with
     /// `OPENAI_API_KEY` if set.
-    #[arg(long, value_name = "URL", conflicts_with = "model")]
+    #[arg(long, value_name = "URL", conflicts_with = "embedder")]
     embedder_url: Option<String>,
     /// RRF damping constant for hybrid.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, value_name = "K", default_value_t = 60.0)]
     rrf_k: f32,
-    /// Stage 2: rerank each query's top hits with the model in DIR (a cross-encoder,
-    /// Qwen3-Reranker or BERT bi-encoder directory).
-    #[arg(long, value_name = "DIR")]
+    /// Stage 2: rerank each query's top hits with this reranker (a cross-encoder,
+    /// Qwen3-Reranker or a bi-encoder: a directory, a folder name under $RERANK_MODELS_DIR, or
+    /// a hub id).
+    #[arg(long, value_name = "MODEL")]
     reranker: Option<PathBuf>,
     /// Hits per query rescored by --reranker.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, value_name = "N", default_value_t = 100)]
     rerank_depth: usize,
-    /// Threads for the embedding model and the reranker (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Number format of the BERT-family models' linear layers (f32 or int8).
-    #[arg(long, value_enum, default_value_t = crate::embed::PrecisionArg::F32)]
-    precision: crate::embed::PrecisionArg,
+    #[command(flatten)]
+    models: crate::flags::ModelArgs,
     /// BM25 term-frequency saturation.
     #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     k1: f64,
@@ -99,10 +98,10 @@ pub struct Args {
     #[arg(long, default_value_t = 0.4, allow_negative_numbers = true)]
     b: f64,
     /// The qrels split to evaluate (qrels/<split>.tsv).
-    #[arg(long, default_value = "test")]
+    #[arg(long, value_name = "SPLIT", default_value = "test")]
     split: String,
     /// Hits retrieved per query.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, value_name = "N", default_value_t = 1000)]
     depth: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -124,6 +123,8 @@ pub struct Args {
     /// best depth x rescore rescored in f32; f16:R or int8:R sets rescore R).
     #[arg(long, default_value = "f32", value_name = "f32|f16|int8")]
     vector_storage: VectorStorage,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
 }
 
 /// The stage-1 retriever chosen by `args`, and the embedder for its queries (dense, hybrid).
@@ -280,13 +281,13 @@ fn build_dense(embedder: Arc<dyn Embedder>, corpus: Vec<Document>) -> CliResult<
     Ok(DenseIndex::from_embeddings(embedder, corpus, embeddings)?)
 }
 
-/// The embedding model `--model` names (dense and hybrid).
+/// The embedding model `--embedder` names (dense and hybrid).
 fn load_embedder(args: &Args) -> CliResult<Arc<dyn Embedder>> {
-    match (&args.model, &args.embedder_url) {
-        (Some(model), _) => crate::embed::load_embedder(model, args.threads, args.precision),
+    match (&args.embedder, &args.embedder_url) {
+        (Some(model), _) => crate::embed::load_embedder(model, &args.models),
         (None, Some(url)) => remote_embedder(url),
         (None, None) => Err(format!(
-            "--retriever {} needs --model DIR or --embedder-url URL",
+            "--retriever {} needs --embedder MODEL or --embedder-url URL",
             args.retriever
         )
         .into()),
@@ -409,13 +410,9 @@ fn to_run(queries: &[&BeirQuery], hits: &[Vec<Hit>]) -> Run {
 #[cfg(feature = "models")]
 fn load_reranker(args: &Args) -> CliResult<Option<Box<dyn Reranker>>> {
     match &args.reranker {
-        Some(dir) => {
-            let options = rerank::models::ModelOptions {
-                threads: args.threads,
-                precision: args.precision.into(),
-                ..Default::default()
-            };
-            Ok(Some(rerank::rerankers::load_reranker(dir, &options)?))
+        Some(model) => {
+            let options = args.models.options()?;
+            Ok(Some(rerank::rerankers::load_reranker(model, &options)?))
         }
         None => Ok(None),
     }
@@ -430,6 +427,8 @@ fn load_reranker(args: &Args) -> CliResult<Option<Box<dyn Reranker>>> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    args.log.init()?;
+    args.models.check()?;
     if args.depth == 0 {
         return Err("--depth must be at least 1".into());
     }
@@ -545,7 +544,7 @@ impl Report<'_> {
             "dataset": dataset,
             "split": self.args.split,
             "retriever": self.args.retriever.to_string(),
-            "model": self.args.model,
+            "model": self.args.embedder,
             "embedder_url": self.args.embedder_url,
             "rrf_k": (self.args.retriever == RetrieverKind::Hybrid).then_some(self.args.rrf_k),
             "k1": self.args.k1,
@@ -583,10 +582,10 @@ impl Report<'_> {
             self.evaluation.queries(),
             a.depth
         );
-        match (a.retriever, &a.model) {
-            (RetrieverKind::Dense, Some(model)) => println!("  model {}", model.display()),
+        match (a.retriever, &a.embedder) {
+            (RetrieverKind::Dense, Some(model)) => println!("  embedder {}", model.display()),
             (RetrieverKind::Hybrid, Some(model)) => {
-                println!("  model {} | rrf k {}", model.display(), a.rrf_k)
+                println!("  embedder {} | rrf k {}", model.display(), a.rrf_k)
             }
             _ => {}
         }

@@ -18,6 +18,12 @@ pub struct Args {
     /// The cache: redis://HOST:PORT[/DB].
     #[arg(long, value_name = "URL", global = true)]
     cache: Option<String>,
+    /// JSON output: one object. It is the only output of `cache`, so the flag changes
+    /// nothing; every subcommand takes it.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
 }
 
 #[derive(clap::Subcommand)]
@@ -39,6 +45,7 @@ enum Action {
 }
 
 pub fn run(args: Args) -> CliResult {
+    args.log.init()?;
     let url = args
         .cache
         .as_deref()

@@ -11,11 +11,14 @@ use crate::CliResult;
 #[derive(clap::Args)]
 pub struct Args {
     /// JSON file of known people: {"alias": "Canonical Name", ...}.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     aliases: Option<PathBuf>,
-    /// Print one JSON object {"kind", "intent", "route", "task_type", "confidence", "signals"}.
+    /// Print one JSON object {"kind", "intent", "route", "task_type", "confidence", "signals"}
+    /// instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
     /// The query.
     query: String,
 }
@@ -30,6 +33,7 @@ pub fn classifier(aliases: Option<&PathBuf>) -> CliResult<RuleClassifier> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    args.log.init()?;
     if args.query.trim().is_empty() {
         return Err(rerank::Error::InvalidInput(
             "the query is empty: pass the text to classify as the last argument".into(),

@@ -1,10 +1,11 @@
 //! `rerank embed`: embed texts with an embedding model (all-MiniLM-L6-v2, bge, e5,
-//! multilingual-e5, bge-m3, Qwen3-Embedding), by directory or hub id.
+//! multilingual-e5, bge-m3, gte, nomic, mpnet, ModernBERT, Qwen3-Embedding; ColBERT token
+//! vectors; SPLADE sparse vectors), by directory or hub id.
 //!
 //! ```text
-//! cargo run --release --example rerank -- embed --model models/all-MiniLM-L6-v2 \
+//! cargo run --release --example rerank -- embed --embedder models/all-MiniLM-L6-v2 \
 //!     --input texts.jsonl [--role query|document] [--threads N] [--max-length N] \
-//!     [--precision f32|int8] > embeddings.jsonl
+//!     [--precision f32|int8|bf16|f16] [--device cpu|candle-cpu|cuda:N] > embeddings.jsonl
 //! ```
 //! Input: one `{"text": ...}` object per line (`--input -` reads stdin; blank lines are
 //! skipped). Output: one `{"embedding": [...]}` line per input line, in input order, pooled,
@@ -25,34 +26,35 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::flags::{LogArgs, ModelArgs};
 use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The model: a directory (config.json, tokenizer.json, model.safetensors, and the
-    /// sentence-transformers files), or a hub id such as BAAI/bge-small-en-v1.5 (downloaded
-    /// with the `hf-hub` feature).
-    #[arg(long)]
-    model: PathBuf,
+    /// The embedding model (a bi-encoder of any supported family, a ColBERT model or a SPLADE
+    /// sparse encoder): a directory (config.json, tokenizer.json, model.safetensors, and the
+    /// sentence-transformers files), a folder name under $RERANK_MODELS_DIR, or a hub id such
+    /// as BAAI/bge-small-en-v1.5 (downloaded with the `hf-hub` feature).
+    #[arg(long, value_name = "MODEL", alias = "model")]
+    embedder: PathBuf,
     /// JSONL input, one {"text": ...} per line; `-` for stdin.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     input: PathBuf,
-    /// Threads for the model (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Longest input in tokens, [CLS] and [SEP] included (default: sentence_bert_config.json).
-    #[arg(long)]
+    /// Longest input in tokens, special tokens included (default: the model's
+    /// sentence_bert_config.json).
+    #[arg(long, value_name = "N")]
     max_length: Option<usize>,
-    /// Number format of the model's linear layers (`ModelOptions::precision`).
-    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
-    precision: PrecisionArg,
-    /// Where the model runs (`ModelOptions::device`): cpu (the crate's kernels), candle-cpu,
-    /// cuda:N or metal:N (candle; needs the feature).
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    #[command(flatten)]
+    models: ModelArgs,
     /// Whether the texts are queries or documents (picks the model's prompt).
     #[arg(long, value_enum, default_value_t = RoleArg::Document)]
     role: RoleArg,
+    /// JSON output: one JSON line per input line. It is the only output of `embed` (vectors
+    /// have no table form), so the flag changes nothing; every subcommand takes it.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 /// `--role`: the CLI's spelling of `rerank::Role`.
@@ -74,57 +76,17 @@ impl From<RoleArg> for rerank::Role {
     }
 }
 
-/// `--precision`: the number format of a model's linear layers (the CLI's spelling of
-/// `rerank::models::Precision` for the encoders and Qwen3-Reranker).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum PrecisionArg {
-    /// 32-bit floats (exact to the reference models).
-    #[default]
-    F32,
-    /// 8-bit integer linear layers (faster; close to f32, not equal).
-    Int8,
-    /// bfloat16 linear layers (Qwen3-Reranker only; faster where the CPU has AVX-512 bf16;
-    /// close to f32, not equal).
-    Bf16,
-    /// float16 (on a device through candle only, `--device`).
-    F16,
-}
-
+/// The embedding model `model` (a directory or a hub id, see `rerank::load_embedder`), run as
+/// `--threads`, `--precision` and `--device` say.
 #[cfg(feature = "models")]
-impl From<PrecisionArg> for rerank::models::Precision {
-    fn from(p: PrecisionArg) -> Self {
-        match p {
-            PrecisionArg::F32 => rerank::models::Precision::F32,
-            PrecisionArg::Int8 => rerank::models::Precision::Int8,
-            PrecisionArg::Bf16 => rerank::models::Precision::Bf16,
-            PrecisionArg::F16 => rerank::models::Precision::F16,
-        }
-    }
-}
-
-/// The embedding model `model` (a directory or a hub id, see `rerank::load_embedder`), in the
-/// precision asked for.
-#[cfg(feature = "models")]
-pub fn load_embedder(
-    model: &Path,
-    threads: Option<usize>,
-    precision: PrecisionArg,
-) -> CliResult<Arc<dyn rerank::Embedder>> {
-    let options = rerank::models::ModelOptions {
-        threads,
-        precision: precision.into(),
-        ..Default::default()
-    };
-    Ok(Arc::from(rerank::load_embedder(model, &options)?))
+pub fn load_embedder(model: &Path, flags: &ModelArgs) -> CliResult<Arc<dyn rerank::Embedder>> {
+    Ok(Arc::from(rerank::load_embedder(model, &flags.options()?)?))
 }
 
 /// Without the `models` feature there is no embedder.
 #[cfg(not(feature = "models"))]
-pub fn load_embedder(
-    model: &Path,
-    _threads: Option<usize>,
-    _precision: PrecisionArg,
-) -> CliResult<Arc<dyn rerank::Embedder>> {
+pub fn load_embedder(model: &Path, flags: &ModelArgs) -> CliResult<Arc<dyn rerank::Embedder>> {
+    flags.check()?;
     Err(format!(
         "{}: embedding models need the `models` feature",
         model.display()
@@ -151,20 +113,18 @@ struct SparseOutput<'a> {
     values: &'a [f32],
 }
 
-/// Encodes `texts` as `role` with the sparse encoder in `dir`, one JSON line per text.
+/// Encodes `texts` with the sparse encoder `--embedder` as `--role`, one JSON line per text.
 #[cfg(feature = "models")]
-fn run_sparse(
-    dir: &Path,
-    options: rerank::models::ModelOptions,
-    texts: &[&str],
-    role: rerank::Role,
-) -> CliResult {
+fn run_sparse(args: &Args, options: rerank::models::ModelOptions, texts: &[&str]) -> CliResult {
     use std::io::Write;
 
-    let encoder = rerank::SparseEncoder::builder(dir)
+    let encoder = rerank::SparseEncoder::builder(&args.embedder)
         .options(options)
         .build()?;
-    let vectors = encoder.encode(texts, role)?;
+    let vectors = encoder.encode(texts, args.role.into())?;
+    for (i, v) in vectors.iter().enumerate() {
+        crate::flags::check_finite(&v.values, i + 1, &args.models)?;
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for v in &vectors {
@@ -181,13 +141,16 @@ fn run_sparse(
 /// Reads the `text` of each non-blank line; a line longer than `rerank::MAX_LINE_BYTES`
 /// (`--input /dev/zero`) is an error naming the file and the line.
 fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
-    let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
+    let reader: Box<dyn BufRead> = if crate::flags::is_stdin(path) {
         Box::new(BufReader::new(std::io::stdin()))
     } else {
         let file = std::fs::File::open(path).map_err(|e| rerank::Error::io(path, e))?;
         Box::new(BufReader::new(file))
     };
-    let origin = path.display().to_string();
+    let origin = match crate::flags::is_stdin(path) {
+        true => "stdin".to_string(),
+        false => path.display().to_string(),
+    };
     let mut texts = Vec::new();
     rerank::read_bounded_lines(reader, &origin, |number, line| {
         let parsed: Line = serde_json::from_str(line).map_err(|e| {
@@ -206,25 +169,24 @@ fn read_texts(path: &PathBuf) -> CliResult<Vec<String>> {
 pub fn run(args: Args) -> CliResult {
     use std::io::Write;
 
-    use rerank::models::ModelOptions;
-
-    let texts = read_texts(&args.input)?;
-    let options = ModelOptions {
-        threads: args.threads,
+    args.log.init()?;
+    let options = rerank::models::ModelOptions {
         max_length: args.max_length,
-        precision: args.precision.into(),
-        device: args.device.parse()?,
-        ..ModelOptions::default()
+        ..args.models.options()?
     };
+    let texts = read_texts(&args.input)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    if rerank::ColbertEncoder::is_colbert_dir(&args.model) {
+    if rerank::ColbertEncoder::is_colbert_dir(&args.embedder) {
         return colbert(&args, &refs, options);
     }
-    if rerank::embed::sparse::is_sparse_encoder(&args.model) {
-        return run_sparse(&args.model, options, &refs, args.role.into());
+    if rerank::embed::sparse::is_sparse_encoder(&args.embedder) {
+        return run_sparse(&args, options, &refs);
     }
-    let embedder = rerank::load_embedder(&args.model, &options)?;
+    let embedder = rerank::load_embedder(&args.embedder, &options)?;
     let embeddings = embedder.embed_as(&refs, args.role.into())?;
+    for (i, row) in embeddings.rows().into_iter().enumerate() {
+        crate::flags::check_finite(row.iter(), i + 1, &args.models)?;
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for row in embeddings.rows() {
@@ -250,7 +212,7 @@ fn colbert(args: &Args, texts: &[&str], options: rerank::models::ModelOptions) -
         token_embeddings: Vec<Vec<f32>>,
     }
     let role: rerank::Role = args.role.into();
-    let mut builder = rerank::ColbertEncoder::builder(&args.model).options(options);
+    let mut builder = rerank::ColbertEncoder::builder(&args.embedder).options(options);
     if let Some(n) = args.max_length {
         builder = match role {
             rerank::Role::Query => builder.query_length(n),
@@ -258,6 +220,11 @@ fn colbert(args: &Args, texts: &[&str], options: rerank::models::ModelOptions) -
         };
     }
     let vectors = builder.build()?.encode(texts, role)?;
+    for (i, m) in vectors.iter().enumerate() {
+        for row in m.rows() {
+            crate::flags::check_finite(row.iter(), i + 1, &args.models)?;
+        }
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for m in vectors {
@@ -274,13 +241,13 @@ fn colbert(args: &Args, texts: &[&str], options: rerank::models::ModelOptions) -
 pub fn run(args: Args) -> CliResult {
     let _ = (
         read_texts,
-        args.model,
+        args.embedder,
         args.input,
-        args.threads,
         args.max_length,
-        args.precision,
+        args.models,
         args.role,
-        args.device,
+        args.json,
+        args.log,
     );
     Err("the embed subcommand needs the `models` feature of rerank".into())
 }

@@ -18,35 +18,36 @@ use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Qwen3 model directory (config.json, model.safetensors, tokenizer.json).
-    #[arg(long)]
-    model: PathBuf,
+    /// The Qwen3 chat model's directory (config.json, model.safetensors, tokenizer.json), as
+    /// `answer --generator qwen3 --generator-model` takes it.
+    #[arg(long, value_name = "MODEL", alias = "model")]
+    generator_model: PathBuf,
     /// A tokenizer.json to use instead of the one in the model directory.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
     /// The prompt: the user message, or the whole model input with --raw-prompt.
-    #[arg(long)]
+    #[arg(long, value_name = "TEXT")]
     prompt: String,
     /// A system message (chat template only).
-    #[arg(long)]
+    #[arg(long, value_name = "TEXT")]
     system: Option<String>,
     /// Tokenize the prompt as given: no chat template, no special tokens added.
     #[arg(long)]
     raw_prompt: bool,
     /// Upper bound on new tokens.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, value_name = "N", default_value_t = 128)]
     max_new_tokens: usize,
     /// Greedy decoding (otherwise temperature + top-p sampling).
     #[arg(long)]
     greedy: bool,
     /// Sampling temperature.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, value_name = "T", default_value_t = 0.7)]
     temperature: f32,
     /// Nucleus sampling mass.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, value_name = "P", default_value_t = 0.8)]
     top_p: f32,
     /// Sampling seed.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, value_name = "N", default_value_t = 42)]
     seed: u64,
     /// Do not stop at end-of-turn tokens.
     #[arg(long)]
@@ -54,25 +55,28 @@ pub struct Args {
     /// Recompute the whole sequence at every step instead of keeping a KV cache.
     #[arg(long)]
     no_kv_cache: bool,
-    /// Threads for the model (default: all cores).
+    /// Threads for the models (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Number format of the weights: f32 (exact), or bf16 (half the memory and bytes per
-    /// token; the layers' inputs are rounded to bf16 too, sums stay f32).
+    /// Number format of the models' linear layers (generation runs on the crate's own CPU
+    /// kernels, so `generate` has no --device).
     #[arg(long, value_enum, default_value_t = WeightsArg::F32)]
     precision: WeightsArg,
     /// Print the ids, the text and the timings as one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
 }
 
-/// `--precision` of `generate`.
+/// `--precision` of `generate`: the two formats Qwen3 generation runs in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum WeightsArg {
-    /// 32-bit float weights.
+    /// 32-bit float weights: exact to the reference model.
     #[default]
     F32,
-    /// bfloat16 weights.
+    /// bfloat16 weights: half the memory and bytes per token; the layers' inputs are rounded
+    /// to bf16 too, sums stay f32.
     Bf16,
 }
 
@@ -84,6 +88,7 @@ pub fn run(args: Args) -> CliResult {
     use rerank::models::{ModelOptions, Precision};
     use std::time::Instant;
 
+    args.log.init()?;
     let options = ModelOptions {
         threads: args.threads,
         precision: match args.precision {
@@ -92,7 +97,7 @@ pub fn run(args: Args) -> CliResult {
         },
         ..Default::default()
     };
-    let mut builder = Qwen3Chat::builder(&args.model).options(options);
+    let mut builder = Qwen3Chat::builder(&args.generator_model).options(options);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
     }
@@ -150,6 +155,7 @@ pub fn run(args: Args) -> CliResult {
 }
 
 #[cfg(not(feature = "models"))]
-pub fn run(_args: Args) -> CliResult {
+pub fn run(args: Args) -> CliResult {
+    args.log.init()?;
     Err("`rerank generate` needs the `models` feature".into())
 }

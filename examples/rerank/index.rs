@@ -2,14 +2,14 @@
 //!
 //! ```text
 //! cargo run --release --example rerank -- index --db notes.db --corpus notes.jsonl \
-//!     [--model models/all-MiniLM-L6-v2] [--sync] [--duplicates refuse|first|last] [--json]
+//!     [--embedder models/all-MiniLM-L6-v2] [--sync] [--duplicates refuse|first|last] [--json]
 //! ```
-//! New and changed documents are (re)analyzed, and with `--model` embedded when no vector for
-//! their content and model is stored; unchanged ones cost a hash. Documents the store holds
-//! and the corpus does not are kept, so a second file adds to the first; `--sync` makes the
-//! store hold exactly the corpus (removing the others), and a sync that would remove every
-//! stored document (an empty file, or one that shares no id with the store) is refused unless
-//! `--replace-all` says that is meant. The whole corpus is read and checked (every line a
+//! `--corpus -` reads the corpus from stdin. New and changed documents are (re)analyzed, and
+//! with `--embedder` embedded when no vector for their content and model is stored; unchanged
+//! ones cost a hash. Documents the store holds and the corpus does not are kept, so a second
+//! file adds to the first; `--sync` makes the store hold exactly the corpus (removing the
+//! others), and a sync that would remove every stored document (an empty file, or one that
+//! shares no id with the store) is refused unless `--replace-all` says that is meant. The whole corpus is read and checked (every line a
 //! document with a non-empty id; an id on two lines refused, or one of them kept with
 //! `--duplicates first|last`) before the first batch is written. Each batch is one
 //! transaction, so an interrupted run keeps every batch it finished; a second `index` run on
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use rerank::store::UpsertReport;
 use rerank::{Document, Embedder, Store};
 
+use crate::flags::{LogArgs, ModelArgs};
 use crate::CliResult;
 
 #[derive(clap::Args)]
@@ -35,16 +36,17 @@ pub struct Args {
     /// The store's SQLite file (created if missing).
     #[arg(long, value_name = "FILE")]
     db: PathBuf,
-    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line.
+    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line;
+    /// `-` for stdin.
     #[arg(long, value_name = "FILE")]
     corpus: PathBuf,
-    /// Also store embeddings from this embedding model (a directory or hub id), for dense and
-    /// hybrid search; without it only BM25 data is stored.
-    #[arg(long, value_name = "DIR")]
-    model: Option<PathBuf>,
-    /// Threads for the embedding model (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Also store embeddings from this embedding model (a directory, a folder name under
+    /// $RERANK_MODELS_DIR, or a hub id), for dense and hybrid search; without it only BM25
+    /// data is stored.
+    #[arg(long, value_name = "MODEL", alias = "model")]
+    embedder: Option<PathBuf>,
+    #[command(flatten)]
+    models: ModelArgs,
     /// Make the store hold exactly the corpus: remove the stored documents it does not hold
     /// (by default they are kept, and the summary counts them).
     #[arg(long)]
@@ -57,12 +59,14 @@ pub struct Args {
     /// the lines), or keep its first or last line.
     #[arg(long, value_enum, default_value_t = Duplicates::Refuse)]
     duplicates: Duplicates,
-    /// Documents per transaction.
-    #[arg(long, default_value_t = 512)]
-    batch: usize,
-    /// Print one JSON object.
+    /// Documents per transaction (and per embedding call).
+    #[arg(long, value_name = "N", default_value_t = 512, alias = "batch")]
+    batch_size: usize,
+    /// Print one JSON object instead of a line.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 /// `--duplicates`: what an id on several lines of the corpus means.
@@ -77,18 +81,16 @@ pub enum Duplicates {
 }
 
 pub fn run(args: Args) -> CliResult {
-    if args.batch == 0 {
-        return Err("--batch must be at least 1".into());
+    args.log.init()?;
+    if args.batch_size == 0 {
+        return Err("--batch-size must be at least 1".into());
     }
+    args.models.check()?;
     let sync = args.sync || args.replace_all;
     let start = Instant::now();
-    let docs = Document::read_jsonl(&args.corpus)?;
-    let embedder = match &args.model {
-        Some(dir) => Some(crate::embed::load_embedder(
-            dir,
-            args.threads,
-            crate::embed::PrecisionArg::default(),
-        )?),
+    let docs = crate::flags::read_corpus(&args.corpus)?;
+    let embedder = match &args.embedder {
+        Some(model) => Some(crate::embed::load_embedder(model, &args.models)?),
         None => None,
     };
     if let Some(n) = docs.iter().position(|d| d.id.trim().is_empty()) {
@@ -128,7 +130,7 @@ pub fn run(args: Args) -> CliResult {
 
     let bar = progress(docs.len() as u64);
     let mut total = UpsertReport::default();
-    for chunk in docs.chunks(args.batch) {
+    for chunk in docs.chunks(args.batch_size) {
         let r = match &embedder {
             Some(e) => store.upsert_embedded(chunk.to_vec(), e.as_ref() as &dyn Embedder)?,
             None => store.upsert(chunk.to_vec())?,
@@ -177,12 +179,16 @@ pub fn run(args: Args) -> CliResult {
         );
     }
     if embedder.is_none() {
+        // Stdin was read once: the note names a file to read the corpus from again.
+        let corpus = match crate::flags::is_stdin(&args.corpus) {
+            true => "FILE".to_string(),
+            false => args.corpus.display().to_string(),
+        };
         eprintln!(
             "note: no vectors were computed (BM25 search only); for dense and hybrid search run \
-             `rerank index --db {} --corpus {} --model MODEL` with the embedding model you will \
-             search with",
+             `rerank index --db {} --corpus {corpus} --embedder MODEL` with the embedding model \
+             you will search with",
             args.db.display(),
-            args.corpus.display()
         );
     }
     Ok(())
@@ -269,8 +275,12 @@ fn line_of_document(path: &std::path::Path, n: usize) -> usize {
 
 /// The line of `path` (1-based) that holds each document, in order, counting as
 /// `Document::read_jsonl` does (blank lines hold none): the file read once for any number of
-/// lookups. Empty when the file cannot be read again.
+/// lookups. Empty when the file cannot be read again (stdin).
 fn document_lines(path: &std::path::Path) -> Vec<usize> {
+    if crate::flags::is_stdin(path) {
+        // Stdin was read once; documents are numbered in order of their lines.
+        return Vec::new();
+    }
     std::fs::read_to_string(path)
         .map(|text| {
             text.lines()

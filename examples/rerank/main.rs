@@ -1,22 +1,28 @@
 //! `rerank`: a command-line front end to the crate.
 //!
 //! ```text
-//! cargo run --release --example rerank -- index --db FILE.db --corpus FILE.jsonl [--model DIR] --json
+//! cargo run --release --example rerank -- index --db FILE.db --corpus FILE.jsonl [--embedder MODEL] --json
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
 //! cargo run --release --example rerank -- search --db FILE.db --json "query"
 //! cargo run --release --example rerank -- beir --data DIR --retriever bm25 --json
 //! cargo run --release --example rerank -- answer --corpus FILE.jsonl --json "question"
 //! cargo run --release --example rerank --features redis -- cache stats --cache redis://127.0.0.1:6379
-//! cargo run --release --example rerank -- generate --model DIR --prompt "Hi" --greedy --json
+//! cargo run --release --example rerank -- generate --generator-model DIR --prompt "Hi" --greedy --json
 //! cargo run --release --example rerank -- classify --aliases aliases.json --json "Taylor's KTN"
 //! ```
 //! Errors go to stderr with a non-zero exit code.
+//!
+//! Every subcommand speaks one vocabulary (`flags.rs`; `tests/it/cli_help.rs` holds it):
+//! `--embedder`, `--reranker` and `--generator-model` name the models by role; `--threads`,
+//! `--precision` and `--device` say how they run; `--batch-size`, `--retriever`, `--json`,
+//! `--log-level` mean one thing each; every JSONL input takes `-` for stdin.
 
 mod answer;
 mod beir;
 mod cache;
 mod classify;
 mod embed;
+mod flags;
 mod generate;
 mod index;
 mod ingest;
@@ -52,10 +58,10 @@ enum Command {
     Beir(beir::Args),
     /// Stats, invalidation and clearing of the semantic cache shared through Redis.
     Cache(cache::Args),
-    /// Embed JSONL texts with a BERT bi-encoder; one {"embedding": [...]} line per input line
-    /// ({"indices": [...], "values": [...]} for a SPLADE sparse encoder).
+    /// Embed JSONL texts with an embedding model: one {"embedding": [...]} line per input line
+    /// ({"token_embeddings": ...} for ColBERT, {"indices", "values"} for a SPLADE encoder).
     Embed(embed::Args),
-    /// Run the Qwen3 chat model on one prompt and print the new token ids.
+    /// Run the Qwen3 chat model on one prompt and print the new text (--json: ids and timings).
     Generate(generate::Args),
     /// Turn a directory of PDF files into a JSONL corpus of chunks (feature `pdf`).
     Ingest(ingest::Args),
@@ -70,8 +76,8 @@ enum Command {
     /// Serve the config's pipeline over HTTP: Cohere /v2/rerank, OpenAI /v1/embeddings, TEI
     /// /rerank, /embed and /embed_sparse, /search, /answer, /health, /metrics, /info.
     Serve(serve::Args),
-    /// Score (query, document) pairs from a JSONL file with a local model (a cross-encoder,
-    /// Qwen3-Reranker or BERT bi-encoder: what `search --reranker` takes).
+    /// Score (query, document) pairs from a JSONL file with a reranker (a cross-encoder,
+    /// Qwen3-Reranker or a bi-encoder: what `search --reranker` takes).
     Score(score::Args),
 }
 

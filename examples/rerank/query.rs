@@ -1,5 +1,5 @@
-//! `rerank query`: the query layer of a [`PipelineConfig`] as one command, printing one JSON
-//! object.
+//! `rerank query`: the query layer of a [`PipelineConfig`] as one command: the answer as text,
+//! or with `--json` one JSON object.
 //!
 //! ```text
 //! rerank query --config FILE "question"                  # answer (through the cache)
@@ -7,8 +7,10 @@
 //! rerank query --config FILE --dry-run "question"        # the plan: no retrieval, no generation
 //! rerank query --config FILE --cache-stats               # the cache's counters
 //! rerank query --config FILE --invalidate-act NAME       # drop the answers citing an act
+//! rerank query --config FILE --json "question"           # the answer as one JSON object
 //! ```
-//! `--log-level` (error, warn, info, debug, trace; default warn) logs to stderr.
+//! `--log-level` (error, warn, info, debug, trace; default warn) logs to stderr. The models
+//! (and how they run) are the config's, so `query` has no model flags.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,7 +24,7 @@ use crate::CliResult;
 #[derive(clap::Args)]
 pub struct Args {
     /// The pipeline configuration (YAML, TOML or JSON).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// Print the classification only (no index is built).
     #[arg(long, conflicts_with_all = ["dry_run", "cache_stats", "invalidate_act"])]
@@ -37,18 +39,22 @@ pub struct Args {
     /// Remove the cached answers that cite this act (e.g. "Companies Act 2013").
     #[arg(long, value_name = "NAME")]
     invalidate_act: Option<String>,
-    /// The recall mode (bm25, vector, hybrid, ...).
+    /// The recall mode, among the config's retrievers: bm25, dense (`vector` is an alias),
+    /// hybrid, keyword, sparse, late_interaction, or a name the config gives (default: the
+    /// config's `recall.default_mode`).
+    #[arg(long, value_name = "RETRIEVER", alias = "mode")]
+    retriever: Option<String>,
+    /// Print one JSON object instead of text.
     #[arg(long)]
-    mode: Option<String>,
-    /// Log level for stderr: error, warn, info, debug, trace.
-    #[arg(long, default_value = "warn")]
-    log_level: String,
+    json: bool,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
     /// The question (not needed with --cache-stats or --invalidate-act).
     query: Option<String>,
 }
 
 pub fn run(args: Args) -> CliResult {
-    init_logging(&args.log_level)?;
+    args.log.init()?;
     let config = PipelineConfig::from_path(&args.config)?;
     let question = || -> CliResult<String> {
         args.query
@@ -89,11 +95,15 @@ pub fn run(args: Args) -> CliResult {
             }
         } else {
             let mut request = SearchRequest::new(question()?);
-            request.mode = args.mode.clone();
+            request.mode = args.retriever.as_deref().map(recall_mode);
             if args.dry_run {
                 json!({"plan": pipeline.plan(&request)?})
             } else {
                 let answer = pipeline.answer_with(&request, &config.answer_options()?)?;
+                if !args.json {
+                    crate::answer::print_answer(&answer);
+                    return Ok(());
+                }
                 let classification = answer.classification.clone();
                 json!({
                     "query": answer.query,
@@ -108,9 +118,24 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     };
-    // A closed pipe (`| head`) is an error, not a panic.
-    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&out)?)?;
+    // A closed pipe (`| head`) is an error, not a panic. Without --json the object is
+    // indented for reading.
+    let text = match args.json {
+        true => serde_json::to_string(&out)?,
+        false => serde_json::to_string_pretty(&out)?,
+    };
+    writeln!(std::io::stdout().lock(), "{text}")?;
     Ok(())
+}
+
+/// The pipeline's recall-mode name for a `--retriever` value: `dense`, the CLI's name of the
+/// embedding retriever (`search --retriever dense`), is the config's `vector` mode; any other
+/// value is the mode's own name.
+fn recall_mode(retriever: &str) -> String {
+    match retriever.trim() {
+        r if r.eq_ignore_ascii_case("dense") => "vector".to_string(),
+        r => r.to_string(),
+    }
 }
 
 /// Sends `tracing` events at `level` and above to stderr, coloured only when stderr is a

@@ -1,6 +1,7 @@
 //! The flags `search` and `answer` share: where stage 1 reads (a JSONL corpus in memory, an
-//! SQLite store, a Milvus collection for the dense side), which embedding model, which
-//! reranker, and a semantic cache shared through Redis.
+//! SQLite store, a Milvus collection for the dense side), which embedding model
+//! (`--embedder`), which reranker (`--reranker`), how they run (`--threads`, `--precision`,
+//! `--device`), and a semantic cache shared through Redis.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use rerank::{
     Bm25Index, DenseIndex, Document, Embedder, Hybrid, PipelineBuilder, Retriever, Store,
 };
 
-use crate::embed::{load_embedder, PrecisionArg};
+use crate::embed::load_embedder;
+use crate::flags::ModelArgs;
 use crate::CliResult;
 
 /// The stage-1 retrievers (`--retriever` of `search`, `answer` and `beir`): clap refuses any
@@ -20,7 +22,9 @@ use crate::CliResult;
 pub enum RetrieverKind {
     /// In-memory BM25 with the default English analyzer.
     Bm25,
-    /// Exact cosine over BERT embeddings.
+    /// Exact cosine over the --embedder's embeddings (`vector` is the same: the recall mode's
+    /// name in configs and `query --retriever`).
+    #[value(alias = "vector")]
     Dense,
     /// Reciprocal rank fusion of BM25 and dense.
     Hybrid,
@@ -38,9 +42,9 @@ impl std::fmt::Display for RetrieverKind {
 
 #[derive(clap::Args)]
 pub struct RecallArgs {
-    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line
-    /// (indexed in memory; embedded at each call for a dense or hybrid retriever without
-    /// --vector-store).
+    /// JSONL corpus: one {"id", "text", "title"?, "source"?, "page"?, "metadata"?} per line,
+    /// `-` for stdin (indexed in memory; embedded at each call for a dense or hybrid retriever
+    /// without --vector-store).
     #[arg(
         long,
         value_name = "FILE",
@@ -48,30 +52,33 @@ pub struct RecallArgs {
         required_unless_present = "db"
     )]
     pub corpus: Option<PathBuf>,
-    /// An SQLite store filled by `rerank index`: queried without re-indexing.
+    /// An SQLite store filled by `rerank index`: queried without re-indexing (dense recall
+    /// embeds the query with the --embedder and --precision the store was indexed with).
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
-    /// bm25, dense or hybrid (BM25 + dense, reciprocal rank fusion).
+    /// Stage-1 retriever: bm25, dense (`vector` is an alias) or hybrid (BM25 + dense,
+    /// reciprocal rank fusion).
     #[arg(long, value_enum, ignore_case = true, default_value_t = RetrieverKind::Bm25)]
     pub retriever: RetrieverKind,
-    /// The embedding model (a BERT bi-encoder directory) of dense and hybrid recall and of the
-    /// semantic cache.
-    #[arg(long, value_name = "DIR")]
-    pub model: Option<PathBuf>,
+    /// The embedding model of dense and hybrid recall and of the semantic cache (a bi-encoder
+    /// of any supported family: a directory, a folder name under $RERANK_MODELS_DIR, or a hub
+    /// id).
+    #[arg(long, value_name = "MODEL", alias = "model")]
+    pub embedder: Option<PathBuf>,
     /// The dense side in Milvus: milvus://HOST:PORT/COLLECTION. With --corpus, documents the
     /// collection lacks are embedded and written first.
     #[arg(long, value_name = "URL")]
     pub vector_store: Option<String>,
-    /// A reranker directory (cross-encoder or Qwen3-Reranker, detected from its config).
-    #[arg(long, value_name = "DIR")]
+    /// Stage 2: the reranker (a cross-encoder, Qwen3-Reranker or a bi-encoder, detected from
+    /// its config.json: a directory, a folder name under $RERANK_MODELS_DIR, or a hub id).
+    #[arg(long, value_name = "MODEL")]
     pub reranker: Option<PathBuf>,
     /// A semantic cache of responses shared through Redis: redis://HOST:PORT[/DB] (needs
-    /// --model for the query embeddings).
+    /// --embedder for the query embeddings).
     #[arg(long, value_name = "URL")]
     pub cache: Option<String>,
-    /// Threads for the models (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub models: ModelArgs,
     /// What the in-memory dense index (--corpus) scans: f32 (exact), f16 or int8 (a compact
     /// copy, the best k x rescore rescored in f32; f16:R or int8:R sets rescore R).
     #[arg(long, default_value = "f32", value_name = "f32|f16|int8")]
@@ -129,8 +136,8 @@ pub fn milvus_dense(
 
 impl RecallArgs {
     fn embedder(&self) -> CliResult<Arc<dyn Embedder>> {
-        match &self.model {
-            Some(dir) => load_embedder(dir, self.threads, PrecisionArg::default()),
+        match &self.embedder {
+            Some(dir) => load_embedder(dir, &self.models),
             None => Err(self.needs_model().into()),
         }
     }
@@ -153,7 +160,7 @@ impl RecallArgs {
             [] => ("this command".to_string(), "needs"),
         };
         format!(
-            "{flags} {verb} --model DIR, the embedding model (a BERT bi-encoder directory such as \
+            "{flags} {verb} --embedder MODEL, the embedding model (a bi-encoder such as \
              all-MiniLM-L6-v2: `scripts/fetch_models.sh` fetches it)"
         )
     }
@@ -161,6 +168,7 @@ impl RecallArgs {
     /// A pipeline builder with the retriever, reranker, embedder and cache these flags ask
     /// for.
     pub fn builder(&self) -> CliResult<PipelineBuilder> {
+        self.models.check()?;
         let wants_embedder = self.retriever != RetrieverKind::Bm25 || self.cache.is_some();
         let embedder = if wants_embedder {
             Some(self.embedder()?)
@@ -170,7 +178,7 @@ impl RecallArgs {
         let mut builder =
             rerank::Pipeline::builder().retriever(self.retriever_box(embedder.clone())?);
         if let Some(dir) = &self.reranker {
-            builder = builder.reranker(load_reranker(dir, self.threads)?);
+            builder = builder.reranker(load_reranker(dir, &self.models)?);
         }
         if let Some(embedder) = embedder {
             builder = builder.embedder(embedder);
@@ -184,7 +192,7 @@ impl RecallArgs {
     fn retriever_box(&self, embedder: Option<Arc<dyn Embedder>>) -> CliResult<Box<dyn Retriever>> {
         let kind = self.retriever;
         let docs = match &self.corpus {
-            Some(path) => Some(Document::read_jsonl(path)?),
+            Some(path) => Some(crate::flags::read_corpus(path)?),
             None => None,
         };
         // Searching only reads: the store opens read-only (a missing or empty file is refused
@@ -238,19 +246,16 @@ impl RecallArgs {
     }
 }
 
-/// The reranker in `dir` (cross-encoder or Qwen3-Reranker).
+/// The reranker `model` names (a cross-encoder, Qwen3-Reranker or a bi-encoder), run as
+/// `--threads`, `--precision` and `--device` say.
 #[cfg(feature = "models")]
-fn load_reranker(dir: &Path, threads: Option<usize>) -> CliResult<Box<dyn rerank::Reranker>> {
-    let options = rerank::models::ModelOptions {
-        threads,
-        ..Default::default()
-    };
-    Ok(rerank::rerankers::load_reranker(dir, &options)?)
+fn load_reranker(model: &Path, flags: &ModelArgs) -> CliResult<Box<dyn rerank::Reranker>> {
+    Ok(rerank::rerankers::load_reranker(model, &flags.options()?)?)
 }
 
 /// Without the `models` feature there is no model reranker.
 #[cfg(not(feature = "models"))]
-fn load_reranker(dir: &Path, _threads: Option<usize>) -> CliResult<Box<dyn rerank::Reranker>> {
+fn load_reranker(dir: &Path, _flags: &ModelArgs) -> CliResult<Box<dyn rerank::Reranker>> {
     Err(format!("{}: rerankers need the `models` feature", dir.display()).into())
 }
 

@@ -1,8 +1,8 @@
 //! `rerank score`: score (query, document) pairs from a JSONL file with a local model.
 //!
 //! Input lines `{"query": ..., "document": ...}` (plus `"instruction"` for Qwen3-Reranker);
-//! output one line per input line, in input order: `{"score": f, "logit": f}`. `score` --model
-//! takes every model `search --reranker` takes, chosen by `architectures` in its
+//! output one line per input line, in input order: `{"score": f, "logit": f}`. `score
+//! --reranker` takes every model `search --reranker` takes, chosen by `architectures` in its
 //! `config.json` (the loading is `rerank::rerankers::load_reranker`'s):
 //!
 //! - a cross-encoder (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`,
@@ -17,43 +17,43 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::flags::{LogArgs, ModelArgs};
 use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model directory (config.json, tokenizer.json, model.safetensors): a cross-encoder,
-    /// Qwen3-Reranker or BERT bi-encoder, as `search --reranker` takes.
-    #[arg(long)]
-    model: PathBuf,
+    /// The reranker, as `search --reranker` takes it: a cross-encoder (BERT, XLM-RoBERTa,
+    /// ModernBERT, DeBERTa, ...), Qwen3-Reranker or a bi-encoder (embedding cosine), as a
+    /// directory, a folder name under $RERANK_MODELS_DIR, or a hub id.
+    #[arg(long, value_name = "MODEL", alias = "model")]
+    reranker: PathBuf,
     /// JSONL input: one {"query", "document"} per line; `-` for stdin.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     input: PathBuf,
     /// Scores are raw logits (no activation).
     #[arg(long)]
     raw: bool,
-    /// Maximum inputs per forward pass (`ModelOptions::max_batch_size`).
-    #[arg(long)]
+    /// Most inputs per forward pass (default: the model's own batching,
+    /// `ModelOptions::max_batch_size`).
+    #[arg(long, value_name = "N")]
     batch_size: Option<usize>,
-    /// Maximum tokens per pair, special tokens included.
-    #[arg(long)]
+    /// Maximum tokens per pair, special tokens included (default: the model's).
+    #[arg(long, value_name = "N")]
     max_length: Option<usize>,
-    /// Inference threads (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
     /// Qwen3-Reranker: tokenizer.json to use when the model directory has none.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
-    /// Most tokens per forward pass (`ModelOptions::token_budget`).
-    #[arg(long)]
+    /// Most tokens per forward pass (default: the model's, `ModelOptions::token_budget`).
+    #[arg(long, value_name = "N")]
     token_budget: Option<usize>,
-    /// Number format of the model's linear layers (`ModelOptions::precision`): a cross-encoder's
-    /// or Qwen3-Reranker's.
-    #[arg(long, value_enum, default_value_t = crate::embed::PrecisionArg::F32)]
-    precision: crate::embed::PrecisionArg,
-    /// Where the model runs (`ModelOptions::device`): cpu (the crate's kernels), candle-cpu,
-    /// cuda:N or metal:N (candle; needs the feature).
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    #[command(flatten)]
+    models: ModelArgs,
+    /// JSON output: one {"score", "logit"} line per input line. It is the only output of
+    /// `score`, so the flag changes nothing; every subcommand takes it.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 /// One output line (fields in this order).
@@ -75,8 +75,10 @@ struct Line {
 
 pub fn run(args: Args) -> CliResult {
     use std::io::BufRead;
+    args.log.init()?;
+    args.models.check()?;
     // `-` reads stdin, as `embed --input -` does; lines are bounded in bytes either way.
-    let (reader, origin): (Box<dyn BufRead>, String) = if args.input.as_os_str() == "-" {
+    let (reader, origin): (Box<dyn BufRead>, String) = if crate::flags::is_stdin(&args.input) {
         (Box::new(std::io::stdin().lock()), "stdin".into())
     } else {
         let file =
@@ -104,6 +106,9 @@ pub fn run(args: Args) -> CliResult {
         Ok(())
     })?;
     let scores = score_lines(&args, &lines)?;
+    for (i, (score, logit)) in scores.iter().enumerate() {
+        crate::flags::check_finite(&[*score, *logit], i + 1, &args.models)?;
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (score, logit) in scores {
         writeln!(out, "{}", serde_json::to_string(&Out { score, logit })?)?;
@@ -129,7 +134,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     // Resolved as every command resolves a model: a directory, a folder of
     // $RERANK_MODELS_DIR, or a hub id.
     let dir = ModelDir::open(rerank::models::registry::resolve(
-        &args.model,
+        &args.reranker,
         rerank::models::registry::Task::CrossEncoder,
     )?)?;
     match dir.architecture()? {
@@ -154,7 +159,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
 fn score_reranker(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::rerankers::{load_reranker, RerankQuery};
 
-    let reranker = load_reranker(&args.model, &model_options(args)?)?;
+    let reranker = load_reranker(&args.reranker, &model_options(args)?)?;
     // The lines of each query, queries in order of first appearance.
     let mut by_query: Vec<(&str, Vec<usize>)> = Vec::new();
     let mut slot = std::collections::HashMap::new();
@@ -183,10 +188,7 @@ fn model_options(args: &Args) -> CliResult<rerank::models::ModelOptions> {
         max_length: args.max_length,
         token_budget: args.token_budget,
         max_batch_size: args.batch_size,
-        threads: args.threads,
-        precision: args.precision.into(),
-        device: args.device.parse()?,
-        ..rerank::models::ModelOptions::default()
+        ..args.models.options()?
     })
 }
 
@@ -215,6 +217,14 @@ fn score_qwen3(args: &Args, dir: &std::path::Path, lines: &[Line]) -> CliResult<
 }
 
 #[cfg(not(feature = "models"))]
-fn score_lines(_args: &Args, _lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
+fn score_lines(args: &Args, _lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
+    let _ = (
+        &args.reranker,
+        args.raw,
+        args.batch_size,
+        args.max_length,
+        &args.tokenizer,
+    );
+    let _ = (args.token_budget, args.json);
     Err("`score` needs the `models` feature of rerank".into())
 }

@@ -4,9 +4,9 @@
 //! ```text
 //! cargo run --release --example rerank -- search --corpus FILE.jsonl --json "query"
 //! cargo run --release --example rerank -- search --db notes.db [--retriever hybrid \
-//!     --model models/all-MiniLM-L6-v2] --json "query"
+//!     --embedder models/all-MiniLM-L6-v2] --json "query"
 //! cargo run --release --example rerank --features milvus,redis -- search --corpus FILE.jsonl \
-//!     --retriever hybrid --model DIR --vector-store milvus://127.0.0.1:19530/notes \
+//!     --retriever hybrid --embedder MODEL --vector-store milvus://127.0.0.1:19530/notes \
 //!     --reranker DIR --cache redis://127.0.0.1:6379 --json "query"
 //! ```
 
@@ -20,7 +20,7 @@ pub struct Args {
     #[command(flatten)]
     recall: RecallArgs,
     /// Number of hits.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10)]
     top_k: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -30,13 +30,16 @@ pub struct Args {
     #[arg(long)]
     skip_rerank_within_top_k: bool,
     /// JSON file of known people for the query classifier: {"alias": "Canonical Name", ...}.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     aliases: Option<PathBuf>,
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
     /// The query.
     query: String,
 }
 
 pub fn run(args: Args) -> CliResult {
+    args.log.init()?;
     // The PII guard (on by default) refuses a query with personal data before retrieval; the
     // classifier makes factual queries keep their top lexical matches first when reranked.
     let pipeline = args

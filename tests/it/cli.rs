@@ -153,7 +153,7 @@ fn index_leaves_one_whole_file_and_never_removes_documents_unless_asked() {
     assert_eq!(report["documents"], 25);
     // No model, no vectors: the run says so and how to get them.
     assert!(
-        stderr(&out).contains("no vectors were computed") && stderr(&out).contains("--model"),
+        stderr(&out).contains("no vectors were computed") && stderr(&out).contains("--embedder"),
         "{}",
         stderr(&out)
     );

@@ -94,11 +94,11 @@ fn the_flags_that_need_a_model_are_the_ones_given() {
     let cases: [(&[&str], &str); 3] = [
         (
             &["--retriever", "dense"],
-            "error: --retriever dense needs --model DIR",
+            "error: --retriever dense needs --embedder MODEL",
         ),
         (
             &["--cache", "redis://127.0.0.1:1"],
-            "error: --cache needs --model DIR",
+            "error: --cache needs --embedder MODEL",
         ),
         (
             &[
@@ -109,7 +109,7 @@ fn the_flags_that_need_a_model_are_the_ones_given() {
                 "--cache",
                 "redis://127.0.0.1:1",
             ],
-            "error: --retriever hybrid, --vector-store and --cache need --model DIR",
+            "error: --retriever hybrid, --vector-store and --cache need --embedder MODEL",
         ),
     ];
     for (flags, want) in cases {

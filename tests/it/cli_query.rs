@@ -28,12 +28,14 @@ fn legal_config(tag: &str) -> (PathBuf, PathBuf) {
     (config, dir)
 }
 
-/// `rerank query --config CONFIG ARGS...`: its JSON output (the command must succeed).
+/// `rerank query --config CONFIG --json ARGS...`: its JSON output (the command must
+/// succeed).
 fn query(cli: &Path, config: &Path, args: &[&str]) -> Value {
     let out = Command::new(cli)
         .arg("query")
         .arg("--config")
         .arg(config)
+        .arg("--json")
         .args(args)
         .output()
         .unwrap();

@@ -12,6 +12,7 @@ mod cases;
 mod classify;
 mod cli;
 mod cli_errors;
+mod cli_help;
 mod cli_query;
 mod cli_reliability;
 mod colbert;
