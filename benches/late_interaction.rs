@@ -19,6 +19,12 @@
 //! queries and for queries made of 16 of one document's tokens moved by noise (N(0, 0.05) per
 //! value, renormalized), with the share of those whose source document comes first; and the
 //! seconds of an exact search for comparison.
+//!
+//! Real collection: with `RERANK_BENCH_BEIR=DIR` (a BEIR folder, e.g. SciFact) the documents
+//! are the collection's, encoded by the model, and the queries its judged test queries; for
+//! each `RERANK_BENCH_MUVERA_CANDIDATES` in a comma-separated list (default `100,250,1000`),
+//! the line has the share of the exact top 10 that MUVERA's top 10 holds, nDCG@10 of both
+//! rankings against the qrels, and the median seconds of a search of each kind.
 
 #[cfg(feature = "models")]
 fn main() {
@@ -51,6 +57,10 @@ fn main() {
         .options(options)
         .build()
         .expect("the model loads");
+    if let Some(dir) = env("RERANK_BENCH_BEIR") {
+        beir::run(encoder, &dir, env("RERANK_BENCH_MUVERA_CANDIDATES"));
+        return;
+    }
     let dim = encoder.dim();
     let mut index = LateInteractionIndex::new(encoder);
     let muvera = env("RERANK_BENCH_MUVERA").is_some_and(|v| v == "1");
@@ -171,6 +181,109 @@ fn main() {
             "query_encode_seconds": encode,
         })
     );
+}
+
+#[cfg(feature = "models")]
+mod beir {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use rerank::embed::ColbertEncoder;
+    use rerank::eval::metrics::ndcg_at;
+    use rerank::eval::BeirDataset;
+    use rerank::recall::{LateInteractionIndex, MuveraConfig};
+    use rerank::Role;
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    pub fn run(encoder: ColbertEncoder, dir: &str, candidates: Option<String>) {
+        let data = BeirDataset::load(dir).expect("a BEIR folder");
+        let encoder = Arc::new(encoder);
+        let start = Instant::now();
+        let exact = LateInteractionIndex::new(Arc::clone(&encoder));
+        exact.add(data.corpus.clone()).expect("encodes the corpus");
+        let encode_seconds = start.elapsed().as_secs_f64();
+        let queries = data.judged_queries();
+        let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
+        let encoded = encoder
+            .encode(&texts, Role::Query)
+            .expect("encodes the queries");
+        let ids = |hits: &[rerank::Hit]| -> Vec<String> {
+            hits.iter().map(|h| h.document.id.clone()).collect()
+        };
+        let mut truth = Vec::new();
+        let mut exact_seconds = Vec::new();
+        for q in &encoded {
+            let t = Instant::now();
+            truth.push(ids(&exact.search_vectors(q.view(), 10).expect("searches")));
+            exact_seconds.push(t.elapsed().as_secs_f64());
+        }
+        let ndcg = |rankings: &[Vec<String>]| -> f64 {
+            queries
+                .iter()
+                .zip(rankings)
+                .map(|(q, r)| data.qrels.get(&q.id).map_or(0.0, |j| ndcg_at(r, j, 10)))
+                .sum::<f64>()
+                / queries.len().max(1) as f64
+        };
+        let mut rows = Vec::new();
+        let list = candidates.unwrap_or_else(|| "100,250,1000".into());
+        for c in list
+            .split(',')
+            .filter_map(|c| c.trim().parse::<usize>().ok())
+        {
+            let config = MuveraConfig {
+                candidates: c,
+                ..MuveraConfig::default()
+            };
+            let approx = LateInteractionIndex::new(Arc::clone(&encoder))
+                .with_muvera(config)
+                .expect("valid settings");
+            let docs: Vec<rerank::Document> = data.corpus.clone();
+            let vectors: Vec<ndarray::Array2<f32>> = docs
+                .iter()
+                .map(|d| exact.vectors(&d.id).expect("indexed"))
+                .collect();
+            approx.add_encoded(docs, vectors).expect("adds");
+            let mut got = Vec::new();
+            let mut seconds = Vec::new();
+            for q in &encoded {
+                let t = Instant::now();
+                got.push(ids(&approx.search_vectors(q.view(), 10).expect("searches")));
+                seconds.push(t.elapsed().as_secs_f64());
+            }
+            let overlap: f64 = got
+                .iter()
+                .zip(&truth)
+                .map(|(g, t)| g.iter().filter(|id| t.contains(id)).count() as f64 / 10.0)
+                .sum::<f64>()
+                / got.len().max(1) as f64;
+            rows.push(serde_json::json!({
+                "candidates": c,
+                "recall_of_exact_top10": overlap,
+                "ndcg_at_10": ndcg(&got),
+                "search_seconds_median": median(seconds),
+            }));
+        }
+        println!(
+            "{}",
+            serde_json::json!({
+                "impl": "rerank",
+                "collection": dir,
+                "documents": data.corpus.len(),
+                "queries": queries.len(),
+                "corpus_encode_seconds": encode_seconds,
+                "bytes_per_document": exact.bytes_per_document(),
+                "exact_ndcg_at_10": ndcg(&truth),
+                "exact_search_seconds_median": median(exact_seconds),
+                "muvera": MuveraConfig::default(),
+                "rows": rows,
+            })
+        );
+    }
 }
 
 #[cfg(not(feature = "models"))]

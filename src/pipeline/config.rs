@@ -595,13 +595,24 @@ fn build_milvus(
     ))
 }
 
+/// The ColBERT model a config names (a directory, or a name the model resolver takes).
+#[cfg(feature = "models")]
+fn load_colbert(model: &Path) -> Result<Arc<crate::ColbertEncoder>> {
+    let dir = crate::models::registry::resolve(model, crate::models::registry::Task::Embedding)?;
+    Ok(Arc::new(crate::ColbertEncoder::builder(dir).build()?))
+}
+
+/// The learned sparse model a config names (a directory, or a name the model resolver takes).
+#[cfg(feature = "models")]
+fn load_sparse(model: &Path) -> Result<Arc<crate::SparseEncoder>> {
+    let dir = crate::models::registry::resolve(model, crate::models::registry::Task::Embedding)?;
+    Ok(Arc::new(crate::SparseEncoder::builder(dir).build()?))
+}
+
 /// A late-interaction index of `model` over `docs`.
 #[cfg(feature = "models")]
 fn build_late_interaction(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    let options = crate::models::ModelOptions::default();
-    let encoder = crate::ColbertEncoder::builder(model)
-        .options(options)
-        .build()?;
+    let encoder = load_colbert(model)?;
     let index = crate::recall::LateInteractionIndex::new(encoder);
     index.add(docs.to_vec())?;
     Ok(Box::new(index))
@@ -617,11 +628,7 @@ fn build_late_interaction(_model: &Path, _docs: &[Document]) -> Result<Box<dyn R
 /// A learned sparse index of `model` over `docs`.
 #[cfg(feature = "models")]
 fn build_sparse(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    let options = crate::models::ModelOptions::default();
-    let encoder = crate::SparseEncoder::builder(model)
-        .options(options)
-        .build()?;
-    let index = crate::recall::SparseIndex::new(Arc::new(encoder));
+    let index = crate::recall::SparseIndex::new(load_sparse(model)?);
     index.add(docs.to_vec())?;
     Ok(Box::new(index))
 }
@@ -941,7 +948,7 @@ mod store_recall {
     /// Late interaction over the token vectors `model` stored, the missing ones computed.
     #[cfg(feature = "models")]
     fn late_interaction(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
-        let encoder = Arc::new(crate::ColbertEncoder::builder(model).build()?);
+        let encoder = super::load_colbert(model)?;
         store.encode_missing_tokens(&encoder)?;
         Ok(Box::new(store.late_interaction(encoder)?))
     }
@@ -949,7 +956,7 @@ mod store_recall {
     /// Sparse recall over the vectors `model` stored, the missing ones computed.
     #[cfg(feature = "models")]
     fn sparse(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
-        let encoder = Arc::new(crate::SparseEncoder::builder(model).build()?);
+        let encoder = super::load_sparse(model)?;
         store.encode_missing_sparse(&encoder)?;
         Ok(Box::new(store.sparse(encoder)?))
     }

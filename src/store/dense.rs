@@ -109,7 +109,7 @@ impl StoreDense {
                 message: format!(
                     "{missing} of {} documents have no vector from the embedding model searched \
                      with ({}); {held}. Compute them with that model: `rerank index --db {} \
-                     --corpus FILE --model MODEL` on the command line, Store::embed_missing \
+                     --corpus FILE --embedder MODEL` on the command line, Store::embed_missing \
                      from Rust",
                     missing + docs.len(),
                     self.embedder_id,

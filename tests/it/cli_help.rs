@@ -105,14 +105,6 @@ const CONCEPTS: [(&str, &str, &[&str]); 12] = [
     ("JSONL corpus", "--corpus", &["--docs", "--documents"]),
 ];
 
-/// Spellings a subcommand still shows that another engineer is changing (`serve/` is not
-/// this change's): (subcommand, flag, why). Each is printed while it lasts.
-const PENDING: [(&str, &str, &str); 1] = [(
-    "serve",
-    "--batch-items",
-    "serve/ is being changed separately; it should become --batch-size",
-)];
-
 /// Subcommands without `--json`, and why.
 const NO_JSON: [(&str, &str); 1] = [("serve", "a server: it answers HTTP requests")];
 
@@ -288,12 +280,9 @@ fn every_subcommand_speaks_one_vocabulary() {
                 if !has(flags, variant) {
                     continue;
                 }
-                match PENDING.iter().find(|p| p.0 == sub && p.1 == *variant) {
-                    Some((_, _, why)) => println!("pending: {sub} {variant}: {why}"),
-                    None => problems.push(format!(
-                        "{sub}: {variant} is shown; the {concept} is {spelling} everywhere"
-                    )),
-                }
+                problems.push(format!(
+                    "{sub}: {variant} is shown; the {concept} is {spelling} everywhere"
+                ));
             }
         }
         // --json and --log-level everywhere.

@@ -704,7 +704,7 @@ fn concurrent_requests_are_batched_and_a_full_queue_is_refused_with_429() {
     };
     let batches = value("rerank_batch_requests_count{model=\"embed\"}");
     let requests = value("rerank_batch_requests_sum{model=\"embed\"}");
-    // A request split over two model calls (at --batch-items) counts in each.
+    // A request split over two model calls (at --batch-size) counts in each.
     assert!(
         requests as usize >= ok,
         "every answered request was in a batch: {requests} for {ok}"

@@ -203,7 +203,7 @@ fn dense_recall_from_the_store_equals_a_dense_index() {
             corpus().len() + 1
         )) && e.contains("it holds vectors of letters-v1 (")
             && e.contains("rerank index --db")
-            && e.contains("--model MODEL"),
+            && e.contains("--embedder MODEL"),
         "{e}"
     );
     assert_eq!(store.embed_missing(&*letters).unwrap(), 1);

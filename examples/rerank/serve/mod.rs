@@ -22,7 +22,7 @@
 //! The library stays synchronous: each model has a worker thread fed by a bounded queue
 //! (`batcher.rs`), and the requests that wait while it runs are scored together in its next
 //! call (dynamic batching over the padding-free encoder), each call bounded in items
-//! (`--batch-items`) and tokens (`--max-batch-tokens`, as text-embeddings-inference's): a
+//! (`--batch-size`) and tokens (`--max-batch-tokens`, as text-embeddings-inference's): a
 //! larger request is served over several calls, and a text longer than the token limit (after
 //! the model's own truncation) in a call alone, where TEI refuses to start with a limit below
 //! the model's input length. Over the queue a request gets `429` with
@@ -65,7 +65,7 @@ pub struct Args {
     /// Pipeline config (YAML, TOML or JSON): its reranker answers the rerank routes, its
     /// embedder the embedding routes, the whole pipeline /search and /answer; its `serve`
     /// section names the sparse model and the default role of each embedding route.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The learned sparse encoder (a sentence-transformers SparseEncoder folder, SPLADE) that
     /// answers /embed_sparse (default: the config's `serve.sparse_model`).
@@ -92,7 +92,12 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     queue: usize,
     /// Most documents (or inputs) one model call takes across waiting requests.
-    #[arg(long, default_value_t = 512)]
+    #[arg(
+        long = "batch-size",
+        alias = "batch-items",
+        value_name = "N",
+        default_value_t = 512
+    )]
     batch_items: usize,
     /// Most tokens one model call takes across waiting requests (as text-embeddings-inference's
     /// flag): a larger request is served over several calls; one text longer than this (after
@@ -102,13 +107,13 @@ pub struct Args {
     /// Seconds a request may take, waiting included (504 beyond).
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
-    /// Threads of the models' pool (default: all cores).
+    /// Threads for the models (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Log level for stderr: error, warn, info (a line per request: method, route, status,
-    /// latency; and the shutdown), debug, trace.
-    #[arg(long, default_value = "warn")]
-    log_level: String,
+    /// `--log-level` (at info: a line per request, with method, route, status and latency;
+    /// and the shutdown).
+    #[command(flatten)]
+    log: crate::flags::LogArgs,
 }
 
 /// Limits every request is checked against.
@@ -230,7 +235,7 @@ pub fn run(args: Args) -> CliResult {
     if api_key.as_deref() == Some("") {
         return Err("the API key is empty".into());
     }
-    crate::query::init_logging(&args.log_level)?;
+    args.log.init()?;
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
