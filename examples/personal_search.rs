@@ -60,5 +60,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+
+    // Answers carry two figures: grounding (is what it says in its sources?) and relevance (are
+    // those sources about the question?); their band is the weaker of the two. A question the
+    // notes do not cover gets a faithful quote from an unrelated note, and a low band.
+    let options = config.answer_options()?;
+    for question in ["Taylor's KTN", "when is Sarah's weekly sync"] {
+        let a = pipeline.answer_with(&SearchRequest::new(question), &options)?;
+        println!("> {question}");
+        println!("  {}", a.text);
+        println!(
+            "  {:?}: grounding {:.2} ({:?}), relevance {:.2} ({:?}){}",
+            a.confidence_band,
+            a.confidence,
+            a.grounding_band,
+            a.relevance,
+            a.relevance_band,
+            if a.flags.low_relevance {
+                ": the notes do not match the question"
+            } else {
+                ""
+            }
+        );
+    }
     Ok(())
 }
