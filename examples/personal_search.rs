@@ -25,13 +25,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tay's passport",
         "what did we learn from the data migration project",
     ] {
-        // A nickname brings in the full name of the person it stands for.
+        // A nickname names a person: the pipeline adds the full name to what recall searches
+        // for and to the words protection matches (printed here from the same classifier).
         let people = classifier.known_names(query);
-        let request = match people.is_empty() {
-            true => SearchRequest::new(query),
-            false => SearchRequest::new(format!("{query} ({})", people.join(", "))),
-        };
-        let response = pipeline.search_with(&request)?;
+        let response = pipeline.search(query)?;
         println!("> {query}");
         if let Some(c) = &response.classification {
             println!(
