@@ -13,14 +13,92 @@
 //! fresh one); the same layer as a CLI:
 //! `cargo run --example rerank -- query --config examples/configs/legal_router.yaml "..."`.
 //!
+//! Logs (the pipeline's stages, timings, fallbacks, cache hits and misses) go to a log file,
+//! `legal_router.log` in the system's temporary folder unless `--log-file` names another;
+//! `--console-log` sends them to the console (stderr) as well. `--log-level` sets the level
+//! (error, warn, info, debug, trace; default info).
+//!
 //! ```text
-//! cargo run --example legal_router [QWEN3_CHAT_MODEL_DIR]
+//! cargo run --example legal_router -- [--log-file PATH] [--console-log] [--log-level LEVEL] [QWEN3_CHAT_MODEL_DIR]
 //! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use rerank::classify::LegalExtractor;
 use rerank::pipeline::{GeneratorConfig, PipelineConfig, SearchRequest};
+use tracing_subscriber::fmt::writer::MakeWriterExt;
+
+/// The command line: the logging switches and the optional chat model directory.
+struct Args {
+    log_file: PathBuf,
+    console_log: bool,
+    log_level: String,
+    model: Option<PathBuf>,
+}
+
+impl Args {
+    fn parse() -> Result<Args, String> {
+        let mut args = Args {
+            log_file: std::env::temp_dir().join("legal_router.log"),
+            console_log: false,
+            log_level: "info".into(),
+            model: None,
+        };
+        let mut it = std::env::args_os().skip(1);
+        while let Some(arg) = it.next() {
+            match arg.to_str() {
+                Some("--console-log") => args.console_log = true,
+                Some("--log-file") => {
+                    args.log_file = it.next().ok_or("--log-file needs a path")?.into();
+                }
+                Some("--log-level") => {
+                    args.log_level = it
+                        .next()
+                        .and_then(|l| l.into_string().ok())
+                        .ok_or("--log-level needs a level (error, warn, info, debug, trace)")?;
+                }
+                Some(flag) if flag.starts_with("--") => {
+                    return Err(format!(
+                        "unknown flag {flag}: use --log-file PATH, --console-log, --log-level LEVEL"
+                    ))
+                }
+                _ if args.model.is_none() => args.model = Some(arg.into()),
+                _ => return Err("one chat model directory at most".into()),
+            }
+        }
+        Ok(args)
+    }
+}
+
+/// Logs to the log file (appended, no colour codes) and, with `--console-log`, to stderr too.
+fn init_logging(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.log_file)
+        .map_err(|e| format!("--log-file {}: {e}", args.log_file.display()))?;
+    let file = Arc::new(file);
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .map_err(|e| format!("--log-level {:?}: {e}", args.log_level))?;
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    if args.console_log {
+        logs.with_writer(file.and(std::io::stderr))
+            .try_init()
+            .map_err(|e| format!("logging: {e}"))?;
+    } else {
+        logs.with_writer(file)
+            .try_init()
+            .map_err(|e| format!("logging: {e}"))?;
+    }
+    Ok(())
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse()?;
+    init_logging(&args)?;
     let mut config = PipelineConfig::from_path(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/configs/legal_router.yaml"
@@ -30,9 +108,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(cache) = &mut config.cache {
         cache.path = Some(db.clone());
     }
-    if let Some(model) = std::env::args_os().nth(1) {
+    if let Some(model) = args.model {
         config.generator = Some(GeneratorConfig::Qwen3Chat {
-            model: model.into(),
+            model,
             precision: None,
         });
     }

@@ -3,9 +3,11 @@
 //! Personal data in a question is refused; small talk is answered without retrieval
 //! (confidence 1.0); recall scores `0.7 x cosine + 0.3 x keyword overlap` on raw scores, so the
 //! threshold means the same for every question; one hit per source and page; the answer cites
-//! `[Source: file, Page N]`, carries a grounding confidence and its band, and the sources a
-//! short excerpt and a rounded score; with nothing relevant the answer is "I don't have enough
-//! information ...". Configuration: `examples/configs/pdf_qa.yaml` (chunks as
+//! `[Source: file, Page N]`, carries two figures with their bands (grounding: the share of its
+//! sentences a source supports; relevance: how well the best source matches the question) and
+//! the weaker band as its own, and the sources a short excerpt and a rounded score; with
+//! nothing relevant the answer is "I don't have enough information ...". A request can leave
+//! the sources out (`include_sources`). Configuration: `examples/configs/pdf_qa.yaml` (chunks as
 //! `rerank ingest --pdf DIR` writes them); runs offline.
 //!
 //! ```text
@@ -34,9 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok(a) => {
                 println!("  {}", a.text);
                 println!(
-                    "  confidence {:.2} ({:?}){}",
-                    a.confidence,
+                    "  {:?}: grounding {:.2} ({:?}), relevance {:.2} ({:?}){}",
                     a.confidence_band,
+                    a.confidence,
+                    a.grounding_band,
+                    a.relevance,
+                    a.relevance_band,
                     if a.flags.chitchat {
                         ", chitchat: no retrieval"
                     } else {
@@ -61,5 +66,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Err(e) => return Err(e.into()),
         }
     }
+    // The same question without the sources listed (`include_sources: false`).
+    let question = "Are meals reimbursed during business travel?";
+    let a = pipeline.answer_with(
+        &SearchRequest::new(question),
+        &options.clone().include_sources(false),
+    )?;
+    println!("> {question} (include_sources: false)");
+    println!("  {}", a.text);
+    println!("  {} sources listed", a.sources.len());
     Ok(())
 }

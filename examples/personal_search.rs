@@ -25,13 +25,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tay's passport",
         "what did we learn from the data migration project",
     ] {
-        // A nickname brings in the full name of the person it stands for.
+        // A nickname names a person: the pipeline adds the full name to what recall searches
+        // for and to the words protection matches (printed here from the same classifier).
         let people = classifier.known_names(query);
-        let request = match people.is_empty() {
-            true => SearchRequest::new(query),
-            false => SearchRequest::new(format!("{query} ({})", people.join(", "))),
-        };
-        let response = pipeline.search_with(&request)?;
+        let response = pipeline.search(query)?;
         println!("> {query}");
         if let Some(c) = &response.classification {
             println!(
@@ -59,6 +56,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 excerpt(&h.document.text, 70)
             );
         }
+    }
+
+    // Answers carry two figures: grounding (is what it says in its sources?) and relevance (are
+    // those sources about the question?); their band is the weaker of the two. A question the
+    // notes do not cover gets a faithful quote from an unrelated note, and a low band.
+    let options = config.answer_options()?;
+    for question in ["Taylor's KTN", "when is Sarah's weekly sync"] {
+        let a = pipeline.answer_with(&SearchRequest::new(question), &options)?;
+        println!("> {question}");
+        println!("  {}", a.text);
+        println!(
+            "  {:?}: grounding {:.2} ({:?}), relevance {:.2} ({:?}){}",
+            a.confidence_band,
+            a.confidence,
+            a.grounding_band,
+            a.relevance,
+            a.relevance_band,
+            if a.flags.low_relevance {
+                ": the notes do not match the question"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }

@@ -4,7 +4,11 @@
 //! the reranker. The reranker instruction comes from the request, then `[INSTRUCT]`, then the
 //! task type the classifier finds (implementation, troubleshooting, design, general), then the
 //! default; documents whose `entity_type` is `experience` or `manual` get that type's
-//! instruction. The response says which instruction each candidate got. Configuration:
+//! instruction. The response says which instruction each candidate got. The reranked
+//! candidates are ranked by `0.6 x reranker + 0.3 x stage 1 + 0.1 x recency` (the documents'
+//! `date`); the pipeline logs its reranker mode when built and counts how queries used the
+//! format (a plain question is refused in strict mode and counted as a parse failure).
+//! Configuration:
 //! `examples/configs/two_phase_kb.toml` (the lexical reranker scores offline; with
 //! `type = "qwen3"` and a model the instructions steer Qwen3-Reranker).
 //!
@@ -46,16 +50,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  instruction [{what}] x{}: {}", u.candidates, u.text);
         }
         for h in &r.hits {
-            println!(
-                "  - {} ({})",
-                h.document.title.as_deref().unwrap_or(&h.document.id),
+            let meta = |key: &str| {
                 h.document
                     .metadata
-                    .get("entity_type")
+                    .get(key)
                     .and_then(|v| v.as_str())
-                    .unwrap_or("untyped")
+                    .map(str::to_string)
+            };
+            println!(
+                "  - {} ({}, {}) score {:.3}",
+                h.document.title.as_deref().unwrap_or(&h.document.id),
+                meta("entity_type").unwrap_or_else(|| "untyped".into()),
+                meta("date").unwrap_or_else(|| "undated".into()),
+                h.score
             );
         }
     }
+    if let Err(e) = pipeline.search("why does my service hang on exit?") {
+        println!(
+            "> a plain question: refused ({})",
+            e.to_string().lines().next().unwrap_or("")
+        );
+    }
+    let stats = pipeline.two_phase_stats();
+    println!(
+        "two-phase format: {} parsed, {} parse failures ({:.0}% adoption)",
+        stats.parsed,
+        stats.parse_failures,
+        stats.adoption() * 100.0
+    );
     Ok(())
 }

@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 pub use citation::Citation;
 pub use confidence::{
-    excerpt, round3, ConfidenceBand, ConfidenceBands, SourceBrief, EXCERPT_CHARS,
+    excerpt, relevance, round4, ConfidenceBand, ConfidenceBands, RelevanceMeasure, SourceBrief,
+    SourceScores, EXCERPT_CHARS,
 };
 pub use extractive::Extractive;
 pub use grounding::{

@@ -213,10 +213,20 @@ fn parse(query: &str) -> std::result::Result<TwoPhaseQuery, String> {
     let task = part(1);
     let instruction = (found.len() == 3).then(|| part(2));
     if search.is_empty() {
-        return Err("the [SEARCH] part (the search phrase) is empty".into());
+        return Err(
+            "the [SEARCH] part (the search phrase) is empty: after [SEARCH], put the few \
+                    words a matching document would contain (names, identifiers, error \
+                    messages), not the whole question"
+                .into(),
+        );
     }
     if task.is_empty() {
-        return Err("the [TASK] part (the task context) is empty".into());
+        return Err(
+            "the [TASK] part (the task context) is empty: after [TASK], say in a sentence \
+                    what you are trying to do or what went wrong; the reranker judges the \
+                    documents against it"
+                .into(),
+        );
     }
     if instruction == Some("") {
         return Err(

@@ -3,13 +3,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::with_people;
 use super::{canned_chitchat_reply, Answer, AnswerOptions, ChitchatMode, CHITCHAT_SYSTEM_PROMPT};
 use super::{ms, AnswerTimings, Pipeline, SearchRequest};
 use crate::answer::{
     distinct_citations, is_not_enough_information, strip_thinking, Extractive, GenerationRequest,
-    NOT_ENOUGH_INFORMATION,
+    SourceScores, NOT_ENOUGH_INFORMATION,
 };
 use crate::classify::Intent;
+use crate::parse;
 use crate::{Error, Generator, Result};
 
 impl Pipeline {
@@ -51,7 +53,12 @@ impl Pipeline {
     ///    blocks are removed;
     /// 6. check grounding: confidence = supported / counted sentences (0 when the reply is the
     ///    not-enough-information sentence); unsupported sentences and citations that point at
-    ///    no source are listed.
+    ///    no source are listed;
+    /// 7. measure relevance: how well the best source given to the generator matches the
+    ///    question ([`RelevanceMeasure`](crate::answer::RelevanceMeasure): the question's terms
+    ///    in the source, or the reranker's calibrated score). The answer's band is the weaker
+    ///    of the grounding band and the relevance band, so a faithful quote from sources that
+    ///    are not about the question is not `high` ([`Answer::confidence_band`]).
     pub fn answer_with(&self, request: &SearchRequest, options: &AnswerOptions) -> Result<Answer> {
         options.validate()?;
         let start = Instant::now();
@@ -74,9 +81,9 @@ impl Pipeline {
             answer.classification = classification;
             answer.timings.classify_ms = classify_ms;
             answer.timings.total_ms = ms(start);
-            // A reply to small talk claims nothing about the documents.
-            answer.confidence = 1.0;
-            answer.confidence_band = options.confidence_bands().band(1.0);
+            // A reply to small talk claims nothing about the documents, and is about the
+            // question by construction.
+            answer.set_confidence(1.0, 1.0, None, options);
             tracing::info!(stage = "answer", "chitchat answered without retrieval");
             return Ok(answer);
         }
@@ -117,6 +124,12 @@ impl Pipeline {
     ) -> Result<(Answer, Vec<String>)> {
         let query = request.query.trim();
         let intent = classification.as_ref().map(|c| c.intent);
+        // What the sources are held against for relevance: the text recall searched for (the
+        // [SEARCH] phrase of a two-phase query, with the full names of aliased people).
+        let relevance_text = match parse::plan(query, self.two_phase, None) {
+            Ok(plan) => with_people(&plan.recall, classification.as_ref()),
+            Err(_) => query.to_string(),
+        };
         let response = self.search_with(request)?;
         let tags = match self.query.answer_cache {
             Some(_) => self.cache_tags(&response),
@@ -170,11 +183,32 @@ impl Pipeline {
         let nei = is_not_enough_information(&text);
         answer.citations = distinct_citations(&text);
         answer.text = text;
-        answer.confidence = if nei { 0.0 } else { report.confidence };
-        answer.confidence_band = options.confidence_bands().band(answer.confidence);
+        // The sources the generator was given, with their full text and reranker score.
+        let given: Vec<(String, Option<f32>)> = prompt
+            .sources
+            .iter()
+            .filter_map(|s| hits.iter().find(|h| h.id() == s.id))
+            .map(|h| (h.document.full_text(), h.rerank_score))
+            .collect();
+        let given: Vec<SourceScores<'_>> = given
+            .iter()
+            .map(|(text, rerank_score)| SourceScores {
+                text,
+                rerank_score: *rerank_score,
+            })
+            .collect();
+        let (relevance, basis) =
+            match crate::answer::relevance(options.relevance_measure(), &relevance_text, &given) {
+                Some((r, used)) => (r, Some(used)),
+                None => (0.0, None),
+            };
+        let grounding = if nei { 0.0 } else { report.confidence };
+        answer.set_confidence(grounding, relevance, basis, options);
         tracing::info!(
             stage = "answer",
             confidence = answer.confidence,
+            relevance = answer.relevance,
+            band = ?answer.confidence_band,
             not_enough_information = nei,
             generate_ms = answer.timings.generate_ms,
             "answer done"
@@ -184,7 +218,9 @@ impl Pipeline {
         answer.flags.not_enough_information = nei;
         answer.flags.invalid_citations = !report.invalid_citations.is_empty();
         answer.flags.context_truncated = prompt.sources.iter().any(|s| s.truncated);
-        answer.sources = prompt.sources;
+        if options.includes_sources() {
+            answer.sources = prompt.sources;
+        }
         answer.grounding = Some(report);
         answer.generator = Some(generator.name().to_string());
         answer.finish_reason = generation.finish_reason;

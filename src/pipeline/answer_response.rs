@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::Timings;
 use crate::answer::{
     distinct_citations, Citation, ConfidenceBand, ConfidenceBands, ContextSource, GroundingChecker,
-    GroundingReport, PromptBuilder, SourceBrief,
+    GroundingReport, PromptBuilder, RelevanceMeasure, SourceBrief,
 };
 use crate::classify::{Classification, Intent};
 use crate::{Error, Result};
@@ -69,6 +69,9 @@ pub struct AnswerOptions {
     seed: u64,
     chitchat: ChitchatMode,
     bands: ConfidenceBands,
+    relevance: RelevanceMeasure,
+    relevance_bands: ConfidenceBands,
+    include_sources: bool,
 }
 
 impl Default for AnswerOptions {
@@ -83,6 +86,9 @@ impl Default for AnswerOptions {
             seed: 42,
             chitchat: ChitchatMode::default(),
             bands: ConfidenceBands::default(),
+            relevance: RelevanceMeasure::default(),
+            relevance_bands: ConfidenceBands::relevance(),
+            include_sources: true,
         }
     }
 }
@@ -142,6 +148,43 @@ impl AnswerOptions {
     /// The confidence bands.
     pub fn confidence_bands(&self) -> ConfidenceBands {
         self.bands
+    }
+
+    /// Sets how the relevance of the sources to the question is measured (default
+    /// [`RelevanceMeasure::QueryTerms`]; a config picks it from the reranker type).
+    pub fn relevance(mut self, measure: RelevanceMeasure) -> Self {
+        self.relevance = measure;
+        self
+    }
+
+    /// The relevance measure.
+    pub fn relevance_measure(&self) -> RelevanceMeasure {
+        self.relevance
+    }
+
+    /// Sets where the relevance bands start (default [`ConfidenceBands::relevance`]: high from
+    /// 0.6, medium from 0.4).
+    pub fn relevance_bands(mut self, bands: ConfidenceBands) -> Self {
+        self.relevance_bands = bands;
+        self
+    }
+
+    /// The relevance bands.
+    pub fn relevance_confidence_bands(&self) -> ConfidenceBands {
+        self.relevance_bands
+    }
+
+    /// Whether the answer lists its sources (default true). With `false`, [`Answer::sources`]
+    /// is empty: the text keeps its `[Source: ...]` citations, and grounding and relevance are
+    /// still measured against the sources the generator was given.
+    pub fn include_sources(mut self, include: bool) -> Self {
+        self.include_sources = include;
+        self
+    }
+
+    /// Whether the answer lists its sources.
+    pub fn includes_sources(&self) -> bool {
+        self.include_sources
     }
 
     /// The prompt builder.
@@ -215,6 +258,10 @@ pub struct AnswerFlags {
     pub context_truncated: bool,
     /// The answer cites something that is not among the sources.
     pub invalid_citations: bool,
+    /// The sources hardly match the question: the answer's relevance is in the `low` band
+    /// (see [`Answer::relevance`]), so the answer is at most `low` however well grounded.
+    #[serde(default)]
+    pub low_relevance: bool,
 }
 
 /// Milliseconds spent in each step of one answer; steps that did not run are `None`.
@@ -248,12 +295,32 @@ pub struct Answer {
     pub text: String,
     /// The distinct citations in the text, in order of first appearance.
     pub citations: Vec<Citation>,
-    /// The sources the generator was given (id, source, page, excerpt, score), best first.
+    /// The sources the generator was given (id, source, page, excerpt, score), best first;
+    /// empty when the call asked for none ([`AnswerOptions::include_sources`]).
     pub sources: Vec<ContextSource>,
-    /// Share of the answer's claim sentences a source supports; 0 for a not-enough-information
-    /// answer, 1 for a chitchat reply (nothing is claimed about the documents).
+    /// Grounding: the share of the answer's claim sentences a source supports; 0 for a
+    /// not-enough-information answer, 1 for a chitchat reply (nothing is claimed about the
+    /// documents). It says whether the answer keeps to its sources, not whether they are about
+    /// the question: that is [`Answer::relevance`].
     pub confidence: f32,
-    /// The band of `confidence` ([`AnswerOptions::bands`]).
+    /// The band of `confidence` (grounding) on [`AnswerOptions::bands`].
+    #[serde(default = "low_band")]
+    pub grounding_band: ConfidenceBand,
+    /// Relevance: how well the sources the generator was given match the question, in
+    /// `[0, 1]`, for the best source, measured as `relevance_basis` says (the share of the
+    /// question's terms a source has, or the reranker's calibrated score). 0 without sources,
+    /// 1 for a chitchat reply.
+    #[serde(default)]
+    pub relevance: f32,
+    /// What `relevance` was computed from; `None` when nothing was measured (chitchat, no
+    /// sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relevance_basis: Option<RelevanceMeasure>,
+    /// The band of `relevance` on [`AnswerOptions::relevance_bands`].
+    #[serde(default = "low_band")]
+    pub relevance_band: ConfidenceBand,
+    /// The answer's band: the weaker of `grounding_band` and `relevance_band`. A well-grounded
+    /// answer from sources that do not match the question is not `high`.
     pub confidence_band: ConfidenceBand,
     /// The query's intent, when a classifier is set.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -286,6 +353,24 @@ impl Answer {
         self.sources.iter().map(SourceBrief::from_source).collect()
     }
 
+    /// Sets the grounding and relevance figures, their bands, the answer's band (the weaker)
+    /// and [`AnswerFlags::low_relevance`].
+    pub fn set_confidence(
+        &mut self,
+        grounding: f32,
+        relevance: f32,
+        basis: Option<RelevanceMeasure>,
+        options: &AnswerOptions,
+    ) {
+        self.confidence = grounding;
+        self.grounding_band = options.confidence_bands().band(grounding);
+        self.relevance = relevance;
+        self.relevance_basis = basis;
+        self.relevance_band = options.relevance_confidence_bands().band(relevance);
+        self.confidence_band = self.grounding_band.weaker(self.relevance_band);
+        self.flags.low_relevance = self.relevance_band == ConfidenceBand::Low;
+    }
+
     /// An answer with `text` and nothing else filled in.
     pub fn bare(query: impl Into<String>, text: impl Into<String>) -> Self {
         let text = text.into();
@@ -295,6 +380,10 @@ impl Answer {
             text,
             sources: Vec::new(),
             confidence: 0.0,
+            grounding_band: ConfidenceBand::Low,
+            relevance: 0.0,
+            relevance_basis: None,
+            relevance_band: ConfidenceBand::Low,
             confidence_band: ConfidenceBand::Low,
             intent: None,
             classification: None,
@@ -307,6 +396,11 @@ impl Answer {
             timings: AnswerTimings::default(),
         }
     }
+}
+
+/// The band of answers stored before bands were split (they read back as `low`).
+fn low_band() -> ConfidenceBand {
+    ConfidenceBand::Low
 }
 
 #[cfg(test)]

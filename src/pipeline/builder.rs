@@ -29,6 +29,7 @@ pub struct PipelineBuilder {
     two_phase: Option<TwoPhaseMode>,
     modes: RecallModes,
     instructions: Option<Instructions>,
+    reranker_mode: Option<String>,
 }
 
 impl PipelineBuilder {
@@ -91,6 +92,13 @@ impl PipelineBuilder {
     /// Sets the stage-2 reranker (a `Box<dyn Reranker>` or an `Arc<dyn Reranker>` is one too).
     pub fn reranker(mut self, reranker: impl Reranker + 'static) -> Self {
         self.reranker = Some(Box::new(reranker));
+        self
+    }
+
+    /// Describes the reranker's mode for the log line `build()` writes ("qwen3 (DIR),
+    /// fallback: lexical overlap on failure"); without it the reranker's name is logged.
+    pub fn reranker_mode(mut self, mode: impl Into<String>) -> Self {
+        self.reranker_mode = Some(mode.into());
         self
     }
 
@@ -240,6 +248,19 @@ impl PipelineBuilder {
         let embedder = self
             .embedder
             .map(|e| Arc::new(Guarded::<dyn Embedder>(Box::new(e))) as Arc<dyn Embedder>);
+        let reranker_mode = match (&self.reranker, self.reranker_mode) {
+            (None, _) => "none (stage-1 order)".to_string(),
+            (Some(_), Some(mode)) => mode,
+            (Some(r), None) => r.name().to_string(),
+        };
+        tracing::info!(
+            stage = "build",
+            reranker = %reranker_mode,
+            two_phase = ?self.two_phase,
+            instructions = self.instructions.is_some(),
+            final_blend = ?self.options.final_blend,
+            "pipeline built: reranker mode {reranker_mode}"
+        );
         Ok(Pipeline {
             retriever: Box::new(Guarded(retriever)),
             reranker: self
@@ -255,6 +276,7 @@ impl PipelineBuilder {
             two_phase: self.two_phase,
             modes: self.modes,
             instructions: self.instructions,
+            two_phase_counts: Default::default(),
         })
     }
 }

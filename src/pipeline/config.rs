@@ -337,9 +337,24 @@ impl PipelineConfig {
         Ok(())
     }
 
-    /// The answer options of the `grounding` section (defaults without one).
+    /// The answer options of the `grounding` section (defaults without one). Without
+    /// `grounding.relevance`, the relevance measure follows the reranker type: a logit's
+    /// sigmoid for `cross_encoder` and `mxbai`, the probability for `qwen3`, the question's
+    /// terms in the sources otherwise (`lexical`, `embedding`, `colbert`, `model` whose score
+    /// scale the config does not know, or no reranker).
     pub fn answer_options(&self) -> Result<AnswerOptions> {
-        self.grounding.clone().unwrap_or_default().answer_options()
+        let mut grounding = self.grounding.clone().unwrap_or_default();
+        if grounding.relevance.is_none() {
+            use crate::answer::RelevanceMeasure;
+            grounding.relevance = Some(match self.reranker.as_ref().map(|r| r.kind) {
+                Some(RerankerKind::CrossEncoder | RerankerKind::Mxbai) => {
+                    RelevanceMeasure::RerankerSigmoid
+                }
+                Some(RerankerKind::Qwen3) => RelevanceMeasure::RerankerProbability,
+                _ => RelevanceMeasure::QueryTerms,
+            });
+        }
+        grounding.answer_options()
     }
 
     /// A builder holding every configured stage, with `docs` (plus the `corpus` file, if set)
@@ -392,7 +407,7 @@ impl PipelineConfig {
             builder = builder.default_mode(mode.clone());
         }
         if let Some(r) = &self.reranker {
-            builder = builder.reranker(r.build()?);
+            builder = builder.reranker(r.build()?).reranker_mode(r.mode());
             if let Some(i) = &r.instructions {
                 builder = builder.instructions(i.clone());
             }

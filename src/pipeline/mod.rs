@@ -13,6 +13,7 @@
 
 mod answer;
 mod answer_response;
+mod blend;
 mod builder;
 mod config;
 mod dry_run;
@@ -33,6 +34,7 @@ pub use answer_response::{
     canned_chitchat_reply, Answer, AnswerFlags, AnswerOptions, AnswerTimings, ChitchatMode,
     CHITCHAT_SYSTEM_PROMPT,
 };
+pub use blend::FinalBlend;
 pub use builder::PipelineBuilder;
 pub use config::{
     read_lexicon, CacheSection, CacheStoreKind, ClassifierConfig, EmbedderConfig, FallbackConfig,
@@ -43,7 +45,7 @@ pub use dry_run::SearchPlan;
 pub use modes::HYBRID_MODE;
 pub use options::{DedupKey, SearchOptions};
 pub use request::SearchRequest;
-pub use response::{SearchResponse, Timings};
+pub use response::{SearchResponse, Timings, TwoPhaseStats};
 pub use stage2::{InstructionSource, UsedInstruction};
 
 use modes::RecallModes;
@@ -70,6 +72,7 @@ pub struct Pipeline {
     two_phase: Option<TwoPhaseMode>,
     modes: RecallModes,
     instructions: Option<Instructions>,
+    two_phase_counts: response::TwoPhaseCounters,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -135,6 +138,12 @@ impl Pipeline {
         self.query.answer_cache.as_ref()
     }
 
+    /// How queries used the two-phase format since the pipeline was built: parsed queries and
+    /// parse failures (all zero when two-phase queries are off).
+    pub fn two_phase_stats(&self) -> TwoPhaseStats {
+        self.two_phase_counts.stats()
+    }
+
     /// Searches with the pipeline's defaults.
     pub fn search(&self, query: &str) -> Result<SearchResponse> {
         self.search_with(&SearchRequest::new(query))
@@ -167,7 +176,15 @@ impl Pipeline {
             return Err(Error::InvalidInput("top_k must be at least 1".into()));
         }
         let mut timings = Timings::default();
-        let plan = parse::plan(query, self.two_phase, request.instruction.as_deref())?;
+        let plan = parse::plan(query, self.two_phase, request.instruction.as_deref());
+        if self.two_phase.is_some() {
+            let parsed = matches!(&plan, Ok(p) if p.two_phase.is_some());
+            self.two_phase_counts.count(parsed);
+            if !parsed {
+                tracing::info!(stage = "parse", "two-phase parse failure");
+            }
+        }
+        let plan = plan?;
 
         let classification = self.classifier.as_ref().map(|c| {
             let t = Instant::now();
@@ -290,7 +307,9 @@ impl Pipeline {
 }
 
 impl Pipeline {
-    /// The hint to reformulate, when the best of `hits` scores below the floor.
+    /// The hint to reformulate, when the best of `hits` scores below the floor (on its
+    /// reranker score when stage 2 scored it: a [`FinalBlend`] score is relative to the other
+    /// candidates, the reranker's is not).
     fn reformulate_hint(&self, hits: &[Hit]) -> Option<String> {
         let floor = self.options.reformulate_below?;
         match hits.first() {
@@ -298,10 +317,10 @@ impl Pipeline {
                 "nothing matched: try other words, or a shorter [SEARCH] phrase with the key terms"
                     .into(),
             ),
-            Some(best) if best.score < floor => Some(format!(
+            Some(best) if best.rerank_score.unwrap_or(best.score) < floor => Some(format!(
                 "the best match scores {:.2}, below {floor:.2}: try rephrasing with the specific \
                  terms the documents would use, or a shorter [SEARCH] phrase",
-                best.score
+                best.rerank_score.unwrap_or(best.score)
             )),
             Some(_) => None,
         }

@@ -38,6 +38,12 @@ pub struct SearchOptions {
     /// default: none). The floor is on the final score, so it depends on the scorer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reformulate_below: Option<f32>,
+    /// The hybrid final ranking of the reranked candidates: `reranker x 0.6 + stage 1 x 0.3 +
+    /// recency x 0.1` by default, each term normalized to `[0, 1]` ([`FinalBlend`](super::FinalBlend);
+    /// default: none, the reranker's score orders them). `final_blend: {}` in a config is the
+    /// two-phase knowledge base plan's weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_blend: Option<super::FinalBlend>,
 }
 
 impl Default for SearchOptions {
@@ -52,6 +58,7 @@ impl Default for SearchOptions {
             rerank_depth: None,
             skip_rerank_within_top_k: false,
             reformulate_below: None,
+            final_blend: None,
         }
     }
 }
@@ -86,6 +93,9 @@ impl SearchOptions {
         }
         for f in &self.filters {
             f.validate()?;
+        }
+        if let Some(blend) = &self.final_blend {
+            blend.validate()?;
         }
         if self.rerank_depth == Some(0) {
             return Err(Error::Config(

@@ -84,3 +84,50 @@ pub struct SearchResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reformulate: Option<String>,
 }
+
+/// How the queries of a pipeline with two-phase queries on
+/// ([`PipelineBuilder::two_phase`](super::PipelineBuilder::two_phase)) used the format, counted
+/// by [`Pipeline::search_with`](super::Pipeline::search_with) (and so by `answer`) since the
+/// pipeline was built: [`Pipeline::two_phase_stats`](super::Pipeline::two_phase_stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TwoPhaseStats {
+    /// Queries in the `[SEARCH] ... [TASK] ...` format, parsed.
+    pub parsed: u64,
+    /// Queries that did not parse: refused in strict mode, searched whole in lenient mode.
+    pub parse_failures: u64,
+}
+
+impl TwoPhaseStats {
+    /// The format's adoption: the share of queries that used it (0 before any query).
+    pub fn adoption(&self) -> f64 {
+        let total = self.parsed + self.parse_failures;
+        if total == 0 {
+            0.0
+        } else {
+            self.parsed as f64 / total as f64
+        }
+    }
+}
+
+/// The counters behind [`TwoPhaseStats`].
+#[derive(Debug, Default)]
+pub(super) struct TwoPhaseCounters {
+    parsed: std::sync::atomic::AtomicU64,
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl TwoPhaseCounters {
+    /// Counts one query: parsed or not.
+    pub(super) fn count(&self, parsed: bool) {
+        let counter = if parsed { &self.parsed } else { &self.failures };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub(super) fn stats(&self) -> TwoPhaseStats {
+        TwoPhaseStats {
+            parsed: self.parsed.load(std::sync::atomic::Ordering::Relaxed),
+            parse_failures: self.failures.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}

@@ -349,6 +349,41 @@ impl RerankerConfig {
         }
     }
 
+    /// The reranker mode in words, as the pipeline logs it when built: the type, its model,
+    /// and what scores when it fails or is late ("qwen3 (models/qwen3), fallback: lexical
+    /// overlap after 800 ms").
+    ///
+    /// ```
+    /// use rerank::pipeline::{RerankerConfig, RerankerKind};
+    /// assert_eq!(RerankerConfig::new(RerankerKind::Lexical, None).mode(), "lexical, no fallback");
+    /// ```
+    pub fn mode(&self) -> String {
+        let kind = serde_json::to_value(self.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{:?}", self.kind));
+        let mut out = match &self.model {
+            Some(m) => format!("{kind} ({})", m.display()),
+            None => kind,
+        };
+        match &self.fallback {
+            None => out.push_str(", no fallback"),
+            Some(f) => {
+                match &f.embedding_model {
+                    Some(m) => {
+                        out.push_str(&format!(", fallback: embedding cosine ({})", m.display()))
+                    }
+                    None => out.push_str(", fallback: lexical overlap"),
+                }
+                match f.budget_ms {
+                    Some(ms) => out.push_str(&format!(" on failure or after {ms} ms")),
+                    None => out.push_str(" on failure"),
+                }
+            }
+        }
+        out
+    }
+
     pub(super) fn build(&self) -> Result<Box<dyn Reranker>> {
         let primary = self.build_primary()?;
         let Some(fallback) = &self.fallback else {
@@ -755,7 +790,8 @@ pub enum GeneratorConfig {
         base_url: String,
         /// The model name.
         model: String,
-        /// The environment variable holding the API key (default: none).
+        /// The environment variable holding the API key (default: none, no key is sent, as
+        /// local servers want). When named, it must be set: building fails otherwise.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_key_env: Option<String>,
         /// Request timeout in seconds (default 60).
@@ -818,6 +854,14 @@ fn openai(
         .model(model)
         .timeout(Duration::from_secs(timeout_secs));
     if let Some(env) = api_key_env {
+        // A key the config asks for must be there: sending keyless requests to a hosted API
+        // would only fail later, at the first question, with a 401.
+        if std::env::var(env).map_or(true, |v| v.trim().is_empty()) {
+            return Err(Error::Config(format!(
+                "generator.api_key_env: the environment variable {env} is not set (or empty); \
+                 set it to the API key, or leave api_key_env out for a server without keys"
+            )));
+        }
         b = b.api_key_env(env);
     }
     Ok(Arc::new(b.build()?))
@@ -854,11 +898,26 @@ pub struct GroundingConfig {
     /// How chitchat is answered: `canned` (default) or `generator` (the configured generator
     /// writes the reply).
     pub chitchat: super::ChitchatMode,
+    /// How the relevance of an answer's sources to its question is measured: `query_terms`,
+    /// `reranker_sigmoid` or `reranker_probability` (default: from the reranker type:
+    /// `reranker_sigmoid` for `cross_encoder` and `mxbai`, `reranker_probability` for `qwen3`,
+    /// `query_terms` otherwise). See [`RelevanceMeasure`](crate::answer::RelevanceMeasure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relevance: Option<crate::answer::RelevanceMeasure>,
+    /// Relevance at or above which it is `high` (default 0.6).
+    pub relevance_high: f32,
+    /// Relevance at or above which it is `medium` (default 0.4); below, `low`. An answer's band
+    /// is the weaker of its grounding band and its relevance band.
+    pub relevance_medium: f32,
+    /// Whether answers list their sources (default true; a request can turn it off, see
+    /// [`AnswerOptions::include_sources`]).
+    pub include_sources: bool,
 }
 
 impl Default for GroundingConfig {
     fn default() -> Self {
         let bands = crate::answer::ConfidenceBands::default();
+        let relevance = crate::answer::ConfidenceBands::relevance();
         GroundingConfig {
             threshold: 0.5,
             min_score: None,
@@ -866,6 +925,10 @@ impl Default for GroundingConfig {
             high: bands.high,
             medium: bands.medium,
             chitchat: super::ChitchatMode::default(),
+            relevance: None,
+            relevance_high: relevance.high,
+            relevance_medium: relevance.medium,
+            include_sources: true,
         }
     }
 }
@@ -877,7 +940,13 @@ impl GroundingConfig {
             .prompt(PromptBuilder::new().max_sources(self.max_sources))
             .checker(GroundingChecker::new().threshold(self.threshold)?)
             .bands(crate::answer::ConfidenceBands::new(self.high, self.medium)?)
-            .chitchat(self.chitchat);
+            .relevance(self.relevance.unwrap_or_default())
+            .relevance_bands(
+                crate::answer::ConfidenceBands::new(self.relevance_high, self.relevance_medium)
+                    .map_err(|e| Error::Config(format!("grounding.relevance_high/medium: {e}")))?,
+            )
+            .chitchat(self.chitchat)
+            .include_sources(self.include_sources);
         if let Some(m) = self.min_score {
             o = o.min_score(m);
         }

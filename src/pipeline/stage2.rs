@@ -178,6 +178,11 @@ impl Pipeline {
             // score instead of above it; `rerank_score` keeps what the reranker said.
             h.score = if s.is_finite() { s } else { f32::NEG_INFINITY };
         }
+        if let Some(blend) = &self.options.final_blend {
+            // The hybrid final ranking: reranker, stage 1 and recency, each normalized (the
+            // hits stay in stage-1 order here: the ordering below sorts by score).
+            blend.apply(&mut head);
+        }
         let mut hits = self.order_reranked(query, classification, head);
         hits.extend(tail);
         Stage2 {

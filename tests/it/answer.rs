@@ -482,3 +482,110 @@ fn pii_in_a_chitchat_query_is_refused_before_answering() {
     assert!(matches!(err, rerank::Error::PiiRefused { .. }), "{err}");
     assert!(!err.to_string().contains("someone@example.com"));
 }
+
+/// Scores every document with the same logit.
+struct FixedLogit(f32);
+impl rerank::Reranker for FixedLogit {
+    fn score(&self, _q: &rerank::rerankers::RerankQuery, docs: &[&str]) -> Result<Vec<f32>> {
+        Ok(vec![self.0; docs.len()])
+    }
+    fn name(&self) -> &str {
+        "fixed-logit"
+    }
+}
+
+#[test]
+fn relevance_comes_from_the_question_terms_or_the_rerankers_calibrated_score() {
+    use rerank::answer::{ConfidenceBand, RelevanceMeasure};
+    // Query terms: "costs" and "2023" are in the report, "Oslo" is not: 2 of 3.
+    let (p, _) = pipeline(None, corpus());
+    let a = p.answer("What were the costs in 2023 in Oslo?").unwrap();
+    assert_eq!(a.relevance_basis, Some(RelevanceMeasure::QueryTerms));
+    assert!((a.relevance - 2.0 / 3.0).abs() < 1e-6, "{}", a.relevance);
+    assert_eq!(a.relevance_band, ConfidenceBand::High);
+    // The answer's band is the weaker of grounding's and relevance's.
+    let strict = AnswerOptions::new()
+        .relevance_bands(rerank::answer::ConfidenceBands::new(0.9, 0.5).unwrap());
+    let a = p
+        .answer_with(
+            &rerank::pipeline::SearchRequest::new("What were the costs in 2023 in Oslo?"),
+            &strict,
+        )
+        .unwrap();
+    assert_eq!(a.grounding_band, ConfidenceBand::High);
+    assert_eq!(
+        (a.relevance_band, a.confidence_band),
+        (ConfidenceBand::Medium, ConfidenceBand::Medium)
+    );
+    assert!(!a.flags.low_relevance);
+
+    // A cross-encoder's logit through its sigmoid: -2 is p = 0.12, low whatever the terms.
+    let reranked = |logit: f32| {
+        Pipeline::builder()
+            .retriever(Fixed {
+                hits: corpus(),
+                calls: Arc::new(Mutex::new(0)),
+            })
+            .reranker(FixedLogit(logit))
+            .build()
+            .unwrap()
+    };
+    let sigmoid = AnswerOptions::new().relevance(RelevanceMeasure::RerankerSigmoid);
+    let q = rerank::pipeline::SearchRequest::new("What were the costs in 2023?");
+    let a = reranked(-2.0).answer_with(&q, &sigmoid).unwrap();
+    assert_eq!(a.relevance_basis, Some(RelevanceMeasure::RerankerSigmoid));
+    assert!((a.relevance - 1.0 / (1.0 + 2f32.exp())).abs() < 1e-6);
+    assert_eq!(a.confidence, 1.0);
+    assert_eq!(a.confidence_band, ConfidenceBand::Low);
+    assert!(a.flags.low_relevance);
+    let a = reranked(3.0).answer_with(&q, &sigmoid).unwrap();
+    assert_eq!(a.confidence_band, ConfidenceBand::High);
+    // Without reranker scores (no reranker) the measure falls back to the question's terms.
+    let (p, _) = pipeline(None, corpus());
+    let a = p.answer_with(&q, &sigmoid).unwrap();
+    assert_eq!(a.relevance_basis, Some(RelevanceMeasure::QueryTerms));
+
+    // Chitchat measures nothing; not-enough-information has no sources to measure.
+    let a = p.answer("Hello!").unwrap();
+    assert_eq!((a.relevance, a.relevance_basis), (1.0, None));
+    let (none, _) = pipeline(None, Vec::new());
+    let a = none.answer("What were the costs?").unwrap();
+    assert_eq!((a.relevance, a.relevance_basis), (0.0, None));
+    assert_eq!(a.confidence_band, ConfidenceBand::Low);
+
+    // An answer stored before these fields existed still reads back (the answer cache).
+    let mut old = serde_json::to_value(&a).unwrap();
+    for key in ["grounding_band", "relevance", "relevance_band"] {
+        old.as_object_mut().unwrap().remove(key);
+    }
+    let back: Answer = serde_json::from_value(old).unwrap();
+    assert_eq!(back.relevance_band, ConfidenceBand::Low);
+}
+
+/// Issue 53, PDF QA: a request can leave the sources out; the citations stay in the text, and
+/// grounding is still checked against the sources the generator was given.
+#[test]
+fn include_sources_false_leaves_the_sources_out() {
+    let (p, _) = pipeline(None, corpus());
+    let q = rerank::pipeline::SearchRequest::new("What were the costs in 2023?");
+    let with = p.answer_with(&q, &AnswerOptions::new()).unwrap();
+    let without = p
+        .answer_with(&q, &AnswerOptions::new().include_sources(false))
+        .unwrap();
+    assert!(!with.sources.is_empty());
+    assert!(without.sources.is_empty() && without.brief_sources().is_empty());
+    assert_eq!(without.text, with.text);
+    assert!(without.text.contains("[Source: report.pdf, Page 3]"));
+    assert_eq!(without.citations, with.citations);
+    assert_eq!(
+        (without.confidence, without.confidence_band),
+        (with.confidence, with.confidence_band)
+    );
+    assert!(without.grounding.is_some());
+    // And from a config: `grounding.include_sources: false`.
+    let config = rerank::pipeline::PipelineConfig::from_yaml_str(
+        "retriever: { type: bm25 }\ngrounding: { include_sources: false }\n",
+    )
+    .unwrap();
+    assert!(!config.answer_options().unwrap().includes_sources());
+}
