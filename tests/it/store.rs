@@ -298,7 +298,7 @@ fn a_newer_schema_is_refused_and_left_untouched() {
     match Store::open(&db.0) {
         Err(Error::UnsupportedSchema {
             found: 7,
-            supported: 2,
+            supported: rerank::store::SCHEMA_VERSION,
             ..
         }) => {}
         other => panic!("expected UnsupportedSchema, got {other:?}"),
