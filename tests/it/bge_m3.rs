@@ -9,7 +9,8 @@
 //!   FlagEmbedding's `colbert_score` (MaxSim / query vectors) within 1e-5 (relative above 1);
 //! - the empty text, punctuation only, repeated tokens, unknown characters, a literal `<mask>`,
 //!   leading and trailing spaces, texts over max_length;
-//! - the folder stays a dense embedder for `load_embedder`; the ids follow the head weights;
+//! - the folder stays a dense embedder for `load_embedder`; `ColbertReranker` over it ranks as
+//!   FlagEmbedding's `colbert_score` (its score the MaxSim sum); the ids follow the head weights;
 //! - refusals naming the file and the key: only the `.pt` heads (with the command that
 //!   converts them), a sparse head whose width is not the hidden size or with more than one
 //!   output, a ColBERT head of the wrong shape, a bias of the wrong length, an extra tensor.
@@ -104,6 +105,9 @@ fn cosine_error(got: &Array2<f32>, want: &Value, what: &str) -> f64 {
     worst
 }
 
+/// A text's sparse vector and ColBERT vectors, encoded alone and in the batch.
+type Encoded = (SparseVector, Array2<f32>, SparseVector, Array2<f32>);
+
 #[test]
 fn sparse_weights_and_colbert_vectors_match_flagembedding_single_and_batched() {
     let expected = expected();
@@ -140,7 +144,7 @@ fn sparse_weights_and_colbert_vectors_match_flagembedding_single_and_batched() {
                 (sparse_batched.len(), colbert_batched.len()),
                 (texts.len(), texts.len())
             );
-            let mut singles = Vec::new();
+            let mut singles: Vec<Encoded> = Vec::new();
             for (i, item) in items.iter().enumerate() {
                 let what = format!("{case} {key}[{i}] {:?}", texts[i]);
                 let ids: Vec<u32> = numbers(item, "ids");
@@ -162,11 +166,10 @@ fn sparse_weights_and_colbert_vectors_match_flagembedding_single_and_batched() {
                     &item["vectors_batched"],
                     &format!("{what} batched"),
                 ));
-                singles.push((s, c));
+                singles.push((s, c, sparse_batched[i].clone(), colbert_batched[i].clone()));
             }
             encoded.push(singles);
         }
-        let (queries, documents) = (&encoded[0], &encoded[1]);
         let grid =
             |key: &str| -> Vec<Vec<f64>> { serde_json::from_value(want[key].clone()).unwrap() };
         let (lexical, flag_colbert, sums) = (
@@ -174,41 +177,51 @@ fn sparse_weights_and_colbert_vectors_match_flagembedding_single_and_batched() {
             grid("colbert_scores"),
             grid("maxsim"),
         );
-        let mut score_errors = [0f64; 3];
-        for (qi, (q_sparse, q_vectors)) in queries.iter().enumerate() {
-            for (di, (d_sparse, d_vectors)) in documents.iter().enumerate() {
-                let sum = maxsim(q_vectors.view(), d_vectors.view()) as f64;
-                let got = [
-                    q_sparse.dot(d_sparse) as f64,
-                    sum,
-                    sum / q_vectors.nrows() as f64,
-                ];
-                let want = [lexical[qi][di], sums[qi][di], flag_colbert[qi][di]];
-                for k in 0..3 {
-                    // Relative above 1: a MaxSim sum of 63 query vectors is ~40.
-                    let err = (got[k] - want[k]).abs() / want[k].abs().max(1.0);
-                    assert!(
-                        err <= 1e-5,
-                        "{case} q{qi} d{di} score {k}: {got:?} vs {want:?}"
-                    );
-                    score_errors[k] = score_errors[k].max(err);
+        // [lexical, MaxSim sum, colbert_score] x [single, batched]
+        let mut score_errors = [[0f64; 2]; 3];
+        for (b, batched) in [false, true].into_iter().enumerate() {
+            let pick = |e: &Encoded| match batched {
+                true => (e.2.clone(), e.3.clone()),
+                false => (e.0.clone(), e.1.clone()),
+            };
+            for (qi, q) in encoded[0].iter().map(pick).enumerate() {
+                for (di, d) in encoded[1].iter().map(pick).enumerate() {
+                    let sum = maxsim(q.1.view(), d.1.view()) as f64;
+                    let got = [q.0.dot(&d.0) as f64, sum, sum / q.1.nrows() as f64];
+                    let want = [lexical[qi][di], sums[qi][di], flag_colbert[qi][di]];
+                    for k in 0..3 {
+                        // Relative above 1: a MaxSim sum of 63 query vectors is ~40.
+                        let err = (got[k] - want[k]).abs() / want[k].abs().max(1.0);
+                        assert!(
+                            err <= 1e-5,
+                            "{case} q{qi} d{di} score {k} (batched {batched}): {got:?} vs {want:?}"
+                        );
+                        score_errors[k][b] = score_errors[k][b].max(err);
+                    }
                 }
             }
         }
+        let [lex, sum, flag] = score_errors;
         table.push(format!(
-            "{case:>6}: sparse |error| single {:.1e} batched {:.1e}, lexical score {:.1e}; \
-             ColBERT 1 - cos single {:.1e} batched {:.1e}, MaxSim (relative) {:.1e}, \
-             colbert_score {:.1e}",
+            "| {case} | {:.1e} / {:.1e} | {:.1e} / {:.1e} | {:.1e} / {:.1e} | {:.1e} / {:.1e} | \
+             {:.1e} / {:.1e} |",
             errors[0],
             errors[1],
-            score_errors[0],
+            lex[0],
+            lex[1],
             errors[2],
             errors[3],
-            score_errors[1],
-            score_errors[2]
+            sum[0],
+            sum[1],
+            flag[0],
+            flag[1]
         ));
     }
-    println!("{}", table.join("\n"));
+    println!(
+        "| case | sparse value | lexical score | ColBERT 1 - cos | MaxSim (relative) | \
+         colbert_score |\n|---|---|---|---|---|---|\n{}",
+        table.join("\n")
+    );
 }
 
 #[test]
@@ -255,8 +268,11 @@ fn copy(tag: &str) -> Broken {
     Broken::of(&root().join("m3"), tag)
 }
 
-/// Writes `tensors` (name, shape, values) as the safetensors file `file` of `dir`.
-fn write_head(dir: &Path, file: &str, tensors: &[(&str, &[usize], Vec<f32>)]) {
+/// A tensor to write: its name, shape and values.
+type Tensor<'a> = (&'a str, &'a [usize], Vec<f32>);
+
+/// Writes `tensors` as the safetensors file `file` of `dir`.
+fn write_head(dir: &Path, file: &str, tensors: &[Tensor<'_>]) {
     let device = candle_core::Device::Cpu;
     let map: HashMap<String, candle_core::Tensor> = tensors
         .iter()
@@ -331,7 +347,8 @@ fn heads_the_crate_cannot_read_are_refused_naming_file_and_key() {
         let command = format!("python scripts/convert_bge_m3_heads.py {}", b.0.display());
         assert!(e.contains(&command), "{e}");
     }
-    let cases: Vec<(&str, bool, Vec<(&str, &[usize], Vec<f32>)>, &str)> = vec![
+    // (file, whether it is the ColBERT head, its tensors, the key the error names)
+    let cases: Vec<(&str, bool, Vec<Tensor<'_>>, &str)> = vec![
         // A sparse head over another hidden size (wide's, 48).
         (
             "sparse_linear.safetensors",
@@ -422,4 +439,41 @@ fn lengths_are_checked() {
         .token_ids("rust is a systems language", Role::Document)
         .unwrap();
     assert_eq!((ids.len(), ids[0], ids[3]), (4, 0, 2));
+}
+
+#[test]
+fn a_colbert_reranker_over_bge_m3_ranks_as_flagembedding_s_colbert_score() {
+    use rerank::rerankers::ColbertReranker;
+    use rerank::Reranker;
+    let want = &expected()["m3"];
+    let reranker = ColbertReranker::from_dir(root().join("m3"), &options()).unwrap();
+    let documents: Vec<&str> = want["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["text"].as_str().unwrap())
+        .collect();
+    let scores: Vec<Vec<f64>> = serde_json::from_value(want["colbert_scores"].clone()).unwrap();
+    for (qi, query) in want["queries"].as_array().unwrap().iter().enumerate() {
+        let query = query["text"].as_str().unwrap();
+        let n = reranker
+            .encoder()
+            .token_ids(query, Role::Query)
+            .unwrap()
+            .0
+            .len()
+            - 1;
+        let ranked = reranker.rank(query, &documents, None).unwrap();
+        assert_eq!(ranked.len(), documents.len());
+        for r in &ranked {
+            // The reranker's score is the MaxSim sum: FlagEmbedding's times the vector count.
+            let flag = scores[qi][r.index] * n as f64;
+            let err = (r.score as f64 - flag).abs() / flag.abs().max(1.0);
+            assert!(err <= 1e-5, "{query:?} d{}: {} vs {flag}", r.index, r.score);
+        }
+        let mut order: Vec<usize> = (0..documents.len()).collect();
+        order.sort_by(|&a, &b| scores[qi][b].total_cmp(&scores[qi][a]));
+        let got: Vec<usize> = ranked.iter().map(|r| r.index).collect();
+        assert_eq!(got, order, "{query:?}");
+    }
 }
