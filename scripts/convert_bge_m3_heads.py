@@ -11,8 +11,8 @@ The crate reads safetensors only, so this script writes `sparse_linear.safetenso
 `colbert_linear.safetensors` (the same tensors, `weight` and `bias`, in their stored dtype)
 beside them. `rerank::embed::SparseEncoder` and `ColbertEncoder` then load the folder.
 
-Each state dict must be exactly a Linear layer's: `weight` (2-D) and `bias` (1-D, one value per
-output). The files are read with `torch.load(..., weights_only=True)`, so no code in them runs.
+Each state dict must be exactly a Linear layer's: `weight` (2-D) and, as FlagEmbedding saves
+it, `bias` (1-D, one value per output). The files are read with `torch.load(..., weights_only=True)`, so no code in them runs.
 A head whose `.safetensors` already holds the same tensors is left alone.
 
 Usage (needs torch and safetensors):
@@ -25,18 +25,21 @@ HEADS = ["sparse_linear", "colbert_linear"]
 
 
 def read_state_dict(path: Path):
-    """The `weight` and `bias` of a Linear layer's state dict saved at `path`."""
+    """The `weight` (and `bias`, if any) of a Linear layer's state dict saved at `path`."""
     import torch
 
     state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or sorted(state) != ["bias", "weight"]:
+    if not isinstance(state, dict) or sorted(state) not in (["bias", "weight"], ["weight"]):
         keys = sorted(state) if isinstance(state, dict) else type(state).__name__
         raise SystemExit(f"{path}: expected a Linear layer's state dict (weight, bias), got {keys}")
-    weight, bias = state["weight"], state["bias"]
-    if weight.dim() != 2 or bias.dim() != 1 or bias.shape[0] != weight.shape[0]:
-        raise SystemExit(f"{path}: weight {tuple(weight.shape)} and bias {tuple(bias.shape)} "
-                         "are not a Linear layer's (out, in) and (out,)")
-    return {"weight": weight.contiguous(), "bias": bias.contiguous()}
+    weight, bias = state["weight"], state.get("bias")
+    if weight.dim() != 2 or (bias is not None and tuple(bias.shape) != (weight.shape[0],)):
+        shapes = f"weight {tuple(weight.shape)}" + ("" if bias is None else f", bias {tuple(bias.shape)}")
+        raise SystemExit(f"{path}: {shapes}: not a Linear layer's (out, in) and (out,)")
+    tensors = {"weight": weight.contiguous()}
+    if bias is not None:
+        tensors["bias"] = bias.contiguous()
+    return tensors
 
 
 def same(path: Path, tensors) -> bool:
