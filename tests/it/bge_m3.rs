@@ -13,7 +13,8 @@
 //!   FlagEmbedding's `colbert_score` (its score the MaxSim sum); the ids follow the head weights;
 //! - refusals naming the file and the key: only the `.pt` heads (with the command that
 //!   converts them), a sparse head whose width is not the hidden size or with more than one
-//!   output, a ColBERT head of the wrong shape, a bias of the wrong length, an extra tensor.
+//!   output, a ColBERT head of the wrong shape, a bias of the wrong length, an extra tensor;
+//! - the ColBERT vectors on the candle engine (feature `candle`).
 #![cfg(feature = "models")]
 
 use std::collections::HashMap;
@@ -476,4 +477,32 @@ fn a_colbert_reranker_over_bge_m3_ranks_as_flagembedding_s_colbert_score() {
         let got: Vec<usize> = ranked.iter().map(|r| r.index).collect();
         assert_eq!(got, order, "{query:?}");
     }
+}
+
+/// The ColBERT head runs on candle's encoder too (the sparse encoder is the crate's kernels
+/// only, and says so).
+#[cfg(feature = "candle")]
+#[test]
+fn the_colbert_vectors_match_on_the_candle_engine() {
+    use rerank::models::Device;
+    let want = &expected()["m3"];
+    let dir = root().join("m3");
+    let colbert = ColbertEncoder::builder(&dir)
+        .options(options().device(Device::CandleCpu))
+        .build()
+        .unwrap();
+    let items = want["documents"].as_array().unwrap();
+    let texts: Vec<&str> = items.iter().map(|t| t["text"].as_str().unwrap()).collect();
+    let got = colbert.encode(&texts, Role::Document).unwrap();
+    let mut worst = 0f64;
+    for (i, item) in items.iter().enumerate() {
+        let what = format!("candle documents[{i}]");
+        worst = worst.max(cosine_error(&got[i], &item["vectors_batched"], &what));
+    }
+    println!("candle: ColBERT 1 - cos <= {worst:.1e}");
+    let e = SparseEncoder::builder(&dir)
+        .options(options().device(Device::CandleCpu))
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
 }
