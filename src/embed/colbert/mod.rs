@@ -117,12 +117,12 @@ impl ColbertBuilder {
 /// `query.nrows()` for FlagEmbedding's number).
 ///
 /// A PyLate or Stanford text is stripped, tokenized as `[CLS] text [SEP]` cut to one token
-/// short of its length, and its prefix token put after `[CLS]`. A query is then padded to `query_length` with
-/// `[MASK]` (query expansion): those tokens attend to the text but are not keys of it unless
-/// the model attends to them (`attend_to_expansion_tokens`), and every query position gives a
-/// vector. A document gives one vector per token except the skiplist's (punctuation). Each
-/// vector is the encoder's state projected by the model's Dense layers (or `linear`) and
-/// L2-normalized: what PyLate's `encode` returns.
+/// short of its length, and its prefix token put after `[CLS]`. A query is then padded to
+/// `query_length` with `[MASK]` (query expansion): those tokens attend to the text but are
+/// not keys of it unless the model attends to them (`attend_to_expansion_tokens`), and every
+/// query position gives a vector. A document gives one vector per token except the
+/// skiplist's (punctuation). Each vector is the encoder's state projected by the model's
+/// Dense layers (or `linear`) and L2-normalized: what PyLate's `encode` returns.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once.
 ///

@@ -137,9 +137,10 @@ mod encoder {
 
     impl SparseEncoderBuilder {
         /// Sets the [`ModelOptions`]: `max_length` (the longest text in tokens, special tokens
-        /// included; default the MLM transformer's `max_seq_length`, 512 for BGE-M3), `token_budget`,
-        /// `max_batch_size`, `threads`, `precision` (f32, or int8 for the encoder's layers;
-        /// the MLM head stays f32). The device must be the CPU.
+        /// included; default the MLM transformer's `max_seq_length`, 512 for BGE-M3),
+        /// `token_budget`, `max_batch_size`, `threads`, `precision` (f32, or int8 for the
+        /// encoder's layers; the MLM head and BGE-M3's sparse head stay f32). The device must
+        /// be the CPU.
         pub fn options(mut self, options: ModelOptions) -> Self {
             self.options = options;
             self
@@ -253,8 +254,8 @@ mod encoder {
         /// Encodes `texts` as `role`: one [`SparseVector`] per text, in input order.
         ///
         /// On a BGE-M3 folder, see the type's documentation (texts are not trimmed there).
-        /// Otherwise each text is trimmed. On an MLM route (a document, or a query of a model without an
-        /// inference-free query side) it is tokenized `[CLS] text [SEP]`, truncated to
+        /// Otherwise each text is trimmed. On an MLM route (a document, or a query of a model
+        /// without an inference-free query side) it is tokenized `[CLS] text [SEP]`, truncated to
         /// [`max_length`](Self::max_length) tokens, encoded and pooled (texts run in
         /// length-sorted packed batches; a text's vector does not depend on the others). On a
         /// `SparseStaticEmbedding` route it is tokenized without special tokens and each
