@@ -43,16 +43,18 @@ const UNUSED_TOKENS: [(&str, &str); 4] = [
 
 /// Whether `dir` holds BGE-M3's head `head` (its `.pt` as published, or the `.safetensors` the
 /// conversion writes).
-pub(crate) fn has_head(dir: &Path, head: &str) -> bool {
+fn has_head(dir: &Path, head: &str) -> bool {
     ["pt", "safetensors"]
         .iter()
         .any(|ext| dir.join(format!("{head}.{ext}")).is_file())
 }
 
-/// Whether `dir` is a BGE-M3 folder: it has the sparse or the ColBERT head. Such a folder is
-/// a dense embedder for [`load_embedder`](crate::load_embedder) and the rerankers; its
-/// lexical weights come from [`SparseEncoder`](crate::embed::SparseEncoder) and its token
-/// vectors from [`ColbertEncoder`](crate::embed::ColbertEncoder).
+/// Whether `dir` is a BGE-M3 folder: it has the sparse or the ColBERT head (`.pt` or
+/// `.safetensors`). Such a folder is a dense embedder for
+/// [`load_embedder`](crate::load_embedder) and the rerankers; its lexical weights come from
+/// [`SparseEncoder`](crate::embed::SparseEncoder) and its token vectors from
+/// [`ColbertEncoder`](crate::embed::ColbertEncoder), each refusing the folder, naming the
+/// file, when its own head is missing.
 pub fn is_bge_m3_dir(dir: impl AsRef<Path>) -> bool {
     let dir = dir.as_ref();
     has_head(dir, SPARSE_HEAD) || has_head(dir, COLBERT_HEAD)

@@ -348,6 +348,20 @@ fn heads_the_crate_cannot_read_are_refused_naming_file_and_key() {
         let command = format!("python scripts/convert_bge_m3_heads.py {}", b.0.display());
         assert!(e.contains(&command), "{e}");
     }
+    // One head only: the other encoder names the file it misses.
+    for (colbert, gone, kept) in [(false, "sparse", "colbert"), (true, "colbert", "sparse")] {
+        let b = copy(&format!("no-{gone}"));
+        for ext in ["pt", "safetensors"] {
+            std::fs::remove_file(b.0.join(format!("{gone}_linear.{ext}"))).unwrap();
+        }
+        assert!(is_bge_m3_dir(&b.0), "{kept} head only");
+        let e = refusal(&b.0, colbert);
+        let file =
+            b.0.join(format!("{gone}_linear.safetensors"))
+                .display()
+                .to_string();
+        assert!(e.contains(&file) && e.contains("missing"), "{e}");
+    }
     // (file, whether it is the ColBERT head, its tensors, the key the error names)
     let cases: Vec<(&str, bool, Vec<Tensor<'_>>, &str)> = vec![
         // A sparse head over another hidden size (wide's, 48).

@@ -110,7 +110,7 @@ pub(crate) struct ColbertLayout {
 }
 
 impl ColbertLayout {
-    /// Reads the layout of `dir` (BGE-M3's when it has the `colbert_linear` head, else PyLate's
+    /// Reads the layout of `dir` (BGE-M3's when it has either BGE-M3 head, else PyLate's
     /// when it has `modules.json`, Stanford's when it has `artifact.metadata`), whose encoder
     /// has `hidden`-wide states and `max_positions` positions; `tokenizer` turns the prefixes
     /// and skiplist words into ids.
@@ -120,7 +120,7 @@ impl ColbertLayout {
         hidden: usize,
         max_positions: usize,
     ) -> Result<Self> {
-        let mut layout = if bge_m3::has_head(dir.path(), COLBERT_HEAD) {
+        let mut layout = if bge_m3::is_bge_m3_dir(dir.path()) {
             Self::read_bge_m3(dir, hidden, max_positions)?
         } else if dir.path().join("modules.json").is_file() {
             Self::read_pylate(dir, tokenizer, hidden)?

@@ -15,7 +15,7 @@ use ndarray::{Array2, ArrayView2};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use self::layout::ColbertLayout;
-use super::bge_m3::{self, COLBERT_HEAD};
+use super::bge_m3;
 use super::builder::model_id;
 use super::layout::l2_normalize;
 use super::load::load_token_encoder;
@@ -190,7 +190,7 @@ impl ColbertEncoder {
         let (spec, encoder) = load_token_encoder(&model_dir, &value, options)?;
         // BGE-M3's texts are tokenized as FlagEmbedding's transformers 4.x does: the file as
         // saved.
-        let tokenizer = match bge_m3::has_head(model_dir.path(), COLBERT_HEAD) {
+        let tokenizer = match bge_m3::is_bge_m3_dir(model_dir.path()) {
             true => bge_m3::tokenizer(&model_dir, spec.vocab, None)?,
             false => model_dir.tokenizer_within(spec.vocab)?,
         };

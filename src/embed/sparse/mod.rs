@@ -40,7 +40,7 @@ mod encoder {
     use super::splade::MlmRoute;
     use super::table::StaticRoute;
     use super::SparseVector;
-    use crate::embed::bge_m3::{self, SPARSE_HEAD};
+    use crate::embed::bge_m3;
     use crate::embed::builder::role_index;
     use crate::embed::Role;
     use crate::models::{ModelDir, ModelOptions, ModelPool};
@@ -176,7 +176,7 @@ mod encoder {
 
         fn load(dir: &Path, options: &ModelOptions) -> Result<Self> {
             let root = ModelDir::folder(dir)?;
-            if bge_m3::has_head(root.path(), SPARSE_HEAD) {
+            if bge_m3::is_bge_m3_dir(root.path()) {
                 let route = M3Route::load(&ModelDir::open(dir)?, options)?;
                 return Ok(SparseEncoder {
                     id: route.id(),
