@@ -65,6 +65,25 @@ pub(crate) struct DenseLayer {
 }
 
 impl DenseLayer {
+    /// A linear layer without activation: `W x + b` with `weight` `(outputs, inputs)`
+    /// row-major and `bias` of `outputs` values (BGE-M3's heads, `embed/bge_m3.rs`);
+    /// `digest` names its weights in the embedder id.
+    pub fn linear(
+        weight: Vec<f32>,
+        bias: Option<Vec<f32>>,
+        (outputs, inputs): (usize, usize),
+        digest: String,
+    ) -> Self {
+        DenseLayer {
+            weight,
+            bias,
+            inputs,
+            outputs,
+            activation: Activation::Identity,
+            digest,
+        }
+    }
+
     /// `activation(W x + b)` of one vector `x` of the module's `in_features` values.
     pub fn apply(&self, x: &[f32]) -> Vec<f32> {
         let dot = crate::simd::dot::kernel();

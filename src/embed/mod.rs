@@ -30,6 +30,8 @@
 #[cfg(feature = "models")]
 mod bert;
 #[cfg(feature = "models")]
+pub(crate) mod bge_m3;
+#[cfg(feature = "models")]
 mod builder;
 #[cfg(feature = "models")]
 mod chat;
@@ -69,6 +71,8 @@ pub use sparse::SparseVector;
 
 #[cfg(feature = "models")]
 pub use bert::{BertEmbedder, BertEmbedderBuilder, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
+#[cfg(feature = "models")]
+pub use bge_m3::is_bge_m3_dir;
 #[cfg(feature = "models")]
 pub use builder::EmbedderBuilder;
 #[cfg(feature = "models")]

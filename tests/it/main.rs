@@ -5,6 +5,7 @@
 
 mod answer;
 mod beir_bm25;
+mod bge_m3;
 mod cache;
 #[cfg(feature = "candle")]
 mod candle;

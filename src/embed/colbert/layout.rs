@@ -9,11 +9,15 @@
 //! - Stanford's (colbert-ir/colbertv2.0): a BERT checkpoint whose `model.safetensors` holds the
 //!   projection `linear.weight` beside `bert.*`, and `artifact.metadata` with `query_token_id`,
 //!   `doc_token_id`, `query_maxlen`, `doc_maxlen` and `attend_to_mask_tokens` (read the way
-//!   PyLate converts such a folder: the skiplist is always the punctuation).
+//!   PyLate converts such a folder: the skiplist is always the punctuation);
+//! - BAAI/bge-m3's (`embed/bge_m3.rs`): an XLM-R encoder and the `colbert_linear` head
+//!   (`colbert_linear.safetensors`, converted from the published `.pt`), read as FlagEmbedding
+//!   1.4.0 encodes: no prefix, no query expansion, no skiplist, texts not stripped, the first
+//!   token's (`<s>`) vector dropped, queries and documents cut to 512 tokens.
 //!
 //! Anything the crate cannot reproduce (another module, a residual or non-linear projection, a
-//! prefix that is not one token, a similarity other than MaxSim) is refused naming the file
-//! and the key.
+//! prefix that is not one token, a similarity other than MaxSim, a head that is not
+//! `Linear(hidden, dim)`) is refused naming the file and the key.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,6 +25,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 use tokenizers::Tokenizer;
 
+use crate::embed::bge_m3::{self, COLBERT_HEAD, DEFAULT_MAX_LENGTH};
 use crate::embed::layout::{read_dense, DenseLayer};
 use crate::models::layers::config::{bad, count, flag_or, object, string};
 use crate::models::layers::weights::Weights;
@@ -78,12 +83,17 @@ impl Projection {
 /// A ColBERT model's text rules and projection.
 #[derive(Debug, Clone)]
 pub(crate) struct ColbertLayout {
-    /// `pylate` or `stanford`.
+    /// `pylate`, `stanford` or `bge-m3`.
     pub kind: &'static str,
-    /// The token put after `[CLS]` of a query, and its id.
-    pub query_prefix: (String, u32),
-    /// The token put after `[CLS]` of a document, and its id.
-    pub document_prefix: (String, u32),
+    /// The token put after `[CLS]` of a query, and its id (`None`: none).
+    pub query_prefix: Option<(String, u32)>,
+    /// The token put after `[CLS]` of a document, and its id (`None`: none).
+    pub document_prefix: Option<(String, u32)>,
+    /// Whether texts are stripped of leading and trailing whitespace first (PyLate's rule;
+    /// FlagEmbedding does not).
+    pub strip: bool,
+    /// Whether the first token's (`[CLS]`'s) vector is dropped (FlagEmbedding's BGE-M3).
+    pub skip_first: bool,
     /// Tokens of a query, prefix and expansion included.
     pub query_length: usize,
     /// The most tokens of a document, prefix included.
@@ -100,16 +110,19 @@ pub(crate) struct ColbertLayout {
 }
 
 impl ColbertLayout {
-    /// Reads the layout of `dir` (PyLate's when it has `modules.json`, Stanford's when it has
-    /// `artifact.metadata`), whose encoder has `hidden`-wide states and `max_positions`
-    /// positions; `tokenizer` turns the prefixes and skiplist words into ids.
+    /// Reads the layout of `dir` (BGE-M3's when it has either BGE-M3 head, else PyLate's
+    /// when it has `modules.json`, Stanford's when it has `artifact.metadata`), whose encoder
+    /// has `hidden`-wide states and `max_positions` positions; `tokenizer` turns the prefixes
+    /// and skiplist words into ids.
     pub fn read(
         dir: &ModelDir,
         tokenizer: &Tokenizer,
         hidden: usize,
         max_positions: usize,
     ) -> Result<Self> {
-        let mut layout = if dir.path().join("modules.json").is_file() {
+        let mut layout = if bge_m3::is_bge_m3_dir(dir.path()) {
+            Self::read_bge_m3(dir, hidden, max_positions)?
+        } else if dir.path().join("modules.json").is_file() {
             Self::read_pylate(dir, tokenizer, hidden)?
         } else if dir.path().join(STANFORD_FILE).is_file() {
             Self::read_stanford(dir, tokenizer, hidden)?
@@ -132,8 +145,30 @@ impl ColbertLayout {
                 )));
             }
         }
-        layout.mask_id = mask_id(dir, tokenizer)?;
+        if layout.query_expansion {
+            layout.mask_id = mask_id(dir, tokenizer)?;
+        }
         Ok(layout)
+    }
+
+    /// BGE-M3's layout: its `colbert_linear` head over the encoder's states.
+    fn read_bge_m3(dir: &ModelDir, hidden: usize, max_positions: usize) -> Result<Self> {
+        let head = bge_m3::read_head(dir, COLBERT_HEAD, hidden, None)?;
+        let length = DEFAULT_MAX_LENGTH.min(max_positions);
+        Ok(ColbertLayout {
+            kind: "bge-m3",
+            query_prefix: None,
+            document_prefix: None,
+            strip: false,
+            skip_first: true,
+            query_length: length,
+            document_length: length,
+            query_expansion: false,
+            attend_to_expansion: false,
+            mask_id: 0,
+            skiplist: HashSet::new(),
+            projection: Projection::Dense(vec![head]),
+        })
     }
 
     fn read_pylate(dir: &ModelDir, tokenizer: &Tokenizer, hidden: usize) -> Result<Self> {
@@ -202,8 +237,10 @@ impl ColbertLayout {
         };
         Ok(ColbertLayout {
             kind: "pylate",
-            query_prefix: prefix("query_prefix")?,
-            document_prefix: prefix("document_prefix")?,
+            query_prefix: Some(prefix("query_prefix")?),
+            document_prefix: Some(prefix("document_prefix")?),
+            strip: true,
+            skip_first: false,
             query_length: need("query_length")?,
             document_length: need("document_length")?,
             query_expansion: flag_or(&obj, "do_query_expansion", true, &file)?,
@@ -247,8 +284,10 @@ impl ColbertLayout {
         })?;
         Ok(ColbertLayout {
             kind: "stanford",
-            query_prefix: marker("query_token_id", "[unused0]")?,
-            document_prefix: marker("doc_token_id", "[unused1]")?,
+            query_prefix: Some(marker("query_token_id", "[unused0]")?),
+            document_prefix: Some(marker("doc_token_id", "[unused1]")?),
+            strip: true,
+            skip_first: false,
             query_length: need("query_maxlen")?,
             document_length: need("doc_maxlen")?,
             query_expansion: true,
@@ -267,12 +306,17 @@ impl ColbertLayout {
         };
         let mut skip: Vec<u32> = self.skiplist.iter().copied().collect();
         skip.sort_unstable();
+        // A missing prefix is `-` (the ids of the layouts with prefixes read as they did).
+        let id = |p: &Option<(String, u32)>| {
+            p.as_ref()
+                .map_or_else(|| "-".to_string(), |(_, id)| id.to_string())
+        };
         format!(
             "{}|q{}:{}|d{}:{}|x{}{}|{skip:?}|{}",
             self.kind,
-            self.query_prefix.1,
+            id(&self.query_prefix),
             self.query_length,
-            self.document_prefix.1,
+            id(&self.document_prefix),
             self.document_length,
             self.query_expansion,
             self.attend_to_expansion,

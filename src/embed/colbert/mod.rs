@@ -2,7 +2,8 @@
 //!
 //! - [`ColbertEncoder`]: a ColBERT model of PyLate's layout (answerai-colbert-small-v1,
 //!   GTE-ModernColBERT-v1, mxbai-edge-colbert) or Stanford's (colbertv2.0) on a BERT or
-//!   ModernBERT encoder, on the crate's kernels or candle (`layout` reads the directory);
+//!   ModernBERT encoder, or BAAI/bge-m3's ColBERT head on its XLM-R encoder, on the crate's
+//!   kernels or candle (`layout` reads the directory);
 //! - [`maxsim`]: the late-interaction score of a query's vectors against a document's.
 
 mod layout;
@@ -14,6 +15,7 @@ use ndarray::{Array2, ArrayView2};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use self::layout::ColbertLayout;
+use super::bge_m3;
 use super::builder::model_id;
 use super::layout::l2_normalize;
 use super::load::load_token_encoder;
@@ -101,15 +103,26 @@ impl ColbertBuilder {
 /// Transformer and PyLate `Dense` modules, `config_sentence_transformers.json` with
 /// `query_prefix`, `document_prefix`, `query_length`, `document_length`,
 /// `attend_to_expansion_tokens`, `skiplist_words`) or Stanford's (a BERT checkpoint with
-/// `linear.weight` and `artifact.metadata`), over a BERT, XLM-R or ModernBERT encoder.
+/// `linear.weight` and `artifact.metadata`), over a BERT, XLM-R or ModernBERT encoder; or a
+/// BGE-M3 folder (BAAI/bge-m3: an XLM-R encoder with `colbert_linear.safetensors`, which
+/// `scripts/convert_bge_m3_heads.py` writes from the published `colbert_linear.pt`).
 ///
-/// A text is stripped, tokenized as `[CLS] text [SEP]` cut to one token short of its length,
-/// and its prefix token put after `[CLS]`. A query is then padded to `query_length` with
-/// `[MASK]` (query expansion): those tokens attend to the text but are not keys of it unless
-/// the model attends to them (`attend_to_expansion_tokens`), and every query position gives a
-/// vector. A document gives one vector per token except the skiplist's (punctuation). Each
-/// vector is the encoder's state projected by the model's Dense layers (or `linear`) and
-/// L2-normalized: what PyLate's `encode` returns.
+/// BGE-M3 is read as FlagEmbedding 1.4.0's `BGEM3FlagModel` encodes (`layout()` is
+/// `bge-m3`): the text as `tokenizer.json` tokenizes it (not stripped, no prefix, no query
+/// expansion), cut to 512 tokens by default (FlagEmbedding's `query_max_length` and
+/// `passage_max_length`; the builder's lengths change them), every token but the first
+/// (`<s>`) giving `normalize(colbert_linear(state))`, `</s>` included. FlagEmbedding's
+/// `colbert_score` divides the MaxSim sum by the query's vector count; [`maxsim`] (and the
+/// ColBERT reranker) keep the sum, which ranks the documents of one query the same (divide by
+/// `query.nrows()` for FlagEmbedding's number).
+///
+/// A PyLate or Stanford text is stripped, tokenized as `[CLS] text [SEP]` cut to one token
+/// short of its length, and its prefix token put after `[CLS]`. A query is then padded to
+/// `query_length` with `[MASK]` (query expansion): those tokens attend to the text but are
+/// not keys of it unless the model attends to them (`attend_to_expansion_tokens`), and every
+/// query position gives a vector. A document gives one vector per token except the
+/// skiplist's (punctuation). Each vector is the encoder's state projected by the model's
+/// Dense layers (or `linear`) and L2-normalized: what PyLate's `encode` returns.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once.
 ///
@@ -152,7 +165,13 @@ impl ColbertEncoder {
     }
 
     /// Whether `dir` holds a ColBERT model: PyLate's (`model_type` `ColBERT` in
-    /// `config_sentence_transformers.json`) or Stanford's (`artifact.metadata`).
+    /// `config_sentence_transformers.json`) or Stanford's (`artifact.metadata`). A BGE-M3
+    /// folder is not one here: it is a dense embedder first ([`load_embedder`] and the
+    /// rerankers read it so); [`ColbertEncoder::from_dir`] reads its ColBERT head
+    /// ([`is_bge_m3_dir`] tells such a folder).
+    ///
+    /// [`load_embedder`]: crate::load_embedder
+    /// [`is_bge_m3_dir`]: crate::embed::is_bge_m3_dir
     pub fn is_colbert_dir(dir: impl AsRef<Path>) -> bool {
         let dir = dir.as_ref();
         if dir.join("artifact.metadata").is_file() {
@@ -169,7 +188,12 @@ impl ColbertEncoder {
         let model_dir = ModelDir::open(&builder.dir)?;
         let value = model_dir.config()?;
         let (spec, encoder) = load_token_encoder(&model_dir, &value, options)?;
-        let tokenizer = model_dir.tokenizer_within(spec.vocab)?;
+        // BGE-M3's texts are tokenized as FlagEmbedding's transformers 4.x does: the file as
+        // saved.
+        let tokenizer = match bge_m3::is_bge_m3_dir(model_dir.path()) {
+            true => bge_m3::tokenizer(&model_dir, spec.vocab, None)?,
+            false => model_dir.tokenizer_within(spec.vocab)?,
+        };
         let mut layout =
             ColbertLayout::read(&model_dir, &tokenizer, spec.hidden, spec.max_positions)?;
         if let Some(n) = builder.query_length {
@@ -193,7 +217,7 @@ impl ColbertEncoder {
             let mut t = tokenizer.clone();
             t.with_padding(None);
             t.with_truncation(Some(TruncationParams {
-                max_length: tokens - 1,
+                max_length: tokens,
                 strategy: TruncationStrategy::LongestFirst,
                 direction: TruncationDirection::Right,
                 stride: 0,
@@ -201,9 +225,11 @@ impl ColbertEncoder {
             .map_err(|e| Error::tokenizer(e.to_string()))?;
             Ok(t)
         };
+        // Room for the prefix token, where there is one.
+        let room = |prefix: &Option<(String, u32)>| usize::from(prefix.is_some());
         let tokenizers = [
-            truncated(layout.query_length)?,
-            truncated(layout.document_length)?,
+            truncated(layout.query_length - room(&layout.query_prefix))?,
+            truncated(layout.document_length - room(&layout.document_prefix))?,
         ];
         let dim = layout.projection.dim(spec.hidden);
         Ok(ColbertEncoder {
@@ -239,7 +265,7 @@ impl ColbertEncoder {
         self.encoder.precision()
     }
 
-    /// The layout the directory is in: `pylate` or `stanford`.
+    /// The layout the directory is in: `pylate`, `stanford` or `bge-m3`.
     pub fn layout(&self) -> &'static str {
         self.layout.kind
     }
@@ -281,23 +307,29 @@ impl ColbertEncoder {
             .clone()
     }
 
-    /// `(ids, keys)` per text: the prefix after the first token; queries padded with `[MASK]`.
+    /// `(ids, keys)` per text: the prefix (if any) after the first token; queries padded with
+    /// `[MASK]` when the model expands them.
     fn tokenize(&self, texts: &[&str], role: Role) -> Result<Vec<(Vec<u32>, usize)>> {
         let query = role == Role::Query;
         let tokenizer = &self.tokenizers[usize::from(!query)];
-        let stripped: Vec<&str> = texts.iter().map(|t| t.trim()).collect();
+        let stripped: Vec<&str> = match self.layout.strip {
+            true => texts.iter().map(|t| t.trim()).collect(),
+            false => texts.to_vec(),
+        };
         let encodings = tokenizer
             .encode_batch_fast(stripped, true)
             .map_err(|e| Error::tokenizer(e.to_string()))?;
         let (prefix, length) = match query {
-            true => (self.layout.query_prefix.1, self.layout.query_length),
-            false => (self.layout.document_prefix.1, self.layout.document_length),
+            true => (&self.layout.query_prefix, self.layout.query_length),
+            false => (&self.layout.document_prefix, self.layout.document_length),
         };
         Ok(encodings
             .into_iter()
             .map(|e| {
                 let mut ids = e.get_ids().to_vec();
-                ids.insert(ids.len().min(1), prefix);
+                if let Some((_, prefix)) = prefix {
+                    ids.insert(ids.len().min(1), *prefix);
+                }
                 let real = ids.len();
                 if query && self.layout.query_expansion && real < length {
                     ids.resize(length, self.layout.mask_id);
@@ -336,12 +368,13 @@ impl ColbertEncoder {
     }
 
     /// The kept tokens' vectors of one text: projected and normalized; a document's skiplist
-    /// tokens left out.
+    /// tokens left out, and the first token's when the layout drops it.
     fn vectors(&self, ids: &[u32], states: &[f32], role: Role) -> Array2<f32> {
         let h = states.len() / ids.len().max(1);
         let kept: Vec<Vec<f32>> = ids
             .iter()
             .zip(states.chunks_exact(h))
+            .skip(usize::from(self.layout.skip_first))
             .filter(|(id, _)| role == Role::Query || !self.layout.skiplist.contains(id))
             .map(|(_, state)| {
                 let mut v = self.layout.projection.apply(state);

@@ -8,8 +8,12 @@
 //! - `splade` (feature `models`): the MLM route: a BERT or DistilBERT masked language model,
 //!   its MLM head (`models::layers::mlm`) and SpladePooling;
 //! - `table` (feature `models`): the inference-free route, `SparseStaticEmbedding`'s
-//!   token-weight table.
+//!   token-weight table;
+//! - `m3` (feature `models`): BAAI/bge-m3's lexical weights: its XLM-R encoder and its
+//!   `sparse_linear` head, reduced as FlagEmbedding does.
 
+#[cfg(feature = "models")]
+mod m3;
 #[cfg(feature = "models")]
 mod modules;
 #[cfg(feature = "models")]
@@ -31,19 +35,21 @@ pub use modules::SpladeStrategy;
 mod encoder {
     use std::path::{Path, PathBuf};
 
+    use super::m3::M3Route;
     use super::modules::{Route, SparseLayout, SpladeStrategy};
     use super::splade::MlmRoute;
     use super::table::StaticRoute;
     use super::SparseVector;
+    use crate::embed::bge_m3;
     use crate::embed::builder::role_index;
     use crate::embed::Role;
     use crate::models::{ModelDir, ModelOptions, ModelPool};
     use crate::{Error, Result};
 
     /// A learned sparse encoder (SPLADE: naver/splade-v3, prithivida/Splade_PP_en_v1, the
-    /// opensearch neural sparse models) loaded from a local sentence-transformers 6
-    /// `SparseEncoder` directory (or a plain `*ForMaskedLM` checkpoint), on the crate's CPU
-    /// kernels.
+    /// opensearch neural sparse models; BAAI/bge-m3's lexical weights) loaded from a local
+    /// sentence-transformers 6 `SparseEncoder` directory (or a plain `*ForMaskedLM`
+    /// checkpoint, or a BGE-M3 folder), on the crate's CPU kernels.
     ///
     /// The directory's `modules.json` names an `MLMTransformer` (a BERT or DistilBERT masked
     /// language model: `config.json`, `tokenizer.json`, `model.safetensors`) and a
@@ -55,10 +61,21 @@ mod encoder {
     /// `pool over tokens of log1p(relu(logit))` (`log1p` twice with `log1p_relu`), every token
     /// counted, `[CLS]` and `[SEP]` included; see [`encode`](Self::encode).
     ///
+    /// A folder with BGE-M3's sparse head (`sparse_linear.safetensors`, which
+    /// `scripts/convert_bge_m3_heads.py` writes from the published `sparse_linear.pt`) is read
+    /// as FlagEmbedding 1.4.0's `BGEM3FlagModel` reads it, whatever its sentence-transformers
+    /// files say (they describe its dense vector): per text, the largest
+    /// `relu(sparse_linear(state))` of each token id, the special and unknown tokens left out;
+    /// texts cut to 512 tokens by default (FlagEmbedding's `query_max_length` and
+    /// `passage_max_length`; `ModelOptions::max_length` up to the encoder's positions);
+    /// queries and documents alike. The dot product of two such vectors is FlagEmbedding's
+    /// `compute_lexical_matching_score`.
+    ///
     /// Anything it cannot reproduce is refused at load with an [`Error::Model`] naming the file
     /// and the key: another module, pooling strategy or activation, a route it cannot run,
     /// prompts, a similarity other than `dot`, a pooling or weight table whose size is not the
-    /// tokenizer's vocabulary.
+    /// tokenizer's vocabulary; a BGE-M3 folder with only the `.pt` head (the error gives the
+    /// command that converts it), a head that is not `Linear(hidden, 1)`.
     ///
     /// One instance can be shared (`Arc`) and called from many threads at once. With
     /// [`ModelOptions::threads`] the work runs in a dedicated thread pool of that size.
@@ -90,6 +107,7 @@ mod encoder {
     enum Loaded {
         Static(Box<StaticRoute>),
         Mlm(Box<MlmRoute>),
+        M3(Box<M3Route>),
     }
 
     impl Loaded {
@@ -97,6 +115,7 @@ mod encoder {
             match self {
                 Loaded::Static(r) => r.vocab(),
                 Loaded::Mlm(r) => r.vocab(),
+                Loaded::M3(r) => r.vocab(),
             }
         }
 
@@ -104,6 +123,7 @@ mod encoder {
             match self {
                 Loaded::Static(r) => r.encode(texts),
                 Loaded::Mlm(r) => r.encode(texts),
+                Loaded::M3(r) => r.encode(texts),
             }
         }
     }
@@ -117,9 +137,10 @@ mod encoder {
 
     impl SparseEncoderBuilder {
         /// Sets the [`ModelOptions`]: `max_length` (the longest text in tokens, special tokens
-        /// included; default the MLM transformer's `max_seq_length`), `token_budget`,
-        /// `max_batch_size`, `threads`, `precision` (f32, or int8 for the encoder's layers;
-        /// the MLM head stays f32). The device must be the CPU.
+        /// included; default the MLM transformer's `max_seq_length`, 512 for BGE-M3),
+        /// `token_budget`, `max_batch_size`, `threads`, `precision` (f32, or int8 for the
+        /// encoder's layers; the MLM head and BGE-M3's sparse head stay f32). The device must
+        /// be the CPU.
         pub fn options(mut self, options: ModelOptions) -> Self {
             self.options = options;
             self
@@ -155,6 +176,16 @@ mod encoder {
 
         fn load(dir: &Path, options: &ModelOptions) -> Result<Self> {
             let root = ModelDir::folder(dir)?;
+            if bge_m3::is_bge_m3_dir(root.path()) {
+                let route = M3Route::load(&ModelDir::open(dir)?, options)?;
+                return Ok(SparseEncoder {
+                    id: route.id(),
+                    routes: vec![Loaded::M3(Box::new(route))],
+                    by_role: [0, 0],
+                    max_active_dims: None,
+                    pool: options.thread_pool("sparse")?,
+                });
+            }
             let layout = SparseLayout::read(&root)?;
             let routes = layout
                 .routes
@@ -222,8 +253,9 @@ mod encoder {
 
         /// Encodes `texts` as `role`: one [`SparseVector`] per text, in input order.
         ///
-        /// Each text is trimmed. On an MLM route (a document, or a query of a model without an
-        /// inference-free query side) it is tokenized `[CLS] text [SEP]`, truncated to
+        /// On a BGE-M3 folder, see the type's documentation (texts are not trimmed there).
+        /// Otherwise each text is trimmed. On an MLM route (a document, or a query of a model
+        /// without an inference-free query side) it is tokenized `[CLS] text [SEP]`, truncated to
         /// [`max_length`](Self::max_length) tokens, encoded and pooled (texts run in
         /// length-sorted packed batches; a text's vector does not depend on the others). On a
         /// `SparseStaticEmbedding` route it is tokenized without special tokens and each
@@ -246,9 +278,10 @@ mod encoder {
         }
 
         /// An id of what makes a document's vector (`sparse-` and a hash of the document
-        /// route's model files, pooling, `max_length`, precision and `max_active_dims`), so
-        /// that stored vectors of one model are never read as another's; `None` when a file
-        /// cannot be read or the document side is a token-weight table.
+        /// route's model files, pooling, `max_length`, precision and `max_active_dims`; for
+        /// BGE-M3, of the encoder's files, the sparse head's weights, `max_length` and
+        /// precision), so that stored vectors of one model are never read as another's; `None`
+        /// when a file cannot be read or the document side is a token-weight table.
         pub fn id(&self) -> Option<String> {
             self.id.clone()
         }
@@ -269,21 +302,29 @@ mod encoder {
             match self.route(role) {
                 Loaded::Static(r) => r.max_length(),
                 Loaded::Mlm(r) => r.max_length(),
+                Loaded::M3(r) => r.max_length(),
             }
         }
 
         /// Whether texts of `role` go through a transformer (`false`: the inference-free
         /// token-weight table).
         pub fn runs_model(&self, role: Role) -> bool {
-            matches!(self.route(role), Loaded::Mlm(_))
+            matches!(self.route(role), Loaded::Mlm(_) | Loaded::M3(_))
         }
 
-        /// The pooling strategy of `role`'s route (`None` on a static route).
+        /// The pooling strategy of `role`'s route (`None` on a static route; `Max` for
+        /// BGE-M3, whose weight of an id is the largest over its tokens).
         pub fn pooling(&self, role: Role) -> Option<SpladeStrategy> {
             match self.route(role) {
                 Loaded::Static(_) => None,
                 Loaded::Mlm(r) => Some(r.pooling().strategy),
+                Loaded::M3(_) => Some(SpladeStrategy::Max),
             }
+        }
+
+        /// Whether this is BGE-M3's sparse head (`sparse_linear`) over its encoder.
+        pub fn is_bge_m3(&self) -> bool {
+            matches!(self.route(Role::Document), Loaded::M3(_))
         }
 
         /// The token ids the model sees for `text` as `role`.
@@ -291,6 +332,7 @@ mod encoder {
             match self.route(role) {
                 Loaded::Static(r) => r.token_ids(text),
                 Loaded::Mlm(r) => r.token_ids(text),
+                Loaded::M3(r) => r.token_ids(text),
             }
         }
     }
