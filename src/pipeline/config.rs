@@ -146,7 +146,7 @@ pub enum RetrieverConfig {
     /// the `models` feature): every document's ColBERT token vectors in memory (computed when
     /// the pipeline builds, also over a store), scored by exact MaxSim.
     LateInteraction {
-        /// The ColBERT model (PyLate's or Stanford's layout).
+        /// The ColBERT model (PyLate's, Stanford's or BAAI/bge-m3's layout).
         model: PathBuf,
     },
     /// Learned sparse recall ([`SparseIndex`](crate::recall::SparseIndex); needs the `models`
