@@ -144,10 +144,15 @@ pub enum RetrieverConfig {
     },
     /// Late interaction ([`LateInteractionIndex`](crate::recall::LateInteractionIndex); needs
     /// the `models` feature): every document's ColBERT token vectors in memory (computed when
-    /// the pipeline builds, also over a store), scored by exact MaxSim.
+    /// the pipeline builds, or kept in the store), scored by exact MaxSim, or over the
+    /// candidates MUVERA's encodings pick.
     LateInteraction {
         /// The ColBERT model (PyLate's, Stanford's or BAAI/bge-m3's layout).
         model: PathBuf,
+        /// MUVERA candidates (`muvera: {}` for the defaults); exact MaxSim over every
+        /// document when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        muvera: Option<crate::recall::MuveraConfig>,
     },
     /// Learned sparse recall ([`SparseIndex`](crate::recall::SparseIndex); needs the `models`
     /// feature): every document's SPLADE vector in an inverted index (computed when the
@@ -498,7 +503,7 @@ fn retriever_inputs(
     match config {
         RetrieverConfig::Dense { model }
         | RetrieverConfig::Milvus { model, .. }
-        | RetrieverConfig::LateInteraction { model }
+        | RetrieverConfig::LateInteraction { model, .. }
         | RetrieverConfig::Sparse { model } => f(&format!("{key}.model"), model),
         RetrieverConfig::Hybrid { retrievers, .. } => {
             for (i, r) in retrievers.iter_mut().enumerate() {
@@ -570,7 +575,9 @@ fn build_retriever(
                 }
             }
             RetrieverConfig::Dense { model } => build_dense(model, docs),
-            RetrieverConfig::LateInteraction { model } => build_late_interaction(model, docs),
+            RetrieverConfig::LateInteraction { model, muvera } => {
+                build_late_interaction(model, *muvera, docs)
+            }
             RetrieverConfig::Sparse { model } => build_sparse(model, docs),
             RetrieverConfig::Milvus {
                 url,
@@ -626,15 +633,25 @@ fn load_sparse(model: &Path) -> Result<Arc<crate::SparseEncoder>> {
 
 /// A late-interaction index of `model` over `docs`.
 #[cfg(feature = "models")]
-fn build_late_interaction(model: &Path, docs: &[Document]) -> Result<Box<dyn Retriever>> {
-    let encoder = load_colbert(model)?;
-    let index = crate::recall::LateInteractionIndex::new(encoder);
+fn build_late_interaction(
+    model: &Path,
+    muvera: Option<crate::recall::MuveraConfig>,
+    docs: &[Document],
+) -> Result<Box<dyn Retriever>> {
+    let mut index = crate::recall::LateInteractionIndex::new(load_colbert(model)?);
+    if let Some(config) = muvera {
+        index = index.with_muvera(config)?;
+    }
     index.add(docs.to_vec())?;
     Ok(Box::new(index))
 }
 
 #[cfg(not(feature = "models"))]
-fn build_late_interaction(_model: &Path, _docs: &[Document]) -> Result<Box<dyn Retriever>> {
+fn build_late_interaction(
+    _model: &Path,
+    _muvera: Option<crate::recall::MuveraConfig>,
+    _docs: &[Document],
+) -> Result<Box<dyn Retriever>> {
     Err(Error::Config(
         "a late_interaction retriever needs the `models` feature of rerank".into(),
     ))
@@ -921,7 +938,9 @@ mod store_recall {
             }
             RetrieverConfig::Dense { model } => dense(store, model),
             // Token and sparse vectors are stored (the missing ones computed now).
-            RetrieverConfig::LateInteraction { model } => late_interaction(store, model),
+            RetrieverConfig::LateInteraction { model, muvera } => {
+                late_interaction(store, model, *muvera)
+            }
             RetrieverConfig::Sparse { model } => sparse(store, model),
             // The vectors live in Milvus; the store keeps the documents.
             RetrieverConfig::Milvus {
@@ -962,10 +981,18 @@ mod store_recall {
 
     /// Late interaction over the token vectors `model` stored, the missing ones computed.
     #[cfg(feature = "models")]
-    fn late_interaction(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
+    fn late_interaction(
+        store: &Arc<Store>,
+        model: &Path,
+        muvera: Option<crate::recall::MuveraConfig>,
+    ) -> Result<Box<dyn Retriever>> {
         let encoder = super::load_colbert(model)?;
         store.encode_missing_tokens(&encoder)?;
-        Ok(Box::new(store.late_interaction(encoder)?))
+        let mut retriever = store.late_interaction(encoder)?;
+        if let Some(config) = muvera {
+            retriever = retriever.with_muvera(config)?;
+        }
+        Ok(Box::new(retriever))
     }
 
     /// Sparse recall over the vectors `model` stored, the missing ones computed.
@@ -977,8 +1004,12 @@ mod store_recall {
     }
 
     #[cfg(not(feature = "models"))]
-    fn late_interaction(store: &Arc<Store>, model: &Path) -> Result<Box<dyn Retriever>> {
-        super::build_late_interaction(model, &store.documents()?)
+    fn late_interaction(
+        store: &Arc<Store>,
+        model: &Path,
+        muvera: Option<crate::recall::MuveraConfig>,
+    ) -> Result<Box<dyn Retriever>> {
+        super::build_late_interaction(model, muvera, &store.documents()?)
     }
 
     #[cfg(not(feature = "models"))]

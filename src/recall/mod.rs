@@ -29,7 +29,6 @@ mod late_interaction;
 mod matryoshka;
 #[cfg(feature = "milvus")]
 mod milvus;
-#[cfg(feature = "models")]
 mod muvera;
 #[cfg(feature = "models")]
 mod sparse;
@@ -53,6 +52,7 @@ pub use matryoshka::MatryoshkaIndex;
 #[cfg(feature = "milvus")]
 pub use milvus::{MilvusBuilder, MilvusRetriever, MAX_TOP_K as MILVUS_MAX_TOP_K};
 #[cfg(feature = "models")]
+pub(crate) use muvera::check as check_muvera;
 pub use muvera::MuveraConfig;
 #[cfg(feature = "models")]
 pub use sparse::SparseIndex;

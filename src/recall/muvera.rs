@@ -15,14 +15,16 @@
 //! document tokens that fell in their bucket: MaxSim's sum with each max taken over one
 //! bucket.
 
+#[cfg(feature = "models")]
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "models")]
 use crate::{Error, Result};
 
 /// Settings of MUVERA's encodings and of the candidate stage they drive; checked when a
-/// [`LateInteractionIndex`](super::LateInteractionIndex) takes them
-/// ([`with_muvera`](super::LateInteractionIndex::with_muvera)).
+/// `LateInteractionIndex` takes them (`with_muvera`; feature `models`), and read from a
+/// config's `retriever: {type: late_interaction, muvera: {...}}`.
 ///
 /// The defaults (8 repetitions of 16 buckets projected to 16 dimensions: 2,048 values, 4 KB a
 /// document as f16, and 1,000 candidates) keep the candidate scan a small fraction of an exact
@@ -57,7 +59,14 @@ impl Default for MuveraConfig {
     }
 }
 
+/// Checks `config` for tokens of `dim` values (what [`Muvera::new`] refuses).
+#[cfg(feature = "models")]
+pub(crate) fn check(config: MuveraConfig, dim: usize) -> Result<()> {
+    Muvera::new(config, dim).map(|_| ())
+}
+
 /// The random hyperplanes and projections of a [`MuveraConfig`] for tokens of one width.
+#[cfg(feature = "models")]
 pub(crate) struct Muvera {
     config: MuveraConfig,
     dim: usize,
@@ -67,6 +76,7 @@ pub(crate) struct Muvera {
     projections: Vec<f32>,
 }
 
+#[cfg(feature = "models")]
 impl Muvera {
     /// Checks `config` for tokens of `dim` values and draws its hyperplanes and projections.
     pub fn new(config: MuveraConfig, dim: usize) -> Result<Self> {
@@ -190,18 +200,20 @@ impl Muvera {
     }
 }
 
+#[cfg(feature = "models")]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// A standard normal value (Box-Muller).
+#[cfg(feature = "models")]
 fn gaussian(rng: &mut impl Rng) -> f32 {
     let u: f64 = rng.random();
     let v: f64 = rng.random();
     ((-2.0 * (1.0 - u).ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "models"))]
 mod tests {
     use super::*;
 

@@ -15,7 +15,7 @@ use rusqlite::params;
 
 use super::{content_hash, doc_from_row, doc_from_row_at, Loaded, Store, DOC_COLUMNS};
 use crate::embed::{ColbertEncoder, SparseEncoder, SparseVector};
-use crate::recall::{LateInteractionIndex, Retriever, SearchQuery, SparseIndex};
+use crate::recall::{LateInteractionIndex, MuveraConfig, Retriever, SearchQuery, SparseIndex};
 use crate::simd::dense::f32_to_f16;
 use crate::{Document, Error, Hit, Result, Role};
 
@@ -53,17 +53,25 @@ trait Encoding: Send + Sync {
     fn index(&self, docs: Vec<Document>, rows: Vec<(usize, Vec<u8>)>) -> Result<Self::Index>;
 }
 
-impl Encoding for Arc<ColbertEncoder> {
+/// A ColBERT model's token vectors, loaded into an index with or without MUVERA candidates.
+struct Tokens {
+    encoder: Arc<ColbertEncoder>,
+    muvera: Option<MuveraConfig>,
+}
+
+impl Encoding for Tokens {
     type Index = LateInteractionIndex;
     const WHAT: &'static str = "token vectors";
     const FILL: &'static str = "Store::encode_missing_tokens";
 
     fn model(&self) -> Result<String> {
-        self.id().ok_or_else(|| no_id("ColBERT"))
+        self.encoder.id().ok_or_else(|| no_id("ColBERT"))
     }
 
     fn encode(&self, texts: &[&str]) -> Result<Vec<(usize, Vec<u8>)>> {
-        Ok(ColbertEncoder::encode(self, texts, Role::Document)?
+        Ok(self
+            .encoder
+            .encode(texts, Role::Document)?
             .into_iter()
             .map(|m| {
                 let data = m
@@ -76,7 +84,10 @@ impl Encoding for Arc<ColbertEncoder> {
     }
 
     fn index(&self, docs: Vec<Document>, rows: Vec<(usize, Vec<u8>)>) -> Result<Self::Index> {
-        let index = LateInteractionIndex::new(Arc::clone(self));
+        let mut index = LateInteractionIndex::new(Arc::clone(&self.encoder));
+        if let Some(config) = self.muvera {
+            index = index.with_muvera(config)?;
+        }
         let halves = rows
             .into_iter()
             .map(|(tokens, data)| {
@@ -154,7 +165,10 @@ impl Store {
     /// is written when none is missing, so a read-only store whose vectors are complete is
     /// fine.
     pub fn encode_missing_tokens(&self, encoder: &Arc<ColbertEncoder>) -> Result<usize> {
-        self.encode_missing(encoder)
+        self.encode_missing(&Tokens {
+            encoder: Arc::clone(encoder),
+            muvera: None,
+        })
     }
 
     /// Computes and stores the learned sparse vectors that `encoder` is missing for the stored
@@ -189,7 +203,11 @@ impl Store {
         self: &Arc<Self>,
         encoder: Arc<ColbertEncoder>,
     ) -> Result<StoreLateInteraction> {
-        Ok(StoreLateInteraction(Loader::new(self, encoder)?))
+        let tokens = Tokens {
+            encoder,
+            muvera: None,
+        };
+        Ok(StoreLateInteraction(Loader::new(self, tokens)?))
     }
 
     /// Learned sparse recall over the vectors `encoder` stored (the results of a
@@ -316,9 +334,22 @@ impl<E: Encoding> Loader<E> {
 /// Late-interaction recall over a [`Store`]'s ColBERT token vectors ([`Store::late_interaction`]):
 /// exact MaxSim over every document, as a [`LateInteractionIndex`] of the same documents scores
 /// them. Only the query is encoded.
-pub struct StoreLateInteraction(Loader<Arc<ColbertEncoder>>);
+pub struct StoreLateInteraction(Loader<Tokens>);
 
 impl StoreLateInteraction {
+    /// Picks the documents MaxSim ranks by MUVERA's encodings, computed when the vectors are
+    /// loaded (see [`LateInteractionIndex::with_muvera`]). Settings out of range are an
+    /// [`Error::Config`] naming the key.
+    pub fn with_muvera(self, config: MuveraConfig) -> Result<Self> {
+        let Loader { store, encoder, .. } = self.0;
+        crate::recall::check_muvera(config, encoder.encoder.dim())?;
+        let tokens = Tokens {
+            encoder: encoder.encoder,
+            muvera: Some(config),
+        };
+        Ok(StoreLateInteraction(Loader::new(&store, tokens)?))
+    }
+
     /// The in-memory index of the store as it is now (loaded again after a write): its
     /// vectors can feed a [`ColbertReranker`](crate::rerankers::ColbertReranker).
     pub fn index(&self) -> Result<Arc<LateInteractionIndex>> {

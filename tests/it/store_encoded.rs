@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rerank::embed::{ColbertEncoder, SparseEncoder};
 use rerank::models::ModelOptions;
-use rerank::recall::{LateInteractionIndex, Retriever, SearchQuery, SparseIndex};
+use rerank::recall::{LateInteractionIndex, MuveraConfig, Retriever, SearchQuery, SparseIndex};
 use rerank::{Document, Hit, Role, Store};
 
 use crate::store::TempDb;
@@ -150,6 +150,35 @@ fn stored_token_vectors_rank_as_the_in_memory_index() {
     assert_eq!(store.encoded_size(&model).unwrap().documents, distinct);
     // The loaded index feeds a reranker.
     assert_eq!(stored.index().unwrap().len(), docs.len() - 1);
+
+    // MUVERA candidates over the stored vectors rank as over an in-memory index's.
+    let config = MuveraConfig {
+        repetitions: 4,
+        simhash_bits: 3,
+        projection: 8,
+        candidates: 6,
+        seed: 1,
+    };
+    let stored = store
+        .late_interaction(Arc::clone(&encoder))
+        .unwrap()
+        .with_muvera(config)
+        .unwrap();
+    let memory = LateInteractionIndex::new(Arc::clone(&encoder))
+        .with_muvera(config)
+        .unwrap();
+    memory.add(store.documents().unwrap()).unwrap();
+    assert_same_rankings(&stored, &memory);
+    let e = store
+        .late_interaction(Arc::clone(&encoder))
+        .unwrap()
+        .with_muvera(MuveraConfig {
+            repetitions: 0,
+            ..config
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("repetitions"), "{e}");
 }
 
 #[test]
@@ -201,7 +230,7 @@ fn a_config_over_a_store_fills_in_the_vectors() {
     let yaml = format!(
         "store: {{ path: {:?} }}\n\
          retriever:\n  type: hybrid\n  fusion: {{ method: rrf, k: 60 }}\n  retrievers:\n\
-         \x20   - {{ type: late_interaction, model: {:?} }}\n\
+         \x20   - {{ type: late_interaction, model: {:?}, muvera: {{ candidates: 5 }} }}\n\
          \x20   - {{ type: sparse, model: {:?} }}\n\
          search: {{ top_k: 3 }}\n",
         db.0.display().to_string(),
