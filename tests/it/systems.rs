@@ -857,7 +857,7 @@ fn the_cli_answers_an_unrelated_question_without_a_high_band() {
     };
     let run = |q: &str| -> serde_json::Value {
         let out = std::process::Command::new(&cli)
-            .args(["query", "--config"])
+            .args(["query", "--json", "--config"])
             .arg(config_path("personal_search.yaml"))
             .arg(q)
             .output()
