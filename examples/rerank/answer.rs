@@ -129,11 +129,47 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
+/// A band's name, as the JSON output spells it.
+fn band_name(band: rerank::answer::ConfidenceBand) -> &'static str {
+    use rerank::answer::ConfidenceBand;
+    match band {
+        ConfidenceBand::High => "high",
+        ConfidenceBand::Medium => "medium",
+        ConfidenceBand::Low => "low",
+    }
+}
+
+/// A relevance measure's name, as the JSON output spells it.
+fn basis_name(basis: rerank::answer::RelevanceMeasure) -> &'static str {
+    use rerank::answer::RelevanceMeasure;
+    match basis {
+        RelevanceMeasure::QueryTerms => "query_terms",
+        RelevanceMeasure::RerankerSigmoid => "reranker_sigmoid",
+        RelevanceMeasure::RerankerProbability => "reranker_probability",
+    }
+}
+
 /// The human-readable form of an answer: its text, confidence and numbered sources, then what
 /// the grounding check found (`answer` and `query` without `--json`).
 pub fn print_answer(answer: &rerank::Answer) {
     println!("{}\n", answer.text);
-    println!("confidence: {:.2}", answer.confidence);
+    // Grounding (`confidence`) and relevance, each with its band, and the answer's band (the
+    // weaker of the two); the names are the JSON fields'.
+    println!(
+        "confidence: {:.2} (grounding_band {}, confidence_band {})",
+        answer.confidence,
+        band_name(answer.grounding_band),
+        band_name(answer.confidence_band)
+    );
+    let basis = answer
+        .relevance_basis
+        .map(|b| format!("relevance_basis {}, ", basis_name(b)))
+        .unwrap_or_default();
+    println!(
+        "relevance: {:.2} ({basis}relevance_band {})",
+        answer.relevance,
+        band_name(answer.relevance_band)
+    );
     if answer.flags.cache_hit {
         println!("(from the cache)");
     }

@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! rerank query --config FILE "question"                  # answer (through the cache)
+//! rerank query --config FILE --query "question"          # the same, the question as a flag
 //! rerank query --config FILE --classify-only "question"  # the classification
-//! rerank query --config FILE --dry-run "question"        # the plan: no retrieval, no generation
+//! rerank query --config FILE --dry-run "question"        # the plan: no side effects
 //! rerank query --config FILE --cache-stats               # the cache's counters
 //! rerank query --config FILE --invalidate-act NAME       # drop the answers citing an act
 //! rerank query --config FILE --json "question"           # the answer as one JSON object
@@ -30,7 +31,8 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["dry_run", "cache_stats", "invalidate_act"])]
     classify_only: bool,
     /// Print the plan (classification, route, whether HyDE and the cache would run, the recall
-    /// mode) without retrieval or generation.
+    /// mode) without retrieval or generation, and without side effects: the corpus is not
+    /// indexed and no store or cache file is opened or created.
     #[arg(long, conflicts_with_all = ["cache_stats", "invalidate_act"])]
     dry_run: bool,
     /// Print the semantic cache's counters.
@@ -49,7 +51,12 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     log: crate::flags::LogArgs,
-    /// The question (not needed with --cache-stats or --invalidate-act).
+    /// The question (not needed with --cache-stats or --invalidate-act); `--query` is the
+    /// same as a flag.
+    #[arg(value_name = "QUERY")]
+    question: Option<String>,
+    /// The question, as a flag instead of the last argument.
+    #[arg(long = "query", value_name = "TEXT", conflicts_with = "question")]
     query: Option<String>,
 }
 
@@ -59,8 +66,9 @@ pub fn run(args: Args) -> CliResult {
     let question = || -> CliResult<String> {
         args.query
             .clone()
+            .or_else(|| args.question.clone())
             .filter(|q| !q.trim().is_empty())
-            .ok_or_else(|| "a question is needed (the last argument)".into())
+            .ok_or_else(|| "a question is needed (the last argument, or --query TEXT)".into())
     };
     let out = if args.classify_only {
         // The classifier sees the corpus the pipeline would (it learns the domain's words
@@ -77,6 +85,8 @@ pub fn run(args: Args) -> CliResult {
             "query": q,
             "classification": rerank::QueryClassifier::classify(&classifier, &q),
         })
+    } else if args.dry_run {
+        dry_run(&config, &args, question()?)?
     } else {
         let pipeline = config.build(Vec::new())?;
         if args.cache_stats || args.invalidate_act.is_some() {
@@ -96,26 +106,26 @@ pub fn run(args: Args) -> CliResult {
         } else {
             let mut request = SearchRequest::new(question()?);
             request.mode = args.retriever.as_deref().map(recall_mode);
-            if args.dry_run {
-                json!({"plan": pipeline.plan(&request)?})
-            } else {
-                let answer = pipeline.answer_with(&request, &config.answer_options()?)?;
-                if !args.json {
-                    crate::answer::print_answer(&answer);
-                    return Ok(());
-                }
-                let classification = answer.classification.clone();
-                json!({
-                    "query": answer.query,
-                    "answer": answer.text,
-                    "confidence": answer.confidence,
-                    "confidence_band": answer.confidence_band,
-                    "sources": answer.brief_sources(),
-                    "classification": classification,
-                    "flags": answer.flags,
-                    "timings": answer.timings,
-                })
+            let answer = pipeline.answer_with(&request, &config.answer_options()?)?;
+            if !args.json {
+                crate::answer::print_answer(&answer);
+                return Ok(());
             }
+            let classification = answer.classification.clone();
+            json!({
+                "query": answer.query,
+                "answer": answer.text,
+                "confidence": answer.confidence,
+                "grounding_band": answer.grounding_band,
+                "relevance": answer.relevance,
+                "relevance_basis": answer.relevance_basis,
+                "relevance_band": answer.relevance_band,
+                "confidence_band": answer.confidence_band,
+                "sources": answer.brief_sources(),
+                "classification": classification,
+                "flags": answer.flags,
+                "timings": answer.timings,
+            })
         }
     };
     // A closed pipe (`| head`) is an error, not a panic. Without --json the object is
@@ -126,6 +136,42 @@ pub fn run(args: Args) -> CliResult {
     };
     writeln!(std::io::stdout().lock(), "{text}")?;
     Ok(())
+}
+
+/// `--dry-run`: the plan of `question` from a pipeline built without side effects. The
+/// corpus is read for the classifier (which learns the domain's words from it, as in the full
+/// query) but not indexed; the `store` section is left out and the cache is kept in memory
+/// (so no SQLite file is created and no Redis server is reached). The answer names what the
+/// full query would use: the corpus, the store and the cache's store.
+fn dry_run(config: &PipelineConfig, args: &Args, question: String) -> CliResult<serde_json::Value> {
+    let docs = match &config.corpus {
+        Some(path) => rerank::Document::read_jsonl(path)?,
+        None => Vec::new(),
+    };
+    let mut quiet = config.clone();
+    quiet.corpus = None;
+    quiet.store = None;
+    if let Some(cache) = &mut quiet.cache {
+        cache.store = rerank::pipeline::CacheStoreKind::Memory;
+        cache.path = None;
+        cache.url = None;
+    }
+    let mut builder = quiet.builder(Vec::new())?;
+    if let Some(classifier) = &config.classifier {
+        builder = builder.classifier(classifier.build(&docs)?);
+    }
+    let pipeline = builder.build()?;
+    let mut request = SearchRequest::new(question);
+    request.mode = args.retriever.as_deref().map(recall_mode);
+    Ok(json!({
+        "plan": pipeline.plan(&request)?,
+        "would_use": {
+            "corpus": config.corpus,
+            "documents": docs.len(),
+            "store": config.store.as_ref().map(|s| &s.path),
+            "cache": config.cache.as_ref().map(|c| json!({"store": c.store, "path": c.path})),
+        },
+    }))
 }
 
 /// The pipeline's recall-mode name for a `--retriever` value: `dense`, the CLI's name of the

@@ -1,15 +1,16 @@
 //! Prompt building for grounded answers: numbered context blocks with source labels, a system
 //! prompt that demands citations, and a context budget filled best sources first.
 //!
-//! The user message looks like this (the page is left out when unknown):
+//! The user message looks like this (the page is left out when unknown; the score is the hit's
+//! final score, to two decimals):
 //!
 //! ```text
 //! Context:
 //!
-//! [1] [Source: report.pdf, Page 3]
+//! [1] [Source: report.pdf, Page 3] (Score: 0.92)
 //! Revenue was $5M in 2023.
 //!
-//! [2] [Source: notes.md]
+//! [2] [Source: notes.md] (Score: 0.41)
 //! ...
 //!
 //! Question: What was the revenue?
@@ -117,9 +118,16 @@ impl ContextSource {
         Citation::new(self.source.clone(), self.page)
     }
 
-    /// The block header: `[1] [Source: file, Page N]`.
+    /// The block header: `[1] [Source: file, Page N] (Score: 0.92)`, the score being the hit's
+    /// final score to two decimals. The citation a generator writes is the bracketed label
+    /// alone.
     pub fn header(&self) -> String {
-        format!("[{}] {}", self.number, self.citation().label())
+        format!(
+            "[{}] {} (Score: {:.2})",
+            self.number,
+            self.citation().label(),
+            self.score
+        )
     }
 
     /// The whole block: header, newline, excerpt.
@@ -151,12 +159,13 @@ pub struct Prompt {
 /// ];
 /// let prompt = PromptBuilder::new().build("What was the revenue?", &hits)?;
 /// let user = prompt.request.last_user();
-/// assert!(user.contains("[1] [Source: report.pdf, Page 3]\nRevenue was $5M in 2023."));
-/// assert!(user.contains("[2] [Source: b]\nUnrelated."));
+/// let first = "[1] [Source: report.pdf, Page 3] (Score: 2.00)\nRevenue was $5M in 2023.";
+/// assert!(user.contains(first));
+/// assert!(user.contains("[2] [Source: b] (Score: 1.00)\nUnrelated."));
 /// assert!(user.ends_with("Question: What was the revenue?"));
 ///
 /// // A budget too small for the second block keeps the best one only.
-/// let small = PromptBuilder::new().budget(ContextBudget::Chars(60));
+/// let small = PromptBuilder::new().budget(ContextBudget::Chars(80));
 /// assert_eq!(small.build("q", &hits)?.sources.len(), 1);
 /// # Ok::<(), rerank::Error>(())
 /// ```
@@ -367,7 +376,10 @@ pub struct ParsedPrompt {
 fn header_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?m)^\[(\d+)\] (\[Source: [^\]\n]*\])[ \t]*$").expect("static regex is valid")
+        // `[1] [Source: file, Page N]`, then the score as `build` writes it (optional: a
+        // header without one, as earlier versions wrote it, is read too).
+        Regex::new(r"(?m)^\[(\d+)\] (\[Source: [^\]\n]*\])(?:[ \t]+\(Score: [^)\n]*\))?[ \t]*$")
+            .expect("static regex is valid")
     })
 }
 
@@ -431,14 +443,26 @@ mod tests {
         let p = PromptBuilder::new().build(" Why? ", &hits).unwrap();
         assert_eq!(
             p.request.last_user(),
-            "Context:\n\n[1] [Source: a.pdf, Page 2]\nAlpha text.\n\n[2] [Source: b.md]\nBeta \
-             text.\n\n[3] [Source: c, Page 9]\nGamma.\n\nQuestion: Why?"
+            "Context:\n\n[1] [Source: a.pdf, Page 2] (Score: 3.00)\nAlpha text.\n\n[2] [Source: \
+             b.md] (Score: 2.00)\nBeta text.\n\n[3] [Source: c, Page 9] (Score: 1.00)\nGamma.\n\n\
+             Question: Why?"
         );
         assert_eq!(p.request.system(), SYSTEM_PROMPT);
         assert!(SYSTEM_PROMPT.contains(NOT_ENOUGH_INFORMATION));
         assert!(SYSTEM_PROMPT.contains("[Source: file, Page N]"));
         assert_eq!(p.sources[1].citation(), Citation::new("b.md", None));
         assert_eq!(p.sources[2].score, 1.0);
+    }
+
+    /// The lengths of block 1 (whole) and of block 2's header line, in chars.
+    fn b_header_len(hits: &[Hit]) -> (usize, usize) {
+        let one = ContextSource::from_hit(1, &hits[0]).block().chars().count();
+        let two = ContextSource::from_hit(2, &hits[1])
+            .header()
+            .chars()
+            .count()
+            + 1;
+        (one, two)
     }
 
     #[test]
@@ -448,9 +472,10 @@ mod tests {
             hit("b", "four five six seven", Some("b"), None, 2.0),
             hit("c", "eight", Some("c"), None, 1.0),
         ];
-        // Block 1: "[1] [Source: a]\none two three" = 29 chars; separator 2;
-        // block 2 header "[2] [Source: b]\n" = 16 chars.
-        let b = PromptBuilder::new().budget(ContextBudget::Chars(29 + 2 + 16 + 9));
+        // Block 1: "[1] [Source: a] (Score: 3.00)\none two three" = 43 chars; separator 2;
+        // block 2 header "[2] [Source: b] (Score: 2.00)\n" = 30 chars.
+        assert_eq!(b_header_len(&hits), (43, 30));
+        let b = PromptBuilder::new().budget(ContextBudget::Chars(43 + 2 + 30 + 9));
         let s = b.select(&hits);
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].excerpt, "one two three");
@@ -458,10 +483,10 @@ mod tests {
         assert_eq!(s[1].excerpt, "four five");
         assert!(s[1].truncated);
         let total: usize = s.iter().map(|x| x.block().chars().count()).sum::<usize>() + 2;
-        assert!(total <= 29 + 2 + 16 + 9);
+        assert!(total <= 43 + 2 + 30 + 9);
 
         // Exactly room for block 1 only: block 2's header does not fit, nothing is cut in.
-        let b = PromptBuilder::new().budget(ContextBudget::Chars(29 + 2 + 16));
+        let b = PromptBuilder::new().budget(ContextBudget::Chars(43 + 2 + 30));
         assert_eq!(b.select(&hits).len(), 1);
         // Whole budget: everything.
         assert_eq!(PromptBuilder::new().select(&hits).len(), 3);
@@ -480,9 +505,9 @@ mod tests {
             hit("a", "w w w w", Some("a"), None, 2.0),
             hit("b", "x x x x x x", Some("b"), None, 1.0),
         ];
-        // Headers "[1] [Source: a]" are 3 words; block 1 = 7; block 2 = 9.
+        // Headers "[1] [Source: a] (Score: 2.00)" are 5 words; block 1 = 9; block 2 = 11.
         let b = PromptBuilder::new()
-            .budget(ContextBudget::Tokens(12))
+            .budget(ContextBudget::Tokens(16))
             .token_counter(Arc::new(Words));
         let s = b.select(&hits);
         assert_eq!(s.len(), 2);
@@ -508,6 +533,10 @@ mod tests {
         assert_eq!(parsed.blocks[1].number, 2);
         assert_eq!(parsed.blocks[1].text, "Beta.");
         assert_eq!(parse_prompt("just a question").question, "just a question");
+        // A header without the score (as earlier versions wrote it) is read too.
+        let old = parse_prompt("Context:\n\n[1] [Source: a.pdf]\nAlpha.\n\nQuestion: q");
+        assert_eq!(old.blocks.len(), 1);
+        assert_eq!(old.blocks[0].text, "Alpha.");
         assert!(parse_prompt("just a question").blocks.is_empty());
     }
 }

@@ -242,11 +242,15 @@ fn the_prompt_has_numbered_labelled_blocks_and_the_citation_rules() {
     assert_eq!(req.system(), SYSTEM_PROMPT);
     assert!(req.system().contains("[Source: file, Page N]"));
     assert!(req.system().contains(NOT_ENOUGH_INFORMATION));
+    // Each block's header carries its hit's score, to two decimals.
     assert_eq!(
         req.last_user(),
-        "Context:\n\n[1] [Source: report.pdf, Page 3]\nRevenue was $5M in 2023. Costs were $3M \
-         in 2023.\n\n[2] [Source: notes.md]\nThe office moved to Oslo in May.\n\nQuestion: What \
-         was the revenue in 2023?"
+        format!(
+            "Context:\n\n[1] [Source: report.pdf, Page 3] (Score: {:.2})\nRevenue was $5M in \
+             2023. Costs were $3M in 2023.\n\n[2] [Source: notes.md] (Score: {:.2})\nThe office \
+             moved to Oslo in May.\n\nQuestion: What was the revenue in 2023?",
+            a.sources[0].score, a.sources[1].score
+        )
     );
     assert_eq!(a.citations, [Citation::new("report.pdf", Some(3))]);
     assert_eq!(a.sources.len(), 2);
@@ -281,17 +285,27 @@ fn the_extractive_default_cites_the_sentences_it_quotes() {
 fn the_context_budget_keeps_the_best_sources() {
     let g = Scripted::new("Revenue was $5M in 2023 [Source: report.pdf, Page 3].");
     let (p, _) = pipeline(Some(g.clone()), corpus());
-    // Block 1 is "[1] [Source: report.pdf, Page 3]\n" (33 chars) + 48 chars of text.
-    let opts = AnswerOptions::new().prompt(PromptBuilder::new().budget(ContextBudget::Chars(81)));
+    // Block 1 is "[1] [Source: report.pdf, Page 3] (Score: x)\n" + 48 chars of text.
+    let score = p.answer("revenue").unwrap().sources[0].score;
+    let header = format!("[1] [Source: report.pdf, Page 3] (Score: {score:.2})\n")
+        .chars()
+        .count();
+    let budget = |text: usize| {
+        AnswerOptions::new()
+            .prompt(PromptBuilder::new().budget(ContextBudget::Chars(header + text)))
+    };
+    let opts = budget(48);
     let a = p
         .answer_with(&rerank::pipeline::SearchRequest::new("revenue"), &opts)
         .unwrap();
     assert_eq!(a.sources.len(), 1);
     assert_eq!(a.sources[0].id, "r1");
     assert!(!a.flags.context_truncated);
-    assert!(!g.seen.lock().unwrap()[0].last_user().contains("notes.md"));
+    let seen = g.seen.lock().unwrap();
+    assert!(!seen.last().unwrap().last_user().contains("notes.md"));
+    drop(seen);
 
-    let opts = AnswerOptions::new().prompt(PromptBuilder::new().budget(ContextBudget::Chars(60)));
+    let opts = budget(27);
     let a = p
         .answer_with(&rerank::pipeline::SearchRequest::new("revenue"), &opts)
         .unwrap();

@@ -611,4 +611,21 @@ fn query_prints_text_and_with_json_one_object() {
     );
     assert!(text.starts_with(answer), "{text}");
     assert!(text.contains("confidence: "), "{text}");
+    // Relevance beside grounding, with the JSON's names and values.
+    let band = json["confidence_band"].as_str().unwrap();
+    let grounding = json["grounding_band"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "(grounding_band {grounding}, confidence_band {band})"
+        )),
+        "{text}"
+    );
+    let relevance = json["relevance"].as_f64().unwrap();
+    assert!(
+        text.contains(&format!(
+            "relevance: {relevance:.2} (relevance_basis query_terms, relevance_band {})",
+            json["relevance_band"].as_str().unwrap()
+        )),
+        "{text}"
+    );
 }

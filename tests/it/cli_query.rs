@@ -90,6 +90,10 @@ fn query_prints_what_each_flag_asks_for() {
         (p["cache"].clone(), p["answer_cache"].clone()),
         (Value::Bool(true), Value::Bool(true))
     );
+    assert!(
+        !dir.join("legal-cache.db").exists(),
+        "--dry-run opens no cache file"
+    );
 
     let asked = "duties of directors under the Companies Act 2013";
     let rephrased = "What are the duties of directors under the Companies Act 2013?";
@@ -99,6 +103,29 @@ fn query_prints_what_each_flag_asks_for() {
     assert!(first["sources"].as_array().is_some_and(|s| !s.is_empty()));
     assert!(
         first["answer"].as_str().unwrap().contains("Companies Act"),
+        "{first}"
+    );
+    // Grounding and relevance, each with its band, beside the answer's band (the weaker);
+    // the lexical reranker's relevance is the share of the question's terms in a source.
+    assert!(first["confidence"].is_number(), "{first}");
+    let relevance = first["relevance"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&relevance), "{first}");
+    assert_eq!(first["relevance_basis"], "query_terms", "{first}");
+    let bands = ["grounding_band", "relevance_band", "confidence_band"].map(|b| {
+        first[b]
+            .as_str()
+            .unwrap_or_else(|| panic!("{b}: {first}"))
+            .to_string()
+    });
+    let rank = |b: &str| {
+        ["low", "medium", "high"]
+            .iter()
+            .position(|x| *x == b)
+            .unwrap()
+    };
+    assert_eq!(
+        rank(&bands[2]),
+        rank(&bands[0]).min(rank(&bands[1])),
         "{first}"
     );
 
@@ -162,5 +189,95 @@ fn classify_only_classifies_as_the_full_query_does() {
         let c = query(&cli, &legal, &["--classify-only", q]);
         assert_eq!(c["classification"]["intent"], intent, "{q}: {c}");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The question as `--query TEXT` is the positional question: the same output; both at once
+/// is refused by the parser, and neither names both ways of giving it.
+#[test]
+fn the_question_can_be_given_with_query() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let (config, dir) = legal_config("flag");
+    let q = "What does section 420 of the Penal Code say?";
+    let positional = query(&cli, &config, &["--classify-only", q]);
+    let flag = query(&cli, &config, &["--classify-only", "--query", q]);
+    assert_eq!(flag, positional);
+    assert_eq!(flag["classification"]["route"], "simple", "{flag}");
+
+    let run = |args: &[&str]| {
+        Command::new(&cli)
+            .arg("query")
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let both = run(&["--classify-only", "--query", q, q]);
+    assert_eq!(both.status.code(), Some(2), "a usage error");
+    let e = String::from_utf8_lossy(&both.stderr);
+    assert!(e.contains("cannot be used with"), "{e}");
+    let neither = run(&["--classify-only"]);
+    assert!(!neither.status.success());
+    let e = String::from_utf8_lossy(&neither.stderr);
+    assert!(e.contains("--query TEXT"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--dry-run` has no side effects: with the store and the cache file in a folder that holds
+/// only the config, the folder is unchanged afterwards; the plan still routes and classifies
+/// with the corpus's words and names what a full query would use.
+#[test]
+fn dry_run_writes_nothing() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let (config, dir) = legal_config("dry");
+    let store = dir.join("store.db");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("store: {{ path: {} }}\n", store.display()));
+    std::fs::write(&config, text).unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listing(), ["legal_router.yaml"]);
+
+    let out = query(
+        &cli,
+        &config,
+        &[
+            "--dry-run",
+            "--query",
+            "Compare the Delhi High Court and the Bombay High Court on bail",
+        ],
+    );
+    assert_eq!(listing(), ["legal_router.yaml"], "{out}");
+    assert_eq!(out["plan"]["route"], "analytical", "{out}");
+    assert_eq!(out["plan"]["cache"], true, "{out}");
+    assert_eq!(out["would_use"]["store"], store.to_str().unwrap(), "{out}");
+    assert_eq!(out["would_use"]["cache"]["store"], "sqlite", "{out}");
+    assert!(out["would_use"]["documents"].as_u64().unwrap() > 0, "{out}");
+
+    // The classification is the one the full query makes (the classifier sees the corpus and
+    // the lexicon), as --classify-only shows it.
+    for q in [
+        "recipe for pancakes",
+        "What does section 420 of the Penal Code say?",
+    ] {
+        let plan = query(&cli, &config, &["--dry-run", q]);
+        let only = query(&cli, &config, &["--classify-only", q]);
+        assert_eq!(
+            plan["plan"]["classification"], only["classification"],
+            "{q}"
+        );
+    }
+    assert_eq!(listing(), ["legal_router.yaml"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

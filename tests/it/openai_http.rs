@@ -451,8 +451,9 @@ fn answers_through_the_pipeline_with_the_context_in_the_request() {
     assert_eq!(a.generator.as_deref(), Some("openai-compatible"));
     let seen = server.finish();
     let user = seen[0].body["messages"][1]["content"].as_str().unwrap();
-    assert!(
-        user.contains("[1] [Source: report.pdf, Page 3]\nRevenue was $5M in 2023."),
-        "{user}"
+    let block = format!(
+        "[1] [Source: report.pdf, Page 3] (Score: {:.2})\nRevenue was $5M in 2023.",
+        a.sources[0].score
     );
+    assert!(user.contains(&block), "{user}");
 }

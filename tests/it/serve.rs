@@ -1412,3 +1412,66 @@ fn raw_scores_are_refused_when_the_reranker_has_none() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `POST /answer` reads `include_sources` (default true: the sources are listed; false leaves
+/// them out, the answer's text unchanged); `/search` refuses the field. A question holding
+/// personal data is a 400 on `/answer` (and `/search`) whose JSON error names the refusal and
+/// the kind found, never the value, and the server keeps serving.
+#[test]
+fn answer_reads_include_sources_and_refuses_personal_data_with_400() {
+    let Some(server) = start("answer", &[], &[]) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let question = "how do vaccines train the immune system";
+    let (status, listed) = post(addr, "/answer", &json!({"query": question}));
+    assert_eq!(status, 200, "{listed}");
+    let sources = listed["sources"].as_array().unwrap();
+    assert!(!sources.is_empty(), "sources by default: {listed}");
+    assert_eq!(sources[0]["id"], "d0", "{listed}");
+    let (status, same) = post(
+        addr,
+        "/answer",
+        &json!({"query": question, "include_sources": true}),
+    );
+    assert_eq!(status, 200, "{same}");
+    assert_eq!(same["sources"], listed["sources"]);
+    let (status, bare) = post(
+        addr,
+        "/answer",
+        &json!({"query": question, "include_sources": false}),
+    );
+    assert_eq!(status, 200, "{bare}");
+    assert_eq!(bare["sources"], json!([]), "{bare}");
+    assert_eq!(bare["text"], listed["text"]);
+    assert_eq!(bare["confidence"], listed["confidence"]);
+
+    let (status, body) = post(
+        addr,
+        "/search",
+        &json!({"query": question, "include_sources": false}),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("include_sources is a field of /answer"),
+        "{body}"
+    );
+
+    let personal = "vaccines for jane.doe@example.com";
+    for route in ["/answer", "/search"] {
+        let (status, body) = post(addr, route, &json!({"query": personal}));
+        assert_eq!(status, 400, "{route}: {body}");
+        assert_eq!(body["error"]["reason"], "pii_refused", "{route}: {body}");
+        assert_eq!(body["error"]["kinds"], json!(["email"]), "{route}: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        assert_eq!(body["error"]["code"], 400, "{body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("personal information"), "{body}");
+        assert!(!body.to_string().contains("jane.doe"), "{body}");
+    }
+    let (status, body) = post(addr, "/answer", &json!({"query": question}));
+    assert_eq!(status, 200, "still serving: {body}");
+}

@@ -208,7 +208,8 @@ pub struct SparseValue {
     pub value: f32,
 }
 
-/// `POST /search` and `POST /answer`: the pipeline's request.
+/// `POST /search` and `POST /answer`: the pipeline's request. `include_sources` is read by
+/// `/answer` only (`/search` refuses it).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
@@ -227,6 +228,10 @@ pub struct SearchBody {
     pub score_threshold: Option<f32>,
     #[serde(default)]
     pub rerank_depth: Option<usize>,
+    /// `/answer`: whether the answer lists its sources (default true; false leaves them out,
+    /// as `AnswerOptions::include_sources`).
+    #[serde(default)]
+    pub include_sources: Option<bool>,
 }
 
 impl SearchBody {

@@ -1,5 +1,7 @@
 //! Every error the server answers: a status and a JSON body with a message, in a shape the
-//! Cohere, OpenAI and TEI clients all read (`message`, and `error.message` / `error.type`).
+//! Cohere, OpenAI and TEI clients all read (`message`, and `error.message` / `error.type`). A
+//! refusal also names itself: a question with personal data is a 400 whose `error.reason` is
+//! `pii_refused` and `error.kinds` the kinds found (its message is the config's `pii.message`).
 
 use axum::extract::rejection::JsonRejection;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -11,6 +13,9 @@ use axum::Json;
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// What a refusal is, for clients that act on it (`pii_refused`), with its details (the
+    /// personal-data kinds); `None` for other errors.
+    pub reason: Option<(&'static str, serde_json::Value)>,
 }
 
 impl ApiError {
@@ -18,6 +23,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            reason: None,
         }
     }
 
@@ -78,8 +84,13 @@ impl From<rerank::Error> for ApiError {
             // malformed two-phase query): the client's mistake, and the message names it.
             rerank::Error::Config(_)
             | rerank::Error::InvalidInput(_)
-            | rerank::Error::QueryFormat(_)
-            | rerank::Error::PiiRefused { .. } => ApiError::unprocessable(e.to_string()),
+            | rerank::Error::QueryFormat(_) => ApiError::unprocessable(e.to_string()),
+            // Personal data in the question: a 400 that names the refusal and the kinds found
+            // (never the values).
+            rerank::Error::PiiRefused { kinds, .. } => ApiError {
+                reason: Some(("pii_refused", serde_json::json!({ "kinds": kinds }))),
+                ..ApiError::new(StatusCode::BAD_REQUEST, e.to_string())
+            },
             _ => ApiError::internal(e.to_string()),
         }
     }
@@ -87,10 +98,17 @@ impl From<rerank::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "message": self.message,
             "error": { "message": self.message, "type": self.kind(), "code": self.status.as_u16() },
         });
+        if let Some((reason, serde_json::Value::Object(details))) = &self.reason {
+            let error = &mut body["error"];
+            error["reason"] = serde_json::Value::from(*reason);
+            for (key, value) in details {
+                error[key] = value.clone();
+            }
+        }
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::TOO_MANY_REQUESTS
             || self.status == StatusCode::SERVICE_UNAVAILABLE

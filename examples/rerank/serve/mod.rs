@@ -1070,6 +1070,11 @@ async fn search(
     body: Result<Json<SearchBody>, JsonRejection>,
 ) -> Result<Json<rerank::pipeline::SearchResponse>, ApiError> {
     let Json(body) = body?;
+    if body.include_sources.is_some() {
+        return Err(ApiError::unprocessable(
+            "include_sources is a field of /answer, not /search",
+        ));
+    }
     state.limits.check(std::iter::once(body.query.as_str()))?;
     let request = body.request();
     let response = with_pipeline(&state, move |p| p.search_with(&request)).await?;
@@ -1088,8 +1093,12 @@ async fn answer(
 ) -> Result<Json<rerank::pipeline::Answer>, ApiError> {
     let Json(body) = body?;
     state.limits.check(std::iter::once(body.query.as_str()))?;
+    // The config's `grounding.include_sources` unless the request says otherwise.
+    let mut options = state.ready()?.answer_options.clone();
+    if let Some(include) = body.include_sources {
+        options = options.include_sources(include);
+    }
     let request = body.request();
-    let options = state.ready()?.answer_options.clone();
     let answer = with_pipeline(&state, move |p| p.answer_with(&request, &options)).await?;
     Ok(Json(answer))
 }
