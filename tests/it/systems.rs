@@ -1107,3 +1107,90 @@ fn a_named_api_key_that_is_missing_fails_at_build() {
         .build(vec![rerank::Document::new("a", "text")])
         .is_ok());
 }
+
+/// The tiny models of ../shared/fixtures (random weights, references from transformers).
+const CE_TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/ce_tiny_a/model"
+);
+const QWEN3_TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/qwen3_tiny_a/model"
+);
+
+/// Issue 53, personal search: the plan's cross-encoder (ms-marco-MiniLM-L-6-v2's architecture,
+/// here the tiny random BERT cross-encoder) reranks the system's candidates; the exact match
+/// stays on top (protected), the others follow in the model's order, and the scores are the
+/// model's, not the lexical reranker's.
+#[test]
+fn personal_search_with_a_cross_encoder_keeps_the_exact_match_on_top() {
+    let lexical = load("personal_search.yaml").build(Vec::new()).unwrap();
+    let mut config = load("personal_search.yaml");
+    let reranker = config.reranker.as_mut().expect("a reranker section");
+    reranker.kind = rerank::pipeline::RerankerKind::CrossEncoder;
+    reranker.model = Some(PathBuf::from(CE_TINY));
+    let pipeline = config.build(Vec::new()).unwrap();
+    let request = SearchRequest::new("Taylor's KTN").top_k(8);
+    let r = pipeline.search_with(&request).unwrap();
+    assert!(r.reranked && !r.rerank_fallback, "{r:?}");
+    assert_eq!(r.hits[0].id(), "note-01");
+    assert!(r.hits[0].protected);
+    let rest: Vec<f32> = r
+        .hits
+        .iter()
+        .filter(|h| !h.protected)
+        .map(|h| h.score)
+        .collect();
+    assert!(rest.len() > 1);
+    assert!(rest.windows(2).all(|w| w[0] >= w[1]), "{rest:?}");
+    let by_words = lexical.search_with(&request).unwrap();
+    let scores = |r: &rerank::pipeline::SearchResponse| -> Vec<u32> {
+        r.hits.iter().map(|h| h.score.to_bits()).collect()
+    };
+    assert_ne!(scores(&r), scores(&by_words));
+}
+
+/// Issue 53, two-phase knowledge base: Qwen3-Reranker (the tiny random Qwen3) scores the
+/// `[SEARCH]` part's candidates with the instruction each candidate gets, as the plan asks.
+#[test]
+fn two_phase_kb_reranks_with_qwen3() {
+    let mut config = load("two_phase_kb.toml");
+    let reranker = config.reranker.as_mut().expect("a reranker section");
+    reranker.kind = rerank::pipeline::RerankerKind::Qwen3;
+    reranker.model = Some(PathBuf::from(QWEN3_TINY));
+    let pipeline = config.build(Vec::new()).unwrap();
+    let r = pipeline
+        .search("[SEARCH] shutdown runtime [TASK] my service hangs on exit and the shutdown fails")
+        .unwrap();
+    assert!(r.reranked && !r.rerank_fallback, "{r:?}");
+    assert!(!r.hits.is_empty());
+    let total: usize = r.instructions.iter().map(|u| u.candidates).sum();
+    assert_eq!(total, r.reranked_candidates);
+    assert!(r
+        .instructions
+        .iter()
+        .any(|u| u.text == rerank::rerankers::qwen3::TROUBLESHOOTING_INSTRUCTION));
+    assert_eq!(pipeline.two_phase_stats().parsed, 1);
+}
+
+/// Issue 53, legal router: HyDE runs in the shipped system with a generator that writes (the
+/// tiny random Qwen3 chat model): a complex question is searched with a hypothetical answer.
+#[test]
+fn the_legal_router_runs_hyde_with_a_qwen3_chat_model() {
+    let db = TempDb::new("hyde-qwen3");
+    let mut config = legal(&db);
+    config.generator = Some(rerank::pipeline::GeneratorConfig::Qwen3Chat {
+        model: PathBuf::from(QWEN3_TINY),
+        precision: None,
+    });
+    let pipeline = config.build(Vec::new()).unwrap();
+    let r = pipeline
+        .search("Compare the Delhi High Court and the Bombay High Court on bail and on directors")
+        .unwrap();
+    assert!(r.hyde, "a complex question uses HyDE");
+    assert!(!r.hits.is_empty());
+    let r = pipeline
+        .search("What does section 420 of the Penal Code say?")
+        .unwrap();
+    assert!(!r.hyde);
+}
