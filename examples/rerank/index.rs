@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run --release --example rerank -- index --db notes.db --corpus notes.jsonl \
-//!     [--embedder models/all-MiniLM-L6-v2] [--sync] [--duplicates refuse|first|last] [--json]
+//!     [--embedder models/all-MiniLM-L6-v2] [--colbert-model DIR] [--sparse-model DIR]
+//!     [--sync] [--duplicates refuse|first|last] [--json]
 //! ```
 //! `--corpus -` reads the corpus from stdin. New and changed documents are (re)analyzed, and
 //! with `--embedder` embedded when no vector for their content and model is stored; unchanged
@@ -45,6 +46,14 @@ pub struct Args {
     /// data is stored.
     #[arg(long, value_name = "MODEL", alias = "model")]
     embedder: Option<PathBuf>,
+    /// Also store ColBERT token vectors (f16) from this late-interaction model, for a config's
+    /// `retriever: {type: late_interaction}` over the store.
+    #[arg(long, value_name = "MODEL")]
+    colbert_model: Option<PathBuf>,
+    /// Also store learned sparse vectors from this sparse encoder (SPLADE, bge-m3), for a
+    /// config's `retriever: {type: sparse}` over the store.
+    #[arg(long, value_name = "MODEL")]
+    sparse_model: Option<PathBuf>,
     #[command(flatten)]
     models: ModelArgs,
     /// Make the store hold exactly the corpus: remove the stored documents it does not hold
@@ -146,9 +155,10 @@ pub fn run(args: Args) -> CliResult {
         false => (0, gone.len()),
     };
     bar.finish_and_clear();
+    let encoded = encode_extra(&store, &args)?;
     // The file alone holds the store once the log is copied into it.
     store.checkpoint()?;
-    let out = serde_json::json!({
+    let mut out = serde_json::json!({
         "db": args.db,
         "documents": store.len()?,
         "added": total.added,
@@ -160,6 +170,9 @@ pub fn run(args: Args) -> CliResult {
         "embedded": total.embedded,
         "seconds": start.elapsed().as_secs_f64(),
     });
+    for (key, value) in &encoded {
+        out[key] = value.clone();
+    }
     if args.json {
         println!("{out}");
     } else {
@@ -177,6 +190,12 @@ pub fn run(args: Args) -> CliResult {
             total.embedded,
             start.elapsed().as_secs_f64()
         );
+        for (key, v) in &encoded {
+            println!(
+                "{key}: {} computed, {} stored, {:.0} bytes a document",
+                v["computed"], v["documents"], v["bytes_per_document"]
+            );
+        }
     }
     if embedder.is_none() {
         // Stdin was read once: the note names a file to read the corpus from again.
@@ -192,6 +211,57 @@ pub fn run(args: Args) -> CliResult {
         );
     }
     Ok(())
+}
+
+/// Computes the ColBERT token vectors and sparse vectors the flags ask for that the store
+/// lacks; per kind (`token_vectors`, `sparse_vectors`), how many were computed, how many the
+/// store holds and their mean size.
+#[cfg(feature = "models")]
+fn encode_extra(
+    store: &Store,
+    args: &Args,
+) -> CliResult<serde_json::Map<String, serde_json::Value>> {
+    use rerank::models::registry::{resolve, Task};
+    let mut out = serde_json::Map::new();
+    let summary = |computed: usize, id: Option<String>| -> CliResult<serde_json::Value> {
+        let size = store.encoded_size(&id.unwrap_or_default())?;
+        Ok(serde_json::json!({
+            "computed": computed,
+            "documents": size.documents,
+            "bytes_per_document": size.bytes_per_document(),
+        }))
+    };
+    if let Some(model) = &args.colbert_model {
+        let encoder = Arc::new(
+            rerank::ColbertEncoder::builder(resolve(model, Task::Embedding)?)
+                .options(args.models.options()?)
+                .build()?,
+        );
+        let computed = store.encode_missing_tokens(&encoder)?;
+        out.insert("token_vectors".into(), summary(computed, encoder.id())?);
+    }
+    if let Some(model) = &args.sparse_model {
+        let encoder = Arc::new(
+            rerank::SparseEncoder::builder(resolve(model, Task::Embedding)?)
+                .options(args.models.options()?)
+                .build()?,
+        );
+        let computed = store.encode_missing_sparse(&encoder)?;
+        out.insert("sparse_vectors".into(), summary(computed, encoder.id())?);
+    }
+    Ok(out)
+}
+
+/// Without the `models` feature there are no ColBERT or sparse models.
+#[cfg(not(feature = "models"))]
+fn encode_extra(
+    _store: &Store,
+    args: &Args,
+) -> CliResult<serde_json::Map<String, serde_json::Value>> {
+    match args.colbert_model.is_some() || args.sparse_model.is_some() {
+        true => Err("--colbert-model and --sparse-model need the `models` feature".into()),
+        false => Ok(serde_json::Map::new()),
+    }
 }
 
 /// The corpus with one line per id, by `policy`, and how many lines were dropped; `refuse`

@@ -262,3 +262,56 @@ fn a_config_over_a_store_fills_in_the_vectors() {
         "a second build over the filled store"
     );
 }
+
+/// `rerank index --colbert-model DIR --sparse-model DIR` stores both kinds of vectors, says
+/// how many it computed and their size a document, and computes none on a second run.
+#[test]
+fn the_cli_index_stores_token_and_sparse_vectors() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let db = TempDb::new("encoded-cli");
+    let corpus_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/handbook.jsonl");
+    let run = || -> serde_json::Value {
+        let out = std::process::Command::new(&cli)
+            .arg("index")
+            .arg("--db")
+            .arg(&db.0)
+            .arg("--corpus")
+            .arg(&corpus_file)
+            .arg("--colbert-model")
+            .arg(fixture("colbert_tiny/bert"))
+            .arg("--sparse-model")
+            .arg(fixture("splade_tiny/max"))
+            .args(["--threads", "2", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = run();
+    let n = corpus().len() as u64;
+    assert_eq!(first["token_vectors"]["computed"], n, "{first}");
+    assert_eq!(first["sparse_vectors"]["computed"], n, "{first}");
+    let store = Store::open(&db.0).unwrap();
+    for (key, id) in [
+        ("token_vectors", colbert().id().unwrap()),
+        ("sparse_vectors", splade("max").id().unwrap()),
+    ] {
+        let size = store.encoded_size(&id).unwrap();
+        assert_eq!(first[key]["documents"], size.documents as u64);
+        let per_doc = first[key]["bytes_per_document"].as_f64().unwrap();
+        assert!(
+            (per_doc - size.bytes_per_document()).abs() < 1e-6,
+            "{first}"
+        );
+    }
+    drop(store);
+    let second = run();
+    assert_eq!(second["token_vectors"]["computed"], 0, "{second}");
+    assert_eq!(second["sparse_vectors"]["computed"], 0, "{second}");
+}
