@@ -1194,3 +1194,57 @@ fn the_legal_router_runs_hyde_with_a_qwen3_chat_model() {
         .unwrap();
     assert!(!r.hyde);
 }
+
+/// A host's own retriever (the plan's knowledge graph), fixed hits for any question.
+struct Graph;
+
+impl rerank::Retriever for Graph {
+    fn retrieve(
+        &self,
+        _query: &rerank::recall::SearchQuery,
+        k: usize,
+    ) -> rerank::Result<Vec<rerank::Hit>> {
+        Ok(["graph-a", "graph-b"]
+            .iter()
+            .take(k)
+            .enumerate()
+            .map(|(i, id)| {
+                let doc = rerank::Document::new(*id, format!("cache invalidation, graph note {i}"));
+                rerank::Hit::new(Arc::new(doc), 1.0 - i as f32 * 0.1)
+            })
+            .collect())
+    }
+
+    fn name(&self) -> &str {
+        "graph"
+    }
+}
+
+/// Issue 53, agent memory (A11): a host retriever registered by name is a recall mode a
+/// request picks; its hits go through stage 2 as any mode's, and the other modes are
+/// unchanged.
+#[test]
+fn agent_memory_recalls_from_a_host_graph_by_mode() {
+    let pipeline = load("agent_memory.json")
+        .builder(Vec::new())
+        .unwrap()
+        .recall_mode("graph", Graph)
+        .build()
+        .unwrap();
+    assert!(pipeline.recall_modes().iter().any(|m| m == "graph"));
+    let q = "how does the cache invalidate stale entries";
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).mode("graph"))
+        .unwrap();
+    assert_eq!(r.mode.as_deref(), Some("graph"));
+    assert_eq!(r.candidates, 2);
+    let mut ids: Vec<&str> = r.hits.iter().map(|h| h.id()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["graph-a", "graph-b"]);
+    // Stage 2 as for any mode: here skipped, as the config says, within top_k candidates.
+    assert!(r.reranked || r.stage2_skipped.is_some(), "{r:?}");
+    let r = pipeline
+        .search_with(&SearchRequest::new(q).mode("bm25"))
+        .unwrap();
+    assert!(r.hits.iter().all(|h| !h.id().starts_with("graph-")));
+}
