@@ -76,3 +76,55 @@ fn the_corpus_feeds_a_pipeline() {
     let a = p.answer("When is the office closed?").unwrap();
     assert!(a.text.contains("[Source: memo.pdf, Page 1]"), "{}", a.text);
 }
+
+/// `rerank ingest --pdf DIR --out FILE` writes the documents the library makes from the
+/// folder (same ids, texts, sources and pages, in order), and a folder holding a PDF without
+/// a text layer fails naming it and writes nothing.
+#[test]
+fn the_cli_writes_the_corpus_the_library_makes() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rerank-ingest-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pdfs = dir.join("pdfs");
+    std::fs::create_dir_all(&pdfs).unwrap();
+    for name in ["handbook.pdf", "memo.pdf"] {
+        std::fs::copy(pdf(name), pdfs.join(name)).unwrap();
+    }
+    let out = dir.join("corpus.jsonl");
+    let run = |pdfs: &Path, out: &Path| {
+        std::process::Command::new(&cli)
+            .args(["ingest", "--pdf"])
+            .arg(pdfs)
+            .arg("--out")
+            .arg(out)
+            .args(["--size", "300", "--overlap", "50"])
+            .output()
+            .unwrap()
+    };
+    let done = run(&pdfs, &out);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let written = rerank::Document::read_jsonl(&out).unwrap();
+    let chunker = Chunker::new(300, 50, ChunkUnit::Chars).unwrap();
+    let want = pdf_dir_documents(&pdfs, &chunker).unwrap();
+    assert!(written.len() > 2, "{}", written.len());
+    assert_eq!(written.len(), want.len());
+    for (w, d) in written.iter().zip(&want) {
+        assert_eq!(
+            (&w.id, &w.text, &w.source, w.page),
+            (&d.id, &d.text, &d.source, d.page)
+        );
+    }
+    // The shared folder also holds scanned.pdf: refused by name, nothing written.
+    let refused = dir.join("refused.jsonl");
+    let failed = run(&pdf(""), &refused);
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("scanned.pdf"));
+    assert!(!refused.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
