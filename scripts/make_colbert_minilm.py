@@ -62,15 +62,7 @@ def make(dest: Path) -> None:
         raise SystemExit(f"{src}: run scripts/fetch_minilm.sh first")
     with tempfile.TemporaryDirectory() as tmp:
         # The bare BertModel folder (no modules.json): PyLate adds its own Dense.
-        enc = Path(tmp) / "encoder"
-        enc.mkdir()
-        for f in ENCODER_FILES:
-            if (src / f).exists():
-                shutil.copyfile(src / f, enc / f)
-        tok = json.loads((enc / "tokenizer.json").read_text())
-        tok["truncation"] = None
-        tok["padding"] = None
-        (enc / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+        enc = encoder_folder(src, Path(tmp) / "encoder", ENCODER_FILES)
 
         model = models.ColBERT(str(enc), device="cpu", embedding_size=96, bias=False,
                                query_prefix="[unused0]", document_prefix="[unused1]",
@@ -79,24 +71,46 @@ def make(dest: Path) -> None:
         torch.manual_seed(0)
         with torch.no_grad():
             model[1].linear.weight.normal_(0, 0.05)
-        if dest.exists():
-            shutil.rmtree(dest)
-        model.save(str(dest))
+        save(model, dest)
+
+
+def encoder_folder(src: Path, enc: Path, files) -> Path:
+    """Copies `files` of the encoder in `src` into a new folder `enc`, its tokenizer.json
+    without the baked-in truncation and padding; returns `enc`."""
+    enc.mkdir()
+    for f in files:
+        if (src / f).exists():
+            shutil.copyfile(src / f, enc / f)
+    tok = json.loads((enc / "tokenizer.json").read_text())
+    tok["truncation"] = None
+    tok["padding"] = None
+    (enc / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    return enc
+
+
+def save(model, dest: Path) -> None:
+    """Saves a sentence-transformers-style model to `dest` (replacing it) without its README,
+    with the published LayerNorm names."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    model.save(str(dest))
     (dest / "README.md").unlink(missing_ok=True)
     standard_names(dest / "model.safetensors")
     names = json.loads((dest / "modules.json").read_text())
     print(f"wrote {dest}: modules {[m['type'] for m in names]}", file=sys.stderr)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(doc: str = __doc__, name: str = NAME, write=None) -> None:
+    """The command line of a stand-in model script: writes $RERANK_MODELS_DIR/`name` with
+    `write` (default this script's `make`) unless it exists and --force is not given."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="rewrite the folder if it exists")
     args = ap.parse_args()
-    dest = MODELS / NAME
+    dest = MODELS / name
     if (dest / "modules.json").exists() and not args.force:
         print(f"{dest} exists (--force rewrites it)", file=sys.stderr)
         return
-    make(dest)
+    (write or make)(dest)
 
 
 if __name__ == "__main__":

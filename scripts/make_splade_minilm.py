@@ -23,16 +23,14 @@ torch 2.
 Usage (in a venv with sentence-transformers >= 6):
     python scripts/make_splade_minilm.py [--force]
 """
-import argparse
-import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_colbert_minilm import ENCODER_FILES, MODELS, SOURCE, standard_names  # noqa: E402
+import make_colbert_minilm  # noqa: E402
+from make_colbert_minilm import ENCODER_FILES, MODELS, SOURCE, encoder_folder, save  # noqa: E402
 
 NAME = "splade-minilm-l6-random"
 MAX_SEQ = 256
@@ -48,15 +46,8 @@ def make(dest: Path) -> None:
     if not (src / "model.safetensors").exists():
         raise SystemExit(f"{src}: run scripts/fetch_minilm.sh first")
     with tempfile.TemporaryDirectory() as tmp:
-        enc = Path(tmp) / "mlm"
-        enc.mkdir()
-        for f in ENCODER_FILES:
-            if (src / f).exists() and f != "model.safetensors":
-                shutil.copyfile(src / f, enc / f)
-        tok = json.loads((enc / "tokenizer.json").read_text())
-        tok["truncation"] = None
-        tok["padding"] = None
-        (enc / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+        files = [f for f in ENCODER_FILES if f != "model.safetensors"]
+        enc = encoder_folder(src, Path(tmp) / "mlm", files)
         torch.manual_seed(0)
         mlm = BertForMaskedLM.from_pretrained(str(src))
         with torch.no_grad():
@@ -66,26 +57,9 @@ def make(dest: Path) -> None:
             modules=[MLMTransformer(str(enc), max_seq_length=MAX_SEQ),
                      SpladePooling("max", activation_function="relu")],
             device="cpu", similarity_fn_name="dot")
-        if dest.exists():
-            shutil.rmtree(dest)
-        model.save(str(dest))
-    (dest / "README.md").unlink(missing_ok=True)
-    standard_names(dest / "model.safetensors")
-    names = json.loads((dest / "modules.json").read_text())
-    print(f"wrote {dest}: modules {[m['type'] for m in names]}", file=sys.stderr)
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--force", action="store_true", help="rewrite the folder if it exists")
-    args = ap.parse_args()
-    dest = MODELS / NAME
-    if (dest / "modules.json").exists() and not args.force:
-        print(f"{dest} exists (--force rewrites it)", file=sys.stderr)
-        return
-    make(dest)
+        save(model, dest)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    main()
+    make_colbert_minilm.main(__doc__, NAME, make)
