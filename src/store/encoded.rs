@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use rusqlite::params;
 
-use super::{content_hash, doc_from_row, doc_from_row_at, Loaded, Store, DOC_COLUMNS};
+use super::{doc_from_row_at, Loaded, Store, DOC_COLUMNS};
 use crate::embed::{ColbertEncoder, SparseEncoder, SparseVector};
 use crate::recall::{LateInteractionIndex, MuveraConfig, Retriever, SearchQuery, SparseIndex};
 use crate::simd::dense::f32_to_f16;
@@ -220,22 +220,10 @@ impl Store {
 
     fn encode_missing<E: Encoding>(&self, encoder: &E) -> Result<usize> {
         let model = encoder.model()?;
-        let missing: Vec<Document> = self
-            .read(|tx| {
-                let mut stmt = tx.prepare(&format!(
-                    "SELECT {DOC_COLUMNS} FROM documents d WHERE NOT EXISTS (SELECT 1 FROM \
-                 encodings e WHERE e.content_hash = d.content_hash AND e.model = ?1) \
-                 ORDER BY slot"
-                ))?;
-                let rows = stmt.query_map([&model], doc_from_row)?;
-                rows.collect::<rusqlite::Result<Vec<_>>>()
-            })?
-            .into_iter()
-            .collect::<Result<_>>()?;
         let mut seen = HashSet::new();
-        let distinct: Vec<(String, Document)> = missing
+        let distinct: Vec<(String, Document)> = self
+            .documents_without("encodings", "model", &model)?
             .into_iter()
-            .map(|d| (content_hash(&d), d))
             .filter(|(h, _)| seen.insert(h.clone()))
             .collect();
         let mut computed = 0;

@@ -306,23 +306,33 @@ impl Store {
     /// (e.g. after a model change); returns how many were computed.
     pub fn embed_missing(&self, embedder: &dyn Embedder) -> Result<usize> {
         let id = embedder_id(embedder)?;
-        let missing: Vec<(String, Document)> = self
-            .read(|tx| {
-                let mut stmt = tx.prepare(&format!(
-                    "SELECT {DOC_COLUMNS} FROM documents d WHERE NOT EXISTS (SELECT 1 FROM \
-                 embeddings e WHERE e.content_hash = d.content_hash AND e.embedder = ?1) \
-                 ORDER BY slot"
-                ))?;
-                let rows = stmt.query_map([&id], doc_from_row)?;
-                rows.collect::<rusqlite::Result<Vec<_>>>()
-            })?
-            .into_iter()
-            .map(|d| d.map(|d| (content_hash(&d), d)))
-            .collect::<Result<_>>()?;
+        let missing = self.documents_without("embeddings", "embedder", &id)?;
         let vectors = embed_distinct(embedder, &missing)?;
         let n = vectors.len();
         self.write(|tx| store_vectors(tx, &id, embedder.dim(), &vectors))?;
         Ok(n)
+    }
+
+    /// The stored documents whose content has no row of `model` in `table` (`embeddings`,
+    /// whose model column is `embedder`, or `encodings`, whose is `model`), in slot order,
+    /// with their content hashes.
+    pub(crate) fn documents_without(
+        &self,
+        table: &str,
+        column: &str,
+        model: &str,
+    ) -> Result<Vec<(String, Document)>> {
+        self.read(|tx| {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {DOC_COLUMNS} FROM documents d WHERE NOT EXISTS (SELECT 1 FROM {table} e \
+                 WHERE e.content_hash = d.content_hash AND e.{column} = ?1) ORDER BY slot"
+            ))?;
+            let rows = stmt.query_map([model], doc_from_row)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })?
+        .into_iter()
+        .map(|d| d.map(|d| (content_hash(&d), d)))
+        .collect()
     }
 
     /// Removes documents by id, in one transaction, with their postings and, when no other
