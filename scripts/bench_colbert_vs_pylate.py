@@ -40,7 +40,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -48,7 +47,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PYLATE_SCORES_BACKEND", "torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import CARGO_FEATURES, ROOT, SCIFACT, run, scifact_documents, scifact_first_judged_query  # noqa: E402
+from bench_common import ROOT, SCIFACT, scifact_documents, scifact_first_judged_query, text_bench  # noqa: E402
 import make_colbert_minilm  # noqa: E402
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
@@ -81,21 +80,12 @@ def cpu_flags() -> str:
 
 def rust_bench(texts: list[str], role: str, threads: int, rounds: int, maxsim_query=None,
                maxsim_rounds=50) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write("\n".join(texts))
-        texts_file = f.name
-    env = dict(os.environ, RERANK_BENCH_COLBERT_MODEL=str(MODEL), RERANK_BENCH_TEXTS=texts_file,
-               RERANK_BENCH_ROLE=role, RERANK_BENCH_THREADS=str(threads),
-               RAYON_NUM_THREADS=str(threads), RERANK_BENCH_REPEATS=str(rounds),
-               RERANK_BENCH_MAXSIM_REPEATS=str(maxsim_rounds))
+    env = dict(RERANK_BENCH_COLBERT_MODEL=str(MODEL), RERANK_BENCH_ROLE=role,
+               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
+               RERANK_BENCH_REPEATS=str(rounds), RERANK_BENCH_MAXSIM_REPEATS=str(maxsim_rounds))
     if maxsim_query is not None:
         env["RERANK_BENCH_MAXSIM_QUERY"] = maxsim_query
-    cmd = [BENCH_BIN] if BENCH_BIN else ["cargo", "bench", *CARGO_FEATURES, "--bench", "colbert"]
-    try:
-        out = run(cmd, env)
-    finally:
-        os.unlink(texts_file)
-    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    return text_bench("colbert", texts, env, BENCH_BIN)
 
 
 def parity(role: str, ours: dict, ref: list) -> float:

@@ -99,3 +99,21 @@ def spearman(a, b):
         return r
     ra, rb, n = ranks(a), ranks(b), len(a)
     return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
+
+
+def text_bench(bench: str, texts: list, env: dict, bench_bin=None) -> dict:
+    """Runs `benches/{bench}.rs` (release; or the executable `bench_bin`) on `texts`, written
+    one per line to a temporary file named by RERANK_BENCH_TEXTS, with `env` added to this
+    process's environment; returns the last JSON line it printed."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write("\n".join(texts))
+        texts_file = f.name
+    env = dict(os.environ, RERANK_BENCH_TEXTS=texts_file, **env)
+    cmd = [bench_bin] if bench_bin else ["cargo", "bench", *CARGO_FEATURES, "--bench", bench]
+    try:
+        out = run(cmd, env)
+    finally:
+        os.unlink(texts_file)
+    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])

@@ -29,14 +29,13 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import CARGO_FEATURES, run, scifact_documents  # noqa: E402
+from bench_common import scifact_documents, text_bench  # noqa: E402
 from bench_colbert_vs_pylate import cpu_flags, one_line, scifact_queries  # noqa: E402
 import make_splade_minilm  # noqa: E402
 
@@ -45,18 +44,10 @@ BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 
 
 def rust_bench(texts: list[str], role: str, threads: int) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write("\n".join(texts))
-        texts_file = f.name
-    env = dict(os.environ, RERANK_BENCH_SPARSE_MODEL=str(MODEL), RERANK_BENCH_TEXTS=texts_file,
-               RERANK_BENCH_ROLE=role, RERANK_BENCH_THREADS=str(threads),
-               RAYON_NUM_THREADS=str(threads), RERANK_BENCH_REPEATS="1")
-    cmd = [BENCH_BIN] if BENCH_BIN else ["cargo", "bench", *CARGO_FEATURES, "--bench", "sparse"]
-    try:
-        out = run(cmd, env)
-    finally:
-        os.unlink(texts_file)
-    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    env = dict(RERANK_BENCH_SPARSE_MODEL=str(MODEL), RERANK_BENCH_ROLE=role,
+               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
+               RERANK_BENCH_REPEATS="1")
+    return text_bench("sparse", texts, env, BENCH_BIN)
 
 
 def parity(role: str, ours: dict, dense) -> float:
