@@ -26,6 +26,8 @@ use rerank::models::ModelOptions;
 use rerank::{load_embedder, Error, Role};
 use serde_json::Value;
 
+use crate::splade::numbers;
+
 use crate::model_fixtures::Broken;
 
 const CASES: [&str; 3] = ["m3", "short", "wide"];
@@ -38,15 +40,7 @@ fn root() -> PathBuf {
 }
 
 fn expected() -> serde_json::Map<String, Value> {
-    let text = std::fs::read_to_string(root().join("expected.json")).unwrap();
-    match serde_json::from_str(&text).unwrap() {
-        Value::Object(m) => m,
-        other => panic!("expected.json: {other}"),
-    }
-}
-
-fn numbers<T: serde::de::DeserializeOwned>(v: &Value, key: &str) -> Vec<T> {
-    serde_json::from_value(v[key].clone()).unwrap_or_else(|e| panic!("{key}: {e}"))
+    crate::splade::expected_object(&root())
 }
 
 fn options() -> ModelOptions {

@@ -28,7 +28,12 @@ fn root() -> PathBuf {
 }
 
 fn expected() -> serde_json::Map<String, Value> {
-    let text = std::fs::read_to_string(root().join("expected.json")).unwrap();
+    expected_object(&root())
+}
+
+/// The object of a fixture folder's `expected.json` (the sparse fixtures' references).
+pub(crate) fn expected_object(dir: &Path) -> serde_json::Map<String, Value> {
+    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
     match serde_json::from_str(&text).unwrap() {
         Value::Object(m) => m,
         other => panic!("expected.json: {other}"),
@@ -42,7 +47,8 @@ fn encoder(case: &str) -> SparseEncoder {
         .unwrap_or_else(|e| panic!("{case}: {e}"))
 }
 
-fn numbers<T: serde::de::DeserializeOwned>(v: &Value, key: &str) -> Vec<T> {
+/// `v[key]` as a list of numbers.
+pub(crate) fn numbers<T: serde::de::DeserializeOwned>(v: &Value, key: &str) -> Vec<T> {
     serde_json::from_value(v[key].clone()).unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
