@@ -17,10 +17,14 @@
 //! ids each on average (default 200, what SPLADE models give MS MARCO passages) and queries of
 //! `RERANK_BENCH_QUERY_NNZ` (default 40). Ids are drawn from a Zipf distribution (exponent 1)
 //! over a seeded permutation of the vocabulary, as words are, so that a few ids have long
-//! postings; weights are log-normal. `RERANK_BENCH_QUERIES` timed searches (default 200, top
-//! 10, one thread each: a search is serial). The line has the build time, the resident memory
-//! the index added per document, and the median and 95th percentile milliseconds of a search
-//! (the vector search alone: the query encoding is the encoding figure above).
+//! postings; weights are log-normal, independent of the id (`RERANK_BENCH_WEIGHTS=flat`, the
+//! default: nothing for pruning to use) or scaled by the id's rarity (`idf`: frequent ids weigh
+//! less, as a trained model's FLOPS regularizer makes them). `RERANK_BENCH_QUERIES` timed searches (default 200, top
+//! 10, one thread each: a search is serial), each run pruned (`search_vector`) and exhaustive
+//! (`search_vector_exhaustive`). The line has the build time, the resident memory the index
+//! added per document, the median and 95th percentile milliseconds of both searches (the vector
+//! search alone: the query encoding is the encoding figure above), and how many queries' top
+//! 10 (ids and score bits) the two agree on.
 
 #[cfg(feature = "models")]
 fn main() {
@@ -128,37 +132,49 @@ mod latency {
             Zipf { cumulative, ids }
         }
 
-        /// A vector of about `nnz` distinct ids (drawn until that many, or 4 x nnz draws).
-        fn vector(&self, nnz: usize, rng: &mut impl Rng) -> SparseVector {
+        /// A vector of about `nnz` distinct ids (drawn until that many, or 4 x nnz draws),
+        /// with log-normal weights (mean log 0, sd 0.5: SPLADE's are positive and few large),
+        /// times `ln(1 + rank) / ln(1 + vocabulary) x 3` when `idf` (the frequent ids weigh
+        /// less, as a trained model's regularizer makes them).
+        fn vector(&self, nnz: usize, idf: bool, rng: &mut impl Rng) -> SparseVector {
             let total = *self.cumulative.last().expect("a vocabulary");
-            let mut ids = Vec::with_capacity(nnz);
+            let mut ranks = Vec::with_capacity(nnz);
             for _ in 0..nnz * 4 {
                 let x = rng.random::<f64>() * total;
-                let rank = self.cumulative.partition_point(|&c| c < x);
-                ids.push(self.ids[rank.min(self.ids.len() - 1)]);
-                if ids.len() >= nnz {
-                    ids.sort_unstable();
-                    ids.dedup();
-                    if ids.len() >= nnz {
+                ranks.push(
+                    self.cumulative
+                        .partition_point(|&c| c < x)
+                        .min(self.ids.len() - 1),
+                );
+                if ranks.len() >= nnz {
+                    ranks.sort_unstable();
+                    ranks.dedup();
+                    if ranks.len() >= nnz {
                         break;
                     }
                 }
             }
-            ids.sort_unstable();
-            ids.dedup();
-            ids.truncate(nnz);
-            // log-normal weights (mean log 0, sd 0.5): SPLADE's are positive and few large.
-            let values = ids
+            ranks.sort_unstable();
+            ranks.dedup();
+            ranks.truncate(nnz);
+            let vocab = self.ids.len() as f64;
+            let mut pairs: Vec<(u32, f32)> = ranks
                 .iter()
-                .map(|_| {
+                .map(|&rank| {
                     let (u, v): (f64, f64) = (rng.random(), rng.random());
                     let normal = (-2.0 * (1.0 - u).ln()).sqrt() * (std::f64::consts::TAU * v).cos();
-                    (0.5 * normal).exp() as f32
+                    let scale = if idf {
+                        3.0 * (2.0 + rank as f64).ln() / (1.0 + vocab).ln()
+                    } else {
+                        1.0
+                    };
+                    (self.ids[rank], ((0.5 * normal).exp() * scale) as f32)
                 })
                 .collect();
+            pairs.sort_unstable_by_key(|p| p.0);
             SparseVector {
-                indices: ids,
-                values,
+                indices: pairs.iter().map(|p| p.0).collect(),
+                values: pairs.iter().map(|p| p.1).collect(),
             }
         }
     }
@@ -172,6 +188,11 @@ mod latency {
     }
 
     pub fn run(encoder: Arc<SparseEncoder>, docs: usize, count: &dyn Fn(&str, usize) -> usize) {
+        let idf = match std::env::var("RERANK_BENCH_WEIGHTS").as_deref() {
+            Err(_) | Ok("flat") => false,
+            Ok("idf") => true,
+            Ok(other) => panic!("RERANK_BENCH_WEIGHTS={other}: flat or idf"),
+        };
         let (doc_nnz, query_nnz) = (
             count("RERANK_BENCH_DOC_NNZ", 200),
             count("RERANK_BENCH_QUERY_NNZ", 40),
@@ -188,7 +209,7 @@ mod latency {
             let n = BATCH.min(docs - first);
             let batch: Vec<(Document, SparseVector)> = (first..first + n)
                 .map(|i| {
-                    let v = zipf.vector(doc_nnz, &mut rng);
+                    let v = zipf.vector(doc_nnz, idf, &mut rng);
                     nonzero += v.len();
                     (Document::new(i.to_string(), ""), v)
                 })
@@ -198,19 +219,34 @@ mod latency {
         let build_seconds = start.elapsed().as_secs_f64();
         let bytes_per_document = resident().saturating_sub(before) as f64 / docs.max(1) as f64;
         let queries: Vec<SparseVector> = (0..count("RERANK_BENCH_QUERIES", 200))
-            .map(|_| zipf.vector(query_nnz, &mut rng))
+            .map(|_| zipf.vector(query_nnz, idf, &mut rng))
             .collect();
-        std::hint::black_box(index.search_vector(&queries[0], 10));
-        let mut ms: Vec<f64> = queries
-            .iter()
-            .map(|q| {
-                let t = Instant::now();
-                std::hint::black_box(index.search_vector(q, 10));
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+        let exact = |hits: &[rerank::Hit]| -> Vec<(String, u32)> {
+            hits.iter()
+                .map(|h| (h.id().to_string(), h.score.to_bits()))
+                .collect()
+        };
+        std::hint::black_box(
+            index
+                .search_vector_exhaustive(&queries[0], 10)
+                .expect("searches"),
+        );
+        let mut pruned = Vec::new();
+        let mut exhaustive = Vec::new();
+        let mut equal = 0;
+        for q in &queries {
+            let t = Instant::now();
+            let a = std::hint::black_box(index.search_vector(q, 10).expect("searches"));
+            pruned.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let b = std::hint::black_box(index.search_vector_exhaustive(q, 10).expect("searches"));
+            exhaustive.push(t.elapsed().as_secs_f64() * 1e3);
+            equal += (exact(&a) == exact(&b)) as usize;
+        }
+        let at = |ms: &mut Vec<f64>, p: f64| {
+            ms.sort_by(f64::total_cmp);
+            ms[((ms.len() - 1) as f64 * p).round() as usize]
+        };
         let line = serde_json::json!({
             "impl": "rerank",
             "bench": "sparse_latency",
@@ -218,11 +254,15 @@ mod latency {
             "vocab": vocab,
             "mean_doc_nonzero": nonzero as f64 / docs.max(1) as f64,
             "query_nonzero": query_nnz,
+            "weights": if idf { "idf" } else { "flat" },
             "build_seconds": build_seconds,
             "resident_bytes_per_document": bytes_per_document,
-            "search_ms_p50": at(0.5),
-            "search_ms_p95": at(0.95),
-            "queries": ms.len(),
+            "search_ms_p50": at(&mut pruned, 0.5),
+            "search_ms_p95": at(&mut pruned, 0.95),
+            "exhaustive_ms_p50": at(&mut exhaustive, 0.5),
+            "exhaustive_ms_p95": at(&mut exhaustive, 0.95),
+            "exhaustive_equal": equal,
+            "queries": queries.len(),
         });
         println!("{line}");
     }

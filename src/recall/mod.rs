@@ -32,13 +32,12 @@ mod milvus;
 mod muvera;
 #[cfg(feature = "models")]
 mod sparse;
+mod top_k;
 
 use std::sync::Arc;
 
 #[cfg(feature = "sqlite")]
 pub(crate) use bm25::build::{analyze as analyze_docs, Analyzed};
-#[cfg(any(feature = "sqlite", feature = "models"))]
-pub(crate) use bm25::top_slots;
 #[cfg(feature = "sqlite")]
 pub(crate) use bm25::Scorer;
 pub use bm25::{Bm25Index, Bm25Params};
@@ -56,6 +55,8 @@ pub(crate) use muvera::check as check_muvera;
 pub use muvera::MuveraConfig;
 #[cfg(feature = "models")]
 pub use sparse::SparseIndex;
+#[cfg(feature = "sqlite")]
+pub(crate) use top_k::top_slots;
 
 use crate::Filter;
 use crate::{Hit, Result};

@@ -365,3 +365,122 @@ fn the_sparse_index_ranks_by_sentence_transformers_scores() {
         assert_eq!(index.len(), docs.len());
     }
 }
+
+/// Block-max pruning in `SparseIndex::search_vector` returns exactly what scoring every
+/// posting returns (ids, order, score bits), over several windows of documents, after
+/// replacements; a negative weight (which the bounds cannot hold) is searched exhaustively
+/// and still ranks by the dot product; weights that are not finite or too large are refused.
+#[test]
+fn the_sparse_index_prunes_without_changing_a_hit() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use rerank::recall::SparseIndex;
+    use rerank::Document;
+
+    let encoder = std::sync::Arc::new(encoder("max"));
+    let vocab = encoder.vocab_size() as u32;
+    let exact = |hits: &[rerank::Hit]| -> Vec<(String, u32)> {
+        hits.iter()
+            .map(|h| (h.id().to_string(), h.score.to_bits()))
+            .collect()
+    };
+    // a vector of up to `nnz` ids, the low ids far more often (long postings), from `seed`
+    let vector = move |seed: u64, nnz: usize| {
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut indices: Vec<u32> = (0..nnz)
+            .map(|_| {
+                let u = (next() % 10_000) as f64 / 1e4;
+                (u * u * u * vocab as f64) as u32
+            })
+            .collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let values = indices
+            .iter()
+            .map(|_| (1 + next() % 2000) as f32 / 800.0)
+            .collect();
+        SparseVector { indices, values }
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: 8,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &(any::<u64>(), 500usize..12_000, 0usize..300),
+            |(seed, n, replaced)| {
+                let index = SparseIndex::new(std::sync::Arc::clone(&encoder));
+                let docs = (0..n as u64).map(|i| {
+                    let id = format!("d{i}");
+                    (
+                        Document::new(id, ""),
+                        vector(seed ^ (i * 7919), 1 + (i % 60) as usize),
+                    )
+                });
+                index.add_vectors(docs).unwrap();
+                let again = (0..replaced as u64).map(|i| {
+                    let id = format!("d{}", (i * 37) % n as u64);
+                    (Document::new(id, ""), vector(seed ^ !i, 20))
+                });
+                index.add_vectors(again).unwrap();
+                prop_assert_eq!(index.len(), n);
+                for q in 0..20u64 {
+                    let query = vector(seed.wrapping_add(q), 1 + (q * 3) as usize);
+                    for k in [1, 10, 50] {
+                        prop_assert_eq!(
+                            exact(&index.search_vector(&query, k).unwrap()),
+                            exact(&index.search_vector_exhaustive(&query, k).unwrap()),
+                            "query {} top {}",
+                            q,
+                            k
+                        );
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+
+    // a negative document weight: exhaustive, by the dot product
+    let index = SparseIndex::new(std::sync::Arc::clone(&encoder));
+    let v = |pairs: &[(u32, f32)]| SparseVector {
+        indices: pairs.iter().map(|p| p.0).collect(),
+        values: pairs.iter().map(|p| p.1).collect(),
+    };
+    index
+        .add_vectors([
+            (Document::new("a", ""), v(&[(1, 2.0), (2, -1.5)])),
+            (Document::new("b", ""), v(&[(1, 1.0)])),
+            (Document::new("c", ""), v(&[(2, 3.0)])),
+        ])
+        .unwrap();
+    let hits = index.search_vector(&v(&[(1, 1.0), (2, 1.0)]), 10).unwrap();
+    let got: Vec<(&str, f32)> = hits.iter().map(|h| (h.id(), h.score)).collect();
+    assert_eq!(got, [("c", 3.0), ("b", 1.0), ("a", 0.5)]);
+    // and a negative query weight
+    let hits = index.search_vector(&v(&[(1, 1.0), (2, -1.0)]), 10).unwrap();
+    let got: Vec<(&str, f32)> = hits.iter().map(|h| (h.id(), h.score)).collect();
+    assert_eq!(got, [("a", 3.5), ("b", 1.0)]);
+    // weights that are not finite or too large are refused, naming the document or the query
+    for bad in [f32::NAN, f32::INFINITY, -2.0 * SparseIndex::MAX_WEIGHT] {
+        let err = index
+            .add_vectors([(Document::new("d", ""), v(&[(3, bad)]))])
+            .unwrap_err();
+        assert!(
+            matches!(&err, rerank::Error::InvalidInput(m) if m.contains("\"d\"")),
+            "{err}"
+        );
+        let err = index.search_vector(&v(&[(1, bad)]), 3).unwrap_err();
+        assert!(
+            matches!(&err, rerank::Error::InvalidInput(m) if m.contains("query")),
+            "{err}"
+        );
+    }
+    assert_eq!(index.len(), 3);
+}

@@ -14,7 +14,6 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::{Retriever, SearchQuery};
-use crate::document::cmp_score_desc;
 use crate::text::{Analyzer, EnglishAnalyzer};
 use crate::{Document, Error, Hit, Result};
 
@@ -122,23 +121,6 @@ pub(crate) fn check_capacity(index: &'static str, held: usize, adding: usize) ->
             adding: adding as u64,
         }),
     }
-}
-
-/// The best `k` of the `touched` slots by score, best first; ties go to the lower slot (the
-/// document added first). Slots whose score is not positive are dropped.
-pub(crate) fn top_slots(scores: &[f32], mut touched: Vec<u32>, k: usize) -> Vec<u32> {
-    touched.retain(|&s| scores[s as usize] > 0.0);
-    let by_score =
-        |a: &u32, b: &u32| cmp_score_desc(scores[*a as usize], scores[*b as usize]).then(a.cmp(b));
-    if k == 0 {
-        return Vec::new();
-    }
-    if k < touched.len() {
-        touched.select_nth_unstable_by(k - 1, by_score);
-        touched.truncate(k);
-    }
-    touched.sort_by(by_score);
-    touched
 }
 
 #[derive(Default)]

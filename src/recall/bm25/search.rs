@@ -14,25 +14,18 @@
 //! skips documents that could not have entered: the top k is exact, ties included (the
 //! lower slot wins, and slots are visited in increasing order).
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use super::postings::{Cursor, PostingList};
-use super::{top_slots, Scorer};
+use super::Scorer;
+use crate::recall::top_k::{
+    add_non_essential, mark_skippable, split_window, top_slots, Best, Window, WindowTerm, WINDOW,
+};
 use crate::Document;
-
-/// Slots per window (a bit per slot, in at most 64 words of 64).
-const WINDOW: u32 = 4096;
-const _: () = assert!(WINDOW as usize / 64 <= 64);
 
 /// A non-essential term is read whole in a window when it holds at most this many postings
 /// there per candidate, rather than looked up for each candidate.
 const LIST_FACTOR: usize = 32;
-
-/// Upper bounds are multiplied by this before comparing with a score (float rounding in a
-/// sum of a few dozen terms is many orders of magnitude below it).
-const MARGIN: f32 = 1.0 + 1e-4;
 
 /// Lengths up to this get their normalization from a table built per query.
 const NORM_TABLE_MAX: u32 = 4096;
@@ -132,30 +125,6 @@ pub(super) fn top_k_exhaustive(view: &View<'_>, terms: &[u32], k: usize) -> Vec<
         .collect()
 }
 
-/// A hit in the heap; the greatest entry is the worst hit (lowest score, then highest slot).
-#[derive(Clone, Copy, PartialEq)]
-struct Entry {
-    score: f32,
-    slot: u32,
-}
-
-impl Eq for Entry {}
-
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .score
-            .total_cmp(&self.score)
-            .then(self.slot.cmp(&other.slot))
-    }
-}
-
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 /// One distinct query term.
 struct Term<'a> {
     list: &'a PostingList,
@@ -174,7 +143,7 @@ struct Term<'a> {
     span: usize,
 }
 
-impl Term<'_> {
+impl WindowTerm for Term<'_> {
     /// The best contribution in slots `from..to` (times the query count).
     fn window_bound(&mut self, from: u32, to: u32) -> f32 {
         let n = self.list.blocks();
@@ -199,7 +168,9 @@ impl Term<'_> {
         }
         best * self.count
     }
+}
 
+impl Term<'_> {
     /// The lowest slot at or after `from` this term may hold (`u32::MAX`: none).
     fn next_from(&mut self, from: u32) -> u32 {
         let n = self.list.blocks();
@@ -213,11 +184,6 @@ impl Term<'_> {
         let i = tail.partition_point(|p| p.0 < from);
         tail.get(i).map_or(u32::MAX, |p| p.0)
     }
-}
-
-/// The score a document must beat to enter the top `k`, once the heap holds `k` hits.
-fn entry_bar(heap: &BinaryHeap<Entry>, k: usize) -> Option<f32> {
-    (heap.len() == k).then(|| heap.peek().map_or(0.0, |e| e.score))
 }
 
 /// Block-max MaxScore over windows of slots.
@@ -267,12 +233,9 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
         .collect();
     let m = qterms.len();
     let end = view.docs.len() as u32;
-    let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(k + 1);
-    let mut acc = vec![0f32; WINDOW as usize];
-    // the window's accumulated slots: a bit each, and a bit per word of them
-    let mut seen = [0u64; WINDOW as usize / 64];
-    let mut seen_words = 0u64;
-    let mut candidates = vec![(0u32, 0f32); WINDOW as usize];
+    let mut best = Best::new(k);
+    let mut window = Window::new();
+    let mut candidates = Vec::new();
     let mut bounds = vec![0f32; m];
     // non-essential terms read whole in a window (when their postings there are few against
     // the candidates): their slots' bits and term frequencies, by rank
@@ -303,32 +266,17 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
         .unwrap_or(u32::MAX);
     while from < end {
         let to = from.saturating_add(WINDOW).min(end);
-        for (j, t) in qterms.iter_mut().enumerate() {
-            bounds[j] = t.window_bound(from, to);
-        }
-        let bar = entry_bar(&heap, k);
-        let (full, threshold) = (bar.is_some(), bar.unwrap_or(0.0));
-        order.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
-        // the non-essential prefix: terms whose bounds together cannot enter the top k
-        let mut rest = 0f32;
-        let mut n_rest = 0;
-        if full {
-            for &j in &order {
-                if (rest + bounds[j]) * MARGIN <= threshold {
-                    rest += bounds[j];
-                    n_rest += 1;
-                } else {
-                    break;
-                }
-            }
-        }
-        // suffix[i]: the bounds of the non-essential terms from the i-th largest on
-        suffix[n_rest] = 0.0;
-        for i in (0..n_rest).rev() {
-            suffix[i] = suffix[i + 1] + bounds[order[n_rest - 1 - i]];
-        }
+        let bar = best.bar();
+        let (n_rest, essential) = split_window(
+            &mut qterms,
+            from,
+            to,
+            &mut bounds,
+            &mut order,
+            &mut suffix,
+            bar,
+        );
         if n_rest < m {
-            let essential: f32 = order[n_rest..].iter().map(|&j| bounds[j]).sum();
             for &j in &order[n_rest..] {
                 let t = &mut qterms[j];
                 let (idf, count) = (t.idf, t.count);
@@ -337,35 +285,19 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                 // brings in is then bounded without this term, and cannot enter either way
                 let others = essential - bounds[j] + suffix[0];
                 let block_bounds = &t.block_bounds;
-                let keep =
-                    |b: usize| !(full && (block_bounds[b] * count + others) * MARGIN <= threshold);
+                let keep = |b: usize| bar.admits(block_bounds[b] * count + others);
                 // an upper bound of the term's part, from the one-byte length codes
                 t.iter.for_range_in(from, to, keep, |slot, tf| {
                     let i = (slot - from) as usize;
                     let norm = code_norm[view.length_codes[slot as usize] as usize];
-                    acc[i] += Scorer::term_with_norm(idf, tf, norm) * count;
-                    seen[i / 64] |= 1 << (i % 64);
-                    seen_words |= 1 << (i / 64);
+                    window.add(i, Scorer::term_with_norm(idf, tf, norm) * count);
                 });
             }
-            // the accumulated documents whose bound can still enter, gathered without a
-            // branch per document (against the bar at this point: it only rises)
-            let bar = entry_bar(&heap, k);
-            let (full, threshold) = (bar.is_some(), bar.unwrap_or(0.0));
-            let mut n_cand = 0;
-            while seen_words != 0 {
-                let w = seen_words.trailing_zeros() as usize;
-                seen_words &= seen_words - 1;
-                let mut bits = std::mem::take(&mut seen[w]);
-                while bits != 0 {
-                    let i = w * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    let partial = std::mem::take(&mut acc[i]);
-                    let can = !(full && (partial + suffix[0]) * MARGIN <= threshold);
-                    candidates[n_cand] = (i as u32, partial);
-                    n_cand += can as usize;
-                }
-            }
+            // the accumulated documents whose bound can still enter (against the bar at
+            // this point: it only rises)
+            let bar = best.bar();
+            let n_cand =
+                window.drain_into(&mut candidates, |partial| bar.admits(partial + suffix[0]));
             for r in 0..n_rest {
                 let j = order[n_rest - 1 - r];
                 let t = &mut qterms[j];
@@ -382,25 +314,22 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     });
                 }
             }
-            for &(i, mut partial) in &candidates[..n_cand] {
+            for &(i, partial) in &candidates[..n_cand] {
                 let slot = from + i;
                 if let Some(dead) = view.dead {
                     if dead[slot as usize / 64] & (1 << (slot % 64)) != 0 {
                         continue;
                     }
                 }
-                let bar = entry_bar(&heap, k);
-                let (full, threshold) = (bar.is_some(), bar.unwrap_or(0.0));
-                if full && (partial + suffix[0]) * MARGIN <= threshold {
+                let bar = best.bar();
+                if !bar.admits(partial + suffix[0]) {
                     continue;
                 }
                 // the non-essential terms, largest bound first, while the doc can enter
                 // (bounds from the length code: the exact length is read only for the
                 // documents that are scored)
                 let code = code_norm[view.length_codes[slot as usize] as usize];
-                let mut pruned = false;
-                for r in 0..n_rest {
-                    let j = order[n_rest - 1 - r];
+                let can = add_non_essential(&order, n_rest, &suffix, bar, partial, |j| {
                     let t = &mut qterms[j];
                     tfs[j] = if listed[j] {
                         let i = i as usize;
@@ -408,15 +337,9 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     } else {
                         t.probe.seek(slot)
                     };
-                    if let Some(tf) = tfs[j] {
-                        partial += Scorer::term_with_norm(t.idf, tf, code) * t.count;
-                    }
-                    if full && (partial + suffix[r + 1]) * MARGIN <= threshold {
-                        pruned = true;
-                        break;
-                    }
-                }
-                if pruned {
+                    tfs[j].map_or(0.0, |tf| Scorer::term_with_norm(t.idf, tf, code) * t.count)
+                });
+                if !can {
                     continue;
                 }
                 // the exact score, in query order
@@ -430,15 +353,7 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                         score += Scorer::term_with_norm(qterms[p].idf, tf, norm);
                     }
                 }
-                if score <= 0.0 {
-                    continue;
-                }
-                if heap.len() < k {
-                    heap.push(Entry { score, slot });
-                } else if heap.peek().is_some_and(|worst| score > worst.score) {
-                    heap.pop();
-                    heap.push(Entry { score, slot });
-                }
+                best.offer(slot, score);
             }
             for j in 0..m {
                 if std::mem::take(&mut listed[j]) {
@@ -447,18 +362,7 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
             }
         }
         // the next window starts at the next posting of a term that can still matter
-        skip.iter_mut().for_each(|s| *s = false);
-        if let Some(threshold) = entry_bar(&heap, k) {
-            let mut sum = 0f32;
-            for &j in &by_global {
-                if (sum + global[j]) * MARGIN <= threshold {
-                    sum += global[j];
-                    skip[j] = true;
-                } else {
-                    break;
-                }
-            }
-        }
+        mark_skippable(&global, &by_global, best.bar(), &mut skip);
         from = qterms
             .iter_mut()
             .zip(&skip)
@@ -467,7 +371,5 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
             .min()
             .unwrap_or(u32::MAX);
     }
-    let mut hits: Vec<Entry> = heap.into_vec();
-    hits.sort();
-    hits.into_iter().map(|e| (e.slot, e.score)).collect()
+    best.into_sorted()
 }
