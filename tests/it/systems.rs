@@ -361,8 +361,17 @@ fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
         ask("My SSN is 123-45-6789, how much sick leave do I have?"),
         Err(Error::PiiRefused { .. })
     ));
-    let none = ask("Who won the 1998 football world cup?").unwrap();
+    // Searched (`grounding.route_intents: false`; by default it is answered without a search,
+    // see `pdf_qa_answers_off_topic_and_unclear_questions_without_searching`), the off-topic
+    // question finds nothing relevant.
+    let none = pipeline
+        .answer_with(
+            &SearchRequest::new("Who won the 1998 football world cup?"),
+            &options.clone().route_intents(false),
+        )
+        .unwrap();
     assert!(none.flags.not_enough_information);
+    assert_eq!(none.text, rerank::answer::NOT_ENOUGH_INFORMATION);
     assert_eq!(none.confidence, 0.0);
 
     // Linear fusion over raw scores: 0.7 x cosine + 0.3 x keyword overlap, exactly.
@@ -383,6 +392,95 @@ fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
         assert!(h.score >= 0.3);
     }
     assert_eq!(r.hits[0].id(), "expense-policy_p2_c1");
+}
+
+/// Issue 53, D10: the PDF system answers a question outside its documents' domain with a note
+/// saying so, and one with nothing to search for with a request to clarify, both without a
+/// search or a generator call; the answer's flags say which. `grounding.route_intents: false`
+/// searches them as before.
+#[test]
+fn pdf_qa_answers_off_topic_and_unclear_questions_without_searching() {
+    use rerank::answer::ConfidenceBand;
+    use rerank::classify::Intent;
+    use rerank::pipeline::{CLARIFICATION_REPLY, OFF_TOPIC_REPLY};
+    use std::sync::atomic::Ordering;
+    let config = load("pdf_qa.yaml");
+    assert!(config.grounding.as_ref().unwrap().route_intents);
+    let options = config.answer_options().unwrap();
+    let (pipeline, calls) = CountingGenerator::pipeline(&config);
+    let ask = |q: &str, o: &rerank::pipeline::AnswerOptions| {
+        pipeline.answer_with(&SearchRequest::new(q), o).unwrap()
+    };
+
+    let off = ask("Who won the 1998 football world cup?", &options);
+    assert_eq!(off.text, OFF_TOPIC_REPLY);
+    assert_eq!(off.intent, Some(Intent::OffTopic));
+    assert!(off.flags.off_topic, "{:?}", off.flags);
+    assert!(!off.flags.needs_clarification && !off.flags.not_enough_information);
+    assert!(off.sources.is_empty() && off.citations.is_empty());
+    assert_eq!(off.timings.search, None, "nothing was searched");
+    assert!(off.timings.classify_ms.is_some());
+    assert_eq!((off.confidence, off.relevance), (0.0, 0.0));
+    assert_eq!(off.confidence_band, ConfidenceBand::Low);
+    // The flag is in the answer's JSON, for hosts, and reads back.
+    let json = serde_json::to_value(&off).unwrap();
+    assert_eq!(json["flags"]["off_topic"], true, "{json}");
+    assert_eq!(json["flags"]["needs_clarification"], false, "{json}");
+    let back: rerank::Answer = serde_json::from_value(json).unwrap();
+    assert_eq!(back, off);
+
+    for q in ["what about that one?", "tell me more"] {
+        let a = ask(q, &options);
+        assert_eq!(a.text, CLARIFICATION_REPLY, "{q}");
+        assert_eq!(a.intent, Some(Intent::Clarification), "{q}");
+        assert!(a.flags.needs_clarification && !a.flags.off_topic, "{q}");
+        assert!(a.sources.is_empty() && a.timings.search.is_none(), "{q}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no generator call");
+
+    // A question about the documents is searched and answered as before.
+    let a = ask(
+        "How many days of paid annual leave do employees get per year?",
+        &options,
+    );
+    assert!(a.text.contains("25 days"), "{}", a.text);
+    assert!(!a.flags.off_topic && !a.flags.needs_clarification);
+    assert!(a.timings.search.is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Personal data is refused before any routing.
+    assert!(matches!(
+        pipeline.answer_with(
+            &SearchRequest::new("My SSN is 123-45-6789, who won the world cup?"),
+            &options
+        ),
+        Err(Error::PiiRefused { .. })
+    ));
+
+    // One key away, today's behaviour: both are searched and answered from what was found.
+    let mut searched = config.clone();
+    searched.grounding.as_mut().unwrap().route_intents = false;
+    let o = searched.answer_options().unwrap();
+    assert!(!o.routes_intents());
+    let off = ask("Who won the 1998 football world cup?", &o);
+    assert_eq!(off.intent, Some(Intent::OffTopic));
+    assert!(!off.flags.off_topic && off.flags.not_enough_information);
+    assert!(off.timings.search.is_some(), "searched");
+    let unclear = ask("what about that one?", &o);
+    assert!(!unclear.flags.needs_clarification && unclear.timings.search.is_some());
+    assert_ne!(unclear.text, CLARIFICATION_REPLY);
+
+    // Without a classifier nothing is routed: the intent is unknown.
+    let mut plain = config.clone();
+    plain.classifier = None;
+    let p = plain.build(Vec::new()).unwrap();
+    let a = p
+        .answer_with(
+            &SearchRequest::new("Who won the 1998 football world cup?"),
+            &options,
+        )
+        .unwrap();
+    assert!(a.intent.is_none() && !a.flags.off_topic && a.timings.search.is_some());
 }
 
 /// System 4: `cargo run --example two_phase_kb`.
