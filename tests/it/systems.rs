@@ -1271,6 +1271,98 @@ fn two_phase_kb_reranks_with_qwen3() {
     assert_eq!(pipeline.two_phase_stats().parsed, 1);
 }
 
+/// A copy of the tiny Qwen3 model in `dir` whose `tokenizer.json` has tokens added past the
+/// end of the model's embedding matrix, the last of them `phrase` (as a tokenizer extended for
+/// a fine-tune, left beside the base weights): the model loads (the prompt's own tokens are in
+/// the matrix), and fails at run time on a text with `phrase`.
+fn qwen3_with_a_tokenizer_past_its_weights(dir: &Path, phrase: &str) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let model = Path::new(QWEN3_TINY);
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(model.join(file), dir.join(file)).unwrap();
+    }
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("config.json")).unwrap()).unwrap();
+    let rows = config["vocab_size"].as_u64().unwrap();
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("tokenizer.json")).unwrap()).unwrap();
+    let added = tokenizer["added_tokens"].as_array_mut().unwrap();
+    let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;
+    // Ids next, next + 1, ...: reserved tokens up to the last row, then `phrase` past it.
+    for id in next..=rows {
+        let (content, special) = match id == rows {
+            true => (phrase.to_string(), false),
+            false => (format!("<|reserved_{id}|>"), true),
+        };
+        added.push(
+            serde_json::json!({"id": id, "content": content, "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": special}),
+        );
+    }
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        serde_json::to_vec(&tokenizer).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Issue 53, K17: the knowledge base with Qwen3-Reranker and the config's embedding fallback
+/// (`reranker.fallback.embedding_model`). The model fails at run time (its tokenizer knows a
+/// phrase whose token is past the end of the weights' embedding matrix), and the embedding
+/// model scores instead: each hit's rerank score is the cosine of the query's and the
+/// document's embeddings, the response names the embedding scorer and keeps the model's error.
+/// A question without the phrase is still scored by Qwen3.
+#[test]
+fn two_phase_kb_falls_back_to_embedding_cosine_when_qwen3_fails() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("systems_qwen3_fallback_{}", std::process::id()));
+    qwen3_with_a_tokenizer_past_its_weights(&dir, "graceful shutdown");
+    let fallback_model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_bert_tiny/cls_prompts");
+    let mut config = load("two_phase_kb.toml");
+    let reranker = config.reranker.as_mut().expect("a reranker section");
+    reranker.kind = rerank::pipeline::RerankerKind::Qwen3;
+    reranker.model = Some(dir.clone());
+    reranker.skip_within_top_k = false;
+    reranker.fallback = Some(rerank::pipeline::FallbackConfig {
+        embedding_model: Some(fallback_model.clone()),
+        ..Default::default()
+    });
+    // Only the reranker's order: no blend with stage 1 and recency.
+    config.search.final_blend = None;
+    let pipeline = config.build(Vec::new()).unwrap();
+
+    let q = "[SEARCH] shutdown runtime [TASK] my service hangs on exit during graceful shutdown";
+    let r = pipeline.search(q).unwrap();
+    assert!(r.reranked && r.rerank_fallback, "{r:?}");
+    assert_eq!(r.scorer, "embedding");
+    let error = r.rerank_error.as_deref().unwrap();
+    assert!(
+        error.contains("qwen3-reranker failed") && error.contains("outside the embedding matrix"),
+        "{error}"
+    );
+    assert!(r.hits.len() >= 2, "{r:?}");
+    // The scores are the embedding model's cosines against the text the reranker judges.
+    let embedder =
+        rerank::load_embedder(&fallback_model, &rerank::models::ModelOptions::default()).unwrap();
+    let rerank_text = pipeline.plan(&SearchRequest::new(q)).unwrap().rerank_text;
+    let qv = embedder.embed_query(&rerank_text).unwrap();
+    for h in &r.hits {
+        let want = cosine(&qv, &embedder.embed_one(&h.document.full_text()).unwrap());
+        let got = h.rerank_score.unwrap();
+        assert!((got - want).abs() < 1e-5, "{}: {got} vs {want}", h.id());
+    }
+
+    // Without the phrase, the model scores.
+    let r = pipeline
+        .search("[SEARCH] shutdown runtime [TASK] my service hangs on exit and the shutdown fails")
+        .unwrap();
+    assert!(r.reranked && !r.rerank_fallback, "{r:?}");
+    assert_eq!(r.scorer, "qwen3-reranker");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Issue 53, legal router: HyDE runs in the shipped system with a generator that writes (the
 /// tiny random Qwen3 chat model): a complex question is searched with a hypothetical answer.
 #[test]
