@@ -1438,3 +1438,340 @@ fn agent_memory_recalls_from_a_host_graph_by_mode() {
         .unwrap();
     assert!(r.hits.iter().all(|h| !h.id().starts_with("graph-")));
 }
+
+/// A model reranker that fails while `down` is set ("the model server is unavailable"), and
+/// otherwise scores as the lexical reranker does.
+struct Flaky(Arc<std::sync::atomic::AtomicBool>);
+
+impl rerank::Reranker for Flaky {
+    fn score(
+        &self,
+        query: &rerank::rerankers::RerankQuery,
+        docs: &[&str],
+    ) -> rerank::Result<Vec<f32>> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::rerank("the model server is unavailable"));
+        }
+        rerank::rerankers::LexicalReranker.score(query, docs)
+    }
+    fn name(&self) -> &str {
+        "model"
+    }
+}
+
+/// The legal system with the `Flaky` model and the lexical fallback, counting generator calls
+/// in `calls`; its config's cache section is left out, for `builder` to give the caches.
+fn legal_with_a_flaky_model(
+    down: &Arc<std::sync::atomic::AtomicBool>,
+    calls: &Arc<std::sync::atomic::AtomicUsize>,
+    builder: impl FnOnce(rerank::PipelineBuilder) -> rerank::PipelineBuilder,
+) -> Pipeline {
+    let mut config = load("legal_router.yaml");
+    config.cache = None;
+    let reranker = rerank::FallbackReranker::builder(Flaky(down.clone()))
+        .fallback(rerank::rerankers::LexicalReranker)
+        .build()
+        .unwrap();
+    let b = config
+        .builder(Vec::new())
+        .unwrap()
+        .generator(CountingGenerator(calls.clone()))
+        .reranker(reranker)
+        .skip_rerank_within_top_k(false);
+    builder(b).build().unwrap()
+}
+
+/// Issue 53, L18: a degraded answer (the model reranker failed, the fallback scored) is
+/// cached through the pipeline with the short TTL (an hour in the legal config, beside its
+/// day): still served after 59 minutes, gone after 61, when the same question is answered
+/// afresh by the model and that answer is served a day long. The response cache does the same
+/// with the search under the answer.
+#[test]
+fn degraded_answers_are_cached_for_the_short_ttl() {
+    use rerank::cache::{ManualClock, SemanticCache};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+    let legal = load("legal_router.yaml");
+    let section = legal.cache.as_ref().unwrap();
+    assert_eq!((section.ttl_secs, section.short_ttl_secs), (86_400, 3_600));
+    let (day, hour) = (Duration::from_secs(86_400), Duration::from_secs(3_600));
+    let clock = Arc::new(ManualClock::new());
+    let responses = Arc::new(
+        SemanticCache::builder()
+            .ttl(day)
+            .short_ttl(hour)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let answers = Arc::new(
+        SemanticCache::builder()
+            .ttl(day)
+            .short_ttl(hour)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let down = Arc::new(AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let pipeline = legal_with_a_flaky_model(&down, &calls, |b| {
+        b.cache(responses.clone()).answer_cache(answers.clone())
+    });
+    let q = "What are the duties of directors under the Companies Act 2013?";
+    let minutes = |m: u64| clock.advance(Duration::from_secs(60 * m));
+
+    // The model is down: the fallback scores, and the answer says it is degraded.
+    let a = pipeline.answer(q).unwrap();
+    assert!(
+        a.flags.rerank_fallback && !a.flags.cache_hit,
+        "{:?}",
+        a.flags
+    );
+    assert!(!a.flags.not_enough_information, "{}", a.text);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let (r, t) = (responses.stats().entries, answers.stats().entries);
+    assert_eq!((r, t), (1, 1), "one response and one answer cached");
+
+    // 59 minutes on, both are served from the caches, still marked degraded.
+    minutes(59);
+    let a = pipeline.answer(q).unwrap();
+    assert!(
+        a.flags.cache_hit && a.flags.rerank_fallback,
+        "{:?}",
+        a.flags
+    );
+    let s = pipeline.search(q).unwrap();
+    assert!(s.cache_hit && s.rerank_fallback);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // The model is back; at 61 minutes the degraded entries have expired: answered afresh.
+    down.store(false, Ordering::SeqCst);
+    minutes(2);
+    let a = pipeline.answer(q).unwrap();
+    assert!(
+        !a.flags.cache_hit && !a.flags.rerank_fallback,
+        "{:?}",
+        a.flags
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let s = pipeline.search(q).unwrap();
+    assert!(
+        s.cache_hit && !s.rerank_fallback,
+        "the fresh search was cached"
+    );
+
+    // The healthy answer lives the day: still served two hours (and 23 hours) on.
+    minutes(120);
+    assert!(pipeline.answer(q).unwrap().flags.cache_hit);
+    minutes(21 * 60);
+    assert!(pipeline.answer(q).unwrap().flags.cache_hit);
+    assert!(pipeline.search(q).unwrap().cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A retriever that counts its calls and finds one document for anything.
+struct CountingRetriever(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Retriever for CountingRetriever {
+    fn retrieve(
+        &self,
+        _query: &rerank::recall::SearchQuery,
+        k: usize,
+    ) -> rerank::Result<Vec<rerank::Hit>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let doc = rerank::Document::new("s-420", "Section 420 of the Penal Code: cheating.");
+        Ok(vec![rerank::Hit::new(Arc::new(doc), 1.0)]
+            .into_iter()
+            .take(k)
+            .collect())
+    }
+}
+
+/// The hashing embedder, counting its calls.
+struct CountingEmbedder(HashingEmbedder, Arc<std::sync::atomic::AtomicUsize>);
+
+impl Embedder for CountingEmbedder {
+    fn embed_as(&self, texts: &[&str], role: rerank::Role) -> rerank::Result<ndarray::Array2<f32>> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.embed_as(texts, role)
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+}
+
+/// A generator that writes (so that HyDE would run), counting its calls.
+struct WritingGenerator(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Generator for WritingGenerator {
+    fn generate(
+        &self,
+        _request: &rerank::answer::GenerationRequest,
+    ) -> rerank::Result<rerank::answer::Generation> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(rerank::answer::Generation {
+            text: "Section 420 of the Penal Code punishes cheating.".into(),
+            finish_reason: None,
+        })
+    }
+}
+
+/// Issue 53, L33: `Pipeline::plan` (what `rerank query --dry-run` prints) runs no retrieval,
+/// no generation and no embedding, even for a question it plans HyDE, both caches and a host
+/// recall mode for; the same question searched calls all three.
+#[test]
+fn the_legal_routers_plan_calls_no_retriever_generator_or_embedder() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (retrieved, generated, embedded, graph) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let mut config = load("legal_router.yaml");
+    config.cache = None;
+    let pipeline = config
+        .builder(Vec::new())
+        .unwrap()
+        .retriever(CountingRetriever(retrieved.clone()))
+        .recall_mode("graph", CountingRetriever(graph.clone()))
+        .generator(WritingGenerator(generated.clone()))
+        .embedder(CountingEmbedder(
+            HashingEmbedder::new(512).unwrap(),
+            embedded.clone(),
+        ))
+        .cache(rerank::cache::SemanticCache::new())
+        .answer_cache(rerank::cache::SemanticCache::new())
+        .build()
+        .unwrap();
+    let counts = || [&retrieved, &generated, &embedded, &graph].map(|c| c.load(Ordering::SeqCst));
+    let complex = "Compare the Delhi High Court and the Bombay High Court on bail and on directors";
+    let plan = pipeline.plan(&SearchRequest::new(complex)).unwrap();
+    assert_eq!(plan.route, Route::Analytical, "HyDE's route");
+    assert!(plan.hyde && plan.cache && plan.answer_cache, "{plan:?}");
+    assert!(
+        plan.modes.contains(&"graph".to_string()),
+        "{:?}",
+        plan.modes
+    );
+    let mut in_graph = SearchRequest::new(complex);
+    in_graph.mode = Some("graph".into());
+    assert_eq!(
+        pipeline.plan(&in_graph).unwrap().mode.as_deref(),
+        Some("graph")
+    );
+    assert_eq!(counts(), [0, 0, 0, 0], "the plan ran nothing");
+
+    // The search it plans calls each of them (so the counters do count).
+    let r = pipeline.search(complex).unwrap();
+    assert!(r.hyde && !r.hits.is_empty());
+    let [retrieved, generated, embedded, _] = counts();
+    assert!(
+        retrieved >= 1 && generated >= 1 && embedded >= 1,
+        "{:?}",
+        counts()
+    );
+    pipeline.search_with(&in_graph).unwrap();
+    assert!(counts()[3] >= 1);
+}
+
+/// Issue 53, L37: the logs carry each stage's timing, the fallback scorer and why, and cache
+/// hits and misses (of responses and of answers), as a host's `tracing` subscriber sees them
+/// (the one `rerank query --log-level debug` installs writes the same lines to stderr).
+#[test]
+fn the_legal_routers_logs_carry_timings_fallbacks_and_cache_hits_and_misses() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let down = Arc::new(AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let pipeline = legal_with_a_flaky_model(&down, &calls, |b| {
+        b.cache(rerank::cache::SemanticCache::new())
+            .answer_cache(rerank::cache::SemanticCache::new())
+    });
+    let q = "What does section 420 of the Penal Code say?";
+    let a = "What are the duties of directors under the Companies Act 2013?";
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
+        assert!(!pipeline.search(q).unwrap().cache_hit);
+        assert!(pipeline.search(q).unwrap().cache_hit);
+        assert!(!pipeline.answer(a).unwrap().flags.cache_hit);
+        assert!(pipeline.answer(a).unwrap().flags.cache_hit);
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let line =
+        |needle: &str| -> Vec<&str> { text.lines().filter(|l| l.contains(needle)).collect() };
+
+    // Stage timings: each search's summary, recall, rerank and the answer.
+    let done = line("search done");
+    assert_eq!(
+        done.len(),
+        2,
+        "two fresh searches (the search and the answer's):\n{text}"
+    );
+    for l in &done {
+        for field in [
+            "retrieve_ms=",
+            "rerank_ms=",
+            "total_ms=",
+            "classify_ms=",
+            "cache_ms=",
+        ] {
+            assert!(l.contains(field), "{field} missing: {l}");
+        }
+        assert!(l.contains("rerank_fallback=true"), "{l}");
+    }
+    assert!(
+        line("stage 1 done").iter().all(|l| l.contains(" ms=")),
+        "{text}"
+    );
+    assert!(!line("stage 1 done").is_empty(), "{text}");
+    assert!(
+        line("stage 2 done").iter().any(|l| l.contains(" ms=")),
+        "{text}"
+    );
+    assert!(
+        line("answer done")
+            .iter()
+            .any(|l| l.contains("generate_ms=")),
+        "{text}"
+    );
+
+    // The fallback: which scorer, and the model's error.
+    let fallback = line("fallback scorer used");
+    assert_eq!(fallback.len(), 2, "{text}");
+    assert!(
+        fallback.iter().all(|l| l.contains("WARN")
+            && l.contains("scorer=lexical")
+            && l.contains("the model server is unavailable")),
+        "{fallback:?}"
+    );
+
+    // Cache misses and hits, of the search and of the answer.
+    assert_eq!(
+        line("cache hit").len() - line("answer cache hit").len(),
+        1,
+        "{text}"
+    );
+    assert_eq!(line("answer cache hit").len(), 1, "{text}");
+    assert!(line("answer cache miss").len() == 1, "{text}");
+    // Misses: the first search, and the answer's own search.
+    assert_eq!(
+        line("cache miss").len() - line("answer cache miss").len(),
+        2,
+        "{text}"
+    );
+    assert!(
+        line("cache hit").iter().all(|l| l.contains("INFO")),
+        "{text}"
+    );
+    assert!(
+        line("cache miss").iter().all(|l| l.contains("DEBUG")),
+        "{text}"
+    );
+}
