@@ -1,7 +1,8 @@
 //! System 3: a document Q&A service over PDFs.
 //!
 //! Personal data in a question is refused; small talk is answered without retrieval
-//! (confidence 1.0); recall scores `0.7 x cosine + 0.3 x keyword overlap` on raw scores, so the
+//! (confidence 1.0), and so are a question outside the documents' domain (a note saying so)
+//! and one with nothing to search for (a request to clarify); recall scores `0.7 x cosine + 0.3 x keyword overlap` on raw scores, so the
 //! threshold means the same for every question; one hit per source and page; the answer cites
 //! `[Source: file, Page N]`, carries two figures with their bands (grounding: the share of its
 //! sentences a source supports; relevance: how well the best source matches the question) and
@@ -30,6 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Are meals reimbursed during business travel?",
         "My SSN is 123-45-6789, how much sick leave do I have?",
         "Who won the 1998 football world cup?",
+        "what about that one?",
     ] {
         println!("> {question}");
         match pipeline.answer_with(&SearchRequest::new(question), &options) {
@@ -44,6 +46,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     a.relevance_band,
                     if a.flags.chitchat {
                         ", chitchat: no retrieval"
+                    } else if a.flags.off_topic {
+                        ", off-topic: no retrieval"
+                    } else if a.flags.needs_clarification {
+                        ", needs clarification: no retrieval"
                     } else {
                         ""
                     }

@@ -173,6 +173,12 @@ pub fn print_answer(answer: &rerank::Answer) {
     if answer.flags.cache_hit {
         println!("(from the cache)");
     }
+    if answer.flags.off_topic {
+        println!("(outside the knowledge base's domain: nothing was searched)");
+    }
+    if answer.flags.needs_clarification {
+        println!("(nothing to search for: nothing was searched)");
+    }
     for s in &answer.sources {
         let page = s.page.map(|p| format!(", page {p}")).unwrap_or_default();
         println!(

@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::with_people;
 use super::{canned_chitchat_reply, Answer, AnswerOptions, ChitchatMode, CHITCHAT_SYSTEM_PROMPT};
 use super::{ms, AnswerTimings, Pipeline, SearchRequest};
+use super::{CLARIFICATION_REPLY, OFF_TOPIC_REPLY};
 use crate::answer::{
     distinct_citations, is_not_enough_information, strip_thinking, Extractive, GenerationRequest,
     SourceScores, NOT_ENOUGH_INFORMATION,
@@ -42,7 +43,12 @@ impl Pipeline {
     ///
     /// Steps:
     /// 1. classify (when a classifier is set); chitchat is answered right away, without
-    ///    retrieval and without sources ([`ChitchatMode`]);
+    ///    retrieval and without sources ([`ChitchatMode`]); so are, with
+    ///    [`AnswerOptions::route_intents`] (the default), an off-topic question
+    ///    ([`OFF_TOPIC_REPLY`], [`AnswerFlags::off_topic`](super::AnswerFlags::off_topic)) and
+    ///    one with nothing to search for ([`CLARIFICATION_REPLY`], a request to clarify,
+    ///    [`AnswerFlags::needs_clarification`](super::AnswerFlags::needs_clarification)), both
+    ///    with confidence and relevance 0;
     /// 2. search with [`Pipeline::search_with`] (its errors, such as a refused query, are
     ///    returned as they are);
     /// 3. keep the hits at or above [`AnswerOptions::min_score`]; when none is left, the answer is
@@ -85,6 +91,22 @@ impl Pipeline {
             // question by construction.
             answer.set_confidence(1.0, 1.0, None, options);
             tracing::info!(stage = "answer", "chitchat answered without retrieval");
+            return Ok(answer);
+        }
+        if let Some(text) = intent
+            .filter(|_| options.routes_intents())
+            .and_then(routed_reply)
+        {
+            let mut answer = Answer::bare(request.query.clone(), text);
+            answer.flags.off_topic = intent == Some(Intent::OffTopic);
+            answer.flags.needs_clarification = intent == Some(Intent::Clarification);
+            answer.intent = intent;
+            answer.classification = classification;
+            answer.timings.classify_ms = classify_ms;
+            answer.timings.total_ms = ms(start);
+            // Nothing is answered from the documents: no grounding, no relevance.
+            answer.set_confidence(0.0, 0.0, None, options);
+            tracing::info!(stage = "answer", intent = ?intent, "answered without retrieval");
             return Ok(answer);
         }
 
@@ -256,6 +278,16 @@ impl Pipeline {
         };
         answer.flags.chitchat = true;
         Ok(answer)
+    }
+}
+
+/// The reply to a question of `intent` that is answered without a search: off-topic and
+/// clarification questions ([`AnswerOptions::route_intents`]).
+fn routed_reply(intent: Intent) -> Option<&'static str> {
+    match intent {
+        Intent::OffTopic => Some(OFF_TOPIC_REPLY),
+        Intent::Clarification => Some(CLARIFICATION_REPLY),
+        Intent::Chitchat | Intent::KnowledgeSearch => None,
     }
 }
 

@@ -29,6 +29,19 @@ pub const CHITCHAT_SYSTEM_PROMPT: &str = "You are a friendly assistant for quest
 user's documents. Reply to the user's small talk in one or two short sentences, and invite them \
 to ask a question about their documents. Do not state any facts.";
 
+/// The answer to an off-topic question (intent [`Intent::OffTopic`]: none of its words is in
+/// the domain the classifier knows, e.g. from `classifier.domain_from_corpus`), given without
+/// searching when [`AnswerOptions::route_intents`] is on; [`AnswerFlags::off_topic`] marks it.
+pub const OFF_TOPIC_REPLY: &str = "Your question is outside the domain of this knowledge base, \
+so I can't answer it from its documents. Please ask about a subject the documents cover.";
+
+/// The answer to a question with nothing to search for (intent [`Intent::Clarification`]:
+/// only stopwords, or a reference back to an earlier turn that was not given), given without
+/// searching when [`AnswerOptions::route_intents`] is on; [`AnswerFlags::needs_clarification`]
+/// marks it.
+pub const CLARIFICATION_REPLY: &str = "Could you clarify your question? It does not say what to \
+look for: please name the topic, document or person you mean.";
+
 /// The canned chitchat reply for `query`: thanks, farewell or greeting.
 pub fn canned_chitchat_reply(query: &str) -> &'static str {
     let q = query.to_lowercase();
@@ -72,6 +85,7 @@ pub struct AnswerOptions {
     relevance: RelevanceMeasure,
     relevance_bands: ConfidenceBands,
     include_sources: bool,
+    route_intents: bool,
 }
 
 impl Default for AnswerOptions {
@@ -89,6 +103,7 @@ impl Default for AnswerOptions {
             relevance: RelevanceMeasure::default(),
             relevance_bands: ConfidenceBands::relevance(),
             include_sources: true,
+            route_intents: true,
         }
     }
 }
@@ -187,6 +202,21 @@ impl AnswerOptions {
         self.include_sources
     }
 
+    /// Whether off-topic and clarification questions get their own answer without a search
+    /// (default true): an off-topic question is answered with [`OFF_TOPIC_REPLY`], one with
+    /// nothing to search for with [`CLARIFICATION_REPLY`]. With `false`, both are searched and
+    /// answered like any question. Needs a classifier on the pipeline; chitchat is answered
+    /// without a search either way ([`ChitchatMode`]).
+    pub fn route_intents(mut self, route: bool) -> Self {
+        self.route_intents = route;
+        self
+    }
+
+    /// Whether off-topic and clarification questions are answered without a search.
+    pub fn routes_intents(&self) -> bool {
+        self.route_intents
+    }
+
     /// The prompt builder.
     pub fn prompt_builder(&self) -> &PromptBuilder {
         &self.prompt
@@ -245,6 +275,14 @@ impl AnswerOptions {
 pub struct AnswerFlags {
     /// The query was chitchat: answered without retrieval.
     pub chitchat: bool,
+    /// The question is outside the knowledge base's domain: answered with [`OFF_TOPIC_REPLY`]
+    /// without retrieval ([`AnswerOptions::route_intents`]).
+    #[serde(default)]
+    pub off_topic: bool,
+    /// The question gave nothing to search for: the answer ([`CLARIFICATION_REPLY`]) asks the
+    /// user to clarify, without retrieval ([`AnswerOptions::route_intents`]).
+    #[serde(default)]
+    pub needs_clarification: bool,
     /// The answer is the not-enough-information sentence.
     pub not_enough_information: bool,
     /// The reranker failed and stage-1 order was used.

@@ -32,7 +32,7 @@ use std::time::Instant;
 pub use crate::filter::{Filter, LANGUAGE_FIELD, PATH_FIELD, SOURCE_TYPE_FIELD};
 pub use answer_response::{
     canned_chitchat_reply, Answer, AnswerFlags, AnswerOptions, AnswerTimings, ChitchatMode,
-    CHITCHAT_SYSTEM_PROMPT,
+    CHITCHAT_SYSTEM_PROMPT, CLARIFICATION_REPLY, OFF_TOPIC_REPLY,
 };
 pub use blend::FinalBlend;
 pub use builder::PipelineBuilder;

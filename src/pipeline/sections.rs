@@ -912,6 +912,12 @@ pub struct GroundingConfig {
     /// Whether answers list their sources (default true; a request can turn it off, see
     /// [`AnswerOptions::include_sources`]).
     pub include_sources: bool,
+    /// Whether off-topic questions (outside the domain the classifier knows) and questions
+    /// with nothing to search for are answered without a search, with a note that the question
+    /// is outside the knowledge base's domain or a request to clarify (default true; `false`
+    /// searches them like any question). Needs a `classifier` section. See
+    /// [`AnswerOptions::route_intents`].
+    pub route_intents: bool,
 }
 
 impl Default for GroundingConfig {
@@ -929,6 +935,7 @@ impl Default for GroundingConfig {
             relevance_high: relevance.high,
             relevance_medium: relevance.medium,
             include_sources: true,
+            route_intents: true,
         }
     }
 }
@@ -946,7 +953,8 @@ impl GroundingConfig {
                     .map_err(|e| Error::Config(format!("grounding.relevance_high/medium: {e}")))?,
             )
             .chitchat(self.chitchat)
-            .include_sources(self.include_sources);
+            .include_sources(self.include_sources)
+            .route_intents(self.route_intents);
         if let Some(m) = self.min_score {
             o = o.min_score(m);
         }

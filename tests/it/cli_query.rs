@@ -281,3 +281,85 @@ fn dry_run_writes_nothing() {
     assert_eq!(listing(), ["legal_router.yaml"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 53, D10 through the CLI, on the PDF system whose plan asks for it: `rerank query`
+/// answers an off-topic question with a note that it is outside the knowledge base's domain
+/// and an unclear one with a request to clarify, neither searched (no search timings, no
+/// sources), and the JSON's flags say which; the text form says so too. A copy of the config
+/// with `grounding.route_intents: false` searches them as before.
+#[test]
+fn the_pdf_system_answers_off_topic_and_unclear_questions_without_searching() {
+    use rerank::pipeline::{CLARIFICATION_REPLY, OFF_TOPIC_REPLY};
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = root.join("examples/configs/pdf_qa.yaml");
+    let world_cup = "Who won the 1998 football world cup?";
+
+    let off = query(&cli, &config, &[world_cup]);
+    assert_eq!(off["answer"], OFF_TOPIC_REPLY, "{off}");
+    assert_eq!(off["classification"]["intent"], "off_topic", "{off}");
+    assert_eq!(off["flags"]["off_topic"], true, "{off}");
+    assert_eq!(off["flags"]["needs_clarification"], false, "{off}");
+    assert_eq!(off["flags"]["not_enough_information"], false, "{off}");
+    assert_eq!(off["sources"], serde_json::json!([]), "{off}");
+    assert!(
+        off["timings"].get("search").is_none(),
+        "not searched: {off}"
+    );
+    assert_eq!(off["confidence_band"], "low", "{off}");
+
+    let unclear = query(&cli, &config, &["--query", "what about that one?"]);
+    assert_eq!(unclear["answer"], CLARIFICATION_REPLY, "{unclear}");
+    assert_eq!(unclear["classification"]["intent"], "clarification");
+    assert_eq!(unclear["flags"]["needs_clarification"], true, "{unclear}");
+    assert!(unclear["timings"].get("search").is_none(), "{unclear}");
+
+    // The text form prints the note and says nothing was searched.
+    let out = Command::new(&cli)
+        .args(["query", "--config"])
+        .arg(&config)
+        .arg(world_cup)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with(OFF_TOPIC_REPLY), "{text}");
+    assert!(text.contains("nothing was searched"), "{text}");
+
+    // grounding.route_intents: false, one key away: searched, and nothing relevant found.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli_query_route_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    assert!(yaml.contains("route_intents: true"));
+    let yaml = yaml
+        .replace("route_intents: true", "route_intents: false")
+        .replace(
+            "../data/",
+            &format!("{}/", root.join("examples/data").display()),
+        );
+    let searched_config = dir.join("pdf_qa.yaml");
+    std::fs::write(&searched_config, yaml).unwrap();
+    let searched = query(&cli, &searched_config, &[world_cup]);
+    assert_eq!(searched["classification"]["intent"], "off_topic");
+    assert_eq!(searched["flags"]["off_topic"], false, "{searched}");
+    assert_eq!(
+        searched["flags"]["not_enough_information"], true,
+        "{searched}"
+    );
+    assert!(searched["timings"]["search"].is_object(), "{searched}");
+    let unclear = query(&cli, &searched_config, &["what about that one?"]);
+    assert_eq!(unclear["flags"]["needs_clarification"], false, "{unclear}");
+    assert!(unclear["timings"]["search"].is_object(), "{unclear}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // The legal config's lexicon marks what is not law: answered the same way.
+    let (legal, dir) = legal_config("route");
+    let pancakes = query(&cli, &legal, &["recipe for pancakes"]);
+    assert_eq!(pancakes["answer"], OFF_TOPIC_REPLY, "{pancakes}");
+    assert_eq!(pancakes["flags"]["off_topic"], true, "{pancakes}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible generator against a loopback HTTP server started by each test:
 //! request shape, retries with exponential backoff on 429 / 5xx / network errors, no retry on
-//! 401 / 403 / 400, error messages, timeouts.
+//! 401 / 403 / 400, error messages, timeouts. The OpenAI-compatible embedder's batches and its
+//! `dimensions` against the same server.
 #![cfg(feature = "http")]
 
 use std::io::{Read, Write};
@@ -456,4 +457,89 @@ fn answers_through_the_pipeline_with_the_context_in_the_request() {
         a.sources[0].score
     );
     assert!(user.contains(&block), "{user}");
+}
+
+/// An embeddings reply for a request of `n` texts, in reverse order (the client puts rows back
+/// by `index`): row `i` is `[batch, i, 1, 0.5]`, so each vector says which request and which
+/// input it answered.
+fn embeddings(batch: usize, n: usize) -> Reply {
+    let data: Vec<serde_json::Value> = (0..n)
+        .rev()
+        .map(|i| {
+            serde_json::json!({"object": "embedding", "index": i,
+                               "embedding": [batch as f32, i as f32, 1.0, 0.5]})
+        })
+        .collect();
+    let body = serde_json::json!({"object": "list", "data": data, "model": "m"});
+    Reply::Http(200, vec![], body.to_string())
+}
+
+/// Issue 53, D26: `OpenAiEmbedder` sends more texts than `batch_size` as several requests in
+/// input order, each with the configured `dimensions` (and the role's prompt), and puts the
+/// replies' rows back in input order; without `dimensions` the field is left out.
+#[test]
+fn the_embedder_splits_large_inputs_into_batches_and_sends_dimensions() {
+    use rerank::embed::OpenAiEmbedder;
+    use rerank::Embedder;
+    // 7 texts, 3 a request: requests of 3, 3 and 1 texts.
+    let server = Server::start(vec![embeddings(0, 3), embeddings(1, 3), embeddings(2, 1)]);
+    let embedder = OpenAiEmbedder::builder()
+        .base_url(server.base_url())
+        .model("text-embedding-3-small")
+        .dimensions(4)
+        .batch_size(3)
+        .document_prompt("passage: ")
+        .max_retries(0)
+        .build()
+        .unwrap();
+    assert_eq!(
+        embedder.dim(),
+        4,
+        "from `dimensions`, without a probe request"
+    );
+    let texts: Vec<String> = (0..7).map(|i| format!("document number {i}")).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let m = embedder.embed(&refs).unwrap();
+    assert_eq!(m.shape(), [7, 4]);
+    for r in 0..7 {
+        assert_eq!(
+            m.row(r).to_vec(),
+            [(r / 3) as f32, (r % 3) as f32, 1.0, 0.5],
+            "row {r}"
+        );
+    }
+    let seen = server.finish();
+    assert_eq!(seen.len(), 3, "three requests");
+    for (i, s) in seen.iter().enumerate() {
+        assert!(
+            s.request_line.starts_with("POST /v1/embeddings "),
+            "{}",
+            s.request_line
+        );
+        assert_eq!(s.body["model"], "text-embedding-3-small");
+        assert_eq!(s.body["dimensions"], 4, "{}", s.body);
+        assert_eq!(s.body["encoding_format"], "float");
+        let want: Vec<String> = texts[i * 3..(i * 3 + 3).min(7)]
+            .iter()
+            .map(|t| format!("passage: {t}"))
+            .collect();
+        assert_eq!(s.body["input"], serde_json::json!(want), "request {i}");
+    }
+
+    // Without `dimensions` (the width given as `dim`), the field is not sent: a server that
+    // takes no `dimensions` is not sent one.
+    let server = Server::start(vec![embeddings(0, 2)]);
+    let embedder = OpenAiEmbedder::builder()
+        .base_url(server.base_url())
+        .model("m")
+        .dim(4)
+        .max_retries(0)
+        .build()
+        .unwrap();
+    let m = embedder.embed(&["a", "b"]).unwrap();
+    assert_eq!(m.row(1).to_vec(), [0.0, 1.0, 1.0, 0.5]);
+    let seen = server.finish();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].body.get("dimensions").is_none(), "{}", seen[0].body);
+    assert_eq!(seen[0].body["input"], serde_json::json!(["a", "b"]));
 }

@@ -361,8 +361,17 @@ fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
         ask("My SSN is 123-45-6789, how much sick leave do I have?"),
         Err(Error::PiiRefused { .. })
     ));
-    let none = ask("Who won the 1998 football world cup?").unwrap();
+    // Searched (`grounding.route_intents: false`; by default it is answered without a search,
+    // see `pdf_qa_answers_off_topic_and_unclear_questions_without_searching`), the off-topic
+    // question finds nothing relevant.
+    let none = pipeline
+        .answer_with(
+            &SearchRequest::new("Who won the 1998 football world cup?"),
+            &options.clone().route_intents(false),
+        )
+        .unwrap();
     assert!(none.flags.not_enough_information);
+    assert_eq!(none.text, rerank::answer::NOT_ENOUGH_INFORMATION);
     assert_eq!(none.confidence, 0.0);
 
     // Linear fusion over raw scores: 0.7 x cosine + 0.3 x keyword overlap, exactly.
@@ -383,6 +392,95 @@ fn pdf_qa_refuses_cites_bands_and_scores_linearly() {
         assert!(h.score >= 0.3);
     }
     assert_eq!(r.hits[0].id(), "expense-policy_p2_c1");
+}
+
+/// Issue 53, D10: the PDF system answers a question outside its documents' domain with a note
+/// saying so, and one with nothing to search for with a request to clarify, both without a
+/// search or a generator call; the answer's flags say which. `grounding.route_intents: false`
+/// searches them as before.
+#[test]
+fn pdf_qa_answers_off_topic_and_unclear_questions_without_searching() {
+    use rerank::answer::ConfidenceBand;
+    use rerank::classify::Intent;
+    use rerank::pipeline::{CLARIFICATION_REPLY, OFF_TOPIC_REPLY};
+    use std::sync::atomic::Ordering;
+    let config = load("pdf_qa.yaml");
+    assert!(config.grounding.as_ref().unwrap().route_intents);
+    let options = config.answer_options().unwrap();
+    let (pipeline, calls) = CountingGenerator::pipeline(&config);
+    let ask = |q: &str, o: &rerank::pipeline::AnswerOptions| {
+        pipeline.answer_with(&SearchRequest::new(q), o).unwrap()
+    };
+
+    let off = ask("Who won the 1998 football world cup?", &options);
+    assert_eq!(off.text, OFF_TOPIC_REPLY);
+    assert_eq!(off.intent, Some(Intent::OffTopic));
+    assert!(off.flags.off_topic, "{:?}", off.flags);
+    assert!(!off.flags.needs_clarification && !off.flags.not_enough_information);
+    assert!(off.sources.is_empty() && off.citations.is_empty());
+    assert_eq!(off.timings.search, None, "nothing was searched");
+    assert!(off.timings.classify_ms.is_some());
+    assert_eq!((off.confidence, off.relevance), (0.0, 0.0));
+    assert_eq!(off.confidence_band, ConfidenceBand::Low);
+    // The flag is in the answer's JSON, for hosts, and reads back.
+    let json = serde_json::to_value(&off).unwrap();
+    assert_eq!(json["flags"]["off_topic"], true, "{json}");
+    assert_eq!(json["flags"]["needs_clarification"], false, "{json}");
+    let back: rerank::Answer = serde_json::from_value(json).unwrap();
+    assert_eq!(back, off);
+
+    for q in ["what about that one?", "tell me more"] {
+        let a = ask(q, &options);
+        assert_eq!(a.text, CLARIFICATION_REPLY, "{q}");
+        assert_eq!(a.intent, Some(Intent::Clarification), "{q}");
+        assert!(a.flags.needs_clarification && !a.flags.off_topic, "{q}");
+        assert!(a.sources.is_empty() && a.timings.search.is_none(), "{q}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no generator call");
+
+    // A question about the documents is searched and answered as before.
+    let a = ask(
+        "How many days of paid annual leave do employees get per year?",
+        &options,
+    );
+    assert!(a.text.contains("25 days"), "{}", a.text);
+    assert!(!a.flags.off_topic && !a.flags.needs_clarification);
+    assert!(a.timings.search.is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Personal data is refused before any routing.
+    assert!(matches!(
+        pipeline.answer_with(
+            &SearchRequest::new("My SSN is 123-45-6789, who won the world cup?"),
+            &options
+        ),
+        Err(Error::PiiRefused { .. })
+    ));
+
+    // One key away, today's behaviour: both are searched and answered from what was found.
+    let mut searched = config.clone();
+    searched.grounding.as_mut().unwrap().route_intents = false;
+    let o = searched.answer_options().unwrap();
+    assert!(!o.routes_intents());
+    let off = ask("Who won the 1998 football world cup?", &o);
+    assert_eq!(off.intent, Some(Intent::OffTopic));
+    assert!(!off.flags.off_topic && off.flags.not_enough_information);
+    assert!(off.timings.search.is_some(), "searched");
+    let unclear = ask("what about that one?", &o);
+    assert!(!unclear.flags.needs_clarification && unclear.timings.search.is_some());
+    assert_ne!(unclear.text, CLARIFICATION_REPLY);
+
+    // Without a classifier nothing is routed: the intent is unknown.
+    let mut plain = config.clone();
+    plain.classifier = None;
+    let p = plain.build(Vec::new()).unwrap();
+    let a = p
+        .answer_with(
+            &SearchRequest::new("Who won the 1998 football world cup?"),
+            &options,
+        )
+        .unwrap();
+    assert!(a.intent.is_none() && !a.flags.off_topic && a.timings.search.is_some());
 }
 
 /// System 4: `cargo run --example two_phase_kb`.
@@ -1173,6 +1271,98 @@ fn two_phase_kb_reranks_with_qwen3() {
     assert_eq!(pipeline.two_phase_stats().parsed, 1);
 }
 
+/// A copy of the tiny Qwen3 model in `dir` whose `tokenizer.json` has tokens added past the
+/// end of the model's embedding matrix, the last of them `phrase` (as a tokenizer extended for
+/// a fine-tune, left beside the base weights): the model loads (the prompt's own tokens are in
+/// the matrix), and fails at run time on a text with `phrase`.
+fn qwen3_with_a_tokenizer_past_its_weights(dir: &Path, phrase: &str) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let model = Path::new(QWEN3_TINY);
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(model.join(file), dir.join(file)).unwrap();
+    }
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("config.json")).unwrap()).unwrap();
+    let rows = config["vocab_size"].as_u64().unwrap();
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("tokenizer.json")).unwrap()).unwrap();
+    let added = tokenizer["added_tokens"].as_array_mut().unwrap();
+    let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;
+    // Ids next, next + 1, ...: reserved tokens up to the last row, then `phrase` past it.
+    for id in next..=rows {
+        let (content, special) = match id == rows {
+            true => (phrase.to_string(), false),
+            false => (format!("<|reserved_{id}|>"), true),
+        };
+        added.push(
+            serde_json::json!({"id": id, "content": content, "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": special}),
+        );
+    }
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        serde_json::to_vec(&tokenizer).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Issue 53, K17: the knowledge base with Qwen3-Reranker and the config's embedding fallback
+/// (`reranker.fallback.embedding_model`). The model fails at run time (its tokenizer knows a
+/// phrase whose token is past the end of the weights' embedding matrix), and the embedding
+/// model scores instead: each hit's rerank score is the cosine of the query's and the
+/// document's embeddings, the response names the embedding scorer and keeps the model's error.
+/// A question without the phrase is still scored by Qwen3.
+#[test]
+fn two_phase_kb_falls_back_to_embedding_cosine_when_qwen3_fails() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("systems_qwen3_fallback_{}", std::process::id()));
+    qwen3_with_a_tokenizer_past_its_weights(&dir, "graceful shutdown");
+    let fallback_model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_bert_tiny/cls_prompts");
+    let mut config = load("two_phase_kb.toml");
+    let reranker = config.reranker.as_mut().expect("a reranker section");
+    reranker.kind = rerank::pipeline::RerankerKind::Qwen3;
+    reranker.model = Some(dir.clone());
+    reranker.skip_within_top_k = false;
+    reranker.fallback = Some(rerank::pipeline::FallbackConfig {
+        embedding_model: Some(fallback_model.clone()),
+        ..Default::default()
+    });
+    // Only the reranker's order: no blend with stage 1 and recency.
+    config.search.final_blend = None;
+    let pipeline = config.build(Vec::new()).unwrap();
+
+    let q = "[SEARCH] shutdown runtime [TASK] my service hangs on exit during graceful shutdown";
+    let r = pipeline.search(q).unwrap();
+    assert!(r.reranked && r.rerank_fallback, "{r:?}");
+    assert_eq!(r.scorer, "embedding");
+    let error = r.rerank_error.as_deref().unwrap();
+    assert!(
+        error.contains("qwen3-reranker failed") && error.contains("outside the embedding matrix"),
+        "{error}"
+    );
+    assert!(r.hits.len() >= 2, "{r:?}");
+    // The scores are the embedding model's cosines against the text the reranker judges.
+    let embedder =
+        rerank::load_embedder(&fallback_model, &rerank::models::ModelOptions::default()).unwrap();
+    let rerank_text = pipeline.plan(&SearchRequest::new(q)).unwrap().rerank_text;
+    let qv = embedder.embed_query(&rerank_text).unwrap();
+    for h in &r.hits {
+        let want = cosine(&qv, &embedder.embed_one(&h.document.full_text()).unwrap());
+        let got = h.rerank_score.unwrap();
+        assert!((got - want).abs() < 1e-5, "{}: {got} vs {want}", h.id());
+    }
+
+    // Without the phrase, the model scores.
+    let r = pipeline
+        .search("[SEARCH] shutdown runtime [TASK] my service hangs on exit and the shutdown fails")
+        .unwrap();
+    assert!(r.reranked && !r.rerank_fallback, "{r:?}");
+    assert_eq!(r.scorer, "qwen3-reranker");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Issue 53, legal router: HyDE runs in the shipped system with a generator that writes (the
 /// tiny random Qwen3 chat model): a complex question is searched with a hypothetical answer.
 #[test]
@@ -1247,4 +1437,341 @@ fn agent_memory_recalls_from_a_host_graph_by_mode() {
         .search_with(&SearchRequest::new(q).mode("bm25"))
         .unwrap();
     assert!(r.hits.iter().all(|h| !h.id().starts_with("graph-")));
+}
+
+/// A model reranker that fails while `down` is set ("the model server is unavailable"), and
+/// otherwise scores as the lexical reranker does.
+struct Flaky(Arc<std::sync::atomic::AtomicBool>);
+
+impl rerank::Reranker for Flaky {
+    fn score(
+        &self,
+        query: &rerank::rerankers::RerankQuery,
+        docs: &[&str],
+    ) -> rerank::Result<Vec<f32>> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::rerank("the model server is unavailable"));
+        }
+        rerank::rerankers::LexicalReranker.score(query, docs)
+    }
+    fn name(&self) -> &str {
+        "model"
+    }
+}
+
+/// The legal system with the `Flaky` model and the lexical fallback, counting generator calls
+/// in `calls`; its config's cache section is left out, for `builder` to give the caches.
+fn legal_with_a_flaky_model(
+    down: &Arc<std::sync::atomic::AtomicBool>,
+    calls: &Arc<std::sync::atomic::AtomicUsize>,
+    builder: impl FnOnce(rerank::PipelineBuilder) -> rerank::PipelineBuilder,
+) -> Pipeline {
+    let mut config = load("legal_router.yaml");
+    config.cache = None;
+    let reranker = rerank::FallbackReranker::builder(Flaky(down.clone()))
+        .fallback(rerank::rerankers::LexicalReranker)
+        .build()
+        .unwrap();
+    let b = config
+        .builder(Vec::new())
+        .unwrap()
+        .generator(CountingGenerator(calls.clone()))
+        .reranker(reranker)
+        .skip_rerank_within_top_k(false);
+    builder(b).build().unwrap()
+}
+
+/// Issue 53, L18: a degraded answer (the model reranker failed, the fallback scored) is
+/// cached through the pipeline with the short TTL (an hour in the legal config, beside its
+/// day): still served after 59 minutes, gone after 61, when the same question is answered
+/// afresh by the model and that answer is served a day long. The response cache does the same
+/// with the search under the answer.
+#[test]
+fn degraded_answers_are_cached_for_the_short_ttl() {
+    use rerank::cache::{ManualClock, SemanticCache};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+    let legal = load("legal_router.yaml");
+    let section = legal.cache.as_ref().unwrap();
+    assert_eq!((section.ttl_secs, section.short_ttl_secs), (86_400, 3_600));
+    let (day, hour) = (Duration::from_secs(86_400), Duration::from_secs(3_600));
+    let clock = Arc::new(ManualClock::new());
+    let responses = Arc::new(
+        SemanticCache::builder()
+            .ttl(day)
+            .short_ttl(hour)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let answers = Arc::new(
+        SemanticCache::builder()
+            .ttl(day)
+            .short_ttl(hour)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let down = Arc::new(AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let pipeline = legal_with_a_flaky_model(&down, &calls, |b| {
+        b.cache(responses.clone()).answer_cache(answers.clone())
+    });
+    let q = "What are the duties of directors under the Companies Act 2013?";
+    let minutes = |m: u64| clock.advance(Duration::from_secs(60 * m));
+
+    // The model is down: the fallback scores, and the answer says it is degraded.
+    let a = pipeline.answer(q).unwrap();
+    assert!(
+        a.flags.rerank_fallback && !a.flags.cache_hit,
+        "{:?}",
+        a.flags
+    );
+    assert!(!a.flags.not_enough_information, "{}", a.text);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let (r, t) = (responses.stats().entries, answers.stats().entries);
+    assert_eq!((r, t), (1, 1), "one response and one answer cached");
+
+    // 59 minutes on, both are served from the caches, still marked degraded.
+    minutes(59);
+    let a = pipeline.answer(q).unwrap();
+    assert!(
+        a.flags.cache_hit && a.flags.rerank_fallback,
+        "{:?}",
+        a.flags
+    );
+    let s = pipeline.search(q).unwrap();
+    assert!(s.cache_hit && s.rerank_fallback);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // The model is back; at 61 minutes the degraded entries have expired: answered afresh.
+    down.store(false, Ordering::SeqCst);
+    minutes(2);
+    let a = pipeline.answer(q).unwrap();
+    assert!(
+        !a.flags.cache_hit && !a.flags.rerank_fallback,
+        "{:?}",
+        a.flags
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let s = pipeline.search(q).unwrap();
+    assert!(
+        s.cache_hit && !s.rerank_fallback,
+        "the fresh search was cached"
+    );
+
+    // The healthy answer lives the day: still served two hours (and 23 hours) on.
+    minutes(120);
+    assert!(pipeline.answer(q).unwrap().flags.cache_hit);
+    minutes(21 * 60);
+    assert!(pipeline.answer(q).unwrap().flags.cache_hit);
+    assert!(pipeline.search(q).unwrap().cache_hit);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A retriever that counts its calls and finds one document for anything.
+struct CountingRetriever(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Retriever for CountingRetriever {
+    fn retrieve(
+        &self,
+        _query: &rerank::recall::SearchQuery,
+        k: usize,
+    ) -> rerank::Result<Vec<rerank::Hit>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let doc = rerank::Document::new("s-420", "Section 420 of the Penal Code: cheating.");
+        Ok(vec![rerank::Hit::new(Arc::new(doc), 1.0)]
+            .into_iter()
+            .take(k)
+            .collect())
+    }
+}
+
+/// The hashing embedder, counting its calls.
+struct CountingEmbedder(HashingEmbedder, Arc<std::sync::atomic::AtomicUsize>);
+
+impl Embedder for CountingEmbedder {
+    fn embed_as(&self, texts: &[&str], role: rerank::Role) -> rerank::Result<ndarray::Array2<f32>> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.embed_as(texts, role)
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+}
+
+/// A generator that writes (so that HyDE would run), counting its calls.
+struct WritingGenerator(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rerank::Generator for WritingGenerator {
+    fn generate(
+        &self,
+        _request: &rerank::answer::GenerationRequest,
+    ) -> rerank::Result<rerank::answer::Generation> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(rerank::answer::Generation {
+            text: "Section 420 of the Penal Code punishes cheating.".into(),
+            finish_reason: None,
+        })
+    }
+}
+
+/// Issue 53, L33: `Pipeline::plan` (what `rerank query --dry-run` prints) runs no retrieval,
+/// no generation and no embedding, even for a question it plans HyDE, both caches and a host
+/// recall mode for; the same question searched calls all three.
+#[test]
+fn the_legal_routers_plan_calls_no_retriever_generator_or_embedder() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (retrieved, generated, embedded, graph) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let mut config = load("legal_router.yaml");
+    config.cache = None;
+    let pipeline = config
+        .builder(Vec::new())
+        .unwrap()
+        .retriever(CountingRetriever(retrieved.clone()))
+        .recall_mode("graph", CountingRetriever(graph.clone()))
+        .generator(WritingGenerator(generated.clone()))
+        .embedder(CountingEmbedder(
+            HashingEmbedder::new(512).unwrap(),
+            embedded.clone(),
+        ))
+        .cache(rerank::cache::SemanticCache::new())
+        .answer_cache(rerank::cache::SemanticCache::new())
+        .build()
+        .unwrap();
+    let counts = || [&retrieved, &generated, &embedded, &graph].map(|c| c.load(Ordering::SeqCst));
+    let complex = "Compare the Delhi High Court and the Bombay High Court on bail and on directors";
+    let plan = pipeline.plan(&SearchRequest::new(complex)).unwrap();
+    assert_eq!(plan.route, Route::Analytical, "HyDE's route");
+    assert!(plan.hyde && plan.cache && plan.answer_cache, "{plan:?}");
+    assert!(
+        plan.modes.contains(&"graph".to_string()),
+        "{:?}",
+        plan.modes
+    );
+    let mut in_graph = SearchRequest::new(complex);
+    in_graph.mode = Some("graph".into());
+    assert_eq!(
+        pipeline.plan(&in_graph).unwrap().mode.as_deref(),
+        Some("graph")
+    );
+    assert_eq!(counts(), [0, 0, 0, 0], "the plan ran nothing");
+
+    // The search it plans calls each of them (so the counters do count).
+    let r = pipeline.search(complex).unwrap();
+    assert!(r.hyde && !r.hits.is_empty());
+    let [retrieved, generated, embedded, _] = counts();
+    assert!(
+        retrieved >= 1 && generated >= 1 && embedded >= 1,
+        "{:?}",
+        counts()
+    );
+    pipeline.search_with(&in_graph).unwrap();
+    assert!(counts()[3] >= 1);
+}
+
+/// Issue 53, L37: the logs carry each stage's timing, the fallback scorer and why, and cache
+/// hits and misses (of responses and of answers), as a host's `tracing` subscriber sees them
+/// (the one `rerank query --log-level debug` installs writes the same lines to stderr).
+#[test]
+fn the_legal_routers_logs_carry_timings_fallbacks_and_cache_hits_and_misses() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let down = Arc::new(AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let pipeline = legal_with_a_flaky_model(&down, &calls, |b| {
+        b.cache(rerank::cache::SemanticCache::new())
+            .answer_cache(rerank::cache::SemanticCache::new())
+    });
+    let q = "What does section 420 of the Penal Code say?";
+    let a = "What are the duties of directors under the Companies Act 2013?";
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
+        assert!(!pipeline.search(q).unwrap().cache_hit);
+        assert!(pipeline.search(q).unwrap().cache_hit);
+        assert!(!pipeline.answer(a).unwrap().flags.cache_hit);
+        assert!(pipeline.answer(a).unwrap().flags.cache_hit);
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let line =
+        |needle: &str| -> Vec<&str> { text.lines().filter(|l| l.contains(needle)).collect() };
+
+    // Stage timings: each search's summary, recall, rerank and the answer.
+    let done = line("search done");
+    assert_eq!(
+        done.len(),
+        2,
+        "two fresh searches (the search and the answer's):\n{text}"
+    );
+    for l in &done {
+        for field in [
+            "retrieve_ms=",
+            "rerank_ms=",
+            "total_ms=",
+            "classify_ms=",
+            "cache_ms=",
+        ] {
+            assert!(l.contains(field), "{field} missing: {l}");
+        }
+        assert!(l.contains("rerank_fallback=true"), "{l}");
+    }
+    assert!(
+        line("stage 1 done").iter().all(|l| l.contains(" ms=")),
+        "{text}"
+    );
+    assert!(!line("stage 1 done").is_empty(), "{text}");
+    assert!(
+        line("stage 2 done").iter().any(|l| l.contains(" ms=")),
+        "{text}"
+    );
+    assert!(
+        line("answer done")
+            .iter()
+            .any(|l| l.contains("generate_ms=")),
+        "{text}"
+    );
+
+    // The fallback: which scorer, and the model's error.
+    let fallback = line("fallback scorer used");
+    assert_eq!(fallback.len(), 2, "{text}");
+    assert!(
+        fallback.iter().all(|l| l.contains("WARN")
+            && l.contains("scorer=lexical")
+            && l.contains("the model server is unavailable")),
+        "{fallback:?}"
+    );
+
+    // Cache misses and hits, of the search and of the answer.
+    assert_eq!(
+        line("cache hit").len() - line("answer cache hit").len(),
+        1,
+        "{text}"
+    );
+    assert_eq!(line("answer cache hit").len(), 1, "{text}");
+    assert!(line("answer cache miss").len() == 1, "{text}");
+    // Misses: the first search, and the answer's own search.
+    assert_eq!(
+        line("cache miss").len() - line("answer cache miss").len(),
+        2,
+        "{text}"
+    );
+    assert!(
+        line("cache hit").iter().all(|l| l.contains("INFO")),
+        "{text}"
+    );
+    assert!(
+        line("cache miss").iter().all(|l| l.contains("DEBUG")),
+        "{text}"
+    );
 }
