@@ -646,7 +646,12 @@ fn pipelined_batches_match_one_batch_at_a_time() {
     }
 
     // Embedders: every token's states read back (mean pooling) and the first token's (cls).
-    for name in ["st_bert_tiny/plain", "st_modernbert_tiny/cls"] {
+    // (The Qwen3 embedder's decoder too: each text's last token.)
+    for name in [
+        "st_bert_tiny/plain",
+        "st_modernbert_tiny/cls",
+        "st_qwen3_tiny/lasttoken",
+    ] {
         let model = load_embedder(local(name), &options()).unwrap();
         let all = model.embed(&texts).unwrap();
         let mut alone = Vec::new();
