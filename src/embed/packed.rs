@@ -91,38 +91,63 @@ impl PackedTexts {
         let ids: Vec<&[u32]> = encodings.iter().map(Vec::as_slice).collect();
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
         let skip = self.prompt_tokens[role_index(role)];
-        for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
-            let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
-            let pooled = self.forward(encoder, &rows, skip)?;
-            for (row, &i) in pooled.iter().zip(&batch.indices) {
+        let plan = plan_batches(&lengths, self.token_budget, self.max_batch_size);
+        let batches: Vec<Vec<&[u32]>> = plan
+            .iter()
+            .map(|b| b.indices.iter().map(|&i| ids[i]).collect())
+            .collect();
+        let output = self.output(skip);
+        let width = encoder.hidden();
+        encoder.encode_batches(&batches, output, &mut |n, hidden| {
+            let pooled = self.finish(&batches[n], &hidden, width, output, skip)?;
+            for (row, &i) in pooled.iter().zip(&plan[n].indices) {
                 out.row_mut(i)
                     .iter_mut()
                     .zip(row)
                     .for_each(|(o, v)| *o = *v);
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// One packed forward pass; returns one finished embedding per row (pooled, projected,
-    /// normalized as the layout says), leaving the first `skip` tokens out of pooling.
-    fn forward(
+    /// What the encoder returns for a batch: cls alone needs only the first token's row
+    /// (unless a prompt is left out of pooling: then cls takes the first token after it);
+    /// anything else every token's.
+    fn output(&self, skip: usize) -> Output {
+        match self.layout.first_token_only() && skip == 0 {
+            true => Output::FirstToken,
+            false => Output::AllTokens,
+        }
+    }
+
+    /// One finished embedding per row of a batch (pooled, projected, normalized as the
+    /// layout says) from the encoder's `hidden` states (`width` wide, as `output` asks),
+    /// leaving the first `skip` tokens out of pooling.
+    fn finish(
         &self,
-        encoder: &dyn PackedEncoder,
         rows: &[&[u32]],
+        hidden: &[f32],
+        width: usize,
+        output: Output,
         skip: usize,
     ) -> Result<Vec<Vec<f32>>> {
-        let width = encoder.hidden();
-        // cls alone needs only the first token's row (unless a prompt is left out of pooling:
-        // then cls takes the first token after it).
-        if self.layout.first_token_only() && skip == 0 {
-            let hidden = encoder.encode(rows, Output::FirstToken)?;
+        let tokens = match output {
+            Output::FirstToken => rows.len(),
+            Output::AllTokens => rows.iter().map(|r| r.len()).sum(),
+        };
+        if hidden.len() != tokens * width {
+            return Err(Error::model(format!(
+                "the encoder returned {} values for {tokens} rows of width {width}",
+                hidden.len()
+            )));
+        }
+        if output == Output::FirstToken {
             return Ok(hidden
-                .chunks_exact(width)
+                .chunks_exact(width.max(1))
                 .map(|first| self.layout.finish(first, 1, 0))
                 .collect());
         }
-        let hidden = encoder.encode(rows, Output::AllTokens)?;
         let mut start = 0;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {

@@ -168,14 +168,18 @@ impl Qwen3Embedder {
         }
         let lengths: Vec<usize> = ids.iter().map(|row| row.len()).collect();
         let h = self.model.config().hidden_size;
-        for batch in plan_packed_batches(&lengths, self.token_budget, self.max_batch_size) {
-            let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
-            let last = self.model.last_rows(&rows)?;
-            for (state, &i) in last.chunks_exact(h).zip(&batch.indices) {
+        let plan = plan_packed_batches(&lengths, self.token_budget, self.max_batch_size);
+        let batches: Vec<Vec<&[u32]>> = plan
+            .iter()
+            .map(|b| b.indices.iter().map(|&i| ids[i]).collect())
+            .collect();
+        self.model.last_rows_batches(&batches, &mut |n, last| {
+            for (state, &i) in last.chunks_exact(h).zip(&plan[n].indices) {
                 let v = self.layout.finish(state, 1, 0);
                 out.row_mut(i).iter_mut().zip(v).for_each(|(o, v)| *o = v);
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 }

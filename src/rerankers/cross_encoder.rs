@@ -179,22 +179,26 @@ impl CrossEncoder {
                 );
             }
             let lengths: Vec<usize> = encodings.iter().map(PairEncoding::len).collect();
+            let plan = plan_batches(&lengths, self.token_budget, self.max_batch_size);
+            let batches: Vec<Vec<&PairEncoding>> = plan
+                .iter()
+                .map(|b| b.indices.iter().map(|&i| &encodings[i]).collect())
+                .collect();
             let mut out = vec![0f32; pairs.len()];
-            for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
-                let inputs: Vec<&PairEncoding> =
-                    batch.indices.iter().map(|&i| &encodings[i]).collect();
-                let rows = self.model.logits(&inputs)?;
-                if rows.len() != batch.indices.len() {
+            self.model.logits_batches(&batches, &mut |n, rows| {
+                let indices = &plan[n].indices;
+                if rows.len() != indices.len() {
                     return Err(Error::model(format!(
                         "model returned {} rows for a batch of {}",
                         rows.len(),
-                        batch.indices.len()
+                        indices.len()
                     )));
                 }
-                for (row, &i) in rows.iter().zip(&batch.indices) {
+                for (row, &i) in rows.iter().zip(indices) {
                     out[i] = row.first().copied().unwrap_or(f32::NAN);
                 }
-            }
+                Ok(())
+            })?;
             Ok((out, truncated))
         })
     }

@@ -589,3 +589,91 @@ fn long_documents_score_by_passages_on_the_device_as_on_the_cpu() {
         "the same winning passages"
     );
 }
+
+/// Texts of very different lengths (1 to 300 words), each different, for runs of several
+/// batches.
+fn uneven_texts() -> Vec<String> {
+    [1, 240, 3, 60, 150, 2, 90, 7, 300, 15, 40]
+        .iter()
+        .enumerate()
+        .map(|(i, &words)| {
+            (0..words)
+                .map(|w| ["rust", "bananas", "yellow", "systems", "ranking"][(w + i) % 5])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Inputs run in several batches at once (at most 3 a batch, so that the device engine
+/// prepares and starts each batch while the one before runs) come back in input order, each
+/// as it comes when it runs alone.
+#[test]
+fn pipelined_batches_match_one_batch_at_a_time() {
+    let texts = uneven_texts();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let options = || candle().max_batch_size(3);
+    let close = |name: &str, all: &[f32], alone: &[f32]| {
+        assert_eq!(all.len(), alone.len(), "{name}");
+        let apart = all
+            .iter()
+            .zip(alone)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        println!(
+            "{name}: {} values, max |batched - alone| {apart:.2e}",
+            all.len()
+        );
+        assert!(apart < 1e-5, "{name}: {apart}");
+        assert!(
+            alone.iter().any(|v| (v - alone[0]).abs() > 1e-4),
+            "{name}: every input scored alike: order would go unnoticed"
+        );
+    };
+
+    // Cross-encoders: a first-token head and a masked-mean one.
+    let pairs: Vec<(&str, &str)> = texts.iter().map(|t| ("what is rust", *t)).collect();
+    for name in ["deberta_ce_tiny/v3", "modernbert_ce_tiny/mean"] {
+        let model = CrossEncoder::builder(local(name))
+            .options(options())
+            .build()
+            .unwrap();
+        let all = model.logits(&pairs).unwrap();
+        let alone: Vec<f32> = pairs
+            .iter()
+            .map(|p| model.logits(&[*p]).unwrap()[0])
+            .collect();
+        close(name, &all, &alone);
+    }
+
+    // Embedders: every token's states read back (mean pooling) and the first token's (cls).
+    // (The Qwen3 embedder's decoder too: each text's last token.)
+    for name in [
+        "st_bert_tiny/plain",
+        "st_modernbert_tiny/cls",
+        "st_qwen3_tiny/lasttoken",
+    ] {
+        let model = load_embedder(local(name), &options()).unwrap();
+        let all = model.embed(&texts).unwrap();
+        let mut alone = Vec::new();
+        for t in &texts {
+            alone.extend(model.embed(&[*t]).unwrap().iter().copied());
+        }
+        close(name, all.as_slice().unwrap(), &alone);
+    }
+
+    // The decoder: prompts of one query share a prefix, run once a batch.
+    let Some(dir) = shared("qwen3_tiny_a") else {
+        return;
+    };
+    let model = Qwen3Reranker::builder(dir.join("model"))
+        .options(options())
+        .build()
+        .unwrap();
+    let q = RerankQuery::new("what is rust");
+    let all = model.score(&q, &texts).unwrap();
+    let alone: Vec<f32> = texts
+        .iter()
+        .map(|t| model.score(&q, &[*t]).unwrap()[0])
+        .collect();
+    close("qwen3_tiny_a", &all, &alone);
+}

@@ -13,7 +13,8 @@ use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::candle::{
-    activate, candle_device, dtype, err, to_host, var_builder, Padded,
+    activate, candle_device, dtype, err, flat_f32, pipeline, read_f32, var_builder, HostBatch,
+    Padded,
 };
 use crate::models::layers::dense::Output;
 use crate::models::layers::head::PoolerAct;
@@ -244,26 +245,99 @@ impl CandleEncoder {
         Ok((encoder, vb))
     }
 
-    /// The last hidden states `(rows, len, hidden)` of `rows` padded on the right (with
-    /// token types `types`, zeros when `None`), and the padded batch.
-    fn states(
-        &self,
-        rows: &[&[u32]],
-        types: Option<&[&[u32]]>,
-        keys: Option<&[usize]>,
-    ) -> Result<(Tensor, Padded)> {
-        let batch = Padded::attending(rows, keys, self.pad, self.max_len, &self.device)?;
-        let types = match types {
-            Some(types) => Padded::types(types, batch.len, &self.device)?,
-            None => batch.ids.zeros_like().map_err(err("token types"))?,
+    /// The last hidden states `(rows, len, hidden)` of a batch uploaded from the host (its
+    /// token types zeros when it has none): the forward pass queued on the device.
+    fn states(&self, batch: &Padded) -> Result<Tensor> {
+        let zeros;
+        let types = match &batch.types {
+            Some(types) => types,
+            None => {
+                zeros = batch.ids.zeros_like().map_err(err("token types"))?;
+                &zeros
+            }
         };
         let states = match &self.body {
-            Body::Bert(m) => m.forward(&batch.ids, &types, Some(&batch.mask)),
-            Body::Roberta(m) => m.forward(&batch.ids, &batch.mask, &types, None, None, None),
+            Body::Bert(m) => m.forward(&batch.ids, types, Some(&batch.mask)),
+            Body::Roberta(m) => m.forward(&batch.ids, &batch.mask, types, None, None, None),
             Body::ModernBert(m) => m.forward(&batch.ids, &batch.mask),
-            Body::Deberta(m) => m.forward(&batch.ids, &types, &batch.mask),
+            Body::Deberta(m) => m.forward(&batch.ids, types, &batch.mask),
         };
-        Ok((states.map_err(err("the encoder's forward pass"))?, batch))
+        states.map_err(err("the encoder's forward pass"))
+    }
+
+    /// Queues `host`'s forward pass and the f32 copy of its `output` (every token's states,
+    /// padding included, or each row's first): what [`read_f32`] reads back. `None` for a
+    /// batch of no rows.
+    fn launch(&self, host: HostBatch, output: Output) -> Result<Option<(Tensor, usize)>> {
+        if host.rows() == 0 {
+            return Ok(None);
+        }
+        let batch = host.upload(&self.device)?;
+        let states = self.states(&batch)?;
+        let out = match output {
+            Output::FirstToken => states.i((.., 0, ..)).and_then(|t| flat_f32(&t)),
+            Output::AllTokens => flat_f32(&states),
+        };
+        Ok(Some((out.map_err(err("the encoder's output"))?, batch.len)))
+    }
+
+    /// [`Self::launch`]'s output on the host: the padded values and the padded length.
+    fn read(launched: Option<(Tensor, usize)>) -> Result<(Vec<f32>, usize)> {
+        match launched {
+            Some((out, len)) => Ok((read_f32(&out)?, len)),
+            None => Ok((Vec::new(), 0)),
+        }
+    }
+
+    /// [`PackedEncoder::encode`]'s layout of the padded values `all` (rows of `len` tokens)
+    /// read back for `rows`: the first tokens as they are, every token's states with each
+    /// row's padding left out.
+    fn unpad(&self, rows: &[&[u32]], all: Vec<f32>, len: usize, output: Output) -> Vec<f32> {
+        let h = self.hidden;
+        match output {
+            Output::FirstToken => all,
+            Output::AllTokens => {
+                let mut out = Vec::with_capacity(rows.iter().map(|r| r.len()).sum::<usize>() * h);
+                for (i, row) in rows.iter().enumerate() {
+                    let start = i * len * h;
+                    if let Some(states) = all.get(start..start + row.len() * h) {
+                        out.extend_from_slice(states);
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// [`PackedEncoder::encode_keys`] of every batch through [`pipeline`], every token a key
+    /// without `keys` (one key count per row of every batch, batch after batch).
+    fn encode_pipelined(
+        &self,
+        batches: &[Vec<&[u32]>],
+        keys: Option<&[usize]>,
+        output: Output,
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        // Where each batch's key counts start in `keys`.
+        let starts: Vec<usize> = batches
+            .iter()
+            .scan(0, |at, rows| {
+                let start = *at;
+                *at += rows.len();
+                Some(start)
+            })
+            .collect();
+        let indexed: Vec<(usize, &Vec<&[u32]>)> = starts.into_iter().zip(batches).collect();
+        pipeline(
+            &indexed,
+            |(start, rows)| {
+                let keys = keys.map(|k| k.get(*start..).unwrap_or_default());
+                Ok(HostBatch::new(rows, keys, None, self.pad))
+            },
+            |host| self.launch(host, output),
+            Self::read,
+            |n, (all, len)| sink(n, self.unpad(&batches[n], all, len, output)),
+        )
     }
 }
 
@@ -273,17 +347,26 @@ impl PackedEncoder for CandleEncoder {
     }
 
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        self.encode_masked(rows, None, output)
+        self.encode_one(rows, None, output)
     }
 
     fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
-        self.encode_masked(rows, Some(keys), output)
+        self.encode_one(rows, Some(keys), output)
+    }
+
+    fn encode_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        output: Output,
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        self.encode_pipelined(batches, None, output, sink)
     }
 }
 
 impl CandleEncoder {
-    /// [`PackedEncoder::encode_keys`], every token a key without `keys`.
-    fn encode_masked(
+    /// [`PackedEncoder::encode_keys`] of one batch, every token a key without `keys`.
+    fn encode_one(
         &self,
         rows: &[&[u32]],
         keys: Option<&[usize]>,
@@ -292,20 +375,13 @@ impl CandleEncoder {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let (states, batch) = self.states(rows, None, keys)?;
-        let h = self.hidden;
-        match output {
-            Output::FirstToken => to_host(&states.i((.., 0, ..)).map_err(err("first tokens"))?),
-            Output::AllTokens => {
-                let all = to_host(&states)?;
-                let mut out = Vec::with_capacity(rows.iter().map(|r| r.len()).sum::<usize>() * h);
-                for (i, row) in rows.iter().enumerate() {
-                    let start = i * batch.len * h;
-                    out.extend_from_slice(&all[start..start + row.len() * h]);
-                }
-                Ok(out)
-            }
-        }
+        let mut out = Vec::new();
+        let batch = [rows.to_vec()];
+        self.encode_pipelined(&batch, keys, output, &mut |_, states| {
+            out = states;
+            Ok(())
+        })?;
+        Ok(out)
     }
 }
 
@@ -459,22 +535,61 @@ impl CandleClassifier {
     /// Logits, one row of `num_labels` per encoding, for the encodings run as one padded
     /// batch.
     pub fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
-        if encodings.is_empty() {
-            return Ok(Vec::new());
+        let mut out = Vec::new();
+        self.logits_batches(&[encodings.to_vec()], &mut |_, rows| {
+            out = rows;
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`logits`](Self::logits) of every batch of `batches` through [`pipeline`] (the next
+    /// batch padded and started on the device before a batch is read back), `sink(n, rows)`
+    /// called with batch `n`'s rows, batches in order.
+    pub fn logits_batches(
+        &self,
+        batches: &[Vec<&PairEncoding>],
+        sink: &mut dyn FnMut(usize, Vec<Vec<f32>>) -> Result<()>,
+    ) -> Result<()> {
+        let labels = self.config.num_labels.max(1);
+        pipeline(
+            batches,
+            |encodings| {
+                let ids: Vec<&[u32]> = encodings.iter().map(|e| e.input_ids.as_slice()).collect();
+                let types: Vec<&[u32]> = encodings
+                    .iter()
+                    .map(|e| e.token_type_ids.as_slice())
+                    .collect();
+                Ok(HostBatch::new(&ids, None, Some(&types), self.encoder.pad))
+            },
+            |host| self.launch(host),
+            |logits| match logits {
+                Some(logits) => read_f32(&logits),
+                None => Ok(Vec::new()),
+            },
+            |n, values| {
+                sink(
+                    n,
+                    values.chunks_exact(labels).map(<[f32]>::to_vec).collect(),
+                )
+            },
+        )
+    }
+
+    /// Queues `host`'s forward pass and head: the logits `(rows x num_labels)` as flat f32;
+    /// `None` for a batch of no rows.
+    fn launch(&self, host: HostBatch) -> Result<Option<Tensor>> {
+        if host.rows() == 0 {
+            return Ok(None);
         }
-        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.input_ids.as_slice()).collect();
-        let types: Vec<&[u32]> = encodings
-            .iter()
-            .map(|e| e.token_type_ids.as_slice())
-            .collect();
-        let labels = self.config.num_labels;
-        let (states, batch) = self.encoder.states(&ids, Some(&types), None)?;
+        let batch = host.upload(&self.encoder.device)?;
+        let states = self.encoder.states(&batch)?;
         let logits = self
             .head
             .forward(&states, &batch.mask)
+            .and_then(|l| flat_f32(&l))
             .map_err(err("the head"))?;
-        let values = to_host(&logits)?;
-        Ok(values.chunks_exact(labels).map(<[f32]>::to_vec).collect())
+        Ok(Some(logits))
     }
 }
 

@@ -102,4 +102,25 @@ impl DecoderEngine {
             DecoderEngine::Candle(m) => m.last_rows(prompts),
         }
     }
+
+    /// [`last_rows`](Self::last_rows) of every batch of `batches`, `sink(n, rows)` called with
+    /// batch `n`'s rows, batches in order; the first error stops the run. The crate's kernels
+    /// run one batch after the other; the candle engine prepares the next batch and starts it
+    /// on the device before it hands a batch to `sink`.
+    pub fn last_rows_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            DecoderEngine::Native(m) => {
+                for (n, prompts) in batches.iter().enumerate() {
+                    sink(n, m.last_rows(prompts, None)?)?;
+                }
+                Ok(())
+            }
+            #[cfg(feature = "candle")]
+            DecoderEngine::Candle(m) => m.last_rows_batches(batches, sink),
+        }
+    }
 }

@@ -50,6 +50,23 @@ pub(crate) trait PackedEncoder: Send + Sync {
         }
         self.encode(rows, output)
     }
+
+    /// [`encode`](Self::encode) of every batch of `batches`, `sink(n, states)` called with
+    /// batch `n`'s states, batches in order; the first error stops the run. The crate's
+    /// kernels run one batch after the other; the candle engine prepares the next batch and
+    /// starts it on the device before it hands a batch to `sink`, so that the host's work
+    /// (padding, pooling) runs beside the device's.
+    fn encode_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        output: Output,
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        for (n, rows) in batches.iter().enumerate() {
+            sink(n, self.encode(rows, output)?)?;
+        }
+        Ok(())
+    }
 }
 
 impl PackedEncoder for Box<dyn PackedEncoder> {
@@ -63,6 +80,15 @@ impl PackedEncoder for Box<dyn PackedEncoder> {
 
     fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         (**self).encode_keys(rows, keys, output)
+    }
+
+    fn encode_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        output: Output,
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        (**self).encode_batches(batches, output, sink)
     }
 }
 
@@ -140,6 +166,19 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
             Engine::Candle(e) => e.encode_keys(rows, keys, output),
         }
     }
+
+    fn encode_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        output: Output,
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        match &self.inner {
+            Engine::Native(e) => e.encode_batches(batches, output, sink),
+            #[cfg(feature = "candle")]
+            Engine::Candle(e) => e.encode_batches(batches, output, sink),
+        }
+    }
 }
 
 /// The encoder families, as their `config.json` tells them apart: what the embedders load,
@@ -162,8 +201,10 @@ pub(crate) enum EncoderFamily {
 }
 
 /// Implements [`Classifier`] for classifiers whose inherent methods have its names.
+/// `Type => method` also forwards [`Classifier::logits_batches`] to that inherent
+/// method.
 macro_rules! classifier {
-    ($($ty:ty),* $(,)?) => {$(
+    ($($ty:ty $(=> $batches:ident)?),* $(,)?) => {$(
         impl Classifier for $ty {
             fn config(&self) -> &ClassifierConfig {
                 <$ty>::config(self)
@@ -180,13 +221,22 @@ macro_rules! classifier {
             fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
                 <$ty>::logits(self, encodings)
             }
+            $(
+            fn logits_batches(
+                &self,
+                batches: &[Vec<&PairEncoding>],
+                sink: &mut dyn FnMut(usize, Vec<Vec<f32>>) -> Result<()>,
+            ) -> Result<()> {
+                <$ty>::$batches(self, batches, sink)
+            }
+            )?
         }
     )*};
 }
 
 classifier!(ModernBertClassifier);
 #[cfg(feature = "candle")]
-classifier!(candle::CandleClassifier);
+classifier!(candle::CandleClassifier => logits_batches);
 
 /// The sequence classifier of `dir`, by the architecture `config.json` names, on
 /// `options.device`: the crate's kernels on the CPU, candle elsewhere. Any other architecture

@@ -14,8 +14,11 @@
 //!   operations (`qwen3::candle`): candle-transformers' keep a KV cache in the model (`&mut self`)
 //!   and have no padding mask, so a batch of prompts could not be scored at once.
 //!
-//! Batches are padded (a device has no use for the CPU path's packing) to the next multiple of
-//! [`BUCKET`] tokens, so that a device sees few distinct shapes.
+//! Batches are padded (a device has no use for the CPU path's packing) to their longest input:
+//! candle compiles nothing per shape, so rounding lengths up would only add padded work.
+//!
+//! A caller with several batches runs them through [`pipeline`]: the host prepares batch n+1
+//! while the device runs batch n, and does what is left of batch n once n+1 is on its way.
 
 use std::collections::HashMap;
 
@@ -26,9 +29,6 @@ use super::kernels::Act;
 use super::weights::Weights;
 use crate::models::{Device, Precision};
 use crate::{Error, Result};
-
-/// Padded batch lengths are rounded up to a multiple of this many tokens.
-pub(crate) const BUCKET: usize = 16;
 
 /// An [`Error::Model`] for a candle failure, saying where it happened (candle's message
 /// without the backtrace it carries when `RUST_BACKTRACE` is set).
@@ -89,66 +89,128 @@ pub(crate) fn var_builder(
     Ok(VarBuilder::from_tensors(tensors, dtype, device))
 }
 
-/// Rows of token ids padded on the right with `pad` to the longest row rounded up to
-/// [`BUCKET`] (at most `max_len`): the ids `(rows, len)` as u32 and the attention mask (1 for
-/// a token, 0 for padding) as u32.
+/// Rows of token ids padded on the right with a pad id to the longest row, on the host: the
+/// ids and the attention mask (1 for a token, 0 for padding), and the token types when the
+/// model reads them, each `rows x len` row-major. What [`HostBatch::upload`] copies to a
+/// device, one copy per tensor.
+pub(crate) struct HostBatch {
+    ids: Vec<u32>,
+    mask: Vec<u32>,
+    types: Option<Vec<u32>>,
+    rows: usize,
+    /// The padded length (the longest row's).
+    pub len: usize,
+}
+
+impl HostBatch {
+    /// `rows` padded with `pad`, row `i`'s mask 1 on its first `keys[i]` tokens only (every
+    /// token without `keys`, or for a row past the end of `keys`): the rest are queries,
+    /// never keys. `types[i]` are row `i`'s token types (zeros past them, and for a row
+    /// without them); no types are kept without `types`.
+    pub fn new(
+        rows: &[&[u32]],
+        keys: Option<&[usize]>,
+        types: Option<&[&[u32]]>,
+        pad: u32,
+    ) -> Self {
+        let len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(rows.len() * len);
+        let mut mask = Vec::with_capacity(rows.len() * len);
+        for (i, row) in rows.iter().enumerate() {
+            let seen = keys
+                .and_then(|k| k.get(i))
+                .map_or(row.len(), |&k| k.min(row.len()));
+            ids.extend_from_slice(row);
+            ids.extend(std::iter::repeat_n(pad, len - row.len()));
+            mask.extend(std::iter::repeat_n(1u32, seen));
+            mask.extend(std::iter::repeat_n(0u32, len - seen));
+        }
+        let types = types.map(|types| {
+            let mut out = vec![0u32; rows.len() * len];
+            for (row, types) in out.chunks_exact_mut(len.max(1)).zip(types) {
+                let n = types.len().min(row.len());
+                row[..n].copy_from_slice(&types[..n]);
+            }
+            out
+        });
+        HostBatch {
+            ids,
+            mask,
+            types,
+            rows: rows.len(),
+            len,
+        }
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The batch on `device`: one host-to-device copy per tensor.
+    pub fn upload(self, device: &candle_core::Device) -> Result<Padded> {
+        let shape = (self.rows, self.len);
+        let to = |v: Vec<u32>| Tensor::from_vec(v, shape, device).map_err(err("a padded batch"));
+        Ok(Padded {
+            ids: to(self.ids)?,
+            mask: to(self.mask)?,
+            types: self.types.map(to).transpose()?,
+            len: self.len,
+        })
+    }
+}
+
+/// A [`HostBatch`] on a device: the ids `(rows, len)`, the attention mask and the token types
+/// (when the host batch had them), all u32.
 pub(crate) struct Padded {
     pub ids: Tensor,
     pub mask: Tensor,
+    pub types: Option<Tensor>,
     /// The padded length.
     pub len: usize,
 }
 
-impl Padded {
-    /// The padded batch of `rows`, row `i`'s mask 1 on its first `keys[i]` tokens only (every
-    /// token without `keys`): the rest are queries, never keys.
-    pub fn attending(
-        rows: &[&[u32]],
-        keys: Option<&[usize]>,
-        pad: u32,
-        max_len: usize,
-        device: &candle_core::Device,
-    ) -> Result<Self> {
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let len = longest
-            .div_ceil(BUCKET)
-            .saturating_mul(BUCKET)
-            .min(max_len.max(longest));
-        let mut ids = Vec::with_capacity(rows.len() * len);
-        let mut mask = Vec::with_capacity(rows.len() * len);
-        for (i, row) in rows.iter().enumerate() {
-            let padding = len - row.len();
-            let seen = keys.map_or(row.len(), |k| k[i].min(row.len()));
-            ids.extend_from_slice(row);
-            mask.extend(std::iter::repeat_n(1u32, seen));
-            ids.extend(std::iter::repeat_n(pad, padding));
-            mask.extend(std::iter::repeat_n(0u32, len - seen));
-        }
-        let shape = (rows.len(), len);
-        let to = |v: Vec<u32>| Tensor::from_vec(v, shape, device).map_err(err("a padded batch"));
-        Ok(Padded {
-            ids: to(ids)?,
-            mask: to(mask)?,
-            len,
-        })
+/// Runs `batches` on a device with the host's work beside the device's: for each batch,
+/// `prepare` (host only: padding, masks), `launch` (copies it to the device and queues its
+/// forward pass), `read` (waits for its results and copies them back), then `finish(n, ..)`
+/// (host only: unpadding, pooling, storing), batch `n` of `batches`.
+///
+/// The order is: prepare batch n+1 while the device runs batch n, read batch n, launch batch
+/// n+1 at once, then finish batch n while the device runs batch n+1. A device with one queue
+/// (candle's CUDA device has one stream) runs a read after every operation queued before it,
+/// so batch n is read before batch n+1 is launched: reading it later would wait for batch n+1
+/// too. On candle's CPU backend every operation runs when it is called, so the stages run one
+/// after the other, with the same results. `finish` sees the batches in order; the first
+/// error stops the run.
+pub(crate) fn pipeline<B, H, P, R>(
+    batches: &[B],
+    prepare: impl Fn(&B) -> Result<H>,
+    launch: impl Fn(H) -> Result<P>,
+    read: impl Fn(P) -> Result<R>,
+    mut finish: impl FnMut(usize, R) -> Result<()>,
+) -> Result<()> {
+    let Some((first, rest)) = batches.split_first() else {
+        return Ok(());
+    };
+    let mut running = launch(prepare(first)?)?;
+    for (n, batch) in rest.iter().enumerate() {
+        let next = prepare(batch)?;
+        let results = read(running)?;
+        running = launch(next)?;
+        finish(n, results)?;
     }
-
-    /// Token type ids the same shape, `types[i]` for row `i` (zeros past each row).
-    pub fn types(rows: &[&[u32]], len: usize, device: &candle_core::Device) -> Result<Tensor> {
-        let mut out = vec![0u32; rows.len() * len];
-        for (row, types) in out.chunks_exact_mut(len).zip(rows) {
-            row[..types.len()].copy_from_slice(types);
-        }
-        Tensor::from_vec(out, (rows.len(), len), device).map_err(err("token types"))
-    }
+    finish(rest.len(), read(running)?)
 }
 
-/// The values of `t` as f32 on the host, row-major.
-pub(crate) fn to_host(t: &Tensor) -> Result<Vec<f32>> {
-    t.to_dtype(DType::F32)
-        .and_then(|t| t.flatten_all())
-        .and_then(|t| t.to_vec1::<f32>())
-        .map_err(err("reading results back"))
+/// `t` as a flat f32 tensor: the conversion queued on the device, so that reading it back
+/// ([`read_f32`]) is a copy and nothing else.
+pub(crate) fn flat_f32(t: &Tensor) -> candle_core::Result<Tensor> {
+    t.to_dtype(DType::F32)?.flatten_all()
+}
+
+/// The values of a flat f32 tensor ([`flat_f32`]) on the host: waits for the device.
+pub(crate) fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_vec1::<f32>().map_err(err("reading results back"))
 }
 
 /// The CPU path's RoPE tables (`layers::rope::Rope`: the same angles, rounded as transformers
@@ -192,5 +254,100 @@ pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
         Act::GeluTanh => x.gelu(),
         Act::Relu => x.relu(),
         Act::Silu => x.silu(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn a_host_batch_pads_to_its_longest_row() {
+        let (a, b) = ([5u32, 6, 7], [8u32]);
+        let batch = HostBatch::new(&[&a, &b], Some(&[2]), Some(&[&[0, 1, 1], &[1]]), 9);
+        assert_eq!((batch.rows(), batch.len), (2, 3));
+        assert_eq!(batch.ids, [5, 6, 7, 8, 9, 9]);
+        // Row 0 keeps 2 keys; row 1 has no key count: every token is a key.
+        assert_eq!(batch.mask, [1, 1, 0, 1, 0, 0]);
+        assert_eq!(batch.types.as_deref(), Some(&[0, 1, 1, 1, 0, 0][..]));
+        let padded = batch.upload(&candle_core::Device::Cpu).unwrap();
+        assert_eq!(padded.ids.dims(), [2, 3]);
+        // Token types longer than their row are cut, not a panic; no rows is no batch.
+        let long = HostBatch::new(&[&b], None, Some(&[&[1, 1, 1]]), 0);
+        assert_eq!(long.types.as_deref(), Some(&[1][..]));
+        let none = HostBatch::new(&[], None, None, 0);
+        assert_eq!((none.rows(), none.len), (0, 0));
+    }
+
+    #[test]
+    fn the_pipeline_reads_a_batch_before_it_launches_the_next_and_finishes_in_order() {
+        let log = RefCell::new(Vec::new());
+        let mut results = Vec::new();
+        pipeline(
+            &[10, 20, 30],
+            |&b| {
+                log.borrow_mut().push(format!("prepare {b}"));
+                Ok(b)
+            },
+            |b| {
+                log.borrow_mut().push(format!("launch {b}"));
+                Ok(b + 1)
+            },
+            |p| {
+                log.borrow_mut().push(format!("read {}", p - 1));
+                Ok(p * 2)
+            },
+            |n, r| {
+                log.borrow_mut().push(format!("finish {n}"));
+                results.push((n, r));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(results, [(0, 22), (1, 42), (2, 62)]);
+        let want = [
+            "prepare 10",
+            "launch 10",
+            "prepare 20",
+            "read 10",
+            "launch 20",
+            "finish 0",
+            "prepare 30",
+            "read 20",
+            "launch 30",
+            "finish 1",
+            "read 30",
+            "finish 2",
+        ];
+        assert_eq!(log.into_inner(), want);
+    }
+
+    #[test]
+    fn the_pipeline_stops_at_the_first_error_and_runs_nothing_for_no_batches() {
+        let finished = RefCell::new(Vec::new());
+        let run = |fail: usize| {
+            finished.borrow_mut().clear();
+            pipeline(
+                &[0usize, 1, 2, 3],
+                |&b| match b == fail {
+                    true => Err(Error::model("bad batch")),
+                    false => Ok(b),
+                },
+                Ok,
+                Ok,
+                |n, _| {
+                    finished.borrow_mut().push(n);
+                    Ok(())
+                },
+            )
+        };
+        assert!(run(2).is_err());
+        // Batch 2 failed while batch 1 ran: batch 0 was finished, nothing after.
+        assert_eq!(*finished.borrow(), [0]);
+        assert!(run(9).is_ok());
+        assert_eq!(*finished.borrow(), [0, 1, 2, 3]);
+        let none: [usize; 0] = [];
+        pipeline(&none, |_| Ok(()), Ok, Ok, |_, ()| panic!("no batch")).unwrap();
     }
 }

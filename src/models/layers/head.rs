@@ -28,6 +28,20 @@ pub(crate) trait Classifier: Send + Sync {
     fn max_length(&self) -> usize;
     /// Logits, one row of `num_labels` per encoding, the encodings run as one batch.
     fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>>;
+    /// [`logits`](Self::logits) of every batch of `batches`, `sink(n, rows)` called with batch
+    /// `n`'s rows, batches in order; the first error stops the run. The crate's kernels run
+    /// one batch after the other; the candle engine prepares the next batch and starts it on
+    /// the device before it hands a batch to `sink`.
+    fn logits_batches(
+        &self,
+        batches: &[Vec<&PairEncoding>],
+        sink: &mut dyn FnMut(usize, Vec<Vec<f32>>) -> Result<()>,
+    ) -> Result<()> {
+        for (n, encodings) in batches.iter().enumerate() {
+            sink(n, self.logits(encodings)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// An encoder a first-token head reads: each sequence's first hidden state, and its limits.

@@ -19,7 +19,7 @@ use super::config::Qwen3Config;
 use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::candle::{
-    candle_device, dtype, err, rope_tensors, to_host, var_builder, BUCKET,
+    candle_device, dtype, err, flat_f32, pipeline, read_f32, rope_tensors, var_builder,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -37,6 +37,23 @@ struct Layer {
     gate: Linear,
     up: Linear,
     down: Linear,
+}
+
+/// Token ids on the host, with what the layers need beside them: a position per token and the
+/// additive masks of [`CandleDecoder::windows`], each `(rows, tokens, keys)` row-major.
+struct HostTokens {
+    ids: Vec<u32>,
+    /// `(rows, tokens)`.
+    shape: (usize, usize),
+    positions: Vec<u32>,
+    masks: Vec<Vec<f32>>,
+}
+
+/// A batch of prompts prepared on the host: the tokens they all share (run once), and the rest
+/// of each prompt, left-padded.
+struct HostPrompts {
+    prefix: Option<HostTokens>,
+    rest: HostTokens,
 }
 
 /// A Qwen3 (or Qwen2) decoder without its output head, on a candle device. `Send + Sync`.
@@ -172,44 +189,75 @@ impl CandleDecoder {
     /// host, all prompts in one left-padded batch. Prompts are checked as the CPU path checks
     /// them (not empty, within the positions, ids inside the embeddings).
     pub fn last_rows(&self, prompts: &[&[u32]]) -> Result<Vec<f32>> {
-        if prompts.is_empty() {
-            return Ok(Vec::new());
-        }
-        check_prompts(prompts, self.max_positions, self.vocab_rows)?;
-        let out = self
-            .forward(prompts, shared_on_device(prompts))
-            .map_err(err("the decoder's forward pass"))?;
-        to_host(&out)
+        let mut out = Vec::new();
+        self.last_rows_batches(&[prompts.to_vec()], &mut |_, rows| {
+            out = rows;
+            Ok(())
+        })?;
+        Ok(out)
     }
 
-    /// The last rows of `prompts`, whose first `shared` tokens are the same in every prompt:
-    /// those run once (their keys and values kept), then the rest of each prompt, left-padded,
-    /// attends to them and to itself.
-    fn forward(&self, prompts: &[&[u32]], shared: usize) -> candle_core::Result<Tensor> {
+    /// [`last_rows`](Self::last_rows) of every batch of `batches` through [`pipeline`] (the
+    /// next batch's ids, positions and masks built and its forward pass started before a
+    /// batch is read back), `sink(n, rows)` called with batch `n`'s rows, batches in order.
+    pub fn last_rows_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        pipeline(
+            batches,
+            |prompts| self.prepare(prompts),
+            |host| match host {
+                Some(host) => self
+                    .launch(host)
+                    .map(Some)
+                    .map_err(err("the decoder's forward pass")),
+                None => Ok(None),
+            },
+            |rows| match rows {
+                Some(rows) => read_f32(&rows),
+                None => Ok(Vec::new()),
+            },
+            sink,
+        )
+    }
+
+    /// The host side of a batch of `prompts` (checked as [`last_rows`](Self::last_rows)
+    /// says): their shared prefix and the rest of each prompt, left-padded, with positions
+    /// and masks; `None` for no prompts.
+    fn prepare(&self, prompts: &[&[u32]]) -> Result<Option<HostPrompts>> {
+        if prompts.is_empty() {
+            return Ok(None);
+        }
+        check_prompts(prompts, self.max_positions, self.vocab_rows)?;
+        let shared = shared_on_device(prompts);
         let windows = self.windows();
         let prefix = match shared {
             0 => None,
             p => {
-                let ids = Tensor::from_vec(prompts[0][..p].to_vec(), (1, p), &self.device)?;
                 let positions: Vec<u32> = (0..p as u32).collect();
                 let masks = windows.iter().map(|&w| {
                     (0..p)
                         .flat_map(|q| (0..p).map(move |k| visible(k, q, w)))
                         .collect()
                 });
-                let masks = masks.collect();
-                Some(self.layers_over(&ids, positions, masks, None, true)?.1)
+                Some(HostTokens {
+                    ids: prompts[0][..p].to_vec(),
+                    shape: (1, p),
+                    positions,
+                    masks: masks.collect(),
+                })
             }
         };
         let rest: Vec<&[u32]> = prompts.iter().map(|p| &p[shared..]).collect();
-        // Padded to a multiple of BUCKET tokens, so that a device sees few shapes.
+        // Padded to the longest prompt: candle compiles nothing per shape.
         let longest = rest.iter().map(|r| r.len()).max().unwrap_or(0);
-        let (b, t) = (rest.len(), longest.div_ceil(BUCKET) * BUCKET);
+        let (b, t) = (rest.len(), longest);
         let ids: Vec<u32> = rest
             .iter()
             .flat_map(|r| std::iter::repeat_n(0, t - r.len()).chain(r.iter().copied()))
             .collect();
-        let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
         // Positions after the shared prefix; every token sees the whole prefix (within its
         // window), then its own prompt's real tokens up to itself (a padding row sees the
         // prefix, or itself).
@@ -243,10 +291,35 @@ impl CandleDecoder {
             }
             mask
         });
-        let masks = masks.collect();
-        let (x, _) = self.layers_over(&ids, positions, masks, prefix.as_deref(), false)?;
+        Ok(Some(HostPrompts {
+            prefix,
+            rest: HostTokens {
+                ids,
+                shape: (b, t),
+                positions,
+                masks: masks.collect(),
+            },
+        }))
+    }
+
+    /// Queues the forward pass of a prepared batch: the shared prefix once (its keys and
+    /// values kept), then the rest of each prompt attending to them and to itself; the last
+    /// rows, final-normed, as flat f32.
+    fn launch(&self, host: HostPrompts) -> candle_core::Result<Tensor> {
+        let prefix = match host.prefix {
+            None => None,
+            Some(p) => {
+                let ids = Tensor::from_vec(p.ids, p.shape, &self.device)?;
+                Some(self.layers_over(&ids, p.positions, p.masks, None, true)?.1)
+            }
+        };
+        let rest = host.rest;
+        let t = rest.shape.1;
+        let ids = Tensor::from_vec(rest.ids, rest.shape, &self.device)?;
+        let (x, _) =
+            self.layers_over(&ids, rest.positions, rest.masks, prefix.as_deref(), false)?;
         let last = x.i((.., t - 1, ..))?.contiguous()?;
-        self.norm.forward(&last)
+        flat_f32(&self.norm.forward(&last)?)
     }
 
     /// The windows the layers attend within: `[None]` when no layer slides, else

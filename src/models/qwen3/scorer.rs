@@ -72,18 +72,27 @@ impl Qwen3Scorer {
         max_batch_size: usize,
     ) -> Result<Vec<f32>> {
         let lengths: Vec<usize> = prompts.iter().map(Vec::len).collect();
+        let plan = plan_packed_batches(&lengths, token_budget, max_batch_size);
+        let batches: Vec<Vec<&[u32]>> = plan
+            .iter()
+            .map(|b| b.indices.iter().map(|&i| prompts[i].as_slice()).collect())
+            .collect();
+        let h = self.config().hidden_size;
         let mut out = vec![None; prompts.len()];
-        for batch in plan_packed_batches(&lengths, token_budget, max_batch_size) {
-            let refs: Vec<&[u32]> = batch
-                .indices
-                .iter()
-                .map(|&i| prompts[i].as_slice())
-                .collect();
-            let logits = self.logits(&refs)?;
-            for (&i, logit) in batch.indices.iter().zip(logits) {
-                out[i] = Some(logit);
+        self.model.last_rows_batches(&batches, &mut |n, rows| {
+            let indices = &plan[n].indices;
+            if rows.len() != indices.len() * h {
+                return Err(Error::model(format!(
+                    "the decoder returned {} values for {} prompts of width {h}",
+                    rows.len(),
+                    indices.len()
+                )));
             }
-        }
+            for (&i, row) in indices.iter().zip(rows.chunks_exact(h.max(1))) {
+                out[i] = Some(crate::simd::dot::dot_f32(row, &self.head));
+            }
+            Ok(())
+        })?;
         out.into_iter()
             .map(|l| l.ok_or_else(|| Error::model("a prompt was left unscored")))
             .collect()

@@ -9,7 +9,7 @@ use super::template::{PromptEncoder, DEFAULT_MAX_LENGTH};
 use crate::models::engine::DecoderEngine;
 use crate::models::qwen3::scorer::Qwen3Scorer;
 use crate::models::qwen3::Qwen3Config;
-use crate::models::{plan_packed_batches, ModelDir, ModelOptions, ModelPool, Precision};
+use crate::models::{ModelDir, ModelOptions, ModelPool, Precision};
 use crate::rerankers::passages::{passage_windows, score_documents, sigmoid};
 use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
@@ -256,22 +256,10 @@ impl Qwen3Reranker {
     /// tokens (a longer prompt goes alone; `models::plan_packed_batches`), and returns the
     /// scores in input order.
     fn score_batched(&self, prompts: &[Vec<u32>]) -> Result<Vec<Qwen3Score>> {
-        let lengths: Vec<usize> = prompts.iter().map(Vec::len).collect();
-        let mut out = vec![None; prompts.len()];
-        for batch in plan_packed_batches(&lengths, self.token_budget, self.max_batch_size) {
-            let refs: Vec<&[u32]> = batch
-                .indices
-                .iter()
-                .map(|&i| prompts[i].as_slice())
-                .collect();
-            let logits = self.scorer.logits(&refs)?;
-            for (&i, logit) in batch.indices.iter().zip(logits) {
-                out[i] = Some(Qwen3Score::from_logit(logit));
-            }
-        }
-        out.into_iter()
-            .map(|s| s.ok_or_else(|| Error::model("a prompt was left unscored")))
-            .collect()
+        let logits =
+            self.scorer
+                .logits_in_batches(prompts, self.token_budget, self.max_batch_size)?;
+        Ok(logits.into_iter().map(Qwen3Score::from_logit).collect())
     }
 }
 
