@@ -78,36 +78,6 @@ impl Bar {
     }
 }
 
-/// MaxScore's split of a window's terms: sorts `order` by increasing `bounds` and returns how
-/// many of its first terms are non-essential (their bounds together cannot pass `bar`, so a
-/// document none of the others holds cannot enter). `suffix[i]` is then the sum of the
-/// non-essential bounds from the `i`-th largest on (`suffix[n] == 0`).
-pub(crate) fn split_non_essential(
-    bounds: &[f32],
-    order: &mut [usize],
-    suffix: &mut [f32],
-    bar: Bar,
-) -> usize {
-    order.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
-    let mut rest = 0f32;
-    let mut n_rest = 0;
-    if bar.full {
-        for &j in order.iter() {
-            if (rest + bounds[j]) * MARGIN <= bar.threshold {
-                rest += bounds[j];
-                n_rest += 1;
-            } else {
-                break;
-            }
-        }
-    }
-    suffix[n_rest] = 0.0;
-    for i in (0..n_rest).rev() {
-        suffix[i] = suffix[i + 1] + bounds[order[n_rest - 1 - i]];
-    }
-    n_rest
-}
-
 /// A query term of a pruned search, bounded window by window.
 pub(crate) trait WindowTerm {
     /// Moves to the window `from..to` (windows only go forward) and returns the largest
@@ -115,62 +85,126 @@ pub(crate) trait WindowTerm {
     fn window_bound(&mut self, from: u32, to: u32) -> f32;
 }
 
-/// Bounds every term over the window `from..to` (into `bounds`) and splits them as
-/// [`split_non_essential`] does; returns the number of non-essential terms (the first of
-/// `order`) and the sum of the essential terms' bounds.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn split_window<T: WindowTerm>(
-    terms: &mut [T],
-    from: u32,
-    to: u32,
-    bounds: &mut [f32],
-    order: &mut [usize],
-    suffix: &mut [f32],
-    bar: Bar,
-) -> (usize, f32) {
-    for (bound, t) in bounds.iter_mut().zip(terms.iter_mut()) {
-        *bound = t.window_bound(from, to);
-    }
-    let n_rest = split_non_essential(bounds, order, suffix, bar);
-    let essential = order[n_rest..].iter().map(|&j| bounds[j]).sum();
-    (n_rest, essential)
-}
-
-/// Adds a candidate's non-essential parts (`part(j)` for term `j`) to its `partial` score,
-/// the largest bound first, while the document can still enter: false as soon as it cannot.
-pub(crate) fn add_non_essential(
-    order: &[usize],
+/// MaxScore's bookkeeping over the windows of a pruned search: each term's bound in the
+/// current window, the terms in increasing bound order with how many of the first are
+/// non-essential (their bounds together cannot pass the bar, so a document none of the others
+/// holds cannot enter), the sums of those bounds, and each term's bound over its whole list
+/// (which says where the next window need start).
+pub(crate) struct MaxScore {
+    bounds: Vec<f32>,
+    order: Vec<usize>,
+    /// `suffix[r]`: the sum of the non-essential bounds from the `r`-th largest on.
+    suffix: Vec<f32>,
     n_rest: usize,
-    suffix: &[f32],
-    bar: Bar,
-    mut partial: f32,
-    mut part: impl FnMut(usize) -> f32,
-) -> bool {
-    for r in 0..n_rest {
-        partial += part(order[n_rest - 1 - r]);
-        if !bar.admits(partial + suffix[r + 1]) {
-            return false;
-        }
-    }
-    true
+    /// The sum of the essential terms' bounds.
+    essential: f32,
+    global: Vec<f32>,
+    /// The terms in increasing order of `global`.
+    by_global: Vec<usize>,
+    skip: Vec<bool>,
 }
 
-/// Marks in `skip` the terms that cannot matter any more: the first of `by_global` (terms in
-/// increasing order of `global`, their bounds over whole lists) whose bounds together cannot
-/// pass `bar`. A new window need only start where another term has postings.
-pub(crate) fn mark_skippable(global: &[f32], by_global: &[usize], bar: Bar, skip: &mut [bool]) {
-    skip.iter_mut().for_each(|s| *s = false);
-    if !bar.full {
-        return;
-    }
-    let mut sum = 0f32;
-    for &j in by_global {
-        if (sum + global[j]) * MARGIN <= bar.threshold {
-            sum += global[j];
-            skip[j] = true;
-        } else {
-            break;
+impl MaxScore {
+    /// For terms whose bounds over their whole lists are `global`.
+    pub(crate) fn new(global: Vec<f32>) -> Self {
+        let m = global.len();
+        let mut by_global: Vec<usize> = (0..m).collect();
+        by_global.sort_by(|&a, &b| global[a].total_cmp(&global[b]));
+        MaxScore {
+            bounds: vec![0.0; m],
+            order: (0..m).collect(),
+            suffix: vec![0.0; m + 1],
+            n_rest: 0,
+            essential: 0.0,
+            global,
+            by_global,
+            skip: vec![false; m],
         }
+    }
+
+    /// Bounds every term over the window `from..to` and splits them against `bar`: the
+    /// smallest bounds whose sum cannot pass it are non-essential.
+    pub(crate) fn split<T: WindowTerm>(&mut self, terms: &mut [T], from: u32, to: u32, bar: Bar) {
+        for (bound, t) in self.bounds.iter_mut().zip(terms.iter_mut()) {
+            *bound = t.window_bound(from, to);
+        }
+        let bounds = &self.bounds;
+        self.order.sort_by(|&a, &b| bounds[a].total_cmp(&bounds[b]));
+        let mut rest = 0f32;
+        self.n_rest = 0;
+        if bar.full {
+            for &j in &self.order {
+                if (rest + bounds[j]) * MARGIN > bar.threshold {
+                    break;
+                }
+                rest += bounds[j];
+                self.n_rest += 1;
+            }
+        }
+        let n = self.n_rest;
+        self.suffix[n] = 0.0;
+        for r in (0..n).rev() {
+            self.suffix[r] = self.suffix[r + 1] + bounds[self.order[n - 1 - r]];
+        }
+        self.essential = self.order[n..].iter().map(|&j| bounds[j]).sum();
+    }
+
+    /// The essential terms (in increasing bound order); none when nothing in the window can
+    /// enter.
+    pub(crate) fn essential(&self) -> &[usize] {
+        &self.order[self.n_rest..]
+    }
+
+    /// The non-essential terms, largest bound first.
+    pub(crate) fn non_essential(&self) -> impl Iterator<Item = usize> + '_ {
+        self.order[..self.n_rest].iter().rev().copied()
+    }
+
+    /// The sum of the non-essential bounds from the `r`-th largest on (`rest_bound(0)`: all).
+    pub(crate) fn rest_bound(&self, r: usize) -> f32 {
+        self.suffix[r]
+    }
+
+    /// The best every term but the essential term `j` can add here: with a block's best of
+    /// `j`, what bounds a document of that block.
+    pub(crate) fn others(&self, j: usize) -> f32 {
+        self.essential - self.bounds[j] + self.suffix[0]
+    }
+
+    /// Adds a candidate's non-essential parts (`part(j)` for term `j`) to its `partial` score,
+    /// the largest bound first, while the document can still enter: false as soon as it
+    /// cannot.
+    pub(crate) fn add_non_essential(
+        &self,
+        bar: Bar,
+        mut partial: f32,
+        mut part: impl FnMut(usize) -> f32,
+    ) -> bool {
+        for (r, j) in self.non_essential().enumerate() {
+            partial += part(j);
+            if !bar.admits(partial + self.suffix[r + 1]) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Per term, whether it cannot matter any more: the first terms in increasing order of
+    /// their whole-list bounds whose bounds together cannot pass `bar`. A new window need
+    /// only start where another term has postings.
+    pub(crate) fn skippable(&mut self, bar: Bar) -> &[bool] {
+        self.skip.iter_mut().for_each(|s| *s = false);
+        if bar.full {
+            let mut sum = 0f32;
+            for &j in &self.by_global {
+                if (sum + self.global[j]) * MARGIN > bar.threshold {
+                    break;
+                }
+                sum += self.global[j];
+                self.skip[j] = true;
+            }
+        }
+        &self.skip
     }
 }
 
@@ -291,32 +325,49 @@ mod tests {
         assert!(none.into_sorted().is_empty());
     }
 
+    /// A term with fixed bounds, for the bookkeeping tests.
+    struct Fixed(f32);
+
+    impl WindowTerm for Fixed {
+        fn window_bound(&mut self, _: u32, _: u32) -> f32 {
+            self.0
+        }
+    }
+
     #[test]
     fn non_essential_terms_are_the_smallest_bounds_that_cannot_pass_the_bar() {
-        let bounds = [3.0, 0.5, 1.0, 0.25];
-        let mut order = vec![0, 1, 2, 3];
-        let mut suffix = vec![0.0; 5];
+        let mut terms = [Fixed(3.0), Fixed(0.5), Fixed(1.0), Fixed(0.25)];
+        let mut ms = MaxScore::new(vec![3.0, 0.5, 1.0, 0.25]);
         let open = Best::new(1).bar();
-        assert_eq!(
-            split_non_essential(&bounds, &mut order, &mut suffix, open),
-            0
-        );
-        assert_eq!(order, [3, 1, 2, 0]);
+        ms.split(&mut terms, 0, 10, open);
+        assert_eq!(ms.essential(), [3, 1, 2, 0]);
+        assert_eq!(ms.skippable(open), [false; 4]);
         let bar = Bar {
             full: true,
             threshold: 1.8,
         };
         // 0.25 + 0.5 + 1.0 = 1.75 cannot pass 1.8; adding 3.0 can
-        assert_eq!(
-            split_non_essential(&bounds, &mut order, &mut suffix, bar),
-            3
-        );
-        assert_eq!(&suffix[..4], &[1.75, 0.75, 0.25, 0.0]);
-        let mut skip = vec![false; 4];
-        mark_skippable(&bounds, &order, bar, &mut skip);
-        assert_eq!(skip, [false, true, true, true]);
-        mark_skippable(&bounds, &order, open, &mut skip);
-        assert_eq!(skip, [false; 4]);
+        ms.split(&mut terms, 0, 10, bar);
+        assert_eq!(ms.essential(), [0]);
+        assert_eq!(ms.non_essential().collect::<Vec<_>>(), [2, 1, 3]);
+        let rest: Vec<f32> = (0..4).map(|r| ms.rest_bound(r)).collect();
+        assert_eq!(rest, [1.75, 0.75, 0.25, 0.0]);
+        assert_eq!(ms.others(0), 1.75);
+        assert_eq!(ms.skippable(bar), [false, true, true, true]);
+        // a candidate at 0.5 with 1.0 from term 2 reaches 1.5 + 0.75: still in; with nothing
+        // more it falls to 1.5 + 0.25 after term 1 and is out
+        let mut asked = Vec::new();
+        let can = ms.add_non_essential(bar, 0.5, |j| {
+            asked.push(j);
+            if j == 2 {
+                1.0
+            } else {
+                0.0
+            }
+        });
+        assert!(!can);
+        assert_eq!(asked, [2, 1]);
+        assert!(ms.add_non_essential(bar, 1.2, |_| 0.5));
     }
 
     #[test]

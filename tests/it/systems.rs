@@ -605,6 +605,20 @@ fn legal_router_routes_caches_by_act_and_persists() {
 #[derive(Clone, Default)]
 struct Lines(Arc<Mutex<Vec<u8>>>);
 
+impl Lines {
+    /// A subscriber writing every event at `level` and above into the lines returned.
+    fn capture(level: tracing::Level) -> (Lines, impl tracing::Subscriber + Send + Sync) {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (lines, subscriber)
+    }
+}
+
 impl std::io::Write for Lines {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);
@@ -617,13 +631,7 @@ impl std::io::Write for Lines {
 
 #[test]
 fn a_refused_querys_personal_data_never_reaches_a_log_line() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let (lines, subscriber) = Lines::capture(tracing::Level::TRACE);
     let db = TempDb::new("logs");
     let pipeline: Pipeline = legal(&db).build(Vec::new()).unwrap();
     let secret = ["123-45-6789", "4111 1111 1111 1111", "jane.doe@example.com"];
@@ -981,13 +989,7 @@ fn the_cli_answers_an_unrelated_question_without_a_high_band() {
 /// other two terms), and counts how queries used the format.
 #[test]
 fn two_phase_kb_logs_its_mode_blends_recency_and_counts_the_format() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let (lines, subscriber) = Lines::capture(tracing::Level::INFO);
     let mut config = load("two_phase_kb.toml");
     assert_eq!(
         config.search.final_blend,
@@ -1496,22 +1498,15 @@ fn degraded_answers_are_cached_for_the_short_ttl() {
     assert_eq!((section.ttl_secs, section.short_ttl_secs), (86_400, 3_600));
     let (day, hour) = (Duration::from_secs(86_400), Duration::from_secs(3_600));
     let clock = Arc::new(ManualClock::new());
-    let responses = Arc::new(
-        SemanticCache::builder()
-            .ttl(day)
-            .short_ttl(hour)
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
-    let answers = Arc::new(
-        SemanticCache::builder()
-            .ttl(day)
-            .short_ttl(hour)
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
+    fn cache<V: Clone + Send + Sync + 'static>(
+        clock: &Arc<ManualClock>,
+        (ttl, short): (Duration, Duration),
+    ) -> Arc<SemanticCache<V>> {
+        let builder = SemanticCache::builder().ttl(ttl).short_ttl(short);
+        Arc::new(builder.clock(clock.clone()).build().unwrap())
+    }
+    let responses = cache(&clock, (day, hour));
+    let answers = cache(&clock, (day, hour));
     let down = Arc::new(AtomicBool::new(true));
     let calls = Arc::new(AtomicUsize::new(0));
     let pipeline = legal_with_a_flaky_model(&down, &calls, |b| {
@@ -1681,13 +1676,7 @@ fn the_legal_routers_plan_calls_no_retriever_generator_or_embedder() {
 #[test]
 fn the_legal_routers_logs_carry_timings_fallbacks_and_cache_hits_and_misses() {
     use std::sync::atomic::{AtomicBool, AtomicUsize};
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let (lines, subscriber) = Lines::capture(tracing::Level::DEBUG);
     let down = Arc::new(AtomicBool::new(true));
     let calls = Arc::new(AtomicUsize::new(0));
     let pipeline = legal_with_a_flaky_model(&down, &calls, |b| {

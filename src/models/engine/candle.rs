@@ -12,6 +12,7 @@ use super::{EncoderFamily as Family, PackedEncoder};
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
+use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     activate, candle_device, dtype, err, flat_f32, pipeline, read_f32, var_builder, HostBatch,
     Padded,
@@ -316,7 +317,7 @@ impl CandleEncoder {
         batches: &[Vec<&[u32]>],
         keys: Option<&[usize]>,
         output: Output,
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+        sink: BatchSink<'_>,
     ) -> Result<()> {
         // Where each batch's key counts start in `keys`.
         let starts: Vec<usize> = batches
@@ -358,7 +359,7 @@ impl PackedEncoder for CandleEncoder {
         &self,
         batches: &[Vec<&[u32]>],
         output: Output,
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+        sink: BatchSink<'_>,
     ) -> Result<()> {
         self.encode_pipelined(batches, None, output, sink)
     }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::models::layers::batch::BatchSink;
 use crate::models::layers::weights::Weights;
 use crate::models::qwen3::config::Qwen3Config;
 use crate::models::qwen3::forward::Qwen3Model;
@@ -107,11 +108,7 @@ impl DecoderEngine {
     /// batch `n`'s rows, batches in order; the first error stops the run. The crate's kernels
     /// run one batch after the other; the candle engine prepares the next batch and starts it
     /// on the device before it hands a batch to `sink`.
-    pub fn last_rows_batches(
-        &self,
-        batches: &[Vec<&[u32]>],
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
-    ) -> Result<()> {
+    pub fn last_rows_batches(&self, batches: &[Vec<&[u32]>], sink: BatchSink<'_>) -> Result<()> {
         match self {
             DecoderEngine::Native(m) => {
                 for (n, prompts) in batches.iter().enumerate() {

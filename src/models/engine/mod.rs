@@ -17,6 +17,7 @@ mod decoder;
 
 pub(crate) use decoder::DecoderEngine;
 
+use crate::models::layers::batch::BatchSink;
 use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::head::Classifier;
 use crate::models::pair::PairEncoding;
@@ -60,7 +61,7 @@ pub(crate) trait PackedEncoder: Send + Sync {
         &self,
         batches: &[Vec<&[u32]>],
         output: Output,
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+        sink: BatchSink<'_>,
     ) -> Result<()> {
         for (n, rows) in batches.iter().enumerate() {
             sink(n, self.encode(rows, output)?)?;
@@ -86,7 +87,7 @@ impl PackedEncoder for Box<dyn PackedEncoder> {
         &self,
         batches: &[Vec<&[u32]>],
         output: Output,
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+        sink: BatchSink<'_>,
     ) -> Result<()> {
         (**self).encode_batches(batches, output, sink)
     }
@@ -171,7 +172,7 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
         &self,
         batches: &[Vec<&[u32]>],
         output: Output,
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
+        sink: BatchSink<'_>,
     ) -> Result<()> {
         match &self.inner {
             Engine::Native(e) => e.encode_batches(batches, output, sink),

@@ -3,6 +3,10 @@
 //! computed) by [`plan_batches`], or as the real tokens of a packed batch by
 //! [`plan_packed_batches`].
 
+/// Where a run of batches hands each batch's output, with the batch's number: the first
+/// error it returns stops the run.
+pub(crate) type BatchSink<'a> = &'a mut dyn FnMut(usize, Vec<f32>) -> crate::Result<()>;
+
 /// Inputs run through the model together: their indices in the caller's order, and the padded
 /// length (the longest of them).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,6 +18,7 @@ use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use super::config::Qwen3Config;
 use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
+use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     candle_device, dtype, err, flat_f32, pipeline, read_f32, rope_tensors, var_builder,
 };
@@ -200,11 +201,7 @@ impl CandleDecoder {
     /// [`last_rows`](Self::last_rows) of every batch of `batches` through [`pipeline`] (the
     /// next batch's ids, positions and masks built and its forward pass started before a
     /// batch is read back), `sink(n, rows)` called with batch `n`'s rows, batches in order.
-    pub fn last_rows_batches(
-        &self,
-        batches: &[Vec<&[u32]>],
-        sink: &mut dyn FnMut(usize, Vec<f32>) -> Result<()>,
-    ) -> Result<()> {
+    pub fn last_rows_batches(&self, batches: &[Vec<&[u32]>], sink: BatchSink<'_>) -> Result<()> {
         pipeline(
             batches,
             |prompts| self.prepare(prompts),

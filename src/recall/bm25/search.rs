@@ -18,9 +18,7 @@ use std::sync::Arc;
 
 use super::postings::{Cursor, PostingList};
 use super::Scorer;
-use crate::recall::top_k::{
-    add_non_essential, mark_skippable, split_window, top_slots, Best, Window, WindowTerm, WINDOW,
-};
+use crate::recall::top_k::{top_slots, Best, MaxScore, Window, WindowTerm, WINDOW};
 use crate::Document;
 
 /// A non-essential term is read whole in a window when it holds at most this many postings
@@ -236,28 +234,21 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     let mut best = Best::new(k);
     let mut window = Window::new();
     let mut candidates = Vec::new();
-    let mut bounds = vec![0f32; m];
     // non-essential terms read whole in a window (when their postings there are few against
     // the candidates): their slots' bits and term frequencies, by rank
     let mut listed = vec![false; m];
     let mut present = vec![[0u64; WINDOW as usize / 64]; m];
     // (a term's frequencies are allocated the first time it is read whole)
     let mut present_tf: Vec<Vec<u32>> = vec![Vec::new(); m];
-
-    let mut order: Vec<usize> = (0..m).collect();
     let mut tfs: Vec<Option<u32>> = vec![None; m];
-
-    // each term's bound over its whole list, and the terms in increasing bound order: once
-    // the k-th score passes the sum of a prefix of them, windows are only started where
-    // another term has postings
-    let global: Vec<f32> = qterms
-        .iter()
-        .map(|t| t.block_bounds.iter().fold(t.tail_bound, |a, &b| a.max(b)) * t.count)
-        .collect();
-    let mut by_global: Vec<usize> = (0..m).collect();
-    by_global.sort_by(|&a, &b| global[a].total_cmp(&global[b]));
-    let mut suffix = vec![0f32; m + 1];
-    let mut skip = vec![false; m];
+    // each term's bound over its whole list: once the k-th score passes the sum of the
+    // smallest, windows are only started where another term has postings
+    let mut ms = MaxScore::new(
+        qterms
+            .iter()
+            .map(|t| t.block_bounds.iter().fold(t.tail_bound, |a, &b| a.max(b)) * t.count)
+            .collect(),
+    );
 
     let mut from = qterms
         .iter_mut()
@@ -267,23 +258,15 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
     while from < end {
         let to = from.saturating_add(WINDOW).min(end);
         let bar = best.bar();
-        let (n_rest, essential) = split_window(
-            &mut qterms,
-            from,
-            to,
-            &mut bounds,
-            &mut order,
-            &mut suffix,
-            bar,
-        );
-        if n_rest < m {
-            for &j in &order[n_rest..] {
+        ms.split(&mut qterms, from, to, bar);
+        if !ms.essential().is_empty() {
+            for &j in ms.essential() {
                 let t = &mut qterms[j];
                 let (idf, count) = (t.idf, t.count);
                 // a block of the term's whose best, with every other term at its best here,
                 // cannot enter is passed over: a document of it that another essential term
                 // brings in is then bounded without this term, and cannot enter either way
-                let others = essential - bounds[j] + suffix[0];
+                let others = ms.others(j);
                 let block_bounds = &t.block_bounds;
                 let keep = |b: usize| bar.admits(block_bounds[b] * count + others);
                 // an upper bound of the term's part, from the one-byte length codes
@@ -296,10 +279,10 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
             // the accumulated documents whose bound can still enter (against the bar at
             // this point: it only rises)
             let bar = best.bar();
-            let n_cand =
-                window.drain_into(&mut candidates, |partial| bar.admits(partial + suffix[0]));
-            for r in 0..n_rest {
-                let j = order[n_rest - 1 - r];
+            let n_cand = window.drain_into(&mut candidates, |partial| {
+                bar.admits(partial + ms.rest_bound(0))
+            });
+            for j in ms.non_essential() {
                 let t = &mut qterms[j];
                 listed[j] = t.span <= LIST_FACTOR * n_cand;
                 if listed[j] {
@@ -322,14 +305,14 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     }
                 }
                 let bar = best.bar();
-                if !bar.admits(partial + suffix[0]) {
+                if !bar.admits(partial + ms.rest_bound(0)) {
                     continue;
                 }
                 // the non-essential terms, largest bound first, while the doc can enter
                 // (bounds from the length code: the exact length is read only for the
                 // documents that are scored)
                 let code = code_norm[view.length_codes[slot as usize] as usize];
-                let can = add_non_essential(&order, n_rest, &suffix, bar, partial, |j| {
+                let can = ms.add_non_essential(bar, partial, |j| {
                     let t = &mut qterms[j];
                     tfs[j] = if listed[j] {
                         let i = i as usize;
@@ -343,7 +326,7 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
                     continue;
                 }
                 // the exact score, in query order
-                for &j in &order[n_rest..] {
+                for &j in ms.essential() {
                     tfs[j] = qterms[j].probe.seek(slot);
                 }
                 let norm = norms.get(view.lengths[slot as usize]);
@@ -362,10 +345,9 @@ pub(super) fn top_k_pruned(view: &View<'_>, terms: &[u32], k: usize) -> Vec<(u32
             }
         }
         // the next window starts at the next posting of a term that can still matter
-        mark_skippable(&global, &by_global, best.bar(), &mut skip);
         from = qterms
             .iter_mut()
-            .zip(&skip)
+            .zip(ms.skippable(best.bar()))
             .filter(|(_, &s)| !s)
             .map(|(t, _)| t.next_from(to))
             .min()

@@ -18,9 +18,7 @@ use std::sync::Arc;
 
 use super::{Postings, BLOCK};
 use crate::embed::SparseVector;
-use crate::recall::top_k::{
-    mark_skippable, split_window, top_slots, Best, Window, WindowTerm, WINDOW,
-};
+use crate::recall::top_k::{top_slots, Best, MaxScore, Window, WindowTerm, WINDOW};
 use crate::Document;
 
 /// Fixed-point units per 1.0 (2^28): a product is rounded to a multiple of 2^-28 (to nearest)
@@ -173,41 +171,28 @@ pub(super) fn top_k_pruned(
             })
         })
         .collect();
-    let m = terms.len();
     let end = docs.len() as u32;
     let mut best = Best::new(k);
     let mut window = Window::<i64>::new();
     let mut candidates = Vec::new();
     // a non-essential entry's parts of the window's slots, when read whole
     let mut rest = vec![0i64; WINDOW as usize];
-    let mut bounds = vec![0f32; m];
-    let mut order: Vec<usize> = (0..m).collect();
-    let mut suffix = vec![0f32; m + 1];
     // each entry's bound over its whole list, for starting windows only where an entry that
     // can still matter has postings
-    let global: Vec<f32> = terms
-        .iter()
-        .map(|t| t.q * t.list.block_max.iter().fold(0.0f32, |a, &b| a.max(b)))
-        .collect();
-    let mut by_global: Vec<usize> = (0..m).collect();
-    by_global.sort_by(|&a, &b| global[a].total_cmp(&global[b]));
-    let mut skip = vec![false; m];
+    let mut ms = MaxScore::new(
+        terms
+            .iter()
+            .map(|t| t.q * t.list.block_max.iter().fold(0.0f32, |a, &b| a.max(b)))
+            .collect(),
+    );
 
     let mut from = terms.iter().map(|t| t.list.slots[0]).min().unwrap_or(end);
     while from < end {
         let to = from.saturating_add(WINDOW).min(end);
         let bar = best.bar();
-        let (n_rest, essential) = split_window(
-            &mut terms,
-            from,
-            to,
-            &mut bounds,
-            &mut order,
-            &mut suffix,
-            bar,
-        );
-        if n_rest < m {
-            for &j in &order[n_rest..] {
+        ms.split(&mut terms, from, to, bar);
+        if !ms.essential().is_empty() {
+            for &j in ms.essential() {
                 let t = &terms[j];
                 if t.start == t.end {
                     continue;
@@ -215,7 +200,7 @@ pub(super) fn top_k_pruned(
                 // a block whose best, with every other entry at its best here, cannot enter is
                 // passed over: a document of it that another entry brings in cannot enter
                 // either way (its sum, lacking this entry, is below its score)
-                let others = essential - bounds[j] + suffix[0];
+                let others = ms.others(j);
                 let list = t.list;
                 for b in t.start / BLOCK..=(t.end - 1) / BLOCK {
                     if !bar.admits(t.q * list.block_max[b] + others) {
@@ -229,7 +214,7 @@ pub(super) fn top_k_pruned(
             }
             let bar = best.bar();
             let mut n_cand = window.drain_into(&mut candidates, |partial| {
-                bar.admits(score_of(partial) + suffix[0])
+                bar.admits(score_of(partial) + ms.rest_bound(0))
             });
             // the non-essential entries, largest bound first: each adds its parts to the
             // candidates (looked up, or read whole when its postings here are fewer than the
@@ -238,11 +223,11 @@ pub(super) fn top_k_pruned(
             // and the candidates take their sum at the end
             let mut filtering = true;
             let mut pending = false;
-            for r in 0..n_rest {
+            for (r, j) in ms.non_essential().enumerate() {
                 if n_cand == 0 {
                     break;
                 }
-                let t = &mut terms[order[n_rest - 1 - r]];
+                let t = &mut terms[j];
                 let range = t.start..t.end;
                 if !filtering {
                     let (slots, weights) = (&t.list.slots[range.clone()], &t.list.weights[range]);
@@ -272,7 +257,7 @@ pub(super) fn top_k_pruned(
                 for c in 0..n_cand {
                     let (i, sum) = candidates[c];
                     candidates[kept] = (i, sum);
-                    kept += bar.admits(score_of(sum) + suffix[r + 1]) as usize;
+                    kept += bar.admits(score_of(sum) + ms.rest_bound(r + 1)) as usize;
                 }
                 filtering = kept * 100 < n_cand * 99;
                 n_cand = kept;
@@ -291,10 +276,9 @@ pub(super) fn top_k_pruned(
                 }
             }
         }
-        mark_skippable(&global, &by_global, best.bar(), &mut skip);
         from = terms
             .iter()
-            .zip(&skip)
+            .zip(ms.skippable(best.bar()))
             .filter(|(_, &s)| !s)
             .filter_map(|(t, _)| t.list.slots.get(t.end).copied())
             .min()
