@@ -84,6 +84,28 @@ impl DenseLayer {
         }
     }
 
+    /// [`apply`](Self::apply) of each of the `x.len() / inputs` rows of `x` (row-major), in
+    /// one matrix product on the calling thread: the rows' outputs, row-major.
+    pub fn apply_rows(&self, x: &[f32]) -> Vec<f32> {
+        use crate::simd::gemm::{matmul, Mat, Threads};
+        let rows = x.len() / self.inputs.max(1);
+        let mut out = vec![0f32; rows * self.outputs];
+        let a = Mat::new(&x[..rows * self.inputs], rows, self.inputs);
+        let w = Mat::new(&self.weight, self.outputs, self.inputs).t();
+        matmul(a, w, &mut out, self.outputs, 1.0, false, Threads::One);
+        for row in out.chunks_exact_mut(self.outputs.max(1)) {
+            for (o, y) in row.iter_mut().enumerate() {
+                if let Some(b) = &self.bias {
+                    *y += b[o];
+                }
+                if self.activation == Activation::Tanh {
+                    *y = y.tanh();
+                }
+            }
+        }
+        out
+    }
+
     /// `activation(W x + b)` of one vector `x` of the module's `in_features` values.
     pub fn apply(&self, x: &[f32]) -> Vec<f32> {
         let dot = crate::simd::dot::kernel();

@@ -124,6 +124,7 @@ impl MaxScore {
 
     /// Bounds every term over the window `from..to` and splits them against `bar`: the
     /// smallest bounds whose sum cannot pass it are non-essential.
+    #[inline]
     pub(crate) fn split<T: WindowTerm>(&mut self, terms: &mut [T], from: u32, to: u32, bar: Bar) {
         for (bound, t) in self.bounds.iter_mut().zip(terms.iter_mut()) {
             *bound = t.window_bound(from, to);
@@ -151,22 +152,26 @@ impl MaxScore {
 
     /// The essential terms (in increasing bound order); none when nothing in the window can
     /// enter.
+    #[inline]
     pub(crate) fn essential(&self) -> &[usize] {
         &self.order[self.n_rest..]
     }
 
     /// The non-essential terms, largest bound first.
+    #[inline]
     pub(crate) fn non_essential(&self) -> impl Iterator<Item = usize> + '_ {
         self.order[..self.n_rest].iter().rev().copied()
     }
 
     /// The sum of the non-essential bounds from the `r`-th largest on (`rest_bound(0)`: all).
+    #[inline]
     pub(crate) fn rest_bound(&self, r: usize) -> f32 {
         self.suffix[r]
     }
 
     /// The best every term but the essential term `j` can add here: with a block's best of
     /// `j`, what bounds a document of that block.
+    #[inline]
     pub(crate) fn others(&self, j: usize) -> f32 {
         self.essential - self.bounds[j] + self.suffix[0]
     }
@@ -174,6 +179,7 @@ impl MaxScore {
     /// Adds a candidate's non-essential parts (`part(j)` for term `j`) to its `partial` score,
     /// the largest bound first, while the document can still enter: false as soon as it
     /// cannot.
+    #[inline]
     pub(crate) fn add_non_essential(
         &self,
         bar: Bar,
@@ -192,6 +198,7 @@ impl MaxScore {
     /// Per term, whether it cannot matter any more: the first terms in increasing order of
     /// their whole-list bounds whose bounds together cannot pass `bar`. A new window need
     /// only start where another term has postings.
+    #[inline]
     pub(crate) fn skippable(&mut self, bar: Bar) -> &[bool] {
         self.skip.iter_mut().for_each(|s| *s = false);
         if bar.full {
@@ -223,6 +230,7 @@ impl Best {
     }
 
     /// The score a document must beat to enter, now: none until `k` hits are held.
+    #[inline]
     pub(crate) fn bar(&self) -> Bar {
         let full = self.heap.len() == self.k;
         Bar {
@@ -233,6 +241,7 @@ impl Best {
 
     /// Offers a scored slot: kept when fewer than `k` are held or it beats the worst held
     /// (a tie keeps the lower slot, offered first). Scores that are not positive are dropped.
+    #[inline]
     pub(crate) fn offer(&mut self, slot: u32, score: f32) {
         if self.k == 0 || score <= 0.0 {
             return;
@@ -282,6 +291,7 @@ impl<T: Copy + Default + std::ops::AddAssign> Window<T> {
     /// Empties the window into `out`: each touched offset with its partial score, in
     /// increasing order, kept when `keep(partial)` (without a branch per slot); returns how
     /// many were kept (the first of `out`).
+    #[inline]
     pub(crate) fn drain_into(
         &mut self,
         out: &mut Vec<(u32, T)>,

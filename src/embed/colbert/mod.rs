@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ndarray::{Array2, ArrayView2};
+use rayon::prelude::*;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use self::layout::ColbertLayout;
@@ -357,11 +358,20 @@ impl ColbertEncoder {
             let ids: Vec<&[u32]> = batch.indices.iter().map(|&i| &rows[i].0[..]).collect();
             let keys: Vec<usize> = batch.indices.iter().map(|&i| rows[i].1).collect();
             let states = self.encoder.encode_keys(&ids, &keys, Output::AllTokens)?;
+            // each text's slice of the states, then its vectors, texts in parallel
+            let mut slices = Vec::with_capacity(ids.len());
             let mut start = 0;
-            for (&i, row) in batch.indices.iter().zip(&ids) {
-                let states = &states[start * h..(start + row.len()) * h];
+            for row in &ids {
+                slices.push(&states[start * h..(start + row.len()) * h]);
                 start += row.len();
-                out[i] = Some(self.vectors(row, states, role));
+            }
+            let vectors: Vec<Array2<f32>> = ids
+                .par_iter()
+                .zip(&slices)
+                .map(|(row, states)| self.vectors(row, states, role))
+                .collect();
+            for (&i, v) in batch.indices.iter().zip(vectors) {
+                out[i] = Some(v);
             }
         }
         Ok(out.into_iter().map(|m| m.unwrap_or_default()).collect())
@@ -371,19 +381,19 @@ impl ColbertEncoder {
     /// tokens left out, and the first token's when the layout drops it.
     fn vectors(&self, ids: &[u32], states: &[f32], role: Role) -> Array2<f32> {
         let h = states.len() / ids.len().max(1);
-        let kept: Vec<Vec<f32>> = ids
+        let kept: Vec<f32> = ids
             .iter()
-            .zip(states.chunks_exact(h))
+            .zip(states.chunks_exact(h.max(1)))
             .skip(usize::from(self.layout.skip_first))
             .filter(|(id, _)| role == Role::Query || !self.layout.skiplist.contains(id))
-            .map(|(_, state)| {
-                let mut v = self.layout.projection.apply(state);
-                l2_normalize(&mut v);
-                v
-            })
+            .flat_map(|(_, state)| state.iter().copied())
             .collect();
-        let n = kept.len();
-        Array2::from_shape_vec((n, self.dim), kept.concat())
+        let mut vectors = self.layout.projection.apply_rows(&kept, h);
+        for v in vectors.chunks_exact_mut(self.dim.max(1)) {
+            l2_normalize(v);
+        }
+        let n = vectors.len() / self.dim.max(1);
+        Array2::from_shape_vec((n, self.dim), vectors)
             .unwrap_or_else(|_| Array2::zeros((0, self.dim)))
     }
 }
