@@ -8,6 +8,7 @@
 //! Inputs: the model directory (`RERANK_BENCH_COLBERT_MODEL`), the texts, one per line
 //! (`RERANK_BENCH_TEXTS`), encoded as `RERANK_BENCH_ROLE` (`query` or `document`, default
 //! document) in one `encode` call per run; `RERANK_BENCH_THREADS` threads (default 2),
+//! `RERANK_BENCH_TOKEN_BUDGET` tokens a batch (default the encoder's),
 //! `RERANK_BENCH_WARMUP` untimed runs (default 1), `RERANK_BENCH_REPEATS` timed ones (default
 //! 3). The line has the load time, the seconds of each timed run, the token count (the ids
 //! the encoder sees, prefix and query expansion included) and the seconds taken to count
@@ -48,8 +49,12 @@ fn main() {
     eprintln!("kernels: {}", rerank::simd_isa());
 
     let start = Instant::now();
+    let mut options = ModelOptions::default().threads(threads);
+    if let Some(budget) = env("RERANK_BENCH_TOKEN_BUDGET").and_then(|v| v.parse().ok()) {
+        options = options.token_budget(budget);
+    }
     let colbert = ColbertEncoder::builder(&model)
-        .options(ModelOptions::default().threads(threads))
+        .options(options)
         .build()
         .expect("the model loads");
     let load_seconds = start.elapsed().as_secs_f64();
