@@ -3,17 +3,19 @@
 # here (carry `.gpu`): the candle parity tests on cuda:0, then device_bench (ours) and
 # scripts/gpu_peer.py (PyTorch) on the same random models, shapes and workloads, f32 and f16.
 #
-#   bash scripts/gpu_check.sh            # on the GPU machine (about 2.5 minutes on an H100; every step has a timeout):
+#   bash scripts/gpu_check.sh            # on the GPU machine (at most 8 minutes; every step has a timeout):
 #                                        # the device tool's run with command "bash scripts/gpu_check.sh",
-#                                        # carry [".gpu"], timeout_s 600 (the script stops starting steps at 540 s)
+#                                        # carry [".gpu"], timeout_s 600 (the script stops starting steps at 450 s)
 #   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh   # here, no GPU: the peer on CPU at --tiny sizes; the Rust
 #                                               # binaries on candle-cpu if they run here, else skipped
 #
-# Writes, under $OUT (default /tmp/gpu-out): gpu_table.md (ours vs PyTorch, items/s and ratio),
-# gpu_raw.jsonl (every JSON line, "impl": "rerank" or "pytorch"), gpu_check.log (all output).
-# Environment: ITEMS BATCH DOC_WORDS QUERY_WORDS (the workload: 512 32 120 8), DTYPES ("f32 f16"),
+# Writes, under $OUT (default /tmp/gpu-out): gpu_table.md (ours vs PyTorch, items/s and ratio, and
+# the device's busy share while ours ran), gpu_raw.jsonl (every JSON line, "impl": "rerank" or
+# "pytorch", with its "workload"), gpu_check.log (all output).
+# Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
+# two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16 bf16"),
 # KINDS ("cross-encoder embedder qwen3-reranker"), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
-# PY (python3), DEADLINE_S (540: steps that would start later are skipped), IT_SKIP (libtest --skip
+# PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
 # arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -25,15 +27,15 @@ mkdir -p "$OUT"
 GPU_DIR=$(cd "${GPU_DIR:-.gpu}" 2>/dev/null && pwd || echo "$ROOT/.gpu")
 MODELS=${MODELS:-/tmp/peer_models}
 PY=${PY:-python3}
-DEADLINE_S=${DEADLINE_S:-540}
+DEADLINE_S=${DEADLINE_S:-450}
 if [ "$DRY" = 1 ]; then
-  ITEMS=${ITEMS:-16} BATCH=${BATCH:-4} DOC_WORDS=${DOC_WORDS:-20} QUERY_WORDS=${QUERY_WORDS:-8}
+  WORKLOADS=${WORKLOADS:-16:4:20 24:8:30} QUERY_WORDS=${QUERY_WORDS:-8}
   DEVICE=${DEVICE:-candle-cpu} TEST_DEVICE=${TEST_DEVICE:-candle-cpu} PEER_DEVICE=cpu TINY=--tiny RUNS=1
 else
-  ITEMS=${ITEMS:-512} BATCH=${BATCH:-32} DOC_WORDS=${DOC_WORDS:-120} QUERY_WORDS=${QUERY_WORDS:-8}
+  WORKLOADS=${WORKLOADS:-512:32:120 4096:128:190} QUERY_WORDS=${QUERY_WORDS:-8}
   DEVICE=${DEVICE:-cuda:0} TEST_DEVICE=${TEST_DEVICE:-cuda:0} PEER_DEVICE=cuda:0 TINY='' RUNS=${RUNS:-3}
 fi
-DTYPES=${DTYPES:-f32 f16}
+DTYPES=${DTYPES:-f32 f16 bf16}
 # The real all-MiniLM-L6-v2 (90 MB) cannot travel: its test would fail under RERANK_REQUIRE_FIXTURES=1.
 IT_SKIP=${IT_SKIP---skip the_real_minilm_matches_sentence_transformers}
 KINDS=${KINDS:-cross-encoder embedder qwen3-reranker}
@@ -133,30 +135,70 @@ else
   say "SKIPPED parity tests: $IT absent or does not run here"
 fi
 
-# --- 3. ours: device_bench, each kind and dtype.
-if runs_here "$BENCH"; then
-  for kind in $KINDS; do
-    for dt in $DTYPES; do
-      say "device_bench $kind $dt on $DEVICE"
-      step 120 "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype "$dt" \
-        --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" \
-        >"$OUT/.bench.out"
-      cat "$OUT/.bench.out"
-      grep '^{' "$OUT/.bench.out" | tail -1 >>"$OURS"
-    done
-  done
-else
-  say "SKIPPED device_bench: $BENCH absent or does not run here"
-fi
+# tag FILE WORKLOAD [BUSY]: the JSON lines of FILE with "workload" (and "busy_percent") added.
+tag() {
+  "$PY" -c '
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
+    d["workload"] = sys.argv[2]
+    if len(sys.argv) > 3 and sys.argv[3]:
+        d["busy_percent"] = float(sys.argv[3])
+    print(json.dumps(d))
+' "$@"
+}
 
-# --- 4. the PyTorch peer, the same workloads.
-for kind in $KINDS; do
-  say "gpu_peer $kind ($DTYPES) on $PEER_DEVICE"
-  step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds "$kind" --dtypes "${DTYPES// /,}" \
-    --device "$PEER_DEVICE" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
-    --query-words "$QUERY_WORDS" --runs "$RUNS" >"$OUT/.peer.out"
-  cat "$OUT/.peer.out"
-  grep '^{' "$OUT/.peer.out" >>"$PEER"
+# busy_start / busy_stop: the device's utilization (the share of time a kernel ran), sampled
+# every 100 ms by nvidia-smi while one of ours runs; busy_stop prints the mean (nothing without
+# nvidia-smi).
+busy_start() {
+  BUSY_PID=
+  command -v nvidia-smi >/dev/null 2>&1 || return 0
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 >"$OUT/.busy" 2>/dev/null &
+  BUSY_PID=$!
+}
+busy_stop() {
+  [ -n "${BUSY_PID:-}" ] || return 0
+  kill "$BUSY_PID" 2>/dev/null; wait "$BUSY_PID" 2>/dev/null
+  awk '$1 ~ /^[0-9]+$/ { s += $1; n++ } END { if (n) printf "%.1f", s / n }' "$OUT/.busy"
+}
+
+for wl in $WORKLOADS; do
+  IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
+  # --- 3. ours: device_bench, each kind and dtype, with the device's busy share.
+  if runs_here "$BENCH"; then
+    for kind in $KINDS; do
+      for dt in $DTYPES; do
+        say "device_bench $kind $dt on $DEVICE, workload $wl"
+        busy_start
+        step 120 "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype "$dt" \
+          --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" \
+          >"$OUT/.bench.out"
+        busy=$(busy_stop)
+        cat "$OUT/.bench.out"
+        [ -n "$busy" ] && say "device busy ${busy} % of the run"
+        grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
+        tag "$OUT/.last" "$wl" "$busy" >>"$OURS"
+      done
+    done
+  else
+    say "SKIPPED device_bench: $BENCH absent or does not run here"
+  fi
+
+  # --- 4. the PyTorch peer, the same workload.
+  for kind in $KINDS; do
+    say "gpu_peer $kind ($DTYPES) on $PEER_DEVICE, workload $wl"
+    step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds "$kind" --dtypes "${DTYPES// /,}" \
+      --device "$PEER_DEVICE" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
+      --query-words "$QUERY_WORDS" --runs "$RUNS" >"$OUT/.peer.out"
+    cat "$OUT/.peer.out"
+    tag "$OUT/.peer.out" "$wl" >>"$PEER"
+  done
 done
 
 # --- 5. the table.
@@ -177,25 +219,26 @@ ours, peer = rows(ours_f, "rerank"), rows(peer_f, "pytorch")
 with open(f"{out}/gpu_raw.jsonl", "w") as f:
     for d in ours + peer:
         f.write(json.dumps(d) + "\n")
-key = lambda d: (d.get("kind"), d.get("dtype"))
+key = lambda d: (d.get("workload"), d.get("kind"), d.get("dtype"))
 o, p = {key(d): d for d in ours}, {key(d): d for d in peer}
 dev_o = next((d.get("device") for d in ours if d.get("device")), "?")
 dev_p = next((d.get("device") for d in peer if d.get("device")), "?")
-items = next((d.get("items") for d in ours + peer if d.get("items")), "?")
-lines = [f"ours on {dev_o}, PyTorch on {dev_p}; {items} items per run; items/s, higher is better; "
-         "ratio = ours / PyTorch.", "",
-         "| kind | dtype | ours items/s | PyTorch items/s | ratio | tokens/item | PyTorch peer |",
-         "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document words; items/s, "
+         "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
+         "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
+         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
 order = {n: i for i, n in enumerate(["cross-encoder", "embedder", "qwen3-reranker", "f32", "f16", "bf16"])}
-for k in sorted(set(o) | set(p), key=lambda k: (order.get(k[0], 9), str(k[0]), order.get(k[1], 9), str(k[1]))):
+workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
+for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
     a, b = o.get(k, {}), p.get(k, {})
     x, y = a.get("items_per_s"), b.get("items_per_s")
     ratio = f"{x / y:.2f}" if x and y else "n/a"
     fx = f"{x:.1f}" if x else a.get("error", "n/a")
     fy = f"{y:.1f}" if y else b.get("error", "n/a")
-    lines.append(f"| {k[0]} | {k[1]} | {fx} | {fy} | {ratio} | {b.get('tokens_per_item', 'n/a')} | {b.get('peer', '')} |")
+    busy = a.get("busy_percent", "n/a")
+    lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {fx} | {fy} | {ratio} | {busy} | {b.get('tokens_per_item', 'n/a')} | {b.get('peer', '')} |")
 open(f"{out}/gpu_table.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
-rm -f "$OURS" "$PEER" "$OUT/.bench.out" "$OUT/.peer.out"
+rm -f "$OURS" "$PEER" "$OUT/.bench.out" "$OUT/.peer.out" "$OUT/.last" "$OUT/.busy"
 say "done"
