@@ -14,7 +14,8 @@
 # "pytorch", with its "workload"), gpu_check.log (all output).
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16 bf16"),
-# KINDS ("cross-encoder embedder qwen3-reranker"), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
+# KINDS ("cross-encoder embedder qwen3-reranker"), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
+# first workload, last; empty to leave it out), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
 # PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
 # arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
 set -u
@@ -135,7 +136,8 @@ else
   say "SKIPPED parity tests: $IT absent or does not run here"
 fi
 
-# tag FILE WORKLOAD [BUSY]: the JSON lines of FILE with "workload" (and "busy_percent") added.
+# tag FILE WORKLOAD [BUSY [KIND]]: the JSON lines of FILE with "workload" (and "busy_percent", and
+# "kind" replaced) added.
 tag() {
   "$PY" -c '
 import json, sys
@@ -149,6 +151,8 @@ for line in open(sys.argv[1]):
     d["workload"] = sys.argv[2]
     if len(sys.argv) > 3 and sys.argv[3]:
         d["busy_percent"] = float(sys.argv[3])
+    if len(sys.argv) > 4:
+        d["kind"] = sys.argv[4]
     print(json.dumps(d))
 ' "$@"
 }
@@ -201,6 +205,34 @@ for wl in $WORKLOADS; do
   done
 done
 
+# --- 4b. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload, last:
+# the deadline skips it when the rest took the time.
+LARGE_DTYPES=${LARGE_DTYPES:-f16}
+if [ -n "$LARGE_DTYPES" ]; then
+  wl=${WORKLOADS%% *}
+  IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
+  say "writing the larger cross-encoder to $MODELS/cross-encoder-large"
+  step 120 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --kinds cross-encoder-large --device "$PEER_DEVICE"
+  if runs_here "$BENCH"; then
+    for dt in $LARGE_DTYPES; do
+      say "device_bench cross-encoder-large $dt on $DEVICE, workload $wl"
+      busy_start
+      step 120 "$BENCH" --kind cross-encoder --model "$MODELS/cross-encoder-large" --device "$DEVICE" \
+        --dtype "$dt" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
+        --query-words "$QUERY_WORDS" >"$OUT/.bench.out"
+      busy=$(busy_stop)
+      cat "$OUT/.bench.out"
+      grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
+      tag "$OUT/.last" "$wl" "$busy" cross-encoder-large >>"$OURS"
+    done
+  fi
+  step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds cross-encoder-large \
+    --dtypes "${LARGE_DTYPES// /,}" --device "$PEER_DEVICE" --items "$ITEMS" --batch "$BATCH" \
+    --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" --runs "$RUNS" >"$OUT/.peer.out"
+  cat "$OUT/.peer.out"
+  tag "$OUT/.peer.out" "$wl" >>"$PEER"
+fi
+
 # --- 5. the table.
 "$PY" - "$OURS" "$PEER" "$OUT" <<'EOF'
 import json, sys
@@ -227,7 +259,8 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "embedder", "qwen3-reranker", "f32", "f16", "bf16"])}
+order = {n: i for i, n in enumerate(["cross-encoder", "embedder", "qwen3-reranker", "cross-encoder-large",
+                                      "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
     a, b = o.get(k, {}), p.get(k, {})

@@ -12,7 +12,10 @@ Three model shapes, randomly initialised by transformers with a fixed seed:
   prefix + body + suffix token ids, left-padded, softmax over the last position's [no, yes] logits
   (the language-model head run on the last position only: `logits_to_keep=1`);
 - embedder: all-MiniLM-L6-v2's BertModel (hidden 384, 6 layers, 12 heads, ffn 1536, vocab 30522)
-  with mean pooling and normalisation, through SentenceTransformer.encode.
+  with mean pooling and normalisation, through SentenceTransformer.encode;
+- cross-encoder-large (only when named in --kinds; "all" is the three above): bge-reranker-v2-m3's
+  XLMRobertaForSequenceClassification (hidden 1024, 24 layers, 16 heads, ffn 4096, vocab 250002,
+  8194 positions), the larger shape, scored as the cross-encoder.
 
 Each runs in every --dtypes entry (f32, f16, bf16) and prints one JSON line:
 {"impl": "pytorch", "kind", "device", "dtype", "items", "batch", "tokens_per_item", "seconds",
@@ -64,6 +67,13 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 KINDS = ["cross-encoder", "embedder", "qwen3-reranker"]
+# Named in --kinds only (its float32 checkpoint is 2.3 GB).
+LARGE = ["cross-encoder-large"]
+
+
+def family(kind):
+    """The kind whose tokenizer, model class and runner a kind shares."""
+    return "cross-encoder" if kind == "cross-encoder-large" else kind
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 # The Qwen3-Reranker prompt (model card; the same strings as src/rerankers/qwen3/template.rs).
@@ -100,6 +110,8 @@ SHAPES = {
                            head_dim=128, intermediate_size=3072, vocab_size=151669),
     "embedder": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
                      vocab_size=30522, max_position_embeddings=512),
+    "cross-encoder-large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                intermediate_size=4096, vocab_size=250002, max_position_embeddings=8194),
 }
 TINY = {
     "cross-encoder": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -108,6 +120,8 @@ TINY = {
                            head_dim=8, intermediate_size=64, vocab_size=1200),
     "embedder": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                      vocab_size=1200, max_position_embeddings=512),
+    "cross-encoder-large": dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+                                vocab_size=1200, max_position_embeddings=514),
 }
 
 
@@ -150,7 +164,7 @@ def build_tokenizer(kind, vocab_size, tiny):
     """(tokenizers.Tokenizer, tokenizer_config dict) for a model kind."""
     from tokenizers import processors
 
-    if kind == "cross-encoder":
+    if family(kind) == "cross-encoder":
         fixed = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": vocab_size - 1}
         tok = word_level_tokenizer(vocab_size, fixed, list(fixed))
         tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
@@ -188,7 +202,7 @@ def build_tokenizer(kind, vocab_size, tiny):
 def make_config(kind, shape):
     import transformers as tf
 
-    if kind == "cross-encoder":
+    if family(kind) == "cross-encoder":
         return tf.XLMRobertaConfig(
             architectures=["XLMRobertaForSequenceClassification"], num_labels=1, id2label={0: "LABEL_0"},
             label2id={"LABEL_0": 0}, hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
@@ -209,7 +223,7 @@ def model_class(kind):
     import transformers as tf
 
     return {"cross-encoder": tf.XLMRobertaForSequenceClassification, "embedder": tf.BertModel,
-            "qwen3-reranker": tf.Qwen3ForCausalLM}[kind]
+            "qwen3-reranker": tf.Qwen3ForCausalLM}[family(kind)]
 
 
 def random_model(kind, tiny, seed, init_device):
@@ -372,7 +386,7 @@ RUNNERS = {"cross-encoder": cross_encoder_runner, "embedder": embedder_runner, "
 
 
 def bench(kind, dtype_name, d, device, args):
-    runner = RUNNERS[kind]
+    runner = RUNNERS[family(kind)]
     full, tokens, peer = runner(d, device, DTYPES[dtype_name], args)
     full()  # the warm-up: one whole pass, as device_bench does
     sync(device)
@@ -399,7 +413,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--save", metavar="DIR", help="write the three random model directories under DIR and exit")
     ap.add_argument("--models", metavar="DIR", help="time the directories under DIR (written there first if absent)")
-    ap.add_argument("--kinds", default="all", help="comma list of cross-encoder,embedder,qwen3-reranker or all")
+    ap.add_argument("--kinds", default="all",
+                    help="comma list of cross-encoder,embedder,qwen3-reranker,cross-encoder-large, or all (the first three)")
     ap.add_argument("--dtypes", default="f32,f16", help="comma list of f32,f16,bf16")
     ap.add_argument("--device", default=None, help="cuda:0 (default when CUDA is there) or cpu")
     ap.add_argument("--items", type=int, default=512)
@@ -419,8 +434,8 @@ def main():
     init_device = device if device.startswith("cuda") else "cpu"
     kinds = KINDS if args.kinds == "all" else args.kinds.split(",")
     for k in kinds:
-        if k not in KINDS:
-            raise SystemExit(f"unknown kind {k!r}; expected one of {KINDS}")
+        if k not in KINDS + LARGE:
+            raise SystemExit(f"unknown kind {k!r}; expected one of {KINDS + LARGE}")
     dtypes = args.dtypes.split(",")
     for t in dtypes:
         if t not in DTYPES:
