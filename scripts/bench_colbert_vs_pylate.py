@@ -35,7 +35,6 @@ Usage (torch + pylate in this Python):
   python scripts/bench_colbert_vs_pylate.py [--threads 2] [--rounds 3] [--docs 256] [--queries 256]
 """
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -47,35 +46,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PYLATE_SCORES_BACKEND", "torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, SCIFACT, scifact_documents, scifact_first_judged_query, text_bench  # noqa: E402
+from bench_common import (  # noqa: E402
+    ROOT, add_encoder_args, cpu_flags, one_line, role_texts, scifact_first_judged_query, text_bench)
 import make_colbert_minilm  # noqa: E402
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 MODEL = MODELS / make_colbert_minilm.NAME
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
-
-
-def one_line(text: str) -> str:
-    return text.replace("\r", " ").replace("\n", " ")
-
-
-def scifact_queries(limit: int) -> list[str]:
-    out = []
-    with open(SCIFACT / "queries.jsonl") as f:
-        for line in f:
-            out.append(json.loads(line)["text"])
-            if len(out) == limit:
-                break
-    return out
-
-
-def cpu_flags() -> str:
-    try:
-        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "?"
-    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"]
-    return " ".join(f for f in keep if f in flags)
 
 
 def rust_bench(texts: list[str], role: str, threads: int, rounds: int, maxsim_query=None,
@@ -109,13 +86,8 @@ def parity(role: str, ours: dict, ref: list) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--docs", type=int, default=256)
-    ap.add_argument("--queries", type=int, default=256)
+    ap = add_encoder_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     ap.add_argument("--maxsim-rounds", type=int, default=50)
-    ap.add_argument("--role", choices=["document", "query", "both"], default="both")
     args = ap.parse_args()
 
     if not (MODEL / "modules.json").exists():
@@ -130,11 +102,7 @@ def main():
 
     torch.set_num_threads(args.threads)
     model = models.ColBERT(str(MODEL), device="cpu")
-    sides = []
-    if args.role in ("document", "both"):
-        sides.append(("document", [one_line(t) for t in scifact_documents(args.docs)]))
-    if args.role in ("query", "both"):
-        sides.append(("query", [one_line(t) for t in scifact_queries(args.queries)]))
+    sides = role_texts(args)
     maxsim_query = one_line(scifact_first_judged_query())
 
     rows, maxsim = [], None

@@ -45,6 +45,53 @@ def scifact_documents(limit=None):
     return docs
 
 
+def one_line(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def scifact_queries(limit: int) -> list:
+    """The first `limit` SciFact queries' texts."""
+    out = []
+    with open(SCIFACT / "queries.jsonl") as f:
+        for line in f:
+            out.append(json.loads(line)["text"])
+            if len(out) == limit:
+                break
+    return out
+
+
+def cpu_flags() -> str:
+    """The CPU flags a figure depends on, as /proc/cpuinfo lists them ("?" elsewhere)."""
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "?"
+    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"]
+    return " ".join(f for f in keep if f in flags)
+
+
+def add_encoder_args(ap):
+    """The arguments of an encoder side-by-side: threads, rounds, how many SciFact documents and
+    queries, and which role(s) to encode."""
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--docs", type=int, default=256)
+    ap.add_argument("--queries", type=int, default=256)
+    ap.add_argument("--role", choices=["document", "query", "both"], default="both")
+    return ap
+
+
+def role_texts(args) -> list:
+    """(role, texts) for each role `args.role` names: the first `args.docs` SciFact documents
+    and the first `args.queries` queries, each on one line."""
+    sides = []
+    if args.role in ("document", "both"):
+        sides.append(("document", [one_line(t) for t in scifact_documents(args.docs)]))
+    if args.role in ("query", "both"):
+        sides.append(("query", [one_line(t) for t in scifact_queries(args.queries)]))
+    return sides
+
+
 def scifact_first_judged_query():
     """The text of the first SciFact query judged in qrels/test.tsv."""
     judged = {line.split("\t")[0] for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]}

@@ -35,8 +35,7 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import scifact_documents, text_bench  # noqa: E402
-from bench_colbert_vs_pylate import cpu_flags, one_line, scifact_queries  # noqa: E402
+from bench_common import add_encoder_args, cpu_flags, role_texts, text_bench  # noqa: E402
 import make_splade_minilm  # noqa: E402
 
 MODEL = make_splade_minilm.MODELS / make_splade_minilm.NAME
@@ -69,13 +68,7 @@ def parity(role: str, ours: dict, dense) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--docs", type=int, default=256)
-    ap.add_argument("--queries", type=int, default=256)
-    ap.add_argument("--role", choices=["document", "query", "both"], default="both")
-    args = ap.parse_args()
+    args = add_encoder_args(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
 
     if not (MODEL / "modules.json").exists():
         print(f"writing {MODEL}", file=sys.stderr)
@@ -87,11 +80,7 @@ def main():
 
     torch.set_num_threads(args.threads)
     model = SparseEncoder(str(MODEL), device="cpu")
-    sides = []
-    if args.role in ("document", "both"):
-        sides.append(("document", [one_line(t) for t in scifact_documents(args.docs)]))
-    if args.role in ("query", "both"):
-        sides.append(("query", [one_line(t) for t in scifact_queries(args.queries)]))
+    sides = role_texts(args)
 
     rows = []
     for role, texts in sides:
