@@ -22,6 +22,8 @@
 //! (`maxsim_parallel_seconds`); the line adds the seconds of each round (one query x all
 //! documents) and the scores of the last.
 
+mod common;
+
 #[cfg(feature = "models")]
 fn main() {
     use std::time::Instant;
@@ -30,21 +32,14 @@ fn main() {
     use rerank::models::ModelOptions;
     use rerank::{ColbertEncoder, Role};
 
-    let env = |k: &str| std::env::var(k).ok();
-    let count = |k: &str, default: usize| env(k).and_then(|v| v.parse().ok()).unwrap_or(default);
+    use common::{count, setting as env};
     let Some(model) = env("RERANK_BENCH_COLBERT_MODEL") else {
         eprintln!("set RERANK_BENCH_COLBERT_MODEL (and RERANK_BENCH_TEXTS); nothing to run");
         return;
     };
-    let texts_file =
-        env("RERANK_BENCH_TEXTS").expect("RERANK_BENCH_TEXTS: a file, one text per line");
-    let text = std::fs::read_to_string(&texts_file).expect("RERANK_BENCH_TEXTS is readable");
+    let text = common::bench_texts();
     let texts: Vec<&str> = text.lines().collect();
-    let role = match env("RERANK_BENCH_ROLE").as_deref() {
-        None | Some("document") => Role::Document,
-        Some("query") => Role::Query,
-        Some(other) => panic!("RERANK_BENCH_ROLE={other}: query or document"),
-    };
+    let role = common::bench_role();
     let threads = count("RERANK_BENCH_THREADS", 2);
     eprintln!("kernels: {}", rerank::simd_isa());
 

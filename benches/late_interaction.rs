@@ -26,6 +26,8 @@
 //! the line has the share of the exact top 10 that MUVERA's top 10 holds, nDCG@10 of both
 //! rankings against the qrels, and the median seconds of a search of each kind.
 
+mod common;
+
 #[cfg(feature = "models")]
 fn main() {
     use std::time::Instant;
@@ -37,8 +39,7 @@ fn main() {
     use rerank::recall::{LateInteractionIndex, Retriever, SearchQuery};
     use rerank::{Document, Role};
 
-    let env = |k: &str| std::env::var(k).ok();
-    let count = |k: &str, default: usize| env(k).and_then(|v| v.parse().ok()).unwrap_or(default);
+    use common::{count, setting as env};
     let Some(model) = env("RERANK_BENCH_COLBERT_MODEL") else {
         eprintln!("set RERANK_BENCH_COLBERT_MODEL; nothing to run");
         return;

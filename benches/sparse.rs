@@ -19,12 +19,14 @@
 //! over a seeded permutation of the vocabulary, as words are, so that a few ids have long
 //! postings; weights are log-normal, independent of the id (`RERANK_BENCH_WEIGHTS=flat`, the
 //! default: nothing for pruning to use) or scaled by the id's rarity (`idf`: frequent ids weigh
-//! less, as a trained model's FLOPS regularizer makes them). `RERANK_BENCH_QUERIES` timed searches (default 200, top
-//! 10, one thread each: a search is serial), each run pruned (`search_vector`) and exhaustive
-//! (`search_vector_exhaustive`). The line has the build time, the resident memory the index
-//! added per document, the median and 95th percentile milliseconds of both searches (the vector
-//! search alone: the query encoding is the encoding figure above), and how many queries' top
-//! 10 (ids and score bits) the two agree on.
+//! less, as a trained model's FLOPS regularizer makes them). `RERANK_BENCH_QUERIES` timed
+//! searches (default 200, top 10, one thread each: a search is serial), each run pruned
+//! (`search_vector`) and exhaustive (`search_vector_exhaustive`). The line has the build time,
+//! the resident memory the index added per document, the median and 95th percentile
+//! milliseconds of both searches (the vector search alone: the query encoding is the encoding
+//! figure above), and how many queries' top 10 (ids and score bits) the two agree on.
+
+mod common;
 
 #[cfg(feature = "models")]
 fn main() {
@@ -33,10 +35,8 @@ fn main() {
 
     use rerank::embed::SparseEncoder;
     use rerank::models::ModelOptions;
-    use rerank::Role;
 
-    let env = |k: &str| std::env::var(k).ok();
-    let count = |k: &str, default: usize| env(k).and_then(|v| v.parse().ok()).unwrap_or(default);
+    use common::{count, setting as env};
     let Some(model) = env("RERANK_BENCH_SPARSE_MODEL") else {
         eprintln!("set RERANK_BENCH_SPARSE_MODEL (and RERANK_BENCH_TEXTS or RERANK_BENCH_DOCS)");
         return;
@@ -53,19 +53,13 @@ fn main() {
     let load_seconds = start.elapsed().as_secs_f64();
 
     if let Some(docs) = env("RERANK_BENCH_DOCS").and_then(|v| v.parse().ok()) {
-        latency::run(encoder, docs, &count);
+        latency::run(encoder, docs);
         return;
     }
 
-    let texts_file =
-        env("RERANK_BENCH_TEXTS").expect("RERANK_BENCH_TEXTS: a file, one text per line");
-    let text = std::fs::read_to_string(&texts_file).expect("RERANK_BENCH_TEXTS is readable");
+    let text = common::bench_texts();
     let texts: Vec<&str> = text.lines().collect();
-    let role = match env("RERANK_BENCH_ROLE").as_deref() {
-        None | Some("document") => Role::Document,
-        Some("query") => Role::Query,
-        Some(other) => panic!("RERANK_BENCH_ROLE={other}: query or document"),
-    };
+    let role = common::bench_role();
     let tokens: usize = texts
         .iter()
         .map(|t| encoder.token_ids(t, role).expect("tokenizes").len())
@@ -187,7 +181,8 @@ mod latency {
             .map_or(0, |pages| pages * 4096)
     }
 
-    pub fn run(encoder: Arc<SparseEncoder>, docs: usize, count: &dyn Fn(&str, usize) -> usize) {
+    pub fn run(encoder: Arc<SparseEncoder>, docs: usize) {
+        use super::common::count;
         let idf = match std::env::var("RERANK_BENCH_WEIGHTS").as_deref() {
             Err(_) | Ok("flat") => false,
             Ok("idf") => true,

@@ -3,6 +3,33 @@
 
 use std::path::{Path, PathBuf};
 
+/// A bench setting from the environment (`RERANK_BENCH_*`), if set.
+pub fn setting(key: &str) -> Option<String> {
+    std::env::var(key).ok()
+}
+
+/// A whole-number bench setting, `default` when unset or not a number.
+pub fn count(key: &str, default: usize) -> usize {
+    setting(key).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The texts of the file `RERANK_BENCH_TEXTS` names, one a line (panics without it: a bench
+/// input).
+pub fn bench_texts() -> String {
+    let file =
+        setting("RERANK_BENCH_TEXTS").expect("RERANK_BENCH_TEXTS: a file, one text per line");
+    std::fs::read_to_string(&file).expect("RERANK_BENCH_TEXTS is readable")
+}
+
+/// `RERANK_BENCH_ROLE`: `document` (the default) or `query`.
+pub fn bench_role() -> rerank::Role {
+    match setting("RERANK_BENCH_ROLE").as_deref() {
+        None | Some("document") => rerank::Role::Document,
+        Some("query") => rerank::Role::Query,
+        Some(other) => panic!("RERANK_BENCH_ROLE={other}: query or document"),
+    }
+}
+
 /// The SciFact collection (read from `../shared`, never copied into the crate).
 pub const SCIFACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/scifact");
 
