@@ -887,12 +887,7 @@ fn the_official_cohere_and_openai_sdks_get_the_librarys_results() {
         .arg(&request)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Value = crate::common::json_output(&out);
     let scores = library_scores();
     let v2 = got["cohere_v2"].as_array().unwrap();
     assert_eq!(v2.len(), DOCS.len());

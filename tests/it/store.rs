@@ -777,26 +777,45 @@ fn postings_across_blocks_rank_exactly_like_a_fresh_index() {
     assert_bm25_parity(&store, &queries);
 }
 
+/// A store of `corpus()` taken back to an older schema by the SQL `downgrade`, run by Python's
+/// sqlite3 as another program would.
+fn older_store(name: &str, downgrade: &str) -> TempDb {
+    let db = TempDb::new(name);
+    Store::open(&db.0).unwrap().upsert(corpus()).unwrap();
+    python_on(
+        &db.0,
+        &format!(
+            "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n\
+             c.executescript('''{downgrade}''')\nc.commit()"
+        ),
+    );
+    db
+}
+
+/// The store's schema version and `table`'s columns, as Python's sqlite3 reads them.
+fn version_and_columns(db: &Path, table: &str) -> String {
+    python_on(
+        db,
+        &format!(
+            "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n\
+             print(c.execute('PRAGMA user_version').fetchone()[0])\n\
+             print([r[1] for r in c.execute('PRAGMA table_info({table})')])"
+        ),
+    )
+}
+
 /// A store written with schema 1 (postings keyed by term) is upgraded to schema 2 when it is
 /// opened for writing, and ranks as before; a read-only open of it says how to upgrade.
 #[test]
 fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
-    let db = TempDb::new("upgrade");
-    {
-        let store = Store::open(&db.0).unwrap();
-        store.upsert(corpus()).unwrap();
-    }
-    let python = |code: &str| python_on(&db.0, code);
     // Schema 1, as the crate wrote it before.
-    python(
-        "import sqlite3, sys\n\
-         c = sqlite3.connect(sys.argv[1])\n\
-         c.executescript('''CREATE TABLE p1 (term TEXT NOT NULL, slot INTEGER NOT NULL, \
+    let db = older_store(
+        "upgrade",
+        "CREATE TABLE p1 (term TEXT NOT NULL, slot INTEGER NOT NULL, \
              tf INTEGER NOT NULL, PRIMARY KEY (term, slot)) WITHOUT ROWID;\n\
            INSERT INTO p1 SELECT term, slot, tf FROM postings; DROP TABLE postings;\n\
            ALTER TABLE p1 RENAME TO postings; CREATE INDEX postings_slot ON postings (slot);\n\
-           DROP TABLE encodings; PRAGMA user_version = 1;''')\n\
-         c.commit()",
+           DROP TABLE encodings; PRAGMA user_version = 1;",
     );
     let e = Store::open_read_only(&db.0).unwrap_err().to_string();
     assert!(
@@ -805,13 +824,10 @@ fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
     );
     let store = Arc::new(Store::open(&db.0).unwrap());
     assert_bm25_parity(&store, &QUERIES);
-    let seen = python(
-        "import sqlite3, sys\n\
-         c = sqlite3.connect(sys.argv[1])\n\
-         print(c.execute('PRAGMA user_version').fetchone()[0])\n\
-         print([r[1] for r in c.execute('PRAGMA table_info(postings)')])",
+    assert_eq!(
+        version_and_columns(&db.0, "postings"),
+        "3\n['block', 'term', 'slot', 'tf']\n"
     );
-    assert_eq!(seen, "3\n['block', 'term', 'slot', 'tf']\n");
     drop(store);
     assert!(Store::open_read_only(&db.0).is_ok());
 }
@@ -820,28 +836,17 @@ fn a_schema_1_store_is_upgraded_when_opened_for_writing() {
 /// writing (schema 3), keeping its documents; a read-only open of it says how to upgrade.
 #[test]
 fn a_schema_2_store_gets_the_encodings_table_when_opened_for_writing() {
-    let db = TempDb::new("upgrade-2");
-    {
-        let store = Store::open(&db.0).unwrap();
-        store.upsert(corpus()).unwrap();
-    }
-    let python = |code: &str| python_on(&db.0, code);
-    python(
-        "import sqlite3, sys\n\
-         c = sqlite3.connect(sys.argv[1])\n\
-         c.executescript('DROP TABLE encodings; PRAGMA user_version = 2;')\n\
-         c.commit()",
+    let db = older_store(
+        "upgrade-2",
+        "DROP TABLE encodings; PRAGMA user_version = 2;",
     );
     let e = Store::open_read_only(&db.0).unwrap_err().to_string();
     assert!(e.contains("schema 2"), "{e}");
     let store = Arc::new(Store::open(&db.0).unwrap());
     assert_eq!(store.len().unwrap(), corpus().len());
-    let seen = python(
-        "import sqlite3, sys\n\
-         c = sqlite3.connect(sys.argv[1])\n\
-         print(c.execute('PRAGMA user_version').fetchone()[0])\n\
-         print([r[1] for r in c.execute('PRAGMA table_info(encodings)')])",
+    assert_eq!(
+        version_and_columns(&db.0, "encodings"),
+        "3\n['content_hash', 'model', 'rows', 'data']\n"
     );
-    assert_eq!(seen, "3\n['content_hash', 'model', 'rows', 'data']\n");
     assert_bm25_parity(&store, &QUERIES);
 }

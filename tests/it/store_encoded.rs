@@ -286,12 +286,7 @@ fn the_cli_index_stores_token_and_sparse_vectors() {
             .args(["--threads", "2", "--json"])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        crate::common::json_output(&out)
     };
     let first = run();
     let n = corpus().len() as u64;

@@ -968,12 +968,7 @@ fn the_cli_answers_an_unrelated_question_without_a_high_band() {
             .arg(q)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        crate::common::json_output(&out)
     };
     let off = run("when is Sarah's weekly sync");
     assert_eq!(off["confidence_band"], "low", "{off}");
