@@ -87,12 +87,7 @@ impl DenseLayer {
     /// [`apply`](Self::apply) of each of the `x.len() / inputs` rows of `x` (row-major), in
     /// one matrix product on the calling thread: the rows' outputs, row-major.
     pub fn apply_rows(&self, x: &[f32]) -> Vec<f32> {
-        use crate::simd::gemm::{matmul, Mat, Threads};
-        let rows = x.len() / self.inputs.max(1);
-        let mut out = vec![0f32; rows * self.outputs];
-        let a = Mat::new(&x[..rows * self.inputs], rows, self.inputs);
-        let w = Mat::new(&self.weight, self.outputs, self.inputs).t();
-        matmul(a, w, &mut out, self.outputs, 1.0, false, Threads::One);
+        let mut out = project_rows(x, &self.weight, (self.outputs, self.inputs));
         for row in out.chunks_exact_mut(self.outputs.max(1)) {
             for (o, y) in row.iter_mut().enumerate() {
                 if let Some(b) = &self.bias {
@@ -123,6 +118,18 @@ impl DenseLayer {
             })
             .collect()
     }
+}
+
+/// `x · wᵀ` for the `x.len() / inputs` rows of `x` and `w` of shape `(outputs, inputs)`, both
+/// row-major: one matrix product on the calling thread, the rows' outputs row-major.
+pub(crate) fn project_rows(x: &[f32], w: &[f32], (outputs, inputs): (usize, usize)) -> Vec<f32> {
+    use crate::simd::gemm::{matmul, Mat, Threads};
+    let rows = x.len() / inputs.max(1);
+    let mut out = vec![0f32; rows * outputs];
+    let a = Mat::new(&x[..rows * inputs], rows, inputs);
+    let w = Mat::new(w, outputs, inputs).t();
+    matmul(a, w, &mut out, outputs, 1.0, false, Threads::One);
+    out
 }
 
 /// A step after pooling, in `modules.json` order.

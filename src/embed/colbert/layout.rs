@@ -53,23 +53,14 @@ pub(crate) enum Projection {
 impl Projection {
     /// The projected vectors of `states`, rows of the encoder's width (row-major), in one
     /// matrix product per layer on the calling thread.
-    pub fn apply_rows(&self, states: &[f32], hidden: usize) -> Vec<f32> {
+    pub fn apply_rows(&self, states: Vec<f32>) -> Vec<f32> {
         match self {
             Projection::Dense(layers) => {
-                let mut x = states.to_vec();
-                for layer in layers {
-                    x = layer.apply_rows(&x);
-                }
-                x
+                layers.iter().fold(states, |x, layer| layer.apply_rows(&x))
             }
-            Projection::Linear { weight, hidden: h } => {
-                use crate::simd::gemm::{matmul, Mat, Threads};
-                let (rows, dim) = (states.len() / hidden.max(1), weight.len() / h.max(&1));
-                let mut out = vec![0f32; rows * dim];
-                let a = Mat::new(&states[..rows * hidden], rows, hidden);
-                let w = Mat::new(weight, dim, *h).t();
-                matmul(a, w, &mut out, dim, 1.0, false, Threads::One);
-                out
+            Projection::Linear { weight, hidden } => {
+                let dim = weight.len() / (*hidden).max(1);
+                crate::embed::layout::project_rows(&states, weight, (dim, *hidden))
             }
         }
     }

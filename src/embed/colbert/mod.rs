@@ -388,7 +388,7 @@ impl ColbertEncoder {
             .filter(|(id, _)| role == Role::Query || !self.layout.skiplist.contains(id))
             .flat_map(|(_, state)| state.iter().copied())
             .collect();
-        let mut vectors = self.layout.projection.apply_rows(&kept, h);
+        let mut vectors = self.layout.projection.apply_rows(kept);
         for v in vectors.chunks_exact_mut(self.dim.max(1)) {
             l2_normalize(v);
         }

@@ -83,8 +83,11 @@ pub(super) fn top_k_exhaustive(
         }
     }
     touched.retain(|&s| docs[s as usize].is_some());
-    // the sums as scores, for the pick
-    let scores: Vec<f32> = sums.iter().map(|&s| score_of(s)).collect();
+    // the touched slots' sums as scores, for the pick
+    let mut scores = vec![0f32; docs.len()];
+    for &s in &touched {
+        scores[s as usize] = score_of(sums[s as usize]);
+    }
     top_slots(&scores, touched, k)
         .into_iter()
         .map(|slot| (slot, scores[slot as usize]))
