@@ -125,6 +125,43 @@ fn embeddings_batched_in_input_order() {
     }
 }
 
+/// A text's embedding has the same bits in any batch: alone (every step spread over the
+/// threads), among 120 documents (a batch large enough to run in groups of sequences, each
+/// group on one thread) and in small batches of mixed lengths.
+#[test]
+fn a_texts_embedding_does_not_depend_on_its_batch() {
+    let Some((_, embedder)) = setup() else {
+        return;
+    };
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/cranfield");
+    let data = rerank::eval::BeirDataset::load(std::path::Path::new(dir)).unwrap();
+    let texts: Vec<String> = data.corpus[..120].iter().map(|d| d.full_text()).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let together = embedder.embed(&refs).unwrap();
+    let small = BertEmbedder::builder(model_dir())
+        .options(
+            ModelOptions::default()
+                .threads(2)
+                .token_budget(700)
+                .max_batch_size(7),
+        )
+        .build()
+        .unwrap()
+        .embed(&refs)
+        .unwrap();
+    for (i, text) in refs.iter().enumerate() {
+        let alone = embedder.embed_one(text).unwrap();
+        assert!(
+            together.row(i).to_vec() == alone,
+            "document {i}: alone, other bits"
+        );
+        assert!(
+            small.row(i) == together.row(i),
+            "document {i}: small batches, other bits"
+        );
+    }
+}
+
 #[test]
 fn shared_across_threads() {
     let Some((fixture, embedder)) = setup() else {

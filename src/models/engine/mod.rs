@@ -17,7 +17,7 @@ mod decoder;
 
 pub(crate) use decoder::DecoderEngine;
 
-use crate::models::layers::batch::BatchSink;
+use crate::models::layers::batch::{run_in_groups, BatchSink};
 use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::head::Classifier;
 use crate::models::pair::PairEncoding;
@@ -154,7 +154,10 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
 
     fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
         match &self.inner {
-            Engine::Native(e) => e.encode(rows, output),
+            Engine::Native(e) => {
+                let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
+                run_in_groups(&lengths, e.hidden(), |group| e.encode(&rows[group], output))
+            }
             #[cfg(feature = "candle")]
             Engine::Candle(e) => e.encode(rows, output),
         }
@@ -162,7 +165,15 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
 
     fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         match &self.inner {
-            Engine::Native(e) => e.encode_keys(rows, keys, output),
+            Engine::Native(e) => {
+                let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
+                if keys.len() != rows.len() {
+                    return e.encode_keys(rows, keys, output);
+                }
+                run_in_groups(&lengths, e.hidden(), |group| {
+                    e.encode_keys(&rows[group.clone()], &keys[group], output)
+                })
+            }
             #[cfg(feature = "candle")]
             Engine::Candle(e) => e.encode_keys(rows, keys, output),
         }
@@ -175,7 +186,12 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
         sink: BatchSink<'_>,
     ) -> Result<()> {
         match &self.inner {
-            Engine::Native(e) => e.encode_batches(batches, output, sink),
+            Engine::Native(_) => {
+                for (n, rows) in batches.iter().enumerate() {
+                    sink(n, self.encode(rows, output)?)?;
+                }
+                Ok(())
+            }
             #[cfg(feature = "candle")]
             Engine::Candle(e) => e.encode_batches(batches, output, sink),
         }

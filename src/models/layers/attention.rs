@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use crate::models::layers::kernels::{
-    matmul, simd, softmax_row, softmax_rows, with_scratch, Mat, Threads,
+    matmul, simd, softmax_row, softmax_rows, threads, with_scratch, Mat, Threads,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{attention::Head, FloatIsa};
@@ -43,9 +43,10 @@ pub(crate) struct Heads {
     pub dim: usize,
 }
 
-/// The fewest queries a task runs the fused kernel for (a group of 8 or 16 queries costs the
-/// same with fewer: one query per sequence, as a last layer that only needs the first token's row,
-/// stays on the matrix-vector path).
+/// The fewest queries a sequence runs the fused kernel for (a group of 8 or 16 queries costs
+/// the same with fewer: one query per sequence, as a last layer that only needs the first
+/// token's row, stays on the matrix-vector path). The choice is the sequence's, never a
+/// block's: a token's context is the same however the batch is split into tasks.
 #[cfg(target_arch = "x86_64")]
 const FUSED_MIN_QUERIES: usize = 8;
 
@@ -89,7 +90,10 @@ pub(crate) fn attention(
     #[cfg(target_arch = "x86_64")]
     let block = if window.is_none() && Head::supported(isa, d) {
         let rows: usize = lens.iter().map(|&len| queries(len)).sum();
-        let per_task = rows / (4 * rayon::current_num_threads());
+        let per_task = match threads() {
+            1 => rows,
+            n => rows / (4 * n),
+        };
         per_task.clamp(QUERY_BLOCK, FUSED_QUERY_BLOCK) / 8 * 8
     } else {
         QUERY_BLOCK
@@ -123,7 +127,9 @@ pub(crate) fn attention(
         // The fused kernel's window is about the block's own rows, all of them keys.
         let partial = len < lens[s] && window.is_some();
         #[cfg(target_arch = "x86_64")]
-        if nq >= FUSED_MIN_QUERIES && Head::supported(isa, d) && !partial {
+        // Every block of a sequence of enough queries runs the fused kernel, a short last
+        // block too, so that a token's context does not depend on how the batch was split.
+        if queries(lens[s]) >= FUSED_MIN_QUERIES && Head::supported(isa, d) && !partial {
             let offset = q0 - k0;
             with_scratch(&FUSED, |[keys, values, scratch]| {
                 let key_rows = Head::key_rows(nk);

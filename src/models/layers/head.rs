@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::batch::run_in_groups;
 use super::encoder::{EncoderWeights, Sequence};
 use super::kernels::{Act, Linear};
 use crate::models::config::ClassifierConfig;
@@ -179,7 +180,11 @@ impl<E: FirstTokens> Classifier for PooledClassifier<E> {
         self.encoder.max_length()
     }
     fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
-        let first = self.encoder.first_tokens(&sequences(encodings))?;
+        let seqs = sequences(encodings);
+        let lengths: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let first = run_in_groups(&lengths, self.pooler.inputs, |group| {
+            self.encoder.first_tokens(&seqs[group])
+        })?;
         let act = |x: &mut [f32]| self.act.apply(x);
         Ok(pooled_logits(&first, &self.pooler, act, &self.out))
     }

@@ -48,6 +48,32 @@ impl Weight {
     }
 }
 
+thread_local! {
+    /// Whether the work running on this thread is one of several run in parallel
+    /// ([`on_own_thread`]).
+    static OWN_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The threads a kernel splits its work for: the current rayon pool's, or 1 inside
+/// [`on_own_thread`], where other threads are busy with other work of the same call.
+pub(crate) fn threads() -> usize {
+    match OWN_THREAD.get() {
+        true => 1,
+        false => rayon::current_num_threads(),
+    }
+}
+
+/// Runs `f` as one of several pieces of work already spread over the pool (a batch of many):
+/// the kernels it calls size their blocks for one thread ([`threads`]), so that a batch's
+/// rows stay in this core's caches from one step to the next. Their parallel loops still
+/// hand blocks to a thread that runs out of work.
+pub(crate) fn on_own_thread<R>(f: impl FnOnce() -> R) -> R {
+    let before = OWN_THREAD.replace(true);
+    let out = f();
+    OWN_THREAD.set(before);
+    out
+}
+
 /// Runs `f` on this thread's scratch buffer `key`, reused across calls; a call re-entered on
 /// the same thread while the buffer is in use (rayon work stealing inside `f`) gets a fresh
 /// buffer of its own instead.

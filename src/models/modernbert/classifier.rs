@@ -7,6 +7,7 @@ use super::config::{ClassifierPooling, ModernBertConfig};
 use super::encoder::{ModernBertEncoder, ModernBertWeights, Norm};
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::dir::{ModelDir, CONFIG_FILE};
+use crate::models::layers::batch::run_in_groups;
 use crate::models::layers::dense::Output;
 use crate::models::layers::kernels::{Act, Linear};
 use crate::models::pair::PairEncoding;
@@ -101,10 +102,16 @@ impl ModernBertClassifier {
     pub fn logits(&self, encodings: &[&PairEncoding]) -> Result<Vec<Vec<f32>>> {
         let seqs: Vec<&[u32]> = encodings.iter().map(|e| e.input_ids.as_slice()).collect();
         let h = self.encoder.config().hidden;
+        let lengths: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        let forward = |output| {
+            run_in_groups(&lengths, h, |group| {
+                self.encoder.forward(&seqs[group], output)
+            })
+        };
         let pooled = match self.pooling {
-            ClassifierPooling::Cls => self.encoder.forward(&seqs, Output::FirstToken)?,
+            ClassifierPooling::Cls => forward(Output::FirstToken)?,
             ClassifierPooling::Mean => {
-                let states = self.encoder.forward(&seqs, Output::AllTokens)?;
+                let states = forward(Output::AllTokens)?;
                 let mut pooled = vec![0.0f32; seqs.len() * h];
                 let mut start = 0;
                 for (seq, out) in seqs.iter().zip(pooled.chunks_exact_mut(h)) {

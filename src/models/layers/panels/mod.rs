@@ -51,7 +51,7 @@
 use rayon::prelude::*;
 use std::cell::RefCell;
 
-use crate::models::layers::kernels::{with_scratch, Linear, Then};
+use crate::models::layers::kernels::{threads, with_scratch, Linear, Then};
 use crate::simd::panels::bf16::{widen, DotTile};
 use crate::simd::panels::{
     interleave, panel_sums, tile_rows, Isa, Out, PairTile, PanelValue, Tile, MAX_MR, NR,
@@ -645,7 +645,7 @@ impl PanelLinear {
     /// about [`BLOCK_ROWS`], fewer when that would leave a thread idle.
     pub fn block_rows(&self, rows: usize) -> usize {
         let mr = tile_rows(self.kernels.isa);
-        let per_thread = rows.div_ceil(rayon::current_num_threads());
+        let per_thread = rows.div_ceil(threads());
         per_thread.min(BLOCK_ROWS).div_ceil(mr).max(1) * mr
     }
 
@@ -673,9 +673,7 @@ impl PanelLinear {
     fn blocks(&self, rows: usize, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
         let (mr, n) = (tile_rows(self.kernels.isa), self.weights.n);
         let (tiles, rest) = (rows / mr, rows % mr);
-        let count = rayon::current_num_threads()
-            .max(rows.div_ceil(BLOCK_ROWS))
-            .min(tiles.max(1));
+        let count = threads().max(rows.div_ceil(BLOCK_ROWS)).min(tiles.max(1));
         let mut parts = Vec::with_capacity(count);
         let (mut first, mut out) = (0, &mut out[..rows * n]);
         for b in 0..count {

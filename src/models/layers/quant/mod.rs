@@ -44,7 +44,7 @@ use rayon::prelude::*;
 
 #[cfg(test)]
 use super::kernels::Weight;
-use super::kernels::{Linear, Then};
+use super::kernels::{threads, Linear, Then};
 use crate::simd::quant::{tiles, Group, Isa, Sums, GROUP, MR, NR};
 
 /// Most values per row kept out of the 8-bit range and added back in f32.
@@ -220,7 +220,7 @@ impl QuantLinear {
     /// Rows per block for [`QuantLinear::forward_here`] over `rows` rows: whole kernel rows,
     /// at most [`MAX_CHUNK_ROWS`], fewer when that would leave a thread idle.
     pub fn block_rows(&self, rows: usize) -> usize {
-        rows.div_ceil(rayon::current_num_threads())
+        rows.div_ceil(threads())
             .clamp(1, MAX_CHUNK_ROWS)
             .next_multiple_of(MR)
     }
@@ -319,7 +319,7 @@ impl pulp::WithSimd for ChunkProduct<'_> {
 /// Rows per parallel task: enough tasks for every thread (four each), in whole kernel rows,
 /// at most [`MAX_CHUNK_ROWS`].
 fn chunk_rows(rows: usize) -> usize {
-    let tasks = 4 * rayon::current_num_threads();
+    let tasks = 4 * threads();
     rows.div_ceil(tasks)
         .next_multiple_of(MR)
         .clamp(MR, MAX_CHUNK_ROWS)
