@@ -17,6 +17,7 @@ use crate::models::bert::encoder::{Encoder, EncoderConfig, EncoderWeights, Outpu
 use crate::models::distilbert::config::{DistilBertConfig, EPS as DISTILBERT_EPS};
 use crate::models::distilbert::encoder::{DistilBertEncoder, MLM as DISTILBERT_MLM, PREFIXES};
 use crate::models::engine::PackedEncoder;
+use crate::models::layers::batch::run_in_groups;
 use crate::models::layers::config::bad;
 use crate::models::layers::encoder::single_texts;
 use crate::models::layers::mlm::{MlmHead, MlmNames};
@@ -138,7 +139,10 @@ impl MlmRoute {
         for batch in plan_batches(&lengths, self.token_budget, self.max_batch_size) {
             let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i].as_slice()).collect();
             let lens: Vec<usize> = rows.iter().map(|r| r.len()).collect();
-            let states = self.encoder.encode(&rows, Output::AllTokens)?;
+            // On the crate's kernels, a large batch runs in groups, each on one thread.
+            let states = run_in_groups(&lens, self.encoder.hidden(), |group| {
+                self.encoder.encode(&rows[group], Output::AllTokens)
+            })?;
             for (pooled, &i) in self.pool(&states, &lens).iter().zip(&batch.indices) {
                 out[i] = SparseVector::from_dense(pooled);
             }
