@@ -68,10 +68,15 @@ pub(crate) fn threads() -> usize {
 /// rows stay in this core's caches from one step to the next. Their parallel loops still
 /// hand blocks to a thread that runs out of work.
 pub(crate) fn on_own_thread<R>(f: impl FnOnce() -> R) -> R {
-    let before = OWN_THREAD.replace(true);
-    let out = f();
-    OWN_THREAD.set(before);
-    out
+    /// Puts the flag back as it was, also when `f` panics (the pool's thread lives on).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OWN_THREAD.set(self.0);
+        }
+    }
+    let _restore = Restore(OWN_THREAD.replace(true));
+    f()
 }
 
 /// Runs `f` on this thread's scratch buffer `key`, reused across calls; a call re-entered on
@@ -569,6 +574,22 @@ fn max_of(xs: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_thread_work_sizes_for_one_thread_and_restores_after_a_panic() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            assert_eq!(threads(), 3);
+            assert_eq!(on_own_thread(|| on_own_thread(threads)), 1);
+            assert_eq!(threads(), 3, "nested scopes put the flag back");
+            let caught = std::panic::catch_unwind(|| on_own_thread(|| panic!("inside")));
+            assert!(caught.is_err());
+            assert_eq!(threads(), 3, "a panic puts the flag back");
+        });
+    }
 
     /// erf in float64 by its Taylor series (|x| < 3) or the continued fraction of erfc.
     fn erf64(x: f64) -> f64 {
