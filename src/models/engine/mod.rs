@@ -63,11 +63,22 @@ pub(crate) trait PackedEncoder: Send + Sync {
         output: Output,
         sink: BatchSink<'_>,
     ) -> Result<()> {
-        for (n, rows) in batches.iter().enumerate() {
-            sink(n, self.encode(rows, output)?)?;
-        }
-        Ok(())
+        encode_in_turn(self, batches, output, sink)
     }
+}
+
+/// [`PackedEncoder::encode_batches`] as the crate's kernels run it: `encoder.encode` of one
+/// batch after the other, each handed to `sink` in order.
+fn encode_in_turn<E: PackedEncoder + ?Sized>(
+    encoder: &E,
+    batches: &[Vec<&[u32]>],
+    output: Output,
+    sink: BatchSink<'_>,
+) -> Result<()> {
+    for (n, rows) in batches.iter().enumerate() {
+        sink(n, encoder.encode(rows, output)?)?;
+    }
+    Ok(())
 }
 
 impl PackedEncoder for Box<dyn PackedEncoder> {
@@ -166,10 +177,11 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
     fn encode_keys(&self, rows: &[&[u32]], keys: &[usize], output: Output) -> Result<Vec<f32>> {
         match &self.inner {
             Engine::Native(e) => {
-                let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
+                // A count of keys that does not match is the encoder's to refuse.
                 if keys.len() != rows.len() {
                     return e.encode_keys(rows, keys, output);
                 }
+                let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
                 run_in_groups(&lengths, e.hidden(), |group| {
                     e.encode_keys(&rows[group.clone()], &keys[group], output)
                 })
@@ -186,12 +198,8 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
         sink: BatchSink<'_>,
     ) -> Result<()> {
         match &self.inner {
-            Engine::Native(_) => {
-                for (n, rows) in batches.iter().enumerate() {
-                    sink(n, self.encode(rows, output)?)?;
-                }
-                Ok(())
-            }
+            // Through this wrapper's `encode`, which runs a large batch in groups.
+            Engine::Native(_) => encode_in_turn(self, batches, output, sink),
             #[cfg(feature = "candle")]
             Engine::Candle(e) => e.encode_batches(batches, output, sink),
         }
