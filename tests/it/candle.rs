@@ -175,6 +175,36 @@ fn cross_encoders_match_the_references() {
     assert_eq!(fixtures.len(), 6, "every cross-encoder fixture");
 }
 
+/// The configuration sweep (tests/fixtures/sweep: heads, activations, epsilons, vocabularies,
+/// token types, relative-position buckets, ModernBERT's windows and biases) on the device:
+/// every variant of the families the engine runs, against transformers' logits, one pair at a
+/// time and in batches split by token budgets. GTE variants run on the CPU kernels only.
+#[test]
+fn every_sweep_variant_the_engine_runs_matches_transformers() {
+    let budgets = [(usize::MAX, 64), (300, 2)];
+    let mut checked = Vec::new();
+    for (arch, dir) in crate::model_fixtures::sweep_variants("sweep") {
+        if arch == "gte" {
+            continue;
+        }
+        let name = format!("{arch}/{}", dir.file_name().unwrap().to_string_lossy());
+        let run =
+            crate::model_fixtures::check_cross_encoder(&dir, &name, candle(), &budgets, TOL as f32);
+        let err = run
+            .single
+            .iter()
+            .zip(&run.cases)
+            .map(|(got, c)| (got - c.logit).abs())
+            .fold(0f32, f32::max);
+        println!("{name}: candle max |error| {err:.2e}");
+        checked.push(arch);
+    }
+    for arch in ["bert", "xlmr", "deberta", "modernbert"] {
+        assert!(checked.iter().any(|a| a == arch), "no {arch} variant ran");
+    }
+    assert!(checked.len() >= 18, "{} variants", checked.len());
+}
+
 /// A model of `dir` on the device with its prompts turned off, and its tokenizer's ids.
 #[allow(clippy::type_complexity)]
 fn bare(dir: &Path) -> (Box<dyn Embedder>, Box<dyn Fn(&str) -> Vec<u32>>) {
@@ -399,6 +429,43 @@ fn half_precisions_stay_close_to_f32() {
         let err = max_error(&model.logits(&pairs).unwrap(), &want);
         println!("xlmr_tiny in {precision}: max |error| {err:.2e}");
         assert!(err < 0.05, "{precision}: {err}");
+    }
+    // BERT in half precision: its padding mask stays finite in the activations' format (a
+    // mask of f32::MIN turns into -inf in f16, and 0 · -inf into NaN), both as a
+    // cross-encoder (batched, so that rows are padded) and as an embedder.
+    if let Some(ce) = shared("ce_tiny_a") {
+        let v = json(&ce.join("scores.json"));
+        let (pairs, want) = pairs_and_logits(&v);
+        for precision in [Precision::F16, Precision::Bf16] {
+            let model = CrossEncoder::builder(ce.join("model"))
+                .options(candle().precision(precision))
+                .build()
+                .unwrap();
+            let logits = model.logits(&pairs).unwrap();
+            assert!(logits.iter().all(|l| l.is_finite()), "{precision}");
+            let err = max_error(&logits, &want);
+            println!("ce_tiny_a in {precision}: max |error| {err:.2e}");
+            assert!(err < 0.05, "{precision}: {err}");
+        }
+    }
+    let dir = local("st_bert_tiny/plain");
+    let texts = [
+        "what is rust",
+        "Bananas are yellow and grow in bunches.",
+        "a",
+    ];
+    let f32s = load_embedder(&dir, &candle())
+        .unwrap()
+        .embed(&texts)
+        .unwrap();
+    for precision in [Precision::F16, Precision::Bf16] {
+        let e = load_embedder(&dir, &candle().precision(precision)).unwrap();
+        let half = e.embed(&texts).unwrap();
+        for (a, b) in f32s.rows().into_iter().zip(half.rows()) {
+            let cos = a.dot(&b) / (a.dot(&a).sqrt() * b.dot(&b).sqrt());
+            println!("st_bert_tiny/plain in {precision}: cosine to f32 {cos:.6}");
+            assert!(cos > 0.999, "{precision}: cosine {cos}");
+        }
     }
     // The decoder (attention scores and softmax in f32); bf16 keeps 8 bits of mantissa to
     // f16's 11, hence its looser bound.

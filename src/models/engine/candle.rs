@@ -1,14 +1,16 @@
 //! Encoders on candle, run on right-padded batches, as embedders' encoders ([`CandleEncoder`],
 //! through `PackedEncoder`) and as cross-encoders ([`CandleClassifier`], with the heads
-//! transformers puts on them): candle-transformers' BERT and XLM-RoBERTa modules, its
-//! DeBERTa-v2 encoder under embeddings written here, and our ModernBERT (`modernbert::candle`).
+//! transformers puts on them): our BERT / XLM-RoBERTa (`bert::candle`) and ModernBERT
+//! (`modernbert::candle`), and candle-transformers' DeBERTa-v2 encoder under embeddings
+//! written here.
 
 use candle_core::{IndexOp, Module, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
-use candle_transformers::models::{bert, debertav2, xlm_roberta};
+use candle_transformers::models::debertav2;
 use serde_json::Value;
 
 use super::{EncoderFamily as Family, PackedEncoder};
+use crate::models::bert::encoder::EncoderConfig;
 use crate::models::config::{Architecture, ClassifierConfig};
 use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
@@ -18,6 +20,7 @@ use crate::models::layers::candle::{
     Padded,
 };
 use crate::models::layers::dense::Output;
+use crate::models::layers::encoder::{check_sequences, Sequence};
 use crate::models::layers::head::PoolerAct;
 use crate::models::layers::kernels::Act;
 use crate::models::layers::weights::Weights;
@@ -28,8 +31,8 @@ use crate::{Error, Result};
 
 /// The encoder modules, by family.
 enum Body {
-    Bert(bert::BertModel),
-    Roberta(xlm_roberta::XLMRobertaModel),
+    /// BERT and XLM-RoBERTa.
+    Bert(Box<crate::models::bert::candle::Bert>),
     ModernBert(Box<crate::models::modernbert::candle::ModernBert>),
     Deberta(Box<Deberta>),
 }
@@ -106,6 +109,10 @@ pub(crate) struct CandleEncoder {
     /// The longest input the position table covers.
     max_len: usize,
     hidden: usize,
+    /// The rows of the word embeddings and, for a model that reads token types, of their
+    /// table: ids past them are refused on the host (a device would read out of bounds).
+    vocab: usize,
+    type_vocab: Option<usize>,
 }
 
 impl std::fmt::Debug for CandleEncoder {
@@ -115,35 +122,6 @@ impl std::fmt::Debug for CandleEncoder {
             .field("hidden", &self.hidden)
             .finish_non_exhaustive()
     }
-}
-
-/// `config.json` with the keys candle's configs require and transformers' defaults supply
-/// (a checkpoint saved by transformers has them all; older ones may not).
-fn with_defaults(value: &Value, family: Family) -> Value {
-    let mut v = value.clone();
-    if let Some(map) = v.as_object_mut() {
-        let type_vocab = if family == Family::Roberta { 1 } else { 2 };
-        let defaults = [
-            ("hidden_act", Value::from("gelu")),
-            ("hidden_dropout_prob", Value::from(0.1)),
-            ("attention_probs_dropout_prob", Value::from(0.1)),
-            ("initializer_range", Value::from(0.02)),
-            ("type_vocab_size", Value::from(type_vocab)),
-            ("layer_norm_eps", Value::from(1e-12)),
-            (
-                "pad_token_id",
-                Value::from(if type_vocab == 1 { 1 } else { 0 }),
-            ),
-            ("position_embedding_type", Value::from("absolute")),
-        ];
-        for (key, default) in defaults {
-            map.entry(key).or_insert(default);
-        }
-        if family == Family::Bert {
-            map.insert("model_type".into(), Value::from("bert"));
-        }
-    }
-    v
 }
 
 fn parse<T: serde::de::DeserializeOwned>(value: Value, file: &std::path::Path) -> Result<T> {
@@ -185,7 +163,6 @@ impl CandleEncoder {
         let int =
             |key: &str, default: u64| value.get(key).and_then(Value::as_u64).unwrap_or(default);
         let hidden = int("hidden_size", 0) as usize;
-        let positions = int("max_position_embeddings", 512) as usize;
         // A bare ModernBERT (an embedder's) is read under the `model.` names of one with a head.
         let bare_modernbert =
             family == Family::ModernBert && !weights.has("model.embeddings.tok_embeddings.weight");
@@ -193,25 +170,27 @@ impl CandleEncoder {
             true => Some(format!("model.{n}")),
             false => Some(n.to_string()),
         })?;
-        let (body, pad, max_len) = match family {
-            Family::Bert => {
-                let cfg: bert::Config = parse(with_defaults(&value, family), &file)?;
-                let model = bert::BertModel::load(vb.clone(), &cfg).map_err(err("loading BERT"))?;
-                (Body::Bert(model), cfg.pad_token_id as u32, positions)
-            }
-            Family::Roberta => {
-                let cfg: xlm_roberta::Config = parse(with_defaults(&value, family), &file)?;
-                let under = match weights.has("roberta.embeddings.word_embeddings.weight") {
-                    true => vb.pp("roberta"),
-                    false => vb.clone(),
-                };
-                let model = xlm_roberta::XLMRobertaModel::new(&cfg, under)
-                    .map_err(err("loading XLM-RoBERTa"))?;
-                let pad = cfg.pad_token_id;
+        let (body, pad, max_len, type_vocab) = match family {
+            Family::Bert | Family::Roberta => {
+                let roberta = family == Family::Roberta;
+                let cfg = EncoderConfig::from_value(&value, &file, roberta)?;
+                let prefix = if roberta { "roberta" } else { "bert" };
+                let under =
+                    match weights.has(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+                        true => vb.pp(prefix),
+                        false => vb.clone(),
+                    };
+                let model = crate::models::bert::candle::Bert::load(under, &cfg)?;
+                let pad = value
+                    .get("pad_token_id")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let types = Some(cfg.type_vocab);
                 (
-                    Body::Roberta(model),
-                    pad,
-                    positions.saturating_sub(pad as usize + 1),
+                    Body::Bert(Box::new(model)),
+                    pad as u32,
+                    cfg.max_length(),
+                    types,
                 )
             }
             Family::ModernBert => {
@@ -225,6 +204,7 @@ impl CandleEncoder {
                     Body::ModernBert(Box::new(model)),
                     pad as u32,
                     cfg.max_positions,
+                    None,
                 )
             }
             Family::Deberta => {
@@ -232,7 +212,13 @@ impl CandleEncoder {
                 let cfg: debertav2::Config = parse(deberta_config(&value), &file)?;
                 let model = Deberta::load(vb.pp("deberta"), &native, &cfg)?;
                 let pad = cfg.pad_token_id.unwrap_or(0) as u32;
-                (Body::Deberta(Box::new(model)), pad, native.max_positions)
+                let types = (native.type_vocab > 0).then_some(native.type_vocab);
+                (
+                    Body::Deberta(Box::new(model)),
+                    pad,
+                    native.max_positions,
+                    types,
+                )
             }
             Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
         };
@@ -242,26 +228,27 @@ impl CandleEncoder {
             pad,
             max_len,
             hidden,
+            vocab: int("vocab_size", 0) as usize,
+            type_vocab,
         };
         Ok((encoder, vb))
     }
 
     /// The last hidden states `(rows, len, hidden)` of a batch uploaded from the host (its
-    /// token types zeros when it has none): the forward pass queued on the device.
-    fn states(&self, batch: &Padded) -> Result<Tensor> {
-        let zeros;
-        let types = match &batch.types {
-            Some(types) => types,
-            None => {
-                zeros = batch.ids.zeros_like().map_err(err("token types"))?;
-                &zeros
-            }
-        };
+    /// token types zeros when it has none): the forward pass queued on the device. With
+    /// `first_only`, an encoder that can stop early (BERT, XLM-R) gives each row's first token
+    /// only, `(rows, 1, hidden)`.
+    fn states(&self, batch: &Padded, first_only: bool) -> Result<Tensor> {
         let states = match &self.body {
-            Body::Bert(m) => m.forward(&batch.ids, types, Some(&batch.mask)),
-            Body::Roberta(m) => m.forward(&batch.ids, &batch.mask, types, None, None, None),
+            Body::Bert(m) => m.forward(&batch.ids, batch.types.as_ref(), &batch.mask, first_only),
             Body::ModernBert(m) => m.forward(&batch.ids, &batch.mask),
-            Body::Deberta(m) => m.forward(&batch.ids, types, &batch.mask),
+            Body::Deberta(m) => match &batch.types {
+                Some(types) => m.forward(&batch.ids, types, &batch.mask),
+                None => batch
+                    .ids
+                    .zeros_like()
+                    .and_then(|zeros| m.forward(&batch.ids, &zeros, &batch.mask)),
+            },
         };
         states.map_err(err("the encoder's forward pass"))
     }
@@ -274,7 +261,7 @@ impl CandleEncoder {
             return Ok(None);
         }
         let batch = host.upload(&self.device)?;
-        let states = self.states(&batch)?;
+        let states = self.states(&batch, output == Output::FirstToken)?;
         let out = match output {
             Output::FirstToken => states.i((.., 0, ..)).and_then(|t| flat_f32(&t)),
             Output::AllTokens => flat_f32(&states),
@@ -333,12 +320,33 @@ impl CandleEncoder {
             &indexed,
             |(start, rows)| {
                 let keys = keys.map(|k| k.get(*start..).unwrap_or_default());
+                self.check(rows, None)?;
                 Ok(HostBatch::new(rows, keys, None, self.pad))
             },
             |host| self.launch(host, output),
             Self::read,
             |n, (all, len)| sink(n, self.unpad(&batches[n], all, len, output)),
         )
+    }
+}
+
+impl CandleEncoder {
+    /// Refuses on the host what would index past a table on the device: an empty row, a row
+    /// longer than the positions, a token id outside the vocabulary, a token type outside
+    /// its table (the CPU kernels' checks, `check_sequences`).
+    fn check(&self, rows: &[&[u32]], types: Option<&[&[u32]]>) -> Result<()> {
+        let zeros = vec![0u32; rows.iter().map(|r| r.len()).max().unwrap_or(0)];
+        let seqs: Vec<Sequence<'_>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &ids)| Sequence {
+                ids,
+                types: types
+                    .and_then(|t| t.get(i).copied())
+                    .unwrap_or(&zeros[..ids.len()]),
+            })
+            .collect();
+        check_sequences(&seqs, self.max_len, self.vocab, self.type_vocab)
     }
 }
 
@@ -561,6 +569,7 @@ impl CandleClassifier {
                     .iter()
                     .map(|e| e.token_type_ids.as_slice())
                     .collect();
+                self.encoder.check(&ids, Some(&types))?;
                 Ok(HostBatch::new(&ids, None, Some(&types), self.encoder.pad))
             },
             |host| self.launch(host),
@@ -584,7 +593,8 @@ impl CandleClassifier {
             return Ok(None);
         }
         let batch = host.upload(&self.encoder.device)?;
-        let states = self.encoder.states(&batch)?;
+        let first_only = matches!(self.head, Head::FirstToken { .. });
+        let states = self.encoder.states(&batch, first_only)?;
         let logits = self
             .head
             .forward(&states, &batch.mask)
@@ -640,4 +650,39 @@ fn native_only(family: Family, file: &std::path::Path) -> Error {
          module for them",
         file.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st_bert_tiny() -> CandleEncoder {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = ModelDir::open(root.join("tests/fixtures/st_bert_tiny/plain")).unwrap();
+        CandleEncoder::load(&dir, Family::Bert, Device::CandleCpu, Precision::F32).unwrap()
+    }
+
+    #[test]
+    fn what_would_index_past_a_table_is_refused_before_the_device_sees_it() {
+        let encoder = st_bert_tiny();
+        let (ok, long) = ([2u32, 5, 3], vec![5u32; 513]);
+        let first = encoder.encode(&[&ok], Output::FirstToken).unwrap();
+        assert_eq!(first.len(), 32);
+        let refused = |rows: &[&[u32]]| encoder.encode(rows, Output::AllTokens).unwrap_err();
+        // The vocabulary has 800 rows, the position table 512.
+        assert!(
+            matches!(refused(&[&ok, &[2, 800]]), Error::Model { message, .. } if message.contains("800"))
+        );
+        assert!(matches!(refused(&[&ok, &[]]), Error::InvalidInput(_)));
+        assert!(matches!(refused(&[&long]), Error::InvalidInput(m) if m.contains("513")));
+        // A batch of several: each batch is checked before it is built.
+        let batches = [vec![&ok[..]], vec![&[2, 9999][..]]];
+        let mut seen = 0;
+        let run = encoder.encode_batches(&batches, Output::FirstToken, &mut |_, _| {
+            seen += 1;
+            Ok(())
+        });
+        assert!(run.is_err());
+        assert!(seen <= 1);
+    }
 }
