@@ -6,7 +6,10 @@
 //! ```
 //!
 //! Scores (cross-encoder, qwen3-reranker) or embeds (embedder) `--items` generated texts in
-//! batches of `--batch`, once to warm up and once timed, and prints one JSON line:
+//! one call, as the peer hands all its items to `CrossEncoder.predict` / `encode` with a
+//! `batch_size`: the model splits them into batches of at most `--batch` (`max_batch_size`),
+//! sorted by length, and runs them through the device two deep (the next batch prepared while
+//! the device runs this one). Once to warm up and once timed; prints one JSON line:
 //! `{"kind", "device", "dtype", "items", "seconds", "items_per_s"}`. The texts are
 //! `scripts/gpu_peer.py`'s: document `i` is `--doc-words` words of [`WORDS`] starting at word
 //! `7 i`, query `i` `--query-words` words starting at `3 i`, so both sides see the same
@@ -138,25 +141,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .options(options)
                 .build()?;
             Box::new(move || {
-                for (q, d) in queries.chunks(args.batch).zip(docs.chunks(args.batch)) {
-                    let pairs: Vec<(&str, &str)> = q
-                        .iter()
-                        .zip(d)
-                        .map(|(q, d)| (q.as_str(), d.as_str()))
-                        .collect();
-                    model.logits(&pairs)?;
-                }
-                Ok(())
+                let pairs: Vec<(&str, &str)> = queries
+                    .iter()
+                    .zip(&docs)
+                    .map(|(q, d)| (q.as_str(), d.as_str()))
+                    .collect();
+                model.logits(&pairs).map(drop)
             })
         }
         "embedder" => {
             let model = load_embedder(&args.model, &options)?;
             Box::new(move || {
-                for d in docs.chunks(args.batch) {
-                    let texts: Vec<&str> = d.iter().map(String::as_str).collect();
-                    model.embed(&texts)?;
-                }
-                Ok(())
+                let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
+                model.embed(&texts).map(drop)
             })
         }
         "qwen3-reranker" => {
@@ -164,19 +161,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .options(options)
                 .build()?;
             Box::new(move || {
-                for (q, d) in queries.chunks(args.batch).zip(docs.chunks(args.batch)) {
-                    let inputs: Vec<ScoreInput<'_>> = q
-                        .iter()
-                        .zip(d)
-                        .map(|(q, d)| ScoreInput {
-                            instruction: None,
-                            query: q,
-                            document: d,
-                        })
-                        .collect();
-                    model.score_inputs(&inputs)?;
-                }
-                Ok(())
+                let inputs: Vec<ScoreInput<'_>> = queries
+                    .iter()
+                    .zip(&docs)
+                    .map(|(q, d)| ScoreInput {
+                        instruction: None,
+                        query: q,
+                        document: d,
+                    })
+                    .collect();
+                model.score_inputs(&inputs).map(drop)
             })
         }
         other => return Err(format!("unknown --kind {other}").into()),
