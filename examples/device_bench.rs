@@ -13,7 +13,8 @@
 //! `{"kind", "device", "dtype", "items", "seconds", "items_per_s"}`. The texts are
 //! `scripts/gpu_peer.py`'s: document `i` is `--doc-words` words of [`WORDS`] starting at word
 //! `7 i`, query `i` `--query-words` words starting at `3 i`, so both sides see the same
-//! lengths.
+//! lengths. With `--stages`, each call's time on a device is split on stderr into the host's
+//! work and the wait for the device (`layers::candle::pipeline`).
 
 use std::time::Instant;
 
@@ -113,6 +114,10 @@ struct Args {
     doc_words: usize,
     #[arg(long, default_value_t = 8)]
     query_words: usize,
+    /// Print, on stderr, where each call's time went on a device: preparing batches on the
+    /// host, queueing them, waiting for the device (and copying back), finishing them.
+    #[arg(long)]
+    stages: bool,
 }
 
 fn text(start: usize, words: usize) -> String {
@@ -124,6 +129,13 @@ fn text(start: usize, words: usize) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if args.stages {
+        tracing_subscriber::fmt()
+            .with_env_filter("rerank::device=debug")
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     let docs: Vec<String> = (0..args.items)
         .map(|i| text(7 * i, args.doc_words))
         .collect();

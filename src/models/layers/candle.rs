@@ -192,14 +192,52 @@ pub(crate) fn pipeline<B, H, P, R>(
     let Some((first, rest)) = batches.split_first() else {
         return Ok(());
     };
-    let mut running = launch(prepare(first)?)?;
+    let mut time = StageTimes::default();
+    let prepare = |b: &B, t: &mut StageTimes| t.time(0, || prepare(b));
+    let launch = |h: H, t: &mut StageTimes| t.time(1, || launch(h));
+    let read = |p: P, t: &mut StageTimes| t.time(2, || read(p));
+    let first = prepare(first, &mut time)?;
+    let mut running = launch(first, &mut time)?;
     for (n, batch) in rest.iter().enumerate() {
-        let next = prepare(batch)?;
-        let results = read(running)?;
-        running = launch(next)?;
-        finish(n, results)?;
+        let next = prepare(batch, &mut time)?;
+        let results = read(running, &mut time)?;
+        running = launch(next, &mut time)?;
+        time.time(3, || finish(n, results))?;
     }
-    finish(rest.len(), read(running)?)
+    let results = read(running, &mut time)?;
+    time.time(3, || finish(rest.len(), results))?;
+    time.log(batches.len());
+    Ok(())
+}
+
+/// Where a [`pipeline`] call's time went, in seconds: `[prepare, launch, read, finish]`.
+/// `read` is the time the host waited for the device (and copied results back): when it is
+/// small beside the rest, the host side bounds the throughput, when it dominates the device
+/// does. Logged at debug level under the target `rerank::device` (`device_bench --stages`).
+#[derive(Default)]
+struct StageTimes([f64; 4]);
+
+impl StageTimes {
+    fn time<T>(&mut self, stage: usize, f: impl FnOnce() -> T) -> T {
+        let start = std::time::Instant::now();
+        let out = f();
+        self.0[stage] += start.elapsed().as_secs_f64();
+        out
+    }
+
+    fn log(&self, batches: usize) {
+        let ms = |s: f64| (s * 1e4).round() / 10.0;
+        let [prepare, launch, read, finish] = self.0.map(ms);
+        tracing::debug!(
+            target: "rerank::device",
+            batches,
+            prepare_ms = prepare,
+            launch_ms = launch,
+            read_ms = read,
+            finish_ms = finish,
+            "pipelined batches"
+        );
+    }
 }
 
 /// `t` as a flat f32 tensor: the conversion queued on the device, so that reading it back
