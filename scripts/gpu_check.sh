@@ -182,7 +182,11 @@ for wl in $WORKLOADS; do
         busy_start
         step 120 "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype "$dt" \
           --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" \
-          >"$OUT/.bench.out"
+          --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
+        # Where the timed call's time went: the host's stages against the wait for the device
+        # (and anything else device_bench said on stderr, such as an error).
+        grep -v 'rerank::device' "$OUT/.stages" || true
+        grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
         busy=$(busy_stop)
         cat "$OUT/.bench.out"
         [ -n "$busy" ] && say "device busy ${busy} % of the run"
@@ -219,7 +223,9 @@ if [ -n "$LARGE_DTYPES" ]; then
       busy_start
       step 120 "$BENCH" --kind cross-encoder --model "$MODELS/cross-encoder-large" --device "$DEVICE" \
         --dtype "$dt" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
-        --query-words "$QUERY_WORDS" >"$OUT/.bench.out"
+        --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
+      grep -v 'rerank::device' "$OUT/.stages" || true
+      grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
       busy=$(busy_stop)
       cat "$OUT/.bench.out"
       grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
