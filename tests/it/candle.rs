@@ -430,22 +430,30 @@ fn half_precisions_stay_close_to_f32() {
         println!("xlmr_tiny in {precision}: max |error| {err:.2e}");
         assert!(err < 0.05, "{precision}: {err}");
     }
-    // BERT in half precision: its padding mask stays finite in the activations' format (a
-    // mask of f32::MIN turns into -inf in f16, and 0 · -inf into NaN), both as a
-    // cross-encoder (batched, so that rows are padded) and as an embedder.
+    // DeBERTa and BERT in half precision: the padding mask stays finite in the activations'
+    // format (a mask of f32::MIN turns into -inf in f16, and 0 · -inf into NaN), as
+    // cross-encoders (batched, so that rows are padded) and as an embedder.
+    let mut half = vec![(
+        "deberta_ce_tiny/v3",
+        local("deberta_ce_tiny/v3"),
+        local("deberta_ce_tiny/v3/expected.json"),
+    )];
     if let Some(ce) = shared("ce_tiny_a") {
-        let v = json(&ce.join("scores.json"));
+        half.push(("ce_tiny_a", ce.join("model"), ce.join("scores.json")));
+    }
+    for (name, dir, reference) in half {
+        let v = json(&reference);
         let (pairs, want) = pairs_and_logits(&v);
         for precision in [Precision::F16, Precision::Bf16] {
-            let model = CrossEncoder::builder(ce.join("model"))
+            let model = CrossEncoder::builder(&dir)
                 .options(candle().precision(precision))
                 .build()
                 .unwrap();
             let logits = model.logits(&pairs).unwrap();
-            assert!(logits.iter().all(|l| l.is_finite()), "{precision}");
+            assert!(logits.iter().all(|l| l.is_finite()), "{name} {precision}");
             let err = max_error(&logits, &want);
-            println!("ce_tiny_a in {precision}: max |error| {err:.2e}");
-            assert!(err < 0.05, "{precision}: {err}");
+            println!("{name} in {precision}: max |error| {err:.2e}");
+            assert!(err < 0.05, "{name} {precision}: {err}");
         }
     }
     let dir = local("st_bert_tiny/plain");

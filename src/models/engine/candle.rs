@@ -1,12 +1,10 @@
 //! Encoders on candle, run on right-padded batches, as embedders' encoders ([`CandleEncoder`],
 //! through `PackedEncoder`) and as cross-encoders ([`CandleClassifier`], with the heads
-//! transformers puts on them): our BERT / XLM-RoBERTa (`bert::candle`) and ModernBERT
-//! (`modernbert::candle`), and candle-transformers' DeBERTa-v2 encoder under embeddings
-//! written here.
+//! transformers puts on them) over the crate's candle ports: BERT / XLM-RoBERTa
+//! (`bert::candle`), DeBERTa-v2 / v3 (`deberta::candle`) and ModernBERT (`modernbert::candle`).
 
 use candle_core::{IndexOp, Module, Tensor, D};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
-use candle_transformers::models::debertav2;
+use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde_json::Value;
 
 use super::{EncoderFamily as Family, PackedEncoder};
@@ -34,71 +32,7 @@ enum Body {
     /// BERT and XLM-RoBERTa.
     Bert(Box<crate::models::bert::candle::Bert>),
     ModernBert(Box<crate::models::modernbert::candle::ModernBert>),
-    Deberta(Box<Deberta>),
-}
-
-/// DeBERTa-v2 / v3: transformers' embeddings (written here: candle's size the token-type
-/// table by `hidden_size` where transformers sizes it by `embedding_size`) under
-/// candle-transformers' encoder (disentangled attention over log-bucketed relative positions).
-struct Deberta {
-    word: Embedding,
-    /// `position_biased_input`: absolute positions added to the input.
-    position: Option<Embedding>,
-    types: Option<Embedding>,
-    /// `embedding_size` to `hidden_size`, when they differ.
-    proj: Option<Linear>,
-    norm: LayerNorm,
-    encoder: debertav2::DebertaV2Encoder,
-}
-
-impl Deberta {
-    fn load(vb: VarBuilder, cfg: &DebertaConfig, candle_cfg: &debertav2::Config) -> Result<Self> {
-        let e = vb.pp("embeddings");
-        let (width, h) = (cfg.embedding, cfg.hidden);
-        let table = |rows: usize, name: &str| {
-            candle_nn::embedding(rows, width, e.pp(name)).map_err(err(name))
-        };
-        Ok(Deberta {
-            word: table(cfg.vocab, "word_embeddings")?,
-            position: match cfg.absolute_positions {
-                true => Some(table(cfg.max_positions, "position_embeddings")?),
-                false => None,
-            },
-            types: match cfg.type_vocab {
-                0 => None,
-                n => Some(table(n, "token_type_embeddings")?),
-            },
-            proj: match width == h {
-                true => None,
-                false => Some(
-                    candle_nn::linear_no_bias(width, h, e.pp("embed_proj"))
-                        .map_err(err("embed_proj"))?,
-                ),
-            },
-            norm: candle_nn::layer_norm(h, cfg.eps as f64, e.pp("LayerNorm"))
-                .map_err(err("LayerNorm"))?,
-            encoder: debertav2::DebertaV2Encoder::load(vb.pp("encoder"), candle_cfg)
-                .map_err(err("loading DeBERTa-v2's encoder"))?,
-        })
-    }
-
-    fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let mut x = self.word.forward(ids)?;
-        if let Some(position) = &self.position {
-            let t = ids.dim(1)?;
-            let positions = Tensor::arange(0u32, t as u32, ids.device())?;
-            x = x.broadcast_add(&position.forward(&positions)?)?;
-        }
-        if let Some(table) = &self.types {
-            x = (x + table.forward(types)?)?;
-        }
-        if let Some(proj) = &self.proj {
-            x = proj.forward(&x)?;
-        }
-        let x = self.norm.forward(&x)?;
-        let x = x.broadcast_mul(&mask.to_dtype(x.dtype())?.unsqueeze(2)?)?;
-        self.encoder.forward(&x, mask, None, None)
-    }
+    Deberta(Box<crate::models::deberta::candle::Deberta>),
 }
 
 /// An encoder on a candle device: token ids in, last hidden states out. `Send + Sync`.
@@ -122,15 +56,6 @@ impl std::fmt::Debug for CandleEncoder {
             .field("hidden", &self.hidden)
             .finish_non_exhaustive()
     }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(value: Value, file: &std::path::Path) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| {
-        Error::model(format!(
-            "{}: the candle engine cannot read this config: {e}",
-            file.display()
-        ))
-    })
 }
 
 impl CandleEncoder {
@@ -208,15 +133,21 @@ impl CandleEncoder {
                 )
             }
             Family::Deberta => {
-                let native = DebertaConfig::from_value(&value, &file)?;
-                let cfg: debertav2::Config = parse(deberta_config(&value), &file)?;
-                let model = Deberta::load(vb.pp("deberta"), &native, &cfg)?;
-                let pad = cfg.pad_token_id.unwrap_or(0) as u32;
-                let types = (native.type_vocab > 0).then_some(native.type_vocab);
+                let cfg = DebertaConfig::from_value(&value, &file)?;
+                let under = match weights.has("deberta.embeddings.word_embeddings.weight") {
+                    true => vb.pp("deberta"),
+                    false => vb.clone(),
+                };
+                let model = crate::models::deberta::candle::Deberta::load(under, &cfg)?;
+                let pad = value
+                    .get("pad_token_id")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let types = (cfg.type_vocab > 0).then_some(cfg.type_vocab);
                 (
                     Body::Deberta(Box::new(model)),
-                    pad,
-                    native.max_positions,
+                    pad as u32,
+                    cfg.max_positions,
                     types,
                 )
             }
@@ -242,13 +173,7 @@ impl CandleEncoder {
         let states = match &self.body {
             Body::Bert(m) => m.forward(&batch.ids, batch.types.as_ref(), &batch.mask, first_only),
             Body::ModernBert(m) => m.forward(&batch.ids, &batch.mask),
-            Body::Deberta(m) => match &batch.types {
-                Some(types) => m.forward(&batch.ids, types, &batch.mask),
-                None => batch
-                    .ids
-                    .zeros_like()
-                    .and_then(|zeros| m.forward(&batch.ids, &zeros, &batch.mask)),
-            },
+            Body::Deberta(m) => m.forward(&batch.ids, batch.types.as_ref(), &batch.mask),
         };
         states.map_err(err("the encoder's forward pass"))
     }
@@ -392,22 +317,6 @@ impl CandleEncoder {
         })?;
         Ok(out)
     }
-}
-
-/// `config.json` for candle's DeBERTa-v2 config: transformers' names of the tanh GELU
-/// (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`) spelled as candle's (`geluapproximate`);
-/// the pooler's keys dropped (the head is ours: candle's pooler has no `tanh`).
-fn deberta_config(value: &Value) -> Value {
-    let mut v = value.clone();
-    if let Some(map) = v.as_object_mut() {
-        if let Some(act) = map.get_mut("hidden_act") {
-            if Act::from_name(act.as_str().unwrap_or("")) == Some(Act::GeluTanh) {
-                *act = Value::from("geluapproximate");
-            }
-        }
-        map.remove("pooler_hidden_act");
-    }
-    v
 }
 
 /// The head on the encoder's states.

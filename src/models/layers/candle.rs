@@ -4,15 +4,12 @@
 //! What it shares with the crate's own kernels: the model directory, the one weights loader
 //! (`models::layers::weights`: every tensor is read there, converted to f32, then handed to candle in
 //! the device's number format), the tokenizers, truncation, prompts, pooling and heads' inputs.
-//! What differs is the forward pass:
-//! - the encoders (`models::engine::candle`) are candle-transformers' `bert` and `xlm_roberta`, and its
-//!   `debertav2` encoder under embeddings written here (candle's size the token-type table by
-//!   `hidden_size`), with transformers' sequence-classification heads written here;
-//! - ModernBERT (`modernbert::candle`) is written on candle's operations: candle-transformers'
-//!   has no biases and one pattern of global layers, and its classifier applies a softmax;
-//! - the decoders (Qwen3, and Qwen2 for mxbai-rerank-v2) are written here on candle's
-//!   operations (`qwen3::candle`): candle-transformers' keep a KV cache in the model (`&mut self`)
-//!   and have no padding mask, so a batch of prompts could not be scored at once.
+//! What differs is the forward pass, written on candle's operations for a device (candle's
+//! fused softmax and norms, one product for Q, K and V, one mask per batch), each in its
+//! architecture's folder: `bert::candle` (BERT, XLM-R), `deberta::candle` (DeBERTa-v2 / v3),
+//! `modernbert::candle`, and the decoders of `qwen3::candle` (Qwen3, and Qwen2 for
+//! mxbai-rerank-v2, scored as a padded batch behind `&self`). transformers' sequence
+//! classification heads are in `models::engine::candle`.
 //!
 //! Batches are padded (a device has no use for the CPU path's packing) to their longest input:
 //! candle compiles nothing per shape, so rounding lengths up would only add padded work.

@@ -1,0 +1,288 @@
+//! DeBERTa-v2 / v3 on candle's operations, as transformers 5's `DebertaV2Model`, from the same
+//! definition as the CPU path (`deberta::encoder`): embeddings (word, absolute positions with
+//! `position_biased_input`, token types, `embed_proj` when `embedding_size` differs, layer
+//! norm), then post-norm layers whose attention adds the disentangled terms to the content
+//! scores: `c2p[i][j] = Q_i · Kr[row(i - j)]` and `p2c[i][j] = K_j · Qr[row(i - j)]`, `Kr` / `Qr`
+//! the (layer-normed) relative embeddings through the key / query projections (or their own,
+//! without `share_att_key`), computed once at load.
+//!
+//! On a device the terms are two batched products against the relative embeddings' rows and a
+//! gather of each score's row, by an index built once per batch; as in `bert::candle`, Q, K
+//! and V are one product with the attention's scale folded into the query's weights, the
+//! padding mask is additive and built once per batch, and softmax and norms are candle's
+//! fused kernels.
+
+use candle_core::{DType, Module, Tensor};
+use candle_nn::{Linear, VarBuilder};
+
+use super::config::DebertaConfig;
+use crate::models::layers::candle::{activate, err};
+use crate::Result;
+
+/// The additive mask of a padding key (as `bert::candle`'s).
+fn masked(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => -3e4,
+        _ => -1e30,
+    }
+}
+
+/// A layer norm's weight and bias (candle's fused kernel).
+struct Norm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f32,
+}
+
+impl Norm {
+    fn load(vb: &VarBuilder, h: usize, eps: f32, name: &str) -> Result<Self> {
+        let vb = vb.pp(name);
+        Ok(Norm {
+            weight: vb.get(h, "weight").map_err(err(name))?,
+            bias: vb.get(h, "bias").map_err(err(name))?,
+            eps,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)
+    }
+}
+
+fn linear(vb: &VarBuilder, inputs: usize, outputs: usize, name: &str) -> Result<Linear> {
+    candle_nn::linear(inputs, outputs, vb.pp(name)).map_err(err(name))
+}
+
+struct Layer {
+    /// Q, K and V stacked (`3 · hidden` outputs), the query's rows scaled.
+    qkv: Linear,
+    out: Linear,
+    attn_norm: Norm,
+    up: Linear,
+    down: Linear,
+    ffn_norm: Norm,
+    /// `(heads, head_dim, 2 span)`: the relative embeddings through the key projection, for
+    /// `c2p` (the query carries the scale).
+    pos_key: Option<Tensor>,
+    /// The same through the query projection, scaled, for `p2c`.
+    pos_query: Option<Tensor>,
+}
+
+/// The DeBERTa-v2 / v3 encoder on a candle device. `Send + Sync`.
+pub(crate) struct Deberta {
+    word: Tensor,
+    position: Option<Tensor>,
+    types: Option<Tensor>,
+    proj: Option<Linear>,
+    embed_norm: Norm,
+    layers: Vec<Layer>,
+    cfg: DebertaConfig,
+    /// As `bert::candle`'s: the softmax in f32 for half precision on candle's CPU backend.
+    softmax_in_f32: bool,
+}
+
+impl Deberta {
+    /// Loads the encoder of `cfg` from `vb` (its tensors at `vb`'s root: `embeddings.*`,
+    /// `encoder.*`).
+    pub fn load(vb: VarBuilder, cfg: &DebertaConfig) -> Result<Self> {
+        let (h, i, e, eps) = (cfg.hidden, cfg.intermediate, cfg.embedding, cfg.eps);
+        let (heads, d) = (cfg.heads, cfg.head_dim());
+        let emb = vb.pp("embeddings");
+        let table = |rows: usize, name: &str| emb.get((rows, e), name).map_err(err(name));
+        let span2 = 2 * cfg.relative.span();
+        let enc = vb.pp("encoder");
+        let rel = enc
+            .get((span2, h), "rel_embeddings.weight")
+            .map_err(err("rel_embeddings"))?;
+        let rel = match cfg.norm_rel {
+            true => Norm::load(&enc, h, eps, "LayerNorm")?
+                .forward(&rel)
+                .map_err(err("rel_embeddings' norm"))?,
+            false => rel,
+        };
+        let scale = 1.0 / ((d * cfg.scale_factor()) as f64).sqrt();
+        // `(2 span, hidden)` through a projection, times `by`, as `(heads, d, 2 span)`.
+        let positions = |p: &Linear, by: f64| -> Result<Tensor> {
+            (|| {
+                p.forward(&rel)?
+                    .affine(by, 0.0)?
+                    .reshape((span2, heads, d))?
+                    .permute((1, 2, 0))?
+                    .contiguous()
+            })()
+            .map_err(err("relative positions"))
+        };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for n in 0..cfg.layers {
+            let l = enc.pp(format!("layer.{n}"));
+            let a = l.pp("attention");
+            let own = |name: &str| linear(&a, h, h, &format!("self.{name}"));
+            let (q, k) = (own("query_proj")?, own("key_proj")?);
+            let stack = |kind: &str, shape: &[usize]| -> Result<Tensor> {
+                let get = |part: &str| a.get(shape, &format!("self.{part}_proj.{kind}"));
+                (|| {
+                    let q = get("query")?.affine(scale, 0.0)?;
+                    Tensor::cat(&[&q, &get("key")?, &get("value")?], 0)
+                })()
+                .map_err(err("stacking Q, K, V"))
+            };
+            let pos_key = match (cfg.c2p, cfg.share_att_key) {
+                (false, _) => None,
+                (true, true) => Some(positions(&k, 1.0)?),
+                (true, false) => Some(positions(&own("pos_key_proj")?, 1.0)?),
+            };
+            let pos_query = match (cfg.p2c, cfg.share_att_key) {
+                (false, _) => None,
+                (true, true) => Some(positions(&q, scale)?),
+                (true, false) => Some(positions(&own("pos_query_proj")?, scale)?),
+            };
+            layers.push(Layer {
+                qkv: Linear::new(stack("weight", &[h, h])?, Some(stack("bias", &[h])?)),
+                out: linear(&a, h, h, "output.dense")?,
+                attn_norm: Norm::load(&a, h, eps, "output.LayerNorm")?,
+                up: linear(&l, h, i, "intermediate.dense")?,
+                down: linear(&l, i, h, "output.dense")?,
+                ffn_norm: Norm::load(&l, h, eps, "output.LayerNorm")?,
+                pos_key,
+                pos_query,
+            });
+        }
+        Ok(Deberta {
+            word: table(cfg.vocab, "word_embeddings.weight")?,
+            position: match cfg.absolute_positions {
+                true => Some(table(cfg.max_positions, "position_embeddings.weight")?),
+                false => None,
+            },
+            types: match cfg.type_vocab {
+                0 => None,
+                n => Some(table(n, "token_type_embeddings.weight")?),
+            },
+            proj: match e == h {
+                true => None,
+                false => Some(Linear::new(
+                    emb.get((h, e), "embed_proj.weight")
+                        .map_err(err("embed_proj"))?,
+                    None,
+                )),
+            },
+            embed_norm: Norm::load(&emb, h, eps, "LayerNorm")?,
+            layers,
+            cfg: cfg.clone(),
+            softmax_in_f32: vb.device().is_cpu() && vb.dtype() != DType::F32,
+        })
+    }
+
+    /// The last hidden states `(rows, len, hidden)` of right-padded `ids` with `mask` (1 for
+    /// a key, 0 for padding) and token `types` (type 0 everywhere without them).
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        types: Option<&Tensor>,
+        mask: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let (h, e) = (self.cfg.hidden, self.cfg.embedding);
+        let device = ids.device();
+        let rows = |table: &Tensor, ids: &Tensor| table.index_select(&ids.flatten_all()?, 0);
+        let mut x = rows(&self.word, ids)?.reshape((b, t, e))?;
+        if let Some(position) = &self.position {
+            x = x.broadcast_add(&position.narrow(0, 0, t)?)?;
+        }
+        if let Some(table) = &self.types {
+            x = match types {
+                Some(types) => (x + rows(table, types)?.reshape((b, t, e))?)?,
+                None => x.broadcast_add(&table.narrow(0, 0, 1)?)?,
+            };
+        }
+        let mut x = x.reshape((b * t, e))?;
+        if let Some(proj) = &self.proj {
+            x = proj.forward(&x)?;
+        }
+        let x = self.embed_norm.forward(&x)?;
+        // transformers zeroes the padding's embeddings.
+        let dtype = x.dtype();
+        let keep = mask.to_dtype(DType::F32)?;
+        let mut x = x.broadcast_mul(&keep.to_dtype(dtype)?.reshape((b * t, 1))?)?;
+        let big = masked(dtype);
+        let mask = keep
+            .affine(-big, big)?
+            .to_dtype(dtype)?
+            .reshape((b, 1, 1, t))?;
+        // The relative row each (query i, key j) reads, and the same by (key j, query i).
+        let span = self.cfg.relative.span();
+        let mut index = Vec::with_capacity(t * t);
+        for i in 0..t as i64 {
+            index.extend((0..t as i64).map(|j| self.cfg.relative.row(i - j) as u32));
+        }
+        let by_query = Tensor::from_vec(index, (t, t), device)?;
+        let by_key = by_query.t()?.contiguous()?;
+        let full = |index: &Tensor| index.broadcast_as((b, self.cfg.heads, t, t))?.contiguous();
+        let index = Index {
+            by_query: full(&by_query)?,
+            by_key: full(&by_key)?,
+            span2: 2 * span,
+        };
+        for layer in &self.layers {
+            x = self.layer(layer, &x, &mask, &index, (b, t))?;
+        }
+        x.reshape((b, t, h))
+    }
+
+    /// One layer on `x` `(b · t, hidden)`.
+    fn layer(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        mask: &Tensor,
+        index: &Index,
+        (b, t): (usize, usize),
+    ) -> candle_core::Result<Tensor> {
+        let (h, heads) = (self.cfg.hidden, self.cfg.heads);
+        let d = h / heads;
+        let qkv = layer
+            .qkv
+            .forward(x)?
+            .reshape((b, t, 3, heads, d))?
+            .permute((2, 0, 3, 1, 4))?
+            .contiguous()?;
+        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
+        let mut scores = q.matmul(&k.t()?)?;
+        // A position term: `x` (b, heads, t, d) against the rows `pos` (heads, d, 2 span),
+        // each score's row gathered by `by`, as (b, heads, t, t).
+        let term = |x: &Tensor, pos: &Tensor, by: &Tensor| -> candle_core::Result<Tensor> {
+            let by_head = x.permute((1, 0, 2, 3))?.reshape((heads, b * t, d))?;
+            by_head
+                .matmul(pos)?
+                .reshape((heads, b, t, index.span2))?
+                .permute((1, 0, 2, 3))?
+                .contiguous()?
+                .gather(by, 3)
+        };
+        if let Some(pos) = &layer.pos_key {
+            scores = (scores + term(&q, pos, &index.by_query)?)?;
+        }
+        if let Some(pos) = &layer.pos_query {
+            scores = (scores + term(&k, pos, &index.by_key)?.t()?)?;
+        }
+        let scores = scores.broadcast_add(mask)?;
+        let probs = match self.softmax_in_f32 {
+            true => candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
+                .to_dtype(scores.dtype())?,
+            false => candle_nn::ops::softmax_last_dim(&scores)?,
+        };
+        let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
+        let x = layer
+            .attn_norm
+            .forward(&(layer.out.forward(&context)? + x)?)?;
+        let y = activate(&layer.up.forward(&x)?, self.cfg.act)?;
+        layer.ffn_norm.forward(&(layer.down.forward(&y)? + x)?)
+    }
+}
+
+/// A batch's gather indices: `by_query[.., i, j]` and `by_key[.., j, i]` are the relative row
+/// of query `i` and key `j`, both `(b, heads, t, t)`.
+struct Index {
+    by_query: Tensor,
+    by_key: Tensor,
+    span2: usize,
+}
