@@ -161,7 +161,8 @@ for f in ce_tiny_a qwen3_tiny_a minilm_embed; do
 done
 echo "$REPO" >"$STAGE/manifest_dir"
 {
-  echo "built: $(date -u +%FT%TZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- || echo ' (+ uncommitted changes)')"
+  # Cargo.lock is the patched one until the script exits: it does not count as a change.
+  echo "built: $(date -u +%FT%TZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!Cargo.lock' || echo ' (+ uncommitted changes)')"
   echo "nvcc: $(nvcc --version | grep -m1 release)"
   echo "CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION"
   echo "candle-kernels: $([ ${#PATCH[@]} -gt 0 ] && echo 'lean (scripts/cuda/candle_kernels_build.rs: no GGUF / MoE kernels)' || echo 'as published')"

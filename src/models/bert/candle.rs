@@ -18,58 +18,20 @@
 //! self.query`, ...), under `bert.` / `roberta.` in a checkpoint with a task head, at the root
 //! in a bare one; positions count from `pad_token_id + 1` for XLM-R (`EncoderConfig`).
 
-use candle_core::{DType, IndexOp, Module, Tensor};
+use candle_core::{IndexOp, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use super::encoder::EncoderConfig;
-use crate::models::layers::candle::{activate, err};
+use crate::models::layers::candle::{
+    additive_mask, err, heads_of, softmax, softmax_in_f32, stacked_qkv, Norm, PostNorm,
+};
 use crate::models::layers::kernels::Act;
 use crate::Result;
 
-/// The additive mask of a padding key: finite in every format, so that a row whose keys
-/// are all masked averages instead of turning into NaN. f16 tops out at 65,504; the scores it
-/// is added to are far smaller than either value.
-fn masked(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => -3e4,
-        _ => -1e30,
-    }
-}
-
-/// A layer norm's weight and bias (candle's fused kernel).
-struct Norm {
-    weight: Tensor,
-    bias: Tensor,
-    eps: f32,
-}
-
-impl Norm {
-    fn load(vb: &VarBuilder, h: usize, eps: f32, name: &str) -> Result<Self> {
-        let vb = vb.pp(name);
-        Ok(Norm {
-            weight: vb.get(h, "weight").map_err(err(name))?,
-            bias: vb.get(h, "bias").map_err(err(name))?,
-            eps,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)
-    }
-}
-
-fn linear(vb: &VarBuilder, inputs: usize, outputs: usize, name: &str) -> Result<Linear> {
-    candle_nn::linear(inputs, outputs, vb.pp(name)).map_err(err(name))
-}
-
+/// One layer: Q, K and V stacked (the query's rows scaled), then the post-norm rest.
 struct Layer {
-    /// Q, K and V stacked (`3 · hidden` outputs), the query's rows scaled.
     qkv: Linear,
-    out: Linear,
-    attn_norm: Norm,
-    up: Linear,
-    down: Linear,
-    ffn_norm: Norm,
+    rest: PostNorm,
 }
 
 /// The BERT / XLM-R encoder on a candle device. `Send + Sync`.
@@ -84,10 +46,7 @@ pub(crate) struct Bert {
     act: Act,
     /// The position id of the first token (0 for BERT, `pad_token_id + 1` for XLM-R).
     offset: usize,
-    /// Half-precision activations on candle's CPU backend, whose softmax sums in the
-    /// activations' format (bf16 cost `ce_tiny_a` 0.14 instead of PyTorch's 0.026): scores
-    /// go through the softmax in f32 there. candle's CUDA kernel sums in f32 for f16 and bf16
-    /// alike, so a GPU takes the fused softmax in the activations' format.
+    /// The softmax in f32 (half precision on candle's CPU backend: `softmax_in_f32`).
     softmax_in_f32: bool,
 }
 
@@ -102,30 +61,10 @@ impl Bert {
         let mut layers = Vec::with_capacity(cfg.layers);
         for n in 0..cfg.layers {
             let l = vb.pp(format!("encoder.layer.{n}"));
-            let a = l.pp("attention");
-            // Q, K and V stacked into one product, the query's rows scaled.
-            let stack = |kind: &str, shape: &[usize]| -> Result<Tensor> {
-                let name = format!("self.{{query,key,value}}.{kind}");
-                let get = |part: &str| a.get(shape, &format!("self.{part}.{kind}"));
-                let stacked = (|| {
-                    Tensor::cat(
-                        &[
-                            &get("query")?.affine(scale, 0.0)?,
-                            &get("key")?,
-                            &get("value")?,
-                        ],
-                        0,
-                    )
-                })();
-                stacked.map_err(err(&name))
-            };
+            let names = ["self.query", "self.key", "self.value"];
             layers.push(Layer {
-                qkv: Linear::new(stack("weight", &[h, h])?, Some(stack("bias", &[h])?)),
-                out: linear(&a, h, h, "output.dense")?,
-                attn_norm: Norm::load(&a, h, eps, "output.LayerNorm")?,
-                up: linear(&l, h, i, "intermediate.dense")?,
-                down: linear(&l, i, h, "output.dense")?,
-                ffn_norm: Norm::load(&l, h, eps, "output.LayerNorm")?,
+                qkv: stacked_qkv(&l.pp("attention"), h, names, scale)?,
+                rest: PostNorm::load(&l, h, i, eps)?,
             });
         }
         Ok(Bert {
@@ -138,7 +77,7 @@ impl Bert {
             heads: cfg.heads,
             act: cfg.act,
             offset: cfg.position_offset,
-            softmax_in_f32: vb.device().is_cpu() && vb.dtype() != DType::F32,
+            softmax_in_f32: softmax_in_f32(&vb),
         })
     }
 
@@ -165,13 +104,7 @@ impl Bert {
             None => x.broadcast_add(&positions.broadcast_add(&self.types.i(0)?)?)?,
         };
         let mut x = self.embed_norm.forward(&x.reshape((b * t, h))?)?;
-        let dtype = x.dtype();
-        let keep = masked(dtype);
-        let mask = mask
-            .to_dtype(DType::F32)?
-            .affine(-keep, keep)?
-            .to_dtype(dtype)?
-            .reshape((b, 1, 1, t))?;
+        let mask = additive_mask(mask, x.dtype())?;
         let last = self.layers.len().saturating_sub(1);
         for (n, layer) in self.layers.iter().enumerate() {
             let first = first_only && n == last;
@@ -193,16 +126,8 @@ impl Bert {
         (b, t): (usize, usize),
         first: bool,
     ) -> candle_core::Result<Tensor> {
-        let (h, heads) = (self.hidden, self.heads);
-        let d = h / heads;
-        // (3, b, heads, t, d): Q, K and V with their heads in place, one copy.
-        let qkv = layer
-            .qkv
-            .forward(x)?
-            .reshape((b, t, 3, heads, d))?
-            .permute((2, 0, 3, 1, 4))?
-            .contiguous()?;
-        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
+        let h = self.hidden;
+        let (q, k, v) = heads_of(&layer.qkv, x, (b, t), self.heads)?;
         let (q, residual) = match first {
             true => (
                 q.narrow(2, 0, 1)?.contiguous()?,
@@ -212,19 +137,11 @@ impl Bert {
         };
         let queries = q.dim(2)?;
         let scores = q.matmul(&k.t()?)?.broadcast_add(mask)?;
-        let probs = match self.softmax_in_f32 {
-            true => candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
-                .to_dtype(scores.dtype())?,
-            false => candle_nn::ops::softmax_last_dim(&scores)?,
-        };
+        let probs = softmax(&scores, self.softmax_in_f32)?;
         let context = probs
             .matmul(&v)?
             .transpose(1, 2)?
             .reshape((b * queries, h))?;
-        let x = layer
-            .attn_norm
-            .forward(&(layer.out.forward(&context)? + residual)?)?;
-        let y = activate(&layer.up.forward(&x)?, self.act)?;
-        layer.ffn_norm.forward(&(layer.down.forward(&y)? + x)?)
+        layer.rest.forward(&context, &residual, self.act)
     }
 }

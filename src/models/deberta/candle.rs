@@ -12,55 +12,19 @@
 //! padding mask is additive and built once per batch, and softmax and norms are candle's
 //! fused kernels.
 
-use candle_core::{DType, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use super::config::DebertaConfig;
-use crate::models::layers::candle::{activate, err};
+use crate::models::layers::candle::{
+    additive_mask, err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Norm, PostNorm,
+};
 use crate::Result;
-
-/// The additive mask of a padding key (as `bert::candle`'s).
-fn masked(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => -3e4,
-        _ => -1e30,
-    }
-}
-
-/// A layer norm's weight and bias (candle's fused kernel).
-struct Norm {
-    weight: Tensor,
-    bias: Tensor,
-    eps: f32,
-}
-
-impl Norm {
-    fn load(vb: &VarBuilder, h: usize, eps: f32, name: &str) -> Result<Self> {
-        let vb = vb.pp(name);
-        Ok(Norm {
-            weight: vb.get(h, "weight").map_err(err(name))?,
-            bias: vb.get(h, "bias").map_err(err(name))?,
-            eps,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)
-    }
-}
-
-fn linear(vb: &VarBuilder, inputs: usize, outputs: usize, name: &str) -> Result<Linear> {
-    candle_nn::linear(inputs, outputs, vb.pp(name)).map_err(err(name))
-}
 
 struct Layer {
     /// Q, K and V stacked (`3 · hidden` outputs), the query's rows scaled.
     qkv: Linear,
-    out: Linear,
-    attn_norm: Norm,
-    up: Linear,
-    down: Linear,
-    ffn_norm: Norm,
+    rest: PostNorm,
     /// `(heads, head_dim, 2 span)`: the relative embeddings through the key projection, for
     /// `c2p` (the query carries the scale).
     pos_key: Option<Tensor>,
@@ -118,14 +82,6 @@ impl Deberta {
             let a = l.pp("attention");
             let own = |name: &str| linear(&a, h, h, &format!("self.{name}"));
             let (q, k) = (own("query_proj")?, own("key_proj")?);
-            let stack = |kind: &str, shape: &[usize]| -> Result<Tensor> {
-                let get = |part: &str| a.get(shape, &format!("self.{part}_proj.{kind}"));
-                (|| {
-                    let q = get("query")?.affine(scale, 0.0)?;
-                    Tensor::cat(&[&q, &get("key")?, &get("value")?], 0)
-                })()
-                .map_err(err("stacking Q, K, V"))
-            };
             let pos_key = match (cfg.c2p, cfg.share_att_key) {
                 (false, _) => None,
                 (true, true) => Some(positions(&k, 1.0)?),
@@ -136,13 +92,10 @@ impl Deberta {
                 (true, true) => Some(positions(&q, scale)?),
                 (true, false) => Some(positions(&own("pos_query_proj")?, scale)?),
             };
+            let names = ["self.query_proj", "self.key_proj", "self.value_proj"];
             layers.push(Layer {
-                qkv: Linear::new(stack("weight", &[h, h])?, Some(stack("bias", &[h])?)),
-                out: linear(&a, h, h, "output.dense")?,
-                attn_norm: Norm::load(&a, h, eps, "output.LayerNorm")?,
-                up: linear(&l, h, i, "intermediate.dense")?,
-                down: linear(&l, i, h, "output.dense")?,
-                ffn_norm: Norm::load(&l, h, eps, "output.LayerNorm")?,
+                qkv: stacked_qkv(&a, h, names, scale)?,
+                rest: PostNorm::load(&l, h, i, eps)?,
                 pos_key,
                 pos_query,
             });
@@ -168,7 +121,7 @@ impl Deberta {
             embed_norm: Norm::load(&emb, h, eps, "LayerNorm")?,
             layers,
             cfg: cfg.clone(),
-            softmax_in_f32: vb.device().is_cpu() && vb.dtype() != DType::F32,
+            softmax_in_f32: softmax_in_f32(&vb),
         })
     }
 
@@ -200,19 +153,19 @@ impl Deberta {
         }
         let x = self.embed_norm.forward(&x)?;
         // transformers zeroes the padding's embeddings.
-        let dtype = x.dtype();
-        let keep = mask.to_dtype(DType::F32)?;
-        let mut x = x.broadcast_mul(&keep.to_dtype(dtype)?.reshape((b * t, 1))?)?;
-        let big = masked(dtype);
-        let mask = keep
-            .affine(-big, big)?
-            .to_dtype(dtype)?
-            .reshape((b, 1, 1, t))?;
+        let keep = mask.to_dtype(x.dtype())?.reshape((b * t, 1))?;
+        let mut x = x.broadcast_mul(&keep)?;
+        let mask = additive_mask(mask, x.dtype())?;
         // The relative row each (query i, key j) reads, and the same by (key j, query i).
         let span = self.cfg.relative.span();
-        let mut index = Vec::with_capacity(t * t);
-        for i in 0..t as i64 {
-            index.extend((0..t as i64).map(|j| self.cfg.relative.row(i - j) as u32));
+        let n = t as i64;
+        let by_delta: Vec<u32> = (1 - n..n)
+            .map(|delta| self.cfg.relative.row(delta) as u32)
+            .collect();
+        let mut index: Vec<u32> = Vec::with_capacity(t * t);
+        for i in 0..t {
+            // delta = i - j for j = 0..t sits at by_delta[i - j + t - 1].
+            index.extend(by_delta[i..i + t].iter().rev());
         }
         let by_query = Tensor::from_vec(index, (t, t), device)?;
         let by_key = by_query.t()?.contiguous()?;
@@ -239,13 +192,7 @@ impl Deberta {
     ) -> candle_core::Result<Tensor> {
         let (h, heads) = (self.cfg.hidden, self.cfg.heads);
         let d = h / heads;
-        let qkv = layer
-            .qkv
-            .forward(x)?
-            .reshape((b, t, 3, heads, d))?
-            .permute((2, 0, 3, 1, 4))?
-            .contiguous()?;
-        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
+        let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads)?;
         let mut scores = q.matmul(&k.t()?)?;
         // A position term: `x` (b, heads, t, d) against the rows `pos` (heads, d, 2 span),
         // each score's row gathered by `by`, as (b, heads, t, t).
@@ -265,17 +212,9 @@ impl Deberta {
             scores = (scores + term(&k, pos, &index.by_key)?.t()?)?;
         }
         let scores = scores.broadcast_add(mask)?;
-        let probs = match self.softmax_in_f32 {
-            true => candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
-                .to_dtype(scores.dtype())?,
-            false => candle_nn::ops::softmax_last_dim(&scores)?,
-        };
+        let probs = softmax(&scores, self.softmax_in_f32)?;
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
-        let x = layer
-            .attn_norm
-            .forward(&(layer.out.forward(&context)? + x)?)?;
-        let y = activate(&layer.up.forward(&x)?, self.cfg.act)?;
-        layer.ffn_norm.forward(&(layer.down.forward(&y)? + x)?)
+        layer.rest.forward(&context, x, self.cfg.act)
     }
 }
 

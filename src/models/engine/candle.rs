@@ -95,61 +95,33 @@ impl CandleEncoder {
             true => Some(format!("model.{n}")),
             false => Some(n.to_string()),
         })?;
-        let (body, pad, max_len, type_vocab) = match family {
+        let pad = int("pad_token_id", 0) as u32;
+        // A checkpoint with a task head keeps the encoder under `prefix.`; a bare one at its root.
+        let under = |prefix: &str| match weights
+            .has(&format!("{prefix}.embeddings.word_embeddings.weight"))
+        {
+            true => vb.pp(prefix),
+            false => vb.clone(),
+        };
+        let (body, max_len, type_vocab) = match family {
             Family::Bert | Family::Roberta => {
                 let roberta = family == Family::Roberta;
                 let cfg = EncoderConfig::from_value(&value, &file, roberta)?;
-                let prefix = if roberta { "roberta" } else { "bert" };
-                let under =
-                    match weights.has(&format!("{prefix}.embeddings.word_embeddings.weight")) {
-                        true => vb.pp(prefix),
-                        false => vb.clone(),
-                    };
-                let model = crate::models::bert::candle::Bert::load(under, &cfg)?;
-                let pad = value
-                    .get("pad_token_id")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                let types = Some(cfg.type_vocab);
-                (
-                    Body::Bert(Box::new(model)),
-                    pad as u32,
-                    cfg.max_length(),
-                    types,
-                )
+                let vb = under(if roberta { "roberta" } else { "bert" });
+                let model = crate::models::bert::candle::Bert::load(vb, &cfg)?;
+                let body = Body::Bert(Box::new(model));
+                (body, cfg.max_length(), Some(cfg.type_vocab))
             }
             Family::ModernBert => {
                 let cfg = ModernBertConfig::from_value(&value, &file)?;
                 let model = crate::models::modernbert::candle::ModernBert::load(vb.clone(), &cfg)?;
-                let pad = value
-                    .get("pad_token_id")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                (
-                    Body::ModernBert(Box::new(model)),
-                    pad as u32,
-                    cfg.max_positions,
-                    None,
-                )
+                (Body::ModernBert(Box::new(model)), cfg.max_positions, None)
             }
             Family::Deberta => {
                 let cfg = DebertaConfig::from_value(&value, &file)?;
-                let under = match weights.has("deberta.embeddings.word_embeddings.weight") {
-                    true => vb.pp("deberta"),
-                    false => vb.clone(),
-                };
-                let model = crate::models::deberta::candle::Deberta::load(under, &cfg)?;
-                let pad = value
-                    .get("pad_token_id")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+                let model = crate::models::deberta::candle::Deberta::load(under("deberta"), &cfg)?;
                 let types = (cfg.type_vocab > 0).then_some(cfg.type_vocab);
-                (
-                    Body::Deberta(Box::new(model)),
-                    pad as u32,
-                    cfg.max_positions,
-                    types,
-                )
+                (Body::Deberta(Box::new(model)), cfg.max_positions, types)
             }
             Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
         };

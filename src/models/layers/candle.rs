@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Tensor};
-use candle_nn::VarBuilder;
+use candle_nn::{Linear, Module, VarBuilder};
 
 use super::kernels::Act;
 use super::weights::Weights;
@@ -280,6 +280,145 @@ pub(crate) fn rope_tensors(
     };
     let (cos, sin) = rope.tables();
     Ok((table(cos)?, table(sin)?))
+}
+
+/// A layer norm's weight and bias, on candle's fused kernel.
+pub(crate) struct Norm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f32,
+}
+
+impl Norm {
+    /// `{name}.weight` and `{name}.bias` of width `h` under `vb`.
+    pub fn load(vb: &VarBuilder, h: usize, eps: f32, name: &str) -> Result<Self> {
+        let vb = vb.pp(name);
+        Ok(Norm {
+            weight: vb.get(h, "weight").map_err(err(name))?,
+            bias: vb.get(h, "bias").map_err(err(name))?,
+            eps,
+        })
+    }
+
+    /// The norm of each row of `x` (contiguous).
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)
+    }
+}
+
+/// The linear layer `{name}.weight` `(outputs, inputs)` and `{name}.bias` under `vb`.
+pub(crate) fn linear(vb: &VarBuilder, inputs: usize, outputs: usize, name: &str) -> Result<Linear> {
+    candle_nn::linear(inputs, outputs, vb.pp(name)).map_err(err(name))
+}
+
+/// A self-attention's three `hidden`-wide projections `{q}`, `{k}`, `{v}` under `vb` stacked
+/// into one linear layer of `3 · hidden` outputs, the query's rows (weights and bias) times
+/// `scale`: one product instead of three, and no division of the scores.
+pub(crate) fn stacked_qkv(
+    vb: &VarBuilder,
+    hidden: usize,
+    [q, k, v]: [&str; 3],
+    scale: f64,
+) -> Result<Linear> {
+    let stack = |kind: &str, shape: &[usize]| -> Result<Tensor> {
+        let get = |part: &str| vb.get(shape, &format!("{part}.{kind}"));
+        (|| Tensor::cat(&[&get(q)?.affine(scale, 0.0)?, &get(k)?, &get(v)?], 0))().map_err(err(q))
+    };
+    Ok(Linear::new(
+        stack("weight", &[hidden, hidden])?,
+        Some(stack("bias", &[hidden])?),
+    ))
+}
+
+/// `x` `(b · t, hidden)` through a stacked Q, K, V layer ([`stacked_qkv`]), as Q, K and V of
+/// `(b, heads, t, d)` each: one copy puts every head in place.
+pub(crate) fn heads_of(
+    qkv: &Linear,
+    x: &Tensor,
+    (b, t): (usize, usize),
+    heads: usize,
+) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+    let d = x.dim(1)? / heads;
+    let all = qkv
+        .forward(x)?
+        .reshape((b, t, 3, heads, d))?
+        .permute((2, 0, 3, 1, 4))?
+        .contiguous()?;
+    Ok((all.get(0)?, all.get(1)?, all.get(2)?))
+}
+
+/// The additive key mask `(b, 1, 1, t)` in `dtype` of a `(b, t)` mask (1 for a key, 0 for
+/// padding): 0 for a key, a large negative number for padding, finite in every format (f16
+/// tops out at 65,504), so that a row whose keys are all masked averages instead of turning
+/// into NaN; the scores it is added to are far smaller.
+pub(crate) fn additive_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
+    let (b, t) = mask.dims2()?;
+    let big = match dtype {
+        DType::F16 => -3e4,
+        _ => -1e30,
+    };
+    mask.to_dtype(DType::F32)?
+        .affine(-big, big)?
+        .to_dtype(dtype)?
+        .reshape((b, 1, 1, t))
+}
+
+/// Whether a model's softmax runs in f32 on `vb`'s device: half-precision activations on
+/// candle's CPU backend, whose softmax sums in the activations' format (bf16 cost the BERT
+/// fixture `ce_tiny_a` 0.14 against PyTorch's 0.026). candle's CUDA kernel sums in f32 for
+/// f16 and bf16 alike, so a GPU runs the fused softmax in the activations' format.
+pub(crate) fn softmax_in_f32(vb: &VarBuilder) -> bool {
+    vb.device().is_cpu() && vb.dtype() != DType::F32
+}
+
+/// candle's fused softmax over the last dimension, in f32 when `in_f32`
+/// ([`softmax_in_f32`]), the result in the scores' format.
+pub(crate) fn softmax(scores: &Tensor, in_f32: bool) -> candle_core::Result<Tensor> {
+    match in_f32 {
+        true => candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?
+            .to_dtype(scores.dtype()),
+        false => candle_nn::ops::softmax_last_dim(scores),
+    }
+}
+
+/// What follows the attention in a post-norm encoder layer (BERT's and DeBERTa's names):
+/// `x = LN(x + O · context)` (`attention.output.dense` / `.LayerNorm`), then
+/// `x = LN(x + W2 · act(W1 · x))` (`intermediate.dense`, `output.dense` / `.LayerNorm`).
+pub(crate) struct PostNorm {
+    out: Linear,
+    attn_norm: Norm,
+    up: Linear,
+    down: Linear,
+    ffn_norm: Norm,
+}
+
+impl PostNorm {
+    /// Layer `l`'s tensors, `hidden` wide with `intermediate` in the feed-forward part.
+    pub fn load(l: &VarBuilder, hidden: usize, intermediate: usize, eps: f32) -> Result<Self> {
+        let a = l.pp("attention");
+        Ok(PostNorm {
+            out: linear(&a, hidden, hidden, "output.dense")?,
+            attn_norm: Norm::load(&a, hidden, eps, "output.LayerNorm")?,
+            up: linear(l, hidden, intermediate, "intermediate.dense")?,
+            down: linear(l, intermediate, hidden, "output.dense")?,
+            ffn_norm: Norm::load(l, hidden, eps, "output.LayerNorm")?,
+        })
+    }
+
+    /// The layer's output rows from the attention's `context` and the layer's input rows
+    /// `residual` (the same rows).
+    pub fn forward(
+        &self,
+        context: &Tensor,
+        residual: &Tensor,
+        act: Act,
+    ) -> candle_core::Result<Tensor> {
+        let x = self
+            .attn_norm
+            .forward(&(self.out.forward(context)? + residual)?)?;
+        let y = activate(&self.up.forward(&x)?, act)?;
+        self.ffn_norm.forward(&(self.down.forward(&y)? + x)?)
+    }
 }
 
 /// `act` on candle: GELU exact (erf) or tanh-approximated, ReLU or SiLU.
