@@ -157,7 +157,6 @@ impl Deberta {
         let mut x = x.broadcast_mul(&keep)?;
         let mask = additive_mask(mask, x.dtype())?;
         // The relative row each (query i, key j) reads, and the same by (key j, query i).
-        let span = self.cfg.relative.span();
         let n = t as i64;
         let by_delta: Vec<u32> = (1 - n..n)
             .map(|delta| self.cfg.relative.row(delta) as u32)
@@ -173,7 +172,6 @@ impl Deberta {
         let index = Index {
             by_query: full(&by_query)?,
             by_key: full(&by_key)?,
-            span2: 2 * span,
         };
         for layer in &self.layers {
             x = self.layer(layer, &x, &mask, &index, (b, t))?;
@@ -200,7 +198,7 @@ impl Deberta {
             let by_head = x.permute((1, 0, 2, 3))?.reshape((heads, b * t, d))?;
             by_head
                 .matmul(pos)?
-                .reshape((heads, b, t, index.span2))?
+                .reshape((heads, b, t, pos.dim(2)?))?
                 .permute((1, 0, 2, 3))?
                 .contiguous()?
                 .gather(by, 3)
@@ -223,5 +221,4 @@ impl Deberta {
 struct Index {
     by_query: Tensor,
     by_key: Tensor,
-    span2: usize,
 }

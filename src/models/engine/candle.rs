@@ -225,9 +225,7 @@ impl CandleEncoder {
             |n, (all, len)| sink(n, self.unpad(&batches[n], all, len, output)),
         )
     }
-}
 
-impl CandleEncoder {
     /// Refuses on the host what would index past a table on the device: an empty row, a row
     /// longer than the positions, a token id outside the vocabulary, a token type outside
     /// its table (the CPU kernels' checks, `check_sequences`).

@@ -14,13 +14,14 @@ use candle_core::{DType, Module, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
 
 use super::config::ModernBertConfig;
-use crate::models::layers::candle::{activate, err, rope_tables};
+use crate::models::layers::candle::{activate, additive_mask, err, rope_tables};
 use crate::models::layers::kernels::Act;
 use crate::Result;
 use candle_nn::rotary_emb::rope;
 
-/// A masked position's score: finite, so that a padding row whose keys are all masked
-/// averages instead of turning into NaN (which would reach real rows through `0 · NaN`).
+/// The score of a key out of a sliding layer's reach: finite, as `additive_mask`'s padding
+/// (the same value in f32), so that a row whose keys are all masked averages instead of
+/// turning into NaN (which would reach real rows through `0 · NaN`).
 const MASKED: f32 = -1e30;
 
 struct Layer {
@@ -104,10 +105,7 @@ impl ModernBert {
         let (b, t) = ids.dims2()?;
         let device = ids.device();
         // Padding keys masked for every query; a sliding layer masks the keys out of reach too.
-        let padding = mask
-            .to_dtype(DType::F32)?
-            .affine(-(MASKED as f64), MASKED as f64)?
-            .reshape((b, 1, 1, t))?;
+        let padding = additive_mask(mask, DType::F32)?;
         let w = self.window as i64;
         let reach: Vec<f32> = (0..t as i64)
             .flat_map(|q| (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { MASKED }))
