@@ -172,6 +172,14 @@ busy_stop() {
   awk '$1 ~ /^[0-9]+$/ { s += $1; n++ } END { if (n) printf "%.1f", s / n }' "$OUT/.busy"
 }
 
+# show_stages: what device_bench --stages wrote on stderr: anything other than its stage lines
+# (an error), then where the timed call's time went (the host's stages against the wait for the
+# device).
+show_stages() {
+  grep -v 'rerank::device' "$OUT/.stages" || true
+  grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
+}
+
 for wl in $WORKLOADS; do
   IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
   # --- 3. ours: device_bench, each kind and dtype, with the device's busy share.
@@ -183,11 +191,8 @@ for wl in $WORKLOADS; do
         step 120 "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype "$dt" \
           --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" \
           --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
-        # Where the timed call's time went: the host's stages against the wait for the device
-        # (and anything else device_bench said on stderr, such as an error).
-        grep -v 'rerank::device' "$OUT/.stages" || true
-        grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
         busy=$(busy_stop)
+        show_stages
         cat "$OUT/.bench.out"
         [ -n "$busy" ] && say "device busy ${busy} % of the run"
         grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
@@ -224,9 +229,8 @@ if [ -n "$LARGE_DTYPES" ]; then
       step 120 "$BENCH" --kind cross-encoder --model "$MODELS/cross-encoder-large" --device "$DEVICE" \
         --dtype "$dt" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
         --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
-      grep -v 'rerank::device' "$OUT/.stages" || true
-      grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
       busy=$(busy_stop)
+      show_stages
       cat "$OUT/.bench.out"
       grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
       tag "$OUT/.last" "$wl" "$busy" cross-encoder-large >>"$OURS"
