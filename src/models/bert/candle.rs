@@ -5,7 +5,7 @@
 //! - the hidden states stay one `(rows · len, hidden)` matrix, so every linear layer is one
 //!   product over the whole batch (not one per row);
 //! - Q, K and V are one product: their weights are stacked at load, the query's scaled by
-//!   `1 / sqrt(head_dim)` there instead of dividing the scores;
+//!   `1 / sqrt(head_dim)` as they are read (in f32) instead of dividing the scores;
 //! - one copy puts the heads of Q, K and V in place; keys enter the scores transposed by
 //!   their strides;
 //! - the padding mask is built once per batch, additive, in the activations' format, and
@@ -23,7 +23,7 @@ use candle_nn::{Linear, VarBuilder};
 
 use super::encoder::EncoderConfig;
 use crate::models::layers::candle::{
-    additive_mask, err, heads_of, softmax, softmax_in_f32, stacked_qkv, Norm, PostNorm,
+    additive_mask, err, heads_of, softmax, softmax_in_f32, stacked_qkv, Fold, Norm, PostNorm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -51,19 +51,27 @@ pub(crate) struct Bert {
 }
 
 impl Bert {
+    /// The attention scale `1 / sqrt(head_dim)`, folded into the queries' weights as they
+    /// are read ([`Fold`]).
+    pub fn fold(cfg: &EncoderConfig) -> Fold {
+        Fold {
+            suffixes: &[".attention.self.query.weight", ".attention.self.query.bias"],
+            scale: 1.0 / ((cfg.hidden / cfg.heads.max(1)) as f64).sqrt(),
+        }
+    }
+
     /// Loads the encoder of `cfg` from `vb` (its tensors at `vb`'s root: `embeddings.*`,
-    /// `encoder.layer.N.*`).
+    /// `encoder.layer.N.*`), read with [`Bert::fold`].
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps);
         let e = vb.pp("embeddings");
         let table = |rows: usize, name: &str| e.get((rows, h), name).map_err(err(name));
-        let scale = 1.0 / ((h / cfg.heads) as f64).sqrt();
         let mut layers = Vec::with_capacity(cfg.layers);
         for n in 0..cfg.layers {
             let l = vb.pp(format!("encoder.layer.{n}"));
             let names = ["self.query", "self.key", "self.value"];
             layers.push(Layer {
-                qkv: stacked_qkv(&l.pp("attention"), h, names, scale)?,
+                qkv: stacked_qkv(&l.pp("attention"), h, names)?,
                 rest: PostNorm::load(&l, h, i, eps)?,
             });
         }

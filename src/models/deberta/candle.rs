@@ -8,7 +8,8 @@
 //!
 //! On a device the terms are two batched products against the relative embeddings' rows and a
 //! gather of each score's row, by an index built once per batch; as in `bert::candle`, Q, K
-//! and V are one product with the attention's scale folded into the query's weights, the
+//! and V are one product with the attention's scale folded into the query's weights as they
+//! are read, the
 //! padding mask is additive and built once per batch, and softmax and norms are candle's
 //! fused kernels.
 
@@ -17,7 +18,8 @@ use candle_nn::{Linear, VarBuilder};
 
 use super::config::DebertaConfig;
 use crate::models::layers::candle::{
-    additive_mask, err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Norm, PostNorm,
+    additive_mask, err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Fold, Norm,
+    PostNorm,
 };
 use crate::Result;
 
@@ -28,7 +30,7 @@ struct Layer {
     /// `(heads, head_dim, 2 span)`: the relative embeddings through the key projection, for
     /// `c2p` (the query carries the scale).
     pos_key: Option<Tensor>,
-    /// The same through the query projection, scaled, for `p2c`.
+    /// The same through the (scaled) query projection, for `p2c`.
     pos_query: Option<Tensor>,
 }
 
@@ -46,8 +48,23 @@ pub(crate) struct Deberta {
 }
 
 impl Deberta {
+    /// The attention scale `1 / sqrt(head_dim · scale_factor)`, folded into the query
+    /// projections (the content one, and the relative one without `share_att_key`) as they
+    /// are read ([`Fold`]).
+    pub fn fold(cfg: &DebertaConfig) -> Fold {
+        Fold {
+            suffixes: &[
+                ".attention.self.query_proj.weight",
+                ".attention.self.query_proj.bias",
+                ".attention.self.pos_query_proj.weight",
+                ".attention.self.pos_query_proj.bias",
+            ],
+            scale: 1.0 / ((cfg.head_dim() * cfg.scale_factor()) as f64).sqrt(),
+        }
+    }
+
     /// Loads the encoder of `cfg` from `vb` (its tensors at `vb`'s root: `embeddings.*`,
-    /// `encoder.*`).
+    /// `encoder.*`), read with [`Deberta::fold`].
     pub fn load(vb: VarBuilder, cfg: &DebertaConfig) -> Result<Self> {
         let (h, i, e, eps) = (cfg.hidden, cfg.intermediate, cfg.embedding, cfg.eps);
         let (heads, d) = (cfg.heads, cfg.head_dim());
@@ -64,12 +81,10 @@ impl Deberta {
                 .map_err(err("rel_embeddings' norm"))?,
             false => rel,
         };
-        let scale = 1.0 / ((d * cfg.scale_factor()) as f64).sqrt();
-        // `(2 span, hidden)` through a projection, times `by`, as `(heads, d, 2 span)`.
-        let positions = |p: &Linear, by: f64| -> Result<Tensor> {
+        // `(2 span, hidden)` through a projection, as `(heads, d, 2 span)`.
+        let positions = |p: &Linear| -> Result<Tensor> {
             (|| {
                 p.forward(&rel)?
-                    .affine(by, 0.0)?
                     .reshape((span2, heads, d))?
                     .permute((1, 2, 0))?
                     .contiguous()
@@ -84,17 +99,18 @@ impl Deberta {
             let (q, k) = (own("query_proj")?, own("key_proj")?);
             let pos_key = match (cfg.c2p, cfg.share_att_key) {
                 (false, _) => None,
-                (true, true) => Some(positions(&k, 1.0)?),
-                (true, false) => Some(positions(&own("pos_key_proj")?, 1.0)?),
+                (true, true) => Some(positions(&k)?),
+                (true, false) => Some(positions(&own("pos_key_proj")?)?),
             };
+            // (The query projections carry the scale: `Deberta::fold`.)
             let pos_query = match (cfg.p2c, cfg.share_att_key) {
                 (false, _) => None,
-                (true, true) => Some(positions(&q, scale)?),
-                (true, false) => Some(positions(&own("pos_query_proj")?, scale)?),
+                (true, true) => Some(positions(&q)?),
+                (true, false) => Some(positions(&own("pos_query_proj")?)?),
             };
             let names = ["self.query_proj", "self.key_proj", "self.value_proj"];
             layers.push(Layer {
-                qkv: stacked_qkv(&a, h, names, scale)?,
+                qkv: stacked_qkv(&a, h, names)?,
                 rest: PostNorm::load(&l, h, i, eps)?,
                 pos_key,
                 pos_query,

@@ -8,8 +8,10 @@ use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde_json::Value;
 
 use super::{EncoderFamily as Family, PackedEncoder};
+use crate::models::bert::candle::Bert;
 use crate::models::bert::encoder::EncoderConfig;
 use crate::models::config::{Architecture, ClassifierConfig};
+use crate::models::deberta::candle::Deberta;
 use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::batch::BatchSink;
@@ -22,6 +24,7 @@ use crate::models::layers::encoder::{check_sequences, Sequence};
 use crate::models::layers::head::PoolerAct;
 use crate::models::layers::kernels::Act;
 use crate::models::layers::weights::Weights;
+use crate::models::modernbert::candle::ModernBert;
 use crate::models::modernbert::config::{ClassifierPooling, ModernBertConfig};
 use crate::models::pair::PairEncoding;
 use crate::models::{Device, Precision};
@@ -30,9 +33,9 @@ use crate::{Error, Result};
 /// The encoder modules, by family.
 enum Body {
     /// BERT and XLM-RoBERTa.
-    Bert(Box<crate::models::bert::candle::Bert>),
-    ModernBert(Box<crate::models::modernbert::candle::ModernBert>),
-    Deberta(Box<crate::models::deberta::candle::Deberta>),
+    Bert(Box<Bert>),
+    ModernBert(Box<ModernBert>),
+    Deberta(Box<Deberta>),
 }
 
 /// An encoder on a candle device: token ids in, last hidden states out. `Send + Sync`.
@@ -88,13 +91,36 @@ impl CandleEncoder {
         let int =
             |key: &str, default: u64| value.get(key).and_then(Value::as_u64).unwrap_or(default);
         let hidden = int("hidden_size", 0) as usize;
+        // Each family's configuration, read before the weights: the attention scale is folded
+        // into the queries' weights as they are read.
+        enum Config {
+            Bert(EncoderConfig),
+            ModernBert(ModernBertConfig),
+            Deberta(DebertaConfig),
+        }
+        let config = match family {
+            Family::Bert | Family::Roberta => Config::Bert(EncoderConfig::from_value(
+                &value,
+                &file,
+                family == Family::Roberta,
+            )?),
+            Family::ModernBert => Config::ModernBert(ModernBertConfig::from_value(&value, &file)?),
+            Family::Deberta => Config::Deberta(DebertaConfig::from_value(&value, &file)?),
+            Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
+        };
+        let fold = match &config {
+            Config::Bert(cfg) => Some(Bert::fold(cfg)),
+            Config::Deberta(cfg) => Some(Deberta::fold(cfg)),
+            Config::ModernBert(_) => None,
+        };
         // A bare ModernBERT (an embedder's) is read under the `model.` names of one with a head.
         let bare_modernbert =
             family == Family::ModernBert && !weights.has("model.embeddings.tok_embeddings.weight");
-        let vb = var_builder(&weights, dtype, &device, |n| match bare_modernbert {
+        let rename = |n: &str| match bare_modernbert {
             true => Some(format!("model.{n}")),
             false => Some(n.to_string()),
-        })?;
+        };
+        let vb = var_builder(&weights, dtype, &device, rename, fold)?;
         let pad = int("pad_token_id", 0) as u32;
         // A checkpoint with a task head keeps the encoder under `prefix.`; a bare one at its root.
         let under = |prefix: &str| match weights
@@ -103,27 +129,25 @@ impl CandleEncoder {
             true => vb.pp(prefix),
             false => vb.clone(),
         };
-        let (body, max_len, type_vocab) = match family {
-            Family::Bert | Family::Roberta => {
-                let roberta = family == Family::Roberta;
-                let cfg = EncoderConfig::from_value(&value, &file, roberta)?;
-                let vb = under(if roberta { "roberta" } else { "bert" });
-                let model = crate::models::bert::candle::Bert::load(vb, &cfg)?;
-                let body = Body::Bert(Box::new(model));
+        let (body, max_len, type_vocab) = match config {
+            Config::Bert(cfg) => {
+                let vb = under(if family == Family::Roberta {
+                    "roberta"
+                } else {
+                    "bert"
+                });
+                let body = Body::Bert(Box::new(Bert::load(vb, &cfg)?));
                 (body, cfg.max_length(), Some(cfg.type_vocab))
             }
-            Family::ModernBert => {
-                let cfg = ModernBertConfig::from_value(&value, &file)?;
-                let model = crate::models::modernbert::candle::ModernBert::load(vb.clone(), &cfg)?;
+            Config::ModernBert(cfg) => {
+                let model = ModernBert::load(vb.clone(), &cfg)?;
                 (Body::ModernBert(Box::new(model)), cfg.max_positions, None)
             }
-            Family::Deberta => {
-                let cfg = DebertaConfig::from_value(&value, &file)?;
-                let model = crate::models::deberta::candle::Deberta::load(under("deberta"), &cfg)?;
+            Config::Deberta(cfg) => {
+                let model = Deberta::load(under("deberta"), &cfg)?;
                 let types = (cfg.type_vocab > 0).then_some(cfg.type_vocab);
                 (Body::Deberta(Box::new(model)), cfg.max_positions, types)
             }
-            Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
         };
         let encoder = CandleEncoder {
             body,

@@ -60,13 +60,35 @@ pub(crate) fn dtype(precision: Precision) -> Result<DType> {
     }
 }
 
+/// The attention scale folded into the queries' weights as they are read, so that the scores
+/// come out scaled without a pass of their own: the tensors whose checkpoint names end in one
+/// of `suffixes` are multiplied by `scale` in f32, before the conversion to the device's
+/// format (a half-precision weight is rounded once, not once more after the scaling).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fold {
+    pub suffixes: &'static [&'static str],
+    pub scale: f64,
+}
+
+impl Fold {
+    /// The factor of the tensor `name` (`None`: it is read as it is).
+    fn factor(&self, name: &str) -> Option<f64> {
+        self.suffixes
+            .iter()
+            .any(|s| name.ends_with(s))
+            .then_some(self.scale)
+    }
+}
+
 /// Every tensor of `weights` (read by the one loader, as f32), renamed by `rename` (`None`
-/// leaves a tensor out), as a candle `VarBuilder` in `dtype` on `device`.
+/// leaves a tensor out) and scaled as `fold` says, as a candle `VarBuilder` in `dtype` on
+/// `device`.
 pub(crate) fn var_builder(
     weights: &Weights,
     dtype: DType,
     device: &candle_core::Device,
     rename: impl Fn(&str) -> Option<String>,
+    fold: Option<Fold>,
 ) -> Result<VarBuilder<'static>> {
     let mut tensors = HashMap::new();
     for name in weights.names() {
@@ -76,7 +98,12 @@ pub(crate) fn var_builder(
         }
         let Some(key) = rename(name) else { continue };
         let shape = weights.shape(name)?.to_vec();
-        let values = weights.f32(name, &shape)?;
+        let mut values = weights.f32(name, &shape)?;
+        if let Some(by) = fold.and_then(|f| f.factor(name)) {
+            values
+                .iter_mut()
+                .for_each(|v| *v = (f64::from(*v) * by) as f32);
+        }
         let tensor = Tensor::from_vec(values, shape, &candle_core::Device::Cpu)
             .and_then(|t| t.to_dtype(dtype))
             .and_then(|t| t.to_device(device))
@@ -312,17 +339,12 @@ pub(crate) fn linear(vb: &VarBuilder, inputs: usize, outputs: usize, name: &str)
 }
 
 /// A self-attention's three `hidden`-wide projections `{q}`, `{k}`, `{v}` under `vb` stacked
-/// into one linear layer of `3 · hidden` outputs, the query's rows (weights and bias) times
-/// `scale`: one product instead of three, and no division of the scores.
-pub(crate) fn stacked_qkv(
-    vb: &VarBuilder,
-    hidden: usize,
-    [q, k, v]: [&str; 3],
-    scale: f64,
-) -> Result<Linear> {
+/// into one linear layer of `3 · hidden` outputs: one product instead of three (the query's
+/// rows carry the attention scale when the weights were read with a [`Fold`]).
+pub(crate) fn stacked_qkv(vb: &VarBuilder, hidden: usize, [q, k, v]: [&str; 3]) -> Result<Linear> {
     let stack = |kind: &str, shape: &[usize]| -> Result<Tensor> {
         let get = |part: &str| vb.get(shape, &format!("{part}.{kind}"));
-        (|| Tensor::cat(&[&get(q)?.affine(scale, 0.0)?, &get(k)?, &get(v)?], 0))().map_err(err(q))
+        (|| Tensor::cat(&[&get(q)?, &get(k)?, &get(v)?], 0))().map_err(err(q))
     };
     Ok(Linear::new(
         stack("weight", &[hidden, hidden])?,

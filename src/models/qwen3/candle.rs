@@ -6,12 +6,20 @@
 //! lets a token see the real tokens up to itself (causal) and never the padding. Leading
 //! tokens that every prompt of a batch shares (the reranker's template and instruction, the
 //! query of a reranking call) run once, and the rest of each prompt attends to their keys and
-//! values. The same
-//! layers as transformers' `Qwen3ForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, q/k/v with biases
-//! for Qwen2 and per-head q/k RMSNorms for Qwen3, RoPE (rotate-half), grouped-query attention
-//! with softmax in f32, SwiGLU.
+//! values. The same layers as transformers' `Qwen3ForCausalLM` / `Qwen2ForCausalLM`: RMSNorm,
+//! q/k/v with biases for Qwen2 and per-head q/k RMSNorms for Qwen3, RoPE (rotate-half),
+//! grouped-query attention, SwiGLU.
+//!
+//! Written for a device, where every operation is a kernel launch and a pass over memory:
+//! - the hidden states stay one `(rows · len, hidden)` matrix, so every projection is one
+//!   product over the batch;
+//! - the attention scale is folded into the queries' weights as they are read;
+//! - the scores stay in the activations' format (candle's fused softmax sums in f32 on a
+//!   GPU; on its CPU backend, half-precision scores go through the softmax in f32);
+//! - the last layer runs its queries, and what follows them, for each prompt's last token
+//!   only.
 
-use candle_core::{DType, IndexOp, Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 use candle_nn::rotary_emb::rope;
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
@@ -20,7 +28,8 @@ use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    candle_device, dtype, err, flat_f32, pipeline, read_f32, rope_tensors, var_builder,
+    candle_device, dtype, err, flat_f32, pipeline, read_f32, rope_tensors, softmax, softmax_in_f32,
+    var_builder, Fold,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -70,6 +79,8 @@ pub(crate) struct CandleDecoder {
     dtype: DType,
     vocab_rows: usize,
     max_positions: usize,
+    /// The softmax in f32 (half precision on candle's CPU backend: `softmax_in_f32`).
+    softmax_in_f32: bool,
     /// The checkpoint (under `model.` names), kept mapped for the scorers' output-head rows.
     weights: Weights,
 }
@@ -116,15 +127,20 @@ impl CandleDecoder {
         let dt = dtype(precision)?;
         // The decoder's tensors only: the output head stays on the host (the scorers read
         // two of its rows).
-        let vb = var_builder(&weights, dt, &dev, |n| {
-            n.starts_with("model.").then(|| n.to_string())
-        })?;
+        let vb = var_builder(
+            &weights,
+            dt,
+            &dev,
+            |n| n.starts_with("model.").then(|| n.to_string()),
+            Some(fold(&cfg)),
+        )?;
         let (h, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         let (heads, kv, d) = (
             cfg.num_attention_heads,
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
+        let in_f32 = softmax_in_f32(&vb);
         let vb = vb.pp("model");
         let embed = candle_nn::embedding(vocab_rows, h, vb.pp("embed_tokens"))
             .map_err(err("model.embed_tokens"))?;
@@ -162,6 +178,7 @@ impl CandleDecoder {
             dtype: dt,
             vocab_rows,
             max_positions,
+            softmax_in_f32: in_f32,
             weights,
         })
     }
@@ -307,15 +324,21 @@ impl CandleDecoder {
             None => None,
             Some(p) => {
                 let ids = Tensor::from_vec(p.ids, p.shape, &self.device)?;
-                Some(self.layers_over(&ids, p.positions, p.masks, None, true)?.1)
+                Some(
+                    self.layers_over(&ids, p.positions, p.masks, None, Pass::KeysValues)?
+                        .1,
+                )
             }
         };
         let rest = host.rest;
-        let t = rest.shape.1;
         let ids = Tensor::from_vec(rest.ids, rest.shape, &self.device)?;
-        let (x, _) =
-            self.layers_over(&ids, rest.positions, rest.masks, prefix.as_deref(), false)?;
-        let last = x.i((.., t - 1, ..))?.contiguous()?;
+        let (last, _) = self.layers_over(
+            &ids,
+            rest.positions,
+            rest.masks,
+            prefix.as_deref(),
+            Pass::LastRows,
+        )?;
         flat_f32(&self.norm.forward(&last)?)
     }
 
@@ -330,8 +353,14 @@ impl CandleDecoder {
 
     /// Every layer over `ids` `(b, t)` at `positions` with the additive masks
     /// `(b, t, prefix + t)` of [`Self::windows`] (a layer takes the one of its window), the
-    /// keys and values of a shared prefix first when there is one; the hidden states, and each
-    /// layer's (keys, values) of these tokens when `keep`.
+    /// keys and values of a shared prefix first when there is one. What comes back is what
+    /// `pass` asks for: each row's last hidden state `(b, hidden)` (not final-normed; the
+    /// last layer runs its queries, attention output and feed-forward part for that token
+    /// only), or each layer's (keys, values) of these tokens (the last layer stops once it
+    /// has them).
+    ///
+    /// The hidden states stay one `(b · t, hidden)` matrix, so that every projection is one
+    /// product over the batch (a 3-D input would make candle run one product per row).
     #[allow(clippy::type_complexity)]
     fn layers_over(
         &self,
@@ -339,7 +368,7 @@ impl CandleDecoder {
         positions: Vec<u32>,
         masks: Vec<Vec<f32>>,
         prefix: Option<&[(Tensor, Tensor)]>,
-        keep: bool,
+        pass: Pass,
     ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
         let (b, t) = ids.dims2()?;
         let (heads, kv, d) = (
@@ -357,33 +386,63 @@ impl CandleDecoder {
             .sin
             .index_select(&positions, 0)?
             .reshape((b, t, d / 2))?;
-        // The additive mask, broadcast over the heads; scores, mask and softmax in f32 (in
-        // f16 they cost a qwen3_tiny_a score 6e-2 instead of 3e-3).
+        // The additive masks, broadcast over the heads, in the activations' format (0 or
+        // -inf: exact in every format).
         let masks = masks
             .into_iter()
-            .map(|m| Tensor::from_vec(m, (b, 1, 1, t, width), &self.device))
+            .map(|m| Tensor::from_vec(m, (b, 1, 1, t, width), &self.device)?.to_dtype(self.dtype))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let scale = 1.0 / (d as f64).sqrt();
         let mut kept = Vec::new();
-        let mut x = self.embed.forward(ids)?;
+        let h = self.cfg.hidden_size;
+        let mut x = self.embed.forward(ids)?.reshape((b * t, h))?;
+        let last = self.layers.len().saturating_sub(1);
         for (n, layer) in self.layers.iter().enumerate() {
             let mask = &masks[usize::from(self.cfg.window(n).is_some())];
-            let residual = x.clone();
             let y = layer.input_norm.forward(&x)?;
-            let split = |proj: &Linear, n: usize, norm: Option<&RmsNorm>| {
-                let z = proj.forward(&y)?.reshape((b, t, n, d))?;
+            // `rows` `(b · tq, hidden)` through `proj` as `(b, n, tq, d)`, each head normed.
+            let split = |rows: &Tensor, tq, proj: &Linear, n, norm: Option<&RmsNorm>| {
+                let z = proj.forward(rows)?.reshape((b, tq, n, d))?;
                 let z = match norm {
                     Some(norm) => norm.forward(&z)?,
                     None => z,
                 };
                 z.transpose(1, 2)?.contiguous()
             };
-            let q = rope(&split(&layer.q, heads, layer.q_norm.as_ref())?, &cos, &sin)?;
-            let k = rope(&split(&layer.k, kv, layer.k_norm.as_ref())?, &cos, &sin)?;
-            let v = split(&layer.v, kv, None)?;
-            if keep {
+            let k = rope(
+                &split(&y, t, &layer.k, kv, layer.k_norm.as_ref())?,
+                &cos,
+                &sin,
+            )?;
+            let v = split(&y, t, &layer.v, kv, None)?;
+            if pass == Pass::KeysValues {
                 kept.push((k.clone(), v.clone()));
+                if n == last {
+                    break;
+                }
             }
+            // The last layer of a `LastRows` pass: the last token's query, mask row and
+            // residual only.
+            let only_last = pass == Pass::LastRows && n == last;
+            let tq = if only_last { 1 } else { t };
+            let at_last = |z: &Tensor| -> candle_core::Result<Tensor> {
+                let cols = z.dim(z.rank() - 1)?;
+                z.reshape((b, t, cols))?
+                    .narrow(1, t - 1, 1)?
+                    .reshape((b, cols))
+            };
+            let (y, residual, mask, cos, sin) = match only_last {
+                true => (
+                    at_last(&y)?,
+                    at_last(&x)?,
+                    mask.narrow(3, t - 1, 1)?,
+                    cos.narrow(1, t - 1, 1)?.contiguous()?,
+                    sin.narrow(1, t - 1, 1)?.contiguous()?,
+                ),
+                false => (y, x, mask.clone(), cos.clone(), sin.clone()),
+            };
+            // Queries are scaled at load (`q_norm`'s or `q_proj`'s weight).
+            let q = split(&y, tq, &layer.q, heads, layer.q_norm.as_ref())?;
+            let q = rope(&q, &cos, &sin)?;
             let (k, v) = match prefix {
                 None => (k, v),
                 Some(prefix) => {
@@ -398,29 +457,52 @@ impl CandleDecoder {
                 }
             };
             // Grouped-query attention without repeating keys and values: the `group` query
-            // heads that share a key/value head are one `(group * t)`-row matrix against it
+            // heads that share a key/value head are one `(group * tq)`-row matrix against it
             // (query head `h` reads key/value head `h / group`, as transformers' repeat_kv).
             let group = heads / kv;
-            let q = q.reshape((b, kv, group * t, d))?;
-            let scores = (q.matmul(&k.t()?)? * scale)?
-                .to_dtype(DType::F32)?
-                .reshape((b, kv, group, t, width))?
-                .broadcast_add(mask)?;
-            let probs =
-                candle_nn::ops::softmax_last_dim(&scores.reshape((b, kv, group * t, width))?)?
-                    .to_dtype(self.dtype)?;
+            let q = q.reshape((b, kv, group * tq, d))?;
+            let scores = q
+                .matmul(&k.t()?)?
+                .reshape((b, kv, group, tq, width))?
+                .broadcast_add(&mask)?;
+            let probs = softmax(
+                &scores.reshape((b, kv, group * tq, width))?,
+                self.softmax_in_f32,
+            )?;
             let attn = probs
                 .matmul(&v)?
-                .reshape((b, heads, t, d))?
+                .reshape((b, heads, tq, d))?
                 .transpose(1, 2)?
-                .reshape((b, t, heads * d))?;
+                .reshape((b * tq, heads * d))?;
             x = (residual + layer.o.forward(&attn)?)?;
-            let residual = x.clone();
             let y = layer.post_norm.forward(&x)?;
             let mlp = (candle_nn::ops::silu(&layer.gate.forward(&y)?)? * layer.up.forward(&y)?)?;
-            x = (residual + layer.down.forward(&mlp)?)?;
+            x = (x + layer.down.forward(&mlp)?)?;
         }
         Ok((x, kept))
+    }
+}
+
+/// What [`CandleDecoder::layers_over`] gives back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Each row's last hidden state.
+    LastRows,
+    /// Each layer's keys and values (a shared prefix's, for the prompts after it).
+    KeysValues,
+}
+
+/// The attention scale `1 / sqrt(head_dim)`, folded into the queries as the weights are read
+/// ([`Fold`]): into `q_norm`'s weight where there is one (Qwen3), else into `q_proj`'s rows
+/// (Qwen2). RoPE is linear, so the scores come out scaled without a pass of their own.
+fn fold(cfg: &Qwen3Config) -> Fold {
+    let suffixes: &'static [&'static str] = match cfg.qk_norm() {
+        true => &[".self_attn.q_norm.weight"],
+        false => &[".self_attn.q_proj.weight", ".self_attn.q_proj.bias"],
+    };
+    Fold {
+        suffixes,
+        scale: 1.0 / (cfg.head_dim as f64).sqrt(),
     }
 }
 
