@@ -21,7 +21,7 @@ use super::chat::ChatSettings;
 use super::Role;
 use crate::models::layers::config::{bad, count, flag_or, object, string};
 use crate::models::layers::weights::Weights;
-use crate::models::ModelDir;
+use crate::models::{token_mean, ModelDir, MEAN_POOL_MIN_COUNT};
 pub use crate::models::PoolingMode;
 use crate::{Error, Result};
 
@@ -40,8 +40,6 @@ const MODULE_CONFIG_FILE: &str = "config.json";
 const NORMALIZE_EPS: f32 = 1e-12;
 /// What sentence-transformers' max pooling writes over the tokens it leaves out.
 const MAX_POOL_FILL: f32 = f32::NEG_INFINITY;
-/// sentence-transformers' clamp on the token count of mean pooling.
-const MEAN_POOL_MIN_COUNT: f32 = 1e-9;
 
 /// A Dense module's activation function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -618,17 +616,13 @@ impl Layout {
                     }
                     out.extend(m);
                 }
-                PoolingMode::Mean | PoolingMode::MeanSqrtLen => {
+                PoolingMode::Mean => out.extend(token_mean(rows, len, skip, h)),
+                PoolingMode::MeanSqrtLen => {
                     let mut sum = vec![0.0f32; h];
                     for row in kept.chunks_exact(h) {
                         sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
                     }
-                    let n = count.max(MEAN_POOL_MIN_COUNT);
-                    let n = if *mode == PoolingMode::Mean {
-                        n
-                    } else {
-                        n.sqrt()
-                    };
+                    let n = count.max(MEAN_POOL_MIN_COUNT).sqrt();
                     out.extend(sum.into_iter().map(|s| s / n));
                 }
                 PoolingMode::LastToken => {
@@ -640,6 +634,21 @@ impl Layout {
                 }
             }
         }
+        self.finish_pooled(out)
+    }
+
+    /// Whether the pooling is the mean over the tokens alone: what an encoder can pool
+    /// itself (`PackedEncoder::encode_mean_batches`), leaving [`finish_pooled`] to the
+    /// caller.
+    ///
+    /// [`finish_pooled`]: Self::finish_pooled
+    pub fn mean_only(&self) -> bool {
+        self.modes == [PoolingMode::Mean]
+    }
+
+    /// The Dense and Normalize steps on a pooled vector: what [`finish`](Self::finish) does
+    /// after the pooling.
+    pub fn finish_pooled(&self, mut out: Vec<f32>) -> Vec<f32> {
         for step in &self.steps {
             match step {
                 Step::Dense(d) => out = d.apply(&out),

@@ -4,7 +4,8 @@
 //! sentence-transformers layout, the tokenizer, the prompts' token counts), texts in
 //! length-sorted batches under a token budget,
 //! each batch run *packed* through the family's [`PackedEncoder`], and each text's hidden
-//! states pooled, projected and normalized as the layout says.
+//! states pooled (mean pooling by the encoder, so that a device copies back only the means),
+//! projected and normalized as the layout says.
 
 use std::path::Path;
 
@@ -96,18 +97,39 @@ impl PackedTexts {
             .iter()
             .map(|b| b.indices.iter().map(|&i| ids[i]).collect())
             .collect();
-        let output = self.output(skip);
         let width = encoder.hidden();
-        encoder.encode_batches(&batches, output, &mut |n, hidden| {
-            let pooled = self.finish(&batches[n], &hidden, width, output, skip)?;
-            for (row, &i) in pooled.iter().zip(&plan[n].indices) {
+        let mut store = |n: usize, finished: Vec<Vec<f32>>| {
+            for (row, &i) in finished.iter().zip(&plan[n].indices) {
                 out.row_mut(i)
                     .iter_mut()
                     .zip(row)
                     .for_each(|(o, v)| *o = *v);
             }
-            Ok(())
-        })?;
+        };
+        if self.layout.mean_only() {
+            // Pooled by the encoder (on a device, only the means come back).
+            encoder.encode_mean_batches(&batches, skip, &mut |n, means| {
+                let rows = batches[n].len();
+                if means.len() != rows * width {
+                    return Err(Error::model(format!(
+                        "the encoder returned {} values for {rows} means of width {width}",
+                        means.len()
+                    )));
+                }
+                let finished = means
+                    .chunks_exact(width.max(1))
+                    .map(|mean| self.layout.finish_pooled(mean.to_vec()))
+                    .collect();
+                store(n, finished);
+                Ok(())
+            })?;
+        } else {
+            let output = self.output(skip);
+            encoder.encode_batches(&batches, output, &mut |n, hidden| {
+                store(n, self.finish(&batches[n], &hidden, width, output, skip)?);
+                Ok(())
+            })?;
+        }
         Ok(out)
     }
 

@@ -1,6 +1,24 @@
 //! The pooling modes of a sentence-transformers `1_Pooling/config.json`: how an embedder turns
 //! an encoder's token states into one vector (the registry names them for the models it
-//! knows; `embed` reads and applies them).
+//! knows; `embed` reads and applies them), and mean pooling itself ([`token_mean`]), which the
+//! candle engine also runs on a device.
+
+/// sentence-transformers' clamp on the token count of mean pooling.
+pub(crate) const MEAN_POOL_MIN_COUNT: f32 = 1e-9;
+
+/// The mean of a sequence's token states (`len` rows of `h` values, row-major) over its tokens
+/// past the first `skip` (`include_prompt: false`), as sentence-transformers takes it: the sum
+/// in order, divided by the count clamped to [`MEAN_POOL_MIN_COUNT`] (zeros when no token is
+/// left).
+pub(crate) fn token_mean(rows: &[f32], len: usize, skip: usize, h: usize) -> Vec<f32> {
+    let skip = skip.min(len);
+    let mut sum = vec![0.0f32; h];
+    for row in rows[skip * h..len * h].chunks_exact(h.max(1)) {
+        sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+    }
+    let n = ((len - skip) as f32).max(MEAN_POOL_MIN_COUNT);
+    sum.into_iter().map(|s| s / n).collect()
+}
 
 /// One pooling mode of `1_Pooling/config.json`. With several, their vectors are concatenated
 /// in the order the config lists them (for the older `pooling_mode_*` flags: cls, max, mean,
@@ -57,5 +75,21 @@ impl PoolingMode {
             PoolingMode::MeanSqrtLen => "mean_sqrt_len_tokens",
             PoolingMode::LastToken => "lasttoken",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_mean_leaves_the_skipped_tokens_out_and_is_zero_without_tokens() {
+        // Three tokens of width 2.
+        let rows = [1.0f32, -2.0, 3.0, 4.0, -5.0, 0.0];
+        assert_eq!(token_mean(&rows, 3, 0, 2), [-1.0 / 3.0, 2.0 / 3.0]);
+        assert_eq!(token_mean(&rows, 3, 1, 2), [-1.0, 2.0]);
+        assert_eq!(token_mean(&rows, 2, 0, 2), [2.0, 1.0]);
+        assert_eq!(token_mean(&rows, 3, 3, 2), [0.0, 0.0]);
+        assert_eq!(token_mean(&rows, 3, 9, 2), [0.0, 0.0]);
     }
 }

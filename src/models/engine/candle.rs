@@ -3,7 +3,7 @@
 //! transformers puts on them) over the crate's candle ports: BERT / XLM-RoBERTa
 //! (`bert::candle`), DeBERTa-v2 / v3 (`deberta::candle`) and ModernBERT (`modernbert::candle`).
 
-use candle_core::{IndexOp, Module, Tensor, D};
+use candle_core::{DType, IndexOp, Module, Tensor, D};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 use serde_json::Value;
 
@@ -27,7 +27,7 @@ use crate::models::layers::weights::Weights;
 use crate::models::modernbert::candle::ModernBert;
 use crate::models::modernbert::config::{ClassifierPooling, ModernBertConfig};
 use crate::models::pair::PairEncoding;
-use crate::models::{Device, Precision};
+use crate::models::{Device, Precision, MEAN_POOL_MIN_COUNT};
 use crate::{Error, Result};
 
 /// The encoder modules, by family.
@@ -250,6 +250,54 @@ impl CandleEncoder {
         )
     }
 
+    /// [`PackedEncoder::encode_mean_batches`] through [`pipeline`]: each batch's means taken
+    /// on the device (a product of its states with each row's 0 / 1 weights, then a division
+    /// by the count), so that one `hidden`-wide row per text comes back instead of every
+    /// token's states.
+    fn means_pipelined(
+        &self,
+        batches: &[Vec<&[u32]>],
+        skip: usize,
+        sink: BatchSink<'_>,
+    ) -> Result<()> {
+        pipeline(
+            batches,
+            |rows| {
+                self.check(rows, None)?;
+                let host = HostBatch::new(rows, None, None, self.pad);
+                let pool = MeanWeights::new(rows, host.len, skip);
+                Ok((host, pool))
+            },
+            |(host, pool)| self.launch_means(host, pool),
+            |means| match means {
+                Some(means) => read_f32(&means),
+                None => Ok(Vec::new()),
+            },
+            sink,
+        )
+    }
+
+    /// Queues `host`'s forward pass and its rows' means, as flat f32; `None` for a batch of
+    /// no rows.
+    fn launch_means(&self, host: HostBatch, pool: MeanWeights) -> Result<Option<Tensor>> {
+        if host.rows() == 0 {
+            return Ok(None);
+        }
+        let (b, t) = (host.rows(), host.len);
+        let batch = host.upload(&self.device)?;
+        let states = self.states(&batch, false)?;
+        let means = (|| {
+            let weights = Tensor::from_vec(pool.weights, (b, 1, t), &self.device)?;
+            let counts = Tensor::from_vec(pool.counts, (b, 1, 1), &self.device)?;
+            let states = states.to_dtype(DType::F32)?.contiguous()?;
+            weights
+                .matmul(&states)?
+                .broadcast_div(&counts)?
+                .flatten_all()
+        })();
+        Ok(Some(means.map_err(err("mean pooling"))?))
+    }
+
     /// Refuses on the host what would index past a table on the device: an empty row, a row
     /// longer than the positions, a token id outside the vocabulary, a token type outside
     /// its table (the CPU kernels' checks, `check_sequences`).
@@ -289,6 +337,38 @@ impl PackedEncoder for CandleEncoder {
         sink: BatchSink<'_>,
     ) -> Result<()> {
         self.encode_pipelined(batches, None, output, sink)
+    }
+
+    fn encode_mean_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        skip: usize,
+        sink: BatchSink<'_>,
+    ) -> Result<()> {
+        self.means_pipelined(batches, skip, sink)
+    }
+}
+
+/// What mean pooling needs of a padded batch on the host: each row's weights over the padded
+/// length (1 for a token it pools, past the first `skip`; 0 for the rest and the padding)
+/// and its count of pooled tokens, clamped as [`token_mean`] clamps it.
+///
+/// [`token_mean`]: crate::models::token_mean
+struct MeanWeights {
+    weights: Vec<f32>,
+    counts: Vec<f32>,
+}
+
+impl MeanWeights {
+    fn new(rows: &[&[u32]], len: usize, skip: usize) -> Self {
+        let mut weights = vec![0.0f32; rows.len() * len];
+        let mut counts = Vec::with_capacity(rows.len());
+        for (row, w) in rows.iter().zip(weights.chunks_exact_mut(len.max(1))) {
+            let first = skip.min(row.len());
+            w[first..row.len()].fill(1.0);
+            counts.push(((row.len() - first) as f32).max(MEAN_POOL_MIN_COUNT));
+        }
+        MeanWeights { weights, counts }
     }
 }
 
@@ -563,6 +643,37 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = ModelDir::open(root.join("tests/fixtures/st_bert_tiny/plain")).unwrap();
         CandleEncoder::load(&dir, Family::Bert, Device::CandleCpu, Precision::F32).unwrap()
+    }
+
+    #[test]
+    fn means_taken_on_the_device_are_the_means_of_the_states_it_gives_back() {
+        let encoder = st_bert_tiny();
+        let h = encoder.hidden();
+        let rows: [&[u32]; 3] = [&[2, 5, 7, 9, 3], &[2, 6, 3], &[2, 3]];
+        let states = encoder.encode(&rows, Output::AllTokens).unwrap();
+        // No prompt, a prompt of two tokens, and one longer than every row (zeros).
+        for skip in [0, 2, 9] {
+            let mut means = Vec::new();
+            let batches = [rows.to_vec()];
+            encoder
+                .encode_mean_batches(&batches, skip, &mut |_, m| {
+                    means = m;
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(means.len(), rows.len() * h);
+            let mut start = 0;
+            for (row, got) in rows.iter().zip(means.chunks_exact(h)) {
+                let len = row.len();
+                let want = crate::models::token_mean(&states[start * h..], len, skip, h);
+                start += len;
+                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs());
+                assert!(err.fold(0.0, f32::max) < 1e-6, "skip {skip}: {got:?} {want:?}");
+            }
+        }
+        let weights = MeanWeights::new(&rows, 5, 2);
+        assert_eq!(weights.counts, [3.0, 1.0, MEAN_POOL_MIN_COUNT]);
+        assert_eq!(&weights.weights[..10], [0., 0., 1., 1., 1., 0., 0., 1., 0., 0.]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub(crate) use crate::models::layers::head::Classifier;
 use crate::models::pair::PairEncoding;
 use crate::models::{
     Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir, ModelOptions,
-    ModernBertClassifier, Precision, SequenceClassifier, CONFIG_FILE,
+    token_mean, ModernBertClassifier, Precision, SequenceClassifier, CONFIG_FILE,
 };
 use crate::{Error, Result};
 
@@ -65,6 +65,54 @@ pub(crate) trait PackedEncoder: Send + Sync {
     ) -> Result<()> {
         encode_in_turn(self, batches, output, sink)
     }
+
+    /// Each row's mean over its tokens past the first `skip` ([`token_mean`]) for every batch
+    /// of `batches`, `sink(n, means)` called with batch `n`'s means (one `hidden`-wide row per
+    /// row, row-major), batches in order. The crate's kernels pool the states of
+    /// [`encode_batches`](Self::encode_batches) on the host; the candle engine pools on the
+    /// device, so that only the means are copied back.
+    fn encode_mean_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        skip: usize,
+        sink: BatchSink<'_>,
+    ) -> Result<()> {
+        means_on_host(self, batches, skip, sink)
+    }
+}
+
+/// [`PackedEncoder::encode_mean_batches`] on the host: `encoder`'s states of every token,
+/// pooled as each batch comes back.
+fn means_on_host<E: PackedEncoder + ?Sized>(
+    encoder: &E,
+    batches: &[Vec<&[u32]>],
+    skip: usize,
+    sink: BatchSink<'_>,
+) -> Result<()> {
+    let h = encoder.hidden();
+    encoder.encode_batches(batches, Output::AllTokens, &mut |n, states| {
+        sink(n, means_of(&batches[n], &states, h, skip)?)
+    })
+}
+
+/// The [`token_mean`] of each row of `rows` from their packed states (one `h`-wide row per
+/// token, rows in order), concatenated.
+fn means_of(rows: &[&[u32]], states: &[f32], h: usize, skip: usize) -> Result<Vec<f32>> {
+    let tokens: usize = rows.iter().map(|r| r.len()).sum();
+    if states.len() != tokens * h {
+        return Err(Error::model(format!(
+            "the encoder returned {} values for {tokens} tokens of width {h}",
+            states.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(rows.len() * h);
+    let mut start = 0;
+    for row in rows {
+        let len = row.len();
+        out.extend(token_mean(&states[start * h..(start + len) * h], len, skip, h));
+        start += len;
+    }
+    Ok(out)
 }
 
 /// [`PackedEncoder::encode_batches`] as the crate's kernels run it: `encoder.encode` of one
@@ -101,6 +149,15 @@ impl PackedEncoder for Box<dyn PackedEncoder> {
         sink: BatchSink<'_>,
     ) -> Result<()> {
         (**self).encode_batches(batches, output, sink)
+    }
+
+    fn encode_mean_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        skip: usize,
+        sink: BatchSink<'_>,
+    ) -> Result<()> {
+        (**self).encode_mean_batches(batches, skip, sink)
     }
 }
 
@@ -202,6 +259,20 @@ impl<E: PackedEncoder> PackedEncoder for EncoderEngine<E> {
             Engine::Native(_) => encode_in_turn(self, batches, output, sink),
             #[cfg(feature = "candle")]
             Engine::Candle(e) => e.encode_batches(batches, output, sink),
+        }
+    }
+
+    fn encode_mean_batches(
+        &self,
+        batches: &[Vec<&[u32]>],
+        skip: usize,
+        sink: BatchSink<'_>,
+    ) -> Result<()> {
+        match &self.inner {
+            // Pooled on the host, from this wrapper's `encode_batches`.
+            Engine::Native(_) => means_on_host(self, batches, skip, sink),
+            #[cfg(feature = "candle")]
+            Engine::Candle(e) => e.encode_mean_batches(batches, skip, sink),
         }
     }
 }
