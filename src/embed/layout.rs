@@ -21,8 +21,8 @@ use super::chat::ChatSettings;
 use super::Role;
 use crate::models::layers::config::{bad, count, flag_or, object, string};
 use crate::models::layers::weights::Weights;
-use crate::models::{token_mean, ModelDir, MEAN_POOL_MIN_COUNT};
 pub use crate::models::PoolingMode;
+use crate::models::{token_mean, ModelDir, MEAN_POOL_MIN_COUNT};
 use crate::{Error, Result};
 
 /// The module list, relative to the model directory.

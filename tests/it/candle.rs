@@ -414,15 +414,14 @@ fn mxbai_rerank_v2_matches_the_package() {
 
 #[test]
 fn half_precisions_stay_close_to_f32() {
-    // XLM-R, DeBERTa and BERT in half precision: the padding mask stays finite in the
+    // XLM-R, DeBERTa, ModernBERT and BERT in half precision: the padding mask stays finite in the
     // activations' format (a mask of f32::MIN turns into -inf in f16, and 0 · -inf into NaN),
     // as cross-encoders (batched, so that rows are padded) and as an embedder.
     let xlmr = Xlmr::new("half");
-    let mut half = vec![(
-        "deberta_ce_tiny/v3",
-        local("deberta_ce_tiny/v3"),
-        local("deberta_ce_tiny/v3/expected.json"),
-    )];
+    let mut half: Vec<_> = ["deberta_ce_tiny/v3", "modernbert_ce_tiny/mean"]
+        .into_iter()
+        .map(|name| (name, local(name), local(name).join("expected.json")))
+        .collect();
     if let Some(x) = &xlmr {
         half.push(("xlmr_tiny", x.0.clone(), x.0.join("expected.json")));
     }

@@ -57,6 +57,7 @@ impl Bert {
         Fold {
             suffixes: &[".attention.self.query.weight", ".attention.self.query.bias"],
             scale: 1.0 / ((cfg.hidden / cfg.heads.max(1)) as f64).sqrt(),
+            rows: None,
         }
     }
 

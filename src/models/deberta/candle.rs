@@ -60,6 +60,7 @@ impl Deberta {
                 ".attention.self.pos_query_proj.bias",
             ],
             scale: 1.0 / ((cfg.head_dim() * cfg.scale_factor()) as f64).sqrt(),
+            rows: None,
         }
     }
 

@@ -4,7 +4,7 @@
 //! (`bert::candle`), DeBERTa-v2 / v3 (`deberta::candle`) and ModernBERT (`modernbert::candle`).
 
 use candle_core::{DType, IndexOp, Module, Tensor, D};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_nn::{Linear, VarBuilder};
 use serde_json::Value;
 
 use super::{EncoderFamily as Family, PackedEncoder};
@@ -17,7 +17,7 @@ use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     activate, candle_device, dtype, err, flat_f32, pipeline, read_f32, var_builder, HostBatch,
-    Padded,
+    Norm, Padded,
 };
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{check_sequences, Sequence};
@@ -111,7 +111,7 @@ impl CandleEncoder {
         let fold = match &config {
             Config::Bert(cfg) => Some(Bert::fold(cfg)),
             Config::Deberta(cfg) => Some(Deberta::fold(cfg)),
-            Config::ModernBert(_) => None,
+            Config::ModernBert(cfg) => Some(ModernBert::fold(cfg)),
         };
         // A bare ModernBERT (an embedder's) is read under the `model.` names of one with a head.
         let bare_modernbert =
@@ -409,7 +409,7 @@ enum Head {
         mean: bool,
         dense: Linear,
         act: Act,
-        norm: LayerNorm,
+        norm: Norm,
         out: Linear,
     },
 }
@@ -474,12 +474,7 @@ impl CandleClassifier {
             },
             Family::ModernBert => {
                 let cfg = ModernBertConfig::from_value(&value, &file)?;
-                let eps = cfg.eps as f64;
-                let norm = match cfg.norm_bias {
-                    true => candle_nn::layer_norm(h, eps, vb.pp("head.norm")),
-                    false => candle_nn::layer_norm_no_bias(h, eps, vb.pp("head.norm")),
-                }
-                .map_err(err("head.norm"))?;
+                let norm = Norm::load_maybe_bias(&vb, h, cfg.eps, "head.norm", cfg.norm_bias)?;
                 Head::ModernBert {
                     mean: cfg.classifier_pooling == ClassifierPooling::Mean,
                     dense: linear(h, "head.dense", cfg.classifier_bias)?,
@@ -668,12 +663,18 @@ mod tests {
                 let want = crate::models::token_mean(&states[start * h..], len, skip, h);
                 start += len;
                 let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs());
-                assert!(err.fold(0.0, f32::max) < 1e-6, "skip {skip}: {got:?} {want:?}");
+                assert!(
+                    err.fold(0.0, f32::max) < 1e-6,
+                    "skip {skip}: {got:?} {want:?}"
+                );
             }
         }
         let weights = MeanWeights::new(&rows, 5, 2);
         assert_eq!(weights.counts, [3.0, 1.0, MEAN_POOL_MIN_COUNT]);
-        assert_eq!(&weights.weights[..10], [0., 0., 1., 1., 1., 0., 0., 1., 0., 0.]);
+        assert_eq!(
+            &weights.weights[..10],
+            [0., 0., 1., 1., 1., 0., 0., 1., 0., 0.]
+        );
     }
 
     #[test]

@@ -22,8 +22,8 @@ use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::head::Classifier;
 use crate::models::pair::PairEncoding;
 use crate::models::{
-    Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir, ModelOptions,
-    token_mean, ModernBertClassifier, Precision, SequenceClassifier, CONFIG_FILE,
+    token_mean, Architecture, ClassifierConfig, DebertaClassifier, GteClassifier, ModelDir,
+    ModelOptions, ModernBertClassifier, Precision, SequenceClassifier, CONFIG_FILE,
 };
 use crate::{Error, Result};
 
@@ -109,7 +109,12 @@ fn means_of(rows: &[&[u32]], states: &[f32], h: usize, skip: usize) -> Result<Ve
     let mut start = 0;
     for row in rows {
         let len = row.len();
-        out.extend(token_mean(&states[start * h..(start + len) * h], len, skip, h));
+        out.extend(token_mean(
+            &states[start * h..(start + len) * h],
+            len,
+            skip,
+            h,
+        ));
         start += len;
     }
     Ok(out)

@@ -64,19 +64,30 @@ pub(crate) fn dtype(precision: Precision) -> Result<DType> {
 /// come out scaled without a pass of their own: the tensors whose checkpoint names end in one
 /// of `suffixes` are multiplied by `scale` in f32, before the conversion to the device's
 /// format (a half-precision weight is rounded once, not once more after the scaling).
+///
+/// With `rows`, only a tensor's first `rows` rows (entries of a bias) are scaled: the query's
+/// part of a fused Q, K, V projection.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fold {
     pub suffixes: &'static [&'static str],
     pub scale: f64,
+    pub rows: Option<usize>,
 }
 
 impl Fold {
-    /// The factor of the tensor `name` (`None`: it is read as it is).
-    fn factor(&self, name: &str) -> Option<f64> {
-        self.suffixes
-            .iter()
-            .any(|s| name.ends_with(s))
-            .then_some(self.scale)
+    /// Scales the tensor `name` of `shape` read as `values`, if it is one of the fold's.
+    fn apply(&self, name: &str, shape: &[usize], values: &mut [f32]) {
+        if !self.suffixes.iter().any(|s| name.ends_with(s)) {
+            return;
+        }
+        let per_row = shape.iter().skip(1).product::<usize>();
+        let end = self
+            .rows
+            .map_or(values.len(), |r| (r * per_row).min(values.len()));
+        let by = self.scale;
+        values[..end]
+            .iter_mut()
+            .for_each(|v| *v = (f64::from(*v) * by) as f32);
     }
 }
 
@@ -99,10 +110,8 @@ pub(crate) fn var_builder(
         let Some(key) = rename(name) else { continue };
         let shape = weights.shape(name)?.to_vec();
         let mut values = weights.f32(name, &shape)?;
-        if let Some(by) = fold.and_then(|f| f.factor(name)) {
-            values
-                .iter_mut()
-                .for_each(|v| *v = (f64::from(*v) * by) as f32);
+        if let Some(fold) = fold {
+            fold.apply(name, &shape, &mut values);
         }
         let tensor = Tensor::from_vec(values, shape, &candle_core::Device::Cpu)
             .and_then(|t| t.to_dtype(dtype))
@@ -327,6 +336,24 @@ impl Norm {
         })
     }
 
+    /// [`Norm::load`], or without a bias (`{name}.weight` only) unless `bias`: a zero bias
+    /// then, so that the norm is candle's fused kernel (candle_nn's `LayerNorm` without a bias
+    /// takes about ten kernels).
+    pub fn load_maybe_bias(
+        vb: &VarBuilder,
+        h: usize,
+        eps: f32,
+        name: &str,
+        bias: bool,
+    ) -> Result<Self> {
+        if bias {
+            return Self::load(vb, h, eps, name);
+        }
+        let weight = vb.pp(name).get(h, "weight").map_err(err(name))?;
+        let bias = weight.zeros_like().map_err(err(name))?;
+        Ok(Norm { weight, bias, eps })
+    }
+
     /// The norm of each row of `x` (contiguous).
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)
@@ -369,16 +396,22 @@ pub(crate) fn heads_of(
     Ok((all.get(0)?, all.get(1)?, all.get(2)?))
 }
 
-/// The additive key mask `(b, 1, 1, t)` in `dtype` of a `(b, t)` mask (1 for a key, 0 for
-/// padding): 0 for a key, a large negative number for padding, finite in every format (f16
-/// tops out at 65,504), so that a row whose keys are all masked averages instead of turning
-/// into NaN; the scores it is added to are far smaller.
-pub(crate) fn additive_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
-    let (b, t) = mask.dims2()?;
-    let big = match dtype {
+/// What an additive mask adds to a score to mask it out in `dtype`: a large negative number,
+/// finite in every format (f16 tops out at 65,504), and so is the sum of two; the scores it
+/// is added to are far smaller.
+pub(crate) fn mask_value(dtype: DType) -> f32 {
+    match dtype {
         DType::F16 => -3e4,
         _ => -1e30,
-    };
+    }
+}
+
+/// The additive key mask `(b, 1, 1, t)` in `dtype` of a `(b, t)` mask (1 for a key, 0 for
+/// padding): 0 for a key, [`mask_value`] for padding, so that a row whose keys are all masked
+/// averages instead of turning into NaN.
+pub(crate) fn additive_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
+    let (b, t) = mask.dims2()?;
+    let big = f64::from(mask_value(dtype));
     mask.to_dtype(DType::F32)?
         .affine(-big, big)?
         .to_dtype(dtype)?
@@ -457,6 +490,30 @@ pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
 mod tests {
     use super::*;
     use std::cell::RefCell;
+
+    #[test]
+    fn a_fold_scales_the_tensors_it_names_and_only_their_leading_rows_when_asked() {
+        let fold = Fold {
+            suffixes: &[".q.weight"],
+            scale: 0.5,
+            rows: None,
+        };
+        let mut values = [2.0f32, 4.0, 6.0, 8.0];
+        fold.apply("layer.0.k.weight", &[2, 2], &mut values);
+        assert_eq!(values, [2.0, 4.0, 6.0, 8.0]);
+        fold.apply("layer.0.q.weight", &[2, 2], &mut values);
+        assert_eq!(values, [1.0, 2.0, 3.0, 4.0]);
+        let first_row = Fold {
+            rows: Some(1),
+            ..fold
+        };
+        first_row.apply("layer.0.q.weight", &[2, 2], &mut values);
+        assert_eq!(values, [0.5, 1.0, 3.0, 4.0]);
+        // A bias: its first entries.
+        let mut bias = [2.0f32, 2.0, 2.0];
+        first_row.apply("x.q.weight", &[3], &mut bias);
+        assert_eq!(bias, [1.0, 2.0, 2.0]);
+    }
 
     #[test]
     fn a_host_batch_pads_to_its_longest_row() {

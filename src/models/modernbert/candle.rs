@@ -7,28 +7,32 @@
 //! Per layer (pre-norm; `attn_norm` is the identity in layer 0): `x += Wo · attention(RoPE(Q),
 //! RoPE(K), V)` over `Wqkv · attn_norm(x)`, then `x += Wo · (act(a) * g)` with
 //! `[a | g] = Wi · mlp_norm(x)`; `final_norm` at the end. A sliding layer's query sees the keys
-//! at most `local_attention / 2` positions away; each kind of layer has its RoPE theta. Scores,
-//! masks and softmax are f32 whatever the weights' format.
+//! at most `local_attention / 2` positions away; each kind of layer has its RoPE theta.
+//!
+//! Written for a device as `bert::candle` is: the hidden states stay one `(rows · len,
+//! hidden)` matrix (one product per linear layer), one copy puts Q, K and V in place, the
+//! attention scale is folded into `Wqkv`'s query rows as the weights are read, masks and
+//! scores stay in the activations' format (finite masks; half-precision scores go through the
+//! softmax in f32 on candle's CPU backend only), and every norm is candle's fused kernel
+//! (a zero bias where the checkpoint has none).
 
-use candle_core::{DType, Module, Tensor, D};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder};
+use candle_core::{Module, Tensor, D};
+use candle_nn::{Embedding, Linear, VarBuilder};
 
 use super::config::ModernBertConfig;
-use crate::models::layers::candle::{activate, additive_mask, err, rope_tables};
+use crate::models::layers::candle::{
+    activate, additive_mask, err, heads_of, mask_value, rope_tables, softmax, softmax_in_f32, Fold,
+    Norm,
+};
 use crate::models::layers::kernels::Act;
 use crate::Result;
 use candle_nn::rotary_emb::rope;
 
-/// The score of a key out of a sliding layer's reach: finite, as `additive_mask`'s padding
-/// (the same value in f32), so that a row whose keys are all masked averages instead of
-/// turning into NaN (which would reach real rows through `0 · NaN`).
-const MASKED: f32 = -1e30;
-
 struct Layer {
-    attn_norm: Option<LayerNorm>,
+    attn_norm: Option<Norm>,
     qkv: Linear,
     out: Linear,
-    mlp_norm: LayerNorm,
+    mlp_norm: Norm,
     wi: Linear,
     wo: Linear,
     global: bool,
@@ -37,24 +41,23 @@ struct Layer {
 /// The ModernBERT encoder on a candle device. `Send + Sync`.
 pub(crate) struct ModernBert {
     embed: Embedding,
-    embed_norm: LayerNorm,
+    embed_norm: Norm,
     layers: Vec<Layer>,
-    final_norm: LayerNorm,
+    final_norm: Norm,
     heads: usize,
     window: usize,
     act: Act,
     /// `(cos, sin)` of the global and the sliding layers' angles.
     global_rope: (Tensor, Tensor),
     local_rope: (Tensor, Tensor),
+    /// The activations' format.
+    dtype: candle_core::DType,
+    /// As `bert::candle`'s: the softmax in f32 for half precision on candle's CPU backend.
+    softmax_in_f32: bool,
 }
 
-fn norm(vb: &VarBuilder, size: usize, eps: f64, bias: bool, name: &str) -> Result<LayerNorm> {
-    let vb = vb.pp(name);
-    match bias {
-        true => candle_nn::layer_norm(size, eps, vb),
-        false => candle_nn::layer_norm_no_bias(size, eps, vb),
-    }
-    .map_err(err(name))
+fn norm(vb: &VarBuilder, size: usize, eps: f64, bias: bool, name: &str) -> Result<Norm> {
+    Norm::load_maybe_bias(vb, size, eps as f32, name, bias)
 }
 
 fn linear(vb: &VarBuilder, i: usize, o: usize, bias: bool, name: &str) -> Result<Linear> {
@@ -62,7 +65,8 @@ fn linear(vb: &VarBuilder, i: usize, o: usize, bias: bool, name: &str) -> Result
 }
 
 impl ModernBert {
-    /// Loads the encoder of `cfg` from `vb` (its tensors under `model.`).
+    /// Loads the encoder of `cfg` from `vb` (its tensors under `model.`), read with
+    /// [`ModernBert::fold`].
     pub fn load(vb: VarBuilder, cfg: &ModernBertConfig) -> Result<Self> {
         let vb = vb.pp("model");
         let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps as f64);
@@ -96,7 +100,19 @@ impl ModernBert {
             act: cfg.act,
             global_rope: rope_tables(d, cfg.global_theta, positions, dtype, &device)?,
             local_rope: rope_tables(d, cfg.local_theta, positions, dtype, &device)?,
+            dtype,
+            softmax_in_f32: softmax_in_f32(&vb),
         })
+    }
+
+    /// The attention scale `1 / sqrt(head_dim)`, folded into the query's rows of `Wqkv` (the
+    /// first `hidden` rows of its weight and bias) as the weights are read ([`Fold`]).
+    pub fn fold(cfg: &ModernBertConfig) -> Fold {
+        Fold {
+            suffixes: &[".attn.Wqkv.weight", ".attn.Wqkv.bias"],
+            scale: 1.0 / (cfg.head_dim() as f64).sqrt(),
+            rows: Some(cfg.hidden),
+        }
     }
 
     /// The last hidden states `(rows, len, hidden)` of right-padded `ids` with `mask` (1 for
@@ -104,44 +120,40 @@ impl ModernBert {
     pub fn forward(&self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let device = ids.device();
-        // Padding keys masked for every query; a sliding layer masks the keys out of reach too.
-        let padding = additive_mask(mask, DType::F32)?;
-        let w = self.window as i64;
+        let dtype = self.dtype;
+        // Padding keys masked for every query; a sliding layer masks the keys out of reach
+        // too. Both in the activations' format, finite (their sum too).
+        let padding = additive_mask(mask, dtype)?;
+        let (w, masked) = (self.window as i64, mask_value(dtype));
         let reach: Vec<f32> = (0..t as i64)
-            .flat_map(|q| (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { MASKED }))
+            .flat_map(|q| (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { masked }))
             .collect();
-        let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?;
+        let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?.to_dtype(dtype)?;
         let local = padding.broadcast_add(&reach)?;
 
-        let mut x = self.embed_norm.forward(&self.embed.forward(ids)?)?;
-        let (h, heads) = (x.dim(D::Minus1)?, self.heads);
-        let d = h / heads;
+        // The hidden states stay one `(b · t, hidden)` matrix: one product per linear layer.
+        let x = self.embed.forward(ids)?;
+        let h = x.dim(D::Minus1)?;
+        let mut x = self.embed_norm.forward(&x.reshape((b * t, h))?)?;
         for layer in &self.layers {
             let y = match &layer.attn_norm {
                 Some(norm) => norm.forward(&x)?,
                 None => x.clone(),
             };
-            let qkv = layer.qkv.forward(&y)?.reshape((b, t, 3, heads, d))?;
-            let part = |i: usize| {
-                qkv.narrow(2, i, 1)?
-                    .squeeze(2)?
-                    .transpose(1, 2)?
-                    .contiguous()
-            };
+            // Q (scaled at load: `ModernBert::fold`), K, V in place with one copy.
+            let (q, k, v) = heads_of(&layer.qkv, &y, (b, t), self.heads)?;
             let (cos, sin) = match layer.global {
                 true => &self.global_rope,
                 false => &self.local_rope,
             };
-            let q = rope(&part(0)?, cos, sin)?;
-            let k = rope(&part(1)?, cos, sin)?;
-            let v = part(2)?;
-            let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
+            let (q, k) = (rope(&q, cos, sin)?, rope(&k, cos, sin)?);
+            let scores = q.matmul(&k.t()?)?;
             let scores = match layer.global {
                 true => scores.broadcast_add(&padding)?,
                 false => scores.broadcast_add(&local)?,
             };
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h))?;
+            let probs = softmax(&scores, self.softmax_in_f32)?;
+            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
             x = (x + layer.out.forward(&ctx)?)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
             let half = gated.dim(D::Minus1)? / 2;
@@ -149,6 +161,6 @@ impl ModernBert {
             let g = gated.narrow(D::Minus1, half, half)?;
             x = (x + layer.wo.forward(&(a * g)?)?)?;
         }
-        self.final_norm.forward(&x)
+        self.final_norm.forward(&x)?.reshape((b, t, h))
     }
 }

@@ -503,6 +503,7 @@ fn fold(cfg: &Qwen3Config) -> Fold {
     Fold {
         suffixes,
         scale: 1.0 / (cfg.head_dim as f64).sqrt(),
+        rows: None,
     }
 }
 
