@@ -216,7 +216,7 @@ done
 
 # --- 4b. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload, last:
 # the deadline skips it when the rest took the time.
-LARGE_DTYPES=${LARGE_DTYPES:-f16}
+LARGE_DTYPES=${LARGE_DTYPES-f16}  # set and empty: the larger shape is left out
 if [ -n "$LARGE_DTYPES" ]; then
   wl=${WORKLOADS%% *}
   IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
