@@ -250,33 +250,6 @@ impl CandleEncoder {
         )
     }
 
-    /// [`PackedEncoder::encode_mean_batches`] through [`pipeline`]: each batch's means taken
-    /// on the device (a product of its states with each row's 0 / 1 weights, then a division
-    /// by the count), so that one `hidden`-wide row per text comes back instead of every
-    /// token's states.
-    fn means_pipelined(
-        &self,
-        batches: &[Vec<&[u32]>],
-        skip: usize,
-        sink: BatchSink<'_>,
-    ) -> Result<()> {
-        pipeline(
-            batches,
-            |rows| {
-                self.check(rows, None)?;
-                let host = HostBatch::new(rows, None, None, self.pad);
-                let pool = MeanWeights::new(rows, host.len, skip);
-                Ok((host, pool))
-            },
-            |(host, pool)| self.launch_means(host, pool),
-            |means| match means {
-                Some(means) => read_f32(&means),
-                None => Ok(Vec::new()),
-            },
-            sink,
-        )
-    }
-
     /// Queues `host`'s forward pass and its rows' means, as flat f32; `None` for a batch of
     /// no rows.
     fn launch_means(&self, host: HostBatch, pool: MeanWeights) -> Result<Option<Tensor>> {
@@ -339,13 +312,30 @@ impl PackedEncoder for CandleEncoder {
         self.encode_pipelined(batches, None, output, sink)
     }
 
+    /// Through [`pipeline`]: each batch's means taken on the device (a product of its states
+    /// with each row's 0 / 1 weights, then a division by the count), so that one
+    /// `hidden`-wide row per text comes back instead of every token's states.
     fn encode_mean_batches(
         &self,
         batches: &[Vec<&[u32]>],
         skip: usize,
         sink: BatchSink<'_>,
     ) -> Result<()> {
-        self.means_pipelined(batches, skip, sink)
+        pipeline(
+            batches,
+            |rows| {
+                self.check(rows, None)?;
+                let host = HostBatch::new(rows, None, None, self.pad);
+                let pool = MeanWeights::new(rows, host.len, skip);
+                Ok((host, pool))
+            },
+            |(host, pool)| self.launch_means(host, pool),
+            |means| match means {
+                Some(means) => read_f32(&means),
+                None => Ok(Vec::new()),
+            },
+            sink,
+        )
     }
 }
 
