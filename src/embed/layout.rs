@@ -22,7 +22,7 @@ use super::Role;
 use crate::models::layers::config::{bad, count, flag_or, object, string};
 use crate::models::layers::weights::Weights;
 pub use crate::models::PoolingMode;
-use crate::models::{token_mean, ModelDir, MEAN_POOL_MIN_COUNT};
+use crate::models::{token_count, token_mean, token_sum, ModelDir};
 use crate::{Error, Result};
 
 /// The module list, relative to the model directory.
@@ -602,7 +602,6 @@ impl Layout {
         let mut out = Vec::with_capacity(self.pooled_width());
         let skip = skip.min(len);
         let kept = &rows[skip * h..len * h];
-        let count = (len - skip) as f32;
         for mode in &self.modes {
             match mode {
                 PoolingMode::Cls => {
@@ -618,12 +617,8 @@ impl Layout {
                 }
                 PoolingMode::Mean => out.extend(token_mean(rows, len, skip, h)),
                 PoolingMode::MeanSqrtLen => {
-                    let mut sum = vec![0.0f32; h];
-                    for row in kept.chunks_exact(h) {
-                        sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
-                    }
-                    let n = count.max(MEAN_POOL_MIN_COUNT).sqrt();
-                    out.extend(sum.into_iter().map(|s| s / n));
+                    let n = token_count(len, skip).sqrt();
+                    out.extend(token_sum(rows, len, skip, h).into_iter().map(|s| s / n));
                 }
                 PoolingMode::LastToken => {
                     if kept.is_empty() {

@@ -80,7 +80,7 @@ pub use options::{max_threads, ModelOptions, MAX_LENGTH};
 pub use pair::PairEncoding;
 pub(crate) use pair::PairTokenizer;
 pub use pooling::PoolingMode;
-pub(crate) use pooling::{token_mean, MEAN_POOL_MIN_COUNT};
+pub(crate) use pooling::{token_count, token_mean, token_sum};
 
 /// `n` reproducible values in `[-1, 1)` from `seed` (a linear congruential generator): the
 /// inputs and weights of the kernels' tests.

@@ -6,17 +6,29 @@
 /// sentence-transformers' clamp on the token count of mean pooling.
 pub(crate) const MEAN_POOL_MIN_COUNT: f32 = 1e-9;
 
-/// The mean of a sequence's token states (`len` rows of `h` values, row-major) over its tokens
-/// past the first `skip` (`include_prompt: false`), as sentence-transformers takes it: the sum
-/// in order, divided by the count clamped to [`MEAN_POOL_MIN_COUNT`] (zeros when no token is
-/// left).
-pub(crate) fn token_mean(rows: &[f32], len: usize, skip: usize, h: usize) -> Vec<f32> {
+/// The sum of a sequence's token states (`len` rows of `h` values, row-major) over its tokens
+/// past the first `skip` (`include_prompt: false`), in order.
+pub(crate) fn token_sum(rows: &[f32], len: usize, skip: usize, h: usize) -> Vec<f32> {
     let skip = skip.min(len);
     let mut sum = vec![0.0f32; h];
     for row in rows[skip * h..len * h].chunks_exact(h.max(1)) {
         sum.iter_mut().zip(row).for_each(|(s, v)| *s += v);
     }
-    let n = ((len - skip) as f32).max(MEAN_POOL_MIN_COUNT);
+    sum
+}
+
+/// The count of tokens [`token_sum`] adds, clamped to [`MEAN_POOL_MIN_COUNT`] as
+/// sentence-transformers clamps it.
+pub(crate) fn token_count(len: usize, skip: usize) -> f32 {
+    ((len - skip.min(len)) as f32).max(MEAN_POOL_MIN_COUNT)
+}
+
+/// The mean of a sequence's token states over its tokens past the first `skip`, as
+/// sentence-transformers takes it: [`token_sum`] divided by [`token_count`] (zeros when no
+/// token is left).
+pub(crate) fn token_mean(rows: &[f32], len: usize, skip: usize, h: usize) -> Vec<f32> {
+    let n = token_count(len, skip);
+    let sum = token_sum(rows, len, skip, h);
     sum.into_iter().map(|s| s / n).collect()
 }
 

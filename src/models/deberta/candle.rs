@@ -96,7 +96,7 @@ impl Deberta {
         for n in 0..cfg.layers {
             let l = enc.pp(format!("layer.{n}"));
             let a = l.pp("attention");
-            let own = |name: &str| linear(&a, h, h, &format!("self.{name}"));
+            let own = |name: &str| linear(&a, h, h, true, &format!("self.{name}"));
             let (q, k) = (own("query_proj")?, own("key_proj")?);
             let pos_key = match (cfg.c2p, cfg.share_att_key) {
                 (false, _) => None,

@@ -27,7 +27,7 @@ use crate::models::layers::weights::Weights;
 use crate::models::modernbert::candle::ModernBert;
 use crate::models::modernbert::config::{ClassifierPooling, ModernBertConfig};
 use crate::models::pair::PairEncoding;
-use crate::models::{Device, Precision, MEAN_POOL_MIN_COUNT};
+use crate::models::{token_count, Device, Precision};
 use crate::{Error, Result};
 
 /// The encoder modules, by family.
@@ -341,9 +341,7 @@ impl PackedEncoder for CandleEncoder {
 
 /// What mean pooling needs of a padded batch on the host: each row's weights over the padded
 /// length (1 for a token it pools, past the first `skip`; 0 for the rest and the padding)
-/// and its count of pooled tokens, clamped as [`token_mean`] clamps it.
-///
-/// [`token_mean`]: crate::models::token_mean
+/// and its count of pooled tokens, clamped ([`token_count`]).
 struct MeanWeights {
     weights: Vec<f32>,
     counts: Vec<f32>,
@@ -356,7 +354,7 @@ impl MeanWeights {
         for (row, w) in rows.iter().zip(weights.chunks_exact_mut(len.max(1))) {
             let first = skip.min(row.len());
             w[first..row.len()].fill(1.0);
-            counts.push(((row.len() - first) as f32).max(MEAN_POOL_MIN_COUNT));
+            counts.push(token_count(row.len(), skip));
         }
         MeanWeights { weights, counts }
     }
@@ -660,7 +658,10 @@ mod tests {
             }
         }
         let weights = MeanWeights::new(&rows, 5, 2);
-        assert_eq!(weights.counts, [3.0, 1.0, MEAN_POOL_MIN_COUNT]);
+        assert_eq!(
+            weights.counts,
+            [3.0, 1.0, crate::models::pooling::MEAN_POOL_MIN_COUNT]
+        );
         assert_eq!(
             &weights.weights[..10],
             [0., 0., 1., 1., 1., 0., 0., 1., 0., 0.]

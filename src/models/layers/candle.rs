@@ -360,9 +360,16 @@ impl Norm {
     }
 }
 
-/// The linear layer `{name}.weight` `(outputs, inputs)` and `{name}.bias` under `vb`.
-pub(crate) fn linear(vb: &VarBuilder, inputs: usize, outputs: usize, name: &str) -> Result<Linear> {
-    candle_nn::linear(inputs, outputs, vb.pp(name)).map_err(err(name))
+/// The linear layer `{name}.weight` `(outputs, inputs)` under `vb`, with `{name}.bias` when
+/// `bias`.
+pub(crate) fn linear(
+    vb: &VarBuilder,
+    inputs: usize,
+    outputs: usize,
+    bias: bool,
+    name: &str,
+) -> Result<Linear> {
+    candle_nn::linear_b(inputs, outputs, bias, vb.pp(name)).map_err(err(name))
 }
 
 /// A self-attention's three `hidden`-wide projections `{q}`, `{k}`, `{v}` under `vb` stacked
@@ -452,10 +459,10 @@ impl PostNorm {
     pub fn load(l: &VarBuilder, hidden: usize, intermediate: usize, eps: f32) -> Result<Self> {
         let a = l.pp("attention");
         Ok(PostNorm {
-            out: linear(&a, hidden, hidden, "output.dense")?,
+            out: linear(&a, hidden, hidden, true, "output.dense")?,
             attn_norm: Norm::load(&a, hidden, eps, "output.LayerNorm")?,
-            up: linear(l, hidden, intermediate, "intermediate.dense")?,
-            down: linear(l, intermediate, hidden, "output.dense")?,
+            up: linear(l, hidden, intermediate, true, "intermediate.dense")?,
+            down: linear(l, intermediate, hidden, true, "output.dense")?,
             ffn_norm: Norm::load(l, hidden, eps, "output.LayerNorm")?,
         })
     }

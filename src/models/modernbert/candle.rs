@@ -21,8 +21,8 @@ use candle_nn::{Embedding, Linear, VarBuilder};
 
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
-    activate, additive_mask, err, heads_of, mask_value, rope_tables, softmax, softmax_in_f32, Fold,
-    Norm,
+    activate, additive_mask, err, heads_of, linear, mask_value, rope_tables, softmax,
+    softmax_in_f32, Fold, Norm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -56,32 +56,25 @@ pub(crate) struct ModernBert {
     softmax_in_f32: bool,
 }
 
-fn norm(vb: &VarBuilder, size: usize, eps: f64, bias: bool, name: &str) -> Result<Norm> {
-    Norm::load_maybe_bias(vb, size, eps as f32, name, bias)
-}
-
-fn linear(vb: &VarBuilder, i: usize, o: usize, bias: bool, name: &str) -> Result<Linear> {
-    candle_nn::linear_b(i, o, bias, vb.pp(name)).map_err(err(name))
-}
-
 impl ModernBert {
     /// Loads the encoder of `cfg` from `vb` (its tensors under `model.`), read with
     /// [`ModernBert::fold`].
     pub fn load(vb: VarBuilder, cfg: &ModernBertConfig) -> Result<Self> {
         let vb = vb.pp("model");
-        let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps as f64);
+        let (h, i, eps) = (cfg.hidden, cfg.intermediate, cfg.eps);
         let (nb, ab, mb) = (cfg.norm_bias, cfg.attention_bias, cfg.mlp_bias);
+        let norm = |vb: &VarBuilder, name: &str| Norm::load_maybe_bias(vb, h, eps, name, nb);
         let mut layers = Vec::with_capacity(cfg.layers);
         for (n, &global) in cfg.global.iter().enumerate() {
             let l = vb.pp(format!("layers.{n}"));
             layers.push(Layer {
                 attn_norm: match n {
                     0 => None,
-                    _ => Some(norm(&l, h, eps, nb, "attn_norm")?),
+                    _ => Some(norm(&l, "attn_norm")?),
                 },
                 qkv: linear(&l, h, 3 * h, ab, "attn.Wqkv")?,
                 out: linear(&l, h, h, ab, "attn.Wo")?,
-                mlp_norm: norm(&l, h, eps, nb, "mlp_norm")?,
+                mlp_norm: norm(&l, "mlp_norm")?,
                 wi: linear(&l, h, 2 * i, mb, "mlp.Wi")?,
                 wo: linear(&l, i, h, mb, "mlp.Wo")?,
                 global,
@@ -92,9 +85,9 @@ impl ModernBert {
         Ok(ModernBert {
             embed: candle_nn::embedding(cfg.vocab, h, vb.pp("embeddings.tok_embeddings"))
                 .map_err(err("embeddings.tok_embeddings"))?,
-            embed_norm: norm(&vb, h, eps, nb, "embeddings.norm")?,
+            embed_norm: norm(&vb, "embeddings.norm")?,
             layers,
-            final_norm: norm(&vb, h, eps, nb, "final_norm")?,
+            final_norm: norm(&vb, "final_norm")?,
             heads: cfg.heads,
             window: cfg.window,
             act: cfg.act,

@@ -28,8 +28,8 @@ use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    candle_device, dtype, err, flat_f32, pipeline, read_f32, rope_tensors, softmax, softmax_in_f32,
-    var_builder, Fold,
+    candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
+    softmax_in_f32, var_builder, Fold,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -97,16 +97,6 @@ impl std::fmt::Debug for CandleDecoder {
 
 fn rms(vb: &VarBuilder, size: usize, eps: f64, name: &str) -> Result<RmsNorm> {
     candle_nn::rms_norm(size, eps, vb.pp(name)).map_err(err(name))
-}
-
-fn linear(
-    vb: &VarBuilder,
-    inputs: usize,
-    outputs: usize,
-    bias: bool,
-    name: &str,
-) -> Result<Linear> {
-    candle_nn::linear_b(inputs, outputs, bias, vb.pp(name)).map_err(err(name))
 }
 
 impl CandleDecoder {
