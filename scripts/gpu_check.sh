@@ -15,7 +15,9 @@
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16 bf16"),
 # KINDS ("cross-encoder embedder qwen3-reranker"), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
-# first workload, last; empty to leave it out), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
+# first workload, last; empty to leave it out), FUSED_AB_DTYPES (f32 f16: the cross-encoder once more at
+# the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "cross-encoder-unfused"; empty to leave it
+# out), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
 # PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
 # arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
 set -u
@@ -131,7 +133,15 @@ if runs_here "$IT"; then
   say "parity tests: RERANK_TEST_DEVICE=$TEST_DEVICE"
   RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
     step 180 "$IT" candle:: --test-threads=1 --nocapture $IT_SKIP
-  echo "parity tests exit: $?"
+  rc=$?
+  echo "parity tests exit: $rc"
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 99 ]; then
+    # Tells a failure of the cuBLASLt linear layers (layers/candle/cublaslt.rs) from the rest.
+    say "parity tests again with RERANK_CUDA_FUSED_LINEAR=0 (candle's products and additions)"
+    RERANK_CUDA_FUSED_LINEAR=0 RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures \
+      RERANK_REQUIRE_FIXTURES=1 step 180 "$IT" candle:: --test-threads=1 --nocapture $IT_SKIP
+    echo "parity tests without the fused linear layers exit: $?"
+  fi
 else
   say "SKIPPED parity tests: $IT absent or does not run here"
 fi
@@ -214,6 +224,27 @@ for wl in $WORKLOADS; do
   done
 done
 
+# --- 4a. the same cross-encoder with the cuBLASLt linear layers off (RERANK_CUDA_FUSED_LINEAR=0:
+# candle's product, then the bias and the residual as additions), FUSED_AB_DTYPES (f32 f16) at the
+# first workload: what fusing the bias and the residual into the products gives, in one run.
+FUSED_AB_DTYPES=${FUSED_AB_DTYPES-f32 f16}
+if [ -n "$FUSED_AB_DTYPES" ] && runs_here "$BENCH"; then
+  wl=${WORKLOADS%% *}
+  IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
+  for dt in $FUSED_AB_DTYPES; do
+    say "device_bench cross-encoder $dt on $DEVICE, workload $wl, RERANK_CUDA_FUSED_LINEAR=0"
+    busy_start
+    RERANK_CUDA_FUSED_LINEAR=0 step 120 "$BENCH" --kind cross-encoder --model "$MODELS/cross-encoder" \
+      --device "$DEVICE" --dtype "$dt" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
+      --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
+    busy=$(busy_stop)
+    show_stages
+    cat "$OUT/.bench.out"
+    grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
+    tag "$OUT/.last" "$wl" "$busy" cross-encoder-unfused >>"$OURS"
+  done
+fi
+
 # --- 4b. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload, last:
 # the deadline skips it when the rest took the time.
 LARGE_DTYPES=${LARGE_DTYPES-f16}  # set and empty: the larger shape is left out
@@ -269,11 +300,12 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "embedder", "qwen3-reranker", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-unfused", "embedder", "qwen3-reranker", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
-    a, b = o.get(k, {}), p.get(k, {})
+    # The unfused rows (4a) against the same PyTorch run as the cross-encoder's.
+    a, b = o.get(k, {}), p.get(k) or p.get((k[0], str(k[1]).removesuffix("-unfused"), k[2]), {})
     x, y = a.get("items_per_s"), b.get("items_per_s")
     ratio = f"{x / y:.2f}" if x and y else "n/a"
     fx = f"{x:.1f}" if x else a.get("error", "n/a")

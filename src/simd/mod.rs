@@ -19,6 +19,11 @@
 //!   references may still point to; the weights loader (`models::layers::weights`) maps each file once,
 //!   read-only, checks its length against its header, and releases only ranges it has copied.
 //!
+//! - `cublaslt` (feature `cuda`): the candle ports' linear layers on a CUDA device as one
+//!   cuBLASLt product with the bias and the residual in it, over raw device addresses; its safe
+//!   entry point checks every operand's device, format, shape and contiguity first, and
+//!   hands anything else back to candle's own operations.
+//!
 //! Not here: the models' element-wise loops (layer norm, softmax, activations, the int8
 //! layers' row statistics), safe code that `pulp` compiles for the CPU's widest instructions.
 //!
@@ -36,6 +41,8 @@
 
 #[cfg(all(target_arch = "x86_64", feature = "models"))]
 pub(crate) mod attention;
+#[cfg(feature = "candle")]
+pub(crate) mod cublaslt;
 pub(crate) mod dense;
 pub(crate) mod dot;
 #[cfg(feature = "models")]

@@ -19,11 +19,12 @@
 //! in a bare one; positions count from `pad_token_id + 1` for XLM-R (`EncoderConfig`).
 
 use candle_core::{IndexOp, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_nn::VarBuilder;
 
 use super::encoder::EncoderConfig;
 use crate::models::layers::candle::{
-    additive_mask, err, heads_of, softmax, softmax_in_f32, stacked_qkv, Fold, Norm, PostNorm,
+    additive_mask, err, heads_of, softmax, softmax_in_f32, stacked_qkv, Fold, Linear, Norm,
+    PostNorm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;

@@ -13,12 +13,12 @@
 //! padding mask is additive and built once per batch, and softmax and norms are candle's
 //! fused kernels.
 
-use candle_core::{Module, Tensor};
-use candle_nn::{Linear, VarBuilder};
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
 
 use super::config::DebertaConfig;
 use crate::models::layers::candle::{
-    additive_mask, err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Fold, Norm,
+    additive_mask, err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Fold, Linear, Norm,
     PostNorm,
 };
 use crate::Result;
@@ -129,11 +129,11 @@ impl Deberta {
             },
             proj: match e == h {
                 true => None,
-                false => Some(Linear::new(
+                false => Some(
                     emb.get((h, e), "embed_proj.weight")
+                        .and_then(|w| Linear::new(w, None))
                         .map_err(err("embed_proj"))?,
-                    None,
-                )),
+                ),
             },
             embed_norm: Norm::load(&emb, h, eps, "LayerNorm")?,
             layers,

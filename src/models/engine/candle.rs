@@ -3,8 +3,8 @@
 //! transformers puts on them) over the crate's candle ports: BERT / XLM-RoBERTa
 //! (`bert::candle`), DeBERTa-v2 / v3 (`deberta::candle`) and ModernBERT (`modernbert::candle`).
 
-use candle_core::{DType, IndexOp, Module, Tensor, D};
-use candle_nn::{Linear, VarBuilder};
+use candle_core::{DType, IndexOp, Tensor, D};
+use candle_nn::VarBuilder;
 use serde_json::Value;
 
 use super::{EncoderFamily as Family, PackedEncoder};
@@ -16,8 +16,8 @@ use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    activate, candle_device, dtype, err, flat_f32, pipeline, read_f32, var_builder, HostBatch,
-    Norm, Padded,
+    activate, candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, var_builder,
+    HostBatch, Linear, Norm, Padded,
 };
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{check_sequences, Sequence};
@@ -446,9 +446,7 @@ impl CandleClassifier {
             }
         };
         let (encoder, vb) = CandleEncoder::load_with_root(dir, family, device, precision)?;
-        let linear = |out: usize, name: &str, bias: bool| {
-            candle_nn::linear_b(h, out, bias, vb.pp(name)).map_err(err(name))
-        };
+        let linear = |out: usize, name: &str, bias: bool| linear(&vb, h, out, bias, name);
         let head = match family {
             Family::Bert => Head::FirstToken {
                 dense: linear(h, "bert.pooler.dense", true)?,

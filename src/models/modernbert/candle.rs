@@ -17,12 +17,12 @@
 //! (a zero bias where the checkpoint has none).
 
 use candle_core::{Module, Tensor, D};
-use candle_nn::{Embedding, Linear, VarBuilder};
+use candle_nn::{Embedding, VarBuilder};
 
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
     activate, additive_mask, err, heads_of, linear, mask_value, rope_tables, softmax,
-    softmax_in_f32, Fold, Norm,
+    softmax_in_f32, Fold, Linear, Norm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -147,12 +147,12 @@ impl ModernBert {
             };
             let probs = softmax(&scores, self.softmax_in_f32)?;
             let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
-            x = (x + layer.out.forward(&ctx)?)?;
+            x = layer.out.forward_add(&ctx, &x)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
             let half = gated.dim(D::Minus1)? / 2;
             let a = activate(&gated.narrow(D::Minus1, 0, half)?, self.act)?;
             let g = gated.narrow(D::Minus1, half, half)?;
-            x = (x + layer.wo.forward(&(a * g)?)?)?;
+            x = layer.wo.forward_add(&(a * g)?, &x)?;
         }
         self.final_norm.forward(&x)?.reshape((b, t, h))
     }

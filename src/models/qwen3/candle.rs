@@ -21,7 +21,7 @@
 
 use candle_core::{DType, Module, Tensor};
 use candle_nn::rotary_emb::rope;
-use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
+use candle_nn::{Embedding, RmsNorm, VarBuilder};
 
 use super::config::Qwen3Config;
 use super::forward::{check_prompts, shared_prefix};
@@ -29,7 +29,7 @@ use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
-    softmax_in_f32, var_builder, Fold,
+    softmax_in_f32, var_builder, Fold, Linear,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -464,10 +464,10 @@ impl CandleDecoder {
                 .reshape((b, heads, tq, d))?
                 .transpose(1, 2)?
                 .reshape((b * tq, heads * d))?;
-            x = (residual + layer.o.forward(&attn)?)?;
+            x = layer.o.forward_add(&attn, &residual)?;
             let y = layer.post_norm.forward(&x)?;
             let mlp = (candle_nn::ops::silu(&layer.gate.forward(&y)?)? * layer.up.forward(&y)?)?;
-            x = (x + layer.down.forward(&mlp)?)?;
+            x = layer.down.forward_add(&mlp, &x)?;
         }
         Ok((x, kept))
     }

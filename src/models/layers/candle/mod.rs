@@ -20,7 +20,11 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Tensor};
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::VarBuilder;
+
+mod linear;
+
+pub(crate) use linear::Linear;
 
 use super::kernels::Act;
 use super::weights::Weights;
@@ -369,7 +373,13 @@ pub(crate) fn linear(
     bias: bool,
     name: &str,
 ) -> Result<Linear> {
-    candle_nn::linear_b(inputs, outputs, bias, vb.pp(name)).map_err(err(name))
+    let vb = vb.pp(name);
+    let weight = vb.get((outputs, inputs), "weight").map_err(err(name))?;
+    let bias = match bias {
+        true => Some(vb.get(outputs, "bias").map_err(err(name))?),
+        false => None,
+    };
+    Linear::new(weight, bias).map_err(err(name))
 }
 
 /// A self-attention's three `hidden`-wide projections `{q}`, `{k}`, `{v}` under `vb` stacked
@@ -380,10 +390,11 @@ pub(crate) fn stacked_qkv(vb: &VarBuilder, hidden: usize, [q, k, v]: [&str; 3]) 
         let get = |part: &str| vb.get(shape, &format!("{part}.{kind}"));
         (|| Tensor::cat(&[&get(q)?, &get(k)?, &get(v)?], 0))().map_err(err(q))
     };
-    Ok(Linear::new(
+    Linear::new(
         stack("weight", &[hidden, hidden])?,
         Some(stack("bias", &[hidden])?),
-    ))
+    )
+    .map_err(err(q))
 }
 
 /// `x` `(b · t, hidden)` through a stacked Q, K, V layer ([`stacked_qkv`]), as Q, K and V of
@@ -477,9 +488,9 @@ impl PostNorm {
     ) -> candle_core::Result<Tensor> {
         let x = self
             .attn_norm
-            .forward(&(self.out.forward(context)? + residual)?)?;
+            .forward(&self.out.forward_add(context, residual)?)?;
         let y = activate(&self.up.forward(&x)?, act)?;
-        self.ffn_norm.forward(&(self.down.forward(&y)? + x)?)
+        self.ffn_norm.forward(&self.down.forward_add(&y, &x)?)
     }
 }
 
