@@ -190,23 +190,35 @@ show_stages() {
   grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
 }
 
+# ours LABEL KIND MODEL DTYPE WORKLOAD [NAME=VALUE ...]: device_bench on MODEL as KIND at WORKLOAD
+# (ITEMS:BATCH:DOC_WORDS), with the NAME=VALUE variables in its environment; prints its stages and
+# the device's busy share while it ran, and adds its JSON line to $OURS as kind LABEL.
+ours() {
+  local label=$1 kind=$2 model=$3 dt=$4 wl=$5 items batch words busy
+  shift 5
+  IFS=: read -r items batch words <<<"$wl"
+  say "device_bench $label $dt on $DEVICE, workload $wl${1:+ ($*)}"
+  busy_start
+  (
+    [ $# -gt 0 ] && export "$@"
+    step 120 "$BENCH" --kind "$kind" --model "$model" --device "$DEVICE" --dtype "$dt" --items "$items" \
+      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
+  )
+  busy=$(busy_stop)
+  show_stages
+  cat "$OUT/.bench.out"
+  [ -n "$busy" ] && say "device busy ${busy} % of the run"
+  grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
+  tag "$OUT/.last" "$wl" "$busy" "$label" >>"$OURS"
+}
+
 for wl in $WORKLOADS; do
   IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
   # --- 3. ours: device_bench, each kind and dtype, with the device's busy share.
   if runs_here "$BENCH"; then
     for kind in $KINDS; do
       for dt in $DTYPES; do
-        say "device_bench $kind $dt on $DEVICE, workload $wl"
-        busy_start
-        step 120 "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype "$dt" \
-          --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" \
-          --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
-        busy=$(busy_stop)
-        show_stages
-        cat "$OUT/.bench.out"
-        [ -n "$busy" ] && say "device busy ${busy} % of the run"
-        grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
-        tag "$OUT/.last" "$wl" "$busy" >>"$OURS"
+        ours "$kind" "$kind" "$MODELS/$kind" "$dt" "$wl"
       done
     done
   else
@@ -229,19 +241,9 @@ done
 # first workload: what fusing the bias and the residual into the products gives, in one run.
 FUSED_AB_DTYPES=${FUSED_AB_DTYPES-f32 f16}
 if [ -n "$FUSED_AB_DTYPES" ] && runs_here "$BENCH"; then
-  wl=${WORKLOADS%% *}
-  IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
   for dt in $FUSED_AB_DTYPES; do
-    say "device_bench cross-encoder $dt on $DEVICE, workload $wl, RERANK_CUDA_FUSED_LINEAR=0"
-    busy_start
-    RERANK_CUDA_FUSED_LINEAR=0 step 120 "$BENCH" --kind cross-encoder --model "$MODELS/cross-encoder" \
-      --device "$DEVICE" --dtype "$dt" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
-      --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
-    busy=$(busy_stop)
-    show_stages
-    cat "$OUT/.bench.out"
-    grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
-    tag "$OUT/.last" "$wl" "$busy" cross-encoder-unfused >>"$OURS"
+    ours cross-encoder-unfused cross-encoder "$MODELS/cross-encoder" "$dt" "${WORKLOADS%% *}" \
+      RERANK_CUDA_FUSED_LINEAR=0
   done
 fi
 
@@ -255,16 +257,7 @@ if [ -n "$LARGE_DTYPES" ]; then
   step 120 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --kinds cross-encoder-large --device "$PEER_DEVICE"
   if runs_here "$BENCH"; then
     for dt in $LARGE_DTYPES; do
-      say "device_bench cross-encoder-large $dt on $DEVICE, workload $wl"
-      busy_start
-      step 120 "$BENCH" --kind cross-encoder --model "$MODELS/cross-encoder-large" --device "$DEVICE" \
-        --dtype "$dt" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
-        --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
-      busy=$(busy_stop)
-      show_stages
-      cat "$OUT/.bench.out"
-      grep '^{' "$OUT/.bench.out" | tail -1 >"$OUT/.last"
-      tag "$OUT/.last" "$wl" "$busy" cross-encoder-large >>"$OURS"
+      ours cross-encoder-large cross-encoder "$MODELS/cross-encoder-large" "$dt" "$wl"
     done
   fi
   step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds cross-encoder-large \
