@@ -118,6 +118,9 @@ struct Args {
     /// host, queueing them, waiting for the device (and copying back), finishing them.
     #[arg(long)]
     stages: bool,
+    /// Let f32 products on a CUDA device run on TF32 tensor cores (`models::allow_tf32`).
+    #[arg(long)]
+    tf32: bool,
 }
 
 fn text(start: usize, words: usize) -> String {
@@ -135,6 +138,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_writer(std::io::stderr)
             .with_ansi(false)
             .init();
+    }
+    if args.tf32 {
+        rerank::models::allow_tf32(true)?;
     }
     let docs: Vec<String> = (0..args.items)
         .map(|i| text(7 * i, args.doc_words))
@@ -197,6 +203,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "kind": args.kind,
             "device": args.device.to_string(),
             "dtype": args.dtype.as_str(),
+            "tf32": args.tf32,
             "items": args.items,
             "seconds": seconds,
             "items_per_s": args.items as f64 / seconds,

@@ -17,6 +17,7 @@
 # KINDS ("cross-encoder embedder qwen3-reranker"), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload, last; empty to leave it out), FUSED_AB_DTYPES (f32 f16: the cross-encoder once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "cross-encoder-unfused"; empty to leave it
+# out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to leave it
 # out), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
 # PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
 # arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
@@ -190,9 +191,10 @@ show_stages() {
   grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
 }
 
-# ours LABEL KIND MODEL DTYPE WORKLOAD [NAME=VALUE ...]: device_bench on MODEL as KIND at WORKLOAD
-# (ITEMS:BATCH:DOC_WORDS), with the NAME=VALUE variables in its environment; prints its stages and
-# the device's busy share while it ran, and adds its JSON line to $OURS as kind LABEL.
+# ours LABEL KIND MODEL DTYPE WORKLOAD [NAME=VALUE | --FLAG ...]: device_bench on MODEL as KIND at
+# WORKLOAD (ITEMS:BATCH:DOC_WORDS), with the NAME=VALUE variables in its environment and the --FLAGs
+# on its command line; prints its stages and the device's busy share while it ran, and adds its
+# JSON line to $OURS as kind LABEL.
 ours() {
   local label=$1 kind=$2 model=$3 dt=$4 wl=$5 items batch words busy
   shift 5
@@ -200,9 +202,13 @@ ours() {
   say "device_bench $label $dt on $DEVICE, workload $wl${1:+ ($*)}"
   busy_start
   (
-    [ $# -gt 0 ] && export "$@"
+    extra=()
+    for a in "$@"; do
+      case $a in --*) extra+=("$a") ;; *) export "$a" ;; esac
+    done
     step 120 "$BENCH" --kind "$kind" --model "$model" --device "$DEVICE" --dtype "$dt" --items "$items" \
-      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" --stages >"$OUT/.bench.out" 2>"$OUT/.stages"
+      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" --stages "${extra[@]}" \
+      >"$OUT/.bench.out" 2>"$OUT/.stages"
   )
   busy=$(busy_stop)
   show_stages
@@ -245,6 +251,11 @@ if [ -n "$FUSED_AB_DTYPES" ] && runs_here "$BENCH"; then
     ours cross-encoder-unfused cross-encoder "$MODELS/cross-encoder" "$dt" "${WORKLOADS%% *}" \
       RERANK_CUDA_FUSED_LINEAR=0
   done
+fi
+# --- 4a'. f32 on TF32 tensor cores (device_bench --tf32: models::allow_tf32), TF32_AB (1) at the
+# first workload, the row "cross-encoder-tf32", against PyTorch's exact f32.
+if [ "${TF32_AB:-1}" = 1 ] && runs_here "$BENCH"; then
+  ours cross-encoder-tf32 cross-encoder "$MODELS/cross-encoder" f32 "${WORKLOADS%% *}" --tf32
 fi
 
 # --- 4b. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload, last:
@@ -293,12 +304,13 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-unfused", "embedder", "qwen3-reranker", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-unfused", "cross-encoder-tf32", "embedder", "qwen3-reranker", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
-    # The unfused rows (4a) against the same PyTorch run as the cross-encoder's.
-    a, b = o.get(k, {}), p.get(k) or p.get((k[0], str(k[1]).removesuffix("-unfused"), k[2]), {})
+    # The unfused and TF32 rows (4a) against the same PyTorch run as the cross-encoder's.
+    base = str(k[1]).removesuffix("-unfused").removesuffix("-tf32")
+    a, b = o.get(k, {}), p.get(k) or p.get((k[0], base, k[2]), {})
     x, y = a.get("items_per_s"), b.get("items_per_s")
     ratio = f"{x / y:.2f}" if x and y else "n/a"
     fx = f"{x:.1f}" if x else a.get("error", "n/a")

@@ -68,6 +68,33 @@ impl Device {
     }
 }
 
+/// Lets the f32 matrix products on CUDA devices run on TF32 tensor cores (their inputs rounded
+/// to 10 bits of mantissa, their sums kept in f32), or stops them: for the whole process, every
+/// model on every CUDA device, the crate's linear layers and candle's own products alike, as
+/// PyTorch's `torch.backends.cuda.matmul.allow_tf32`. Off by default, and f32 is then exact to
+/// the reference models; on, an f32 model runs its products several times faster on GPUs with
+/// tensor cores and its scores are close to f32's rather than equal. f16 and bf16 products,
+/// and every other device, are unaffected.
+///
+/// An [`Error::Config`] for `true` in a build without the `cuda` feature, which has no product
+/// for it to change.
+///
+/// ```
+/// // Exact f32 (the default) is always available.
+/// rerank::models::allow_tf32(false)?;
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub fn allow_tf32(allowed: bool) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    candle_core::cuda::set_gemm_reduced_precision_f32(allowed);
+    match allowed && !cfg!(feature = "cuda") {
+        true => Err(Error::Config(
+            "TF32 is for CUDA devices: rerank was built without the `cuda` feature".into(),
+        )),
+        false => Ok(()),
+    }
+}
+
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -157,5 +184,15 @@ mod tests {
             Device::CandleCpu.check_available().is_ok(),
             cfg!(feature = "candle")
         );
+    }
+
+    #[test]
+    fn tf32_is_refused_by_name_in_a_build_without_cuda_and_exact_f32_always_taken() {
+        let allowed = allow_tf32(true);
+        assert_eq!(allowed.is_ok(), cfg!(feature = "cuda"));
+        if let Err(e) = allowed {
+            assert!(e.to_string().contains("`cuda` feature"), "{e}");
+        }
+        allow_tf32(false).unwrap();
     }
 }

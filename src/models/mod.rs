@@ -65,7 +65,7 @@ pub(crate) use bert::classifier::SequenceClassifier;
 pub(crate) use config::ClassifierConfig;
 pub use config::{Activation, Architecture};
 pub(crate) use deberta::classifier::DebertaClassifier;
-pub use device::Device;
+pub use device::{allow_tf32, Device};
 pub use dir::{ModelDir, WEIGHTS_FILE};
 pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
 pub(crate) use gte::classifier::GteClassifier;

@@ -3,9 +3,9 @@
 //! `C` operand (`beta = 1`), where candle runs a product and then one broadcast addition per
 //! term, each a pass over the output. PyTorch's `addmm` adds its bias the same way.
 //!
-//! Numbers: the products accumulate in f32 for every format (`CUBLAS_COMPUTE_32F`, never TF32:
-//! f32 stays exact to the references), and the epilogue adds in f32 before the one rounding to
-//! the output's format.
+//! Numbers: the products accumulate in f32 for every format (`CUBLAS_COMPUTE_32F`: f32 stays
+//! exact to the references; TF32 only once the process asked for it, `models::allow_tf32`), and
+//! the epilogue adds in f32 before the one rounding to the output's format.
 //!
 //! What it takes: a 2-D `(rows, inputs)` input, a `(outputs, inputs)` weight, a bias
 //! `(outputs)` and a residual `(rows, outputs)`, all contiguous from the start of their own
@@ -364,11 +364,16 @@ mod device {
             use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
             // A failure to bind shows as the product's own error below.
             let _ = stream.context().bind_to_thread();
+            // f32 on TF32 tensor cores only when the process allowed it (`models::allow_tf32`,
+            // candle's switch for its own f32 products).
+            let tf32 = ty == sys::cudaDataType::CUDA_R_32F
+                && candle_core::cuda_backend::gemm_reduced_precision_f32();
+            let compute = match tf32 {
+                true => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+                false => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            };
             let desc = Owned(
-                result::create_matmul_desc(
-                    sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    sys::cudaDataType::CUDA_R_32F,
-                )?,
+                result::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F)?,
                 result::destroy_matmul_desc,
             );
             let set = |attr: Desc, value: *const c_void, size: usize| {
