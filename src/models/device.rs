@@ -72,9 +72,9 @@ impl Device {
 /// to 10 bits of mantissa, their sums kept in f32), or stops them: for the whole process, every
 /// model on every CUDA device, the crate's linear layers and candle's own products alike, as
 /// PyTorch's `torch.backends.cuda.matmul.allow_tf32`. Off by default, and f32 is then exact to
-/// the reference models; on, an f32 model runs its products several times faster on GPUs with
-/// tensor cores and its scores are close to f32's rather than equal. f16 and bf16 products,
-/// and every other device, are unaffected.
+/// the reference models; on, an f32 model's products run on the GPU's tensor cores and its
+/// scores are close to f32's rather than equal. f16 and bf16 products, and every other device,
+/// are unaffected.
 ///
 /// An [`Error::Config`] for `true` in a build without the `cuda` feature, which has no product
 /// for it to change.
