@@ -22,14 +22,13 @@
 /// transpose in column-major order, so `yᵀ = W · xᵀ`, with A the weight read transposed
 /// (`(inputs, outputs)` column-major, `ld = inputs`), B the rows as they are (`(inputs,
 /// rows)` column-major, `ld = inputs`) and D the output (`(outputs, rows)`, `ld = outputs`);
-/// a bias of `m` entries is added to every column of D, i.e. to every output row.
+/// a bias of `m` entries is added to every column of D, i.e. to every output row. A is always
+/// read transposed (`CUBLAS_OP_T`, stored `k x m`), B never.
 ///
 /// Read by the `cuda` build's product; its test runs in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gemm {
-    /// A is read transposed (B never is).
-    pub transa: bool,
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -43,21 +42,12 @@ impl Gemm {
     /// The product of `rows` rows of `inputs` by a weight of `outputs x inputs`.
     pub fn row_major(rows: usize, inputs: usize, outputs: usize) -> Self {
         Gemm {
-            transa: true,
             m: outputs,
             n: rows,
             k: inputs,
             lda: inputs,
             ldb: inputs,
             ldd: outputs,
-        }
-    }
-
-    /// A's stored shape, `(rows, columns)` column-major, as a BLAS matrix layout names it.
-    pub fn a_stored(&self) -> (usize, usize) {
-        match self.transa {
-            true => (self.k, self.m),
-            false => (self.m, self.k),
         }
     }
 }
@@ -379,7 +369,8 @@ mod device {
             let set = |attr: Desc, value: *const c_void, size: usize| {
                 result::set_matmul_desc_attribute(desc.0, attr, value, size)
             };
-            let (transa, transb) = (i32::from(gemm.transa), 0i32);
+            // A (the weight) read transposed, B (the rows) as it is.
+            let (transa, transb) = (1i32, 0i32);
             set(Desc::CUBLASLT_MATMUL_DESC_TRANSA, ptr(&transa), 4)?;
             set(Desc::CUBLASLT_MATMUL_DESC_TRANSB, ptr(&transb), 4)?;
             let epilogue = match &p.bias {
@@ -394,8 +385,7 @@ mod device {
                 result::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
                     .map(|l| Owned(l, result::destroy_matrix_layout))
             };
-            let (a_rows, a_cols) = gemm.a_stored();
-            let a = layout(a_rows, a_cols, gemm.lda)?;
+            let a = layout(gemm.k, gemm.m, gemm.lda)?;
             let b = layout(gemm.k, gemm.n, gemm.ldb)?;
             let d = layout(gemm.m, gemm.n, gemm.ldd)?;
             let pref = Owned(result::create_matmul_pref()?, result::destroy_matmul_pref);
@@ -467,16 +457,13 @@ mod device {
 mod tests {
     use super::*;
 
-    /// A column-major BLAS product as its reference documentation defines it:
-    /// `D = op(A) · op(B) + C` (`alpha = beta = 1`), then the bias epilogue `D[i, j] += bias[i]`.
+    /// A column-major BLAS product as its reference documentation defines it, with A read
+    /// transposed (stored `k x m`) as the product reads it: `D = Aᵀ · B + C` (`alpha = beta =
+    /// 1`), then the bias epilogue `D[i, j] += bias[i]`.
     fn blas(g: Gemm, a: &[f32], b: &[f32], c: Option<&[f32]>, bias: Option<&[f32]>) -> Vec<f32> {
-        let (a_rows, a_cols) = g.a_stored();
-        assert!(g.lda >= a_rows && a.len() >= g.lda * (a_cols - 1) + a_rows);
+        assert!(g.lda >= g.k && a.len() >= g.lda * (g.m - 1) + g.k);
         assert!(g.ldb >= g.k && b.len() >= g.ldb * (g.n - 1) + g.k);
-        let op_a = |i: usize, p: usize| match g.transa {
-            true => a[p + i * g.lda],
-            false => a[i + p * g.lda],
-        };
+        let op_a = |i: usize, p: usize| a[p + i * g.lda];
         let mut d = vec![0f32; g.ldd * g.n];
         for j in 0..g.n {
             for i in 0..g.m {
