@@ -11,14 +11,16 @@
 #
 # Writes, under $OUT (default /tmp/gpu-out): gpu_table.md (ours vs PyTorch, items/s and ratio, and
 # the device's busy share while ours ran), gpu_raw.jsonl (every JSON line, "impl": "rerank" or
-# "pytorch", with its "workload"), gpu_check.log (all output).
+# "pytorch", with its "workload"), profile.md (each f16 kind's kernel time by kernel, Nsight
+# Compute, where the machine lets it count; profile_raw.csv, ncu's lines), gpu_check.log (all output).
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16 bf16"),
 # KINDS ("cross-encoder embedder qwen3-reranker"), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload, last; empty to leave it out), FUSED_AB_DTYPES (f32 f16: the cross-encoder once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "cross-encoder-unfused"; empty to leave it
 # out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to leave it
-# out), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
+# out), SANITIZE (1: compute-sanitizer's memcheck on the cross-encoders' parity test), PROFILE (1: the
+# kernel profile), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
 # PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
 # arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
 set -u
@@ -188,6 +190,8 @@ busy_stop() {
 # device).
 show_stages() {
   grep -v 'rerank::device' "$OUT/.stages" || true
+  # A product cuBLASLt had no algorithm for (candle's operations ran it): once per kind of product.
+  grep -o 'cuBLASLt has no algorithm.*' "$OUT/.stages" | sort | uniq -c | head -5 || true
   grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
 }
 
@@ -278,6 +282,35 @@ if [ -n "$LARGE_DTYPES" ]; then
   tag "$OUT/.peer.out" "$wl" >>"$PEER"
 fi
 
+# --- 4c. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
+# runtime lets it read the device): the cross-encoders' parity test, whose BERT, DeBERTa and
+# ModernBERT run every fused product (linear layers; scores with the mask, and DeBERTa's c2p term).
+# SANITIZE (1).
+if [ "$DRY" != 1 ] && [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && runs_here "$IT"; then
+  say "compute-sanitizer memcheck: candle::cross_encoders_match_the_references on $TEST_DEVICE"
+  RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
+    step 90 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    "$IT" candle::cross_encoders_match_the_references --test-threads=1 --exact
+  echo "memcheck exit: $? (0: no error found; 3: errors above)"
+fi
+
+# --- 4d. where the device's time goes: Nsight Compute's duration of every kernel of ours in f16
+# (cross-encoder and embedder at the second workload's batch and length, Qwen3 at the first's),
+# summed by kernel into profile.md, for the next change to start from. PROFILE (1).
+if [ "$DRY" != 1 ] && [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null 2>&1 && runs_here "$BENCH"; then
+  : >"$OUT/profile_raw.csv"
+  for spec in cross-encoder:256:128:190 embedder:256:128:190 qwen3-reranker:64:32:120; do
+    IFS=: read -r kind items batch words <<<"$spec"
+    say "ncu: $kind f16, $items items in batches of $batch, $words-word documents"
+    step 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype f16 --items "$items" \
+      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" >"$OUT/.ncu.out" 2>&1
+    grep -v '^"' "$OUT/.ncu.out" | grep -v '^==PROF==' | head -5
+    grep '^"' "$OUT/.ncu.out" | sed "s/^/$kind,/" >>"$OUT/profile_raw.csv"
+  done
+  "$PY" scripts/gpu_profile.py "$OUT/profile_raw.csv" "$OUT/profile.md"
+fi
+
 # --- 5. the table.
 "$PY" - "$OURS" "$PEER" "$OUT" <<'EOF'
 import json, sys
@@ -320,5 +353,5 @@ for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.ge
 open(f"{out}/gpu_table.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
-rm -f "$OURS" "$PEER" "$OUT/.bench.out" "$OUT/.peer.out" "$OUT/.last" "$OUT/.busy"
+rm -f "$OURS" "$PEER" "$OUT/.bench.out" "$OUT/.peer.out" "$OUT/.last" "$OUT/.busy" "$OUT/.ncu.out"
 say "done"

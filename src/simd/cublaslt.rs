@@ -1,21 +1,29 @@
-//! The linear layers' product on a CUDA device through cuBLASLt (feature `cuda`): `y = x · Wᵀ
-//! + b + r` as one `cublasLtMatmul`, the bias added by its epilogue and the residual `r` as its
-//! `C` operand (`beta = 1`), where candle runs a product and then one broadcast addition per
-//! term, each a pass over the output. PyTorch's `addmm` adds its bias the same way.
+//! The candle ports' products on a CUDA device through cuBLASLt (feature `cuda`), each one
+//! `cublasLtMatmul` whose epilogue adds what candle would add in passes of its own over the
+//! output:
+//! - a linear layer, `y = x · Wᵀ + b + r`: the bias added by the epilogue, the residual `r` as
+//!   the `C` operand (`beta = 1`). PyTorch's `addmm` adds its bias the same way.
+//! - the attention's scores, `s = q · kᵀ + m (+ p)` for every (row, head) of a batch: one
+//!   batched product whose epilogue adds the additive key mask `m` (a bias per key, one per
+//!   (row, head)), and an optional term `p` of the scores' shape as `C` (DeBERTa's position
+//!   terms). candle would add the mask by a broadcast pass over every score.
 //!
 //! Numbers: the products accumulate in f32 for every format (`CUBLAS_COMPUTE_32F`: f32 stays
 //! exact to the references; TF32 only once the process asked for it, `models::allow_tf32`), and
 //! the epilogue adds in f32 before the one rounding to the output's format.
 //!
-//! What it takes: a 2-D `(rows, inputs)` input, a `(outputs, inputs)` weight, a bias
-//! `(outputs)` and a residual `(rows, outputs)`, all contiguous from the start of their own
-//! allocation (cuBLASLt's algorithms may assume 256-byte aligned operands: a view into a larger
-//! buffer is left to candle), in f32, f16 or bf16. Anything else returns `None` and candle's
-//! operations run it. `RERANK_CUDA_FUSED_LINEAR=0` turns the path off for the process.
+//! What they take: operands in f32, f16 or bf16, contiguous (a linear layer: a 2-D `(rows,
+//! inputs)` input, a `(outputs, inputs)` weight, a bias `(outputs)` and a residual `(rows,
+//! outputs)`; the scores: `q (.., queries, d)`, `k (.., keys, d)`, a mask `(matrices, keys)`), the
+//! bias or mask from the start of its own allocation (its address is what cuBLASLt's heuristic
+//! reads its alignment from). Anything else returns `None` and candle's operations run it; so
+//! does a product for which cuBLASLt offers no algorithm (nothing is queued then).
+//! `RERANK_CUDA_FUSED_LINEAR=0` turns the path off for the process.
 //!
-//! The layout of the product (which operand is read transposed, the leading dimensions) is
-//! [`Gemm`], tested in every build against a column-major product written from the BLAS
-//! definition; the device calls themselves run only on a GPU (`scripts/gpu_check.sh`).
+//! The layout of a product (which operand is read transposed, the leading dimensions, the
+//! batch strides) is [`Gemm`], tested in every build against a column-major product written
+//! from the BLAS definition; the device calls themselves run only on a GPU
+//! (`scripts/gpu_check.sh`).
 
 /// How a row-major product `y = x · Wᵀ (+ b) (+ r)` is put to a column-major BLAS
 /// (`D = op(A) · op(B) + C`, A `m x k`, B `k x n`, D `m x n`): a row-major matrix is its
@@ -24,6 +32,11 @@
 /// rows)` column-major, `ld = inputs`) and D the output (`(outputs, rows)`, `ld = outputs`);
 /// a bias of `m` entries is added to every column of D, i.e. to every output row. A is always
 /// read transposed (`CUBLAS_OP_T`, stored `k x m`), B never.
+///
+/// A batch of `batch` such products lies one after the other: product `i` reads A, B, the
+/// bias and C, and writes D, `i` strides (in elements) from the first. The attention's scores
+/// are one: `q · kᵀ + mask` is `x · Wᵀ + b` with the queries as the rows, the keys as the
+/// weight and the mask as the bias, for each (row, head).
 ///
 /// Read by the `cuda` build's product; its test runs in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -35,6 +48,13 @@ pub(crate) struct Gemm {
     pub lda: usize,
     pub ldb: usize,
     pub ldd: usize,
+    /// The number of products (1: one product).
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    /// D's stride, and C's (C is laid out as D).
+    pub stride_d: usize,
+    pub stride_bias: usize,
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -48,12 +68,31 @@ impl Gemm {
             lda: inputs,
             ldb: inputs,
             ldd: outputs,
+            batch: 1,
+            stride_a: outputs * inputs,
+            stride_b: rows * inputs,
+            stride_d: rows * outputs,
+            stride_bias: outputs,
+        }
+    }
+
+    /// `batch` products of this shape, each operand's matrices one after the other.
+    pub fn batched(self, batch: usize) -> Self {
+        Gemm { batch, ..self }
+    }
+
+    /// The same products with each one's bias `stride` elements after the previous one's
+    /// (at least `m`: a padded row per product).
+    pub fn bias_stride(self, stride: usize) -> Self {
+        Gemm {
+            stride_bias: stride,
+            ..self
         }
     }
 }
 
 #[cfg(feature = "cuda")]
-pub(crate) use device::{handle, linear, Handle};
+pub(crate) use device::{handle, linear, scores, Handle};
 
 /// The product on the device: cuBLASLt through cudarc (candle's copy of it).
 #[cfg(feature = "cuda")]
@@ -118,41 +157,122 @@ mod device {
         let (Ok((rows, inputs)), Ok((outputs, w_inputs))) = (x.dims2(), weight.dims2()) else {
             return Ok(None);
         };
-        let (dtype, device) = (x.dtype(), x.device());
-        let dense =
-            |t: &Tensor| t.dtype() == dtype && t.is_contiguous() && t.device().same_device(device);
-        let fits = matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-            && rows * inputs * outputs > 0
-            && inputs == w_inputs
-            && dense(x)
-            && dense(weight)
-            && bias.is_none_or(|b| {
-                dense(b) && b.layout().start_offset() == 0 && b.dims() == [outputs]
-            })
-            && residual.is_none_or(|r| dense(r) && r.dims() == [rows, outputs]);
-        if !fits || !device.is_cuda() {
+        let fits = inputs == w_inputs
+            && dense(x, x)
+            && dense(weight, x)
+            && bias.is_none_or(|b| whole(b, x) && b.dims() == [outputs])
+            && residual.is_none_or(|r| dense(r, x) && r.dims() == [rows, outputs]);
+        if !fits {
             return Ok(None);
         }
-        let op = FusedLinear {
+        let op = Fused {
             lt: lt.0.clone(),
+            gemm: Gemm::row_major(rows, inputs, outputs),
+            shape: Shape::from((rows, outputs)),
             bias: bias.cloned(),
             residual: residual.cloned(),
         };
-        x.apply_op2_no_bwd(weight, &op).map(Some)
+        op.apply(x, weight)
     }
 
-    /// The custom operation on `(x, weight)`: the bias and the residual ride along, read
-    /// under their own storage locks (shared locks, like the two candle takes for `x` and
+    /// The attention's scores `q · kᵀ + mask (+ plus)` on cuBLASLt through `lt`, one batched
+    /// product for every (row, head): `q` `(.., queries, d)` and `k` `(.., keys, d)` with the
+    /// same leading dimensions, `mask` `(matrices, width)` (one additive row per matrix, i.e.
+    /// per (row, head): a bias per key, in its first `keys` columns; a row padded to a wider
+    /// `width` keeps every row's start as aligned as the first's), `plus` of the scores' shape
+    /// `(.., queries, keys)`. `None` when the operands are not as the module says.
+    pub(crate) fn scores(
+        lt: &Handle,
+        q: &Tensor,
+        k: &Tensor,
+        mask: &Tensor,
+        plus: Option<&Tensor>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let (qd, kd) = (q.dims(), k.dims());
+        let rank = qd.len();
+        if rank < 2 || kd.len() != rank || qd[..rank - 2] != kd[..rank - 2] {
+            return Ok(None);
+        }
+        let (queries, d, keys) = (qd[rank - 2], qd[rank - 1], kd[rank - 2]);
+        let matrices: usize = qd[..rank - 2].iter().product();
+        let mut shape = qd[..rank - 2].to_vec();
+        shape.extend([queries, keys]);
+        let width = match *mask.dims() {
+            [rows, width] if rows == matrices && width >= keys => width,
+            _ => return Ok(None),
+        };
+        let fits = kd[rank - 1] == d
+            && dense(q, q)
+            && dense(k, q)
+            && whole(mask, q)
+            && plus.is_none_or(|p| dense(p, q) && p.dims() == shape.as_slice());
+        if !fits {
+            return Ok(None);
+        }
+        let op = Fused {
+            lt: lt.0.clone(),
+            gemm: Gemm::row_major(queries, d, keys)
+                .batched(matrices)
+                .bias_stride(width),
+            shape: Shape::from(shape),
+            bias: Some(mask.clone()),
+            residual: plus.cloned(),
+        };
+        op.apply(q, k)
+    }
+
+    /// Whether `t` can be an operand of a product in `like`'s format on its CUDA device:
+    /// f32, f16 or bf16, not empty, contiguous.
+    fn dense(t: &Tensor, like: &Tensor) -> bool {
+        matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)
+            && t.dtype() == like.dtype()
+            && t.elem_count() > 0
+            && t.is_contiguous()
+            && t.device().is_cuda()
+            && t.device().same_device(like.device())
+    }
+
+    /// [`dense`], and from the start of its own allocation: a bias, whose alignment
+    /// cuBLASLt's heuristic reads from its address.
+    fn whole(t: &Tensor, like: &Tensor) -> bool {
+        dense(t, like) && t.layout().start_offset() == 0
+    }
+
+    /// One product `x · weightᵀ (+ bias) (+ residual)` as `gemm` lays it out (a batch of them
+    /// when `gemm.batch > 1`), its output of `shape`. The bias and the residual ride along,
+    /// read under their own storage locks (shared locks, like the two candle takes for `x` and
     /// `weight`).
-    struct FusedLinear {
+    struct Fused {
         lt: Arc<Lt>,
+        gemm: Gemm,
+        shape: Shape,
         bias: Option<Tensor>,
         residual: Option<Tensor>,
     }
 
-    impl CustomOp2 for FusedLinear {
+    impl Fused {
+        /// The product's output, or `None` when cuBLASLt has no algorithm for it (nothing was
+        /// queued: candle's operations run it instead).
+        fn apply(&self, x: &Tensor, weight: &Tensor) -> candle_core::Result<Option<Tensor>> {
+            match x.apply_op2_no_bwd(weight, self) {
+                Ok(out) => Ok(Some(out)),
+                Err(e) if unplanned(&e) => {
+                    tracing::debug!(
+                        target: "rerank::device",
+                        gemm = ?self.gemm,
+                        dtype = ?x.dtype(),
+                        "cuBLASLt has no algorithm for this product; candle's operations run it: {e}"
+                    );
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        }
+    }
+
+    impl CustomOp2 for Fused {
         fn name(&self) -> &'static str {
-            "rerank-cublaslt-linear"
+            "rerank-cublaslt-product"
         }
 
         fn cpu_fwd(
@@ -162,7 +282,7 @@ mod device {
             _: &CpuStorage,
             _: &Layout,
         ) -> candle_core::Result<(CpuStorage, Shape)> {
-            candle_core::bail!("the cuBLASLt linear layer runs on CUDA devices only")
+            candle_core::bail!("the cuBLASLt products run on CUDA devices only")
         }
 
         fn cuda_fwd(
@@ -172,9 +292,6 @@ mod device {
             w: &CudaStorage,
             w_layout: &Layout,
         ) -> candle_core::Result<(CudaStorage, Shape)> {
-            let (rows, inputs) = x_layout.shape().dims2()?;
-            let (outputs, _) = w_layout.shape().dims2()?;
-            let gemm = Gemm::row_major(rows, inputs, outputs);
             let bias = self.bias.as_ref().map(Tensor::storage_and_layout);
             let residual = self.residual.as_ref().map(Tensor::storage_and_layout);
             let operands = Operands {
@@ -183,7 +300,7 @@ mod device {
                 bias: bias.as_ref().map(operand).transpose()?,
                 residual: residual.as_ref().map(operand).transpose()?,
             };
-            let lt = &self.lt;
+            let (lt, gemm) = (&self.lt, self.gemm);
             let out = match x.dtype() {
                 DType::F32 => {
                     lt.run::<f32>(&x.device, gemm, &operands, sys::cudaDataType::CUDA_R_32F)
@@ -194,9 +311,32 @@ mod device {
                 DType::BF16 => {
                     lt.run::<bf16>(&x.device, gemm, &operands, sys::cudaDataType::CUDA_R_16BF)
                 }
-                other => candle_core::bail!("cuBLASLt linear: no product for {other:?}"),
+                other => candle_core::bail!("cuBLASLt product: none for {other:?}"),
             }?;
-            Ok((out, Shape::from((rows, outputs))))
+            Ok((out, self.shape.clone()))
+        }
+    }
+
+    /// A product cuBLASLt could not plan (its descriptors or its heuristic refused it): the
+    /// error of a product of which nothing was queued.
+    #[derive(Debug)]
+    struct Unplanned(result::CublasError);
+
+    impl std::fmt::Display for Unplanned {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cuBLASLt could not plan the product: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Unplanned {}
+
+    /// Whether `e` is an [`Unplanned`] product, under any context candle wrapped it in.
+    fn unplanned(e: &candle_core::Error) -> bool {
+        match e {
+            candle_core::Error::Cuda(inner) => inner.downcast_ref::<Unplanned>().is_some(),
+            candle_core::Error::WithBacktrace { inner, .. }
+            | candle_core::Error::Context { inner, .. } => unplanned(inner),
+            _ => false,
         }
     }
 
@@ -266,15 +406,16 @@ mod device {
 
     impl<T: Copy> Drop for Owned<T> {
         fn drop(&mut self) {
-            // SAFETY: each descriptor is created once, in `Lt::matmul`, and dropped once.
+            // SAFETY: each descriptor is created once, in `Lt::plan`, and dropped once.
             let _ = unsafe { (self.1)(self.0) };
         }
     }
 
-    /// The largest power of two, at most 256, that divides the device address `at`: what a
-    /// cuBLASLt algorithm may assume of the operand there.
-    fn alignment(at: u64) -> u32 {
-        1 << at.trailing_zeros().min(8)
+    /// The largest power of two, at most 256, that divides the device address `at` and the
+    /// byte stride `stride` (0 for none): what a cuBLASLt algorithm may assume of every matrix
+    /// of the operand there.
+    fn alignment(at: u64, stride: u64) -> u32 {
+        1 << (at | stride).trailing_zeros().min(8)
     }
 
     impl Lt {
@@ -300,8 +441,8 @@ mod device {
             Ok(Handle(lt))
         }
 
-        /// One product in `T` (`ty`, its cuBLASLt name) on `device`: a new output,
-        /// `gemm.m · gemm.n` long.
+        /// One product (or batch of products) in `T` (`ty`, its cuBLASLt name) on `device`: a
+        /// new output, `gemm.batch · gemm.m · gemm.n` long.
         fn run<T: CudaDType + DeviceRepr>(
             &self,
             device: &CudaDevice,
@@ -314,7 +455,7 @@ mod device {
             let bias = ops.bias.map(view::<T>).transpose()?;
             let residual = ops.residual.map(view::<T>).transpose()?;
             // SAFETY: every element is written by the product before it is read.
-            let mut out = unsafe { device.alloc::<T>(gemm.m * gemm.n)? };
+            let mut out = unsafe { device.alloc::<T>(gemm.batch * gemm.m * gemm.n)? };
             {
                 let (w_ptr, _w) = w.device_ptr(&stream);
                 let (x_ptr, _x) = x.device_ptr(&stream);
@@ -329,16 +470,17 @@ mod device {
                     d: out_ptr,
                 };
                 // SAFETY: every pointer is a live allocation of `T` of the size `gemm` reads or
-                // writes (shapes and contiguity checked by `linear`), on `stream`, which orders
-                // this product after the operations that wrote them, as candle's own products
-                // are ordered; the guards above keep them alive until it is queued.
-                unsafe { self.matmul(gemm, ty, &pointers, &stream) }.map_err(cublas_error)?;
+                // writes (shapes and contiguity checked by `linear` and `scores`), on `stream`,
+                // which orders this product after the operations that wrote them, as candle's
+                // own products are ordered; the guards above keep them alive until it is queued.
+                unsafe { self.matmul(gemm, ty, &pointers, &stream) }?;
             }
             Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
         }
 
         /// `D = op(A) · B (+ C) (+ bias)` as `gemm` lays it out, in `ty` with f32
-        /// accumulation, queued on `stream`.
+        /// accumulation, queued on `stream`. An error before the product is queued (a
+        /// descriptor or the heuristic refused it) is [`Unplanned`].
         ///
         /// # Safety
         /// The pointers must be live device allocations of `ty` large enough for `gemm`,
@@ -349,11 +491,49 @@ mod device {
             ty: sys::cudaDataType,
             p: &Pointers,
             stream: &Arc<CudaStream>,
-        ) -> Result<(), result::CublasError> {
-            use sys::cublasLtMatmulDescAttributes_t as Desc;
-            use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
+        ) -> candle_core::Result<()> {
             // A failure to bind shows as the product's own error below.
             let _ = stream.context().bind_to_thread();
+            let unplanned = |e| candle_core::Error::Cuda(Box::new(Unplanned(e)));
+            let plan = self.plan(gemm, ty, p).map_err(unplanned)?;
+            let (alpha, beta) = (1f32, if p.c.is_some() { 1f32 } else { 0f32 });
+            let (workspace_ptr, _w) = self.workspace.device_ptr(stream);
+            result::matmul(
+                self.handle,
+                plan.desc.0,
+                ptr(&alpha),
+                ptr(&beta),
+                p.a as *const c_void,
+                plan.a.0,
+                p.b as *const c_void,
+                plan.b.0,
+                p.c.unwrap_or(p.d) as *const c_void,
+                plan.d.0,
+                p.d as *mut c_void,
+                plan.d.0,
+                &plan.algo,
+                workspace_ptr as *mut c_void,
+                WORKSPACE_BYTES,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+            .map_err(cublas_error)
+        }
+
+        /// The descriptors of the product `gemm` in `ty` on the operands at `p`, and the
+        /// algorithm cuBLASLt's heuristic picks for them. Queues nothing.
+        ///
+        /// # Safety
+        /// The pointers must be live device allocations of `ty` large enough for `gemm`
+        /// (their values give the alignments the heuristic assumes).
+        unsafe fn plan(
+            &self,
+            gemm: Gemm,
+            ty: sys::cudaDataType,
+            p: &Pointers,
+        ) -> Result<Plan, result::CublasError> {
+            use sys::cublasLtMatmulDescAttributes_t as Desc;
+            use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
+            use sys::cublasLtMatrixLayoutAttribute_t as LayoutAttr;
             // f32 on TF32 tensor cores only when the process allowed it (`models::allow_tf32`,
             // candle's switch for its own f32 products).
             let tf32 = ty == sys::cudaDataType::CUDA_R_32F
@@ -381,17 +561,48 @@ mod device {
                 None => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
             };
             set(Desc::CUBLASLT_MATMUL_DESC_EPILOGUE, ptr(&epilogue), 4)?;
-            let layout = |rows: usize, cols: usize, ld: usize| {
-                result::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
-                    .map(|l| Owned(l, result::destroy_matrix_layout))
-            };
-            let a = layout(gemm.k, gemm.m, gemm.lda)?;
-            let b = layout(gemm.k, gemm.n, gemm.ldb)?;
-            let d = layout(gemm.m, gemm.n, gemm.ldd)?;
+            if let (Some(_), true) = (&p.bias, gemm.batch > 1) {
+                let stride = gemm.stride_bias as i64;
+                set(
+                    Desc::CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                    ptr(&stride),
+                    8,
+                )?;
+            }
+            // Each operand `rows x cols` column-major, `ld` apart, and `stride` apart from one
+            // product of a batch to the next.
+            type Matrix = Owned<sys::cublasLtMatrixLayout_t>;
+            let layout =
+                |rows: usize, cols: usize, ld: usize, stride: usize| -> Result<Matrix, _> {
+                    let l = Owned(
+                        result::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)?,
+                        result::destroy_matrix_layout,
+                    );
+                    if gemm.batch > 1 {
+                        let (count, stride) = (gemm.batch as i32, stride as i64);
+                        let count_attr = LayoutAttr::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT;
+                        result::set_matrix_layout_attribute(l.0, count_attr, ptr(&count), 4)?;
+                        let stride_attr = LayoutAttr::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET;
+                        result::set_matrix_layout_attribute(l.0, stride_attr, ptr(&stride), 8)?;
+                    }
+                    Ok(l)
+                };
+            let a = layout(gemm.k, gemm.m, gemm.lda, gemm.stride_a)?;
+            let b = layout(gemm.k, gemm.n, gemm.ldb, gemm.stride_b)?;
+            let d = layout(gemm.m, gemm.n, gemm.ldd, gemm.stride_d)?;
             let pref = Owned(result::create_matmul_pref()?, result::destroy_matmul_pref);
             let workspace = WORKSPACE_BYTES as u64;
-            let c = p.c.unwrap_or(p.d);
-            let [align_a, align_b, align_c, align_d] = [p.a, p.b, c, p.d].map(alignment);
+            // What an algorithm may assume of every matrix of an operand: its first address
+            // and, in a batch, each stride from it.
+            let size = element_bytes(ty);
+            let batched = |stride: usize| match gemm.batch > 1 {
+                true => (stride * size) as u64,
+                false => 0,
+            };
+            let align_a = alignment(p.a, batched(gemm.stride_a));
+            let align_b = alignment(p.b, batched(gemm.stride_b));
+            let align_c = alignment(p.c.unwrap_or(p.d), batched(gemm.stride_d));
+            let align_d = alignment(p.d, batched(gemm.stride_d));
             let prefs: [(Pref, *const c_void, usize); 5] = [
                 (
                     Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -424,26 +635,30 @@ mod device {
             }
             let heuristic =
                 result::get_matmul_algo_heuristic(self.handle, desc.0, a.0, b.0, d.0, d.0, pref.0)?;
-            let (alpha, beta) = (1f32, if p.c.is_some() { 1f32 } else { 0f32 });
-            let (workspace_ptr, _w) = self.workspace.device_ptr(stream);
-            result::matmul(
-                self.handle,
-                desc.0,
-                ptr(&alpha),
-                ptr(&beta),
-                p.a as *const c_void,
-                a.0,
-                p.b as *const c_void,
-                b.0,
-                c as *const c_void,
-                d.0,
-                p.d as *mut c_void,
-                d.0,
-                &heuristic.algo,
-                workspace_ptr as *mut c_void,
-                WORKSPACE_BYTES,
-                stream.cu_stream() as sys::cudaStream_t,
-            )
+            Ok(Plan {
+                desc,
+                a,
+                b,
+                d,
+                algo: heuristic.algo,
+            })
+        }
+    }
+
+    /// A planned product: its descriptors (C is laid out as D) and its algorithm.
+    struct Plan {
+        desc: Owned<sys::cublasLtMatmulDesc_t>,
+        a: Owned<sys::cublasLtMatrixLayout_t>,
+        b: Owned<sys::cublasLtMatrixLayout_t>,
+        d: Owned<sys::cublasLtMatrixLayout_t>,
+        algo: sys::cublasLtMatmulAlgo_t,
+    }
+
+    /// The size of one element of `ty` (one of the three formats the products take).
+    fn element_bytes(ty: sys::cudaDataType) -> usize {
+        match ty {
+            sys::cudaDataType::CUDA_R_32F => 4,
+            _ => 2,
         }
     }
 
@@ -457,28 +672,37 @@ mod device {
 mod tests {
     use super::*;
 
-    /// A column-major BLAS product as its reference documentation defines it, with A read
-    /// transposed (stored `k x m`) as the product reads it: `D = Aᵀ · B + C` (`alpha = beta =
-    /// 1`), then the bias epilogue `D[i, j] += bias[i]`.
+    /// A batch of column-major BLAS products as cuBLASLt's documentation defines them, with A
+    /// read transposed (stored `k x m`) as the product reads it: for each product `i` of
+    /// `g.batch`, its operands `i` strides on, `D = Aᵀ · B + C` (`alpha = beta = 1`), then the
+    /// bias epilogue `D[r, j] += bias[r]`.
     fn blas(g: Gemm, a: &[f32], b: &[f32], c: Option<&[f32]>, bias: Option<&[f32]>) -> Vec<f32> {
-        assert!(g.lda >= g.k && a.len() >= g.lda * (g.m - 1) + g.k);
-        assert!(g.ldb >= g.k && b.len() >= g.ldb * (g.n - 1) + g.k);
-        let op_a = |i: usize, p: usize| a[p + i * g.lda];
-        let mut d = vec![0f32; g.ldd * g.n];
-        for j in 0..g.n {
-            for i in 0..g.m {
-                let dot: f32 = (0..g.k).map(|p| op_a(i, p) * b[p + j * g.ldb]).sum();
-                let c = c.map_or(0.0, |c| c[i + j * g.ldd]);
-                d[i + j * g.ldd] = dot + c + bias.map_or(0.0, |b| b[i]);
+        let last = g.batch - 1;
+        assert!(g.lda >= g.k && a.len() >= last * g.stride_a + g.lda * (g.m - 1) + g.k);
+        assert!(g.ldb >= g.k && b.len() >= last * g.stride_b + g.ldb * (g.n - 1) + g.k);
+        let mut d = vec![0f32; last * g.stride_d + g.ldd * g.n];
+        for i in 0..g.batch {
+            let (a, b) = (&a[i * g.stride_a..], &b[i * g.stride_b..]);
+            let op_a = |r: usize, p: usize| a[p + r * g.lda];
+            for j in 0..g.n {
+                for r in 0..g.m {
+                    let dot: f32 = (0..g.k).map(|p| op_a(r, p) * b[p + j * g.ldb]).sum();
+                    let at = i * g.stride_d + r + j * g.ldd;
+                    let c = c.map_or(0.0, |c| c[at]);
+                    d[at] = dot + c + bias.map_or(0.0, |b| b[i * g.stride_bias + r]);
+                }
             }
         }
         d
     }
 
+    fn value(i: usize, s: f32) -> f32 {
+        ((i * 7 + 3) % 11) as f32 * s - 1.0
+    }
+
     #[test]
     fn the_row_major_plan_gives_x_times_w_transposed_plus_bias_plus_residual() {
         for (rows, inputs, outputs) in [(3, 4, 5), (1, 7, 2), (6, 1, 1)] {
-            let value = |i: usize, s: f32| ((i * 7 + 3) % 11) as f32 * s - 1.0;
             let x: Vec<f32> = (0..rows * inputs).map(|i| value(i, 0.25)).collect();
             let w: Vec<f32> = (0..outputs * inputs).map(|i| value(i, 0.5)).collect();
             let bias: Vec<f32> = (0..outputs).map(|i| i as f32 * 0.1).collect();
@@ -499,6 +723,52 @@ mod tests {
                         want,
                         "{rows}x{inputs}x{outputs}: {r}, {o}"
                     );
+                }
+            }
+        }
+    }
+
+    /// The attention's scores as `scores` plans them: for each of `matrices` (row, head)
+    /// pairs, `q (queries, d) · kᵀ (d, keys) + mask[matrix] + plus`, row-major, the matrices
+    /// one after the other, as `(.., queries, keys)`.
+    #[test]
+    fn the_batched_plan_gives_each_matrix_its_scores_plus_its_own_mask() {
+        for (matrices, queries, keys, d) in [(3, 4, 5, 2), (2, 1, 6, 3), (4, 3, 3, 1)] {
+            let q: Vec<f32> = (0..matrices * queries * d)
+                .map(|i| value(i, 0.25))
+                .collect();
+            let k: Vec<f32> = (0..matrices * keys * d).map(|i| value(i, 0.5)).collect();
+            // A different mask for every matrix: 0 for a key, -100 for padding, in rows padded
+            // to a multiple of 4 with values no key may read.
+            let width = keys.next_multiple_of(4);
+            let mask: Vec<f32> = (0..matrices * width)
+                .map(|i| match (i / width, i % width) {
+                    (_, j) if j >= keys => f32::NAN,
+                    (m, j) if (m + j) % 3 == 2 => -100.0,
+                    _ => 0.0,
+                })
+                .collect();
+            let plus: Vec<f32> = (0..matrices * queries * keys)
+                .map(|i| value(i, 0.125))
+                .collect();
+            let g = Gemm::row_major(queries, d, keys)
+                .batched(matrices)
+                .bias_stride(width);
+            let got = blas(g, &k, &q, Some(&plus), Some(&mask));
+            assert_eq!(got.len(), matrices * queries * keys);
+            for m in 0..matrices {
+                for i in 0..queries {
+                    for j in 0..keys {
+                        let dot: f32 = (0..d)
+                            .map(|p| q[(m * queries + i) * d + p] * k[(m * keys + j) * d + p])
+                            .sum();
+                        let at = (m * queries + i) * keys + j;
+                        let want = dot + plus[at] + mask[m * width + j];
+                        assert_eq!(
+                            got[at], want,
+                            "{matrices}x{queries}x{keys}x{d}: {m} {i} {j}"
+                        );
+                    }
                 }
             }
         }

@@ -9,7 +9,8 @@
 //! - one copy puts the heads of Q, K and V in place; keys enter the scores transposed by
 //!   their strides;
 //! - the padding mask is built once per batch, additive, in the activations' format, and
-//!   the softmax is candle's fused kernel over the last dimension; so are the layer norms;
+//!   added by the scores' product on a CUDA device (`layers::candle::KeyMask`); the softmax
+//!   is candle's fused kernel over the last dimension; so are the layer norms;
 //! - when only each row's first token is wanted (a classification head), the last layer
 //!   computes the queries, the attention output and the feed-forward part for that token
 //!   only, as the crate's CPU kernels do.
@@ -23,8 +24,7 @@ use candle_nn::VarBuilder;
 
 use super::encoder::EncoderConfig;
 use crate::models::layers::candle::{
-    additive_mask, err, heads_of, softmax, softmax_in_f32, stacked_qkv, Fold, Linear, Norm,
-    PostNorm,
+    err, heads_of, softmax, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear, Norm, PostNorm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -114,7 +114,7 @@ impl Bert {
             None => x.broadcast_add(&positions.broadcast_add(&self.types.i(0)?)?)?,
         };
         let mut x = self.embed_norm.forward(&x.reshape((b * t, h))?)?;
-        let mask = additive_mask(mask, x.dtype())?;
+        let mask = KeyMask::new(mask, x.dtype(), self.heads)?;
         let last = self.layers.len().saturating_sub(1);
         for (n, layer) in self.layers.iter().enumerate() {
             let first = first_only && n == last;
@@ -132,7 +132,7 @@ impl Bert {
         &self,
         layer: &Layer,
         x: &Tensor,
-        mask: &Tensor,
+        mask: &KeyMask,
         (b, t): (usize, usize),
         first: bool,
     ) -> candle_core::Result<Tensor> {
@@ -146,7 +146,7 @@ impl Bert {
             false => (q, x.clone()),
         };
         let queries = q.dim(2)?;
-        let scores = q.matmul(&k.t()?)?.broadcast_add(mask)?;
+        let scores = mask.scores(&q, &k, None)?;
         let probs = softmax(&scores, self.softmax_in_f32)?;
         let context = probs
             .matmul(&v)?

@@ -10,7 +10,8 @@
 //! gather of each score's row, by an index built once per batch; as in `bert::candle`, Q, K
 //! and V are one product with the attention's scale folded into the query's weights as they
 //! are read, the
-//! padding mask is additive and built once per batch, and softmax and norms are candle's
+//! padding mask is additive and built once per batch (added with the c2p term by the scores'
+//! product on a CUDA device: `layers::candle::KeyMask`), and softmax and norms are candle's
 //! fused kernels.
 
 use candle_core::Tensor;
@@ -18,7 +19,7 @@ use candle_nn::VarBuilder;
 
 use super::config::DebertaConfig;
 use crate::models::layers::candle::{
-    additive_mask, err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Fold, Linear, Norm,
+    err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear, Norm,
     PostNorm,
 };
 use crate::Result;
@@ -172,7 +173,7 @@ impl Deberta {
         // transformers zeroes the padding's embeddings.
         let keep = mask.to_dtype(x.dtype())?.reshape((b * t, 1))?;
         let mut x = x.broadcast_mul(&keep)?;
-        let mask = additive_mask(mask, x.dtype())?;
+        let mask = KeyMask::new(mask, x.dtype(), self.cfg.heads)?;
         // The relative row each (query i, key j) reads, and the same by (key j, query i).
         let n = t as i64;
         let by_delta: Vec<u32> = (1 - n..n)
@@ -201,14 +202,13 @@ impl Deberta {
         &self,
         layer: &Layer,
         x: &Tensor,
-        mask: &Tensor,
+        mask: &KeyMask,
         index: &Index,
         (b, t): (usize, usize),
     ) -> candle_core::Result<Tensor> {
         let (h, heads) = (self.cfg.hidden, self.cfg.heads);
         let d = h / heads;
         let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads)?;
-        let mut scores = q.matmul(&k.t()?)?;
         // A position term: `x` (b, heads, t, d) against the rows `pos` (heads, d, 2 span),
         // each score's row gathered by `by`, as (b, heads, t, t).
         let term = |x: &Tensor, pos: &Tensor, by: &Tensor| -> candle_core::Result<Tensor> {
@@ -220,13 +220,16 @@ impl Deberta {
                 .contiguous()?
                 .gather(by, 3)
         };
-        if let Some(pos) = &layer.pos_key {
-            scores = (scores + term(&q, pos, &index.by_query)?)?;
-        }
+        // The content scores, the c2p term and the mask in one product where the device
+        // allows it (`KeyMask::scores`), then the p2c term, read transposed.
+        let c2p = match &layer.pos_key {
+            Some(pos) => Some(term(&q, pos, &index.by_query)?),
+            None => None,
+        };
+        let mut scores = mask.scores(&q, &k, c2p.as_ref())?;
         if let Some(pos) = &layer.pos_query {
             scores = (scores + term(&k, pos, &index.by_key)?.t()?)?;
         }
-        let scores = scores.broadcast_add(mask)?;
         let probs = softmax(&scores, self.softmax_in_f32)?;
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
         layer.rest.forward(&context, x, self.cfg.act)

@@ -21,8 +21,8 @@ use candle_nn::{Embedding, VarBuilder};
 
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
-    activate, additive_mask, err, heads_of, linear, mask_value, rope_tables, softmax,
-    softmax_in_f32, Fold, Linear, Norm,
+    activate, err, heads_of, linear, mask_value, rope_tables, softmax, softmax_in_f32, Fold,
+    KeyMask, Linear, Norm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -116,13 +116,13 @@ impl ModernBert {
         let dtype = self.dtype;
         // Padding keys masked for every query; a sliding layer masks the keys out of reach
         // too. Both in the activations' format, finite (their sum too).
-        let padding = additive_mask(mask, dtype)?;
+        let padding = KeyMask::new(mask, dtype, self.heads)?;
         let (w, masked) = (self.window as i64, mask_value(dtype));
         let reach: Vec<f32> = (0..t as i64)
             .flat_map(|q| (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { masked }))
             .collect();
         let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?.to_dtype(dtype)?;
-        let local = padding.broadcast_add(&reach)?;
+        let local = padding.additive().broadcast_add(&reach)?;
 
         // The hidden states stay one `(b · t, hidden)` matrix: one product per linear layer.
         let x = self.embed.forward(ids)?;
@@ -140,10 +140,11 @@ impl ModernBert {
                 false => &self.local_rope,
             };
             let (q, k) = (rope(&q, cos, sin)?, rope(&k, cos, sin)?);
-            let scores = q.matmul(&k.t()?)?;
+            // A global layer's mask is the padding's alone: added by the scores' product on a
+            // CUDA device (`KeyMask::scores`).
             let scores = match layer.global {
-                true => scores.broadcast_add(&padding)?,
-                false => scores.broadcast_add(&local)?,
+                true => padding.scores(&q, &k, None)?,
+                false => q.matmul(&k.t()?)?.broadcast_add(&local)?,
             };
             let probs = softmax(&scores, self.softmax_in_f32)?;
             let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;

@@ -22,8 +22,10 @@ use std::collections::HashMap;
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
+mod attention;
 mod linear;
 
+pub(crate) use attention::KeyMask;
 pub(crate) use linear::Linear;
 
 use super::kernels::Act;
