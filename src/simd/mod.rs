@@ -20,9 +20,10 @@
 //!   read-only, checks its length against its header, and releases only ranges it has copied.
 //!
 //! - `cublaslt` (feature `cuda`): the candle ports' linear layers on a CUDA device as one
-//!   cuBLASLt product with the bias and the residual in it, over raw device addresses; its safe
-//!   entry point checks every operand's device, format, shape and contiguity first, and
-//!   hands anything else back to candle's own operations.
+//!   cuBLASLt product with the bias and the residual in it, and the attention's scores as one
+//!   batched product with the padding mask in it, over raw device addresses; its safe entry
+//!   points check every operand's device, format, shape and contiguity first, and hand
+//!   anything else (and any product cuBLASLt cannot plan) back to candle's own operations.
 //!
 //! Not here: the models' element-wise loops (layer norm, softmax, activations, the int8
 //! layers' row statistics), safe code that `pulp` compiles for the CPU's widest instructions.
