@@ -175,7 +175,7 @@ mod device {
         op.apply(x, weight)
     }
 
-    /// The attention's scores `q · kᵀ + mask (+ plus)` on cuBLASLt through `lt`, one batched
+    /// The attention's scores `q · kᵀ (+ mask) (+ plus)` on cuBLASLt through `lt`, one batched
     /// product for every (row, head): `q` `(.., queries, d)` and `k` `(.., keys, d)` with the
     /// same leading dimensions, `mask` `(matrices, width)` (one additive row per matrix, i.e.
     /// per (row, head): a bias per key, in its first `keys` columns; a row padded to a wider
@@ -185,7 +185,7 @@ mod device {
         lt: &Handle,
         q: &Tensor,
         k: &Tensor,
-        mask: &Tensor,
+        mask: Option<&Tensor>,
         plus: Option<&Tensor>,
     ) -> candle_core::Result<Option<Tensor>> {
         let (qd, kd) = (q.dims(), k.dims());
@@ -197,14 +197,15 @@ mod device {
         let matrices: usize = qd[..rank - 2].iter().product();
         let mut shape = qd[..rank - 2].to_vec();
         shape.extend([queries, keys]);
-        let width = match *mask.dims() {
-            [rows, width] if rows == matrices && width >= keys => width,
-            _ => return Ok(None),
+        let width = match mask.map(|m| m.dims()) {
+            None => keys,
+            Some(&[rows, width]) if rows == matrices && width >= keys => width,
+            Some(_) => return Ok(None),
         };
         let fits = kd[rank - 1] == d
             && dense(q, q)
             && dense(k, q)
-            && whole(mask, q)
+            && mask.is_none_or(|m| whole(m, q))
             && plus.is_none_or(|p| dense(p, q) && p.dims() == shape.as_slice());
         if !fits {
             return Ok(None);
@@ -215,7 +216,7 @@ mod device {
                 .batched(matrices)
                 .bias_stride(width),
             shape: Shape::from(shape),
-            bias: Some(mask.clone()),
+            bias: mask.cloned(),
             residual: plus.cloned(),
         };
         op.apply(q, k)

@@ -15,7 +15,8 @@
 //!   product over the batch;
 //! - the attention scale is folded into the queries' weights as they are read;
 //! - the scores stay in the activations' format (candle's fused softmax sums in f32 on a
-//!   GPU; on its CPU backend, half-precision scores go through the softmax in f32);
+//!   GPU; on its CPU backend, half-precision scores go through the softmax in f32), and on a
+//!   CUDA device the mask is added by the scores' product (`layers::candle::QueryMask`);
 //! - the last layer runs its queries, and what follows them, for each prompt's last token
 //!   only.
 
@@ -29,7 +30,7 @@ use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
-    softmax_in_f32, var_builder, Fold, Linear,
+    softmax_in_f32, var_builder, Fold, Linear, QueryMask,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -376,11 +377,15 @@ impl CandleDecoder {
             .sin
             .index_select(&positions, 0)?
             .reshape((b, t, d / 2))?;
-        // The additive masks, broadcast over the heads, in the activations' format (0 or
-        // -inf: exact in every format).
+        // The additive masks, for every head, in the activations' format (0 or -inf: exact in
+        // every format), added by the scores' product on a CUDA device (`QueryMask`).
+        let group = heads / kv;
         let masks = masks
             .into_iter()
-            .map(|m| Tensor::from_vec(m, (b, 1, 1, t, width), &self.device)?.to_dtype(self.dtype))
+            .map(|m| {
+                let m = Tensor::from_vec(m, (b, 1, 1, t, width), &self.device)?;
+                QueryMask::new(m.to_dtype(self.dtype)?, kv, group)
+            })
             .collect::<candle_core::Result<Vec<_>>>()?;
         let mut kept = Vec::new();
         let h = self.cfg.hidden_size;
@@ -420,15 +425,19 @@ impl CandleDecoder {
                     .narrow(1, t - 1, 1)?
                     .reshape((b, cols))
             };
+            let last_query;
             let (y, residual, mask, cos, sin) = match only_last {
-                true => (
-                    at_last(&y)?,
-                    at_last(&x)?,
-                    mask.narrow(3, t - 1, 1)?,
-                    cos.narrow(1, t - 1, 1)?.contiguous()?,
-                    sin.narrow(1, t - 1, 1)?.contiguous()?,
-                ),
-                false => (y, x, mask.clone(), cos.clone(), sin.clone()),
+                true => {
+                    last_query = mask.last_query()?;
+                    (
+                        at_last(&y)?,
+                        at_last(&x)?,
+                        &last_query,
+                        cos.narrow(1, t - 1, 1)?.contiguous()?,
+                        sin.narrow(1, t - 1, 1)?.contiguous()?,
+                    )
+                }
+                false => (y, x, mask, cos.clone(), sin.clone()),
             };
             // Queries are scaled at load (`q_norm`'s or `q_proj`'s weight).
             let q = split(&y, tq, &layer.q, heads, layer.q_norm.as_ref())?;
@@ -449,16 +458,8 @@ impl CandleDecoder {
             // Grouped-query attention without repeating keys and values: the `group` query
             // heads that share a key/value head are one `(group * tq)`-row matrix against it
             // (query head `h` reads key/value head `h / group`, as transformers' repeat_kv).
-            let group = heads / kv;
             let q = q.reshape((b, kv, group * tq, d))?;
-            let scores = q
-                .matmul(&k.t()?)?
-                .reshape((b, kv, group, tq, width))?
-                .broadcast_add(&mask)?;
-            let probs = softmax(
-                &scores.reshape((b, kv, group * tq, width))?,
-                self.softmax_in_f32,
-            )?;
+            let probs = softmax(&mask.scores(&q, &k)?, self.softmax_in_f32)?;
             let attn = probs
                 .matmul(&v)?
                 .reshape((b, heads, tq, d))?

@@ -1,15 +1,19 @@
-//! The attention's scores with the padding mask added, in one product where the device allows
-//! it.
+//! The attention's scores with their mask added, in one product where the device allows it:
+//! the encoders' key (padding) mask ([`KeyMask`]) and the decoders' mask per query and key
+//! ([`QueryMask`]).
 //!
-//! On a CUDA device the scores of every (row, head) of a batch are one cuBLASLt product whose
-//! epilogue adds the mask, a bias per key (`simd::cublaslt::scores`): the scores are written
-//! once, where candle's product and its broadcast addition of the mask pass over them twice.
+//! On a CUDA device the scores of every (row, head) of a batch are one cuBLASLt product
+//! (`simd::cublaslt::scores`) that adds the mask: a key mask as its epilogue's bias, one per
+//! key; a decoder's mask, repeated once per batch for every head, as its `C` operand. The
+//! scores are written once, where candle's product and its broadcast addition of the mask pass
+//! over them twice (the addition with the index arithmetic of a broadcast).
 //! Everywhere else (candle's CPU backend, Metal, strided inputs, the opt-out
 //! `RERANK_CUDA_FUSED_LINEAR=0`), it is candle's product, then the additions.
 //!
-//! The mask is 0 for a key and [`mask_value`](super::mask_value) for padding, so a key's score
-//! is the same whichever order the additions take; a padded key's is the large negative
-//! number plus a little, which the softmax turns into 0 either way.
+//! A mask is 0 for a key a query sees and [`mask_value`](super::mask_value) (or -inf, in the
+//! decoders) for one it does not, so a seen key's score is the same whichever order the
+//! additions take; an unseen key's is the large negative number plus a little (or -inf), which
+//! the softmax turns into 0 either way.
 
 use candle_core::{DType, Tensor};
 
@@ -80,7 +84,7 @@ impl KeyMask {
     ) -> candle_core::Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Some((lt, mask)) = &self.fused {
-            if let Some(scores) = crate::simd::cublaslt::scores(lt, q, k, mask, plus)? {
+            if let Some(scores) = crate::simd::cublaslt::scores(lt, q, k, Some(mask), plus)? {
                 return Ok(scores);
             }
         }
@@ -93,10 +97,163 @@ impl KeyMask {
     }
 }
 
+/// The largest decoder mask repeated for the scores' product ([`QueryMask`]): past it (very
+/// long prompts in large batches), candle's broadcast addition runs instead, so that the
+/// repeated mask never holds more memory than this beside one layer's scores.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const QUERY_MASK_MAX_BYTES: usize = 256 << 20;
+
+/// A decoder batch's additive mask per query and key (causal, padding, sliding window), built
+/// once and read by every layer's grouped-query scores, in which `group` query heads share
+/// each of `kv` key/value heads.
+pub(crate) struct QueryMask {
+    /// `(b, 1, 1, queries, keys)`: what candle's broadcast addition takes.
+    additive: Tensor,
+    kv: usize,
+    group: usize,
+    /// cuBLASLt on the mask's CUDA device, and the mask repeated for every (key/value head,
+    /// query head of its group), `(b, kv, group · queries, keys)`: the `C` operand of the
+    /// scores' product (`None` elsewhere, and past [`QUERY_MASK_MAX_BYTES`]).
+    #[cfg(feature = "cuda")]
+    fused: Option<(crate::simd::cublaslt::Handle, Tensor)>,
+}
+
+impl QueryMask {
+    /// The mask `additive` `(b, 1, 1, queries, keys)` (0 or a large negative number or
+    /// -inf), for the scores of `kv` key/value heads of `group` query heads each.
+    pub fn new(additive: Tensor, kv: usize, group: usize) -> candle_core::Result<Self> {
+        #[cfg(feature = "cuda")]
+        let fused = match crate::simd::cublaslt::handle(&additive)? {
+            Some(lt) => {
+                let (b, _, _, queries, keys) = additive.dims5()?;
+                let bytes = b * kv * group * queries * keys * additive.dtype().size_in_bytes();
+                match bytes <= QUERY_MASK_MAX_BYTES {
+                    true => Some((lt, repeated(&additive, kv, group)?)),
+                    false => None,
+                }
+            }
+            None => None,
+        };
+        Ok(QueryMask {
+            additive,
+            kv,
+            group,
+            #[cfg(feature = "cuda")]
+            fused,
+        })
+    }
+
+    /// The mask of the last query alone: `(b, 1, 1, 1, keys)`.
+    pub fn last_query(&self) -> candle_core::Result<Self> {
+        let queries = self.additive.dim(3)?;
+        let last = self.additive.narrow(3, queries.saturating_sub(1), 1)?;
+        Self::new(last, self.kv, self.group)
+    }
+
+    /// The scores `q · kᵀ + mask` of `q` `(b, kv, group · queries, d)` (the query heads of a
+    /// group one after the other) against `k` `(b, kv, keys, d)`: `(b, kv, group · queries,
+    /// keys)`.
+    pub fn scores(&self, q: &Tensor, k: &Tensor) -> candle_core::Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some((lt, mask)) = &self.fused {
+            if let Some(scores) = crate::simd::cublaslt::scores(lt, q, k, None, Some(mask))? {
+                return Ok(scores);
+            }
+        }
+        let (b, kv, rows, _) = q.dims4()?;
+        let keys = k.dim(2)?;
+        q.matmul(&k.t()?)?
+            .reshape((b, kv, self.group, rows / self.group.max(1), keys))?
+            .broadcast_add(&self.additive)?
+            .reshape((b, kv, rows, keys))
+    }
+}
+
+/// `additive` `(b, 1, 1, queries, keys)` repeated for every (key/value head, query head of its
+/// group): `(b, kv, group · queries, keys)`, contiguous.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn repeated(additive: &Tensor, kv: usize, group: usize) -> candle_core::Result<Tensor> {
+    let (b, _, _, queries, keys) = additive.dims5()?;
+    additive
+        .broadcast_as((b, kv, group, queries, keys))?
+        .contiguous()?
+        .reshape((b, kv, group * queries, keys))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    #[test]
+    fn a_decoder_mask_reaches_every_query_head_of_every_group_and_its_last_query_alone() {
+        let (b, kv, group, queries, keys, d) = (2, 2, 3, 4, 5, 2);
+        let dev = Device::Cpu;
+        let values = |n: usize, s: f32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 5 + 1) % 13) as f32 * s - 1.5)
+                .collect()
+        };
+        let q_v = values(b * kv * group * queries * d, 0.25);
+        let k_v = values(b * kv * keys * d, 0.5);
+        // Causal, and row 1's first key is padding.
+        let seen = |r: usize, i: usize, j: usize| j <= i + 1 && !(r == 1 && j == 0);
+        let mask_v: Vec<f32> = (0..b * queries * keys)
+            .map(|x| (x / (queries * keys), x / keys % queries, x % keys))
+            .map(|(r, i, j)| {
+                if seen(r, i, j) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        let mask = Tensor::from_slice(&mask_v, (b, 1, 1, queries, keys), &dev).unwrap();
+        let q = Tensor::from_slice(&q_v, (b, kv, group * queries, d), &dev).unwrap();
+        let k = Tensor::from_slice(&k_v, (b, kv, keys, d), &dev).unwrap();
+        let full = QueryMask::new(mask, kv, group).unwrap();
+        let flat = |t: Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+        let scores = flat(full.scores(&q, &k).unwrap());
+        // The last query of every head, scored with the last query's mask alone.
+        let q_last = q
+            .reshape((b, kv, group, queries, d))
+            .unwrap()
+            .narrow(3, queries - 1, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .reshape((b, kv, group, d))
+            .unwrap();
+        let last = flat(full.last_query().unwrap().scores(&q_last, &k).unwrap());
+        for (r, h, g, i, j) in (0..b * kv * group * queries * keys).map(|x| {
+            let (rest, j) = (x / keys, x % keys);
+            let (rest, i) = (rest / queries, rest % queries);
+            let (rest, g) = (rest / group, rest % group);
+            (rest / kv, rest % kv, g, i, j)
+        }) {
+            let row = ((r * kv + h) * group + g) * queries + i;
+            let dot: f32 = (0..d)
+                .map(|p| q_v[row * d + p] * k_v[((r * kv + h) * keys + j) * d + p])
+                .sum();
+            let got = scores[row * keys + j];
+            match seen(r, i, j) {
+                true => assert_eq!(got, dot, "{r} {h} {g} {i} {j}"),
+                false => assert_eq!(got, f32::NEG_INFINITY, "{r} {h} {g} {i} {j}"),
+            }
+            if i == queries - 1 {
+                assert_eq!(last[((r * kv + h) * group + g) * keys + j], got);
+            }
+        }
+        let repeated = repeated(&full.additive, kv, group).unwrap();
+        let direct = flat(full.additive.clone());
+        for (x, v) in flat(repeated.clone()).into_iter().enumerate() {
+            // Row (r, h, g, i) of the repeated mask is row (r, i) of the mask.
+            let (rest, j) = (x / keys, x % keys);
+            let (r, i) = (rest / (kv * group * queries), rest % queries);
+            assert_eq!(v, direct[(r * queries + i) * keys + j]);
+        }
+        assert_eq!(repeated.dims(), [b, kv, group * queries, keys]);
+    }
 
     #[test]
     fn the_mask_per_head_repeats_each_rows_mask_in_aligned_rows() {

@@ -25,7 +25,7 @@ use candle_nn::VarBuilder;
 mod attention;
 mod linear;
 
-pub(crate) use attention::KeyMask;
+pub(crate) use attention::{KeyMask, QueryMask};
 pub(crate) use linear::Linear;
 
 use super::kernels::Act;
