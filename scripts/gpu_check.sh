@@ -16,10 +16,10 @@
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16 bf16"),
 # KINDS ("cross-encoder embedder qwen3-reranker"), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
-# first workload, last; empty to leave it out), FUSED_AB_DTYPES (f32 f16: the cross-encoder once more at
-# the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "cross-encoder-unfused"; empty to leave it
-# out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to leave it
-# out), SANITIZE (1: compute-sanitizer's memcheck on the cross-encoders' parity test), PROFILE (1: the
+# first workload, last; empty to leave it out), FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder
+# qwen3-reranker: each kind once more at the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows
+# "KIND-unfused"; either empty to leave them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to leave it
+# out), SANITIZE (1: compute-sanitizer's memcheck on two parity tests), PROFILE (1: the
 # kernel profile), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
 # PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
 # arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
@@ -246,14 +246,17 @@ for wl in $WORKLOADS; do
   done
 done
 
-# --- 4a. the same cross-encoder with the cuBLASLt linear layers off (RERANK_CUDA_FUSED_LINEAR=0:
-# candle's product, then the bias and the residual as additions), FUSED_AB_DTYPES (f32 f16) at the
-# first workload: what fusing the bias and the residual into the products gives, in one run.
+# --- 4a. the cross-encoder and the decoder with the cuBLASLt products off (RERANK_CUDA_FUSED_LINEAR=0:
+# candle's products, then the bias, the residual and the attention's mask as additions),
+# FUSED_AB_KINDS (cross-encoder qwen3-reranker) in FUSED_AB_DTYPES (f32 f16) at the first workload: what
+# adding them inside the products gives, in one run.
 FUSED_AB_DTYPES=${FUSED_AB_DTYPES-f32 f16}
+FUSED_AB_KINDS=${FUSED_AB_KINDS-cross-encoder qwen3-reranker}
 if [ -n "$FUSED_AB_DTYPES" ] && runs_here "$BENCH"; then
-  for dt in $FUSED_AB_DTYPES; do
-    ours cross-encoder-unfused cross-encoder "$MODELS/cross-encoder" "$dt" "${WORKLOADS%% *}" \
-      RERANK_CUDA_FUSED_LINEAR=0
+  for kind in $FUSED_AB_KINDS; do
+    for dt in $FUSED_AB_DTYPES; do
+      ours "$kind-unfused" "$kind" "$MODELS/$kind" "$dt" "${WORKLOADS%% *}" RERANK_CUDA_FUSED_LINEAR=0
+    done
   done
 fi
 # --- 4a'. f32 on TF32 tensor cores (device_bench --tf32: models::allow_tf32), TF32_AB (1) at the
@@ -283,14 +286,15 @@ if [ -n "$LARGE_DTYPES" ]; then
 fi
 
 # --- 4c. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
-# runtime lets it read the device): the cross-encoders' parity test, whose BERT, DeBERTa and
-# ModernBERT run every fused product (linear layers; scores with the mask, and DeBERTa's c2p term).
-# SANITIZE (1).
+# runtime lets it read the device): the cross-encoders' and Qwen3-Reranker's parity tests, whose BERT,
+# DeBERTa, ModernBERT and decoder run every kind of fused product (linear layers; scores with a key
+# mask, with DeBERTa's c2p term, with a decoder's mask). SANITIZE (1).
 if [ "$DRY" != 1 ] && [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && runs_here "$IT"; then
-  say "compute-sanitizer memcheck: candle::cross_encoders_match_the_references on $TEST_DEVICE"
+  say "compute-sanitizer memcheck: two parity tests on $TEST_DEVICE"
   RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
-    step 90 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
-    "$IT" candle::cross_encoders_match_the_references --test-threads=1 --exact
+    step 120 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    "$IT" candle::cross_encoders_match_the_references candle::qwen3_reranker_matches_the_reference \
+    --test-threads=1 --exact
   echo "memcheck exit: $? (0: no error found; 3: errors above)"
 fi
 
@@ -337,11 +341,11 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-unfused", "cross-encoder-tf32", "embedder", "qwen3-reranker", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-unfused", "cross-encoder-tf32", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
-    # The unfused and TF32 rows (4a) against the same PyTorch run as the cross-encoder's.
+    # The unfused and TF32 rows (4a) against the same PyTorch run as their kind's.
     base = str(k[1]).removesuffix("-unfused").removesuffix("-tf32")
     a, b = o.get(k, {}), p.get(k) or p.get((k[0], base, k[2]), {})
     x, y = a.get("items_per_s"), b.get("items_per_s")
