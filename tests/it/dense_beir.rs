@@ -154,10 +154,13 @@ fn corpus_embeddings(embedder: &BertEmbedder, name: &str, data: &BeirDataset) ->
 /// Milvus tests).
 pub(crate) struct Setup {
     pub(crate) data: BeirDataset,
+    /// Read by the Milvus tests only.
+    #[cfg_attr(not(feature = "milvus"), allow(dead_code))]
     pub(crate) embedder: Arc<BertEmbedder>,
     pub(crate) bm25: Arc<Bm25Index>,
     pub(crate) dense: Arc<DenseIndex>,
-    /// The corpus embeddings, row `i` for `data.corpus[i]`.
+    /// The corpus embeddings, row `i` for `data.corpus[i]` (read by the Milvus tests only).
+    #[cfg_attr(not(feature = "milvus"), allow(dead_code))]
     pub(crate) corpus_embeddings: Array2<f32>,
     /// Judged queries with their text and embedding.
     pub(crate) queries: Vec<(String, SearchQuery)>,

@@ -8,7 +8,6 @@
 #![cfg(feature = "models")]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rerank::models::ModelOptions;
 use rerank::{load_embedder, BertEmbedder, Embedder, Qwen3Embedder, Role};
@@ -192,8 +191,9 @@ fn embedding_models_are_never_taken_for_yes_no_rerankers() {
 }
 
 /// `rerank embed --model NAME --role query` with `env`, one JSON line per text.
+#[cfg(feature = "hf-hub")]
 fn cli_embed(bin: &Path, model: &str, input: &Path, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
-    let mut cmd = Command::new(bin);
+    let mut cmd = std::process::Command::new(bin);
     cmd.args([
         "embed",
         "--model",
