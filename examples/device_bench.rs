@@ -9,8 +9,9 @@
 //! one call, as the peer hands all its items to `CrossEncoder.predict` / `encode` with a
 //! `batch_size`: the model splits them into batches of at most `--batch` (`max_batch_size`),
 //! sorted by length, and runs them through the device two deep (the next batch prepared while
-//! the device runs this one). Once to warm up and once timed; prints one JSON line:
-//! `{"kind", "device", "dtype", "items", "seconds", "items_per_s"}`. The texts are
+//! the device runs this one). Once to warm up (on `--warmup-items`, every item by default)
+//! and once timed; prints one JSON line:
+//! `{"kind", "device", "dtype", "tf32", "items", "warmup_items", "seconds", "items_per_s"}`. The texts are
 //! `scripts/gpu_peer.py`'s: document `i` is `--doc-words` words of [`WORDS`] starting at word
 //! `7 i`, query `i` `--query-words` words starting at `3 i`, so both sides see the same
 //! lengths. With `--stages`, each call's time on a device is split on stderr into the host's
@@ -121,6 +122,11 @@ struct Args {
     /// Let f32 products on a CUDA device run on TF32 tensor cores (`models::allow_tf32`).
     #[arg(long)]
     tf32: bool,
+    /// Warm up on the first N items only (default: every item; 0: no warm-up pass), as
+    /// `scripts/gpu_peer.py --warmup-items` does: what a first call pays once (the device's
+    /// context, its kernels' modules, the memory pool) is paid by the first batches.
+    #[arg(long)]
+    warmup_items: Option<usize>,
 }
 
 fn text(start: usize, words: usize) -> String {
@@ -153,13 +159,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .precision(args.dtype)
         .max_batch_size(args.batch)
         .token_budget(args.batch * 2048);
-    let run: Box<dyn Fn() -> Result<(), rerank::Error>> = match args.kind.as_str() {
+    // Each closure scores or embeds the first `n` items.
+    let run: Box<dyn Fn(usize) -> Result<(), rerank::Error>> = match args.kind.as_str() {
         "cross-encoder" => {
             let model = CrossEncoder::builder(&args.model)
                 .options(options)
                 .build()?;
-            Box::new(move || {
-                let pairs: Vec<(&str, &str)> = queries
+            Box::new(move |n| {
+                let pairs: Vec<(&str, &str)> = queries[..n]
                     .iter()
                     .zip(&docs)
                     .map(|(q, d)| (q.as_str(), d.as_str()))
@@ -169,8 +176,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "embedder" => {
             let model = load_embedder(&args.model, &options)?;
-            Box::new(move || {
-                let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
+            Box::new(move |n| {
+                let texts: Vec<&str> = docs[..n].iter().map(String::as_str).collect();
                 model.embed(&texts).map(drop)
             })
         }
@@ -178,8 +185,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let model = Qwen3Reranker::builder(&args.model)
                 .options(options)
                 .build()?;
-            Box::new(move || {
-                let inputs: Vec<ScoreInput<'_>> = queries
+            Box::new(move |n| {
+                let inputs: Vec<ScoreInput<'_>> = queries[..n]
                     .iter()
                     .zip(&docs)
                     .map(|(q, d)| ScoreInput {
@@ -193,9 +200,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => return Err(format!("unknown --kind {other}").into()),
     };
-    run()?;
+    let warmup = args.warmup_items.unwrap_or(args.items).min(args.items);
+    if warmup > 0 {
+        run(warmup)?;
+    }
     let start = Instant::now();
-    run()?;
+    run(args.items)?;
     let seconds = start.elapsed().as_secs_f64();
     println!(
         "{}",
@@ -205,6 +215,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "dtype": args.dtype.as_str(),
             "tf32": args.tf32,
             "items": args.items,
+            "warmup_items": warmup,
             "seconds": seconds,
             "items_per_s": args.items as f64 / seconds,
         })

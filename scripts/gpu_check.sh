@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What runs ON the GPU machine, from the repository root, after scripts/build_cuda.sh staged .gpu/
 # here (carry `.gpu`): the candle parity tests on cuda:0, then device_bench (ours) and
-# scripts/gpu_peer.py (PyTorch) on the same random models, shapes and workloads, f32 and f16.
+# scripts/gpu_peer.py (PyTorch) on the same random models, shapes and workloads, f32, f16 and bf16.
 #
 #   bash scripts/gpu_check.sh            # on the GPU machine (at most 8 minutes; every step has a timeout):
 #                                        # the device tool's run with command "bash scripts/gpu_check.sh",
@@ -13,16 +13,22 @@
 # the device's busy share while ours ran), gpu_raw.jsonl (every JSON line, "impl": "rerank" or
 # "pytorch", with its "workload"), profile.md (each f16 kind's kernel time by kernel, Nsight
 # Compute, where the machine lets it count; profile_raw.csv, ncu's lines), gpu_check.log (all output).
+# Steps, in the order of what the issue needs most, each started only before DEADLINE_S: parity; the
+# table's rows in DTYPES; the A/B rows; the kernel profile; the rows in LATE_DTYPES; the larger shape;
+# the memory check; then the table.
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
-# two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16 bf16"),
-# KINDS ("cross-encoder embedder qwen3-reranker"), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
-# first workload, last; empty to leave it out), FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder
-# qwen3-reranker: each kind once more at the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows
-# "KIND-unfused"; either empty to leave them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to leave it
-# out), SANITIZE (1: compute-sanitizer's memcheck on two parity tests), PROFILE (1: the
-# kernel profile), GPU_DIR (.gpu), MODELS (/tmp/peer_models),
-# PY (python3), DEADLINE_S (450: steps that would start later are skipped), IT_SKIP (libtest --skip
-# arguments for the parity tests; default skips the real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
+# two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16"), LATE_DTYPES (bf16: the same rows once the
+# A/B rows and the profile are in; empty to leave them out), KINDS ("cross-encoder embedder
+# qwen3-reranker"), WARMUP_BATCHES (4: both sides warm up on that many batches' worth of the items),
+# RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
+# FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder qwen3-reranker: each kind once more at
+# the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "KIND-unfused"; either empty to leave
+# them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to
+# leave it out), PROFILE (1: the kernel profile), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
+# first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on two parity
+# tests), GPU_DIR (.gpu), MODELS (/tmp/peer_models), PY (python3), DEADLINE_S (450: steps that would
+# start later are skipped), IT_SKIP (libtest --skip arguments for the parity tests; default skips the
+# real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -41,7 +47,10 @@ else
   WORKLOADS=${WORKLOADS:-512:32:120 4096:128:190} QUERY_WORDS=${QUERY_WORDS:-8}
   DEVICE=${DEVICE:-cuda:0} TEST_DEVICE=${TEST_DEVICE:-cuda:0} PEER_DEVICE=cuda:0 TINY='' RUNS=${RUNS:-3}
 fi
-DTYPES=${DTYPES:-f32 f16 bf16}
+DTYPES=${DTYPES:-f32 f16}
+LATE_DTYPES=${LATE_DTYPES-bf16}
+# Python's output reaches the log (and the table's files) even when a step's timeout stops it.
+export PYTHONUNBUFFERED=1
 # The real all-MiniLM-L6-v2 (90 MB) cannot travel: its test would fail under RERANK_REQUIRE_FIXTURES=1.
 IT_SKIP=${IT_SKIP---skip the_real_minilm_matches_sentence_transformers}
 KINDS=${KINDS:-cross-encoder embedder qwen3-reranker}
@@ -211,8 +220,8 @@ ours() {
       case $a in --*) extra+=("$a") ;; *) export "$a" ;; esac
     done
     step 120 "$BENCH" --kind "$kind" --model "$model" --device "$DEVICE" --dtype "$dt" --items "$items" \
-      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" --stages "${extra[@]}" \
-      >"$OUT/.bench.out" 2>"$OUT/.stages"
+      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" --warmup-items "$(warmup "$wl")" \
+      --stages "${extra[@]}" >"$OUT/.bench.out" 2>"$OUT/.stages"
   )
   busy=$(busy_stop)
   show_stages
@@ -222,29 +231,52 @@ ours() {
   tag "$OUT/.last" "$wl" "$busy" "$label" >>"$OURS"
 }
 
-for wl in $WORKLOADS; do
-  IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
-  # --- 3. ours: device_bench, each kind and dtype, with the device's busy share.
-  if runs_here "$BENCH"; then
-    for kind in $KINDS; do
-      for dt in $DTYPES; do
-        ours "$kind" "$kind" "$MODELS/$kind" "$dt" "$wl"
-      done
-    done
-  else
-    say "SKIPPED device_bench: $BENCH absent or does not run here"
-  fi
+# warmup WORKLOAD: the items both sides warm up on (device_bench and gpu_peer.py --warmup-items):
+# the first WARMUP_BATCHES (4) batches' worth, which pay what a first call pays once.
+warmup() {
+  local items batch words n
+  IFS=: read -r items batch words <<<"$1"
+  n=$(( ${WARMUP_BATCHES:-4} * batch ))
+  [ "$n" -gt "$items" ] && n=$items
+  echo "$n"
+}
 
-  # --- 4. the PyTorch peer, the same workload.
-  for kind in $KINDS; do
-    say "gpu_peer $kind ($DTYPES) on $PEER_DEVICE, workload $wl"
-    step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds "$kind" --dtypes "${DTYPES// /,}" \
-      --device "$PEER_DEVICE" --items "$ITEMS" --batch "$BATCH" --doc-words "$DOC_WORDS" \
-      --query-words "$QUERY_WORDS" --runs "$RUNS" >"$OUT/.peer.out"
-    cat "$OUT/.peer.out"
-    tag "$OUT/.peer.out" "$wl" >>"$PEER"
+# peer KIND DTYPES WORKLOAD: PyTorch (scripts/gpu_peer.py) on KIND in DTYPES at WORKLOAD, the median of
+# RUNS timed passes (RUNS_AT_SCALE, 1, past 1024 items, where one pass is long enough to time); adds
+# its JSON lines to $PEER.
+peer() {
+  local kind=$1 dtypes=$2 wl=$3 items batch words runs=$RUNS
+  IFS=: read -r items batch words <<<"$wl"
+  [ "$items" -gt 1024 ] && runs=${RUNS_AT_SCALE:-1}
+  say "gpu_peer $kind ($dtypes) on $PEER_DEVICE, workload $wl, $runs timed pass(es)"
+  step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds "$kind" --dtypes "${dtypes// /,}" \
+    --device "$PEER_DEVICE" --items "$items" --batch "$batch" --doc-words "$words" \
+    --query-words "$QUERY_WORDS" --runs "$runs" --warmup-items "$(warmup "$wl")" >"$OUT/.peer.out"
+  cat "$OUT/.peer.out"
+  tag "$OUT/.peer.out" "$wl" >>"$PEER"
+}
+
+# rows DTYPES: the table's rows in DTYPES at every workload: ours (3), then PyTorch (4), each kind.
+rows() {
+  local dtypes=$1 wl kind dt
+  for wl in $WORKLOADS; do
+    if runs_here "$BENCH"; then
+      for kind in $KINDS; do
+        for dt in $dtypes; do
+          ours "$kind" "$kind" "$MODELS/$kind" "$dt" "$wl"
+        done
+      done
+    else
+      say "SKIPPED device_bench: $BENCH absent or does not run here"
+    fi
+    for kind in $KINDS; do
+      peer "$kind" "$dtypes" "$wl"
+    done
   done
-done
+}
+
+# --- 3 and 4. the table's rows in DTYPES (f32 f16): ours and PyTorch at both workloads.
+rows "$DTYPES"
 
 # --- 4a. the cross-encoder and the decoder with the cuBLASLt products off (RERANK_CUDA_FUSED_LINEAR=0:
 # candle's products, then the bias, the residual and the attention's mask as additions),
@@ -265,12 +297,32 @@ if [ "${TF32_AB:-1}" = 1 ] && runs_here "$BENCH"; then
   ours cross-encoder-tf32 cross-encoder "$MODELS/cross-encoder" f32 "${WORKLOADS%% *}" --tf32
 fi
 
-# --- 4b. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload, last:
-# the deadline skips it when the rest took the time.
+# --- 4b. where the device's time goes: Nsight Compute's duration of every kernel of ours in f16
+# (cross-encoder and embedder at the second workload's batch and length, Qwen3 at the first's),
+# summed by kernel into profile.md, for the next change to start from. PROFILE (1).
+if [ "$DRY" != 1 ] && [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null 2>&1 && runs_here "$BENCH"; then
+  : >"$OUT/profile_raw.csv"
+  for spec in cross-encoder:256:128:190 embedder:256:128:190 qwen3-reranker:64:32:120; do
+    IFS=: read -r kind items batch words <<<"$spec"
+    say "ncu: $kind f16, $items items in batches of $batch, $words-word documents"
+    step 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype f16 --items "$items" \
+      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" --warmup-items 0 \
+      >"$OUT/.ncu.out" 2>&1
+    grep -v '^"' "$OUT/.ncu.out" | grep -v '^==PROF==' | head -5
+    grep '^"' "$OUT/.ncu.out" | sed "s/^/$kind,/" >>"$OUT/profile_raw.csv"
+  done
+  "$PY" scripts/gpu_profile.py "$OUT/profile_raw.csv" "$OUT/profile.md"
+fi
+
+# --- 4c. the table's rows in LATE_DTYPES (bf16), both sides, both workloads, once the rest is in.
+[ -n "$LATE_DTYPES" ] && rows "$LATE_DTYPES"
+
+# --- 4d. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload: the
+# deadline skips it when the rest took the time.
 LARGE_DTYPES=${LARGE_DTYPES-f16}  # set and empty: the larger shape is left out
 if [ -n "$LARGE_DTYPES" ]; then
   wl=${WORKLOADS%% *}
-  IFS=: read -r ITEMS BATCH DOC_WORDS <<<"$wl"
   say "writing the larger cross-encoder to $MODELS/cross-encoder-large"
   step 120 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --kinds cross-encoder-large --device "$PEER_DEVICE"
   if runs_here "$BENCH"; then
@@ -278,14 +330,10 @@ if [ -n "$LARGE_DTYPES" ]; then
       ours cross-encoder-large cross-encoder "$MODELS/cross-encoder-large" "$dt" "$wl"
     done
   fi
-  step 150 "$PY" scripts/gpu_peer.py --models "$MODELS" $TINY --kinds cross-encoder-large \
-    --dtypes "${LARGE_DTYPES// /,}" --device "$PEER_DEVICE" --items "$ITEMS" --batch "$BATCH" \
-    --doc-words "$DOC_WORDS" --query-words "$QUERY_WORDS" --runs "$RUNS" >"$OUT/.peer.out"
-  cat "$OUT/.peer.out"
-  tag "$OUT/.peer.out" "$wl" >>"$PEER"
+  peer cross-encoder-large "$LARGE_DTYPES" "$wl"
 fi
 
-# --- 4c. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
+# --- 4e. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
 # runtime lets it read the device): the cross-encoders' and Qwen3-Reranker's parity tests, whose BERT,
 # DeBERTa, ModernBERT and decoder run every kind of fused product (linear layers; scores with a key
 # mask, with DeBERTa's c2p term, with a decoder's mask). SANITIZE (1).
@@ -296,23 +344,6 @@ if [ "$DRY" != 1 ] && [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >
     "$IT" candle::cross_encoders_match_the_references candle::qwen3_reranker_matches_the_reference \
     --test-threads=1 --exact
   echo "memcheck exit: $? (0: no error found; 3: errors above)"
-fi
-
-# --- 4d. where the device's time goes: Nsight Compute's duration of every kernel of ours in f16
-# (cross-encoder and embedder at the second workload's batch and length, Qwen3 at the first's),
-# summed by kernel into profile.md, for the next change to start from. PROFILE (1).
-if [ "$DRY" != 1 ] && [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null 2>&1 && runs_here "$BENCH"; then
-  : >"$OUT/profile_raw.csv"
-  for spec in cross-encoder:256:128:190 embedder:256:128:190 qwen3-reranker:64:32:120; do
-    IFS=: read -r kind items batch words <<<"$spec"
-    say "ncu: $kind f16, $items items in batches of $batch, $words-word documents"
-    step 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      "$BENCH" --kind "$kind" --model "$MODELS/$kind" --device "$DEVICE" --dtype f16 --items "$items" \
-      --batch "$batch" --doc-words "$words" --query-words "$QUERY_WORDS" >"$OUT/.ncu.out" 2>&1
-    grep -v '^"' "$OUT/.ncu.out" | grep -v '^==PROF==' | head -5
-    grep '^"' "$OUT/.ncu.out" | sed "s/^/$kind,/" >>"$OUT/profile_raw.csv"
-  done
-  "$PY" scripts/gpu_profile.py "$OUT/profile_raw.csv" "$OUT/profile.md"
 fi
 
 # --- 5. the table.

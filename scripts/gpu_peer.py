@@ -26,7 +26,8 @@ embedder), document i = --doc-words words of WORDS from word 7 i on, query i = -
 word 3 i on (cyclically). The tokenizers are WordLevel over a generated vocabulary with a `Whitespace`
 pre-tokenizer, so every space-separated alphanumeric word is exactly one token (a word outside the
 vocabulary is one [UNK]). `tokens_per_item` in the output says what the model saw (specials and
-template included). Timing: one whole pass to warm up (as device_bench), then --runs timed passes.
+template included). Timing: one pass to warm up over the first --warmup-items items (every item by
+default, as device_bench), then --runs timed passes.
 
 --dump-texts FILE writes that workload as JSON {"queries", "docs"}.
 
@@ -333,7 +334,7 @@ def cross_encoder_runner(d, device, dtype, args):
 
         tokens = len(tok(queries[0], docs[0])["input_ids"])
         peer = "transformers XLMRobertaForSequenceClassification"
-    return (lambda: run(pairs)), tokens, peer
+    return (lambda n=None: run(pairs[:n])), tokens, peer
 
 
 def embedder_runner(d, device, dtype, args):
@@ -349,7 +350,7 @@ def embedder_runner(d, device, dtype, args):
                          normalize_embeddings=False)  # the Normalize module already normalises
 
     tokens = len(st.tokenizer(docs[0])["input_ids"])
-    return (lambda: run(docs)), tokens, \
+    return (lambda n=None: run(docs[:n])), tokens, \
         "sentence-transformers SentenceTransformer.encode (mean pooling, Normalize)"
 
 
@@ -378,7 +379,7 @@ def qwen3_runner(d, device, dtype, args):
         return torch.cat(scores).numpy()
 
     tokens = len(prefix) + len(tok.encode(bodies[0], add_special_tokens=False)) + len(suffix)
-    return (lambda: run(bodies)), tokens, \
+    return (lambda n=None: run(bodies[:n])), tokens, \
         "transformers Qwen3ForCausalLM (sdpa, left padding, logits_to_keep=1)"
 
 
@@ -388,7 +389,10 @@ RUNNERS = {"cross-encoder": cross_encoder_runner, "embedder": embedder_runner, "
 def bench(kind, dtype_name, d, device, args):
     runner = RUNNERS[family(kind)]
     full, tokens, peer = runner(d, device, DTYPES[dtype_name], args)
-    full()  # the warm-up: one whole pass, as device_bench does
+    # The warm-up, as device_bench does: one pass over the first --warmup-items items (all by
+    # default; none with 0).
+    if args.warmup_items != 0:
+        full(args.warmup_items)
     sync(device)
     times, out = [], None
     for _ in range(args.runs):
@@ -399,7 +403,9 @@ def bench(kind, dtype_name, d, device, args):
     first = [float(x) for x in (out[0][:3] if kind == "embedder" else out[:3])]
     seconds = statistics.median(times)
     row = {"impl": "pytorch", "kind": kind, "device": device, "dtype": dtype_name, "items": args.items,
-           "batch": args.batch, "tokens_per_item": tokens, "seconds": round(seconds, 6),
+           "batch": args.batch, "warmup_items": min(args.items, args.items if args.warmup_items is None
+                                                    else args.warmup_items),
+           "tokens_per_item": tokens, "seconds": round(seconds, 6),
            "items_per_s": round(args.items / seconds, 3), "runs": [round(t, 6) for t in times],
            "first_outputs": [round(x, 6) for x in first], "peer": peer,
            "torch": torch.__version__, "f32_matmul": torch.get_float32_matmul_precision()}
@@ -422,6 +428,8 @@ def main():
     ap.add_argument("--doc-words", type=int, default=120)
     ap.add_argument("--query-words", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3, help="timed passes after the warm-up; the median is reported")
+    ap.add_argument("--warmup-items", type=int, default=None,
+                    help="warm up on the first N items (default: all; 0: no warm-up pass), as device_bench")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="tiny shapes and workload (CPU test)")
     ap.add_argument("--dump-texts", metavar="FILE", help='write {"queries": [...], "docs": [...]} and exit')
