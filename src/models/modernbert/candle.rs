@@ -22,7 +22,7 @@ use candle_nn::{Embedding, VarBuilder};
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
     activate, err, heads_of, linear, mask_value, rope_tables, softmax, softmax_in_f32, Fold,
-    KeyMask, Linear, Norm,
+    KeyMask, Linear, Norm, QueryMask,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -122,7 +122,10 @@ impl ModernBert {
             .flat_map(|q| (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { masked }))
             .collect();
         let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?.to_dtype(dtype)?;
+        // A sliding layer's mask differs by query: every head's scores take it as one
+        // (`QueryMask`, one "group" per head).
         let local = padding.additive().broadcast_add(&reach)?;
+        let local = QueryMask::new(local.reshape((b, 1, 1, t, t))?, self.heads, 1)?;
 
         // The hidden states stay one `(b · t, hidden)` matrix: one product per linear layer.
         let x = self.embed.forward(ids)?;
@@ -140,11 +143,12 @@ impl ModernBert {
                 false => &self.local_rope,
             };
             let (q, k) = (rope(&q, cos, sin)?, rope(&k, cos, sin)?);
-            // A global layer's mask is the padding's alone: added by the scores' product on a
-            // CUDA device (`KeyMask::scores`).
+            // Either mask is added by the scores' product on a CUDA device: a global layer's is
+            // the padding's alone (`KeyMask`), a sliding layer's the padding's and the window's
+            // (`QueryMask`).
             let scores = match layer.global {
                 true => padding.scores(&q, &k, None)?,
-                false => q.matmul(&k.t()?)?.broadcast_add(&local)?,
+                false => local.scores(&q, &k)?,
             };
             let probs = softmax(&scores, self.softmax_in_f32)?;
             let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
