@@ -117,15 +117,26 @@ impl ModernBert {
         // Padding keys masked for every query; a sliding layer masks the keys out of reach
         // too. Both in the activations' format, finite (their sum too).
         let padding = KeyMask::new(mask, dtype, self.heads)?;
-        let (w, masked) = (self.window as i64, mask_value(dtype));
-        let reach: Vec<f32> = (0..t as i64)
-            .flat_map(|q| (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { masked }))
-            .collect();
-        let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?.to_dtype(dtype)?;
         // A sliding layer's mask differs by query: every head's scores take it as one
-        // (`QueryMask`, one "group" per head).
-        let local = padding.additive().broadcast_add(&reach)?;
-        let local = QueryMask::new(local.reshape((b, 1, 1, t, t))?, self.heads, 1)?;
+        // (`QueryMask`, one "group" per head). Built only when a layer slides.
+        let local = match self.layers.iter().any(|layer| !layer.global) {
+            true => {
+                let (w, masked) = (self.window as i64, mask_value(dtype));
+                let reach: Vec<f32> = (0..t as i64)
+                    .flat_map(|q| {
+                        (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { masked })
+                    })
+                    .collect();
+                let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?.to_dtype(dtype)?;
+                let local = padding.additive().broadcast_add(&reach)?;
+                Some(QueryMask::new(
+                    local.reshape((b, 1, 1, t, t))?,
+                    self.heads,
+                    1,
+                )?)
+            }
+            false => None,
+        };
 
         // The hidden states stay one `(b · t, hidden)` matrix: one product per linear layer.
         let x = self.embed.forward(ids)?;
@@ -146,9 +157,9 @@ impl ModernBert {
             // Either mask is added by the scores' product on a CUDA device: a global layer's is
             // the padding's alone (`KeyMask`), a sliding layer's the padding's and the window's
             // (`QueryMask`).
-            let scores = match layer.global {
-                true => padding.scores(&q, &k, None)?,
-                false => local.scores(&q, &k)?,
+            let scores = match (&local, layer.global) {
+                (Some(local), false) => local.scores(&q, &k)?,
+                _ => padding.scores(&q, &k, None)?,
             };
             let probs = softmax(&scores, self.softmax_in_f32)?;
             let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
