@@ -10,14 +10,26 @@
 //! Everywhere else (candle's CPU backend, Metal, strided inputs, the opt-out
 //! `RERANK_CUDA_FUSED_LINEAR=0`), it is candle's product, then the additions.
 //!
-//! A mask is 0 for a key a query sees and [`mask_value`](super::mask_value) (or -inf, in the
+//! A mask is 0 for a key a query sees and [`mask_value`] (or -inf, in the
 //! decoders) for one it does not, so a seen key's score is the same whichever order the
 //! additions take; an unseen key's is the large negative number plus a little (or -inf), which
 //! the softmax turns into 0 either way.
 
 use candle_core::{DType, Tensor};
 
-use super::additive_mask;
+use super::mask_value;
+
+/// The additive key mask `(b, 1, 1, t)` in `dtype` of a `(b, t)` mask (1 for a key, 0 for
+/// padding): 0 for a key, [`mask_value`] for padding, so that a row whose keys are all masked
+/// averages instead of turning into NaN.
+fn additive_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
+    let (b, t) = mask.dims2()?;
+    let big = f64::from(mask_value(dtype));
+    mask.to_dtype(DType::F32)?
+        .affine(-big, big)?
+        .to_dtype(dtype)?
+        .reshape((b, 1, 1, t))
+}
 
 /// The mask rows handed to cuBLASLt start this many elements apart (256 bytes in f16): its
 /// heuristic reads the bias's alignment from the first row's address alone.
@@ -68,7 +80,7 @@ impl KeyMask {
         })
     }
 
-    /// The additive mask `(b, 1, 1, t)`: 0 for a key, [`mask_value`](super::mask_value) for
+    /// The additive mask `(b, 1, 1, t)`: 0 for a key, [`mask_value`] for
     /// padding.
     pub fn additive(&self) -> &Tensor {
         &self.additive
@@ -264,7 +276,7 @@ mod tests {
         let rows = per_head(&additive, heads).unwrap();
         assert_eq!(rows.dims(), [b * heads, ROW_ALIGN]);
         let rows: Vec<Vec<f32>> = rows.to_vec2().unwrap();
-        let masked = super::super::mask_value(DType::F32);
+        let masked = mask_value(DType::F32);
         for (i, row) in rows.iter().enumerate() {
             let keys = if i / heads == 0 { t } else { 2 };
             for (j, &v) in row.iter().enumerate() {
@@ -299,7 +311,7 @@ mod tests {
         let flat = |t: Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
         let with = flat(key_mask.scores(&q, &k, Some(&plus)).unwrap());
         let without = flat(key_mask.scores(&q, &k, None).unwrap());
-        let masked = super::super::mask_value(DType::F32);
+        let masked = mask_value(DType::F32);
         for (r, &seen) in seen.iter().enumerate() {
             for h in 0..heads {
                 let m = r * heads + h;

@@ -426,18 +426,6 @@ pub(crate) fn mask_value(dtype: DType) -> f32 {
     }
 }
 
-/// The additive key mask `(b, 1, 1, t)` in `dtype` of a `(b, t)` mask (1 for a key, 0 for
-/// padding): 0 for a key, [`mask_value`] for padding, so that a row whose keys are all masked
-/// averages instead of turning into NaN.
-pub(crate) fn additive_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
-    let (b, t) = mask.dims2()?;
-    let big = f64::from(mask_value(dtype));
-    mask.to_dtype(DType::F32)?
-        .affine(-big, big)?
-        .to_dtype(dtype)?
-        .reshape((b, 1, 1, t))
-}
-
 /// Whether a model's softmax runs in f32 on `vb`'s device: half-precision activations on
 /// candle's CPU backend, whose softmax sums in the activations' format (bf16 cost the BERT
 /// fixture `ce_tiny_a` 0.14 against PyTorch's 0.026). candle's CUDA kernel sums in f32 for
