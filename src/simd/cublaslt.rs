@@ -92,7 +92,7 @@ impl Gemm {
 }
 
 #[cfg(feature = "cuda")]
-pub(crate) use device::{handle, linear, scores, Handle};
+pub(crate) use device::{handle, linear, open_device, scores, Handle};
 
 /// The product on the device: cuBLASLt through cudarc (candle's copy of it).
 #[cfg(feature = "cuda")]
@@ -126,6 +126,27 @@ mod device {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("cuBLASLt handle")
         }
+    }
+
+    /// CUDA device `n` with a stream of its own, which every host thread that uses a model on
+    /// it queues to: how the crate opens a CUDA device (`layers::candle::candle_device`).
+    ///
+    /// candle's `Device::new_cuda` queues each host thread's operations to that thread's
+    /// default stream (`CU_STREAM_PER_THREAD`), with nothing ordering one thread's work after
+    /// another's: the weights copied by the thread that loaded a model would be read by another
+    /// thread's kernels unordered, and two threads scoring at once would share a [`Handle`]'s
+    /// workspace on two streams. On one stream every operation runs after those queued before
+    /// it, whichever thread queued them.
+    pub(crate) fn open_device(n: usize) -> candle_core::Result<candle_core::Device> {
+        let device = candle_core::Device::new_cuda_with_stream(n)?;
+        if let candle_core::Device::Cuda(cuda) = &device {
+            // SAFETY: no buffer exists on this device yet, and every one it will hold is used
+            // and freed (stream-ordered) on its one stream only, which orders them all.
+            // cudarc's per-buffer events, which a stream of one's own turns on, would only add
+            // driver calls to every operation.
+            unsafe { cuda.disable_event_tracking() };
+        }
+        Ok(device)
     }
 
     /// The handle for the device `t` is on: `None` off CUDA devices or with
@@ -389,8 +410,8 @@ mod device {
     }
 
     // SAFETY: cuBLASLt's functions may be called from any host thread with the same handle;
-    // every product through it is queued on its device's one stream, which orders the uses of
-    // the workspace.
+    // every product through it is queued on its device's one stream (`open_device`: every
+    // host thread queues to it), which orders the uses of the workspace.
     unsafe impl Send for Lt {}
     unsafe impl Sync for Lt {}
 

@@ -24,6 +24,8 @@
 //!   batched product with the padding mask in it, over raw device addresses; its safe entry
 //!   points check every operand's device, format, shape and contiguity first, and hand
 //!   anything else (and any product cuBLASLt cannot plan) back to candle's own operations.
+//!   It also opens the crate's CUDA devices, each with one stream that every host thread
+//!   queues to (cudarc's per-buffer events off: one stream orders every use).
 //!
 //! Not here: the models' element-wise loops (layer norm, softmax, activations, the int8
 //! layers' row statistics), safe code that `pulp` compiles for the CPU's widest instructions.

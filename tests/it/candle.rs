@@ -527,29 +527,37 @@ fn what_the_candle_engine_does_not_run_is_refused_at_build() {
     assert!(serde_json::from_str::<ModelOptions>(r#"{"device": "tpu"}"#).is_err());
 }
 
+/// A model loaded on one thread and scoring on four at once, each call in several batches
+/// (at most 3 a batch) run on the model's own pool of two threads, gives every thread, every
+/// time, the scores of one call alone: on a GPU, the weights the loading thread copied and
+/// the work (and the products' workspace) of threads scoring at once are ordered on the
+/// device's one stream.
 #[test]
 fn models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads() {
     let dir = local("deberta_ce_tiny/v3");
-    let model = std::sync::Arc::new(
-        CrossEncoder::builder(&dir)
-            .options(candle())
-            .build()
-            .unwrap(),
-    );
+    let model = CrossEncoder::builder(&dir)
+        .options(candle().max_batch_size(3))
+        .build()
+        .unwrap();
     let q = RerankQuery::new("what is rust");
-    let docs = [
-        "Rust is a systems programming language.",
-        "Bananas are yellow.",
-    ];
-    let want = model.score(&q, &docs).unwrap();
-    let handles: Vec<_> = (0..4)
-        .map(|_| {
-            let (model, q) = (model.clone(), q.clone());
-            std::thread::spawn(move || model.score(&q, &docs).unwrap())
-        })
-        .collect();
-    for h in handles {
-        assert_eq!(h.join().unwrap(), want);
+    let docs = uneven_texts();
+    let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let score = || model.score(&q, &docs).unwrap();
+    let runs: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| (0..3).map(|_| score()).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want = score();
+    assert!(
+        want.iter().any(|s| (s - want[0]).abs() > 1e-4),
+        "every document scored alike: a mix-up would go unnoticed"
+    );
+    for (t, thread) in runs.iter().enumerate() {
+        for (r, got) in thread.iter().enumerate() {
+            assert_eq!(got, &want, "thread {t}, call {r}");
+        }
     }
 }
 

@@ -48,10 +48,14 @@ pub(crate) fn candle_device(device: Device) -> Result<candle_core::Device> {
     device.check_available()?;
     let opened = match device {
         Device::Cpu | Device::CandleCpu => Ok(candle_core::Device::Cpu),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => crate::simd::cublaslt::open_device(n),
+        #[cfg(not(feature = "cuda"))]
         Device::Cuda(n) => candle_core::Device::new_cuda(n),
         Device::Metal(n) => candle_core::Device::new_metal(n),
     };
-    opened.map_err(|e| Error::model(format!("cannot open device {device}: {e}")))
+    let context = format!("cannot open device {device}");
+    opened.map_err(err(&context))
 }
 
 /// The number format the weights and activations take on a device.
@@ -216,9 +220,9 @@ pub(crate) struct Padded {
 ///
 /// The order is: prepare batch n+1 while the device runs batch n, read batch n, launch batch
 /// n+1 at once, then finish batch n while the device runs batch n+1. A device with one queue
-/// (candle's CUDA device has one stream) runs a read after every operation queued before it,
-/// so batch n is read before batch n+1 is launched: reading it later would wait for batch n+1
-/// too. On candle's CPU backend every operation runs when it is called, so the stages run one
+/// (a CUDA device has one stream: `simd::cublaslt::open_device`) runs a read after every
+/// operation queued before it, so batch n is read before batch n+1 is launched: reading it
+/// later would wait for batch n+1 too. On candle's CPU backend every operation runs when it is called, so the stages run one
 /// after the other, with the same results. `finish` sees the batches in order; the first
 /// error stops the run.
 pub(crate) fn pipeline<B, H, P, R>(
