@@ -11,11 +11,11 @@
 //! sorted by length, and runs them through the device two deep (the next batch prepared while
 //! the device runs this one). Once to warm up (on `--warmup-items`, every item by default)
 //! and once timed; prints one JSON line:
-//! `{"kind", "device", "dtype", "tf32", "items", "warmup_items", "seconds", "items_per_s"}`. The texts are
-//! `scripts/gpu_peer.py`'s: document `i` is `--doc-words` words of [`WORDS`] starting at word
-//! `7 i`, query `i` `--query-words` words starting at `3 i`, so both sides see the same
-//! lengths. With `--stages`, each call's time on a device is split on stderr into the host's
-//! work and the wait for the device (`layers::candle::pipeline`).
+//! `{"kind", "device", "dtype", "tf32", "items", "warmup_items", "seconds", "items_per_s"}`.
+//! The texts are `scripts/gpu_peer.py`'s: document `i` is `--doc-words` words of [`WORDS`]
+//! starting at word `7 i`, query `i` `--query-words` words starting at `3 i`, so both sides
+//! see the same lengths. With `--stages`, each call's time on a device is split on stderr
+//! into the host's work and the wait for the device (`layers::candle::pipeline`).
 
 use std::time::Instant;
 

@@ -55,8 +55,8 @@ pub(crate) struct KeyMask {
     /// `(b, 1, 1, t)`: what candle's broadcast addition takes.
     additive: Tensor,
     /// cuBLASLt on the mask's CUDA device, and the mask once per (row, head), `(b · heads,
-    /// t)` in rows padded to a multiple of [`ROW_ALIGN`] elements: what the product's epilogue
-    /// takes (`None` elsewhere).
+    /// width)`: `t` keys in rows padded to a multiple of [`ROW_ALIGN`] elements ([`per_head`]),
+    /// what the product's epilogue takes (`None` elsewhere).
     #[cfg(feature = "cuda")]
     fused: Option<(crate::simd::cublaslt::Handle, Tensor)>,
 }

@@ -222,9 +222,9 @@ pub(crate) struct Padded {
 /// n+1 at once, then finish batch n while the device runs batch n+1. A device with one queue
 /// (a CUDA device has one stream: `simd::cublaslt::open_device`) runs a read after every
 /// operation queued before it, so batch n is read before batch n+1 is launched: reading it
-/// later would wait for batch n+1 too. On candle's CPU backend every operation runs when it is called, so the stages run one
-/// after the other, with the same results. `finish` sees the batches in order; the first
-/// error stops the run.
+/// later would wait for batch n+1 too. On candle's CPU backend every operation runs when it
+/// is called, so the stages run one after the other, with the same results. `finish` sees
+/// the batches in order; the first error stops the run.
 pub(crate) fn pipeline<B, H, P, R>(
     batches: &[B],
     prepare: impl Fn(&B) -> Result<H>,
