@@ -378,8 +378,7 @@ pub const MODELS: &[KnownModel] = &[
         "xlm-roberta",
         1024,
         "CC-BY-NC-4.0",
-    )
-    .unsupported("Jina's flash-attention XLM-RoBERTa layout (remote code) is not supported yet"),
+    ),
     reranker(
         "Alibaba-NLP/gte-multilingual-reranker-base",
         CrossEncoder,

@@ -176,14 +176,16 @@ fn cross_encoders_match_the_references() {
 }
 
 /// The configuration sweep (tests/fixtures/sweep: heads, activations, epsilons, vocabularies,
-/// token types, relative-position buckets, ModernBERT's windows and biases) on the device:
+/// token types, relative-position buckets, ModernBERT's windows and biases; and
+/// tests/fixtures/jina_v2_tiny, XLM-R in jina-reranker-v2's layout) on the device:
 /// every variant of the families the engine runs, against transformers' logits, one pair at a
 /// time and in batches split by token budgets. GTE variants run on the CPU kernels only.
 #[test]
 fn every_sweep_variant_the_engine_runs_matches_transformers() {
     let budgets = [(usize::MAX, 64), (300, 2)];
     let mut checked = Vec::new();
-    for (arch, dir) in crate::model_fixtures::sweep_variants("sweep") {
+    let sweeps = ["sweep", "jina_v2_tiny"].map(crate::model_fixtures::sweep_variants);
+    for (arch, dir) in sweeps.into_iter().flatten() {
         if arch == "gte" {
             continue;
         }
@@ -199,7 +201,7 @@ fn every_sweep_variant_the_engine_runs_matches_transformers() {
         println!("{name}: candle max |error| {err:.2e}");
         checked.push(arch);
     }
-    for arch in ["bert", "xlmr", "deberta", "modernbert"] {
+    for arch in ["bert", "xlmr", "xlmr_flash", "deberta", "modernbert"] {
         assert!(checked.iter().any(|a| a == arch), "no {arch} variant ran");
     }
     assert!(checked.len() >= 18, "{} variants", checked.len());

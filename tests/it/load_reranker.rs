@@ -2,6 +2,7 @@
 //! reranker kind: each gives the scores of the model it stands for.
 #![cfg(feature = "models")]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -154,47 +155,56 @@ fn a_pipeline_config_builds_the_qwen3_reranker() {
     assert!((got - want[best]).abs() < 1e-6, "{got} vs {}", want[best]);
 }
 
-/// jina-reranker-v2's checkpoint says `XLMRobertaForSequenceClassification` but keeps its
-/// layers in the flash-attention layout of its remote code (fused `mixer.Wqkv`, `mlp.fc1`,
-/// `norm1`): refused naming the architecture and the layout, never a missing tensor.
+/// jina-reranker-v2's layout is read (tests/it/sweep.rs checks its scores); a checkpoint of
+/// that layout with tensors it does not map (jina-embeddings-v3's LoRA adapters) is refused
+/// naming the tensor, and one whose layers are in no known layout naming the architecture,
+/// never with a missing tensor.
 #[test]
-fn an_xlm_roberta_checkpoint_in_jinas_flash_layout_is_refused_by_name() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/xlmr_tiny");
-    let dir = std::env::temp_dir().join(format!("rerank-jina-layout-{}", std::process::id()));
-    crate::common::copy_dir(&src, &dir);
-    let path = dir.join("model.safetensors");
-    let device = candle_core::Device::Cpu;
-    let tensors = candle_core::safetensors::load(&path, &device).unwrap();
-    let mut flash = std::collections::HashMap::new();
-    for (name, t) in tensors {
-        let Some(rest) = name.strip_prefix("roberta.encoder.layer.") else {
-            flash.insert(name, t);
-            continue;
-        };
-        let (layer, part) = rest.split_once('.').unwrap();
-        let renamed = match part {
-            "attention.self.query.weight" => "mixer.Wqkv.weight",
-            "attention.output.dense.weight" => "mixer.out_proj.weight",
-            "attention.output.LayerNorm.weight" => "norm1.weight",
-            "intermediate.dense.weight" => "mlp.fc1.weight",
-            "output.dense.weight" => "mlp.fc2.weight",
-            _ => continue,
-        };
-        flash.insert(format!("roberta.encoder.layers.{layer}.{renamed}"), t);
-    }
-    candle_core::safetensors::save(&flash, &path).unwrap();
-    let result = load_reranker(&dir, &ModelOptions::default());
-    let _ = std::fs::remove_dir_all(&dir);
-    let m = match result {
-        Err(Error::Model { message, .. }) => message,
-        Err(other) => panic!("expected Error::Model, got {other:?}"),
-        Ok(_) => panic!("a checkpoint in the flash layout loaded"),
+fn flash_layout_checkpoints_with_more_or_unknown_layers_are_refused_by_name() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/jina_v2_tiny/xlmr_flash/heads4_f32");
+    assert!(load_reranker(&src, &ModelOptions::default()).is_ok());
+    let refusal = |tag: &str, edit: &dyn Fn(&mut HashMap<String, candle_core::Tensor>)| {
+        let dir = std::env::temp_dir().join(format!("rerank-flash-{tag}-{}", std::process::id()));
+        crate::common::copy_dir(&src, &dir);
+        let path = dir.join("model.safetensors");
+        let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+        edit(&mut tensors);
+        candle_core::safetensors::save(&tensors, &path).unwrap();
+        let result = load_reranker(&dir, &ModelOptions::default());
+        let _ = std::fs::remove_dir_all(&dir);
+        match result {
+            Err(Error::Model { message, .. }) => message,
+            Err(other) => panic!("{tag}: expected Error::Model, got {other:?}"),
+            Ok(_) => panic!("{tag}: the checkpoint loaded"),
+        }
     };
+    let lora = "roberta.encoder.layers.1.mixer.Wqkv.parametrizations.weight.0.lora_A";
+    let m = refusal("lora", &|t| {
+        let a =
+            candle_core::Tensor::zeros((4, 32), candle_core::DType::F32, &candle_core::Device::Cpu);
+        t.insert(lora.to_string(), a.unwrap());
+    });
     assert!(
-        m.contains(
-            "architecture XLMRobertaForSequenceClassification in jina's flash-attention layout"
-        ) && m.contains("is not supported")
-            && m.contains("supported: "),
+        m.contains(lora) && m.contains("flash-attention layout") && m.contains("LoRA"),
+        "{m}"
+    );
+    let m = refusal("unknown", &|t| {
+        let names: Vec<String> = t.keys().cloned().collect();
+        for name in names {
+            if let Some(rest) = name.strip_prefix("roberta.encoder.layers.") {
+                let v = t.remove(&name).unwrap();
+                t.insert(
+                    format!("roberta.encoder.layer.{}", rest.replace("mixer.", "attn.")),
+                    v,
+                );
+            }
+        }
+    });
+    assert!(
+        m.contains("architecture XLMRobertaForSequenceClassification in an unknown layout")
+            && m.contains("supported: ")
+            && m.contains("encoder.layers.N.mixer.Wqkv"),
         "{m}"
     );
 }

@@ -68,3 +68,48 @@ fn every_config_variant_matches_transformers() {
         "variants that differ from transformers: {failed:?}"
     );
 }
+
+/// jina-reranker-v2's layout (tests/fixtures/jina_v2_tiny: an XLM-R saved as its remote code
+/// keeps it, `roberta.encoder.layers.N.mixer.Wqkv`, in f32 and in bf16 as jina publishes it):
+/// read under transformers' names, its logits are transformers' on the same weights, one pair
+/// at a time and batched, and within [`TOL`] of what jina's own code computed (recorded by
+/// the fixture's make.py); `load_reranker` scores as sentence-transformers' CrossEncoder.
+#[test]
+fn jinas_flash_layout_matches_transformers_and_its_remote_code() {
+    let variants = sweep_variants("jina_v2_tiny");
+    assert_eq!(variants.len(), 2, "{variants:?}");
+    let budgets = [(usize::MAX, 64), (300, 2)];
+    for (arch, dir) in &variants {
+        let name = format!("{arch}/{}", dir.file_name().unwrap().to_string_lossy());
+        let options = ModelOptions::default().threads(2);
+        let checked = check_cross_encoder(dir, &name, options.clone(), &budgets, TOL);
+        let expected: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap())
+                .unwrap();
+        let remote: Vec<f32> = expected["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["remote_logit"].as_f64().expect("remote_logit") as f32)
+            .collect();
+        assert_close(
+            &checked.single,
+            remote.iter().copied(),
+            TOL,
+            &format!("{name} against jina's remote code"),
+        );
+        // The long pair runs past 512 positions (jina's table has 1026).
+        assert!(checked.cases.iter().any(|c| c.input_ids.len() > 512));
+        let reranker = load_reranker(dir, &options).unwrap();
+        let scores: Vec<f32> = checked
+            .cases
+            .iter()
+            .map(|c| {
+                let query = RerankQuery::new(c.query.clone());
+                reranker.score(&query, &[c.document.as_str()]).unwrap()[0]
+            })
+            .collect();
+        let st = checked.cases.iter().map(|c| c.st_score.unwrap());
+        assert_close(&scores, st, TOL, &format!("{name} load_reranker"));
+    }
+}

@@ -20,7 +20,7 @@ use crate::models::layers::candle::{
     HostBatch, Linear, Norm, Padded,
 };
 use crate::models::layers::dense::Output;
-use crate::models::layers::encoder::{check_sequences, Sequence};
+use crate::models::layers::encoder::{check_sequences, read_flash_layout, Sequence};
 use crate::models::layers::head::PoolerAct;
 use crate::models::layers::kernels::Act;
 use crate::models::layers::weights::Weights;
@@ -87,7 +87,10 @@ impl CandleEncoder {
         let value = dir.config()?;
         let device = candle_device(device)?;
         let dtype = dtype(precision)?;
-        let weights = Weights::open(dir.path())?;
+        let mut weights = Weights::open(dir.path())?;
+        if matches!(family, Family::Bert | Family::Roberta) {
+            read_flash_layout(&mut weights, dir)?;
+        }
         let int =
             |key: &str, default: u64| value.get(key).and_then(Value::as_u64).unwrap_or(default);
         let hidden = int("hidden_size", 0) as usize;

@@ -175,7 +175,8 @@ impl EncoderWeights {
     /// first of `prefixes` that has it, or at the root; weights with none are an
     /// [`Error::Model`] naming the file.
     pub fn open(dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
-        let weights = Weights::open(dir.path())?;
+        let mut weights = Weights::open(dir.path())?;
+        read_flash_layout(&mut weights, dir)?;
         const WORD: &str = "embeddings.word_embeddings.weight";
         let prefix = match prefixes
             .iter()
@@ -197,10 +198,9 @@ impl EncoderWeights {
     }
 
     /// Refuses a checkpoint whose layers are not in transformers' layout
-    /// (`encoder.layer.N.attention.self.query`), naming the architecture and the layout it
-    /// is in, instead of failing later on a missing tensor. The layout known by name is the
-    /// flash-attention one of jina's remote code (jina-reranker-v2, jina-embeddings-v2/v3:
-    /// `encoder.layers.N.mixer.Wqkv`).
+    /// (`encoder.layer.N.attention.self.query`, or the flash-attention one
+    /// [`read_flash_layout`] reads under those names), naming the architecture, instead of
+    /// failing later on a missing tensor.
     fn check_layout(&self, dir: &ModelDir) -> Result<()> {
         let standard = format!("{}encoder.layer.0.attention.self.query.weight", self.prefix);
         let architecture = dir
@@ -214,17 +214,12 @@ impl EncoderWeights {
         if self.weights.has(&standard) || !has_layers || !bert_family {
             return Ok(());
         }
-        let layout = if self.weights.names().any(|n| n.contains(".mixer.Wqkv.")) {
-            "jina's flash-attention layout (remote code: encoder.layers.N.mixer.Wqkv, \
-             mlp.fc1, norm1)"
-        } else {
-            "an unknown layout"
-        };
         Err(Error::model(format!(
-            "{}: architecture {architecture} in {layout} is not supported (no {standard}); \
-             supported: BertForSequenceClassification, XLMRobertaForSequenceClassification, \
-             BertModel and XLMRobertaModel in transformers' layout \
-             (encoder.layer.N.attention.self.query)",
+            "{}: architecture {architecture} in an unknown layout is not supported (no \
+             {standard}); supported: BertForSequenceClassification, \
+             XLMRobertaForSequenceClassification, BertModel and XLMRobertaModel in \
+             transformers' layout (encoder.layer.N.attention.self.query) or in the \
+             flash-attention one of jina-reranker-v2 (encoder.layers.N.mixer.Wqkv)",
             dir.path().join(WEIGHTS_FILE).display()
         )))
     }
@@ -290,6 +285,73 @@ impl EncoderWeights {
             weight: self.encoder(&format!("{name}.{w}"), &[n])?,
             bias: self.encoder(&format!("{name}.{b}"), &[n])?,
         })
+    }
+}
+
+/// Reads a BERT-family checkpoint saved in the layout of flash-attention's BERT (flash-attn's
+/// `models/bert.py`), which jina's remote code for XLM-RoBERTa adapts (jina-reranker-v2),
+/// under transformers' names, without a copy; a checkpoint in any other layout is left as
+/// it is.
+///
+/// That code computes transformers' XLM-R (or BERT) under other names: the query, key and
+/// value projections stacked in one (`encoder.layers.N.mixer.Wqkv`, `3 · hidden` rows in
+/// that order, each head's `head_dim` rows together), `mixer.out_proj`, `norm1`, `mlp.fc1`,
+/// `mlp.fc2` and `norm2` for `attention.output.dense`, `attention.output.LayerNorm`,
+/// `intermediate.dense`, `output.dense` and `output.LayerNorm` (post-norm, as
+/// transformers'), and `emb_ln` for `embeddings.LayerNorm`; the embeddings and the task head
+/// keep their names. A tensor of that layout left unread (LoRA adapters, another kind of
+/// block) is an [`Error::Model`] naming it: the checkpoint is not one this reads.
+pub(crate) fn read_flash_layout(weights: &mut Weights, dir: &ModelDir) -> Result<()> {
+    const FIRST: &str = "encoder.layers.0.mixer.Wqkv.weight";
+    let Some(prefix) = weights
+        .names()
+        .find_map(|n| n.strip_suffix(FIRST))
+        .map(str::to_string)
+    else {
+        return Ok(());
+    };
+    const RENAMED: [(&str, &str); 5] = [
+        ("mixer.out_proj", "attention.output.dense"),
+        ("norm1", "attention.output.LayerNorm"),
+        ("mlp.fc1", "intermediate.dense"),
+        ("mlp.fc2", "output.dense"),
+        ("norm2", "output.LayerNorm"),
+    ];
+    let mut n = 0;
+    while weights.has(&format!("{prefix}encoder.layers.{n}.mixer.Wqkv.weight")) {
+        let (from, to) = (
+            format!("{prefix}encoder.layers.{n}."),
+            format!("{prefix}encoder.layer.{n}."),
+        );
+        for kind in ["weight", "bias"] {
+            let [q, k, v] =
+                ["query", "key", "value"].map(|p| format!("{to}attention.self.{p}.{kind}"));
+            weights.split_rows(&format!("{from}mixer.Wqkv.{kind}"), &[&q, &k, &v])?;
+            for (old, new) in RENAMED {
+                weights.rename(&format!("{from}{old}.{kind}"), &format!("{to}{new}.{kind}"))?;
+            }
+        }
+        n += 1;
+    }
+    for kind in ["weight", "bias"] {
+        let norm = format!("{prefix}emb_ln.{kind}");
+        if weights.has(&norm) {
+            weights.rename(&norm, &format!("{prefix}embeddings.LayerNorm.{kind}"))?;
+        }
+    }
+    let left = weights
+        .names()
+        .filter(|n| n.starts_with(&format!("{prefix}encoder.layers.")))
+        .min()
+        .map(str::to_string);
+    match left {
+        None => Ok(()),
+        Some(name) => Err(Error::model(format!(
+            "{}: tensor {name} of the flash-attention layout (jina's remote code) is not \
+             read: only its plain encoder is supported (jina-reranker-v2), not LoRA adapters \
+             or other blocks",
+            dir.path().join(WEIGHTS_FILE).display()
+        ))),
     }
 }
 

@@ -116,6 +116,89 @@ impl Weights {
         self
     }
 
+    /// Gives the stored tensor `from` the name `to`: how a checkpoint saved in another layout
+    /// is read under the names the loaders know. A missing `from`, or a `to` that names
+    /// another tensor, is an [`Error::Model`].
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        if from == to {
+            return self.entry(from).map(|_| ());
+        }
+        self.check_free(to)?;
+        let entry = self.take(from)?;
+        self.tensors.insert(to.to_string(), entry);
+        Ok(())
+    }
+
+    /// Reads the stored tensor `from` as `parts.len()` tensors of equal size along its first
+    /// axis, named `parts` in order, without a copy (each part is a byte range of the stored
+    /// one): a fused projection `(3 · h, h)`, or its bias `(3 · h)`, read as three. A first
+    /// axis that does not divide evenly, a format without a fixed element size, a missing
+    /// `from` or a part's name that is taken is an [`Error::Model`].
+    pub fn split_rows(&mut self, from: &str, parts: &[&str]) -> Result<()> {
+        let e = self.entry(from)?;
+        let n = parts.len();
+        let rows = e.shape.first().copied().unwrap_or(0);
+        let size = dtype_size(e.dtype).ok_or_else(|| self.unsupported(from, e, e.dtype))?;
+        if n == 0 || rows == 0 || rows % n != 0 {
+            return Err(Error::model(format!(
+                "{}: tensor {from} has shape {:?}, which does not split into {n} equal parts \
+                 along its first axis",
+                self.path(e).display(),
+                e.shape
+            )));
+        }
+        let mut shape = e.shape.clone();
+        shape[0] = rows / n;
+        let bytes = element_count(&shape)? * size;
+        if e.end - e.start != bytes * n {
+            return Err(Error::model(format!(
+                "{}: tensor {from} holds {} bytes, not the {} its shape {:?} needs",
+                self.path(e).display(),
+                e.end - e.start,
+                bytes * n,
+                e.shape
+            )));
+        }
+        for part in parts.iter().filter(|&&p| p != from) {
+            self.check_free(part)?;
+        }
+        let whole = self.take(from)?;
+        for (i, part) in parts.iter().enumerate() {
+            let start = whole.start + i * bytes;
+            let entry = Entry {
+                file: whole.file,
+                dtype: whole.dtype,
+                shape: shape.clone(),
+                start,
+                end: start + bytes,
+            };
+            self.tensors.insert(part.to_string(), entry);
+        }
+        Ok(())
+    }
+
+    /// An [`Error::Model`] when `name` is already a tensor's.
+    fn check_free(&self, name: &str) -> Result<()> {
+        match self.tensors.get(name) {
+            Some(e) => Err(Error::model(format!(
+                "{}: tensor {name} is stored under that name already",
+                self.path(e).display()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes `name`'s entry.
+    fn take(&mut self, name: &str) -> Result<Entry> {
+        match self.tensors.remove(name) {
+            Some(e) => Ok(e),
+            None => Err(Error::model(format!(
+                "{}: missing tensor {name}",
+                self.label()
+            ))),
+        }
+    }
+
     /// Whether `name` is stored in a float format [`Weights::f32`] reads (an integer buffer
     /// such as `position_ids` is not; an unknown name is not either).
     #[cfg(feature = "candle")]
@@ -597,6 +680,65 @@ mod tests {
             .check_config_tensor("num_hidden_layers", 9, "layer.8")
             .unwrap_err();
         assert!(e.to_string().contains("num_hidden_layers is 9"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn renamed_and_split_tensors_read_as_the_stored_rows() {
+        let dir = temp_dir("views");
+        // A fused (3 · 2, 2) projection, its bias, and a bf16 one.
+        let fused: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+        let bias = [0.5f32, -1.0, 2.0, 4.0, -8.0, 16.0];
+        let bf16: Vec<u8> = fused
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        write(
+            &dir.join(SINGLE_FILE),
+            &[
+                ("qkv.weight", Dtype::F32, vec![6, 2], f32_bytes(&fused)),
+                ("qkv.bias", Dtype::F32, vec![6], f32_bytes(&bias)),
+                ("half.weight", Dtype::BF16, vec![6, 2], bf16),
+                ("norm", Dtype::F32, vec![2], f32_bytes(&[1.0, 2.0])),
+                ("odd", Dtype::F32, vec![5], f32_bytes(&[0.0; 5])),
+                ("i", Dtype::I64, vec![3], vec![0; 24]),
+            ],
+        );
+        let mut w = Weights::open(&dir).unwrap();
+        w.split_rows("qkv.weight", &["q.weight", "k.weight", "v.weight"])
+            .unwrap();
+        w.split_rows("qkv.bias", &["q.bias", "k.bias", "v.bias"])
+            .unwrap();
+        w.split_rows("half.weight", &["h0", "h1"]).unwrap();
+        w.rename("norm", "ln.weight").unwrap();
+        assert!(!w.has("qkv.weight") && !w.has("qkv.bias") && !w.has("norm"));
+        for (i, part) in ["q", "k", "v"].iter().enumerate() {
+            let weight = w.f32(&format!("{part}.weight"), &[2, 2]).unwrap();
+            assert_eq!(weight, fused[i * 4..(i + 1) * 4], "{part}");
+            let b = w.f32(&format!("{part}.bias"), &[2]).unwrap();
+            assert_eq!(b, bias[i * 2..(i + 1) * 2], "{part}");
+        }
+        // Rows of a part are the stored rows; a bf16 part converts as the whole would.
+        assert_eq!(w.rows("k.weight", 2, &[1]).unwrap(), fused[6..8]);
+        assert_eq!(w.f32("h1", &[3, 2]).unwrap(), fused[6..]);
+        assert_eq!(w.f32("ln.weight", &[2]).unwrap(), [1.0, 2.0]);
+        // What cannot be split, or renamed, is refused with the tensor's name.
+        let e = w.split_rows("odd", &["a", "b"]).unwrap_err().to_string();
+        assert!(e.contains("odd") && e.contains("2 equal parts"), "{e}");
+        let e = w.split_rows("i", &["a", "b", "c"]).unwrap_err().to_string();
+        assert!(e.contains("I64"), "{e}");
+        let e = w.rename("q.weight", "k.weight").unwrap_err().to_string();
+        assert!(e.contains("k.weight") && e.contains("already"), "{e}");
+        let e = w.rename("gone", "x").unwrap_err().to_string();
+        assert!(e.contains("missing tensor gone"), "{e}");
+        let e = w
+            .split_rows("ln.weight", &["q.bias", "z"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("q.bias") && e.contains("already"), "{e}");
+        // A refused change leaves the tensors as they were.
+        assert!(w.has("odd") && w.has("ln.weight") && !w.has("z"));
+        assert!(w.has("q.weight") && w.has("k.weight") && w.has("q.bias"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
