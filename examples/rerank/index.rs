@@ -110,7 +110,9 @@ pub fn run(args: Args) -> CliResult {
         )
         .into());
     }
-    let (docs, duplicates) = dedupe(docs, args.duplicates, &args.corpus)?;
+    let refusal = "nothing was written (--duplicates first or --duplicates last keeps one line \
+                   of each)";
+    let (docs, duplicates) = dedupe(docs, args.duplicates, &args.corpus, refusal)?;
     let store = Arc::new(Store::open(&args.db)?);
     // Two runs with different corpora would interleave their batches: one at a time.
     let _lock = store.lock_writer()?;
@@ -265,11 +267,13 @@ fn encode_extra(
 }
 
 /// The corpus with one line per id, by `policy`, and how many lines were dropped; `refuse`
-/// fails naming the first ids on several lines and their line numbers.
-fn dedupe(
+/// fails naming the first ids on several lines and their line numbers, then `refusal` (what
+/// happened and what to do).
+pub fn dedupe(
     docs: Vec<Document>,
     policy: Duplicates,
     corpus: &std::path::Path,
+    refusal: &str,
 ) -> CliResult<(Vec<Document>, usize)> {
     let mut lines: HashMap<&str, Vec<usize>> = HashMap::new();
     for (n, d) in docs.iter().enumerate() {
@@ -304,8 +308,7 @@ fn dedupe(
     let dropped: usize = repeated.iter().map(|(_, at)| at.len() - 1).sum();
     if policy == Duplicates::Refuse {
         return Err(format!(
-            "{}: {}{more}; nothing was written (--duplicates first or --duplicates last keeps \
-             one line of each)",
+            "{}: {}{more}; {refusal}",
             corpus.display(),
             shown.join("; ")
         )

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use rerank::classify::LegalExtractor;
-use rerank::pipeline::{PipelineConfig, SearchRequest};
+use rerank::pipeline::{PipelineConfig, RetrieverConfig, SearchRequest};
 use serde_json::json;
 
 use crate::CliResult;
@@ -141,8 +141,9 @@ pub fn run(args: Args) -> CliResult {
 /// `--dry-run`: the plan of `question` from a pipeline built without side effects. The
 /// corpus is read for the classifier (which learns the domain's words from it, as in the full
 /// query) but not indexed; the `store` section is left out and the cache is kept in memory
-/// (so no SQLite file is created and no Redis server is reached). The answer names what the
-/// full query would use: the corpus, the store and the cache's store.
+/// (so no SQLite file is created and no Redis server is reached), and a Milvus retriever is
+/// read as the in-memory dense one of its embedder ([`offline`]). The answer names what the
+/// full query would use: the corpus, the store, the cache's store and the Milvus collections.
 fn dry_run(config: &PipelineConfig, args: &Args, question: String) -> CliResult<serde_json::Value> {
     let docs = match &config.corpus {
         Some(path) => rerank::Document::read_jsonl(path)?,
@@ -151,6 +152,8 @@ fn dry_run(config: &PipelineConfig, args: &Args, question: String) -> CliResult<
     let mut quiet = config.clone();
     quiet.corpus = None;
     quiet.store = None;
+    let mut milvus = Vec::new();
+    offline(&mut quiet.retriever, &mut milvus);
     if let Some(cache) = &mut quiet.cache {
         cache.store = rerank::pipeline::CacheStoreKind::Memory;
         cache.path = None;
@@ -170,8 +173,31 @@ fn dry_run(config: &PipelineConfig, args: &Args, question: String) -> CliResult<
             "documents": docs.len(),
             "store": config.store.as_ref().map(|s| &s.path),
             "cache": config.cache.as_ref().map(|c| json!({"store": c.store, "path": c.path})),
+            "milvus": milvus,
         },
     }))
+}
+
+/// `retriever` with every Milvus leaf read as the in-memory dense retriever of its embedder,
+/// each leaf's `{url, collection}` pushed to `milvus`: the plan is the same (both are the
+/// `vector` recall mode) and no server is reached (building a Milvus retriever creates its
+/// collection and writes the documents it lacks).
+fn offline(retriever: &mut RetrieverConfig, milvus: &mut Vec<serde_json::Value>) {
+    match retriever {
+        RetrieverConfig::Milvus {
+            url,
+            collection,
+            model,
+        } => {
+            milvus.push(json!({"url": url, "collection": collection}));
+            let model = model.clone();
+            *retriever = RetrieverConfig::Dense { model };
+        }
+        RetrieverConfig::Hybrid { retrievers, .. } => {
+            retrievers.iter_mut().for_each(|r| offline(r, milvus));
+        }
+        _ => {}
+    }
 }
 
 /// The pipeline's recall-mode name for a `--retriever` value: `dense`, the CLI's name of the

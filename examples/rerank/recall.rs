@@ -14,6 +14,7 @@ use rerank::{
 
 use crate::embed::load_embedder;
 use crate::flags::ModelArgs;
+use crate::index::Duplicates;
 use crate::CliResult;
 
 /// The stage-1 retrievers (`--retriever` of `search`, `answer` and `beir`): clap refuses any
@@ -192,7 +193,14 @@ impl RecallArgs {
     fn retriever_box(&self, embedder: Option<Arc<dyn Embedder>>) -> CliResult<Box<dyn Retriever>> {
         let kind = self.retriever;
         let docs = match &self.corpus {
-            Some(path) => Some(crate::flags::read_corpus(path)?),
+            Some(path) => {
+                // One document per id: a corpus that repeats one would lose all but its last
+                // line, silently.
+                let docs = crate::flags::read_corpus(path)?;
+                let refusal = "each line needs an id of its own (`rerank index --duplicates \
+                               first|last` keeps one line of each in a store)";
+                Some(crate::index::dedupe(docs, Duplicates::Refuse, path, refusal)?.0)
+            }
             None => None,
         };
         // Searching only reads: the store opens read-only (a missing or empty file is refused

@@ -294,6 +294,46 @@ fn search_reads_a_store_without_writing_and_refuses_an_empty_file() {
     assert_eq!(std::fs::metadata(&empty.0).unwrap().len(), 0);
 }
 
+/// `search --corpus` over a file that gives one id to two lines is refused naming the id and
+/// both lines, as `index` refuses it: a corpus read into memory keeps one document per id,
+/// and the other line would be dropped without a word. A file of distinct ids searches.
+#[test]
+fn search_refuses_a_corpus_that_repeats_an_id() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rerank-cli-dup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corpus = dir.join("dup.jsonl");
+    std::fs::write(
+        &corpus,
+        "{\"id\": \"a\", \"text\": \"hello world\"}\n\n\
+         {\"id\": \"b\", \"text\": \"another line\"}\n\
+         {\"id\": \"a\", \"text\": \"the same id again\"}\n",
+    )
+    .unwrap();
+    let path = corpus.display().to_string();
+    let out = run(&cli, &["search", "--corpus", &path, "hello"]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("dup.jsonl")
+            && err.contains("\"a\" on lines 1, 4")
+            && err.contains("an id of its own"),
+        "{err}"
+    );
+    std::fs::write(
+        &corpus,
+        "{\"id\": \"a\", \"text\": \"hello world\"}\n{\"id\": \"b\", \"text\": \"x\"}\n",
+    )
+    .unwrap();
+    let out = run(&cli, &["search", "--corpus", &path, "--json", "hello"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["hits"][0]["id"], "a");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `embed` on a SPLADE directory prints one `{"indices", "values"}` line per text, the query
 /// side or the document side as `--role` says, as sentence-transformers encodes them.
 #[cfg(feature = "models")]

@@ -363,3 +363,67 @@ fn the_pdf_system_answers_off_topic_and_unclear_questions_without_searching() {
     assert_eq!(pancakes["flags"]["off_topic"], true, "{pancakes}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--dry-run` reaches no Milvus server: a config whose hybrid retriever reads dense hits from
+/// a Milvus collection (here at a port where nothing listens) plans with the same recall modes
+/// as the full query would hold, and names the collection it would use.
+#[cfg(feature = "models")]
+#[test]
+fn dry_run_reaches_no_milvus_server() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli_query_milvus_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A port of this machine where nothing listens: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.join("milvus.yaml");
+    let model = root.join("tests/fixtures/st_bert_tiny/plain");
+    let text = format!(
+        "corpus: {}\nretriever:\n  type: hybrid\n  retrievers:\n    - {{ type: bm25 }}\n    - \
+         {{ type: milvus, url: \"http://127.0.0.1:{port}\", collection: handbook, model: {} }}\n",
+        root.join("examples/data/handbook.jsonl").display(),
+        model.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let out = query(
+        &cli,
+        &config,
+        &["--dry-run", "how many days can I work remotely"],
+    );
+    let modes: Vec<&str> = out["plan"]["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert!(
+        modes.contains(&"bm25") && modes.contains(&"vector"),
+        "{out}"
+    );
+    assert_eq!(
+        out["would_use"]["milvus"],
+        serde_json::json!([{"url": format!("http://127.0.0.1:{port}"), "collection": "handbook"}]),
+        "{out}"
+    );
+    // The full query does reach for the server, and says so.
+    let full = Command::new(&cli)
+        .args(["query", "--config"])
+        .arg(&config)
+        .arg("how many days can I work remotely")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&full.stderr);
+    assert!(
+        !full.status.success() && err.contains(&port.to_string()),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
