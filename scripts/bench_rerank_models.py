@@ -29,8 +29,17 @@ $RERANK_MODELS_DIR (default models/):
            Unigram of 32,000 pieces trained here on the SciFact corpus in XLM-R's layout
            (<s> A </s></s> B </s>).
 
+  jina     bench-jina-reranker-v2-base-multilingual: jina-reranker-v2-base-multilingual's shape
+           (XLM-RoBERTa base: hidden 768, 12 layers, 12 heads, intermediate 3072, 1026
+           positions, one token type, vocab_size 250,002) in the flash-attention layout of its
+           remote code, as jina publishes it (scripts/jina_layout.py), with the gte tokenizer's
+           recipe and jina's 1024 tokens. sentence-transformers runs the same weights in
+           transformers' layout (the folder's "-transformers" twin): jina's own code computes
+           the same function (tests/fixtures/jina_v2_tiny checks it) but needs transformers 4.x.
+
 Both sides score the same pairs: the first SciFact query judged in qrels/test.tsv against the
-first N corpus documents (`title + " " + text`), cut to 512 tokens, with the same thread count:
+first N corpus documents (`title + " " + text`), cut to the model's length (512 tokens; jina
+1024), with the same thread count:
   - Rust: `cargo bench --bench rerank_models` (release; one process: load, one warm-up, then
     --rounds timed `CrossEncoder::logits` calls), its JSON line;
   - Python: `CrossEncoder(dir).predict(pairs, batch_size=32)`, median of --rounds timed calls
@@ -39,7 +48,7 @@ It first checks that both compute the same logits (largest difference <= 1e-3), 
 pairs/s of each, the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python; from the repository root):
-  python scripts/bench_rerank_models.py [--arch deberta modernbert gte] [--threads 2] [--rounds 3] [--docs 32]
+  python scripts/bench_rerank_models.py [--arch deberta modernbert gte jina] [--threads 2] [--rounds 3] [--docs 32]
 """
 import argparse
 import json
@@ -149,11 +158,11 @@ def make_modernbert(dest: Path):
     ModernBertForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
 
 
-def make_gte(dest: Path):
-    import torch
+def xlmr_tokenizer(dest: Path, max_length: int):
+    """A Unigram of 32,000 pieces trained on the SciFact corpus in XLM-R's layout
+    (<s> A </s></s> B </s>; <s>=0 <pad>=1 </s>=2 <unk>=3, <mask> after them)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
     from tokenizers.models import Unigram
-    from transformers import GteConfig, GteForSequenceClassification
 
     specials = ["<s>", "<pad>", "</s>", "<unk>"]
     tok = Tokenizer(Unigram())
@@ -169,9 +178,16 @@ def make_gte(dest: Path):
     names = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
              "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"}
     (dest / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512,
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
         "model_input_names": ["input_ids", "attention_mask"], **names}, indent=1))
     (dest / "special_tokens_map.json").write_text(json.dumps(names, indent=1))
+
+
+def make_gte(dest: Path):
+    import torch
+    from transformers import GteConfig, GteForSequenceClassification
+
+    xlmr_tokenizer(dest, 512)
     torch.manual_seed(0)
     head_dim = 64
     cfg = GteConfig(vocab_size=250048, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -183,10 +199,43 @@ def make_gte(dest: Path):
     GteForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
 
 
+def make_jina(dest: Path):
+    """jina-reranker-v2-base-multilingual's shape in its layout (scripts/jina_layout.py), f32;
+    beside it, `dest` + "-transformers", the same weights in transformers' layout: the peer's
+    model (jina's own code computes the same function, tests/fixtures/jina_v2_tiny, but needs
+    transformers 4.x and runs eager attention on a CPU)."""
+    import shutil
+
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    from jina_layout import save_as_jina
+
+    twin = peer_dir(dest, "jina")
+    twin.mkdir(parents=True, exist_ok=True)
+    xlmr_tokenizer(twin, 1024)
+    torch.manual_seed(0)
+    cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=768, num_hidden_layers=12,
+                           num_attention_heads=12, intermediate_size=3072, hidden_act="gelu",
+                           max_position_embeddings=1026, type_vocab_size=1, layer_norm_eps=1e-5,
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2, num_labels=1)
+    cfg.architectures = ["XLMRobertaForSequenceClassification"]
+    XLMRobertaForSequenceClassification(cfg).eval().save_pretrained(twin, safe_serialization=True)
+    save_as_jina(twin, dest)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(twin / f, dest / f)
+
+
+def peer_dir(dest: Path, arch: str) -> Path:
+    """The folder sentence-transformers loads: the model's own, or its transformers-layout twin."""
+    return dest.with_name(dest.name + "-transformers") if arch == "jina" else dest
+
+
 MAKERS = {
     "deberta": ("bench-mxbai-rerank-base", make_deberta),
     "modernbert": ("bench-gte-reranker-modernbert-base", make_modernbert),
     "gte": ("bench-gte-multilingual-reranker-base", make_gte),
+    "jina": ("bench-jina-reranker-v2-base-multilingual", make_jina),
 }
 
 
@@ -213,7 +262,7 @@ def bench(arch: str, threads: int, rounds: int, docs: int):
     query = scifact_first_judged_query()
     pairs = [(query, d) for d in scifact_documents(docs)]
     torch.set_num_threads(threads)
-    ce = CrossEncoder(str(dest), device="cpu")
+    ce = CrossEncoder(str(peer_dir(dest, arch)), device="cpu")
     predict = lambda: ce.predict(pairs, batch_size=32, activation_fn=nn.Identity(), convert_to_numpy=True)
     ref = predict()
     times = []

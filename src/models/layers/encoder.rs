@@ -339,9 +339,10 @@ pub(crate) fn read_flash_layout(weights: &mut Weights, dir: &ModelDir) -> Result
             weights.rename(&norm, &format!("{prefix}embeddings.LayerNorm.{kind}"))?;
         }
     }
+    let layers = format!("{prefix}encoder.layers.");
     let left = weights
         .names()
-        .filter(|n| n.starts_with(&format!("{prefix}encoder.layers.")))
+        .filter(|n| n.starts_with(&layers))
         .min()
         .map(str::to_string);
     match left {
