@@ -9,11 +9,12 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 
 use rerank::models::ModelOptions;
 use rerank::rerankers::{load_reranker, RerankQuery};
 
-use crate::model_fixtures::{assert_close, check_cross_encoder, sweep_variants};
+use crate::model_fixtures::{assert_close, check_cross_encoder, sweep_variants, Checked};
 
 /// Logits agree with transformers' to this.
 const TOL: f32 = 1e-5;
@@ -31,19 +32,7 @@ fn every_config_variant_matches_transformers() {
         let options = ModelOptions::default().threads(2);
         let run = catch_unwind(AssertUnwindSafe(|| {
             let checked = check_cross_encoder(dir, &name, options.clone(), &budgets, TOL);
-            // load_reranker (what configs, the CLI and the server load) scores each pair as
-            // sentence-transformers' CrossEncoder.predict does.
-            let reranker = load_reranker(dir, &options).unwrap();
-            let scores: Vec<f32> = checked
-                .cases
-                .iter()
-                .map(|c| {
-                    let query = RerankQuery::new(c.query.clone());
-                    reranker.score(&query, &[c.document.as_str()]).unwrap()[0]
-                })
-                .collect();
-            let st = checked.cases.iter().map(|c| c.st_score.unwrap());
-            assert_close(&scores, st, TOL, &format!("{name} load_reranker"));
+            scores_as_sentence_transformers(dir, &checked, &options, &name);
             checked
                 .single
                 .iter()
@@ -100,16 +89,27 @@ fn jinas_flash_layout_matches_transformers_and_its_remote_code() {
         );
         // The long pair runs past 512 positions (jina's table has 1026).
         assert!(checked.cases.iter().any(|c| c.input_ids.len() > 512));
-        let reranker = load_reranker(dir, &options).unwrap();
-        let scores: Vec<f32> = checked
-            .cases
-            .iter()
-            .map(|c| {
-                let query = RerankQuery::new(c.query.clone());
-                reranker.score(&query, &[c.document.as_str()]).unwrap()[0]
-            })
-            .collect();
-        let st = checked.cases.iter().map(|c| c.st_score.unwrap());
-        assert_close(&scores, st, TOL, &format!("{name} load_reranker"));
+        scores_as_sentence_transformers(dir, &checked, &options, &name);
     }
+}
+
+/// `load_reranker` (what configs, the CLI and the server load) scores each pair of a checked
+/// fixture as sentence-transformers' `CrossEncoder.predict` did (`st_score`).
+fn scores_as_sentence_transformers(
+    dir: &Path,
+    checked: &Checked,
+    options: &ModelOptions,
+    name: &str,
+) {
+    let reranker = load_reranker(dir, options).unwrap();
+    let scores: Vec<f32> = checked
+        .cases
+        .iter()
+        .map(|c| {
+            let query = RerankQuery::new(c.query.clone());
+            reranker.score(&query, &[c.document.as_str()]).unwrap()[0]
+        })
+        .collect();
+    let st = checked.cases.iter().map(|c| c.st_score.unwrap());
+    assert_close(&scores, st, TOL, &format!("{name} load_reranker"));
 }
