@@ -184,6 +184,13 @@ impl Qwen3ChatBuilder {
             .path()
             .join("config.json");
         let config = Qwen3Config::from_file(&config_path)?;
+        if config.sequence_classifier {
+            return Err(Error::model(format!(
+                "{}: a sequence classifier (Qwen3ForSequenceClassification) has no language-model \
+                 head to generate with; it loads as a reranker (load_reranker)",
+                config_path.display()
+            )));
+        }
         let config_text =
             std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
         let raw: serde_json::Value = serde_json::from_str(&config_text)

@@ -91,6 +91,14 @@ impl Qwen3Embedder {
             _ => DecoderFamily::Qwen3,
         };
         let config = Qwen3Config::from_file_for(&config_path, family)?;
+        if config.sequence_classifier {
+            return Err(Error::model(format!(
+                "{}: {} is a sequence classifier (an LLM reranker converted to sequence \
+                 classification), not an embedding model; it loads as a reranker (load_reranker)",
+                config_path.display(),
+                family.classifier_architecture()
+            )));
+        }
         let positions = config
             .max_position_embeddings
             .unwrap_or(crate::models::qwen3::config::MAX_POSITIONS);

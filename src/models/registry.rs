@@ -338,6 +338,27 @@ pub const MODELS: &[KnownModel] = &[
         "Apache-2.0",
     ),
     reranker(
+        "tomaarsen/Qwen3-Reranker-0.6B-seq-cls",
+        LlmReranker,
+        "qwen3",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
+        "tomaarsen/Qwen3-Reranker-4B-seq-cls",
+        LlmReranker,
+        "qwen3",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
+        "tomaarsen/Qwen3-Reranker-8B-seq-cls",
+        LlmReranker,
+        "qwen3",
+        8192,
+        "Apache-2.0",
+    ),
+    reranker(
         "Alibaba-NLP/gte-reranker-modernbert-base",
         CrossEncoder,
         "modernbert",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{ColbertReranker, CrossEncoder, EmbeddingReranker, MxbaiReranker, Qwen3Reranker};
 use crate::embed::ColbertEncoder;
+use crate::models::qwen3::{CLASSIFIER_ARCHITECTURE, QWEN2_CLASSIFIER_ARCHITECTURE};
 use crate::models::registry::{self, Task};
 use crate::models::{Architecture, ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Embedder, Error, Reranker, Result};
@@ -19,7 +20,9 @@ use crate::{Embedder, Error, Reranker, Result};
 /// |---|---|
 /// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
+/// | `Qwen3ForSequenceClassification` (Qwen3-Reranker converted to sequence classification, e.g. `tomaarsen/Qwen3-Reranker-0.6B-seq-cls`) | [`Qwen3Reranker`], its one-row `score` head in place of `W[yes] - W[no]` |
 /// | `Qwen2ForCausalLM` | [`MxbaiReranker`] (mxbai-rerank-v2: the `mxbai-rerank` package's prompt; scores are its raw logits) |
+/// | `Qwen2ForSequenceClassification` (mxbai-rerank-v2 converted the same way) | [`MxbaiReranker`], its `score` head in place of `W[1] - W[0]` |
 /// | a ColBERT model (PyLate's `config_sentence_transformers.json` with `model_type` `ColBERT`, or Stanford's `artifact.metadata`) | [`ColbertReranker`] (MaxSim) |
 /// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
@@ -65,6 +68,14 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = MxbaiReranker::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
+        Architecture::Other(name) if name == CLASSIFIER_ARCHITECTURE => {
+            let builder = Qwen3Reranker::builder(&dir).options(options.clone());
+            Ok(Box::new(builder.build()?))
+        }
+        Architecture::Other(name) if name == QWEN2_CLASSIFIER_ARCHITECTURE => {
+            let builder = MxbaiReranker::builder(&dir).options(options.clone());
+            Ok(Box::new(builder.build()?))
+        }
         Architecture::BertModel => embedding_reranker(&dir, options),
         Architecture::Other(name)
             if matches!(
@@ -78,7 +89,9 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             "{}: unsupported architecture {other} for a reranker (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
              ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
-             NewForSequenceClassification, GteForSequenceClassification, Qwen3ForCausalLM, Qwen2ForCausalLM (mxbai-rerank-v2), and embedding models: \
+             NewForSequenceClassification, GteForSequenceClassification, Qwen3ForCausalLM, \
+             Qwen3ForSequenceClassification (a converted Qwen3-Reranker), Qwen2ForCausalLM and \
+             Qwen2ForSequenceClassification (mxbai-rerank-v2), and embedding models: \
              BertModel, XLMRobertaModel, ModernBertModel, Qwen3Model)",
             dir.join(CONFIG_FILE).display()
         ))),

@@ -278,7 +278,10 @@ fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 /// Loads a local `Qwen2ForCausalLM` directory (`config.json`, `model.safetensors` or a
 /// sharded index, `tokenizer.json`). The score is `l_1 - l_0` at the last position, computed
 /// with the single vector `W["1"] - W["0"]` of the output head (see the
-/// [module documentation](self) for the prompt and its truncation). The documents of one query
+/// [module documentation](self) for the prompt and its truncation). A
+/// `Qwen2ForSequenceClassification` directory (the model converted to sequence classification,
+/// as vLLM's `convert_model_to_seq_cls.py` does) loads the same way, its one-row
+/// `score.weight` being that vector. The documents of one query
 /// share the prompt's beginning, which a batch runs through the model once. Prompts are
 /// sorted by length and packed into forward passes of at most `token_budget` tokens (no
 /// padding).

@@ -1,9 +1,10 @@
 //! The candle engine (feature `candle`) against every parity fixture: the cross-encoders
 //! (BERT, XLM-R, DeBERTa v2 and v3, ModernBERT cls and mean), the sentence-transformers
 //! embedders (BERT in five layouts, XLM-R, ModernBERT, Qwen3 with left and right padding, the
-//! real all-MiniLM-L6-v2 when it is there), Qwen3-Reranker and mxbai-rerank-v2, each within
-//! 1e-4 of the references (cosine >= 0.99999 for embeddings), printed next to the CPU
-//! engine's error on the same inputs; and the Qwen decoders' sliding-window variants.
+//! real all-MiniLM-L6-v2 when it is there), Qwen3-Reranker and mxbai-rerank-v2 (also converted
+//! to sequence classification), each within 1e-4 of the references (cosine >= 0.99999 for
+//! embeddings), printed next to the CPU engine's error on the same inputs; and the Qwen
+//! decoders' sliding-window variants.
 //!
 //! The device is `RERANK_TEST_DEVICE` (`candle-cpu` when unset, as in CI; `cuda:0` on a GPU
 //! machine, through `scripts/gpu_check.sh`); `RERANK_SHARED_FIXTURES` points at the shared
@@ -412,6 +413,35 @@ fn mxbai_rerank_v2_matches_the_package() {
         cases.len()
     );
     assert!(err < TOL, "{err}");
+}
+
+/// Qwen3-Reranker and mxbai-rerank-v2 converted to sequence classification
+/// (tests/fixtures/qwen_seq_cls_tiny): the `score` head on the device's decoder.
+#[test]
+fn converted_llm_rerankers_match_transformers() {
+    use crate::seq_cls::{cases, fixture, max_error, mxbai_logits, qwen3_logits};
+    let qwen3 = cases("qwen3");
+    let run = |options: ModelOptions| {
+        let r = Qwen3Reranker::builder(fixture("qwen3"))
+            .options(options)
+            .build()
+            .unwrap();
+        max_error(&qwen3_logits(&r, &qwen3), &qwen3)
+    };
+    let (err, cpu) = (run(candle()), run(native()));
+    eprintln!("qwen_seq_cls_tiny/qwen3: candle max |error| {err:.2e}, cpu {cpu:.2e}");
+    assert!(err < TOL, "qwen3: {err:.2e}");
+    let qwen2 = cases("qwen2");
+    let run = |options: ModelOptions| {
+        let r = MxbaiReranker::builder(fixture("qwen2"))
+            .options(options)
+            .build()
+            .unwrap();
+        max_error(&mxbai_logits(&r, &qwen2), &qwen2)
+    };
+    let (err, cpu) = (run(candle()), run(native()));
+    eprintln!("qwen_seq_cls_tiny/qwen2: candle max |error| {err:.2e}, cpu {cpu:.2e}");
+    assert!(err < TOL, "qwen2: {err:.2e}");
 }
 
 #[test]

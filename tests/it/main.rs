@@ -50,6 +50,7 @@ mod qwen3_parity;
 mod rank;
 mod redis_cache;
 mod reliability;
+mod seq_cls;
 mod serve;
 mod splade;
 mod st_chat;

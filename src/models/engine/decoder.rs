@@ -7,7 +7,7 @@ use crate::models::layers::batch::BatchSink;
 use crate::models::layers::weights::Weights;
 use crate::models::qwen3::config::Qwen3Config;
 use crate::models::qwen3::forward::Qwen3Model;
-use crate::models::qwen3::layers::{head_name, Decoder, MatrixFormat};
+use crate::models::qwen3::layers::{check_score_head, head_name, Decoder, MatrixFormat};
 use crate::models::{Device, Precision};
 use crate::{Error, Result};
 
@@ -34,7 +34,9 @@ impl DecoderEngine {
         with_head: bool,
     ) -> Result<Self> {
         let weights = Weights::open(dir)?;
-        if with_head {
+        if with_head && cfg.sequence_classifier {
+            check_score_head(&weights, &cfg)?;
+        } else if with_head {
             head_name(&weights, &cfg)?;
         }
         if device.uses_candle() {

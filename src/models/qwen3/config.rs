@@ -1,5 +1,7 @@
 //! `config.json` of a `Qwen3ForCausalLM` (or `Qwen2ForCausalLM`) checkpoint: the keys the
-//! forward passes need.
+//! forward passes need. The same decoders saved as `Qwen3ForSequenceClassification` /
+//! `Qwen2ForSequenceClassification` (a one-row `score` head instead of the language-model
+//! head: LLM rerankers converted to sequence classification) read the same keys.
 //!
 //! Qwen2 is the same decoder as Qwen3 but for two points, which [`DecoderFamily`] records:
 //! its q/k/v projections always have biases (its `o_proj` never has one), and it has no
@@ -28,6 +30,15 @@ impl DecoderFamily {
         match self {
             DecoderFamily::Qwen3 => ARCHITECTURE,
             DecoderFamily::Qwen2 => QWEN2_ARCHITECTURE,
+        }
+    }
+
+    /// The architecture name of the family's sequence classifier (the decoder with a `score`
+    /// head).
+    pub fn classifier_architecture(self) -> &'static str {
+        match self {
+            DecoderFamily::Qwen3 => CLASSIFIER_ARCHITECTURE,
+            DecoderFamily::Qwen2 => QWEN2_CLASSIFIER_ARCHITECTURE,
         }
     }
 
@@ -66,6 +77,10 @@ pub struct Qwen3Config {
     pub rms_norm_eps: f64,
     /// Whether the output head shares the input embedding matrix.
     pub tie_word_embeddings: bool,
+    /// Whether the checkpoint is the family's sequence classifier
+    /// ([`DecoderFamily::classifier_architecture`]): its head is `score.weight`, one row per
+    /// label, read at the last token, instead of the language-model head.
+    pub sequence_classifier: bool,
     /// Whether the attention projections have biases: q/k/v/o in Qwen3 (`attention_bias`),
     /// q/k/v only in Qwen2 (always true there; see [`Qwen3Config::o_bias`]).
     pub attention_bias: bool,
@@ -304,6 +319,15 @@ pub const ARCHITECTURE: &str = "Qwen3ForCausalLM";
 /// [`DecoderFamily::Qwen2`].
 pub const QWEN2_ARCHITECTURE: &str = "Qwen2ForCausalLM";
 
+/// The Qwen3 decoder with a sequence-classification head (`score.weight`), e.g.
+/// `tomaarsen/Qwen3-Reranker-0.6B-seq-cls`: Qwen3-Reranker with its head reduced to
+/// `W[yes] - W[no]`.
+pub const CLASSIFIER_ARCHITECTURE: &str = "Qwen3ForSequenceClassification";
+
+/// The Qwen2 decoder with a sequence-classification head (mxbai-rerank-v2 converted the same
+/// way, with `W[1] - W[0]`).
+pub const QWEN2_CLASSIFIER_ARCHITECTURE: &str = "Qwen2ForSequenceClassification";
+
 /// The decoder without its output head (an embedding model saved from transformers'
 /// `Qwen3Model`); it loads as an embedder only.
 pub const BARE_ARCHITECTURE: &str = "Qwen3Model";
@@ -343,16 +367,23 @@ impl Qwen3Config {
             DecoderFamily::Qwen3 => Some(BARE_ARCHITECTURE),
             DecoderFamily::Qwen2 => None,
         };
-        let is_family = raw
+        let sequence_classifier = raw
             .architectures
             .iter()
-            .any(|a| a == architecture || Some(a.as_str()) == bare)
+            .any(|a| a == family.classifier_architecture());
+        let is_family = sequence_classifier
+            || raw
+                .architectures
+                .iter()
+                .any(|a| a == architecture || Some(a.as_str()) == bare)
             || (raw.architectures.is_empty()
                 && raw.model_type.as_deref() == Some(family.model_type()));
         if !is_family {
             return Err(Error::model(format!(
-                "architectures {:?} (model_type {:?}) is not {architecture}",
-                raw.architectures, raw.model_type
+                "architectures {:?} (model_type {:?}) is not {architecture} (or {})",
+                raw.architectures,
+                raw.model_type,
+                family.classifier_architecture()
             )));
         }
         if let Some(act) = raw.hidden_act.as_deref() {
@@ -441,6 +472,7 @@ impl Qwen3Config {
             rope_scaling,
             rms_norm_eps,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+            sequence_classifier,
             attention_bias,
             vocab_size: raw.vocab_size,
             max_position_embeddings: raw.max_position_embeddings.filter(|&n| n > 0),

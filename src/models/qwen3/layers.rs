@@ -8,6 +8,8 @@
 //! q/k/v biases, without `q_norm`/`k_norm`); every shape is checked against what `config.json`
 //! implies, and a mismatch names the tensor and both shapes.
 
+use std::path::Path;
+
 use rayon::prelude::*;
 
 use super::config::Qwen3Config;
@@ -22,6 +24,8 @@ use crate::{Error, Result};
 pub(crate) const EMBED: &str = "model.embed_tokens.weight";
 /// The name of the untied output head.
 pub(crate) const LM_HEAD: &str = "lm_head.weight";
+/// The name of a sequence classifier's head (one row per label).
+pub(crate) const SCORE: &str = "score.weight";
 
 /// One decoder layer. Per `transformers`' `Qwen3DecoderLayer`:
 /// `x += o(attn(rope(q_norm(q)), rope(k_norm(k)), v))` with `[q | k | v] = qkv(rms(x))`, then
@@ -408,6 +412,32 @@ pub(crate) fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
         })?;
         let name = layer(0, &format!("self_attn.{proj}.weight"));
         w.check_config_size(&format!("{key} x head_dim"), rows, &name, 0)?;
+    }
+    Ok(())
+}
+
+/// Checks that a sequence classifier's head, `score.weight`, is one row of `hidden_size`: the
+/// `W[yes] - W[no]` of an LLM reranker converted to sequence classification (num_labels 1).
+/// Anything else (another label count, a missing head) is an [`Error::Model`] naming the
+/// checkpoint.
+pub(crate) fn check_score_head(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
+    let dir = w.config_path();
+    let dir = dir.parent().unwrap_or(Path::new("."));
+    if !w.has(SCORE) {
+        return Err(Error::model(format!(
+            "{}: config.json says {}, but the weights have no {SCORE}",
+            dir.display(),
+            cfg.family.classifier_architecture()
+        )));
+    }
+    let shape = w.shape(SCORE)?;
+    if shape != [1, cfg.hidden_size] {
+        return Err(Error::model(format!(
+            "{}: {SCORE} has shape {shape:?}; a reranker converted to sequence \
+             classification has one row of hidden_size {} (num_labels 1, the row W[yes] - W[no])",
+            dir.display(),
+            cfg.hidden_size
+        )));
     }
     Ok(())
 }

@@ -2,10 +2,14 @@
 //! reads the logits of "yes" and "no", mxbai-rerank-v2 (a Qwen2 decoder) those of "1" and "0".
 //!
 //! The output head is reduced to the single vector `W[yes] - W[no]`, so the result per prompt
-//! is `l_yes - l_no` at its last token, and the rest of the head is never read.
+//! is `l_yes - l_no` at its last token, and the rest of the head is never read. A checkpoint
+//! converted to sequence classification (`Qwen3ForSequenceClassification`, as
+//! `tomaarsen/Qwen3-Reranker-0.6B-seq-cls` and vLLM's `convert_model_to_seq_cls.py` make them)
+//! stores that vector already, as the one row of `score.weight`; transformers reads its logit
+//! at the last token that is not padding, which is the last token of each packed prompt here.
 
 use super::config::Qwen3Config;
-use super::layers::head_name;
+use super::layers::{check_score_head, head_name, SCORE};
 use crate::models::engine::DecoderEngine;
 use crate::models::plan_packed_batches;
 use crate::{Error, Result};
@@ -20,7 +24,10 @@ pub(crate) struct Qwen3Scorer {
 
 impl Qwen3Scorer {
     /// The scorer over `model`, keeping only the `yes - no` row difference of its output head
-    /// (read from the mapped checkpoint; an id outside the head is an error).
+    /// (read from the mapped checkpoint; an id outside the head is an error). For a sequence
+    /// classifier ([`Qwen3Config::sequence_classifier`]) the head is `score.weight`, which
+    /// must have one row (the converted reranker's `W[yes] - W[no]`); `yes` and `no` are not
+    /// read.
     pub fn new(model: DecoderEngine, yes: u32, no: u32) -> Result<Self> {
         let h = model.config().hidden_size;
         let weights = match &model {
@@ -28,6 +35,11 @@ impl Qwen3Scorer {
             #[cfg(feature = "candle")]
             DecoderEngine::Candle(m) => m.weights(),
         };
+        if model.config().sequence_classifier {
+            check_score_head(weights, model.config())?;
+            let head = weights.f32(SCORE, &[1, h])?;
+            return Ok(Qwen3Scorer { model, head });
+        }
         let rows = weights.rows(head_name(weights, model.config())?, h, &[yes, no])?;
         let head: Vec<f32> = rows[..h]
             .iter()

@@ -68,7 +68,10 @@ impl Qwen3Score {
 /// Loads a local `Qwen3ForCausalLM` directory (`config.json`, `model.safetensors` or a sharded
 /// index, and `tokenizer.json` unless one is given). Each document is judged with the model
 /// card's prompt; the score is `sigmoid(l_yes - l_no)` at the last position, computed with the
-/// single vector `W[yes] - W[no]` instead of a full-vocabulary projection. Prompts are sorted
+/// single vector `W[yes] - W[no]` instead of a full-vocabulary projection. A
+/// `Qwen3ForSequenceClassification` directory (Qwen3-Reranker converted to sequence
+/// classification, e.g. `tomaarsen/Qwen3-Reranker-0.6B-seq-cls`) loads the same way: its
+/// one-row `score.weight` is that vector, and the prompt is the same. Prompts are sorted
 /// by length and packed into forward passes of at most `token_budget` tokens (no padding, no
 /// KV cache).
 ///
@@ -141,7 +144,8 @@ impl Qwen3Reranker {
         self.scorer.config()
     }
 
-    /// The token id of `"yes"` (9693 in the Qwen3 tokenizer).
+    /// The token id of `"yes"` (9693 in the Qwen3 tokenizer; a sequence classifier's head
+    /// is its `score` row, and the id is not read).
     pub fn yes_id(&self) -> u32 {
         self.encoder.yes_id()
     }
