@@ -6,13 +6,17 @@
 //! `config.json` (the loading is `rerank::rerankers::load_reranker`'s):
 //!
 //! - a cross-encoder (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`,
-//!   `ModernBertForSequenceClassification`): `score` after the model's activation (`--raw`:
-//!   none), `logit` raw;
-//! - `Qwen3ForCausalLM` (Qwen3-Reranker): `logit = l_yes - l_no`, `score = sigmoid(logit)`
+//!   `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification`, GTE's
+//!   `NewForSequenceClassification` / `GteForSequenceClassification`): `score` after the
+//!   model's activation (`--raw`: none), `logit` raw;
+//! - `Qwen3ForCausalLM` (Qwen3-Reranker), or `Qwen3ForSequenceClassification` (Qwen3-Reranker
+//!   converted to sequence classification): `logit = l_yes - l_no`, `score = sigmoid(logit)`
 //!   (`--raw`: the logit);
+//! - mxbai-rerank-v2 (`Qwen2ForCausalLM`, or converted: `Qwen2ForSequenceClassification`):
+//!   `score` and `logit` are both `l_1 - l_0`, the `mxbai-rerank` package's score;
 //! - `BertModel`, a sentence-transformers bi-encoder such as all-MiniLM-L6-v2 (an embedding
 //!   reranker): `score` and `logit` are both the cosine of the query's and the document's
-//!   embeddings, in [-1, 1] (`--raw` changes nothing).
+//!   embeddings, in [-1, 1] (`--raw` changes nothing); a ColBERT model: both its MaxSim.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -118,9 +122,11 @@ pub fn run(args: Args) -> CliResult {
 }
 
 /// Loads the scorer that `config.json` calls for and returns (score, logit) per line, in
-/// input order. Cross-encoders and Qwen3-Reranker are loaded here for their logits and
-/// per-line instructions; every other model goes through `load_reranker`, so `score` takes
-/// what `search --reranker` takes and refuses the rest with the same error.
+/// input order. Cross-encoders and Qwen3-Reranker (also converted to sequence classification)
+/// are loaded here for their logits and per-line instructions; every other model (embedding
+/// and ColBERT folders first, whatever their `config.json` says) goes through
+/// `load_reranker`, so `score` takes what `search --reranker` takes and refuses the rest with
+/// the same error.
 #[cfg(feature = "models")]
 fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
     use rerank::models::{Architecture, ModelDir};
@@ -137,10 +143,18 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
         &args.reranker,
         rerank::models::registry::Task::CrossEncoder,
     )?)?;
+    // A sentence-transformers embedding model (Qwen3-Embedding says Qwen3ForCausalLM too) or a
+    // ColBERT folder is load_reranker's to tell apart.
+    if dir.is_embedding_model()? || rerank::embed::ColbertEncoder::is_colbert_dir(dir.path()) {
+        return score_reranker(args, lines);
+    }
     match dir.architecture()? {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification
-        | Architecture::ModernBertForSequenceClassification => {
+        | Architecture::ModernBertForSequenceClassification
+        | Architecture::DebertaV2ForSequenceClassification
+        | Architecture::NewForSequenceClassification
+        | Architecture::GteForSequenceClassification => {
             let mut builder = CrossEncoder::builder(dir.path()).options(model_options(args)?);
             if args.raw {
                 builder = builder.raw_logits();
@@ -149,6 +163,9 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
             Ok(scores.into_iter().map(|s| (s.score, s.logit)).collect())
         }
         Architecture::Qwen3ForCausalLm => score_qwen3(args, dir.path(), lines),
+        Architecture::Other(name) if name == rerank::rerankers::qwen3::CLASSIFIER_ARCHITECTURE => {
+            score_qwen3(args, dir.path(), lines)
+        }
         _ => score_reranker(args, lines),
     }
 }

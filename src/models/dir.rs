@@ -100,6 +100,20 @@ impl ModelDir {
         }
     }
 
+    /// Whether sentence-transformers' `modules.json` has a Pooling module: the directory is an
+    /// embedding model, whatever its `config.json` says (Qwen3-Embedding's says
+    /// `Qwen3ForCausalLM`). A `modules.json` that is not JSON is an error.
+    pub fn is_embedding_model(&self) -> Result<bool> {
+        let Some(modules) = self.optional_json("modules.json")? else {
+            return Ok(false);
+        };
+        Ok(modules.as_array().into_iter().flatten().any(|m| {
+            m.get("type")
+                .and_then(|t| t.as_str())
+                .is_some_and(|t| t.rsplit('.').next() == Some("Pooling"))
+        }))
+    }
+
     /// The architecture named in `config.json`.
     pub fn architecture(&self) -> Result<Architecture> {
         let path = self.root.join(CONFIG_FILE);

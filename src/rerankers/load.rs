@@ -47,7 +47,7 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
     if ColbertEncoder::is_colbert_dir(&dir) {
         return Ok(Box::new(ColbertReranker::from_dir(&dir, options)?));
     }
-    if is_embedding_model(&model)? {
+    if model.is_embedding_model()? {
         return embedding_reranker(&dir, options);
     }
     match model.architecture()? {
@@ -96,19 +96,6 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             dir.join(CONFIG_FILE).display()
         ))),
     }
-}
-
-/// Whether sentence-transformers' modules make the directory an embedding model (its
-/// `modules.json` has a Pooling module).
-fn is_embedding_model(model: &ModelDir) -> Result<bool> {
-    let Some(modules) = model.optional_json("modules.json")? else {
-        return Ok(false);
-    };
-    Ok(modules.as_array().into_iter().flatten().any(|m| {
-        m.get("type")
-            .and_then(|t| t.as_str())
-            .is_some_and(|t| t.rsplit('.').next() == Some("Pooling"))
-    }))
 }
 
 fn embedding_reranker(dir: &Path, options: &ModelOptions) -> Result<Box<dyn Reranker>> {

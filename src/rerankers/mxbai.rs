@@ -35,6 +35,7 @@ use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 pub use crate::models::qwen3::QWEN2_ARCHITECTURE as ARCHITECTURE;
+pub use crate::models::qwen3::QWEN2_CLASSIFIER_ARCHITECTURE as CLASSIFIER_ARCHITECTURE;
 pub use crate::models::qwen3::{DecoderFamily, Qwen3Config};
 
 /// The system turn and the opening of the user turn (the package's `chat_template["prefix"]`).

@@ -181,3 +181,67 @@ fn the_registry_supports_mxbai_rerank_v1() {
         assert_eq!((m.model_type, m.max_length), ("deberta-v2", 512), "{id}");
     }
 }
+
+/// `rerank score` on a DeBERTa cross-encoder prints the logit beside the score, as for BERT
+/// (the score is the logit's sigmoid).
+#[test]
+fn the_cli_prints_the_logit_beside_the_score() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let dir = fixture("v3");
+    let pairs = [
+        ("what is rust", "Rust is a systems programming language."),
+        ("what is rust", "Bananas are yellow."),
+    ];
+    let want = CrossEncoder::builder(&dir)
+        .options(options())
+        .build()
+        .unwrap()
+        .predict(&pairs)
+        .unwrap();
+    let tmp = std::env::temp_dir().join(format!("rerank-deberta-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let input = tmp.join("pairs.jsonl");
+    let lines: Vec<String> = pairs
+        .iter()
+        .map(|(q, d)| serde_json::json!({"query": q, "document": d}).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let out = std::process::Command::new(&bin)
+        .args(["score", "--threads", "2", "--reranker"])
+        .arg(&dir)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        let (score, logit) = (g["score"].as_f64().unwrap(), g["logit"].as_f64().unwrap());
+        assert!(
+            (logit - w.logit as f64).abs() < 1e-6,
+            "{logit} vs {}",
+            w.logit
+        );
+        assert!(
+            (score - w.score as f64).abs() < 1e-6,
+            "{score} vs {}",
+            w.score
+        );
+        assert!(
+            (score - logit).abs() > 1e-3,
+            "the score is the logit's sigmoid"
+        );
+    }
+}

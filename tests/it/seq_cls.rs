@@ -267,3 +267,117 @@ fn a_sequence_classifier_is_not_an_embedder_or_a_generator() {
         "{m}"
     );
 }
+
+/// The registry's name of the published conversion, served by a loopback hub with the
+/// fixture's files: `rerank score` downloads it, takes it for Qwen3-Reranker and prints the
+/// scores sentence-transformers' CrossEncoder gives.
+#[cfg(feature = "hf-hub")]
+#[test]
+fn the_published_name_downloads_from_a_hub_and_scores() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let name = "tomaarsen/Qwen3-Reranker-0.6B-seq-cls";
+    let (base, server) = crate::common::hub_server(name, fixture("qwen3"));
+    let tmp = std::env::temp_dir().join(format!("rerank-seq-cls-hub-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let cases: Vec<Case> = cases("qwen3")
+        .into_iter()
+        .filter(|c| c.st_predict.is_some())
+        .collect();
+    let lines: Vec<String> = cases
+        .iter()
+        .map(|c| serde_json::json!({"query": c.query, "document": c.document}).to_string())
+        .collect();
+    let pairs = tmp.join("pairs.jsonl");
+    std::fs::write(&pairs, lines.join("\n")).unwrap();
+    let out = std::process::Command::new(&bin)
+        .args(["score", "--reranker", name, "--threads", "1", "--input"])
+        .arg(&pairs)
+        .env("HF_ENDPOINT", &base)
+        .env("HF_HUB_CACHE", tmp.join("hub-cache"))
+        .output()
+        .unwrap();
+    crate::common::stop_hub(&base);
+    assert!(
+        server.join().unwrap() >= 3,
+        "config, tokenizer and weights served"
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let scores: Vec<f64> = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["score"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(scores.len(), cases.len(), "{stdout}");
+    for (got, c) in scores.iter().zip(&cases) {
+        let want = c.st_predict.unwrap();
+        assert!((got - want).abs() < 1e-6, "{got} vs CrossEncoder {want}");
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// `rerank score` on the converted Qwen3-Reranker: each line with its own instruction, the
+/// logit the classifier gives and its sigmoid as the score (`--raw`: the logit as the score).
+#[test]
+fn the_cli_scores_each_line_with_its_instruction() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let cases = cases("qwen3");
+    let tmp = std::env::temp_dir().join(format!("rerank-seq-cls-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let lines: Vec<String> = cases
+        .iter()
+        .map(|c| {
+            serde_json::json!({"query": c.query, "document": c.document,
+                               "instruction": c.instruction})
+            .to_string()
+        })
+        .collect();
+    let pairs = tmp.join("pairs.jsonl");
+    std::fs::write(&pairs, lines.join("\n")).unwrap();
+    let dir = fixture("qwen3");
+    let run = |raw: bool| -> Vec<(f64, f64)> {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args(["score", "--threads", "2", "--reranker"])
+            .arg(&dir)
+            .arg("--input")
+            .arg(&pairs);
+        if raw {
+            cmd.arg("--raw");
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
+            })
+            .collect()
+    };
+    let (plain, raw) = (run(false), run(true));
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert_eq!(plain.len(), cases.len());
+    for ((&(score, logit), &(raw_score, _)), c) in plain.iter().zip(&raw).zip(&cases) {
+        assert!((logit - c.logit).abs() < TOL, "{logit} vs {}", c.logit);
+        let sigmoid = 1.0 / (1.0 + (-logit).exp());
+        assert!(
+            (score - sigmoid).abs() < 1e-6,
+            "{score} vs sigmoid {sigmoid}"
+        );
+        assert_eq!(raw_score, logit);
+    }
+}
