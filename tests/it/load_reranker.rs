@@ -242,3 +242,57 @@ fn pairs_of_many_queries_score_as_each_query_alone() {
         }
     }
 }
+
+/// `rerank score` on a Qwen3-Embedding folder (its config.json says `Qwen3ForCausalLM`, its
+/// modules.json has a Pooling module) scores by embedding cosine, as `load_reranker` does, and
+/// never as a yes/no reranker.
+#[test]
+fn the_cli_scores_a_qwen3_embedding_folder_by_cosine() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_qwen3_tiny/lasttoken");
+    let docs = [
+        "Rust is a systems programming language.",
+        "Bananas are yellow.",
+    ];
+    let reranker = load_reranker(&dir, &ModelOptions::default().threads(2)).unwrap();
+    assert_eq!(reranker.name(), "embedding");
+    let want = reranker
+        .score(&RerankQuery::new("what is rust"), &docs)
+        .unwrap();
+    let tmp = std::env::temp_dir().join(format!("rerank-qwen3-embed-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let input = tmp.join("pairs.jsonl");
+    let lines: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::json!({"query": "what is rust", "document": d}).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let out = std::process::Command::new(&bin)
+        .args(["score", "--threads", "2", "--reranker"])
+        .arg(&dir)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<(f64, f64)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
+        })
+        .collect();
+    assert_eq!(got.len(), want.len());
+    for ((score, logit), w) in got.iter().zip(&want) {
+        assert!((score - *w as f64).abs() < 1e-6, "{score} vs cosine {w}");
+        assert_eq!(score, logit);
+    }
+}
