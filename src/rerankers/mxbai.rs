@@ -498,6 +498,25 @@ impl Reranker for MxbaiReranker {
     fn name(&self) -> &str {
         "mxbai-rerank-v2"
     }
+
+    /// Each pair's logit `l_1 - l_0` (its query's instruction, else the default one), whether
+    /// or not the scores are [normalized](MxbaiRerankerBuilder::normalize); `None` with
+    /// passages on, where a score is the best of a document's windows rather than one logit.
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        if self.passages.is_some() {
+            return Ok(None);
+        }
+        self.pool.install(|| {
+            let ids = pairs
+                .par_iter()
+                .map(|(q, d)| Ok(self.encode(q.instruction.as_deref(), &q.text, d)?.ids))
+                .collect::<Result<Vec<_>>>()?;
+            let logits =
+                self.scorer
+                    .logits_in_batches(&ids, self.token_budget, self.max_batch_size)?;
+            Ok(Some(logits))
+        })
+    }
 }
 
 /// Configures and loads an [`MxbaiReranker`]; [`MxbaiRerankerBuilder::build`] checks

@@ -381,3 +381,28 @@ fn the_cli_scores_each_line_with_its_instruction() {
         assert_eq!(raw_score, logit);
     }
 }
+
+/// `Reranker::raw_score_pairs` gives the logits (the scores' sigmoid inputs for Qwen3, the
+/// scores themselves for mxbai), each pair with its query's instruction.
+#[test]
+fn raw_scores_are_the_logits() {
+    for variant in ["qwen3", "qwen2"] {
+        let cases = cases(variant);
+        let reranker = load_reranker(fixture(variant), &options()).unwrap();
+        let queries: Vec<RerankQuery> = cases
+            .iter()
+            .map(|c| match &c.instruction {
+                Some(i) => RerankQuery::new(c.query.as_str()).with_instruction(i.as_str()),
+                None => RerankQuery::new(c.query.as_str()),
+            })
+            .collect();
+        let pairs: Vec<(&RerankQuery, &str)> = queries
+            .iter()
+            .zip(&cases)
+            .map(|(q, c)| (q, c.document.as_str()))
+            .collect();
+        let raw = reranker.raw_score_pairs(&pairs).unwrap().unwrap();
+        let err = max_error(&raw, &cases);
+        assert!(err < TOL, "{variant}: max |error| {err:.2e}");
+    }
+}

@@ -1408,6 +1408,56 @@ fn raw_scores_are_refused_when_the_reranker_has_none() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An LLM reranker (here Qwen3-Reranker converted to sequence classification) answers TEI's
+/// `raw_scores` with its logits `l_yes - l_no`, whose sigmoid is the default score, as the
+/// library computes them.
+#[test]
+fn raw_scores_of_an_llm_reranker_are_its_logits() {
+    let model = crate::seq_cls::fixture("qwen3");
+    let dir = std::env::temp_dir().join(format!("rerank-serve-seq-cls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("serve.yaml");
+    let yaml = format!("reranker: {{ type: model, model: {} }}\n", model.display());
+    std::fs::write(&config, yaml).unwrap();
+    let Some(server) = start_with("seq-cls", Some(&config), &[], &[]) else {
+        return;
+    };
+    let addr = server.addr.as_str();
+    let library = rerank::rerankers::qwen3::Qwen3Reranker::builder(&model)
+        .options(ModelOptions::default().threads(2))
+        .build()
+        .unwrap()
+        .score_with_logits(&RerankQuery::new(QUERY), &DOCS)
+        .unwrap();
+    let by_index = |ranks: &Value| -> Vec<f64> {
+        let mut out = vec![f64::NAN; DOCS.len()];
+        for r in ranks.as_array().unwrap() {
+            out[r["index"].as_u64().unwrap() as usize] = r["score"].as_f64().unwrap();
+        }
+        out
+    };
+    for raw_scores in [true, false] {
+        let request = json!({"query": QUERY, "texts": DOCS, "raw_scores": raw_scores});
+        let (status, body) = post(addr, "/rerank", &request);
+        assert_eq!(status, 200, "{body}");
+        let got = by_index(&body);
+        for (g, want) in got.iter().zip(&library) {
+            let want = if raw_scores { want.logit } else { want.score };
+            assert!(
+                close(*g, f64::from(want)),
+                "raw_scores {raw_scores}: {got:?} vs {library:?}"
+            );
+        }
+    }
+    let (status, _, info) = http(addr, "GET", "/info", &[], b"");
+    assert_eq!(status, 200);
+    let info: Value = serde_json::from_slice(&info).unwrap();
+    assert_eq!(info["reranker"], "qwen3-reranker");
+    assert_eq!(info["raw_scores"], true, "{info}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `POST /answer` reads `include_sources` (default true: the sources are listed; false leaves
 /// them out, the answer's text unchanged); `/search` refuses the field. A question holding
 /// personal data is a 400 on `/answer` (and `/search`) whose JSON error names the refusal and

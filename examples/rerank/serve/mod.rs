@@ -3,18 +3,18 @@
 //! | route | API | served by |
 //! |---|---|---|
 //! | `POST /v2/rerank`, `POST /v1/rerank` | Cohere rerank (Jina's too: `usage.total_tokens`) | the config's reranker |
-//! | `POST /rerank` | text-embeddings-inference (`raw_scores`: the logits) | the config's reranker |
+//! | `POST /rerank` | text-embeddings-inference (`raw_scores`: the logits; Qwen3's and mxbai-v2's are their token-logit differences) | the config's reranker |
 //! | `POST /v1/embeddings` | OpenAI embeddings (`float` or `base64`, `dimensions`, `input_type`; Jina's and Voyage's too) | the config's embedder |
 //! | `POST /embed` | text-embeddings-inference | the config's embedder |
 //! | `POST /embed_sparse` | text-embeddings-inference (`[{index, value}]` per input) | `serve.sparse_model` or `--sparse-model` |
 //! | `POST /search`, `POST /answer` | the pipeline's own request and response | the pipeline |
 //! | `GET /health`, `GET /metrics`, `GET /info` | readiness, Prometheus text, models and limits | |
 //!
-//! The reranker may be any the config's `reranker` section names: a cross-encoder, Qwen3,
-//! or a ColBERT model (`type: colbert`), whose MaxSim scores the rerank routes return. Usage
-//! is counted in the model's own tokens (special tokens and prompts included, after
-//! truncation): OpenAI's `usage.prompt_tokens`, Cohere's `meta.tokens.input_tokens` and
-//! Jina's `usage.total_tokens`. A route with a role (`/v1/embeddings`, `/embed`,
+//! The reranker may be any the config's `reranker` section names: a cross-encoder, Qwen3
+//! (also converted to sequence classification), mxbai-rerank-v2, or a ColBERT model (`type:
+//! colbert`), whose MaxSim scores the rerank routes return. Usage is counted in the model's own
+//! tokens (special tokens and prompts included, after truncation): OpenAI's
+//! `usage.prompt_tokens`, Cohere's `meta.tokens.input_tokens` and Jina's `usage.total_tokens`. A route with a role (`/v1/embeddings`, `/embed`,
 //! `/embed_sparse`) embeds as `document` unless the request says otherwise or the config's
 //! `serve.default_role` names another for that route; a route whose model the config lacks
 //! answers `501`.

@@ -295,26 +295,41 @@ impl Reranker for Qwen3Reranker {
         "qwen3-reranker"
     }
 
+    /// Each pair's logit `l_yes - l_no` (the score is its sigmoid), all pairs in the same
+    /// packed batches; `None` with passages on, where a score is the best of a document's
+    /// windows rather than one logit.
+    fn raw_score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Option<Vec<f32>>> {
+        if self.passages.is_some() {
+            return Ok(None);
+        }
+        let scores = self.score_inputs(&pair_inputs(pairs))?;
+        Ok(Some(scores.into_iter().map(|s| s.logit).collect()))
+    }
+
     /// Every pair in the same packed batches, each with its query's instruction (with
     /// passages on, one [`Reranker::score_detailed`] per query).
     fn score_pairs(&self, pairs: &[(&RerankQuery, &str)]) -> Result<Vec<f32>> {
         if self.passages.is_some() {
             return crate::rerankers::score_pairs_by_query(self, pairs);
         }
-        let inputs: Vec<ScoreInput<'_>> = pairs
-            .iter()
-            .map(|(q, d)| ScoreInput {
-                instruction: q.instruction.as_deref(),
-                query: &q.text,
-                document: d,
-            })
-            .collect();
         Ok(self
-            .score_inputs(&inputs)?
+            .score_inputs(&pair_inputs(pairs))?
             .into_iter()
             .map(|s| s.score)
             .collect())
     }
+}
+
+/// Each pair as a triple with its query's instruction.
+fn pair_inputs<'a>(pairs: &[(&'a RerankQuery, &'a str)]) -> Vec<ScoreInput<'a>> {
+    pairs
+        .iter()
+        .map(|(q, d)| ScoreInput {
+            instruction: q.instruction.as_deref(),
+            query: &q.text,
+            document: d,
+        })
+        .collect()
 }
 
 /// Configures and loads a [`Qwen3Reranker`]; [`Qwen3RerankerBuilder::build`] checks everything.
