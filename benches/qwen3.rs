@@ -112,7 +112,10 @@ mod bench {
         let dir = std::env::var("RERANK_QWEN3_BENCH_MODEL")
             .map(PathBuf::from)
             .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(default_dir));
-        if !dir.join("model.safetensors").is_file() {
+        // One file or shards named by an index (the seq-cls twin of
+        // scripts/bench_qwen3_vs_transformers.py).
+        let weights = ["model.safetensors", "model.safetensors.index.json"];
+        if !weights.iter().any(|f| dir.join(f).is_file()) {
             eprintln!(
                 "skipping: no model in {} (run scripts/make_qwen3_bench_model.py)",
                 dir.display()

@@ -6,6 +6,12 @@ Scores 20 documents of ~300 tokens against one query with the Qwen3-Reranker pro
   - "model card": the official Qwen3-Reranker code path (left padding, full logits, then [:, -1, [no, yes]]);
   - "last logits only": the same with logits_to_keep=1 (no full-vocabulary projection at every position),
     the fairest baseline for the Rust scorer, which projects only the last position onto W[yes] - W[no].
+With --seq-cls, the same model converted to sequence classification (as
+tomaarsen/Qwen3-Reranker-*-seq-cls is: the decoder and a one-row `score` head W[yes] - W[no]; a twin folder
+next to the model, its weights linked, not copied) runs on three more sides: transformers'
+AutoModelForSequenceClassification on the same left-padded prompts, sentence-transformers' CrossEncoder
+(pairs rendered by the prompt as a chat template, what the published models' card calls), and rerank
+loading the twin ("rerank seq-cls"); the speed-ups of that last over the first two are reported.
 The Rust side is `cargo bench --bench qwen3` in its JSON mode (RERANK_BENCH_JSON=1), one timed call per
 process (with --int8 / --bf16, one more Rust side loads the model with Precision::Int8 / Precision::Bf16),
 with the same thread count (RAYON_NUM_THREADS too). The three are interleaved round by round so
@@ -18,15 +24,18 @@ vector flags.
 
 Usage:
   python scripts/bench_qwen3_vs_transformers.py --threads 2 [--model DIR] [--rounds 2] [--skip-model-card]
+      [--seq-cls]
 The model directory defaults to $RERANK_QWEN3_BENCH_MODEL, else $RERANK_MODELS_DIR/qwen3-0.6b-shape, else
 models/qwen3-0.6b-shape. Needs torch and transformers (CPU is enough): when this Python lacks them, the
 script re-runs itself in the virtualenv $RERANK_BENCH_VENV (default `$HOME/.cache/rerank/venv-bench`),
-creating it with `pip install torch transformers numpy` when missing. Times include tokenization on both
+creating it with `pip install torch transformers numpy` when missing (--seq-cls needs
+sentence-transformers and safetensors there too). Times include tokenization on both
 sides. Timings on a shared machine are noisy: compare the ratios of one run.
 """
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -162,6 +171,93 @@ class Transformers:
         return time.perf_counter() - t, logits, tokens, padded
 
 
+SEQ_CLS = ("transformers seq-cls", "sentence-transformers CrossEncoder seq-cls")
+RUST_SEQ_CLS = "rerank seq-cls"
+
+
+def seq_cls_twin(model: Path) -> Path:
+    """The bench model converted to sequence classification, next to it (`<model>-seq-cls`), as two shards
+    named by model.safetensors.index.json (no model.safetensors, which loaders would read alone): the
+    model's model.safetensors linked as the first, `score.weight` = W[yes] - W[no] (one row) the second; config.json saying Qwen3ForSequenceClassification (one label, pad
+    <|endoftext|>); tokenizer_config.json with the prompt as a chat template (the one of
+    tests/fixtures/qwen_seq_cls_tiny/make.py, default instruction)."""
+    import importlib.util
+
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    from transformers import AutoTokenizer
+
+    twin = model.with_name(model.name + "-seq-cls")
+    if (twin / "model.safetensors.index.json").is_file():
+        return twin
+    twin.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(model)
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    with safe_open(str(model / "model.safetensors"), "np") as f:
+        names = list(f.keys())
+        embed = f.get_slice("model.embed_tokens.weight")
+        head = (embed[yes:yes + 1] - embed[no:no + 1]).astype("float32")
+    shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    save_file({"score.weight": head}, str(twin / shards[1]))
+    link = twin / shards[0]
+    if not link.exists():
+        link.symlink_to((model / "model.safetensors").resolve())
+    weight_map = {n: shards[0] for n in names}
+    weight_map["score.weight"] = shards[1]
+    (twin / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = json.loads((model / "config.json").read_text())
+    config.update(architectures=["Qwen3ForSequenceClassification"], id2label={"0": "LABEL_0"},
+                  label2id={"LABEL_0": 0}, pad_token_id=tok.pad_token_id)
+    (twin / "config.json").write_text(json.dumps(config, indent=2))
+    for f in model.iterdir():
+        if f.name.startswith("tokenizer") or f.name in ("vocab.json", "merges.txt", "special_tokens_map.json"):
+            shutil.copy(f, twin / f.name)
+    spec = importlib.util.spec_from_file_location(
+        "qwen_seq_cls_tiny", ROOT / "tests" / "fixtures" / "qwen_seq_cls_tiny" / "make.py")
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)
+    tok_config = json.loads((twin / "tokenizer_config.json").read_text())
+    tok_config.update(chat_template=fixture.CHAT_TEMPLATE, padding_side="left")
+    (twin / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2, ensure_ascii=False))
+    return twin
+
+
+class SeqCls(Transformers):
+    """transformers' sequence classifier on the twin (same prompts as the model card), and
+    sentence-transformers' CrossEncoder on it; each run returns seconds and l_yes - l_no per doc."""
+
+    def __init__(self, twin, threads):
+        from sentence_transformers import CrossEncoder
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        torch = self.torch = init_torch(threads)
+        self.tok = AutoTokenizer.from_pretrained(twin, padding_side="left")
+        self.model = AutoModelForSequenceClassification.from_pretrained(twin, dtype=torch.float32).eval()
+        self.prefix = self.tok.encode(PREFIX, add_special_tokens=False)
+        self.suffix = self.tok.encode(SUFFIX, add_special_tokens=False)
+        self.cross_encoder = CrossEncoder(str(twin), device="cpu")
+
+    def score(self, docs, last_only=True):
+        tok, torch = self.tok, self.torch
+        bodies = [f"<Instruct>: {INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {d}" for d in docs]
+        enc = tok(bodies, padding=False, truncation="longest_first", return_attention_mask=False,
+                  max_length=MAX_LENGTH - len(self.prefix) - len(self.suffix))
+        enc["input_ids"] = [self.prefix + ids + self.suffix for ids in enc["input_ids"]]
+        enc = tok.pad(enc, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.model(**enc).logits[:, 0]
+        return [float(x) for x in logits], int(enc["attention_mask"].sum()), int(enc["input_ids"].numel())
+
+    def run_cross_encoder(self):
+        import math
+
+        docs = [document(i) for i in range(N_DOCS)]
+        t = time.perf_counter()
+        p = self.cross_encoder.predict([(QUERY, d) for d in docs], batch_size=N_DOCS)
+        sec = time.perf_counter() - t
+        return sec, [math.log(x / (1 - x)) for x in p.tolist()]
+
+
 def rust_run(model_dir, threads, root=ROOT, precision="f32"):
     """One timed Rust call (a fresh process, no warm-up: nothing in it is compiled at run time) of the
     checkout in `root`, with the model's matrices in `precision` (f32, int8 or bf16)."""
@@ -191,6 +287,9 @@ def main():
         ap.add_argument(f"--{p}", action="store_true",
                         help=f"one more side, \"rerank {p}\" (Precision::{p.title()}), with its logits' "
                              "agreement with transformers and with rust f32 (Spearman, max difference)")
+    ap.add_argument("--seq-cls", action="store_true",
+                    help="also the model converted to sequence classification: transformers' classifier, "
+                         "sentence-transformers' CrossEncoder and rerank on it (see the module's text)")
     ap.add_argument("--baseline-root", default=None,
                     help="another checkout of rerank (e.g. `git archive main` unpacked) run as one more side, "
                          "\"rerank (baseline)\", to compare before and after in the same run")
@@ -211,6 +310,12 @@ def main():
     hf.score(warm, True)
     hf.score(warm, False)
 
+    seq = None
+    if args.seq_cls:
+        twin = seq_cls_twin(model)
+        seq = SeqCls(twin, args.threads)
+        seq.score(warm)
+        seq.cross_encoder.predict([(QUERY, d) for d in warm])
     variants = [("transformers (last logits only)", True)]
     if not args.skip_model_card:
         variants.append(("transformers (model card)", False))
@@ -228,6 +333,10 @@ def main():
     base_loads, baseline_ratios = [], []
     if args.baseline_root:
         times[BASELINE] = []
+    seq_ratios = {name: [] for name in SEQ_CLS}
+    if seq:
+        for name in (*SEQ_CLS, RUST_SEQ_CLS):
+            times[name] = []
     for r in range(args.rounds):
         for name, last_only in variants:
             sec, lg, tok, padded = hf.run(last_only)
@@ -250,6 +359,18 @@ def main():
             times[name].append(q["median_s"])
             logits[name], tokens[name] = q["logits"], q["prompt_tokens"]
             extra_ratios[name].append(times["transformers (last logits only)"][-1] / q["median_s"])
+        if seq:
+            sec, lg, tok, _ = seq.run(True)
+            times[SEQ_CLS[0]].append(sec)
+            logits[SEQ_CLS[0]], tokens[SEQ_CLS[0]] = lg, tok
+            sec, lg = seq.run_cross_encoder()
+            times[SEQ_CLS[1]].append(sec)
+            logits[SEQ_CLS[1]], tokens[SEQ_CLS[1]] = lg, tokens[SEQ_CLS[0]]
+            q = rust_run(twin, args.threads)
+            times[RUST_SEQ_CLS].append(q["median_s"])
+            logits[RUST_SEQ_CLS], tokens[RUST_SEQ_CLS] = q["logits"], q["prompt_tokens"]
+            for name in SEQ_CLS:
+                seq_ratios[name].append(times[name][-1] / q["median_s"])
         rust_rss.append((rust.get("rss_after_load_mb"), rust.get("peak_rss_mb")))
         prompt_lens = rust.get("prompt_lens")
         for name, _ in variants:
@@ -270,6 +391,12 @@ def main():
               f"(logits span {min(f):.3f} .. {max(f):.3f})")
         print(f"{p} speed-ups per round over transformers (last logits only): "
               f"{[round(x, 3) for x in extra_ratios[f'{RUST} {p}']]}")
+    if seq:
+        for name in (*SEQ_CLS, RUST_SEQ_CLS):
+            worst = max(abs(a - b) for a, b in zip(logits[name], logits[ref]))
+            print(f"{name}: max |logit difference| with transformers (causal, last logits) {worst:.2e}")
+        for name in SEQ_CLS:
+            print(f"{RUST_SEQ_CLS} speed-ups per round over {name}: {[round(x, 3) for x in seq_ratios[name]]}")
     flops = nominal_flops(args.model, prompt_lens) if prompt_lens else None
     print(f"cpu flags: {cpu_flags()}; threads {args.threads}")
     print(f"{'implementation':34} {'median s':>9} {'tokens/s':>9} {'GFLOP/s':>8} {'rust speed-up (median of rounds)':>34}")
@@ -277,6 +404,9 @@ def main():
         med = statistics.median(secs)
         if name in ratios:
             speedup = statistics.median(ratios[name])
+        elif name in seq_ratios and seq_ratios[name]:
+            # rerank seq-cls over this side.
+            speedup = statistics.median(seq_ratios[name])
         elif name in extra_ratios:
             # The other way round: the opt-in precision against transformers (last logits only).
             speedup = statistics.median(extra_ratios[name])
