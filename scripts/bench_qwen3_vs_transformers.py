@@ -148,14 +148,19 @@ class Transformers:
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__,
                          "torch_threads": torch.get_num_threads()}
 
-    def score(self, docs, last_only):
-        """The model-card procedure; returns (l_yes - l_no per doc, real tokens, padded tokens)."""
-        tok, torch = self.tok, self.torch
+    def prompts(self, docs):
+        """The model card's prompts for `docs`, left-padded into one batch."""
+        tok = self.tok
         bodies = [f"<Instruct>: {INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {d}" for d in docs]
         enc = tok(bodies, padding=False, truncation="longest_first", return_attention_mask=False,
                   max_length=MAX_LENGTH - len(self.prefix) - len(self.suffix))
         enc["input_ids"] = [self.prefix + ids + self.suffix for ids in enc["input_ids"]]
-        enc = tok.pad(enc, padding=True, return_tensors="pt")
+        return tok.pad(enc, padding=True, return_tensors="pt")
+
+    def score(self, docs, last_only):
+        """The model-card procedure; returns (l_yes - l_no per doc, real tokens, padded tokens)."""
+        torch = self.torch
+        enc = self.prompts(docs)
         with torch.inference_mode():
             if last_only:
                 logits = self.model(**enc, logits_to_keep=1).logits[:, -1, :]
@@ -238,12 +243,8 @@ class SeqCls(Transformers):
         self.cross_encoder = CrossEncoder(str(twin), device="cpu")
 
     def score(self, docs, last_only=True):
-        tok, torch = self.tok, self.torch
-        bodies = [f"<Instruct>: {INSTRUCTION}\n<Query>: {QUERY}\n<Document>: {d}" for d in docs]
-        enc = tok(bodies, padding=False, truncation="longest_first", return_attention_mask=False,
-                  max_length=MAX_LENGTH - len(self.prefix) - len(self.suffix))
-        enc["input_ids"] = [self.prefix + ids + self.suffix for ids in enc["input_ids"]]
-        enc = tok.pad(enc, padding=True, return_tensors="pt")
+        torch = self.torch
+        enc = self.prompts(docs)
         with torch.inference_mode():
             logits = self.model(**enc).logits[:, 0]
         return [float(x) for x in logits], int(enc["attention_mask"].sum()), int(enc["input_ids"].numel())

@@ -208,3 +208,44 @@ pub fn json_output(out: &std::process::Output) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Runs `rerank score --reranker MODEL` (with `extra` flags, two threads) on `lines`, each a
+/// JSON object such as `{"query", "document"}` written to a scratch file, and returns each
+/// output line's (`score`, `logit`); the command must succeed.
+pub fn cli_score(
+    bin: &std::path::Path,
+    model: &std::path::Path,
+    lines: &[serde_json::Value],
+    extra: &[&str],
+) -> Vec<(f64, f64)> {
+    let dir = std::env::temp_dir().join(format!(
+        "rerank-cli-score-{}-{}",
+        std::process::id(),
+        SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("pairs.jsonl");
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&input, text.join("\n")).unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["score", "--threads", "2", "--reranker"])
+        .arg(model)
+        .arg("--input")
+        .arg(&input)
+        .args(extra)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", model.display());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+static SCRATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -200,35 +200,13 @@ fn the_cli_prints_the_logit_beside_the_score() {
         .unwrap()
         .predict(&pairs)
         .unwrap();
-    let tmp = std::env::temp_dir().join(format!("rerank-deberta-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let input = tmp.join("pairs.jsonl");
-    let lines: Vec<String> = pairs
+    let lines: Vec<Value> = pairs
         .iter()
-        .map(|(q, d)| serde_json::json!({"query": q, "document": d}).to_string())
+        .map(|(q, d)| serde_json::json!({"query": q, "document": d}))
         .collect();
-    std::fs::write(&input, lines.join("\n")).unwrap();
-    let out = std::process::Command::new(&bin)
-        .args(["score", "--threads", "2", "--reranker"])
-        .arg(&dir)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&tmp).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let got = crate::common::cli_score(&bin, &dir, &lines, &[]);
     assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(&want) {
-        let (score, logit) = (g["score"].as_f64().unwrap(), g["logit"].as_f64().unwrap());
+    for (&(score, logit), w) in got.iter().zip(&want) {
         assert!(
             (logit - w.logit as f64).abs() < 1e-6,
             "{logit} vs {}",

@@ -261,35 +261,11 @@ fn the_cli_scores_a_qwen3_embedding_folder_by_cosine() {
     let want = reranker
         .score(&RerankQuery::new("what is rust"), &docs)
         .unwrap();
-    let tmp = std::env::temp_dir().join(format!("rerank-qwen3-embed-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let input = tmp.join("pairs.jsonl");
-    let lines: Vec<String> = docs
+    let lines: Vec<serde_json::Value> = docs
         .iter()
-        .map(|d| serde_json::json!({"query": "what is rust", "document": d}).to_string())
+        .map(|d| serde_json::json!({"query": "what is rust", "document": d}))
         .collect();
-    std::fs::write(&input, lines.join("\n")).unwrap();
-    let out = std::process::Command::new(&bin)
-        .args(["score", "--threads", "2", "--reranker"])
-        .arg(&dir)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&tmp).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Vec<(f64, f64)> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
-        })
-        .collect();
+    let got = crate::common::cli_score(&bin, &dir, &lines, &[]);
     assert_eq!(got.len(), want.len());
     for ((score, logit), w) in got.iter().zip(&want) {
         assert!((score - *w as f64).abs() < 1e-6, "{score} vs cosine {w}");

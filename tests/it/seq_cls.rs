@@ -334,42 +334,16 @@ fn the_cli_scores_each_line_with_its_instruction() {
         return;
     };
     let cases = cases("qwen3");
-    let tmp = std::env::temp_dir().join(format!("rerank-seq-cls-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let lines: Vec<String> = cases
+    let lines: Vec<Value> = cases
         .iter()
         .map(|c| {
             serde_json::json!({"query": c.query, "document": c.document,
                                "instruction": c.instruction})
-            .to_string()
         })
         .collect();
-    let pairs = tmp.join("pairs.jsonl");
-    std::fs::write(&pairs, lines.join("\n")).unwrap();
     let dir = fixture("qwen3");
-    let run = |raw: bool| -> Vec<(f64, f64)> {
-        let mut cmd = std::process::Command::new(&bin);
-        cmd.args(["score", "--threads", "2", "--reranker"])
-            .arg(&dir)
-            .arg("--input")
-            .arg(&pairs);
-        if raw {
-            cmd.arg("--raw");
-        }
-        let out = cmd.output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
-            })
-            .collect()
-    };
-    let (plain, raw) = (run(false), run(true));
-    std::fs::remove_dir_all(&tmp).unwrap();
+    let plain = crate::common::cli_score(&bin, &dir, &lines, &[]);
+    let raw = crate::common::cli_score(&bin, &dir, &lines, &["--raw"]);
     assert_eq!(plain.len(), cases.len());
     for ((&(score, logit), &(raw_score, _)), c) in plain.iter().zip(&raw).zip(&cases) {
         assert!((logit - c.logit).abs() < TOL, "{logit} vs {}", c.logit);
