@@ -162,8 +162,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
             let scores = builder.build()?.predict(pairs)?;
             Ok(scores.into_iter().map(|s| (s.score, s.logit)).collect())
         }
-        Architecture::Qwen3ForCausalLm => score_qwen3(args, dir.path(), lines),
-        Architecture::Other(name) if name == rerank::rerankers::qwen3::CLASSIFIER_ARCHITECTURE => {
+        Architecture::Qwen3ForCausalLm | Architecture::Qwen3ForSequenceClassification => {
             score_qwen3(args, dir.path(), lines)
         }
         _ => score_reranker(args, lines),

@@ -9,8 +9,9 @@ use crate::{Error, Result};
 
 /// The model architecture named by `architectures[0]` in `config.json`.
 ///
-/// Callers dispatch on it to pick a loader: a cross-encoder takes the sequence-classification
-/// kinds, the Qwen3 reranker takes [`Architecture::Qwen3ForCausalLm`].
+/// Callers dispatch on it to pick a loader: a cross-encoder takes the encoders'
+/// sequence-classification kinds, the Qwen3 reranker takes [`Architecture::Qwen3ForCausalLm`]
+/// and [`Architecture::Qwen3ForSequenceClassification`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Architecture {
@@ -29,8 +30,14 @@ pub enum Architecture {
     GteForSequenceClassification,
     /// `Qwen3ForCausalLM` (Qwen3-Reranker, Qwen3 chat models).
     Qwen3ForCausalLm,
+    /// `Qwen3ForSequenceClassification` (Qwen3-Reranker converted to sequence classification,
+    /// e.g. tomaarsen/Qwen3-Reranker-0.6B-seq-cls).
+    Qwen3ForSequenceClassification,
     /// `Qwen2ForCausalLM` (mxbai-rerank-v2).
     Qwen2ForCausalLm,
+    /// `Qwen2ForSequenceClassification` (mxbai-rerank-v2 converted to sequence
+    /// classification).
+    Qwen2ForSequenceClassification,
     /// `BertModel` (a bare encoder, e.g. all-MiniLM-L6-v2).
     BertModel,
     /// Any other architecture, by its name.
@@ -54,7 +61,9 @@ impl Architecture {
             "NewForSequenceClassification" => Architecture::NewForSequenceClassification,
             "GteForSequenceClassification" => Architecture::GteForSequenceClassification,
             "Qwen3ForCausalLM" => Architecture::Qwen3ForCausalLm,
+            "Qwen3ForSequenceClassification" => Architecture::Qwen3ForSequenceClassification,
             "Qwen2ForCausalLM" => Architecture::Qwen2ForCausalLm,
+            "Qwen2ForSequenceClassification" => Architecture::Qwen2ForSequenceClassification,
             "BertModel" => Architecture::BertModel,
             other => Architecture::Other(other.to_string()),
         }
@@ -76,7 +85,9 @@ impl Architecture {
             Architecture::NewForSequenceClassification => "NewForSequenceClassification",
             Architecture::GteForSequenceClassification => "GteForSequenceClassification",
             Architecture::Qwen3ForCausalLm => "Qwen3ForCausalLM",
+            Architecture::Qwen3ForSequenceClassification => "Qwen3ForSequenceClassification",
             Architecture::Qwen2ForCausalLm => "Qwen2ForCausalLM",
+            Architecture::Qwen2ForSequenceClassification => "Qwen2ForSequenceClassification",
             Architecture::BertModel => "BertModel",
             Architecture::Other(name) => name,
         }

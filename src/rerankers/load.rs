@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::{ColbertReranker, CrossEncoder, EmbeddingReranker, MxbaiReranker, Qwen3Reranker};
 use crate::embed::ColbertEncoder;
-use crate::models::qwen3::{CLASSIFIER_ARCHITECTURE, QWEN2_CLASSIFIER_ARCHITECTURE};
 use crate::models::registry::{self, Task};
 use crate::models::{Architecture, ModelDir, ModelOptions, CONFIG_FILE};
 use crate::{Embedder, Error, Reranker, Result};
@@ -60,19 +59,11 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = CrossEncoder::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
-        Architecture::Qwen3ForCausalLm => {
+        Architecture::Qwen3ForCausalLm | Architecture::Qwen3ForSequenceClassification => {
             let builder = Qwen3Reranker::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
-        Architecture::Qwen2ForCausalLm => {
-            let builder = MxbaiReranker::builder(&dir).options(options.clone());
-            Ok(Box::new(builder.build()?))
-        }
-        Architecture::Other(name) if name == CLASSIFIER_ARCHITECTURE => {
-            let builder = Qwen3Reranker::builder(&dir).options(options.clone());
-            Ok(Box::new(builder.build()?))
-        }
-        Architecture::Other(name) if name == QWEN2_CLASSIFIER_ARCHITECTURE => {
+        Architecture::Qwen2ForCausalLm | Architecture::Qwen2ForSequenceClassification => {
             let builder = MxbaiReranker::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }

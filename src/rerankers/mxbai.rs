@@ -35,7 +35,6 @@ use crate::rerankers::{Passages, RerankQuery, RerankScores};
 use crate::{Error, Reranker, Result};
 
 pub use crate::models::qwen3::QWEN2_ARCHITECTURE as ARCHITECTURE;
-pub use crate::models::qwen3::QWEN2_CLASSIFIER_ARCHITECTURE as CLASSIFIER_ARCHITECTURE;
 pub use crate::models::qwen3::{DecoderFamily, Qwen3Config};
 
 /// The system turn and the opening of the user turn (the package's `chat_template["prefix"]`).
@@ -440,21 +439,31 @@ impl MxbaiReranker {
         query: &RerankQuery,
         docs: &[&str],
     ) -> Result<(Vec<MxbaiScore>, usize)> {
-        if docs.is_empty() {
+        let pairs: Vec<(&RerankQuery, &str)> = docs.iter().map(|d| (query, *d)).collect();
+        let (logits, truncated) = self.logits_counted(&pairs)?;
+        Ok((
+            logits.into_iter().map(|l| self.to_score(l)).collect(),
+            truncated,
+        ))
+    }
+
+    /// Each pair's logit `l_1 - l_0` (its query's instruction, else the default one), all in
+    /// packed batches, and how many prompts were cut to `max_length` (logged at debug level).
+    fn logits_counted(&self, pairs: &[(&RerankQuery, &str)]) -> Result<(Vec<f32>, usize)> {
+        if pairs.is_empty() {
             return Ok((Vec::new(), 0));
         }
-        let instruction = query.instruction.as_deref();
         self.pool.install(|| {
-            let prompts = docs
+            let prompts = pairs
                 .par_iter()
-                .map(|d| self.encode(instruction, &query.text, d))
+                .map(|(q, d)| self.encode(q.instruction.as_deref(), &q.text, d))
                 .collect::<Result<Vec<_>>>()?;
             let truncated = prompts.iter().filter(|p| p.truncated()).count();
             if truncated > 0 {
                 tracing::debug!(
                     stage = "rerank",
                     truncated,
-                    pairs = docs.len(),
+                    pairs = pairs.len(),
                     max_length = self.max_length(),
                     "pairs cut to max_length: the model judged their beginning only"
                 );
@@ -463,10 +472,7 @@ impl MxbaiReranker {
             let logits =
                 self.scorer
                     .logits_in_batches(&ids, self.token_budget, self.max_batch_size)?;
-            Ok((
-                logits.into_iter().map(|l| self.to_score(l)).collect(),
-                truncated,
-            ))
+            Ok((logits, truncated))
         })
     }
 }
@@ -506,16 +512,7 @@ impl Reranker for MxbaiReranker {
         if self.passages.is_some() {
             return Ok(None);
         }
-        self.pool.install(|| {
-            let ids = pairs
-                .par_iter()
-                .map(|(q, d)| Ok(self.encode(q.instruction.as_deref(), &q.text, d)?.ids))
-                .collect::<Result<Vec<_>>>()?;
-            let logits =
-                self.scorer
-                    .logits_in_batches(&ids, self.token_budget, self.max_batch_size)?;
-            Ok(Some(logits))
-        })
+        Ok(Some(self.logits_counted(pairs)?.0))
     }
 }
 

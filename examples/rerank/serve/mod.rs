@@ -14,10 +14,10 @@
 //! (also converted to sequence classification), mxbai-rerank-v2, or a ColBERT model (`type:
 //! colbert`), whose MaxSim scores the rerank routes return. Usage is counted in the model's own
 //! tokens (special tokens and prompts included, after truncation): OpenAI's
-//! `usage.prompt_tokens`, Cohere's `meta.tokens.input_tokens` and Jina's `usage.total_tokens`. A route with a role (`/v1/embeddings`, `/embed`,
-//! `/embed_sparse`) embeds as `document` unless the request says otherwise or the config's
-//! `serve.default_role` names another for that route; a route whose model the config lacks
-//! answers `501`.
+//! `usage.prompt_tokens`, Cohere's `meta.tokens.input_tokens` and Jina's `usage.total_tokens`.
+//! A route with a role (`/v1/embeddings`, `/embed`, `/embed_sparse`) embeds as `document`
+//! unless the request says otherwise or the config's `serve.default_role` names another for
+//! that route; a route whose model the config lacks answers `501`.
 //!
 //! The library stays synchronous: each model has a worker thread fed by a bounded queue
 //! (`batcher.rs`), and the requests that wait while it runs are scored together in its next

@@ -31,7 +31,4 @@ pub(crate) mod layers;
 pub(crate) mod ops;
 pub(crate) mod scorer;
 
-pub use config::{
-    DecoderFamily, Qwen3Config, ARCHITECTURE, CLASSIFIER_ARCHITECTURE, QWEN2_ARCHITECTURE,
-    QWEN2_CLASSIFIER_ARCHITECTURE,
-};
+pub use config::{DecoderFamily, Qwen3Config, ARCHITECTURE, QWEN2_ARCHITECTURE};

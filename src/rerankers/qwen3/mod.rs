@@ -14,7 +14,7 @@ mod reranker;
 pub mod template;
 
 #[cfg(feature = "models")]
-pub use crate::models::qwen3::{Qwen3Config, ARCHITECTURE, CLASSIFIER_ARCHITECTURE};
+pub use crate::models::qwen3::{Qwen3Config, ARCHITECTURE};
 pub use instructions::{
     Instructions, DEFAULT_INSTRUCTION, DESIGN_INSTRUCTION, EXPERIENCE_INSTRUCTION,
     GENERAL_INSTRUCTION, IMPLEMENTATION_INSTRUCTION, MANUAL_INSTRUCTION,
