@@ -110,8 +110,8 @@ pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
-    load_embedder, BertEmbedder, ColbertEncoder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder,
-    Qwen3Embedder, SparseEncoder,
+    load_embedder, BertEmbedder, ColbertEncoder, DistilBertEmbedder, GteEmbedder,
+    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder,
 };
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};

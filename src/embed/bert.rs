@@ -72,7 +72,7 @@ pub struct BertEmbedder(EncoderEmbedder);
 
 encoder_embedder!(BertEmbedder, BertEmbedderBuilder, "bert", read);
 
-/// The BERT-family encoder (`bert`, `xlm-roberta`, `roberta`) of `model_dir`, whose parsed
+/// The BERT-family encoder (`bert`, `xlm-roberta`, `roberta`, `camembert`) of `model_dir`, whose parsed
 /// `config.json` is `value`: its shape, and its native loader in `precision`.
 pub(super) fn read(
     model_dir: &ModelDir,
@@ -120,8 +120,9 @@ impl PackedEncoder for Encoder {
 enum Family {
     /// `bert` (all-MiniLM, bge-*-en, e5-*-v2, arctic, mxbai-embed).
     Bert,
-    /// `xlm-roberta` (multilingual-e5, bge-m3) and `roberta`: BERT's layers with positions
-    /// numbered from `pad_token_id + 1` and one token type.
+    /// `xlm-roberta` (multilingual-e5, bge-m3), `roberta` (all-distilroberta-v1) and
+    /// `camembert` (sentence-camembert): BERT's layers with positions numbered from
+    /// `pad_token_id + 1` and one token type.
     Roberta,
 }
 
@@ -130,11 +131,11 @@ impl Family {
     fn of(config: &serde_json::Value, file: &Path) -> Result<Self> {
         match config.get("model_type").and_then(|v| v.as_str()) {
             None | Some("bert") => Ok(Family::Bert),
-            Some("xlm-roberta" | "roberta") => Ok(Family::Roberta),
+            Some("xlm-roberta" | "roberta" | "camembert") => Ok(Family::Roberta),
             Some(other) => Err(Error::model(format!(
-                "{}: unsupported model_type {other:?}; BertEmbedder loads bert, xlm-roberta \
-                 and roberta encoders (load_embedder picks the loader for qwen3 and \
-                 modernbert)",
+                "{}: unsupported model_type {other:?}; BertEmbedder loads bert, xlm-roberta, \
+                 roberta and camembert encoders (load_embedder picks the loader for the \
+                 others)",
                 file.display()
             ))),
         }

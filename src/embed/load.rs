@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::encoder::EncoderSpec;
 use super::{
-    BertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder,
-    Qwen3Embedder, Role,
+    BertEmbedder, DistilBertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder,
+    MpnetEmbedder, Qwen3Embedder, Role,
 };
 use crate::models::engine::{EncoderEngine, PackedEncoder};
 use crate::models::registry::{self, KnownModel, Task};
@@ -25,11 +25,11 @@ use crate::{Error, Result};
 ///   refused before anything is downloaded. Without the feature, a hub id that is not a
 ///   directory is an error that says how to get the files.
 ///
-/// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta` and `roberta`
-/// load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`, `gte` and
-/// `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `qwen3` as a
-/// [`Qwen3Embedder`]; anything else is an [`Error::Model`] naming the file and the supported
-/// types.
+/// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta`, `roberta` and
+/// `camembert` load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`,
+/// `gte` and `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
+/// as a [`DistilBertEmbedder`], `qwen3` and `qwen2` as a [`Qwen3Embedder`]; anything else is
+/// an [`Error::Model`] naming the file and the supported types.
 ///
 /// ```no_run
 /// use rerank::models::ModelOptions;
@@ -66,7 +66,7 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         .and_then(|v| v.as_str())
         .unwrap_or("bert");
     match model_type {
-        "bert" | "xlm-roberta" | "roberta" => {
+        "bert" | "xlm-roberta" | "roberta" | "camembert" => {
             let builder = with_registry(BertEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
@@ -82,6 +82,10 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(MpnetEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
+        "distilbert" => {
+            let builder = with_registry(DistilBertEmbedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         // Qwen2 decoders (gte-Qwen2) are the Qwen3 decoder's family (`DecoderFamily`).
         "qwen3" | "qwen2" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
@@ -89,7 +93,8 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         }
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
-             xlm-roberta, roberta, modernbert, new, gte, nomic_bert, mpnet, qwen3, qwen2)",
+             xlm-roberta, roberta, camembert, modernbert, new, gte, nomic_bert, mpnet, \
+             distilbert, qwen3, qwen2)",
             dir.join(CONFIG_FILE).display()
         ))),
     }
@@ -108,7 +113,7 @@ pub(crate) fn load_token_encoder(
         Box::new(e)
     }
     match super::encoder::model_type(value) {
-        None | Some("bert" | "xlm-roberta" | "roberta") => {
+        None | Some("bert" | "xlm-roberta" | "roberta" | "camembert") => {
             let (spec, native) = super::bert::read(model_dir, value, precision)?;
             let engine = EncoderEngine::load(options, model_dir, spec.family, || {
                 native(model_dir).map(boxed)
@@ -124,7 +129,7 @@ pub(crate) fn load_token_encoder(
         }
         Some(other) => Err(crate::Error::model(format!(
             "{}: model_type {other:?} is not supported here (supported: bert, xlm-roberta, \
-             roberta, modernbert)",
+             roberta, camembert, modernbert)",
             super::encoder::config_path(model_dir).display()
         ))),
     }

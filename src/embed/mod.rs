@@ -14,7 +14,9 @@
 //!   gte-en-v1.5, nomic-embed-text) on the same layout;
 //! - [`MpnetEmbedder`] (`mpnet`): MPNet sentence-transformers models (all-mpnet-base-v2,
 //!   multi-qa-mpnet-base-dot-v1) on the same layout;
-//! - `encoder`: the one sentence-transformers embedder over an encoder, which the four above
+//! - [`DistilBertEmbedder`] (`distilbert`): DistilBERT sentence-transformers models
+//!   (msmarco-distilbert-base-tas-b, multi-qa-distilbert-cos-v1, distiluse) on the same layout;
+//! - `encoder`: the one sentence-transformers embedder over an encoder, which the five above
 //!   are under their architectures' names (each file says only how its encoder is read);
 //!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
@@ -37,6 +39,8 @@ mod builder;
 mod chat;
 #[cfg(feature = "models")]
 mod colbert;
+#[cfg(feature = "models")]
+mod distilbert;
 #[cfg(feature = "models")]
 mod encoder;
 #[cfg(feature = "models")]
@@ -77,6 +81,8 @@ pub use bge_m3::is_bge_m3_dir;
 pub use builder::EmbedderBuilder;
 #[cfg(feature = "models")]
 pub use colbert::{maxsim, ColbertBuilder, ColbertEncoder};
+#[cfg(feature = "models")]
+pub use distilbert::{DistilBertEmbedder, DistilBertEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use gte::{GteEmbedder, GteEmbedderBuilder};
 #[cfg(feature = "models")]

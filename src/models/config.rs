@@ -19,6 +19,16 @@ pub enum Architecture {
     BertForSequenceClassification,
     /// `XLMRobertaForSequenceClassification` (e.g. bge-reranker-base / -large).
     XlmRobertaForSequenceClassification,
+    /// `RobertaForSequenceClassification` (e.g. cross-encoder/stsb-roberta-base,
+    /// cross-encoder/nli-distilroberta-base): XLM-R's classifier over a byte-level BPE
+    /// vocabulary.
+    RobertaForSequenceClassification,
+    /// `CamembertForSequenceClassification` (French cross-encoders): XLM-R's classifier.
+    CamembertForSequenceClassification,
+    /// `ElectraForSequenceClassification` (e.g. cross-encoder/ms-marco-electra-base).
+    ElectraForSequenceClassification,
+    /// `DistilBertForSequenceClassification` (DistilBERT cross-encoders).
+    DistilBertForSequenceClassification,
     /// `ModernBertForSequenceClassification` (e.g. gte-reranker-modernbert-base).
     ModernBertForSequenceClassification,
     /// `DebertaV2ForSequenceClassification` (e.g. mxbai-rerank-base-v1 / -large-v1).
@@ -52,6 +62,14 @@ impl Architecture {
             "XLMRobertaForSequenceClassification" => {
                 Architecture::XlmRobertaForSequenceClassification
             }
+            "RobertaForSequenceClassification" => Architecture::RobertaForSequenceClassification,
+            "CamembertForSequenceClassification" => {
+                Architecture::CamembertForSequenceClassification
+            }
+            "ElectraForSequenceClassification" => Architecture::ElectraForSequenceClassification,
+            "DistilBertForSequenceClassification" => {
+                Architecture::DistilBertForSequenceClassification
+            }
             "ModernBertForSequenceClassification" => {
                 Architecture::ModernBertForSequenceClassification
             }
@@ -75,6 +93,14 @@ impl Architecture {
             Architecture::BertForSequenceClassification => "BertForSequenceClassification",
             Architecture::XlmRobertaForSequenceClassification => {
                 "XLMRobertaForSequenceClassification"
+            }
+            Architecture::RobertaForSequenceClassification => "RobertaForSequenceClassification",
+            Architecture::CamembertForSequenceClassification => {
+                "CamembertForSequenceClassification"
+            }
+            Architecture::ElectraForSequenceClassification => "ElectraForSequenceClassification",
+            Architecture::DistilBertForSequenceClassification => {
+                "DistilBertForSequenceClassification"
             }
             Architecture::ModernBertForSequenceClassification => {
                 "ModernBertForSequenceClassification"
@@ -259,6 +285,10 @@ mod tests {
         for name in [
             "BertForSequenceClassification",
             "XLMRobertaForSequenceClassification",
+            "RobertaForSequenceClassification",
+            "CamembertForSequenceClassification",
+            "ElectraForSequenceClassification",
+            "DistilBertForSequenceClassification",
             "ModernBertForSequenceClassification",
             "DebertaV2ForSequenceClassification",
             "Qwen3ForCausalLM",
@@ -268,6 +298,12 @@ mod tests {
             let a = Architecture::from_config(&json!({"architectures": [name]}), Path::new("c"))
                 .unwrap();
             assert_eq!(a.name(), name);
+            // Every name above but the last is one the crate dispatches on.
+            assert_eq!(
+                matches!(a, Architecture::Other(_)),
+                name == "GPT2LMHeadModel",
+                "{name}"
+            );
         }
         assert_eq!(
             Architecture::from_name("Qwen3ForCausalLM"),

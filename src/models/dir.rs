@@ -164,7 +164,8 @@ const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 /// Does to `tokenizer` what transformers 5 does when it loads tokenizer class `class`.
 ///
 /// `XLMRobertaTokenizer` (and its `Fast` alias; XLM-R, multilingual-e5, bge-m3,
-/// bge-reranker) keeps only the vocabulary of a Unigram `tokenizer.json` and the
+/// bge-reranker), and `CamembertTokenizer` alike, keeps only the vocabulary of a Unigram
+/// `tokenizer.json` and the
 /// sentencepiece `Precompiled` normalizer, and builds the rest itself: whitespace split
 /// first, then `Metaspace` (`▁`, always prepended). A text's leading and trailing whitespace
 /// and its line breaks then give no `▁` token of their own, and the `Replace` and other
@@ -178,8 +179,13 @@ fn rebuild_as_transformers(tokenizer: &mut tokenizers::Tokenizer, class: &str) -
     use tokenizers::pre_tokenizers::PreTokenizerWrapper;
     use tokenizers::ModelWrapper;
 
-    if !matches!(class, "XLMRobertaTokenizer" | "XLMRobertaTokenizerFast")
-        || !matches!(tokenizer.get_model(), ModelWrapper::Unigram(_))
+    if !matches!(
+        class,
+        "XLMRobertaTokenizer"
+            | "XLMRobertaTokenizerFast"
+            | "CamembertTokenizer"
+            | "CamembertTokenizerFast"
+    ) || !matches!(tokenizer.get_model(), ModelWrapper::Unigram(_))
     {
         return Ok(());
     }

@@ -17,13 +17,13 @@ use crate::{Embedder, Error, Reranker, Result};
 ///
 /// | the directory holds | reranker |
 /// |---|---|
-/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification` | [`CrossEncoder`] |
+/// | `BertForSequenceClassification`, `XLMRobertaForSequenceClassification`, `RobertaForSequenceClassification`, `CamembertForSequenceClassification`, `ElectraForSequenceClassification`, `DistilBertForSequenceClassification`, `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification`, `NewForSequenceClassification`, `GteForSequenceClassification` | [`CrossEncoder`] |
 /// | `Qwen3ForCausalLM` | [`Qwen3Reranker`] (the model card's instruction by default) |
 /// | `Qwen3ForSequenceClassification` (Qwen3-Reranker converted to sequence classification, e.g. `tomaarsen/Qwen3-Reranker-0.6B-seq-cls`) | [`Qwen3Reranker`], its one-row `score` head in place of `W[yes] - W[no]` |
 /// | `Qwen2ForCausalLM` | [`MxbaiReranker`] (mxbai-rerank-v2: the `mxbai-rerank` package's prompt; scores are its raw logits) |
 /// | `Qwen2ForSequenceClassification` (mxbai-rerank-v2 converted the same way) | [`MxbaiReranker`], its `score` head in place of `W[1] - W[0]` |
 /// | a ColBERT model (PyLate's `config_sentence_transformers.json` with `model_type` `ColBERT`, or Stanford's `artifact.metadata`) | [`ColbertReranker`] (MaxSim) |
-/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
+/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `RobertaModel`, `CamembertModel`, `DistilBertModel`, `MPNetModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
 /// So Qwen3-Embedding, whose `config.json` also says `Qwen3ForCausalLM`, is never taken for
 /// a yes/no reranker. The model gets `options` ([`ModelOptions::default`] for the model's own
@@ -52,6 +52,10 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
     match model.architecture()? {
         Architecture::BertForSequenceClassification
         | Architecture::XlmRobertaForSequenceClassification
+        | Architecture::RobertaForSequenceClassification
+        | Architecture::CamembertForSequenceClassification
+        | Architecture::ElectraForSequenceClassification
+        | Architecture::DistilBertForSequenceClassification
         | Architecture::ModernBertForSequenceClassification
         | Architecture::DebertaV2ForSequenceClassification
         | Architecture::NewForSequenceClassification
@@ -71,7 +75,13 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         Architecture::Other(name)
             if matches!(
                 name.as_str(),
-                "XLMRobertaModel" | "ModernBertModel" | "Qwen3Model"
+                "XLMRobertaModel"
+                    | "RobertaModel"
+                    | "CamembertModel"
+                    | "DistilBertModel"
+                    | "MPNetModel"
+                    | "ModernBertModel"
+                    | "Qwen3Model"
             ) =>
         {
             embedding_reranker(&dir, options)
@@ -79,11 +89,14 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         other => Err(Error::model(format!(
             "{}: unsupported architecture {other} for a reranker (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
+             RobertaForSequenceClassification, CamembertForSequenceClassification, \
+             ElectraForSequenceClassification, DistilBertForSequenceClassification, \
              ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
              NewForSequenceClassification, GteForSequenceClassification, Qwen3ForCausalLM, \
              Qwen3ForSequenceClassification (a converted Qwen3-Reranker), Qwen2ForCausalLM and \
              Qwen2ForSequenceClassification (mxbai-rerank-v2), and embedding models: \
-             BertModel, XLMRobertaModel, ModernBertModel, Qwen3Model)",
+             BertModel, XLMRobertaModel, RobertaModel, CamembertModel, DistilBertModel, \
+             MPNetModel, ModernBertModel, Qwen3Model)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

@@ -180,14 +180,15 @@ fn cross_encoders_match_the_references() {
 /// token types, relative-position buckets, ModernBERT's windows and biases; and
 /// tests/fixtures/jina_v2_tiny, XLM-R in jina-reranker-v2's layout) on the device:
 /// every variant of the families the engine runs, against transformers' logits, one pair at a
-/// time and in batches split by token budgets. GTE variants run on the CPU kernels only.
+/// time and in batches split by token budgets. GTE, ELECTRA and DistilBERT variants run on the
+/// CPU kernels only (refused by name on the engine: below).
 #[test]
 fn every_sweep_variant_the_engine_runs_matches_transformers() {
     let budgets = [(usize::MAX, 64), (300, 2)];
     let mut checked = Vec::new();
     let sweeps = ["sweep", "jina_v2_tiny"].map(crate::model_fixtures::sweep_variants);
     for (arch, dir) in sweeps.into_iter().flatten() {
-        if arch == "gte" {
+        if ["gte", "electra", "distilbert"].contains(&arch.as_str()) {
             continue;
         }
         let name = format!("{arch}/{}", dir.file_name().unwrap().to_string_lossy());
@@ -202,10 +203,18 @@ fn every_sweep_variant_the_engine_runs_matches_transformers() {
         println!("{name}: candle max |error| {err:.2e}");
         checked.push(arch);
     }
-    for arch in ["bert", "xlmr", "xlmr_flash", "deberta", "modernbert"] {
+    for arch in [
+        "bert",
+        "xlmr",
+        "xlmr_flash",
+        "roberta",
+        "camembert",
+        "deberta",
+        "modernbert",
+    ] {
         assert!(checked.iter().any(|a| a == arch), "no {arch} variant ran");
     }
-    assert!(checked.len() >= 18, "{} variants", checked.len());
+    assert!(checked.len() >= 21, "{} variants", checked.len());
 }
 
 /// A model of `dir` on the device with its prompts turned off, and its tokenizer's ids.
@@ -543,6 +552,27 @@ fn what_the_candle_engine_does_not_run_is_refused_at_build() {
         .unwrap_err()
         .to_string();
     assert!(f16.contains("f16 runs through candle only"), "{f16}");
+    // The cross-encoder families the engine has no module for are named.
+    for (variant, family) in [
+        (
+            "sweep/electra/base_shape",
+            "ElectraForSequenceClassification",
+        ),
+        (
+            "sweep/distilbert/gelu_heads2",
+            "DistilBertForSequenceClassification",
+        ),
+    ] {
+        let e = CrossEncoder::builder(local(variant))
+            .options(candle())
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(family) && e.contains("CPU kernels only") && e.contains("config.json"),
+            "{e}"
+        );
+    }
     let chat = rerank::answer::Qwen3Chat::builder(local("mxbai_v2_tiny/model"))
         .options(candle())
         .build()

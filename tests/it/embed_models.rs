@@ -50,6 +50,48 @@ fn xlm_roberta_embedders_match_sentence_transformers() {
     }
 }
 
+/// A CamemBERT sentence-transformers model (sentence-camembert) is XLM-R's computation under
+/// `model_type` `camembert`: st_xlmr_tiny's `e5_mean` relabelled so (`CamembertModel`) loads
+/// through `load_embedder` and matches sentence-transformers' vectors of the folder
+/// (sentence-transformers 6.2 runs the relabelled copy, a `CamembertModel` with a
+/// `CamembertTokenizer`, within 9e-8 of them, with the same ids for every whitespace case).
+#[test]
+fn camembert_embedders_load_as_the_roberta_family() {
+    let root = fixture("st_xlmr_tiny");
+    let want = &expected_in(&root)["e5_mean"];
+    let dir = temp("camembert");
+    crate::common::copy_dir(&root.join("e5_mean"), &dir);
+    let path = dir.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["model_type"] = "camembert".into();
+    config["architectures"] = serde_json::json!(["CamembertModel"]);
+    std::fs::write(&path, config.to_string()).unwrap();
+    // Its tokenizer class too: transformers 5 rebuilds CamembertTokenizer as XLM-R's.
+    let path = dir.join("tokenizer_config.json");
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    tokenizer["tokenizer_class"] = "CamembertTokenizer".into();
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let e = load_embedder(&dir, &options()).unwrap();
+    assert!(e.id().unwrap().starts_with("xlmr-"));
+    let bare = BertEmbedder::builder(&dir)
+        .prompt(Role::Query, "")
+        .prompt(Role::Document, "")
+        .build()
+        .unwrap();
+    let ids = |text: &str| bare.token_ids(text).unwrap();
+    let worst = assert_matches_sentence_transformers("camembert", want, &*e, &bare, &ids);
+    assert!(worst >= 0.99999, "{worst}");
+    // Leading, trailing and repeated whitespace, tabs and line breaks as transformers 5
+    // tokenizes them for CamembertTokenizer (the same ids as XLM-R's, checked there).
+    assert_eq!(want.whitespace_ids.len(), 6);
+    for (text, want) in &want.whitespace_ids {
+        assert_eq!(&ids(text), want, "{text:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn qwen3_embedders_match_sentence_transformers() {
     let root = fixture("st_qwen3_tiny");

@@ -23,6 +23,7 @@ mod cross_encoder_parity;
 mod deberta;
 mod dense_beir;
 mod dense_storage;
+mod distilbert;
 mod embed_models;
 mod embed_parity;
 mod fallback;

@@ -113,3 +113,82 @@ fn scores_as_sentence_transformers(
     let st = checked.cases.iter().map(|c| c.st_score.unwrap());
     assert_close(&scores, st, TOL, &format!("{name} load_reranker"));
 }
+
+/// The sweep has every cross-encoder architecture the crate runs, each folder's variants of
+/// its own architecture (`config.json` says which), among them the families that share BERT's
+/// layers under other names and heads: RoBERTa and CamemBERT (XLM-R's classifier),
+/// ELECTRA (a GELU head; electra-small's embeddings narrower than its layers, projected) and
+/// DistilBERT (`pre_classifier`, ReLU, no token types).
+#[test]
+fn the_sweep_covers_every_cross_encoder_architecture() {
+    let want = [
+        ("bert", "BertForSequenceClassification"),
+        ("camembert", "CamembertForSequenceClassification"),
+        ("deberta", "DebertaV2ForSequenceClassification"),
+        ("distilbert", "DistilBertForSequenceClassification"),
+        ("electra", "ElectraForSequenceClassification"),
+        ("gte", "GteForSequenceClassification"),
+        ("modernbert", "ModernBertForSequenceClassification"),
+        ("roberta", "RobertaForSequenceClassification"),
+        ("xlmr", "XLMRobertaForSequenceClassification"),
+    ];
+    let variants = sweep_variants("sweep");
+    let mut arches: Vec<&str> = variants.iter().map(|(a, _)| a.as_str()).collect();
+    arches.dedup();
+    assert_eq!(arches, want.map(|(a, _)| a));
+    for (arch, dir) in &variants {
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        let named = want.iter().find(|(a, _)| a == arch).unwrap().1;
+        assert_eq!(config["architectures"][0], named, "{}", dir.display());
+    }
+    // ELECTRA with embeddings narrower than its layers (electra-small's 128 -> 256).
+    let project = variants.iter().any(|(arch, dir)| {
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        arch == "electra" && config["embedding_size"] != config["hidden_size"]
+    });
+    assert!(
+        project,
+        "no ELECTRA variant with embedding_size != hidden_size"
+    );
+}
+
+/// The new families' int8 encoders (ELECTRA with its projected embeddings, DistilBERT) stay
+/// within 0.1 of the f32 logits, the bound of the other families' int8 tests (the tiny random
+/// models' 32-wide rows quantize coarsely: 0.05 and 0.087 here, on logits spread over about
+/// 1); their f32 parity is `every_config_variant_matches_transformers`'.
+#[test]
+fn electra_and_distilbert_run_in_int8_close_to_f32() {
+    for variant in ["electra/small_shape_project", "distilbert/gelu_heads2"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sweep")
+            .join(variant);
+        let pairs: Vec<(String, String)> = crate::model_fixtures::pairs_of(&dir)
+            .into_iter()
+            .map(|c| (c.query, c.document))
+            .collect();
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(q, d)| (&**q, &**d)).collect();
+        let load = |precision| {
+            rerank::CrossEncoder::builder(&dir)
+                .options(ModelOptions::default().threads(2).precision(precision))
+                .build()
+                .unwrap()
+        };
+        let f32s = load(rerank::models::Precision::F32).logits(&pairs).unwrap();
+        let int8 = load(rerank::models::Precision::Int8);
+        assert_eq!(int8.precision(), rerank::models::Precision::Int8);
+        let quantized = int8.logits(&pairs).unwrap();
+        let worst = quantized
+            .iter()
+            .zip(&f32s)
+            .map(|(q, f)| (q - f).abs())
+            .fold(0f32, f32::max);
+        println!("{variant}: int8 largest logit difference {worst:.1e}");
+        assert!(worst < 0.1, "{variant} int8: {quantized:?} vs {f32s:?}");
+        // Quantized, not the f32 encoder under another name.
+        assert!(worst > 0.0, "{variant}");
+    }
+}

@@ -19,7 +19,6 @@ use crate::models::distilbert::encoder::{DistilBertEncoder, MLM as DISTILBERT_ML
 use crate::models::engine::PackedEncoder;
 use crate::models::layers::batch::run_in_groups;
 use crate::models::layers::config::bad;
-use crate::models::layers::encoder::single_texts;
 use crate::models::layers::mlm::{MlmHead, MlmNames};
 use crate::models::{plan_batches, ModelDir, ModelOptions, Precision, CONFIG_FILE, TOKENIZER_FILE};
 use crate::{Error, Result};
@@ -34,17 +33,6 @@ const BERT_MLM: MlmNames = MlmNames {
 
 /// The word embeddings of an encoder, relative to its root (the tied decoder).
 const WORD_EMBEDDINGS: &str = "embeddings.word_embeddings.weight";
-
-impl PackedEncoder for DistilBertEncoder {
-    fn hidden(&self) -> usize {
-        self.config().hidden
-    }
-
-    /// DistilBERT has no token types; each row is one text.
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        single_texts(rows, |seqs| self.forward(seqs, output))
-    }
-}
 
 /// An MLMTransformer with its SpladePooling.
 pub(super) struct MlmRoute {

@@ -1,11 +1,13 @@
-//! A packed BERT-family encoder forward pass (BERT, and RoBERTa/XLM-R position numbering) for
-//! inference on the CPU.
+//! A packed BERT-family encoder forward pass (BERT, ELECTRA, and RoBERTa/XLM-R position
+//! numbering) for inference on the CPU.
 //!
 //! A batch is *packed*: the tokens of all its sequences are concatenated into one
 //! `(tokens, hidden)` matrix, so the projections and the feed-forward layers never compute a
 //! padding token, and attention runs within each sequence (no mask is needed;
 //! `models::layers::attention`). Per layer, as in `transformers`' `BertLayer` (post-norm):
 //! `x = LN(x + O · attention(Q x, K x, V x))`, then `x = LN(x + W2 · act(W1 · x))`.
+//! ELECTRA's embeddings may be narrower than its layers (`embedding_size`, e.g. 128 for 256
+//! in electra-small): its `embeddings_project` maps them to the layers' width.
 //!
 //! When only each sequence's first token is wanted (classification heads read `[CLS]`), the
 //! last layer computes queries, the attention output and the feed-forward part for those rows
@@ -20,7 +22,7 @@ pub(crate) use crate::models::layers::encoder::{
     check_f32_or_int8, check_sequences, token_rows, AttentionNames, EncoderWeights, Norm, Packed,
     PostNormLayer, Sequence, Workspace,
 };
-use crate::models::layers::kernels::{layer_norm_row, Act};
+use crate::models::layers::kernels::{layer_norm_row, Act, Linear};
 use crate::models::Precision;
 use crate::{Error, Result};
 
@@ -28,6 +30,9 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct EncoderConfig {
     pub hidden: usize,
+    /// The width of the embedding tables: `embedding_size` (ELECTRA's), else `hidden`. When it
+    /// differs from `hidden`, `embeddings_project` maps the embeddings to the layers' width.
+    pub embedding: usize,
     pub heads: usize,
     pub layers: usize,
     pub intermediate: usize,
@@ -54,6 +59,10 @@ impl EncoderConfig {
                 .ok_or_else(|| err(format!("missing or invalid `{key}` (a positive integer)")))
         };
         let hidden = get("hidden_size")?;
+        let embedding = match v.get("embedding_size") {
+            None | Some(Value::Null) => hidden,
+            Some(_) => get("embedding_size")?,
+        };
         let heads = get("num_attention_heads")?;
         if hidden % heads != 0 {
             return Err(err(format!(
@@ -90,6 +99,7 @@ impl EncoderConfig {
         };
         Ok(EncoderConfig {
             hidden,
+            embedding,
             heads,
             layers: get("num_hidden_layers")?,
             intermediate: get("intermediate_size")?,
@@ -138,6 +148,8 @@ pub(crate) struct Encoder {
     position: Vec<f32>,
     token_type: Vec<f32>,
     embed_norm: Norm,
+    /// ELECTRA's `embeddings_project` (`embedding` to `hidden`, f32), when the widths differ.
+    project: Option<Linear>,
     layers: Vec<Layer>,
     precision: Precision,
 }
@@ -148,7 +160,11 @@ pub(crate) struct Encoder {
 /// `precision` other than f32 and int8.
 fn check_config(weights: &EncoderWeights, cfg: &EncoderConfig, precision: Precision) -> Result<()> {
     check_f32_or_int8(precision, "BERT-family encoders")?;
-    weights.check_embedding_sizes(cfg.hidden, cfg.vocab, cfg.positions)?;
+    let width = match cfg.embedding == cfg.hidden {
+        true => "hidden_size",
+        false => "embedding_size",
+    };
+    weights.check_embedding_sizes((width, cfg.embedding), cfg.vocab, cfg.positions)?;
     let token_type = weights.encoder_name("embeddings.token_type_embeddings.weight");
     weights
         .weights()
@@ -157,20 +173,25 @@ fn check_config(weights: &EncoderWeights, cfg: &EncoderConfig, precision: Precis
 }
 
 impl Encoder {
-    /// Loads the encoder from `w` (`embeddings.*`, `encoder.layer.N.*`), with the shapes `cfg`
-    /// implies; a missing tensor or a wrong shape is an [`Error::Model`] naming the file and
-    /// the tensor. With [`Precision::Int8`] the linear layers of every encoder layer are
+    /// Loads the encoder from `w` (`embeddings.*`, `encoder.layer.N.*`, and ELECTRA's
+    /// `embeddings_project` when the embeddings are narrower than the layers), with the shapes
+    /// `cfg` implies; a missing tensor or a wrong shape is an [`Error::Model`] naming the file
+    /// and the tensor. With [`Precision::Int8`] the linear layers of every encoder layer are
     /// quantized (see `models::layers::quant`); embeddings and layer norms stay in f32.
     pub fn load(w: &EncoderWeights, cfg: EncoderConfig, precision: Precision) -> Result<Self> {
         check_config(w, &cfg, precision)?;
-        let (h, i) = (cfg.hidden, cfg.intermediate);
-        let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, h])?;
-        let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, h])?;
+        let (h, i, e) = (cfg.hidden, cfg.intermediate, cfg.embedding);
+        let word = w.encoder("embeddings.word_embeddings.weight", &[cfg.vocab, e])?;
+        let position = w.encoder("embeddings.position_embeddings.weight", &[cfg.positions, e])?;
         let token_type = w.encoder(
             "embeddings.token_type_embeddings.weight",
-            &[cfg.type_vocab, h],
+            &[cfg.type_vocab, e],
         )?;
-        let embed_norm = w.norm("embeddings.LayerNorm", h)?;
+        let embed_norm = w.norm("embeddings.LayerNorm", e)?;
+        let project = match e == h {
+            true => None,
+            false => Some(w.encoder_linear("embeddings_project", h, e)?),
+        };
         let layers = w.post_norm_layers(cfg.layers, &ATTENTION, (h, i), precision)?;
         Ok(Encoder {
             cfg,
@@ -178,6 +199,7 @@ impl Encoder {
             position,
             token_type,
             embed_norm,
+            project,
             layers,
             precision,
         })
@@ -238,9 +260,21 @@ impl Encoder {
         Ok(packed.last_states(ws.x, self.cfg.hidden, output))
     }
 
-    /// Word + position + token type embeddings, then layer norm, into `x`.
+    /// Word + position + token type embeddings, then layer norm (then ELECTRA's projection),
+    /// into `x`.
     fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
-        let h = self.cfg.hidden;
+        let Some(project) = &self.project else {
+            return self.embed_rows(seqs, x);
+        };
+        let rows = x.len() / self.cfg.hidden;
+        let mut narrow = vec![0.0; rows * self.cfg.embedding];
+        self.embed_rows(seqs, &mut narrow);
+        project.forward(&narrow, rows, x);
+    }
+
+    /// Word + position + token type embeddings, then layer norm, into `x` (`embedding` wide).
+    fn embed_rows(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
+        let h = self.cfg.embedding;
         let rows = token_rows(seqs, self.cfg.position_offset);
         x.par_chunks_mut(h)
             .zip(rows.par_iter())

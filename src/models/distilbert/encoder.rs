@@ -44,6 +44,7 @@ pub(crate) struct DistilBertEncoder {
     position: Vec<f32>,
     embed_norm: Norm,
     layers: Vec<PostNormLayer>,
+    precision: Precision,
 }
 
 /// Checks every size `config.json` gives against the tensor shapes in the safetensors
@@ -82,7 +83,13 @@ impl DistilBertEncoder {
             embed_norm: w.norm("embeddings.LayerNorm", h)?,
             layers,
             cfg,
+            precision,
         })
+    }
+
+    /// The number format of the linear layers.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The configuration.

@@ -102,14 +102,25 @@ impl CandleEncoder {
             Deberta(DebertaConfig),
         }
         let config = match family {
-            Family::Bert | Family::Roberta => Config::Bert(EncoderConfig::from_value(
-                &value,
-                &file,
-                family == Family::Roberta,
-            )?),
+            Family::Bert | Family::Roberta => {
+                let cfg = EncoderConfig::from_value(&value, &file, family == Family::Roberta)?;
+                if cfg.embedding != cfg.hidden {
+                    return Err(Error::model(format!(
+                        "{}: embedding_size {} differs from hidden_size {} (ELECTRA's \
+                         projected embeddings): the candle engine does not run it; use the \
+                         device cpu",
+                        file.display(),
+                        cfg.embedding,
+                        cfg.hidden
+                    )));
+                }
+                Config::Bert(cfg)
+            }
             Family::ModernBert => Config::ModernBert(ModernBertConfig::from_value(&value, &file)?),
             Family::Deberta => Config::Deberta(DebertaConfig::from_value(&value, &file)?),
-            Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
+            Family::Gte | Family::Mpnet | Family::DistilBert => {
+                return Err(native_only(family, &file))
+            }
         };
         let fold = match &config {
             Config::Bert(cfg) => Some(Bert::fold(cfg)),
@@ -424,7 +435,8 @@ impl std::fmt::Debug for CandleClassifier {
 
 impl CandleClassifier {
     /// Loads the sequence classifier in `dir` on `device` in `precision`: the architectures
-    /// of the CPU path (BERT, XLM-RoBERTa, ModernBERT, DeBERTa-v2/v3).
+    /// of the CPU path (BERT, XLM-RoBERTa, RoBERTa, CamemBERT, ModernBERT, DeBERTa-v2/v3) but
+    /// ELECTRA, DistilBERT and GTE, refused by name.
     pub fn load(dir: &ModelDir, device: Device, precision: Precision) -> Result<Self> {
         let file = dir.path().join(CONFIG_FILE);
         let value = dir.config()?;
@@ -437,9 +449,22 @@ impl CandleClassifier {
             .unwrap_or(0) as usize;
         let family = match &config.architecture {
             Architecture::BertForSequenceClassification => Family::Bert,
-            Architecture::XlmRobertaForSequenceClassification => Family::Roberta,
+            Architecture::XlmRobertaForSequenceClassification
+            | Architecture::RobertaForSequenceClassification
+            | Architecture::CamembertForSequenceClassification => Family::Roberta,
             Architecture::ModernBertForSequenceClassification => Family::ModernBert,
             Architecture::DebertaV2ForSequenceClassification => Family::Deberta,
+            Architecture::ElectraForSequenceClassification
+            | Architecture::DistilBertForSequenceClassification
+            | Architecture::NewForSequenceClassification
+            | Architecture::GteForSequenceClassification => {
+                return Err(Error::model(format!(
+                    "{}: {} cross-encoders run on the crate's CPU kernels only (device cpu); \
+                     the candle engine has no module for them",
+                    file.display(),
+                    config.architecture
+                )))
+            }
             other => {
                 return Err(Error::model(format!(
                     "{}: unsupported architecture {other} for a cross-encoder on the candle \
@@ -477,7 +502,9 @@ impl CandleClassifier {
                 act: DebertaConfig::from_value(&value, &file)?.pooler_act,
                 out: linear(labels, "classifier", true)?,
             },
-            Family::Gte | Family::Mpnet => return Err(native_only(family, &file)),
+            Family::Gte | Family::Mpnet | Family::DistilBert => {
+                return Err(native_only(family, &file))
+            }
         };
         Ok(CandleClassifier {
             encoder,
@@ -610,6 +637,7 @@ impl Head {
 fn native_only(family: Family, file: &std::path::Path) -> Error {
     let what = match family {
         Family::Mpnet => "MPNet encoders run",
+        Family::DistilBert => "DistilBERT encoders run",
         _ => "GTE and NomicBERT encoders run",
     };
     Error::model(format!(

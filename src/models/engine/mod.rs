@@ -17,6 +17,7 @@ mod decoder;
 
 pub(crate) use decoder::DecoderEngine;
 
+use crate::models::distilbert::classifier::DistilBertClassifier;
 use crate::models::layers::batch::{run_in_groups, BatchSink};
 use crate::models::layers::dense::Output;
 pub(crate) use crate::models::layers::head::Classifier;
@@ -299,6 +300,8 @@ pub(crate) enum EncoderFamily {
     Gte,
     /// `mpnet` (the crate's kernels only: the candle engine refuses it).
     Mpnet,
+    /// `distilbert` (the crate's kernels only: the candle engine refuses it).
+    DistilBert,
 }
 
 /// Implements [`Classifier`] for classifiers whose inherent methods have its names.
@@ -359,8 +362,14 @@ pub(crate) fn load_classifier(
     }
     match dir.architecture()? {
         Architecture::BertForSequenceClassification
-        | Architecture::XlmRobertaForSequenceClassification => {
+        | Architecture::XlmRobertaForSequenceClassification
+        | Architecture::RobertaForSequenceClassification
+        | Architecture::CamembertForSequenceClassification
+        | Architecture::ElectraForSequenceClassification => {
             SequenceClassifier::load(dir, precision).map(boxed)
+        }
+        Architecture::DistilBertForSequenceClassification => {
+            DistilBertClassifier::load(dir, precision).map(boxed)
         }
         Architecture::ModernBertForSequenceClassification => {
             ModernBertClassifier::load(dir, precision).map(boxed)
@@ -374,6 +383,8 @@ pub(crate) fn load_classifier(
         other => Err(Error::model(format!(
             "{}: unsupported architecture {other} for a cross-encoder (supported: \
              BertForSequenceClassification, XLMRobertaForSequenceClassification, \
+             RobertaForSequenceClassification, CamembertForSequenceClassification, \
+             ElectraForSequenceClassification, DistilBertForSequenceClassification, \
              ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
              NewForSequenceClassification, GteForSequenceClassification)",
             dir.path().join(CONFIG_FILE).display()

@@ -475,18 +475,19 @@ pub(crate) struct AttentionNames {
 }
 
 impl EncoderWeights {
-    /// Checks `hidden_size` and `vocab_size` against the word embeddings and
+    /// Checks the embeddings' width (`key` is `width`: `hidden_size`, or ELECTRA's
+    /// `embedding_size`) and `vocab_size` against the word embeddings and
     /// `max_position_embeddings` against the position embeddings in the safetensors header
     /// (see `Weights::check_config_size`).
     pub fn check_embedding_sizes(
         &self,
-        hidden: usize,
+        (key, width): (&str, usize),
         vocab: usize,
         positions: usize,
     ) -> Result<()> {
         let w = self.weights();
         let word = self.encoder_name("embeddings.word_embeddings.weight");
-        w.check_config_size("hidden_size", hidden, &word, 1)?;
+        w.check_config_size(key, width, &word, 1)?;
         w.check_config_size("vocab_size", vocab, &word, 0)?;
         let position = self.encoder_name("embeddings.position_embeddings.weight");
         w.check_config_size("max_position_embeddings", positions, &position, 0)

@@ -116,7 +116,7 @@ pub(crate) struct MpnetEncoder {
 /// `config.json` and the key. First refuses a `precision` other than f32 and int8.
 fn check_config(weights: &EncoderWeights, cfg: &MpnetConfig, precision: Precision) -> Result<()> {
     check_f32_or_int8(precision, "MPNet encoder")?;
-    weights.check_embedding_sizes(cfg.hidden, cfg.vocab, cfg.positions)?;
+    weights.check_embedding_sizes(("hidden_size", cfg.hidden), cfg.vocab, cfg.positions)?;
     let w = weights.weights();
     let relative = weights.encoder_name("encoder.relative_attention_bias.weight");
     w.check_config_size("relative_attention_num_buckets", cfg.buckets, &relative, 0)?;
