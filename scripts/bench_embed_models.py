@@ -21,6 +21,10 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
          heads, gated GELU 3072, RoPE theta 500,000 NTK-scaled by 2, no token types), cls pooling
          + Normalize, all-MiniLM-L6-v2's tokenizer (both in transformers 5's spelling, which
          sentence-transformers loads without remote code);
+  distilbert  bench-msmarco-distilbert-base-tas-b: DistilBERT with msmarco-distilbert-base-tas-b's
+         shape (6 layers, dim 768, 12 heads, ffn 3072, vocab 30522), cls pooling without
+         Normalize (TAS-B ranks by dot product), all-MiniLM-L6-v2's tokenizer (the same
+         uncased WordPiece vocabulary as distilbert-base-uncased's);
   qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
          1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
          Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
@@ -36,7 +40,7 @@ It first checks that both compute the same embeddings (cosine >= 0.9999 on the f
 then prints docs/s of each and the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python):
-  python scripts/bench_embed_models.py [--arch xlmr qwen3] [--threads 2] [--rounds 3]
+  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert] [--threads 2] [--rounds 3]
 """
 import argparse
 import json
@@ -54,7 +58,8 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # time without rebuilding: RERANK_BENCH_BIN=target/release/deps/embed_models-HASH.
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
-DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32}
+DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32,
+        "distilbert": 32}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -196,6 +201,29 @@ def make_gte(dest: Path):
     make_rotary(dest, GteModel(cfg), "cls", {})
 
 
+def make_distilbert(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import DistilBertConfig, DistilBertModel
+
+    tok = MODELS / "all-MiniLM-L6-v2"  # scripts/fetch_minilm.sh
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        torch.manual_seed(0)
+        cfg = DistilBertConfig(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+                               max_position_embeddings=512, activation="gelu", pad_token_id=0)
+        cfg.architectures = ["DistilBertModel"]
+        DistilBertModel(cfg).eval().save_pretrained(enc)
+        for f in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]:
+            if (tok / f).exists():
+                (enc / f).write_bytes((tok / f).read_bytes())
+        modules = [Transformer(str(enc), max_seq_length=MAX_SEQ), Pooling(768, "cls")]
+        SentenceTransformer(modules=modules, device="cpu").save(str(dest))
+        (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
+
+
 def fetched(dest: Path):
     raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
 
@@ -207,6 +235,7 @@ MAKERS = {
     "modernbert": ("bench-gte-modernbert-base", make_modernbert),
     "nomic": ("bench-nomic-embed-text-v1.5", make_nomic),
     "gte": ("bench-gte-base-en-v1.5", make_gte),
+    "distilbert": ("bench-msmarco-distilbert-base-tas-b", make_distilbert),
 }
 
 

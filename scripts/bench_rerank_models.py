@@ -37,6 +37,12 @@ $RERANK_MODELS_DIR (default models/):
            transformers' layout (the folder's "-transformers" twin): jina's own code computes
            the same function (tests/fixtures/jina_v2_tiny checks it) but needs transformers 4.x.
 
+  electra  bench-ms-marco-electra-base: ElectraForSequenceClassification with
+           cross-encoder/ms-marco-electra-base's shape (ELECTRA-base: hidden 768 = embedding
+           size, 12 layers, 12 heads, intermediate 3072, two token types, vocab_size 30,522)
+           and num_labels 1. The tokenizer is a lower-cased WordPiece of 30,522 pieces trained
+           here on the SciFact corpus in BERT's layout ([CLS] A [SEP] B [SEP]).
+
 Both sides score the same pairs: the first SciFact query judged in qrels/test.tsv against the
 first N corpus documents (`title + " " + text`), cut to the model's length (512 tokens; jina
 1024), with the same thread count:
@@ -48,7 +54,7 @@ It first checks that both compute the same logits (largest difference <= 1e-3), 
 pairs/s of each, the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python; from the repository root):
-  python scripts/bench_rerank_models.py [--arch deberta modernbert gte jina] [--threads 2] [--rounds 3] [--docs 32]
+  python scripts/bench_rerank_models.py [--arch deberta modernbert gte jina electra] [--threads 2] [--rounds 3] [--docs 32]
 """
 import argparse
 import json
@@ -226,6 +232,45 @@ def make_jina(dest: Path):
         shutil.copy(twin / f, dest / f)
 
 
+def wordpiece_tokenizer(dest: Path, max_length: int):
+    """A lower-cased WordPiece of 30,522 pieces trained on the SciFact corpus in BERT's layout
+    ([PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4; [CLS] A [SEP] B [SEP], token types 0 then 1)."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers.models import WordPiece
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=30522, special_tokens=specials)
+    tok.train_from_iterator(scifact_documents(), trainer)
+    tok.decoder = decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.save(str(dest / "tokenizer.json"))
+    names = {"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]",
+             "pad_token": "[PAD]", "mask_token": "[MASK]"}
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "ElectraTokenizer", "do_lower_case": True,
+        "model_max_length": max_length, **names}, indent=1))
+    (dest / "special_tokens_map.json").write_text(json.dumps(names, indent=1))
+
+
+def make_electra(dest: Path):
+    import torch
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    wordpiece_tokenizer(dest, 512)
+    torch.manual_seed(0)
+    cfg = ElectraConfig(vocab_size=30522, embedding_size=768, hidden_size=768, num_hidden_layers=12,
+                        num_attention_heads=12, intermediate_size=3072, hidden_act="gelu",
+                        max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
+                        pad_token_id=0, num_labels=1)
+    cfg.architectures = ["ElectraForSequenceClassification"]
+    ElectraForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
+
+
 def peer_dir(dest: Path, arch: str) -> Path:
     """The folder sentence-transformers loads: the model's own, or its transformers-layout twin."""
     return dest.with_name(dest.name + "-transformers") if arch == "jina" else dest
@@ -236,6 +281,7 @@ MAKERS = {
     "modernbert": ("bench-gte-reranker-modernbert-base", make_modernbert),
     "gte": ("bench-gte-multilingual-reranker-base", make_gte),
     "jina": ("bench-jina-reranker-v2-base-multilingual", make_jina),
+    "electra": ("bench-ms-marco-electra-base", make_electra),
 }
 
 

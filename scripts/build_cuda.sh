@@ -6,7 +6,8 @@
 #   .gpu/it            (cargo test --release --features cuda --test it --no-run, stripped)
 #   .gpu/fixtures/     ce_tiny_a, qwen3_tiny_a, minilm_embed from ../shared/fixtures (RERANK_SHARED_FIXTURES)
 #   .gpu/BUILD_INFO, .gpu/manifest_dir
-# or, when those are too big to travel as they are, .gpu/bundle.tar.xz holding them (gpu_check.sh unpacks).
+# or, when those are too big to travel as they are, .gpu/bundle.tar.xz holding them, the fixtures'
+# safetensors in byte lanes (scripts/cuda/lanes.py; gpu_check.sh unpacks and restores them).
 #
 # The CUDA toolkit comes from NVIDIA's pip wheels, pinned to CUDA 13.0 (the GPU machine's driver is
 # 580 = CUDA 13.0: PTX from a newer nvcc would not load there), installed once into a virtual
@@ -181,6 +182,9 @@ if [ $(( TREE + GPU )) -gt $(( BUDGET - 2 * 1048576 )) ]; then
   log "working tree $(mib "$TREE") MiB + .gpu $(mib "$GPU") MiB is over the budget: packing into bundle.tar.xz"
   # One xz stream with a dictionary larger than a binary: the three binaries share most of their
   # bytes (candle's kernels, the crate), so each copy after the first costs little.
+  # The fixtures' float32 weights in byte lanes first (scripts/cuda/lanes.py: the exponent
+  # bytes together compress; gpu_check.sh restores them).
+  python3 scripts/cuda/lanes.py pack "$STAGE/fixtures"
   (cd "$STAGE" && tar -cf - device_bench rerank it fixtures | xz -T1 --lzma2=preset=6,dict=256MiB >bundle.tar.xz &&
     rm -rf device_bench rerank it fixtures)
   GPU=$(du -sb "$STAGE" | cut -f1)

@@ -110,6 +110,10 @@ if [ -f "$GPU_DIR/bundle.tar.xz" ] && [ ! -x "$GPU_DIR/it" ]; then
   tar -C "$GPU_DIR" -xJf "$GPU_DIR/bundle.tar.xz" 2>/dev/null ||
     "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$GPU_DIR/bundle.tar.xz" "$GPU_DIR"
 fi
+# Safetensors packed in byte lanes (scripts/cuda/lanes.py) back to their own bytes.
+if [ -n "$(find "$GPU_DIR/fixtures" -name '*.safetensors.lanes' 2>/dev/null | head -1)" ]; then
+  "$PY" scripts/cuda/lanes.py unpack "$GPU_DIR/fixtures" || say "lanes.py unpack failed"
+fi
 IT=$GPU_DIR/it BENCH=$GPU_DIR/device_bench
 # The CLI example the parity tests run (tests/it/common.rs: rerank_cli).
 [ -x "$GPU_DIR/rerank" ] && export RERANK_BIN=$GPU_DIR/rerank

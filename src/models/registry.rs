@@ -299,14 +299,6 @@ pub const MODELS: &[KnownModel] = &[
         "Apache-2.0",
     ),
     embedder(
-        "sentence-transformers/all-distilroberta-v1",
-        "roberta",
-        Mean,
-        768,
-        512,
-        "Apache-2.0",
-    ),
-    embedder(
         "jinaai/jina-embeddings-v2-base-en",
         "bert",
         Mean,
