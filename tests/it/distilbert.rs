@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 
 use rerank::embed::PoolingMode;
 use rerank::models::registry::{self, Support};
-use rerank::models::{ModelOptions, Precision};
-use rerank::{load_embedder, DistilBertEmbedder, Embedder, Error, Role};
-use serde_json::Value;
+use rerank::models::ModelOptions;
+use rerank::{load_embedder, DistilBertEmbedder, Embedder, Role};
 
-use crate::model_fixtures::Broken;
+use crate::model_fixtures::{
+    each_edit_is_refused, int8_close_and_bf16_and_candle_refused, ConfigEdit,
+};
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
 const CASES: [&str; 6] = [
@@ -113,43 +114,12 @@ fn the_cases_are_read_as_declared() {
 
 #[test]
 fn int8_stays_close_and_bf16_and_candle_are_refused() {
-    let dir = root().join("relu_heads4");
-    let f32s = bare(&dir, options());
-    let int8 = bare(&dir, options().precision(Precision::Int8));
-    assert_eq!(int8.precision(), Precision::Int8);
-    let texts = [
-        "what is rust",
-        "Rust is a systems programming language focused on safety, speed and concurrency.",
-    ];
-    let (q, f) = (int8.embed(&texts).unwrap(), f32s.embed(&texts).unwrap());
-    for (a, b) in q.rows().into_iter().zip(f.rows()) {
-        let c = rerank::embed::cosine(a.as_slice().unwrap(), b.as_slice().unwrap());
-        assert!(c > 0.99, "int8 cosine {c}");
-    }
-    assert_ne!(int8.id(), f32s.id());
-    let e = DistilBertEmbedder::builder(&dir)
-        .options(ModelOptions::default().precision(Precision::Bf16))
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(e, Error::Config(_)) && e.to_string().contains("bf16"),
-        "{e}"
-    );
-    #[cfg(feature = "candle")]
-    {
-        let e = DistilBertEmbedder::builder(&dir)
-            .options(options().device(rerank::models::Device::CandleCpu))
-            .build()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("DistilBERT") && e.contains("config.json"), "{e}");
-    }
+    int8_close_and_bf16_and_candle_refused(&root().join("relu_heads4"), "DistilBERT");
 }
 
 #[test]
 fn distilbert_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() {
-    type Edit = fn(&mut Value);
-    let cases: [(&str, Edit); 7] = [
+    let cases: [(&str, ConfigEdit); 7] = [
         ("sinusoidal_pos_embds", |c| {
             c["sinusoidal_pos_embds"] = true.into()
         }),
@@ -163,12 +133,8 @@ fn distilbert_configs_that_cannot_be_honoured_are_refused_naming_config_json_and
             c["max_position_embeddings"] = 512.into()
         }),
     ];
-    for (i, (key, edit)) in cases.into_iter().enumerate() {
-        // The plain folder: no pooling module to notice a width first.
-        let b = Broken::of(&root().join("plain"), &format!("distilbert-{i}"));
-        b.edit_config(edit);
-        b.refused("embedder", key);
-    }
+    // The plain folder: no pooling module to notice a width first.
+    each_edit_is_refused(&root().join("plain"), "embedder", &cases);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use rerank::rerankers::{load_reranker, CrossEncoder, RerankQuery};
 use rerank::{load_embedder, Embedder, Error, GteEmbedder, Role};
 use serde_json::Value;
 
-use crate::model_fixtures::{check_cross_encoder, Broken};
+use crate::model_fixtures::{check_cross_encoder, each_edit_is_refused, Broken, ConfigEdit};
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
 fn fixture(case: &str) -> PathBuf {
@@ -201,8 +201,7 @@ fn gte_and_nomic_embedders_match_sentence_transformers_in_both_spellings() {
 
 #[test]
 fn nomic_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() {
-    type Edit = fn(&mut Value);
-    let cases: [(&str, Edit); 5] = [
+    let cases: [(&str, ConfigEdit); 5] = [
         ("qkv_proj_bias", |c| c["qkv_proj_bias"] = true.into()),
         ("rotary_emb_fraction", |c| {
             c["rotary_emb_fraction"] = 0.5.into()
@@ -216,11 +215,7 @@ fn nomic_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_
         // A size that does not match the tensors.
         ("n_inner", |c| c["n_inner"] = 64.into()),
     ];
-    for (i, (key, edit)) in cases.into_iter().enumerate() {
-        let b = Broken::of(&st_fixture().join("nomic_mean"), &format!("nomic-{i}"));
-        b.edit_config(edit);
-        b.refused("embedder", key);
-    }
+    each_edit_is_refused(&st_fixture().join("nomic_mean"), "embedder", &cases);
 }
 
 #[test]

@@ -221,3 +221,53 @@ pub fn sweep_variants(sweep: &str) -> Vec<(String, PathBuf)> {
     out.sort();
     out
 }
+
+/// An edit of a `config.json` that a loader must refuse.
+pub type ConfigEdit = fn(&mut Value);
+
+/// Each `(key, edit)` of `cases`, made to a copy of `base`'s config.json, is refused when
+/// loaded as `what` ([`Broken::refused`]) with an [`Error::Model`] naming config.json and the
+/// key.
+pub fn each_edit_is_refused(base: &Path, what: &str, cases: &[(&str, ConfigEdit)]) {
+    let tag = base.file_name().unwrap().to_string_lossy();
+    for (i, (key, edit)) in cases.iter().enumerate() {
+        let b = Broken::of(base, &format!("{tag}-{i}"));
+        b.edit_config(*edit);
+        b.refused(what, key);
+    }
+}
+
+/// The embedder of `dir` in int8 stays within cosine 0.99 of its f32 vectors under another
+/// id, and bf16 and the candle engine are refused (the latter naming `family` and
+/// config.json): what every encoder that runs on the crate's kernels only promises.
+pub fn int8_close_and_bf16_and_candle_refused(dir: &Path, family: &str) {
+    use rerank::models::Precision;
+    let options = ModelOptions::default().threads(2);
+    let f32s = load_embedder(dir, &options).unwrap();
+    let int8 = load_embedder(dir, &options.clone().precision(Precision::Int8)).unwrap();
+    let texts = [
+        "what is rust",
+        "Rust is a systems programming language focused on safety, speed and concurrency.",
+    ];
+    let (q, f) = (int8.embed(&texts).unwrap(), f32s.embed(&texts).unwrap());
+    for (a, b) in q.rows().into_iter().zip(f.rows()) {
+        let c = rerank::embed::cosine(a.as_slice().unwrap(), b.as_slice().unwrap());
+        assert!(c > 0.99 && c < 1.0, "{family} int8 cosine {c}");
+    }
+    assert_ne!(int8.id(), f32s.id());
+    let e = load_embedder(dir, &ModelOptions::default().precision(Precision::Bf16))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::Config(_)) && e.to_string().contains("bf16"),
+        "{e}"
+    );
+    #[cfg(feature = "candle")]
+    {
+        let e = load_embedder(dir, &options.device(rerank::models::Device::CandleCpu))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(family) && e.contains("config.json"), "{e}");
+    }
+}

@@ -17,11 +17,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rerank::models::registry::{self, Support};
-use rerank::models::{ModelOptions, Precision};
-use rerank::{load_embedder, Embedder, Error, MpnetEmbedder, Role};
-use serde_json::Value;
+use rerank::models::ModelOptions;
+use rerank::{load_embedder, Embedder, MpnetEmbedder, Role};
 
-use crate::model_fixtures::Broken;
+use crate::model_fixtures::{
+    each_edit_is_refused, int8_close_and_bf16_and_candle_refused, Broken, ConfigEdit,
+};
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
 const CASES: [&str; 7] = [
@@ -162,43 +163,12 @@ fn the_encoder_is_read_under_the_mpnet_prefix_too() {
 
 #[test]
 fn int8_stays_close_and_bf16_and_candle_are_refused() {
-    let dir = root().join("heads4");
-    let f32s = bare(&dir, options());
-    let int8 = bare(&dir, options().precision(Precision::Int8));
-    assert_eq!(int8.precision(), Precision::Int8);
-    let texts = [
-        "what is rust",
-        "Rust is a systems programming language focused on safety, speed and concurrency.",
-    ];
-    let (q, f) = (int8.embed(&texts).unwrap(), f32s.embed(&texts).unwrap());
-    for (a, b) in q.rows().into_iter().zip(f.rows()) {
-        let c = rerank::embed::cosine(a.as_slice().unwrap(), b.as_slice().unwrap());
-        assert!(c > 0.99, "int8 cosine {c}");
-    }
-    assert_ne!(int8.id(), f32s.id());
-    let e = MpnetEmbedder::builder(&dir)
-        .options(ModelOptions::default().precision(Precision::Bf16))
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(e, Error::Config(_)) && e.to_string().contains("bf16"),
-        "{e}"
-    );
-    #[cfg(feature = "candle")]
-    {
-        let e = MpnetEmbedder::builder(&dir)
-            .options(options().device(rerank::models::Device::CandleCpu))
-            .build()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("MPNet") && e.contains("config.json"), "{e}");
-    }
+    int8_close_and_bf16_and_candle_refused(&root().join("heads4"), "MPNet");
 }
 
 #[test]
 fn mpnet_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_key() {
-    type Edit = fn(&mut Value);
-    let cases: [(&str, Edit); 10] = [
+    let cases: [(&str, ConfigEdit); 10] = [
         // transformers reads 32 buckets whatever the config says: a smaller table fails there.
         ("relative_attention_num_buckets", |c| {
             c["relative_attention_num_buckets"] = 16.into()
@@ -224,11 +194,7 @@ fn mpnet_configs_that_cannot_be_honoured_are_refused_naming_config_json_and_the_
             c["max_position_embeddings"] = 512.into()
         }),
     ];
-    for (i, (key, edit)) in cases.into_iter().enumerate() {
-        let b = Broken::of(&root().join("mean"), &format!("mpnet-{i}"));
-        b.edit_config(edit);
-        b.refused("embedder", key);
-    }
+    each_edit_is_refused(&root().join("mean"), "embedder", &cases);
 }
 
 #[test]
