@@ -5,7 +5,8 @@
 //! --reranker` takes every model `search --reranker` takes, chosen by `architectures` in its
 //! `config.json` (the loading is `rerank::rerankers::load_reranker`'s):
 //!
-//! - a cross-encoder (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`,
+//! - a cross-encoder (`Architecture::is_cross_encoder`: `BertForSequenceClassification`,
+//!   `XLMRobertaForSequenceClassification`, RoBERTa's, CamemBERT's, ELECTRA's, DistilBERT's,
 //!   `ModernBertForSequenceClassification`, `DebertaV2ForSequenceClassification`, GTE's
 //!   `NewForSequenceClassification` / `GteForSequenceClassification`): `score` after the
 //!   model's activation (`--raw`: none), `logit` raw;
@@ -149,12 +150,7 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
         return score_reranker(args, lines);
     }
     match dir.architecture()? {
-        Architecture::BertForSequenceClassification
-        | Architecture::XlmRobertaForSequenceClassification
-        | Architecture::ModernBertForSequenceClassification
-        | Architecture::DebertaV2ForSequenceClassification
-        | Architecture::NewForSequenceClassification
-        | Architecture::GteForSequenceClassification => {
+        arch if arch.is_cross_encoder() => {
             let mut builder = CrossEncoder::builder(dir.path()).options(model_options(args)?);
             if args.raw {
                 builder = builder.raw_logits();

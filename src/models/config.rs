@@ -119,6 +119,26 @@ impl Architecture {
         }
     }
 
+    /// Whether it is an encoder's sequence classifier, what [`CrossEncoder`] runs: BERT,
+    /// XLM-R, RoBERTa, CamemBERT, ELECTRA, DistilBERT, ModernBERT, DeBERTa-v2/v3 and GTE.
+    ///
+    /// [`CrossEncoder`]: crate::rerankers::CrossEncoder
+    pub fn is_cross_encoder(&self) -> bool {
+        matches!(
+            self,
+            Architecture::BertForSequenceClassification
+                | Architecture::XlmRobertaForSequenceClassification
+                | Architecture::RobertaForSequenceClassification
+                | Architecture::CamembertForSequenceClassification
+                | Architecture::ElectraForSequenceClassification
+                | Architecture::DistilBertForSequenceClassification
+                | Architecture::ModernBertForSequenceClassification
+                | Architecture::DebertaV2ForSequenceClassification
+                | Architecture::NewForSequenceClassification
+                | Architecture::GteForSequenceClassification
+        )
+    }
+
     /// Reads `architectures[0]` from a parsed `config.json` (`file` names it in errors).
     pub fn from_config(config: &Value, file: &Path) -> Result<Self> {
         let name = config

@@ -38,8 +38,9 @@ pub struct PairScore {
 /// crate's packed encoder).
 ///
 /// Loads `BertForSequenceClassification` (ms-marco-MiniLM style),
-/// `XLMRobertaForSequenceClassification` (bge-reranker style) or
-/// `ModernBertForSequenceClassification` (gte-reranker-modernbert style: cls or mean pooling,
+/// `XLMRobertaForSequenceClassification` (bge-reranker style), RoBERTa's and CamemBERT's
+/// (XLM-R's head), `ElectraForSequenceClassification` (ms-marco-electra-base style),
+/// `DistilBertForSequenceClassification`, `ModernBertForSequenceClassification` (gte-reranker-modernbert style: cls or mean pooling,
 /// global and sliding-window attention), `DebertaV2ForSequenceClassification`
 /// (mxbai-rerank-base-v1 / -large-v1 style: DeBERTa-v3's disentangled attention over
 /// log-bucketed relative positions) or GTE's `NewForSequenceClassification` /

@@ -50,16 +50,7 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         return embedding_reranker(&dir, options);
     }
     match model.architecture()? {
-        Architecture::BertForSequenceClassification
-        | Architecture::XlmRobertaForSequenceClassification
-        | Architecture::RobertaForSequenceClassification
-        | Architecture::CamembertForSequenceClassification
-        | Architecture::ElectraForSequenceClassification
-        | Architecture::DistilBertForSequenceClassification
-        | Architecture::ModernBertForSequenceClassification
-        | Architecture::DebertaV2ForSequenceClassification
-        | Architecture::NewForSequenceClassification
-        | Architecture::GteForSequenceClassification => {
+        arch if arch.is_cross_encoder() => {
             let builder = CrossEncoder::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }

@@ -192,3 +192,39 @@ fn electra_and_distilbert_run_in_int8_close_to_f32() {
         assert!(worst > 0.0, "{variant}");
     }
 }
+
+/// `rerank score` on a variant of each family added beside BERT's (RoBERTa, CamemBERT,
+/// ELECTRA, DistilBERT) prints transformers' logit and sentence-transformers' score (its
+/// sigmoid) for every pair, as it does for BERT: the CLI takes them for cross-encoders, not for
+/// embedding rerankers whose score is their logit.
+#[test]
+fn the_cli_scores_the_new_families_as_cross_encoders() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep");
+    for variant in [
+        "roberta/heads2",
+        "camembert/heads4",
+        "electra/small_shape_project",
+        "distilbert/relu_heads4",
+    ] {
+        let dir = root.join(variant);
+        let cases = crate::model_fixtures::pairs_of(&dir);
+        let lines: Vec<serde_json::Value> = cases
+            .iter()
+            .map(|c| serde_json::json!({"query": c.query, "document": c.document}))
+            .collect();
+        let got = crate::common::cli_score(&bin, &dir, &lines, &[]);
+        assert_eq!(got.len(), cases.len(), "{variant}");
+        for ((score, logit), c) in got.iter().zip(&cases) {
+            assert!(
+                (logit - c.logit as f64).abs() < 1e-5,
+                "{variant}: {logit} vs {}",
+                c.logit
+            );
+            let st = c.st_score.unwrap() as f64;
+            assert!((score - st).abs() < 1e-5, "{variant}: {score} vs {st}");
+        }
+    }
+}
