@@ -257,8 +257,9 @@ fn config_value() -> impl Strategy<Value = serde_json::Value> {
     ]
 }
 
-/// Copies of a cross-encoder, a Qwen3 reranker and sentence-transformers embedders (BERT and
-/// ModernBERT), whose `config.json` each case rewrites: `(copy, original config)`.
+/// Copies of cross-encoders (BERT, ELECTRA with projected embeddings, DistilBERT), a Qwen3
+/// reranker and sentence-transformers embedders (BERT, ModernBERT, MPNet, DistilBERT), whose
+/// `config.json` each case rewrites: `(copy, original config, whether a reranker)`.
 fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value, bool)>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let shared = root.join("../shared/fixtures");
@@ -268,6 +269,18 @@ fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value,
         (root.join("tests/fixtures/st_bert_tiny/cls_prompts"), false),
         (root.join("tests/fixtures/st_modernbert_tiny/cls"), false),
         (root.join("tests/fixtures/st_mpnet_tiny/mean"), false),
+        (
+            root.join("tests/fixtures/st_distilbert_tiny/mean_norm"),
+            false,
+        ),
+        (
+            root.join("tests/fixtures/sweep/electra/small_shape_project"),
+            true,
+        ),
+        (
+            root.join("tests/fixtures/sweep/distilbert/gelu_heads2"),
+            true,
+        ),
     ];
     let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("fuzz_{tag}_{}", std::process::id()));
@@ -313,7 +326,7 @@ fn corpus_line() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    // A case loads five models: fewer cases than the other properties by default.
+    // A case loads eight models: fewer cases than the other properties by default.
     #![proptest_config(config_or(64))]
 
     /// A model directory whose `config.json` has keys deleted or set to any value loads or
