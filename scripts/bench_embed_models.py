@@ -51,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import CARGO_FEATURES, ROOT, run, scifact_documents
+from bench_common import CARGO_FEATURES, ROOT, cpu_flags, run, scifact_documents
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # A bench executable built before (`cargo bench --bench embed_models --no-run` prints it), to
@@ -237,15 +237,6 @@ MAKERS = {
     "gte": ("bench-gte-base-en-v1.5", make_gte),
     "distilbert": ("bench-msmarco-distilbert-base-tas-b", make_distilbert),
 }
-
-
-def cpu_flags():
-    try:
-        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "?"
-    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
-    return " ".join(f for f in keep if f in flags)
 
 
 def bench(arch: str, threads: int, rounds: int):

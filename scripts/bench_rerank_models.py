@@ -65,7 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_common import CARGO_FEATURES, ROOT, run, scifact_documents, scifact_first_judged_query
+from bench_common import CARGO_FEATURES, ROOT, cpu_flags, run, scifact_documents, scifact_first_judged_query
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # A bench executable built before (`cargo bench --bench rerank_models --no-run` prints it), to
@@ -283,15 +283,6 @@ MAKERS = {
     "jina": ("bench-jina-reranker-v2-base-multilingual", make_jina),
     "electra": ("bench-ms-marco-electra-base", make_electra),
 }
-
-
-def cpu_flags():
-    try:
-        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "?"
-    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
-    return " ".join(f for f in keep if f in flags)
 
 
 def bench(arch: str, threads: int, rounds: int, docs: int):

@@ -32,25 +32,15 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from bench_common import CARGO_FEATURES, ROOT, run, scifact_documents, scifact_first_judged_query
+from bench_common import (CARGO_FEATURES, ROOT, cpu_flags, median_seconds, run, scifact_documents,
+                          scifact_first_judged_query)
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 BACKENDS = ["torch", "onnx", "openvino"]
-
-
-def timed(call, rounds: int) -> float:
-    call()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def ours(bench: str, env: dict) -> dict:
@@ -58,15 +48,6 @@ def ours(bench: str, env: dict) -> dict:
     cmd = [binary] if binary else ["cargo", "bench", *CARGO_FEATURES, "--bench", bench]
     out = run(cmd, env)
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-
-
-def cpu_flags() -> str:
-    try:
-        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "?"
-    keep = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
-    return " ".join(f for f in keep if f in flags)
 
 
 def embed(threads: int, rounds: int):
@@ -92,7 +73,7 @@ def embed(threads: int, rounds: int):
         cos = min(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(first, got))
         if cos < 0.9999:
             raise SystemExit(f"{backend}: embeddings differ from the crate's (cosine {cos})")
-        seconds = timed(lambda: st.encode(texts, batch_size=32, convert_to_numpy=True), rounds)
+        seconds = median_seconds(lambda: st.encode(texts, batch_size=32, convert_to_numpy=True), rounds)
         peer = len(texts) / seconds
         print(f"  sentence-transformers backend={backend}: {peer:.2f} docs/s, rerank {rust / peer:.2f}x "
               f"(smallest cosine {cos:.7f})")
@@ -125,7 +106,7 @@ def score(threads: int, rounds: int, model: Path):
         diff = float(np.abs(predict() - logits).max())
         if diff > 1e-3:
             raise SystemExit(f"{backend}: logits differ from the crate's (largest difference {diff:.2e})")
-        peer = len(pairs) / timed(predict, rounds)
+        peer = len(pairs) / median_seconds(predict, rounds)
         print(f"  sentence-transformers backend={backend}: {peer:.2f} pairs/s, rerank {rust / peer:.2f}x "
               f"(largest logit difference {diff:.1e})")
         del ce
