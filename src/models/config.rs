@@ -119,10 +119,9 @@ impl Architecture {
         }
     }
 
-    /// Whether it is an encoder's sequence classifier, what [`CrossEncoder`] runs: BERT,
-    /// XLM-R, RoBERTa, CamemBERT, ELECTRA, DistilBERT, ModernBERT, DeBERTa-v2/v3 and GTE.
-    ///
-    /// [`CrossEncoder`]: crate::rerankers::CrossEncoder
+    /// Whether it is an encoder's sequence classifier, what the rerankers' `CrossEncoder`
+    /// runs: BERT, XLM-R, RoBERTa, CamemBERT, ELECTRA, DistilBERT, ModernBERT, DeBERTa-v2/v3
+    /// and GTE.
     pub fn is_cross_encoder(&self) -> bool {
         matches!(
             self,

@@ -13,9 +13,8 @@ use super::encoder::{Encoder, EncoderConfig, EncoderWeights, Output, Sequence};
 use crate::models::config::Architecture;
 use crate::models::dir::ModelDir;
 use crate::models::layers::head::{
-    check_labels, head_config, FirstTokens, PooledClassifier, PoolerAct, BERT_HEAD, XLMR_HEAD,
+    head_config, FirstTokens, PooledClassifier, BERT_HEAD, ELECTRA_HEAD, XLMR_HEAD,
 };
-use crate::models::layers::kernels::Act;
 use crate::models::Precision;
 use crate::{Error, Result};
 
@@ -67,18 +66,12 @@ impl PooledClassifier<Encoder> {
         };
         let w = EncoderWeights::open(dir, &[prefix])?;
         let encoder = Encoder::load(&w, enc_config, precision)?;
-        match kind {
-            Kind::Bert => PooledClassifier::with_tanh_head(encoder, &w, h, config, &BERT_HEAD),
-            Kind::Roberta => PooledClassifier::with_tanh_head(encoder, &w, h, config, &XLMR_HEAD),
-            Kind::Electra => {
-                let labels = config.num_labels;
-                check_labels(&w, labels, &format!("{}.weight", XLMR_HEAD.out))?;
-                let dense = w.root_linear(XLMR_HEAD.pooler, h, h)?;
-                let out = w.root_linear(XLMR_HEAD.out, labels, h)?;
-                let act = PoolerAct::Act(Act::Gelu);
-                Ok(PooledClassifier::new(encoder, dense, act, out, config))
-            }
-        }
+        let head = match kind {
+            Kind::Bert => &BERT_HEAD,
+            Kind::Roberta => &XLMR_HEAD,
+            Kind::Electra => &ELECTRA_HEAD,
+        };
+        PooledClassifier::with_head(encoder, &w, h, config, head)
     }
 }
 

@@ -8,10 +8,7 @@ use crate::models::config::Architecture;
 use crate::models::dir::ModelDir;
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{EncoderWeights, Sequence};
-use crate::models::layers::head::{
-    check_labels, head_config, FirstTokens, PooledClassifier, PoolerAct,
-};
-use crate::models::layers::kernels::Act;
+use crate::models::layers::head::{head_config, FirstTokens, PooledClassifier, DISTILBERT_HEAD};
 use crate::models::Precision;
 use crate::{Error, Result};
 
@@ -36,12 +33,7 @@ impl PooledClassifier<DistilBertEncoder> {
         let h = cfg.hidden;
         let w = EncoderWeights::open(dir, PREFIXES)?;
         let encoder = DistilBertEncoder::load(&w, cfg, precision)?;
-        let labels = config.num_labels;
-        check_labels(&w, labels, "classifier.weight")?;
-        let pre = w.root_linear("pre_classifier", h, h)?;
-        let out = w.root_linear("classifier", labels, h)?;
-        let act = PoolerAct::Act(Act::Relu);
-        Ok(PooledClassifier::new(encoder, pre, act, out, config))
+        PooledClassifier::with_head(encoder, &w, h, config, &DISTILBERT_HEAD)
     }
 }
 

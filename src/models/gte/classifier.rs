@@ -39,7 +39,7 @@ impl PooledClassifier<GteEncoder> {
         let h = cfg.hidden;
         let w = EncoderWeights::open(dir, cfg.layout.prefixes())?;
         let encoder = GteEncoder::load(&w, cfg, precision)?;
-        PooledClassifier::with_tanh_head(encoder, &w, h, config, &BERT_HEAD)
+        PooledClassifier::with_head(encoder, &w, h, config, &BERT_HEAD)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The classification heads: the [`Classifier`] trait every architecture's sequence
 //! classifier implements (what a cross-encoder runs), and the one first-token head
-//! `out(act(pooler(first)))` that BERT, XLM-R, GTE and DeBERTa share ([`PooledClassifier`],
-//! over any [`FirstTokens`] encoder).
+//! `out(act(pooler(first)))` that BERT, XLM-R, ELECTRA, DistilBERT, GTE and DeBERTa share
+//! ([`PooledClassifier`], over any [`FirstTokens`] encoder; [`HeadLayout`] names where each
+//! checkpoint keeps its layers and which activation runs between them).
 
 use std::path::PathBuf;
 
@@ -107,38 +108,57 @@ impl<E> PooledClassifier<E> {
     }
 }
 
-/// Where the linear layers of a head with a `tanh` pooler are: `pooler` (`hidden` to `hidden`)
-/// under the encoder's prefix or at the file's root, then `out` (`hidden` to the labels) at
+/// A first-token head in a checkpoint: `pooler` (`hidden` to `hidden`) under the encoder's
+/// prefix or at the file's root, its activation `act`, then `out` (`hidden` to the labels) at
 /// the root.
-pub(crate) struct TanhHead {
+pub(crate) struct HeadLayout {
     pub pooler: &'static str,
     pub pooler_at_root: bool,
+    pub act: PoolerAct,
     pub out: &'static str,
 }
 
-/// BERT's (and GTE's) head: the encoder's `pooler.dense`, then `classifier`.
-pub(crate) const BERT_HEAD: TanhHead = TanhHead {
+/// BERT's (and GTE's) head: the encoder's `pooler.dense`, tanh, then `classifier`.
+pub(crate) const BERT_HEAD: HeadLayout = HeadLayout {
     pooler: "pooler.dense",
     pooler_at_root: false,
+    act: PoolerAct::Tanh,
     out: "classifier",
 };
 
-/// XLM-R's head: `classifier.dense`, then `classifier.out_proj`.
-pub(crate) const XLMR_HEAD: TanhHead = TanhHead {
+/// XLM-R's (RoBERTa's, CamemBERT's) head: `classifier.dense`, tanh, then
+/// `classifier.out_proj`.
+pub(crate) const XLMR_HEAD: HeadLayout = HeadLayout {
     pooler: "classifier.dense",
     pooler_at_root: true,
+    act: PoolerAct::Tanh,
     out: "classifier.out_proj",
 };
 
+/// ELECTRA's head: XLM-R's layers with exact GELU between them (transformers'
+/// `ElectraClassificationHead` hard-codes it, whatever `hidden_act` says).
+pub(crate) const ELECTRA_HEAD: HeadLayout = HeadLayout {
+    act: PoolerAct::Act(Act::Gelu),
+    ..XLMR_HEAD
+};
+
+/// DistilBERT's head: `pre_classifier`, ReLU, then `classifier`, both at the file's root.
+pub(crate) const DISTILBERT_HEAD: HeadLayout = HeadLayout {
+    pooler: "pre_classifier",
+    pooler_at_root: true,
+    act: PoolerAct::Act(Act::Relu),
+    out: "classifier",
+};
+
 impl<E> PooledClassifier<E> {
-    /// `encoder` (`hidden` wide) with the `tanh` head whose layers `head` names, its output
-    /// checked against `config.num_labels` first.
-    pub fn with_tanh_head(
+    /// `encoder` (`hidden` wide) with the head whose layers and activation `head` names, its
+    /// output checked against `config.num_labels` first.
+    pub fn with_head(
         encoder: E,
         w: &EncoderWeights,
         hidden: usize,
         config: ClassifierConfig,
-        head: &TanhHead,
+        head: &HeadLayout,
     ) -> Result<Self> {
         let (h, labels) = (hidden, config.num_labels);
         check_labels(w, labels, &format!("{}.weight", head.out))?;
@@ -148,11 +168,7 @@ impl<E> PooledClassifier<E> {
         };
         let out = w.root_linear(head.out, labels, h)?;
         Ok(PooledClassifier::new(
-            encoder,
-            pooler,
-            PoolerAct::Tanh,
-            out,
-            config,
+            encoder, pooler, head.act, out, config,
         ))
     }
 }
