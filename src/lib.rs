@@ -110,7 +110,7 @@ pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
-    load_embedder, BertEmbedder, ColbertEncoder, DistilBertEmbedder, GteEmbedder,
+    load_embedder, BertEmbedder, ColbertEncoder, DistilBertEmbedder, Gemma3Embedder, GteEmbedder,
     ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder,
 };
 pub use guard::PiiGuard;

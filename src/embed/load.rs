@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::encoder::EncoderSpec;
 use super::{
-    BertEmbedder, DistilBertEmbedder, Embedder, EmbedderBuilder, GteEmbedder, ModernBertEmbedder,
-    MpnetEmbedder, Qwen3Embedder, Role,
+    BertEmbedder, DistilBertEmbedder, Embedder, EmbedderBuilder, Gemma3Embedder, GteEmbedder,
+    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, Role,
 };
 use crate::models::engine::{EncoderEngine, PackedEncoder};
 use crate::models::registry::{self, KnownModel, Task};
@@ -28,7 +28,8 @@ use crate::{Error, Result};
 /// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta`, `roberta` and
 /// `camembert` load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`,
 /// `gte` and `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
-/// as a [`DistilBertEmbedder`], `qwen3` and `qwen2` as a [`Qwen3Embedder`]; anything else is
+/// as a [`DistilBertEmbedder`], `gemma3_text` as a [`Gemma3Embedder`], `qwen3` and `qwen2` as
+/// a [`Qwen3Embedder`]; anything else is
 /// an [`Error::Model`] naming the file and the supported types.
 ///
 /// ```no_run
@@ -86,6 +87,10 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(DistilBertEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
+        "gemma3_text" => {
+            let builder = with_registry(Gemma3Embedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         // Qwen2 decoders (gte-Qwen2) are the Qwen3 decoder's family (`DecoderFamily`).
         "qwen3" | "qwen2" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
@@ -94,7 +99,7 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
              xlm-roberta, roberta, camembert, modernbert, new, gte, nomic_bert, mpnet, \
-             distilbert, qwen3, qwen2)",
+             distilbert, gemma3_text, qwen3, qwen2)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

@@ -16,7 +16,9 @@
 //!   multi-qa-mpnet-base-dot-v1) on the same layout;
 //! - [`DistilBertEmbedder`] (`distilbert`): DistilBERT sentence-transformers models
 //!   (msmarco-distilbert-base-tas-b, multi-qa-distilbert-cos-v1, distiluse) on the same layout;
-//! - `encoder`: the one sentence-transformers embedder over an encoder, which the five above
+//! - [`Gemma3Embedder`] (`gemma3`): EmbeddingGemma (bidirectional Gemma3 text models) on the
+//!   same layout;
+//! - `encoder`: the one sentence-transformers embedder over an encoder, which the six above
 //!   are under their architectures' names (each file says only how its encoder is read);
 //!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
@@ -43,6 +45,8 @@ mod colbert;
 mod distilbert;
 #[cfg(feature = "models")]
 mod encoder;
+#[cfg(feature = "models")]
+mod gemma3;
 #[cfg(feature = "models")]
 mod gte;
 mod hashing;
@@ -83,6 +87,8 @@ pub use builder::EmbedderBuilder;
 pub use colbert::{maxsim, ColbertBuilder, ColbertEncoder};
 #[cfg(feature = "models")]
 pub use distilbert::{DistilBertEmbedder, DistilBertEmbedderBuilder};
+#[cfg(feature = "models")]
+pub use gemma3::{Gemma3Embedder, Gemma3EmbedderBuilder};
 #[cfg(feature = "models")]
 pub use gte::{GteEmbedder, GteEmbedderBuilder};
 #[cfg(feature = "models")]

@@ -48,6 +48,7 @@ mod device;
 mod dir;
 pub(crate) mod distilbert;
 pub(crate) mod engine;
+pub(crate) mod gemma3;
 pub(crate) mod gte;
 #[cfg(feature = "hf-hub")]
 mod hub;

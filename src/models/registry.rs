@@ -97,6 +97,11 @@ const fn nomic_embedder(id: &'static str, model_type: &'static str) -> KnownMode
         .prompts(Some("search_query: "), Some("search_document: "))
 }
 
+/// EmbeddingGemma's retrieval prompts (its `config_sentence_transformers.json`'s `query` and
+/// `document`).
+const EMBEDDINGGEMMA_QUERY: &str = "task: search result | query: ";
+const EMBEDDINGGEMMA_DOCUMENT: &str = "title: none | text: ";
+
 /// The Matryoshka dimensions of nomic-embed-text-v1.5 and modernbert-embed-base.
 const NOMIC_MATRYOSHKA: &[usize] = &[768, 512, 256, 128, 64];
 
@@ -251,6 +256,16 @@ pub const MODELS: &[KnownModel] = &[
     nomic_embedder("nomic-ai/modernbert-embed-base", "modernbert").matryoshka(NOMIC_MATRYOSHKA),
     nomic_embedder("nomic-ai/nomic-embed-text-v1.5", "nomic_bert").matryoshka(NOMIC_MATRYOSHKA),
     nomic_embedder("nomic-ai/nomic-embed-text-v1", "nomic_bert"),
+    embedder(
+        "google/embeddinggemma-300m",
+        "gemma3_text",
+        Mean,
+        768,
+        2048,
+        "Gemma",
+    )
+    .prompts(Some(EMBEDDINGGEMMA_QUERY), Some(EMBEDDINGGEMMA_DOCUMENT))
+    .matryoshka(&[768, 512, 256, 128]),
     gte_embedder("Alibaba-NLP/gte-multilingual-base", 768),
     gte_embedder("Alibaba-NLP/gte-base-en-v1.5", 768),
     gte_embedder("Alibaba-NLP/gte-large-en-v1.5", 1024),

@@ -28,6 +28,7 @@ mod embed_models;
 mod embed_parity;
 mod fallback;
 mod fuzz;
+mod gemma3;
 mod gte;
 mod hyde;
 #[cfg(feature = "pdf")]

@@ -302,6 +302,8 @@ pub(crate) enum EncoderFamily {
     Mpnet,
     /// `distilbert` (the crate's kernels only: the candle engine refuses it).
     DistilBert,
+    /// `gemma3_text` (the crate's kernels only: the candle engine refuses it).
+    Gemma3,
 }
 
 /// Implements [`Classifier`] for classifiers whose inherent methods have its names.

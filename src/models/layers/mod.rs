@@ -12,7 +12,8 @@
 //! - `mlm`: the masked-language-model head (the logits over the vocabulary), reduced over each
 //!   sequence's tokens in blocks (learned sparse encoders);
 //! - `rope`: rotary tables and their scalings;
-//! - `mlp`: gated MLPs and the batches of the rotary encoders;
+//! - `rotary`: gated MLPs and the batches of the rotary encoders;
+//! - `rms`: RMSNorm of rows, and the per-head q/k RMSNorm and RoPE of fused QKV rows;
 //! - `weights`: the one safetensors loader;
 //! - `batch`: length batching under one token budget;
 //! - `candle` (feature `candle`): the same building blocks on a candle device.
@@ -29,6 +30,7 @@ pub(crate) mod kernels;
 pub(crate) mod mlm;
 pub(crate) mod panels;
 pub(crate) mod quant;
+pub(crate) mod rms;
 pub(crate) mod rope;
 pub(crate) mod rotary;
 pub(crate) mod weights;

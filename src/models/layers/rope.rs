@@ -2,6 +2,10 @@
 //! scaling is that of a larger theta) and the rotation of one head, as every rotary model here
 //! (Qwen, ModernBERT, GTE / NomicBERT) applies them.
 
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
 /// RoPE cos/sin tables, `(positions, head_dim / 2)` each, computed like `transformers` in
 /// float32: `inv_freq[i] = 1 / theta^(2i / head_dim)`, angle `= position * inv_freq[i]` rounded
 /// to f32, then its cosine and sine.
@@ -220,5 +224,105 @@ impl RopeScaling {
                 (inv, 1.0)
             }
         }
+    }
+}
+/// `rope_parameters` (newer configs) or `rope_scaling` (older ones).
+#[derive(Debug, Deserialize)]
+pub(crate) struct RopeParameters {
+    #[serde(default)]
+    rope_type: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    #[serde(default)]
+    factor: Option<f64>,
+    #[serde(default)]
+    original_max_position_embeddings: Option<f64>,
+    #[serde(default)]
+    beta_fast: Option<f64>,
+    #[serde(default)]
+    beta_slow: Option<f64>,
+    #[serde(default)]
+    attention_factor: Option<f64>,
+    #[serde(default)]
+    mscale: Option<f64>,
+    #[serde(default)]
+    mscale_all_dim: Option<f64>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    low_freq_factor: Option<f64>,
+    #[serde(default)]
+    high_freq_factor: Option<f64>,
+    #[serde(default)]
+    partial_rotary_factor: Option<f64>,
+}
+
+impl RopeParameters {
+    /// The scaling these parameters describe, as transformers 5 reads them
+    /// (`modeling_rope_utils`); `max_positions` is `max_position_embeddings`, which YaRN and
+    /// Llama 3 take for `original_max_position_embeddings` when it is absent. A type or a
+    /// parameter the crate cannot compute is an error naming the key.
+    pub fn scaling(&self, key: &str, max_positions: Option<usize>) -> Result<RopeScaling> {
+        let kind = self.rope_type.as_deref().or(self.kind.as_deref());
+        let bad = |what: String| Error::model(format!("{key}: {what}"));
+        if let Some(p) = self.partial_rotary_factor.filter(|&p| p != 1.0) {
+            return Err(bad(format!(
+                "partial_rotary_factor {p}: RoPE on part of each head is not supported"
+            )));
+        }
+        let positive = |name: &str, v: Option<f64>| -> Result<f64> {
+            match v {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+                Some(x) => Err(bad(format!("{name} {x} must be a positive number"))),
+                None => Err(bad(format!("{kind:?} needs {name}"))),
+            }
+        };
+        let original = || -> Result<f64> {
+            let fallback = max_positions.map(|n| n as f64);
+            positive(
+                "original_max_position_embeddings",
+                self.original_max_position_embeddings.or(fallback),
+            )
+        };
+        Ok(match kind {
+            None | Some("default") | Some("dynamic") => RopeScaling::Default,
+            Some("linear") => RopeScaling::Linear {
+                factor: positive("factor", self.factor)?,
+            },
+            Some("yarn") => {
+                let original = original()?;
+                let factor = match self.factor {
+                    Some(f) => positive("factor", Some(f))?,
+                    None => {
+                        positive("max_position_embeddings", max_positions.map(|n| n as f64))?
+                            / original
+                    }
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original,
+                    beta_fast: self.beta_fast.filter(|b| *b != 0.0).unwrap_or(32.0),
+                    beta_slow: self.beta_slow.filter(|b| *b != 0.0).unwrap_or(1.0),
+                    attention_factor: self.attention_factor,
+                    mscale: self.mscale,
+                    mscale_all_dim: self.mscale_all_dim,
+                    truncate: self.truncate.unwrap_or(true),
+                }
+            }
+            Some("llama3") => RopeScaling::Llama3 {
+                factor: positive("factor", self.factor)?,
+                low: positive("low_freq_factor", self.low_freq_factor)?,
+                high: positive("high_freq_factor", self.high_freq_factor)?,
+                original: original()?,
+            },
+            Some(other) => {
+                return Err(bad(format!(
+                    "rope_type {other:?} is not supported (supported: default, linear, \
+                     dynamic, yarn, llama3)"
+                )))
+            }
+        })
     }
 }
