@@ -25,6 +25,12 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
          shape (6 layers, dim 768, 12 heads, ffn 3072, vocab 30522), cls pooling without
          Normalize (TAS-B ranks by dot product), all-MiniLM-L6-v2's tokenizer (the same
          uncased WordPiece vocabulary as distilbert-base-uncased's);
+  gemma3  bench-embeddinggemma-300m: a bidirectional Gemma3 text model with EmbeddingGemma-300m's
+         shape (24 layers, hidden 768, 3 heads sharing 1 key/value head of 256, GeGLU 1152,
+         every sixth layer global, the others in a 512-token window, query_pre_attn_scalar 256),
+         mean pooling, Dense 768 -> 3072 -> 768 without bias, Normalize, its search prompts;
+         all-MiniLM-L6-v2's tokenizer, so the embedding matrix has 30522 rows, not 262144 (the
+         crate reads the rows a batch uses; the compute is the same);
   qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
          1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
          Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
@@ -40,7 +46,7 @@ It first checks that both compute the same embeddings (cosine >= 0.9999 on the f
 then prints docs/s of each and the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python):
-  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert] [--threads 2] [--rounds 3]
+  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert gemma3] [--threads 2] [--rounds 3]
 """
 import argparse
 import json
@@ -59,7 +65,7 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
 DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32,
-        "distilbert": 32}
+        "distilbert": 32, "gemma3": 32}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -224,6 +230,40 @@ def make_distilbert(dest: Path):
         (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
 
 
+def make_gemma3(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    tok = MODELS / "all-MiniLM-L6-v2"  # scripts/fetch_minilm.sh
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        torch.manual_seed(0)
+        cfg = Gemma3TextConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=24,
+                               num_attention_heads=3, num_key_value_heads=1, head_dim=256,
+                               intermediate_size=1152, query_pre_attn_scalar=256,
+                               sliding_window=512, max_position_embeddings=2048,
+                               use_bidirectional_attention=True, pad_token_id=0,
+                               rope_parameters={
+                                   "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                   "sliding_attention": {"rope_type": "default",
+                                                         "rope_theta": 1e4}})
+        cfg.architectures = ["Gemma3TextModel"]
+        Gemma3TextModel(cfg).eval().save_pretrained(enc)
+        for f in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]:
+            if (tok / f).exists():
+                (enc / f).write_bytes((tok / f).read_bytes())
+        modules = [Transformer(str(enc), max_seq_length=MAX_SEQ), Pooling(768, "mean"),
+                   Dense(768, 3072, bias=False, activation_function=torch.nn.Identity()),
+                   Dense(3072, 768, bias=False, activation_function=torch.nn.Identity()),
+                   Normalize()]
+        prompts = {"query": "task: search result | query: ", "document": "title: none | text: "}
+        SentenceTransformer(modules=modules, prompts=prompts, device="cpu").save(str(dest))
+        (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
+
+
 def fetched(dest: Path):
     raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
 
@@ -236,6 +276,7 @@ MAKERS = {
     "nomic": ("bench-nomic-embed-text-v1.5", make_nomic),
     "gte": ("bench-gte-base-en-v1.5", make_gte),
     "distilbert": ("bench-msmarco-distilbert-base-tas-b", make_distilbert),
+    "gemma3": ("bench-embeddinggemma-300m", make_gemma3),
 }
 
 

@@ -4,7 +4,9 @@
 //! - both cases (EmbeddingGemma's layout: grouped-query attention, heads narrower than the
 //!   hidden size, `query_pre_attn_scalar` not `head_dim`, two Dense projections without bias,
 //!   its prompts, the transformers 4.x config spelling; and multi-head attention with a
-//!   linearly scaled RoPE on the full layer, in the transformers 5 spelling) through
+//!   linearly scaled RoPE on the full layer, in the transformers 5 spelling; and attention
+//!   biases, an odd window, the layer kinds from `sliding_window_pattern` and the RoPE from
+//!   `rope_theta`, `rope_local_base_freq` and `rope_scaling`) through
 //!   `Gemma3Embedder` and `load_embedder`, batched, in small batches and one text at a time;
 //!   texts longer than the sliding window and than max_seq_length, the empty text, a literal
 //!   `<eos>`, an emoji through the byte fallback;
@@ -25,7 +27,7 @@ use crate::model_fixtures::{
 };
 use crate::st_embed_parity::{assert_matches_sentence_transformers, expected_in};
 
-const CASES: [&str; 2] = ["embeddinggemma", "mha_linear_rope"];
+const CASES: [&str; 3] = ["bias_pattern", "embeddinggemma", "mha_linear_rope"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_gemma3_tiny")
