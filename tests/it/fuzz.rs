@@ -258,7 +258,8 @@ fn config_value() -> impl Strategy<Value = serde_json::Value> {
 }
 
 /// Copies of cross-encoders (BERT, ELECTRA with projected embeddings, DistilBERT), a Qwen3
-/// reranker and sentence-transformers embedders (BERT, ModernBERT, MPNet, DistilBERT), whose
+/// reranker and sentence-transformers embedders (BERT, ModernBERT, MPNet, DistilBERT, Gemma3),
+/// whose
 /// `config.json` each case rewrites: `(copy, original config, whether a reranker)`.
 fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value, bool)>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -271,6 +272,10 @@ fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value,
         (root.join("tests/fixtures/st_mpnet_tiny/mean"), false),
         (
             root.join("tests/fixtures/st_distilbert_tiny/mean_norm"),
+            false,
+        ),
+        (
+            root.join("tests/fixtures/st_gemma3_tiny/bias_pattern"),
             false,
         ),
         (
