@@ -202,3 +202,49 @@ fn the_registry_knows_embeddinggemma() {
     assert_eq!(m.document_prompt, Some("title: none | text: "));
     assert_eq!(m.matryoshka, [768, 512, 256, 128]);
 }
+
+/// `rerank embed --model` on the EmbeddingGemma-style directory prints one `{"embedding"}`
+/// line per text, with the role's prompt, as sentence-transformers encodes it.
+#[test]
+fn the_cli_embeds_with_the_role_s_prompt() {
+    let Some(cli) = crate::common::rerank_cli() else {
+        return;
+    };
+    let dir = root().join("embeddinggemma");
+    let want = &expected_in(&root())["embeddinggemma"];
+    let input =
+        std::env::temp_dir().join(format!("rerank-cli-gemma3-{}.jsonl", std::process::id()));
+    let texts: Vec<&str> = want.cases().iter().map(|(text, _)| *text).collect();
+    let lines: Vec<String> = texts
+        .iter()
+        .map(|t| serde_json::json!({ "text": t }).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let out = std::process::Command::new(&cli)
+        .args(["embed", "--model", dir.to_str().unwrap(), "--input"])
+        .arg(&input)
+        .args(["--role", "query"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<Vec<f32>> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_value(
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["embedding"].clone(),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(got.len(), texts.len());
+    for (g, (text, query)) in got.iter().zip(want.cases()) {
+        let c = rerank::embed::cosine(g, query);
+        assert!(c >= 0.99999, "{text:?}: {c}");
+    }
+    std::fs::remove_file(&input).unwrap();
+}
