@@ -8,9 +8,9 @@
 //! its rows: the block's scores cover only the keys its queries can see (the whole sequence,
 //! or the block widened by the window), so they stay in cache and a long sequence never fills a
 //! `(length, length)` matrix; each head's output is written straight into the task's rows of
-//! the context, at the head's columns. On AVX-512 or AVX2 (heads of 16, 32, 64, 128 or 256
-//! values, blocks of at least 8 queries) each head is one fused kernel (`simd::attention`);
-//! elsewhere two `gemm` products around a row softmax.
+//! the context, at the head's columns. On AVX-512 or AVX2 (heads of 16, 32, 64 or 128 values,
+//! blocks of at least 8 queries) each head is one fused kernel (`simd::attention`); elsewhere
+//! two `gemm` products around a row softmax.
 
 use std::cell::RefCell;
 
