@@ -111,7 +111,7 @@ pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
     load_embedder, BertEmbedder, ColbertEncoder, DistilBertEmbedder, Gemma3Embedder, GteEmbedder,
-    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder,
+    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder, StaticEmbedder,
 };
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};

@@ -182,6 +182,35 @@ pub(crate) struct Layout {
     pub chat: Option<ChatSettings>,
     /// The width of the encoder's hidden states.
     hidden: usize,
+    /// The folder of a `StaticEmbedding` first module (`""`: the directory itself), in place
+    /// of a Transformer and a Pooling: the model is the mean of per-token vectors.
+    pub static_module: Option<String>,
+}
+
+/// The folder of the `StaticEmbedding` module `dir`'s `modules.json` starts with (`""`: the
+/// directory itself), if it does: how a static-embedding model is told apart before anything
+/// else is read (it has no `config.json`).
+pub(crate) fn static_module_path(dir: &ModelDir) -> Result<Option<String>> {
+    let Some(Value::Array(modules)) = dir.optional_json(MODULES_FILE)? else {
+        return Ok(None);
+    };
+    let first = modules.first().and_then(Value::as_object);
+    let kind = first.and_then(|m| m.get("type")).and_then(Value::as_str);
+    if kind.map(short_name) != Some("StaticEmbedding") {
+        return Ok(None);
+    }
+    let path = first
+        .and_then(|m| m.get("path"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if path.contains("..") || Path::new(path).is_absolute() {
+        return Err(bad(
+            &dir.path().join(MODULES_FILE),
+            "[0].path",
+            format!("{path:?} must be a folder inside the model directory"),
+        ));
+    }
+    Ok(Some(path.to_string()))
 }
 
 /// The last component of a dotted Python name (`sentence_transformers.models.Pooling`:
@@ -192,8 +221,36 @@ pub(crate) fn short_name(name: &str) -> &str {
 
 impl Layout {
     /// Reads the layout of `dir`, whose encoder has `hidden`-wide states and
-    /// `max_positions` positions.
+    /// `max_positions` positions. A static-embedding directory is refused (it has no encoder:
+    /// [`Layout::read_static`]).
     pub fn read(dir: &ModelDir, hidden: usize, max_positions: usize) -> Result<Self> {
+        let layout = Layout::read_any(dir, hidden, max_positions)?;
+        if layout.static_module.is_some() {
+            return Err(Error::model(format!(
+                "{}: a StaticEmbedding model (the mean of per-token vectors, no transformer): \
+                 load it with load_embedder or StaticEmbedder",
+                dir.path().join(MODULES_FILE).display()
+            )));
+        }
+        Ok(layout)
+    }
+
+    /// Reads the layout of a static-embedding directory (`modules.json` starts with a
+    /// `StaticEmbedding`) whose vectors have `dim` values; anything else is an
+    /// [`Error::Model`] naming `modules.json`.
+    pub fn read_static(dir: &ModelDir, dim: usize) -> Result<Self> {
+        let layout = Layout::read_any(dir, dim, usize::MAX)?;
+        if layout.static_module.is_none() {
+            return Err(Error::model(format!(
+                "{}: not a static-embedding model (its first module is not a StaticEmbedding)",
+                dir.path().join(MODULES_FILE).display()
+            )));
+        }
+        Ok(layout)
+    }
+
+    /// [`Layout::read`] or [`Layout::read_static`], whichever the directory is.
+    fn read_any(dir: &ModelDir, hidden: usize, max_positions: usize) -> Result<Self> {
         let root = dir.path();
         let mut layout = Layout::plain(dir, hidden, max_positions)?;
         let Some(modules) = dir.optional_json(MODULES_FILE)? else {
@@ -203,7 +260,9 @@ impl Layout {
         };
         layout.sentence_transformers = true;
         layout.read_modules(dir, modules)?;
-        layout.read_sentence_bert(dir, "feature-extraction")?;
+        if layout.static_module.is_none() {
+            layout.read_sentence_bert(dir, "feature-extraction")?;
+        }
         if let Some(v) = dir.optional_json(ST_CONFIG_FILE)? {
             layout.read_st_config(v, &root.join(ST_CONFIG_FILE))?;
         }
@@ -235,6 +294,7 @@ impl Layout {
             sentence_transformers: false,
             chat: None,
             hidden,
+            static_module: None,
         })
     }
 
@@ -306,21 +366,31 @@ impl Layout {
                         ));
                     }
                 }
-                (_, "Transformer") => {
+                (0, "StaticEmbedding") => {
+                    // Tokens to their vectors, averaged: a Transformer and a mean Pooling in
+                    // one module.
+                    self.static_module = Some(path.to_string());
+                    self.modes = vec![PoolingMode::Mean];
+                    pooling = true;
+                }
+                (_, "Transformer" | "StaticEmbedding") => {
                     return Err(bad(
                         &file,
                         &key("type"),
-                        "a Transformer module must come first, and only once",
+                        format!("a {kind} module must come first, and only once"),
                     ))
                 }
                 (0, _) => {
                     return Err(bad(
                         &file,
                         &key("type"),
-                        format!("the first module must be a Transformer, got {kind:?}"),
+                        format!(
+                            "the first module must be a Transformer or a StaticEmbedding, got \
+                             {kind:?}"
+                        ),
                     ))
                 }
-                (1, "Pooling") => {
+                (1, "Pooling") if self.static_module.is_none() => {
                     self.read_pooling(dir, path)?;
                     pooling = true;
                 }
@@ -356,7 +426,7 @@ impl Layout {
                         &key("type"),
                         format!(
                             "unsupported module {kind:?} (supported: Transformer, Pooling, \
-                             Dense, Normalize)"
+                             Dense, Normalize, StaticEmbedding)"
                         ),
                     ))
                 }
@@ -807,6 +877,7 @@ mod tests {
             sentence_transformers: true,
             chat: None,
             hidden: 2,
+            static_module: None,
         }
     }
 

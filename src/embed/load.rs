@@ -6,7 +6,7 @@ use std::path::Path;
 use super::encoder::EncoderSpec;
 use super::{
     BertEmbedder, DistilBertEmbedder, Embedder, EmbedderBuilder, Gemma3Embedder, GteEmbedder,
-    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, Role,
+    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, Role, StaticEmbedder,
 };
 use crate::models::engine::{EncoderEngine, PackedEncoder};
 use crate::models::registry::{self, KnownModel, Task};
@@ -29,7 +29,8 @@ use crate::{Error, Result};
 /// `camembert` load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`,
 /// `gte` and `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
 /// as a [`DistilBertEmbedder`], `gemma3_text` as a [`Gemma3Embedder`], `qwen3` and `qwen2` as
-/// a [`Qwen3Embedder`]; anything else is
+/// a [`Qwen3Embedder`]; a directory whose `modules.json` starts with a `StaticEmbedding` loads
+/// as a [`StaticEmbedder`]; anything else is
 /// an [`Error::Model`] naming the file and the supported types.
 ///
 /// ```no_run
@@ -43,6 +44,11 @@ use crate::{Error, Result};
 /// ```
 pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Embedder>> {
     let (dir, known) = registry::locate(model.as_ref(), Task::Embedding)?;
+    // A static-embedding model has no config.json: its modules.json says what it is.
+    if super::layout::static_module_path(&ModelDir::folder(&dir)?)?.is_some() {
+        let builder = with_registry(StaticEmbedder::builder(&dir), options, known);
+        return Ok(Box::new(builder.build()?));
+    }
     let model_dir = ModelDir::open(&dir)?;
     let config = model_dir.config()?;
     // A cross-encoder's body would embed, but its vectors mean nothing as embeddings (its

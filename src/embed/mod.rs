@@ -22,6 +22,8 @@
 //!   are under their architectures' names (each file says only how its encoder is read);
 //!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
+//! - [`StaticEmbedder`] (`static_embedding`): sentence-transformers' static embeddings (the
+//!   mean of per-token vectors, no transformer: static-retrieval-mrl, model2vec);
 //! - [`ColbertEncoder`] (`colbert`): late interaction, one vector per token (PyLate's and
 //!   Stanford's ColBERT layouts), scored by [`maxsim`];
 //! - [`EmbedderBuilder`] (`builder`): the options they all load with, and what they share;
@@ -66,6 +68,8 @@ pub(crate) mod packed;
 #[cfg(feature = "models")]
 mod qwen3;
 pub mod sparse;
+#[cfg(feature = "models")]
+mod static_embedding;
 
 use std::sync::Arc;
 
@@ -105,6 +109,8 @@ pub use openai::{OpenAiEmbedder, OpenAiEmbedderBuilder};
 pub use qwen3::{Qwen3Embedder, Qwen3EmbedderBuilder};
 #[cfg(feature = "models")]
 pub use sparse::{SparseEncoder, SparseEncoderBuilder, SpladeStrategy};
+#[cfg(feature = "models")]
+pub use static_embedding::{StaticEmbedder, StaticEmbedderBuilder};
 
 /// Which side of a search a text is on. Asymmetric models (e5, bge, Qwen3-Embedding) embed a
 /// query and a document differently, usually with a prompt put before the text ("query: ",

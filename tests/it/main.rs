@@ -57,6 +57,7 @@ mod serve;
 mod splade;
 mod st_chat;
 mod st_embed_parity;
+mod static_embedding;
 mod store;
 mod store_encoded;
 mod sweep;

@@ -309,6 +309,47 @@ impl Weights {
         Ok(())
     }
 
+    /// Reads the 1-D integer tensor `name` (I64, I32 or U32, little-endian) of `len` values as
+    /// indices (a model2vec `mapping`). A negative value, another shape or dtype is an
+    /// [`Error::Model`] naming the file and the tensor.
+    pub fn indices(&self, name: &str, len: usize) -> Result<Vec<usize>> {
+        self.expect_shape(name, &[len])?;
+        let e = self.entry(name)?;
+        let bytes = self.bytes(name, e)?;
+        let negative = || {
+            Error::model(format!(
+                "{}: tensor {name} holds a negative index",
+                self.path(e).display()
+            ))
+        };
+        let out: Result<Vec<usize>> = match e.dtype {
+            Dtype::I64 => bytes
+                .chunks_exact(8)
+                .map(|b| {
+                    let v = i64::from_le_bytes(b.try_into().expect("8 bytes"));
+                    usize::try_from(v).map_err(|_| negative())
+                })
+                .collect(),
+            Dtype::I32 => bytes
+                .chunks_exact(4)
+                .map(|b| {
+                    let v = i32::from_le_bytes(b.try_into().expect("4 bytes"));
+                    usize::try_from(v).map_err(|_| negative())
+                })
+                .collect(),
+            Dtype::U32 => Ok(bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                .collect()),
+            other => Err(Error::model(format!(
+                "{}: tensor {name} is stored as {other:?}; indices are read from I64, I32 or \
+                 U32",
+                self.path(e).display()
+            ))),
+        };
+        out
+    }
+
     /// Reads rows `ids` of the 2-D tensor `name` (`(n, width)`), only those rows, as a
     /// `(ids.len(), width)` row-major `f32` matrix. A row id outside the matrix is an
     /// [`Error::Model`] saying that the tokenizer does not belong to these weights.
