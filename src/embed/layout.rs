@@ -25,8 +25,7 @@ pub use crate::models::PoolingMode;
 use crate::models::{token_count, token_mean, token_sum, ModelDir};
 use crate::{Error, Result};
 
-/// The module list, relative to the model directory.
-pub(crate) const MODULES_FILE: &str = "modules.json";
+pub(crate) use crate::models::MODULES_FILE;
 /// `max_seq_length` and `do_lower_case`, relative to the model directory.
 pub(crate) const SENTENCE_BERT_FILE: &str = "sentence_bert_config.json";
 /// Prompts and the similarity function, relative to the model directory.
@@ -185,32 +184,6 @@ pub(crate) struct Layout {
     /// The folder of a `StaticEmbedding` first module (`""`: the directory itself), in place
     /// of a Transformer and a Pooling: the model is the mean of per-token vectors.
     pub static_module: Option<String>,
-}
-
-/// The folder of the `StaticEmbedding` module `dir`'s `modules.json` starts with (`""`: the
-/// directory itself), if it does: how a static-embedding model is told apart before anything
-/// else is read (it has no `config.json`).
-pub(crate) fn static_module_path(dir: &ModelDir) -> Result<Option<String>> {
-    let Some(Value::Array(modules)) = dir.optional_json(MODULES_FILE)? else {
-        return Ok(None);
-    };
-    let first = modules.first().and_then(Value::as_object);
-    let kind = first.and_then(|m| m.get("type")).and_then(Value::as_str);
-    if kind.map(short_name) != Some("StaticEmbedding") {
-        return Ok(None);
-    }
-    let path = first
-        .and_then(|m| m.get("path"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if path.contains("..") || Path::new(path).is_absolute() {
-        return Err(bad(
-            &dir.path().join(MODULES_FILE),
-            "[0].path",
-            format!("{path:?} must be a folder inside the model directory"),
-        ));
-    }
-    Ok(Some(path.to_string()))
 }
 
 /// The last component of a dotted Python name (`sentence_transformers.models.Pooling`:

@@ -45,7 +45,7 @@ use crate::{Error, Result};
 pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Embedder>> {
     let (dir, known) = registry::locate(model.as_ref(), Task::Embedding)?;
     // A static-embedding model has no config.json: its modules.json says what it is.
-    if super::layout::static_module_path(&ModelDir::folder(&dir)?)?.is_some() {
+    if ModelDir::folder(&dir)?.static_embedding_module()?.is_some() {
         let builder = with_registry(StaticEmbedder::builder(&dir), options, known);
         return Ok(Box::new(builder.build()?));
     }

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
 use super::builder::EmbedderBuilder;
-use super::layout::{static_module_path, Layout, MODULES_FILE};
+use super::layout::{Layout, MODULES_FILE};
 use super::{Embedder, Role};
 use crate::models::layers::weights::Weights;
 use crate::models::{ModelDir, ModelPool, TOKENIZER_FILE};
@@ -83,7 +83,7 @@ impl StaticEmbedder {
             )));
         }
         let dir = ModelDir::folder(&builder.dir)?;
-        let path = static_module_path(&dir)?.ok_or_else(|| {
+        let path = dir.static_embedding_module()?.ok_or_else(|| {
             Error::model(format!(
                 "{}: not a static-embedding model (its first module is not a StaticEmbedding)",
                 dir.path().join(MODULES_FILE).display()

@@ -120,6 +120,32 @@ impl ModelDir {
         Architecture::from_config(&self.config()?, &path)
     }
 
+    /// The folder of the `StaticEmbedding` module this directory's `modules.json` starts with
+    /// (`""`: the directory itself), if it does: how a sentence-transformers static-embedding
+    /// model (no transformer, no `config.json`) is told apart before anything else is read.
+    /// A module path that leaves the directory is an [`Error::Model`] naming `modules.json`.
+    pub(crate) fn static_embedding_module(&self) -> Result<Option<String>> {
+        let Some(Value::Array(modules)) = self.optional_json(MODULES_FILE)? else {
+            return Ok(None);
+        };
+        let first = modules.first().and_then(Value::as_object);
+        let kind = first.and_then(|m| m.get("type")).and_then(Value::as_str);
+        if kind.and_then(|k| k.rsplit('.').next()) != Some("StaticEmbedding") {
+            return Ok(None);
+        }
+        let path = first
+            .and_then(|m| m.get("path"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if path.split(['/', '\\']).any(|c| c == "..") || Path::new(path).is_absolute() {
+            return Err(Error::model(format!(
+                "{}: module path {path:?} must be a folder inside the model directory",
+                self.root.join(MODULES_FILE).display()
+            )));
+        }
+        Ok(Some(path.to_string()))
+    }
+
     /// Loads `tokenizer.json` as transformers 5 uses it (callers decide truncation and
     /// padding): as is, except where `tokenizer_config.json` names a tokenizer class that
     /// transformers rebuilds from the file's vocabulary (see `rebuild_as_transformers`).
@@ -157,6 +183,9 @@ impl ModelDir {
         Ok(tokenizer)
     }
 }
+
+/// sentence-transformers' list of modules, relative to the model directory.
+pub(crate) const MODULES_FILE: &str = "modules.json";
 
 /// The tokenizer settings, relative to the model directory.
 const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";

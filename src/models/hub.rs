@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use hf_hub::api::sync::ApiBuilder;
 use hf_hub::{Cache, Repo, RepoType};
 
-use super::dir::{ModelDir, CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE};
+use super::dir::{ModelDir, CONFIG_FILE, MODULES_FILE, TOKENIZER_FILE, WEIGHTS_FILE};
 use crate::{Error, Result};
 
 /// A model repository on the hub, at a revision (branch, tag or commit hash).
@@ -61,6 +61,14 @@ impl HubModel {
     /// unless offline) and returns the cache snapshot directory holding them. Optional extra
     /// files (e.g. `tokenizer_config.json`) are fetched when they exist.
     pub fn fetch(&self, optional: &[&str]) -> Result<ModelDir> {
+        let dir = self.fetch_files(&[CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE], optional)?;
+        ModelDir::open(dir.path())
+    }
+
+    /// [`fetch`](Self::fetch) with `required` in place of `config.json`, `tokenizer.json` and
+    /// `model.safetensors` (files at the repository's root); the snapshot directory need not
+    /// have a `config.json`.
+    fn fetch_files(&self, required: &[&str], optional: &[&str]) -> Result<ModelDir> {
         if self.id.trim().is_empty() {
             return Err(Error::Config("hub model id is empty".into()));
         }
@@ -75,10 +83,9 @@ impl HubModel {
         };
         let cache = Cache::new(cache_path.clone());
         let repo = Repo::with_revision(self.id.clone(), RepoType::Model, self.revision.clone());
-        let required = [CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE];
         let mut paths = Vec::new();
         if self.offline {
-            for name in required {
+            for &name in required {
                 let path = cached_file(&cache, &repo, &cache_path, name).ok_or_else(|| {
                     Error::model(format!(
                         "{}@{}: {name} is not in the hub cache at {} and offline mode is on \
@@ -100,7 +107,7 @@ impl HubModel {
                 .build()
                 .map_err(|e| Error::model(format!("hub client: {e}")))?;
             let api_repo = api.repo(repo);
-            for name in required {
+            for &name in required {
                 let path = api_repo.get(name).map_err(|e| {
                     Error::model(format!(
                         "{}@{}: cannot fetch {name}: {e}",
@@ -120,13 +127,13 @@ impl HubModel {
                 self.id, self.revision
             ))
         })?;
-        ModelDir::open(dir)
+        ModelDir::folder(dir)
     }
 }
 
 /// The files of a sentence-transformers directory besides the weights and the tokenizer.
 const SENTENCE_TRANSFORMERS_FILES: [&str; 5] = [
-    "modules.json",
+    MODULES_FILE,
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
     "tokenizer_config.json",
@@ -137,19 +144,30 @@ impl HubModel {
     /// [`fetch`](Self::fetch) for a sentence-transformers model: also `modules.json`,
     /// `sentence_bert_config.json`, `config_sentence_transformers.json`, the tokenizer's
     /// settings, and each module folder's `config.json` and `model.safetensors` that
-    /// `modules.json` names (`1_Pooling`, `2_Dense`, ...), where they exist.
+    /// `modules.json` names (`1_Pooling`, `2_Dense`, ...), where they exist. A static-embedding
+    /// model (its first module a `StaticEmbedding`: no `config.json`) is fetched as
+    /// `modules.json`, that module's `tokenizer.json` and `model.safetensors`, and the rest.
     pub fn fetch_sentence_transformers(&self) -> Result<ModelDir> {
+        // modules.json first, where there is one: it says whether the model is static.
+        if let Ok(probe) = self.fetch_files(&[MODULES_FILE], &[]) {
+            if let Some(module) = probe.static_embedding_module()? {
+                let folders = module_folders(&probe)?;
+                let mut files: Vec<String> = SENTENCE_TRANSFORMERS_FILES
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect();
+                let inner = |f: &str| match module.as_str() {
+                    "" => f.to_string(),
+                    m => format!("{m}/{f}"),
+                };
+                files.extend([inner(TOKENIZER_FILE), inner(WEIGHTS_FILE)]);
+                files.extend(folders.iter().map(|f| format!("{f}/{CONFIG_FILE}")));
+                let files: Vec<&str> = files.iter().map(String::as_str).collect();
+                return self.fetch_files(&[MODULES_FILE], &files);
+            }
+        }
         let dir = self.fetch(&SENTENCE_TRANSFORMERS_FILES)?;
-        let Some(modules) = dir.optional_json("modules.json")? else {
-            return Ok(dir);
-        };
-        let folders: Vec<&str> = modules
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| m.get("path").and_then(serde_json::Value::as_str))
-            .filter(|p| !p.is_empty() && !p.contains(".."))
-            .collect();
+        let folders = module_folders(&dir)?;
         if folders.is_empty() {
             return Ok(dir);
         }
@@ -160,6 +178,22 @@ impl HubModel {
         let files: Vec<&str> = files.iter().map(String::as_str).collect();
         self.fetch(&files)
     }
+}
+
+/// The module folders `dir`'s `modules.json` names (`1_Pooling`, `2_Dense`, ...; not the
+/// directory itself, nor a path that leaves it); none without a `modules.json`.
+fn module_folders(dir: &ModelDir) -> Result<Vec<String>> {
+    let Some(modules) = dir.optional_json(MODULES_FILE)? else {
+        return Ok(Vec::new());
+    };
+    Ok(modules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("path").and_then(serde_json::Value::as_str))
+        .filter(|p| !p.is_empty() && !p.contains(".."))
+        .map(str::to_string)
+        .collect())
 }
 
 /// Whether an `HF_HUB_OFFLINE` value turns offline mode on.

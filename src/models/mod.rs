@@ -68,7 +68,7 @@ pub use config::{Activation, Architecture};
 pub(crate) use deberta::classifier::DebertaClassifier;
 pub use device::{allow_tf32, Device};
 pub use dir::{ModelDir, WEIGHTS_FILE};
-pub(crate) use dir::{CONFIG_FILE, TOKENIZER_FILE};
+pub(crate) use dir::{CONFIG_FILE, MODULES_FILE, TOKENIZER_FILE};
 pub(crate) use gte::classifier::GteClassifier;
 #[cfg(feature = "hf-hub")]
 pub use hub::HubModel;

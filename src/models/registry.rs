@@ -41,7 +41,8 @@ pub struct KnownModel {
     pub id: &'static str,
     /// What it does.
     pub task: Task,
-    /// `model_type` in its `config.json` (`bert`, `xlm-roberta`, `qwen3`, ...).
+    /// `model_type` in its `config.json` (`bert`, `xlm-roberta`, `qwen3`, ...; `static` for a
+    /// static-embedding model, which has no `config.json`).
     pub model_type: &'static str,
     /// The pooling of an embedder (`None` for rerankers).
     pub pooling: Option<PoolingMode>,
@@ -51,7 +52,8 @@ pub struct KnownModel {
     pub document_prompt: Option<&'static str>,
     /// The embedding dimension (`None` for rerankers).
     pub dim: Option<usize>,
-    /// The longest input in tokens that sentence-transformers gives it.
+    /// The longest input in tokens that sentence-transformers gives it (`usize::MAX`: no
+    /// limit, as for a static-embedding model).
     pub max_length: usize,
     /// Dimensions the model card says the embedding may be cut to (Matryoshka), largest first.
     pub matryoshka: &'static [usize],
@@ -101,6 +103,9 @@ const fn nomic_embedder(id: &'static str, model_type: &'static str) -> KnownMode
 /// `document`).
 const EMBEDDINGGEMMA_QUERY: &str = "task: search result | query: ";
 const EMBEDDINGGEMMA_DOCUMENT: &str = "title: none | text: ";
+
+/// The Matryoshka dimensions of sentence-transformers' static embedding models.
+const STATIC_MATRYOSHKA: &[usize] = &[1024, 512, 256, 128, 64, 32];
 
 /// The Matryoshka dimensions of nomic-embed-text-v1.5 and modernbert-embed-base.
 const NOMIC_MATRYOSHKA: &[usize] = &[768, 512, 256, 128, 64];
@@ -266,6 +271,24 @@ pub const MODELS: &[KnownModel] = &[
     )
     .prompts(Some(EMBEDDINGGEMMA_QUERY), Some(EMBEDDINGGEMMA_DOCUMENT))
     .matryoshka(&[768, 512, 256, 128]),
+    embedder(
+        "sentence-transformers/static-retrieval-mrl-en-v1",
+        "static",
+        Mean,
+        1024,
+        usize::MAX,
+        "Apache-2.0",
+    )
+    .matryoshka(STATIC_MATRYOSHKA),
+    embedder(
+        "sentence-transformers/static-similarity-mrl-multilingual-v1",
+        "static",
+        Mean,
+        1024,
+        usize::MAX,
+        "Apache-2.0",
+    )
+    .matryoshka(STATIC_MATRYOSHKA),
     gte_embedder("Alibaba-NLP/gte-multilingual-base", 768),
     gte_embedder("Alibaba-NLP/gte-base-en-v1.5", 768),
     gte_embedder("Alibaba-NLP/gte-large-en-v1.5", 1024),
@@ -569,9 +592,9 @@ fn in_models_dir(model: &Path) -> Option<PathBuf> {
     }
     let name = model.file_name()?;
     let dir = models_dir().join(name);
-    dir.join(crate::models::CONFIG_FILE)
-        .is_file()
-        .then_some(dir)
+    // A static-embedding model has a modules.json and no config.json.
+    let model = [crate::models::CONFIG_FILE, crate::models::MODULES_FILE];
+    model.iter().any(|f| dir.join(f).is_file()).then_some(dir)
 }
 
 /// Whether `model` reads as a local path rather than a hub id: absolute, relative to `.` or

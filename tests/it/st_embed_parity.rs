@@ -98,7 +98,10 @@ fn check(case: &str, how: &str, got: &ndarray::Array2<f32>, want: &[&Vec<f32>]) 
     for (i, (row, want)) in got.rows().into_iter().zip(want).enumerate() {
         let row = row.to_vec();
         if want.iter().all(|&x| x == 0.0) {
-            assert!(row.iter().all(|&x| x == 0.0), "{case} {how} text {i}: {row:?}");
+            assert!(
+                row.iter().all(|&x| x == 0.0),
+                "{case} {how} text {i}: {row:?}"
+            );
             continue;
         }
         let c = cosine(&row, want);

@@ -120,3 +120,98 @@ fn broken_static_directories_are_refused_with_what_is_wrong() {
         "{e}"
     );
 }
+
+/// A static model by hub id: `modules.json`, then its module's tokenizer and table and the
+/// Normalize module's folder are fetched (no `config.json` in the repository), from a
+/// loopback server in the hub's layout, through `rerank embed`; then from the cache alone.
+#[cfg(feature = "hf-hub")]
+#[test]
+fn a_static_model_downloads_by_hub_id_without_a_config_json() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let want = &expected_in(&root())["normalize"];
+    let dir = root().join("normalize");
+    assert!(!dir.join("config.json").exists());
+    let (base, server) = crate::common::hub_server("test-org/tiny-static", dir);
+    let tmp = std::env::temp_dir().join(format!("rerank-static-hub-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let input = tmp.join("texts.jsonl");
+    let lines: Vec<String> = want
+        .cases()
+        .iter()
+        .map(|(t, _)| serde_json::json!({ "text": t }).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let cache = tmp.join("hub-cache");
+    let embed = |env: &[(&str, &str)]| -> Vec<Vec<f32>> {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args([
+            "embed",
+            "--model",
+            "test-org/tiny-static",
+            "--role",
+            "query",
+            "--input",
+        ])
+        .arg(&input);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                serde_json::from_value(v["embedding"].clone()).unwrap()
+            })
+            .collect()
+    };
+    let check = |got: Vec<Vec<f32>>, how: &str| {
+        assert_eq!(got.len(), want.cases().len(), "{how}");
+        for ((text, query), got) in want.cases().iter().zip(&got) {
+            if query.iter().all(|&x| x == 0.0) {
+                assert!(got.iter().all(|&x| x == 0.0), "{how}: {text:?}");
+                continue;
+            }
+            let c = rerank::embed::cosine(got, query);
+            assert!(c >= 0.99999, "{how}: {text:?}: cosine {c}");
+        }
+    };
+    let cache_s = cache.to_str().unwrap();
+    check(
+        embed(&[("HF_ENDPOINT", base.as_str()), ("HF_HUB_CACHE", cache_s)]),
+        "downloaded",
+    );
+    crate::common::stop_hub(&base);
+    server.join().unwrap();
+    check(
+        embed(&[("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", cache_s)]),
+        "offline",
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn the_registry_knows_the_static_models() {
+    use rerank::models::registry::{self, Support};
+    for id in [
+        "sentence-transformers/static-retrieval-mrl-en-v1",
+        "sentence-transformers/static-similarity-mrl-multilingual-v1",
+    ] {
+        let m = registry::find(id).unwrap();
+        assert_eq!(m.support, Support::Supported, "{id}");
+        assert_eq!(
+            (m.model_type, m.dim, m.max_length),
+            ("static", Some(1024), usize::MAX)
+        );
+        assert_eq!(m.matryoshka.first(), Some(&1024));
+    }
+}
