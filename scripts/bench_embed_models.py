@@ -31,6 +31,9 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
          mean pooling, Dense 768 -> 3072 -> 768 without bias, Normalize, its search prompts;
          all-MiniLM-L6-v2's tokenizer, so the embedding matrix has 30522 rows, not 262144 (the
          crate reads the rows a batch uses; the compute is the same);
+  static bench-static-retrieval-mrl-en-v1: a StaticEmbedding with static-retrieval-mrl-en-v1's
+         shape (bert-base-uncased's 30522-token WordPiece, all-MiniLM-L6-v2's tokenizer file,
+         1024 dimensions, no Normalize): the mean of the text's token vectors;
   qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
          1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
          Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
@@ -65,7 +68,7 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
 DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32,
-        "distilbert": 32, "gemma3": 32}
+        "distilbert": 32, "gemma3": 32, "static": 2000}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -264,6 +267,18 @@ def make_gemma3(dest: Path):
         (dest / "tokenizer.json").write_bytes((tok / "tokenizer.json").read_bytes())
 
 
+def make_static(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(MODELS / "all-MiniLM-L6-v2" / "tokenizer.json"))
+    torch.manual_seed(0)
+    static = StaticEmbedding(tok, embedding_dim=1024)
+    SentenceTransformer(modules=[static], device="cpu").save(str(dest))
+
+
 def fetched(dest: Path):
     raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
 
@@ -277,6 +292,7 @@ MAKERS = {
     "gte": ("bench-gte-base-en-v1.5", make_gte),
     "distilbert": ("bench-msmarco-distilbert-base-tas-b", make_distilbert),
     "gemma3": ("bench-embeddinggemma-300m", make_gemma3),
+    "static": ("bench-static-retrieval-mrl-en-v1", make_static),
 }
 
 
