@@ -161,7 +161,10 @@ impl HubModel {
                     m => format!("{m}/{f}"),
                 };
                 files.extend([inner(TOKENIZER_FILE), inner(WEIGHTS_FILE)]);
-                files.extend(folders.iter().map(|f| format!("{f}/{CONFIG_FILE}")));
+                // The other modules' folders (Dense, Normalize), as for any model.
+                for f in folders.iter().filter(|f| **f != module) {
+                    files.extend([format!("{f}/{CONFIG_FILE}"), format!("{f}/{WEIGHTS_FILE}")]);
+                }
                 let files: Vec<&str> = files.iter().map(String::as_str).collect();
                 return self.fetch_files(&[MODULES_FILE], &files);
             }

@@ -16,7 +16,9 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::models::layers::config::{activation, bad, flag, get, non_negative, positive, theta};
+use crate::models::layers::config::{
+    activation, bad, flag, get, layer_types, non_negative, positive, theta,
+};
 use crate::models::layers::kernels::Act;
 use crate::models::layers::rope::{RopeParameters, RopeScaling};
 use crate::Result;
@@ -151,41 +153,11 @@ impl Gemma3Config {
 
 /// Which layers attend globally: `layer_types`, else every `sliding_window_pattern`-th layer.
 fn layer_pattern(obj: &Map<String, Value>, layers: usize, file: &Path) -> Result<Vec<bool>> {
-    match get(obj, "layer_types") {
-        Some(Value::Array(types)) => {
-            if types.len() != layers {
-                return Err(bad(
-                    file,
-                    "layer_types",
-                    format!("{} entries for num_hidden_layers {layers}", types.len()),
-                ));
-            }
-            types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("full_attention") => Ok(true),
-                    Some("sliding_attention") => Ok(false),
-                    _ => Err(bad(
-                        file,
-                        "layer_types",
-                        format!(
-                            "unsupported layer type {t} (supported: \"full_attention\", \
-                             \"sliding_attention\")"
-                        ),
-                    )),
-                })
-                .collect()
-        }
-        Some(v) => Err(bad(
-            file,
-            "layer_types",
-            format!("expected a list, got {v}"),
-        )),
-        None => {
-            let every = positive(obj, "sliding_window_pattern", Some(DEFAULT_PATTERN), file)?;
-            Ok((0..layers).map(|i| (i + 1) % every == 0).collect())
-        }
+    if let Some(global) = layer_types(obj, layers, file)? {
+        return Ok(global);
     }
+    let every = positive(obj, "sliding_window_pattern", Some(DEFAULT_PATTERN), file)?;
+    Ok((0..layers).map(|i| (i + 1) % every == 0).collect())
 }
 
 /// The RoPE of the full-attention and the sliding layers, as transformers 5's

@@ -31,7 +31,7 @@ use super::config::Gemma3Config;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::layers::attention::{attention, Heads};
 use crate::models::layers::dense::{Dense, Output};
-use crate::models::layers::encoder::check_f32_or_int8;
+use crate::models::layers::encoder::{check_f32_or_int8, check_ids};
 use crate::models::layers::kernels::{Linear, Then, Weight};
 use crate::models::layers::quant::QuantRows;
 use crate::models::layers::rms::{norm_rope_rows, rms_norm_rows, QkvLayout};
@@ -212,39 +212,12 @@ impl Gemma3Encoder {
         )
     }
 
-    /// Checks that every sequence can be encoded: non-empty, no longer than
-    /// `max_position_embeddings`, ids inside the embedding matrix.
-    fn check(&self, seqs: &[&[u32]]) -> Result<()> {
-        for ids in seqs {
-            if ids.is_empty() {
-                return Err(Error::InvalidInput(
-                    "an encoder input must be non-empty".into(),
-                ));
-            }
-            if ids.len() > self.cfg.max_positions {
-                return Err(Error::InvalidInput(format!(
-                    "a sequence of {} tokens is longer than the model's {} positions",
-                    ids.len(),
-                    self.cfg.max_positions
-                )));
-            }
-            if let Some(id) = ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
-                return Err(Error::model(format!(
-                    "token id {id} is outside the embedding matrix ({} rows): the tokenizer \
-                     does not belong to these weights",
-                    self.cfg.vocab
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// Runs the encoder on `seqs` packed together. Returns the last hidden states (after the
     /// final norm), row-major with `hidden` columns: one row per token for
     /// [`Output::AllTokens`] (sequences in order), one row per sequence for
     /// [`Output::FirstToken`].
     pub fn forward(&self, seqs: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        self.check(seqs)?;
+        check_ids(seqs, self.cfg.max_positions, self.cfg.vocab)?;
         if seqs.is_empty() {
             return Ok(Vec::new());
         }

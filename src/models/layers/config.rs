@@ -211,6 +211,50 @@ pub(crate) fn non_negative(
     }
 }
 
+/// `layer_types`, when the config gives it: per layer, `true` for `"full_attention"`, `false`
+/// for `"sliding_attention"` (the rotary encoders with sliding layers: ModernBERT, Gemma3).
+/// A list of another length than `layers`, or another type, is an error naming the key.
+pub(crate) fn layer_types(
+    obj: &Map<String, Value>,
+    layers: usize,
+    file: &Path,
+) -> Result<Option<Vec<bool>>> {
+    let types = match get(obj, "layer_types") {
+        None => return Ok(None),
+        Some(Value::Array(types)) => types,
+        Some(v) => {
+            return Err(bad(
+                file,
+                "layer_types",
+                format!("expected a list, got {v}"),
+            ))
+        }
+    };
+    if types.len() != layers {
+        return Err(bad(
+            file,
+            "layer_types",
+            format!("{} entries for num_hidden_layers {layers}", types.len()),
+        ));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("full_attention") => Ok(true),
+            Some("sliding_attention") => Ok(false),
+            _ => Err(bad(
+                file,
+                "layer_types",
+                format!(
+                    "unsupported layer type {t} (supported: \"full_attention\", \
+                     \"sliding_attention\")"
+                ),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
 /// Test support: each of `cases` (a key and the patch that breaks it) applied to `base()`
 /// makes `parse` fail with an error naming `dir/config.json` and the key.
 #[cfg(test)]

@@ -121,6 +121,32 @@ pub(crate) fn single_texts<R>(rows: &[&[u32]], run: impl FnOnce(&[Sequence<'_>])
     run(&seqs)
 }
 
+/// Checks that every sequence of token ids can be encoded: non-empty, no longer than
+/// `max_positions`, each id inside the embedding matrix of `vocab` rows (the packed rotary
+/// encoders' inputs, which carry no token types).
+pub(crate) fn check_ids(seqs: &[&[u32]], max_positions: usize, vocab: usize) -> Result<()> {
+    for ids in seqs {
+        if ids.is_empty() {
+            return Err(Error::InvalidInput(
+                "an encoder input must be non-empty".into(),
+            ));
+        }
+        if ids.len() > max_positions {
+            return Err(Error::InvalidInput(format!(
+                "a sequence of {} tokens is longer than the model's {max_positions} positions",
+                ids.len(),
+            )));
+        }
+        if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::model(format!(
+                "token id {id} is outside the embedding matrix ({vocab} rows): the tokenizer \
+                 does not belong to these weights",
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Checks that every sequence of a packed encoder batch can be encoded: non-empty with one
 /// token type per token, at most `max_positions` tokens, ids below `vocab` and, where the
 /// model has token type embeddings (`type_vocab`), types below it. An

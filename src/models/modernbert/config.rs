@@ -13,7 +13,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::models::layers::config::{
-    activation, bad, flag, get, hidden_and_heads, non_negative, object_ref, positive, theta,
+    activation, bad, flag, get, hidden_and_heads, layer_types, non_negative, object_ref, positive,
+    theta,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -96,38 +97,8 @@ impl ModernBertConfig {
             ));
         }
         let layers = positive(obj, "num_hidden_layers", None, file)?;
-        let global = match get(obj, "layer_types") {
-            Some(Value::Array(types)) => {
-                if types.len() != layers {
-                    return Err(bad(
-                        file,
-                        "layer_types",
-                        format!("{} entries for num_hidden_layers {layers}", types.len()),
-                    ));
-                }
-                types
-                    .iter()
-                    .map(|t| match t.as_str() {
-                        Some("full_attention") => Ok(true),
-                        Some("sliding_attention") => Ok(false),
-                        _ => Err(bad(
-                            file,
-                            "layer_types",
-                            format!(
-                                "unsupported layer type {t} (supported: \"full_attention\", \
-                                 \"sliding_attention\")"
-                            ),
-                        )),
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            }
-            Some(v) => {
-                return Err(bad(
-                    file,
-                    "layer_types",
-                    format!("expected a list, got {v}"),
-                ))
-            }
+        let global = match layer_types(obj, layers, file)? {
+            Some(global) => global,
             None => {
                 let every = positive(
                     obj,
