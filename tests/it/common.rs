@@ -249,3 +249,41 @@ pub fn cli_score(
 }
 
 static SCRATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `rerank embed --model NAME --role query` with `env`, one JSON line per text.
+pub fn cli_embed(
+    bin: &std::path::Path,
+    model: &str,
+    input: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Vec<Vec<f32>> {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args([
+        "embed",
+        "--model",
+        model,
+        "--role",
+        "query",
+        "--threads",
+        "1",
+    ])
+    .arg("--input")
+    .arg(input);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{model}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            serde_json::from_value(v["embedding"].clone()).unwrap()
+        })
+        .collect()
+}

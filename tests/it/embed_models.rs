@@ -232,40 +232,6 @@ fn embedding_models_are_never_taken_for_yes_no_rerankers() {
     );
 }
 
-/// `rerank embed --model NAME --role query` with `env`, one JSON line per text.
-#[cfg(feature = "hf-hub")]
-fn cli_embed(bin: &Path, model: &str, input: &Path, env: &[(&str, &str)]) -> Vec<Vec<f32>> {
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args([
-        "embed",
-        "--model",
-        model,
-        "--role",
-        "query",
-        "--threads",
-        "1",
-    ])
-    .arg("--input")
-    .arg(input);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{model}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            serde_json::from_value(v["embedding"].clone()).unwrap()
-        })
-        .collect()
-}
-
 #[cfg(feature = "hf-hub")]
 #[test]
 fn a_hub_name_downloads_loads_and_loads_again_without_the_server() {
@@ -295,7 +261,7 @@ fn a_hub_name_downloads_loads_and_loads_again_without_the_server() {
     };
     let online = [("HF_ENDPOINT", base.as_str()), ("HF_HUB_CACHE", cache_s)];
     check(
-        cli_embed(&bin, "test-org/tiny-e5", &input, &online),
+        crate::common::cli_embed(&bin, "test-org/tiny-e5", &input, &online),
         "downloaded",
     );
     // The cache holds the sentence-transformers files in the hub's layout.
@@ -318,12 +284,12 @@ fn a_hub_name_downloads_loads_and_loads_again_without_the_server() {
     assert!(served >= 6, "{served} files served");
     // The server is gone: the cache answers, with and without offline mode.
     check(
-        cli_embed(&bin, "test-org/tiny-e5", &input, &online),
+        crate::common::cli_embed(&bin, "test-org/tiny-e5", &input, &online),
         "server stopped",
     );
     let offline = [("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", cache_s)];
     check(
-        cli_embed(&bin, "test-org/tiny-e5", &input, &offline),
+        crate::common::cli_embed(&bin, "test-org/tiny-e5", &input, &offline),
         "offline",
     );
     std::fs::remove_dir_all(&tmp).unwrap();

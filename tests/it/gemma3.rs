@@ -220,27 +220,7 @@ fn the_cli_embeds_with_the_role_s_prompt() {
         .map(|t| serde_json::json!({ "text": t }).to_string())
         .collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
-    let out = std::process::Command::new(&cli)
-        .args(["embed", "--model", dir.to_str().unwrap(), "--input"])
-        .arg(&input)
-        .args(["--role", "query"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Vec<Vec<f32>> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_value(
-                serde_json::from_str::<serde_json::Value>(l).unwrap()["embedding"].clone(),
-            )
-            .unwrap()
-        })
-        .collect();
+    let got = crate::common::cli_embed(&cli, dir.to_str().unwrap(), &input, &[]);
     assert_eq!(got.len(), texts.len());
     for (g, (text, query)) in got.iter().zip(want.cases()) {
         let c = rerank::embed::cosine(g, query);

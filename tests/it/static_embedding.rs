@@ -145,35 +145,8 @@ fn a_static_model_downloads_by_hub_id_without_a_config_json() {
         .collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
     let cache = tmp.join("hub-cache");
-    let embed = |env: &[(&str, &str)]| -> Vec<Vec<f32>> {
-        let mut cmd = std::process::Command::new(&bin);
-        cmd.args([
-            "embed",
-            "--model",
-            "test-org/tiny-static",
-            "--role",
-            "query",
-            "--input",
-        ])
-        .arg(&input);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                serde_json::from_value(v["embedding"].clone()).unwrap()
-            })
-            .collect()
-    };
+    let embed =
+        |env: &[(&str, &str)]| crate::common::cli_embed(&bin, "test-org/tiny-static", &input, env);
     let check = |got: Vec<Vec<f32>>, how: &str| {
         assert_eq!(got.len(), want.cases().len(), "{how}");
         for ((text, query), got) in want.cases().iter().zip(&got) {
