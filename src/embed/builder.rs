@@ -250,7 +250,11 @@ pub(crate) fn model_id(family: &str, dir: &Path, extra: &[&[u8]]) -> Option<Stri
         "model.safetensors.index.json"
     };
     for file in [crate::models::CONFIG_FILE, TOKENIZER_FILE, weights] {
-        let mut f = std::fs::File::open(dir.join(file)).ok()?;
+        let path = dir.join(file);
+        if !path.exists() {
+            continue;
+        }
+        let mut f = std::fs::File::open(path).ok()?;
         std::io::copy(&mut f, &mut hash).ok()?;
     }
     for bytes in extra {

@@ -181,9 +181,10 @@ pub(crate) struct Layout {
     pub chat: Option<ChatSettings>,
     /// The width of the encoder's hidden states.
     hidden: usize,
-    /// The folder of a `StaticEmbedding` first module (`""`: the directory itself), in place
-    /// of a Transformer and a Pooling: the model is the mean of per-token vectors.
-    pub static_module: Option<String>,
+    /// Whether the first module is a `StaticEmbedding`, in place of a Transformer and a
+    /// Pooling: the model is the mean of per-token vectors (its folder:
+    /// `ModelDir::static_embedding_module`).
+    pub is_static: bool,
 }
 
 /// The last component of a dotted Python name (`sentence_transformers.models.Pooling`:
@@ -198,7 +199,7 @@ impl Layout {
     /// [`Layout::read_static`]).
     pub fn read(dir: &ModelDir, hidden: usize, max_positions: usize) -> Result<Self> {
         let layout = Layout::read_any(dir, hidden, max_positions)?;
-        if layout.static_module.is_some() {
+        if layout.is_static {
             return Err(Error::model(format!(
                 "{}: a StaticEmbedding model (the mean of per-token vectors, no transformer): \
                  load it with load_embedder or StaticEmbedder",
@@ -213,7 +214,7 @@ impl Layout {
     /// [`Error::Model`] naming `modules.json`.
     pub fn read_static(dir: &ModelDir, dim: usize) -> Result<Self> {
         let layout = Layout::read_any(dir, dim, usize::MAX)?;
-        if layout.static_module.is_none() {
+        if !layout.is_static {
             return Err(Error::model(format!(
                 "{}: not a static-embedding model (its first module is not a StaticEmbedding)",
                 dir.path().join(MODULES_FILE).display()
@@ -233,7 +234,7 @@ impl Layout {
         };
         layout.sentence_transformers = true;
         layout.read_modules(dir, modules)?;
-        if layout.static_module.is_none() {
+        if !layout.is_static {
             layout.read_sentence_bert(dir, "feature-extraction")?;
         }
         if let Some(v) = dir.optional_json(ST_CONFIG_FILE)? {
@@ -267,7 +268,7 @@ impl Layout {
             sentence_transformers: false,
             chat: None,
             hidden,
-            static_module: None,
+            is_static: false,
         })
     }
 
@@ -342,7 +343,7 @@ impl Layout {
                 (0, "StaticEmbedding") => {
                     // Tokens to their vectors, averaged: a Transformer and a mean Pooling in
                     // one module.
-                    self.static_module = Some(path.to_string());
+                    self.is_static = true;
                     self.modes = vec![PoolingMode::Mean];
                     pooling = true;
                 }
@@ -363,7 +364,7 @@ impl Layout {
                         ),
                     ))
                 }
-                (1, "Pooling") if self.static_module.is_none() => {
+                (1, "Pooling") if !self.is_static => {
                     self.read_pooling(dir, path)?;
                     pooling = true;
                 }
@@ -850,7 +851,7 @@ mod tests {
             sentence_transformers: true,
             chat: None,
             hidden: 2,
-            static_module: None,
+            is_static: false,
         }
     }
 

@@ -2,13 +2,11 @@
 //! model2vec's potion models): a text's vector is the mean of its tokens' trained vectors, no
 //! transformer, then the Dense and Normalize modules the directory declares.
 
-use std::path::PathBuf;
-
 use ndarray::Array2;
 use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
-use super::builder::EmbedderBuilder;
+use super::builder::{model_id, EmbedderBuilder};
 use super::layout::{Layout, MODULES_FILE};
 use super::{Embedder, Role};
 use crate::models::layers::weights::Weights;
@@ -155,23 +153,24 @@ impl StaticEmbedder {
 /// `embeddings` (with `mapping` and `weights` when present) folded into it. A table of another
 /// height than the tokenizer's vocabulary is an [`Error::Model`] naming the tensor.
 fn read_table(w: &Weights, vocab: usize) -> Result<(Vec<f32>, usize)> {
-    let label = |name: &str| {
-        format!(
-            "tensor {name} of {}",
-            w.config_path()
-                .parent()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default()
-        )
+    let folder = w
+        .config_path()
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let label = |name: &str| format!("tensor {name} of {folder}");
+    // `(rows, dim)` of the 2-D tensor `name`.
+    let matrix = |name: &str| -> Result<(usize, usize)> {
+        match w.shape(name)? {
+            &[rows, dim] => Ok((rows, dim)),
+            shape => Err(Error::model(format!(
+                "{}: shape {shape:?} is not 2-D",
+                label(name)
+            ))),
+        }
     };
     if w.has("embedding.weight") {
-        let shape = w.shape("embedding.weight")?.to_vec();
-        let [rows, dim] = shape[..] else {
-            return Err(Error::model(format!(
-                "{}: shape {shape:?} is not 2-D",
-                label("embedding.weight")
-            )));
-        };
+        let (rows, dim) = matrix("embedding.weight")?;
         if rows != vocab {
             return Err(Error::model(format!(
                 "{}: {rows} rows, but the tokenizer has {vocab} tokens",
@@ -182,20 +181,10 @@ fn read_table(w: &Weights, vocab: usize) -> Result<(Vec<f32>, usize)> {
     }
     if !w.has("embeddings") {
         return Err(Error::model(format!(
-            "{}: no embedding.weight (nor model2vec's embeddings)",
-            w.config_path()
-                .parent()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default()
+            "{folder}: no embedding.weight (nor model2vec's embeddings)"
         )));
     }
-    let shape = w.shape("embeddings")?.to_vec();
-    let [rows, dim] = shape[..] else {
-        return Err(Error::model(format!(
-            "{}: shape {shape:?} is not 2-D",
-            label("embeddings")
-        )));
-    };
+    let (rows, dim) = matrix("embeddings")?;
     let embeddings = w.f32("embeddings", &[rows, dim])?;
     let mapping = match w.has("mapping") {
         true => w.indices("mapping", vocab)?,
@@ -227,21 +216,17 @@ fn read_table(w: &Weights, vocab: usize) -> Result<(Vec<f32>, usize)> {
     Ok((table, dim))
 }
 
-/// `static-` and the first 16 bytes (hex) of the SHA-256 of the module's `tokenizer.json` and
-/// `model.safetensors` and of the layout (steps, prompts); `None` when a file cannot be read.
+/// `static-` and a hash of the module's `tokenizer.json` and `model.safetensors` and of the
+/// layout (steps, prompts, `max_length`) (`builder::model_id`); `None` when a file cannot be
+/// read.
 fn static_id(module: &ModelDir, layout: &Layout) -> Option<String> {
-    use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    for file in [TOKENIZER_FILE, crate::models::WEIGHTS_FILE] {
-        let path: PathBuf = module.path().join(file);
-        let mut f = std::fs::File::open(path).ok()?;
-        std::io::copy(&mut f, &mut hash).ok()?;
-    }
-    hash.update(layout.describe().as_bytes());
-    hash.update(format!(";max_length={}", layout.max_seq_length).as_bytes());
-    let digest = hash.finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    Some(format!("static-{hex}"))
+    let max_length = format!(";max_length={}", layout.max_seq_length);
+    let describe = layout.describe();
+    model_id(
+        "static",
+        module.path(),
+        &[describe.as_bytes(), max_length.as_bytes()],
+    )
 }
 
 impl Embedder for StaticEmbedder {

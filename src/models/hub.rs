@@ -151,7 +151,6 @@ impl HubModel {
         // modules.json first, where there is one: it says whether the model is static.
         if let Ok(probe) = self.fetch_files(&[MODULES_FILE], &[]) {
             if let Some(module) = probe.static_embedding_module()? {
-                let folders = module_folders(&probe)?;
                 let mut files: Vec<String> = SENTENCE_TRANSFORMERS_FILES
                     .iter()
                     .map(|f| f.to_string())
@@ -162,30 +161,25 @@ impl HubModel {
                 };
                 files.extend([inner(TOKENIZER_FILE), inner(WEIGHTS_FILE)]);
                 // The other modules' folders (Dense, Normalize), as for any model.
-                for f in folders.iter().filter(|f| **f != module) {
-                    files.extend([format!("{f}/{CONFIG_FILE}"), format!("{f}/{WEIGHTS_FILE}")]);
-                }
+                files.extend(module_files(&probe, &module)?);
                 let files: Vec<&str> = files.iter().map(String::as_str).collect();
                 return self.fetch_files(&[MODULES_FILE], &files);
             }
         }
         let dir = self.fetch(&SENTENCE_TRANSFORMERS_FILES)?;
-        let folders = module_folders(&dir)?;
-        if folders.is_empty() {
+        let files = module_files(&dir, "")?;
+        if files.is_empty() {
             return Ok(dir);
         }
-        let files: Vec<String> = folders
-            .iter()
-            .flat_map(|f| [format!("{f}/{CONFIG_FILE}"), format!("{f}/{WEIGHTS_FILE}")])
-            .collect();
         let files: Vec<&str> = files.iter().map(String::as_str).collect();
         self.fetch(&files)
     }
 }
 
-/// The module folders `dir`'s `modules.json` names (`1_Pooling`, `2_Dense`, ...; not the
-/// directory itself, nor a path that leaves it); none without a `modules.json`.
-fn module_folders(dir: &ModelDir) -> Result<Vec<String>> {
+/// `config.json` and `model.safetensors` of each module folder `dir`'s `modules.json` names
+/// (`1_Pooling`, `2_Dense`, ...; not the directory itself, nor a path that leaves it, nor
+/// `skip`); none without a `modules.json`.
+fn module_files(dir: &ModelDir, skip: &str) -> Result<Vec<String>> {
     let Some(modules) = dir.optional_json(MODULES_FILE)? else {
         return Ok(Vec::new());
     };
@@ -194,8 +188,8 @@ fn module_folders(dir: &ModelDir) -> Result<Vec<String>> {
         .into_iter()
         .flatten()
         .filter_map(|m| m.get("path").and_then(serde_json::Value::as_str))
-        .filter(|p| !p.is_empty() && !p.contains(".."))
-        .map(str::to_string)
+        .filter(|p| !p.is_empty() && !p.contains("..") && *p != skip)
+        .flat_map(|f| [format!("{f}/{CONFIG_FILE}"), format!("{f}/{WEIGHTS_FILE}")])
         .collect())
 }
 

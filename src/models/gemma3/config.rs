@@ -174,23 +174,13 @@ fn ropes(obj: &Map<String, Value>, file: &Path) -> Result<(LayerRope, LayerRope)
             ))
         }
     };
-    let kinds = [
-        ("full_attention", "rope_theta", DEFAULT_GLOBAL_THETA),
-        (
-            "sliding_attention",
-            "rope_local_base_freq",
-            DEFAULT_LOCAL_THETA,
-        ),
-    ];
-    let mut out = Vec::with_capacity(2);
-    for (kind, old_theta, default_theta) in kinds {
-        let key = format!("rope_parameters.{kind}");
+    let read = |kind: &str, old_theta: &str, default_theta: f64| -> Result<LayerRope> {
+        let mut key = format!("rope_parameters.{kind}");
         let mut p = match params.and_then(|m| get(m, kind)) {
             None => Map::new(),
             Some(Value::Object(p)) => p.clone(),
             Some(v) => return Err(bad(file, &key, format!("expected an object, got {v}"))),
         };
-        let mut key = key;
         // transformers 4.x's rope_scaling applies to the full-attention layers only.
         if kind == "full_attention" && params.is_none() {
             if let Some(scaling) = get(obj, "rope_scaling") {
@@ -213,14 +203,19 @@ fn ropes(obj: &Map<String, Value>, file: &Path) -> Result<(LayerRope, LayerRope)
         let parsed: RopeParameters = serde_json::from_value(Value::Object(p))
             .map_err(|e| bad(file, &key, format!("unreadable: {e}")))?;
         let scaling = parsed.scaling(&key, None).map_err(|e| bad(file, &key, e))?;
-        out.push(LayerRope {
+        Ok(LayerRope {
             theta: theta_value,
             scaling,
-        });
-    }
-    let local = out.pop().expect("two kinds");
-    let global = out.pop().expect("two kinds");
-    Ok((global, local))
+        })
+    };
+    Ok((
+        read("full_attention", "rope_theta", DEFAULT_GLOBAL_THETA)?,
+        read(
+            "sliding_attention",
+            "rope_local_base_freq",
+            DEFAULT_LOCAL_THETA,
+        )?,
+    ))
 }
 
 #[cfg(test)]
