@@ -111,12 +111,12 @@ pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
     load_embedder, BertEmbedder, ColbertEncoder, DistilBertEmbedder, Gemma3Embedder, GteEmbedder,
-    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder, StaticEmbedder,
+    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder, StaticEmbedder, T5Embedder,
 };
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};
 #[cfg(feature = "models")]
-pub use rerankers::{CrossEncoder, MxbaiReranker, Qwen3Reranker};
+pub use rerankers::{CrossEncoder, MonoT5Reranker, MxbaiReranker, Qwen3Reranker};
 pub use rerankers::{EmbeddingReranker, FallbackReranker};
 #[cfg(feature = "sqlite")]
 pub use store::Store;

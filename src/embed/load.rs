@@ -6,7 +6,7 @@ use std::path::Path;
 use super::encoder::EncoderSpec;
 use super::{
     BertEmbedder, DistilBertEmbedder, Embedder, EmbedderBuilder, Gemma3Embedder, GteEmbedder,
-    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, Role, StaticEmbedder,
+    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, Role, StaticEmbedder, T5Embedder,
 };
 use crate::models::engine::{EncoderEngine, PackedEncoder};
 use crate::models::registry::{self, KnownModel, Task};
@@ -28,8 +28,8 @@ use crate::{Error, Result};
 /// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta`, `roberta` and
 /// `camembert` load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`,
 /// `gte` and `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
-/// as a [`DistilBertEmbedder`], `gemma3_text` as a [`Gemma3Embedder`], `qwen3` and `qwen2` as
-/// a [`Qwen3Embedder`]; a directory whose `modules.json` starts with a `StaticEmbedding` loads
+/// as a [`DistilBertEmbedder`], `gemma3_text` as a [`Gemma3Embedder`], `t5` and `mt5` as a
+/// [`T5Embedder`], `qwen3` and `qwen2` as a [`Qwen3Embedder`]; a directory whose `modules.json` starts with a `StaticEmbedding` loads
 /// as a [`StaticEmbedder`]; anything else is
 /// an [`Error::Model`] naming the file and the supported types.
 ///
@@ -97,6 +97,10 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(Gemma3Embedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
+        "t5" | "mt5" => {
+            let builder = with_registry(T5Embedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         // Qwen2 decoders (gte-Qwen2) are the Qwen3 decoder's family (`DecoderFamily`).
         "qwen3" | "qwen2" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
@@ -105,7 +109,7 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
              xlm-roberta, roberta, camembert, modernbert, new, gte, nomic_bert, mpnet, \
-             distilbert, gemma3_text, qwen3, qwen2)",
+             distilbert, gemma3_text, t5, mt5, qwen3, qwen2)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

@@ -18,7 +18,8 @@
 //!   (msmarco-distilbert-base-tas-b, multi-qa-distilbert-cos-v1, distiluse) on the same layout;
 //! - [`Gemma3Embedder`] (`gemma3`): EmbeddingGemma (bidirectional Gemma3 text models) on the
 //!   same layout;
-//! - `encoder`: the one sentence-transformers embedder over an encoder, which the six above
+//! - [`T5Embedder`] (`t5`): sentence-t5 and GTR (T5 encoders) on the same layout;
+//! - `encoder`: the one sentence-transformers embedder over an encoder, which the seven above
 //!   are under their architectures' names (each file says only how its encoder is read);
 //!   `packed`: its text side (layout, tokenizer, prompts, batching, pooling);
 //! - [`Qwen3Embedder`] (`qwen3`): Qwen3-Embedding, the Qwen3 decoder's last-token state;
@@ -70,6 +71,8 @@ mod qwen3;
 pub mod sparse;
 #[cfg(feature = "models")]
 mod static_embedding;
+#[cfg(feature = "models")]
+mod t5;
 
 use std::sync::Arc;
 
@@ -111,6 +114,8 @@ pub use qwen3::{Qwen3Embedder, Qwen3EmbedderBuilder};
 pub use sparse::{SparseEncoder, SparseEncoderBuilder, SpladeStrategy};
 #[cfg(feature = "models")]
 pub use static_embedding::{StaticEmbedder, StaticEmbedderBuilder};
+#[cfg(feature = "models")]
+pub use t5::{T5Embedder, T5EmbedderBuilder};
 
 /// Which side of a search a text is on. Asymmetric models (e5, bge, Qwen3-Embedding) embed a
 /// query and a document differently, usually with a prompt put before the text ("query: ",

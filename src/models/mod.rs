@@ -24,6 +24,9 @@
 //! - `gte/`: GTE and NomicBERT (BERT with RoPE and a gated MLP) and its head;
 //! - `mpnet/`: the packed MPNet encoder (post-norm layers, positions after the padding index,
 //!   a relative position bias shared by every layer);
+//! - `gemma3/`: the packed bidirectional Gemma3 text encoder (EmbeddingGemma);
+//! - `t5/`: the packed T5 / mT5 encoder (pre-norm RMSNorm blocks, a relative position bias) and
+//!   the first step of its decoder (monoT5 rerankers);
 //! - `qwen3/`: the Qwen3 (and Qwen2) decoder: config, weights in the kernels' layout, the
 //!   packed forward pass (scoring, prefill), the KV-cached decode step (generation), its candle
 //!   port;
@@ -60,6 +63,7 @@ pub(crate) mod pair;
 mod pooling;
 pub(crate) mod qwen3;
 pub mod registry;
+pub(crate) mod t5;
 
 pub use crate::Precision;
 pub(crate) use bert::classifier::SequenceClassifier;

@@ -21,7 +21,8 @@ pub enum Task {
     /// A sequence classifier scoring (query, document) pairs
     /// ([`CrossEncoder`](crate::CrossEncoder)).
     CrossEncoder,
-    /// A causal LM scoring with a yes/no head ([`Qwen3Reranker`](crate::Qwen3Reranker)).
+    /// A generative model scoring with a yes/no answer ([`Qwen3Reranker`](crate::Qwen3Reranker),
+    /// [`MxbaiReranker`](crate::MxbaiReranker), [`MonoT5Reranker`](crate::MonoT5Reranker)).
     LlmReranker,
 }
 
@@ -336,6 +337,15 @@ pub const MODELS: &[KnownModel] = &[
         128,
         "Apache-2.0",
     ),
+    // Mean pooling, a 768 -> 768 Dense without bias, Normalize; the T5 v1.1 encoder.
+    embedder(
+        "sentence-transformers/gtr-t5-base",
+        "t5",
+        Mean,
+        768,
+        512,
+        "Apache-2.0",
+    ),
     embedder(
         "jinaai/jina-embeddings-v2-base-en",
         "bert",
@@ -470,6 +480,21 @@ pub const MODELS: &[KnownModel] = &[
         "xlm-roberta",
         1024,
         "CC-BY-NC-4.0",
+    ),
+    // monoT5: no licence is declared on their model cards.
+    reranker(
+        "castorini/monot5-base-msmarco",
+        LlmReranker,
+        "t5",
+        512,
+        "NOASSERTION",
+    ),
+    reranker(
+        "castorini/monot5-base-msmarco-10k",
+        LlmReranker,
+        "t5",
+        512,
+        "NOASSERTION",
     ),
     reranker(
         "Alibaba-NLP/gte-multilingual-reranker-base",

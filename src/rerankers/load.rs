@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{ColbertReranker, CrossEncoder, EmbeddingReranker, MxbaiReranker, Qwen3Reranker};
+use super::{
+    ColbertReranker, CrossEncoder, EmbeddingReranker, MonoT5Reranker, MxbaiReranker, Qwen3Reranker,
+};
 use crate::embed::ColbertEncoder;
 use crate::models::registry::{self, Task};
 use crate::models::{Architecture, ModelDir, ModelOptions, CONFIG_FILE};
@@ -22,8 +24,9 @@ use crate::{Embedder, Error, Reranker, Result};
 /// | `Qwen3ForSequenceClassification` (Qwen3-Reranker converted to sequence classification, e.g. `tomaarsen/Qwen3-Reranker-0.6B-seq-cls`) | [`Qwen3Reranker`], its one-row `score` head in place of `W[yes] - W[no]` |
 /// | `Qwen2ForCausalLM` | [`MxbaiReranker`] (mxbai-rerank-v2: the `mxbai-rerank` package's prompt; scores are its raw logits) |
 /// | `Qwen2ForSequenceClassification` (mxbai-rerank-v2 converted the same way) | [`MxbaiReranker`], its `score` head in place of `W[1] - W[0]` |
+/// | `T5ForConditionalGeneration`, `MT5ForConditionalGeneration` (monoT5: castorini's, unicamp-dl's mT5) | [`MonoT5Reranker`] (pygaggle's prompt; scores are `P(true)` against `false`) |
 /// | a ColBERT model (PyLate's `config_sentence_transformers.json` with `model_type` `ColBERT`, or Stanford's `artifact.metadata`) | [`ColbertReranker`] (MaxSim) |
-/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `RobertaModel`, `CamembertModel`, `DistilBertModel`, `MPNetModel`, `ModernBertModel` or `Qwen3Model`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
+/// | a sentence-transformers embedding model (a Pooling module in `modules.json`; also a bare `BertModel`, `XLMRobertaModel`, `RobertaModel`, `CamembertModel`, `DistilBertModel`, `MPNetModel`, `ModernBertModel`, `Qwen3Model` or `T5EncoderModel`) | [`EmbeddingReranker`] over [`load_embedder`](crate::load_embedder) |
 ///
 /// So Qwen3-Embedding, whose `config.json` also says `Qwen3ForCausalLM`, is never taken for
 /// a yes/no reranker. The model gets `options` ([`ModelOptions::default`] for the model's own
@@ -62,6 +65,15 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = MxbaiReranker::builder(&dir).options(options.clone());
             Ok(Box::new(builder.build()?))
         }
+        Architecture::Other(name)
+            if matches!(
+                name.as_str(),
+                "T5ForConditionalGeneration" | "MT5ForConditionalGeneration"
+            ) =>
+        {
+            let builder = MonoT5Reranker::builder(&dir).options(options.clone());
+            Ok(Box::new(builder.build()?))
+        }
         Architecture::BertModel => embedding_reranker(&dir, options),
         Architecture::Other(name)
             if matches!(
@@ -73,6 +85,7 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
                     | "MPNetModel"
                     | "ModernBertModel"
                     | "Qwen3Model"
+                    | "T5EncoderModel"
             ) =>
         {
             embedding_reranker(&dir, options)
@@ -85,9 +98,10 @@ pub fn load_reranker(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
              ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, \
              NewForSequenceClassification, GteForSequenceClassification, Qwen3ForCausalLM, \
              Qwen3ForSequenceClassification (a converted Qwen3-Reranker), Qwen2ForCausalLM and \
-             Qwen2ForSequenceClassification (mxbai-rerank-v2), and embedding models: \
-             BertModel, XLMRobertaModel, RobertaModel, CamembertModel, DistilBertModel, \
-             MPNetModel, ModernBertModel, Qwen3Model)",
+             Qwen2ForSequenceClassification (mxbai-rerank-v2), T5ForConditionalGeneration and \
+             MT5ForConditionalGeneration (monoT5), and embedding models: BertModel, \
+             XLMRobertaModel, RobertaModel, CamembertModel, DistilBertModel, MPNetModel, \
+             ModernBertModel, Qwen3Model, T5EncoderModel)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

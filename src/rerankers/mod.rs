@@ -6,6 +6,8 @@
 //!   prompt template and [`qwen3::Instructions`];
 //! - [`MxbaiReranker`] ([`mxbai`], feature `models`): mxbai-rerank-v2 (a Qwen2 decoder) as
 //!   mixedbread's `mxbai-rerank` package scores it;
+//! - [`MonoT5Reranker`] ([`monot5`], feature `models`): monoT5 (a T5 encoder-decoder asked
+//!   "Relevant:", true or false) as pygaggle scores it;
 //! - [`EmbeddingReranker`] (`embedding`): cosine between query and document embeddings;
 //! - [`ColbertReranker`] (`late_interaction`, feature `models`): MaxSim of ColBERT token
 //!   vectors;
@@ -57,6 +59,10 @@ pub use qwen3::Qwen3Reranker;
 pub mod mxbai;
 #[cfg(feature = "models")]
 pub use mxbai::{MxbaiReranker, MxbaiRerankerBuilder};
+#[cfg(feature = "models")]
+pub mod monot5;
+#[cfg(feature = "models")]
+pub use monot5::{MonoT5Reranker, MonoT5RerankerBuilder};
 
 /// What a reranker scores documents against.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -63,5 +63,6 @@ mod store_encoded;
 mod sweep;
 mod sweep_decoders;
 mod systems;
+mod t5;
 mod trec_eval_parity;
 mod two_phase;

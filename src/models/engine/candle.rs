@@ -118,7 +118,7 @@ impl CandleEncoder {
             }
             Family::ModernBert => Config::ModernBert(ModernBertConfig::from_value(&value, &file)?),
             Family::Deberta => Config::Deberta(DebertaConfig::from_value(&value, &file)?),
-            Family::Gte | Family::Mpnet | Family::DistilBert | Family::Gemma3 => {
+            Family::Gte | Family::Mpnet | Family::DistilBert | Family::Gemma3 | Family::T5 => {
                 return Err(native_only(family, &file))
             }
         };
@@ -502,7 +502,7 @@ impl CandleClassifier {
                 act: DebertaConfig::from_value(&value, &file)?.pooler_act,
                 out: linear(labels, "classifier", true)?,
             },
-            Family::Gte | Family::Mpnet | Family::DistilBert | Family::Gemma3 => {
+            Family::Gte | Family::Mpnet | Family::DistilBert | Family::Gemma3 | Family::T5 => {
                 return Err(native_only(family, &file))
             }
         };
@@ -633,13 +633,13 @@ impl Head {
 }
 
 /// The error for a family the candle engine has no module for (GTE / NomicBERT, MPNet,
-/// DistilBERT, Gemma3): they
-/// run on the crate's CPU kernels only.
+/// DistilBERT, Gemma3, T5): they run on the crate's CPU kernels only.
 fn native_only(family: Family, file: &std::path::Path) -> Error {
     let what = match family {
         Family::Mpnet => "MPNet encoders run",
         Family::DistilBert => "DistilBERT encoders run",
         Family::Gemma3 => "Gemma3 encoders (EmbeddingGemma) run",
+        Family::T5 => "T5 encoders run",
         _ => "GTE and NomicBERT encoders run",
     };
     Error::model(format!(

@@ -304,6 +304,8 @@ pub(crate) enum EncoderFamily {
     DistilBert,
     /// `gemma3_text` (the crate's kernels only: the candle engine refuses it).
     Gemma3,
+    /// `t5` / `mt5`, the encoder (the crate's kernels only: the candle engine refuses it).
+    T5,
 }
 
 /// Implements [`Classifier`] for classifiers whose inherent methods have its names.

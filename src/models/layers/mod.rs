@@ -6,6 +6,7 @@
 //!   bf16 weight panels, `quant` the int8 rows;
 //! - `dense`: an encoder's linear layer in its precision, with the step after it;
 //! - `attention`: attention within each sequence of a packed batch;
+//! - `relative`: T5's relative position buckets and attention with their bias (T5, MPNet);
 //! - `encoder`: what the post-norm encoders share (the weights under a checkpoint's prefix,
 //!   layer norms, the feed-forward block, the sequences of a batch and their checks);
 //! - `head`: the classification heads' pooled logits;
@@ -30,6 +31,7 @@ pub(crate) mod kernels;
 pub(crate) mod mlm;
 pub(crate) mod panels;
 pub(crate) mod quant;
+pub(crate) mod relative;
 pub(crate) mod rms;
 pub(crate) mod rope;
 pub(crate) mod rotary;
