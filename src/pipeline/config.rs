@@ -344,7 +344,7 @@ impl PipelineConfig {
 
     /// The answer options of the `grounding` section (defaults without one). Without
     /// `grounding.relevance`, the relevance measure follows the reranker type: a logit's
-    /// sigmoid for `cross_encoder` and `mxbai`, the probability for `qwen3`, the question's
+    /// sigmoid for `cross_encoder` and `mxbai`, the probability for `qwen3` and `monot5`, the question's
     /// terms in the sources otherwise (`lexical`, `embedding`, `colbert`, `model` whose score
     /// scale the config does not know, or no reranker).
     pub fn answer_options(&self) -> Result<AnswerOptions> {
@@ -355,7 +355,9 @@ impl PipelineConfig {
                 Some(RerankerKind::CrossEncoder | RerankerKind::Mxbai) => {
                     RelevanceMeasure::RerankerSigmoid
                 }
-                Some(RerankerKind::Qwen3) => RelevanceMeasure::RerankerProbability,
+                Some(RerankerKind::Qwen3 | RerankerKind::MonoT5) => {
+                    RelevanceMeasure::RerankerProbability
+                }
                 _ => RelevanceMeasure::QueryTerms,
             });
         }

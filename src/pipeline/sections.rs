@@ -253,9 +253,13 @@ pub enum RerankerKind {
     /// mxbai-rerank-v2 (Qwen2 with its own prompt and score; needs `model`, feature `models`);
     /// `instructions.default` becomes its instruction.
     Mxbai,
+    /// monoT5 (a T5 encoder-decoder answering "true" / "false"; needs `model`, feature
+    /// `models`): [`MonoT5Reranker`](crate::rerankers::MonoT5Reranker), scores `P(true)`.
+    #[serde(rename = "monot5")]
+    MonoT5,
     /// Whatever `model` is, read as [`load_reranker`](crate::rerankers::load_reranker) reads
     /// it (a directory or a hub id; feature `models`): a cross-encoder of any supported
-    /// architecture, Qwen3, mxbai-v2, a ColBERT model (MaxSim), or an embedding model scoring
+    /// architecture, Qwen3, mxbai-v2, monoT5, a ColBERT model (MaxSim), or an embedding model scoring
     /// by cosine.
     Model,
     /// Cosine between BERT embeddings (needs `model`, feature `models`).
@@ -272,7 +276,7 @@ pub enum RerankerKind {
 ///
 /// ```yaml
 /// reranker:
-///   type: qwen3                   # cross_encoder | qwen3 | mxbai | model | embedding | colbert | lexical
+///   type: qwen3                   # cross_encoder | qwen3 | mxbai | monot5 | model | embedding | colbert | lexical
 ///   model: models/qwen3-reranker  # every type but lexical
 ///   depth: 30                     # rerank the first 30 candidates (default: all)
 ///   fallback: { budget_ms: 800 }  # lexical scores when the model fails or is late
@@ -308,7 +312,7 @@ pub struct RerankerConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<FallbackConfig>,
     /// Score documents longer than the model's window by overlapping passages and keep the
-    /// best (cross_encoder, qwen3, mxbai and model; default: off, long documents are truncated). Each hit's
+    /// best (cross_encoder, qwen3, mxbai, monot5 and model; default: off, long documents are truncated). Each hit's
     /// `passage` then says which part of the document won. See
     /// [`Passages`](crate::rerankers::Passages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -441,7 +445,7 @@ impl RerankerConfig {
             ) {
                 return Err(Error::Config(format!(
                     "reranker.passages: a {:?} reranker scores whole documents (passages are \
-                     for cross_encoder, qwen3, mxbai and model)",
+                     for cross_encoder, qwen3, mxbai, monot5 and model)",
                     self.kind
                 )));
             }
@@ -470,6 +474,11 @@ impl RerankerConfig {
                 }
                 Box::new(b.build()?)
             }
+            RerankerKind::MonoT5 => Box::new(
+                crate::rerankers::MonoT5Reranker::builder(self.model_dir()?)
+                    .options(options)
+                    .build()?,
+            ),
             RerankerKind::Model => crate::rerankers::load_reranker(self.model()?, &options)?,
             RerankerKind::Colbert => Box::new(crate::rerankers::ColbertReranker::from_dir(
                 self.model_dir()?,

@@ -450,3 +450,56 @@ fn the_cli_scores_with_monot5() {
         assert!((g - want).abs() < 1e-5, "{:?}: {g} vs {want}", p.document);
     }
 }
+
+/// `reranker: {type: monot5}` and `{type: model}` on the monoT5 directory build a pipeline whose
+/// stage 2 scores `P(true)` as the reference does, best first; the answer relevance of
+/// `monot5` is the reranker's probability.
+#[test]
+fn a_pipeline_config_reranks_with_monot5() {
+    let (_, expected) = expected();
+    let want = &expected["monot5"];
+    let query = &want.pairs[0].query;
+    let pairs: Vec<&Pair> = want.pairs.iter().filter(|p| &p.query == query).collect();
+    let docs: Vec<rerank::Document> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| rerank::Document::new(i.to_string(), &p.document))
+        .collect();
+    let dir = root().join("monot5").display().to_string();
+    for kind in ["monot5", "model"] {
+        let yaml = format!(
+            "retriever: {{ type: bm25 }}\nreranker: {{ type: {kind}, model: {dir:?} }}\n\
+             search: {{ top_k: 3 }}\n"
+        );
+        let config = rerank::PipelineConfig::from_yaml_str(&yaml).unwrap();
+        let pipeline = config.build(docs.clone()).unwrap();
+        let response = pipeline.search(query).unwrap();
+        assert_eq!(response.scorer, "monot5", "{kind}");
+        assert!(!response.hits.is_empty(), "{kind}");
+        for hit in &response.hits {
+            let p = pairs[hit.document.id.parse::<usize>().unwrap()];
+            let diff = (p.logit_true - p.logit_false) as f64;
+            let prob = 1.0 / (1.0 + (-diff).exp());
+            let got = hit.rerank_score.unwrap() as f64;
+            assert!((got - prob).abs() < 1e-5, "{kind}: {got} {prob}");
+        }
+        let scores: Vec<f32> = response
+            .hits
+            .iter()
+            .map(|h| h.rerank_score.unwrap())
+            .collect();
+        assert!(
+            scores.windows(2).all(|w| w[0] >= w[1]),
+            "{kind}: best first"
+        );
+    }
+    let yaml = format!("reranker: {{ type: monot5, model: {dir:?} }}\n");
+    let options = rerank::PipelineConfig::from_yaml_str(&yaml)
+        .unwrap()
+        .answer_options()
+        .unwrap();
+    assert_eq!(
+        options.relevance_measure(),
+        rerank::answer::RelevanceMeasure::RerankerProbability
+    );
+}
