@@ -15,6 +15,8 @@
 //!   (`--raw`: the logit);
 //! - mxbai-rerank-v2 (`Qwen2ForCausalLM`, or converted: `Qwen2ForSequenceClassification`):
 //!   `score` and `logit` are both `l_1 - l_0`, the `mxbai-rerank` package's score;
+//! - monoT5 (`T5ForConditionalGeneration`, `MT5ForConditionalGeneration`):
+//!   `logit = l_true - l_false`, `score = sigmoid(logit)` (`--raw`: the logit);
 //! - `BertModel`, a sentence-transformers bi-encoder such as all-MiniLM-L6-v2 (an embedding
 //!   reranker): `score` and `logit` are both the cosine of the query's and the document's
 //!   embeddings, in [-1, 1] (`--raw` changes nothing); a ColBERT model: both its MaxSim.
@@ -45,7 +47,7 @@ pub struct Args {
     /// Maximum tokens per pair, special tokens included (default: the model's).
     #[arg(long, value_name = "N")]
     max_length: Option<usize>,
-    /// Qwen3-Reranker: tokenizer.json to use when the model directory has none.
+    /// Qwen3-Reranker, monoT5: tokenizer.json to use when the model directory has none.
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
     /// Most tokens per forward pass (default: the model's, `ModelOptions::token_budget`).
@@ -161,6 +163,14 @@ fn score_lines(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
         Architecture::Qwen3ForCausalLm | Architecture::Qwen3ForSequenceClassification => {
             score_qwen3(args, dir.path(), lines)
         }
+        Architecture::Other(name)
+            if matches!(
+                name.as_str(),
+                "T5ForConditionalGeneration" | "MT5ForConditionalGeneration"
+            ) =>
+        {
+            score_monot5(args, dir.path(), lines)
+        }
         _ => score_reranker(args, lines),
     }
 }
@@ -191,6 +201,29 @@ fn score_reranker(args: &Args, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
         }
     }
     Ok(out)
+}
+
+/// monoT5: every line in the same packed batches; `--raw` makes the score the logit.
+#[cfg(feature = "models")]
+fn score_monot5(args: &Args, dir: &std::path::Path, lines: &[Line]) -> CliResult<Vec<(f32, f32)>> {
+    use rerank::rerankers::{MonoT5Reranker, RerankQuery};
+
+    let mut builder = MonoT5Reranker::builder(dir).options(model_options(args)?);
+    if let Some(path) = &args.tokenizer {
+        builder = builder.tokenizer(path);
+    }
+    let reranker = builder.build()?;
+    let queries: Vec<RerankQuery> = lines.iter().map(|l| RerankQuery::new(&l.query)).collect();
+    let pairs: Vec<(&RerankQuery, &str)> = queries
+        .iter()
+        .zip(lines)
+        .map(|(q, l)| (q, l.document.as_str()))
+        .collect();
+    let scores = reranker.score_pairs_with_logits(&pairs)?;
+    Ok(scores
+        .into_iter()
+        .map(|s| (if args.raw { s.logit } else { s.score }, s.logit))
+        .collect())
 }
 
 /// The model options the flags ask for.

@@ -192,6 +192,15 @@ impl MonoT5Reranker {
         Ok(self.scores_counted(&pairs)?.0)
     }
 
+    /// Scores (query, document) pairs whose queries may differ, all in the same packed
+    /// batches: the score, the logit and both answer logits per pair, in input order.
+    pub fn score_pairs_with_logits(
+        &self,
+        pairs: &[(&RerankQuery, &str)],
+    ) -> Result<Vec<MonoT5Score>> {
+        Ok(self.scores_counted(pairs)?.0)
+    }
+
     /// The byte ranges of `document` that [`ModelOptions::passages`] scores beside `query`
     /// (the whole text when it fits); an error when passages are off (a test hook).
     #[doc(hidden)]

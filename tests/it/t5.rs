@@ -434,20 +434,27 @@ fn the_cli_scores_with_monot5() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: Vec<f64> = String::from_utf8(out.stdout)
+    let got: Vec<(f64, f64)> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["score"]
-                .as_f64()
-                .unwrap()
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["score"].as_f64().unwrap(), v["logit"].as_f64().unwrap())
         })
         .collect();
     assert_eq!(got.len(), docs.len());
-    for (g, p) in got.iter().zip(&docs) {
+    for ((score, logit), p) in got.iter().zip(&docs) {
         let diff = (p.logit_true - p.logit_false) as f64;
         let want = 1.0 / (1.0 + (-diff).exp());
-        assert!((g - want).abs() < 1e-5, "{:?}: {g} vs {want}", p.document);
+        assert!(
+            (score - want).abs() < 1e-5,
+            "{:?}: {score} vs {want}",
+            p.document
+        );
+        assert!(
+            (logit - diff).abs() < 2e-5 + 1e-4 * diff.abs(),
+            "{logit} vs {diff}"
+        );
     }
 }
 
