@@ -37,10 +37,16 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
   qwen3  bench-qwen3-embedding-0.6b: Qwen3 with Qwen3-Embedding-0.6B's shape (28 layers, hidden
          1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936), lasttoken pooling +
          Normalize, the official Qwen3 tokenizer (../shared/fixtures/qwen3_tiny_a) with
-         Qwen3-Embedding's appended <|endoftext|>.
+         Qwen3-Embedding's appended <|endoftext|>;
+  t5     bench-gtr-t5-base: a T5EncoderModel with gtr-t5-base's shape as its config.json gives it
+         (d_model 768, d_kv 64, 12 heads, d_ff 3072, 12 layers, relu, relative buckets 32 up to
+         distance 128, vocab 32128), mean pooling, Dense 768 -> 768 without bias (Identity),
+         Normalize, max_seq_length 512 as gtr-t5-base's (the others are capped at 256); the
+         tokenizer is bench_rerank_models.py's T5-style Unigram of 32,000 pieces trained on the
+         SciFact corpus (t5_tokenizer; A </s>).
 
 Both sides embed the same first N SciFact documents (`title + " " + text`) as documents, capped
-at 256 tokens (max_seq_length), with the same thread count:
+at 256 tokens (max_seq_length; t5 512), with the same thread count:
   - Rust: `cargo bench --bench embed_models` (release; one process: load, one warm-up, then
     --rounds timed `embed` calls), its JSON line;
   - Python: `SentenceTransformer(dir).encode(texts, batch_size=32, prompt_name=...)`, median of
@@ -49,7 +55,7 @@ It first checks that both compute the same embeddings (cosine >= 0.9999 on the f
 then prints docs/s of each and the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python):
-  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert gemma3] [--threads 2] [--rounds 3]
+  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert gemma3 t5] [--threads 2] [--rounds 3]
 """
 import argparse
 import json
@@ -68,7 +74,7 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
 DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32,
-        "distilbert": 32, "gemma3": 32, "static": 2000}
+        "distilbert": 32, "gemma3": 32, "static": 2000, "t5": 32}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -279,6 +285,35 @@ def make_static(dest: Path):
     SentenceTransformer(modules=[static], device="cpu").save(str(dest))
 
 
+def make_t5(dest: Path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import T5Config, T5EncoderModel
+
+    from bench_rerank_models import t5_tokenizer
+
+    max_seq = 512  # gtr-t5-base's
+    with tempfile.TemporaryDirectory() as tmp:
+        enc = Path(tmp) / "encoder"
+        enc.mkdir()
+        t5_tokenizer(enc, max_seq)
+        clean = (enc / "tokenizer.json").read_bytes()
+        torch.manual_seed(0)
+        cfg = T5Config(vocab_size=32128, d_model=768, d_kv=64, d_ff=3072, num_layers=12, num_heads=12,
+                       relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                       dropout_rate=0.1, layer_norm_epsilon=1e-6, feed_forward_proj="relu",
+                       pad_token_id=0, eos_token_id=1,
+                       decoder_start_token_id=0)
+        cfg.architectures = ["T5EncoderModel"]
+        T5EncoderModel(cfg).eval().save_pretrained(enc)
+        modules = [Transformer(str(enc), max_seq_length=max_seq), Pooling(768, "mean"),
+                   Dense(768, 768, bias=False, activation_function=torch.nn.Identity()), Normalize()]
+        SentenceTransformer(modules=modules, device="cpu").save(str(dest))
+        (dest / "tokenizer.json").write_bytes(clean)
+
+
 def fetched(dest: Path):
     raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
 
@@ -293,6 +328,7 @@ MAKERS = {
     "distilbert": ("bench-msmarco-distilbert-base-tas-b", make_distilbert),
     "gemma3": ("bench-embeddinggemma-300m", make_gemma3),
     "static": ("bench-static-retrieval-mrl-en-v1", make_static),
+    "t5": ("bench-gtr-t5-base", make_t5),
 }
 
 

@@ -43,18 +43,36 @@ $RERANK_MODELS_DIR (default models/):
            and num_labels 1. The tokenizer is a lower-cased WordPiece of 30,522 pieces trained
            here on the SciFact corpus in BERT's layout ([CLS] A [SEP] B [SEP]).
 
+  monot5   bench-monot5-base-msmarco: T5ForConditionalGeneration with castorini/monot5-base-msmarco's
+           shape (T5 v1.0 base: d_model 768, d_kv 64, 12 heads, d_ff 3072, 12 encoder and 12
+           decoder layers, relu, relative buckets 32 up to distance 128, vocab_size 32,128,
+           tie_word_embeddings true as the published config: the lm_head is the shared embedding
+           and the decoder output is scaled by d_model ** -0.5). The tokenizer (t5_tokenizer) is a
+           Unigram of 32,000 pieces trained here on the SciFact corpus in T5's layout (A </s>;
+           <pad>=0 </s>=1 <unk>=2), "▁true" and "▁false" single pieces. Not a cross-encoder: the
+           Rust side loads it with `load_reranker` (MonoT5Reranker) and times
+           `Reranker::raw_score_pairs` (l_true - l_false per pair); the peer is what pygaggle's
+           MonoT5 computes (below).
+
 Both sides score the same pairs: the first SciFact query judged in qrels/test.tsv against the
 first N corpus documents (`title + " " + text`), cut to the model's length (512 tokens; jina
 1024), with the same thread count:
   - Rust: `cargo bench --bench rerank_models` (release; one process: load, one warm-up, then
-    --rounds timed `CrossEncoder::logits` calls), its JSON line;
+    --rounds timed `CrossEncoder::logits` calls; monot5: `Reranker::raw_score_pairs`), its JSON
+    line;
   - Python: `CrossEncoder(dir).predict(pairs, batch_size=32)`, median of --rounds timed calls
-    after a warm-up.
+    after a warm-up. For monot5, pygaggle's MonoT5 on a CPU in transformers: the prompts
+    "Query: {q} Document: {d} Relevant:" in batches of 32 (pygaggle's own default is 8:
+    MonoT5.get_tokenizer's batch_size), each `tokenizer(prompts, padding=True, truncation=True,
+    max_length=512, return_tensors="pt")` then, under torch.inference_mode(),
+    `model(input_ids, attention_mask, decoder_input_ids=[[decoder_start_token_id]] * batch)`
+    (pygaggle's greedy_decode for one step), its logits[:, 0, [false_id, true_id]]; the score
+    compared is l_true - l_false (pygaggle ranks by log_softmax of the two: the same order).
 It first checks that both compute the same logits (largest difference <= 1e-3), then prints
 pairs/s of each, the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python; from the repository root):
-  python scripts/bench_rerank_models.py [--arch deberta modernbert gte jina electra] [--threads 2] [--rounds 3] [--docs 32]
+  python scripts/bench_rerank_models.py [--arch deberta modernbert gte jina electra monot5] [--threads 2] [--rounds 3] [--docs 32]
 """
 import argparse
 import json
@@ -271,6 +289,55 @@ def make_electra(dest: Path):
     ElectraForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
 
 
+T5_ANSWERS = ("▁true", "▁false")
+
+
+def t5_tokenizer(dest: Path, max_length: int):
+    """A Unigram of 32,000 pieces trained on the SciFact corpus in T5's layout (<pad>=0 </s>=1
+    <unk>=2; A </s>, pair A </s> B </s>; NFKC, runs of spaces folded, Metaspace), with
+    monoT5's answers "▁true" and "▁false" single pieces: the corpus is fed with the two words
+    many times over, so that the trainer keeps them (asserted). Shared with
+    bench_embed_models.py's GTR model."""
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers.models import Unigram
+
+    specials = ["<pad>", "</s>", "<unk>"]
+    tok = Tokenizer(Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(vocab_size=32000, special_tokens=specials, unk_token="<unk>")
+    answers = " ".join(t.lstrip("▁") for t in T5_ANSWERS)
+    tok.train_from_iterator(scifact_documents() + [answers] * 1000, trainer)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)])
+    assert [tok.token_to_id(t) for t in specials] == [0, 1, 2], "specials first"
+    for t in T5_ANSWERS:
+        assert tok.token_to_id(t) is not None, f"{t} is not a piece"
+        assert tok.encode(t.lstrip("▁")).tokens == [t, "</s>"], f"{t} is not one token"
+    tok.save(str(dest / "tokenizer.json"))
+    names = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
+        "model_input_names": ["input_ids", "attention_mask"], **names}, indent=1))
+    (dest / "special_tokens_map.json").write_text(json.dumps(names, indent=1))
+
+
+def make_monot5(dest: Path):
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    t5_tokenizer(dest, 512)
+    torch.manual_seed(0)
+    cfg = T5Config(vocab_size=32128, d_model=768, d_kv=64, d_ff=3072, num_layers=12,
+                   num_decoder_layers=12, num_heads=12, relative_attention_num_buckets=32,
+                   relative_attention_max_distance=128, dropout_rate=0.1, layer_norm_epsilon=1e-6,
+                   feed_forward_proj="relu", tie_word_embeddings=True, pad_token_id=0,
+                   eos_token_id=1, decoder_start_token_id=0)
+    cfg.architectures = ["T5ForConditionalGeneration"]
+    T5ForConditionalGeneration(cfg).eval().save_pretrained(dest, safe_serialization=True)
+
+
 def peer_dir(dest: Path, arch: str) -> Path:
     """The folder sentence-transformers loads: the model's own, or its transformers-layout twin."""
     return dest.with_name(dest.name + "-transformers") if arch == "jina" else dest
@@ -282,13 +349,52 @@ MAKERS = {
     "gte": ("bench-gte-multilingual-reranker-base", make_gte),
     "jina": ("bench-jina-reranker-v2-base-multilingual", make_jina),
     "electra": ("bench-ms-marco-electra-base", make_electra),
+    "monot5": ("bench-monot5-base-msmarco", make_monot5),
 }
+# The archs that are not sequence classifiers: loaded with load_reranker on the Rust side.
+GENERATIVE = {"monot5"}
+BATCH_SIZE = 32
+
+
+def cross_encoder_peer(dest: Path, pairs):
+    """sentence-transformers' CrossEncoder.predict on `pairs`: a callable, its label."""
+    import torch.nn as nn
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(dest), device="cpu")
+    predict = lambda: ce.predict(pairs, batch_size=BATCH_SIZE, activation_fn=nn.Identity(), convert_to_numpy=True)
+    return predict, "sentence-transformers"
+
+
+def monot5_peer(dest: Path, pairs):
+    """pygaggle's MonoT5 on a CPU, one decoder step, in batches of BATCH_SIZE: a callable
+    returning l_true - l_false per pair, its label."""
+    import torch
+    from transformers import AutoTokenizer, T5ForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(str(dest))
+    model = T5ForConditionalGeneration.from_pretrained(str(dest)).eval()
+    true_id, false_id = (tok.convert_tokens_to_ids(t) for t in T5_ANSWERS)
+    start = model.config.decoder_start_token_id
+    prompts = [f"Query: {q} Document: {d} Relevant:" for q, d in pairs]
+
+    def predict():
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(prompts), BATCH_SIZE):
+                enc = tok(prompts[i:i + BATCH_SIZE], padding=True, truncation=True, max_length=512,
+                          return_tensors="pt")
+                dec = torch.full((enc["input_ids"].shape[0], 1), start, dtype=torch.long)
+                logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                               decoder_input_ids=dec).logits[:, 0, [false_id, true_id]]
+                out.append(logits[:, 1] - logits[:, 0])
+        return torch.cat(out).numpy()
+
+    return predict, "transformers (pygaggle's MonoT5)"
 
 
 def bench(arch: str, threads: int, rounds: int, docs: int):
     import torch
-    import torch.nn as nn
-    from sentence_transformers import CrossEncoder
 
     name, make = MAKERS[arch]
     dest = MODELS / name
@@ -299,8 +405,8 @@ def bench(arch: str, threads: int, rounds: int, docs: int):
     query = scifact_first_judged_query()
     pairs = [(query, d) for d in scifact_documents(docs)]
     torch.set_num_threads(threads)
-    ce = CrossEncoder(str(peer_dir(dest, arch)), device="cpu")
-    predict = lambda: ce.predict(pairs, batch_size=32, activation_fn=nn.Identity(), convert_to_numpy=True)
+    peer = monot5_peer if arch in GENERATIVE else cross_encoder_peer
+    predict, peer_name = peer(peer_dir(dest, arch), pairs)
     ref = predict()
     times = []
     for _ in range(rounds):
@@ -308,7 +414,7 @@ def bench(arch: str, threads: int, rounds: int, docs: int):
         predict()
         times.append(time.perf_counter() - t)
     st_seconds = statistics.median(times)
-    del ce
+    del predict
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for q, d in pairs:
@@ -316,18 +422,19 @@ def bench(arch: str, threads: int, rounds: int, docs: int):
         pairs_file = f.name
     env = dict(os.environ, RERANK_BENCH_RERANK_MODEL=str(dest), RERANK_BENCH_PAIRS=pairs_file,
                RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
-               RERANK_BENCH_REPEATS=str(rounds))
+               RERANK_BENCH_REPEATS=str(rounds),
+               RERANK_BENCH_LOADER="load_reranker" if arch in GENERATIVE else "cross_encoder")
     cmd = [BENCH_BIN] if BENCH_BIN else ["cargo", "bench", *CARGO_FEATURES, "--bench", "rerank_models"]
     out = run(cmd, env)
     os.unlink(pairs_file)
     line = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
     diff = max(abs(a - float(b)) for a, b in zip(line["logits"], ref))
     if len(line["logits"]) != len(pairs) or diff > 1e-3:
-        raise SystemExit(f"{arch}: logits differ from sentence-transformers (largest difference {diff:.2e})")
+        raise SystemExit(f"{arch}: logits differ from {peer_name} (largest difference {diff:.2e})")
     rust_seconds = statistics.median(line["seconds"])
     n = len(pairs)
     print(f"{arch} ({name}), {n} pairs ({line['tokens']} tokens), {threads} threads, cpu [{cpu_flags()}]: "
-          f"rerank {n / rust_seconds:.2f} pairs/s, sentence-transformers {n / st_seconds:.2f} pairs/s, "
+          f"rerank {n / rust_seconds:.2f} pairs/s, {peer_name} {n / st_seconds:.2f} pairs/s at batch {BATCH_SIZE}, "
           f"{st_seconds / rust_seconds:.2f}x (largest logit difference {diff:.1e}; torch {torch.__version__}, "
           f"load {line['load_seconds']:.1f} s)")
 

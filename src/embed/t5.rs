@@ -24,8 +24,9 @@ use crate::Result;
 /// pre-norm blocks with T5's RMSNorm: self-attention whose scores are not scaled by
 /// `1 / sqrt(d_kv)` and get the relative position bias of the first block's table
 /// (`relative_attention_num_buckets` log buckets up to `relative_attention_max_distance`), then
-/// the feed-forward block (`relu` for T5 v1.0 and sentence-t5, `gated-gelu` for T5 v1.1, GTR
-/// and mT5, any `ACT` or `gated-ACT` of the kernels), and a final norm. T5 has no position
+/// the feed-forward block (`relu` for T5 v1.0, and for sentence-t5 and GTR as their configs
+/// say; `gated-gelu` for T5 v1.1 and mT5; any `ACT` or `gated-ACT` of the kernels), and a
+/// final norm. T5 has no position
 /// limit: texts are cut to `max_seq_length` (the tokenizer's `model_max_length` when
 /// `sentence_bert_config.json` gives none), tokenized with `</s>` at the end as T5's
 /// `tokenizer.json` says, and run *packed* (no padding is computed), in batches under a token

@@ -337,7 +337,8 @@ pub const MODELS: &[KnownModel] = &[
         128,
         "Apache-2.0",
     ),
-    // Mean pooling, a 768 -> 768 Dense without bias, Normalize; the T5 v1.1 encoder.
+    // Mean pooling, a 768 -> 768 Dense without bias, Normalize; a T5-base encoder whose
+    // config.json says relu (d_ff 3072).
     embedder(
         "sentence-transformers/gtr-t5-base",
         "t5",

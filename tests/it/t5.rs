@@ -2,7 +2,7 @@
 //! models of tests/fixtures/t5_tiny (made by the make.py beside them; reference.py is a
 //! float64 spec of the same passes):
 //! - three sentence-transformers embedders on `T5EncoderModel` (sentence-t5's layout: relu,
-//!   heads wider than the model, a Dense projection without bias; GTR's: gated-gelu, a
+//!   heads wider than the model, a Dense projection without bias; T5 v1.1's: gated-gelu, a
 //!   non-default bucket table; gated-silu and another eps) through `T5Embedder` and
 //!   `load_embedder`, batched, in small batches and one text at a time; texts longer than the
 //!   buckets' max distance and than max_seq_length, the empty text, a literal `</s>`,
