@@ -29,7 +29,7 @@ use crate::{Error, Result};
 /// `camembert` load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`,
 /// `gte` and `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
 /// as a [`DistilBertEmbedder`], `gemma3_text` as a [`Gemma3Embedder`], `t5` and `mt5` as a
-/// [`T5Embedder`], `qwen3` and `qwen2` as a [`Qwen3Embedder`]; a directory whose `modules.json` starts with a `StaticEmbedding` loads
+/// [`T5Embedder`], `qwen3`, `qwen2`, `llama` and `mistral` as a [`Qwen3Embedder`]; a directory whose `modules.json` starts with a `StaticEmbedding` loads
 /// as a [`StaticEmbedder`]; anything else is
 /// an [`Error::Model`] naming the file and the supported types.
 ///
@@ -101,15 +101,16 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
             let builder = with_registry(T5Embedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
-        // Qwen2 decoders (gte-Qwen2) are the Qwen3 decoder's family (`DecoderFamily`).
-        "qwen3" | "qwen2" => {
+        // Qwen2 (gte-Qwen2), Llama and Mistral (e5-mistral) decoders are the Qwen3 decoder's
+        // family (`DecoderFamily`).
+        "qwen3" | "qwen2" | "llama" | "mistral" => {
             let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))
         }
         other => Err(Error::model(format!(
             "{}: model_type {other:?} is not supported for embeddings (supported: bert, \
              xlm-roberta, roberta, camembert, modernbert, new, gte, nomic_bert, mpnet, \
-             distilbert, gemma3_text, t5, mt5, qwen3, qwen2)",
+             distilbert, gemma3_text, t5, mt5, qwen3, qwen2, llama, mistral)",
             dir.join(CONFIG_FILE).display()
         ))),
     }

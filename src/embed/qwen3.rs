@@ -25,6 +25,11 @@ use crate::{Error, Result};
 /// `config_sentence_transformers.json` by [`Role`] (Qwen3-Embedding: an
 /// `Instruct: ...\nQuery:` prompt on queries, none on documents).
 ///
+/// The same decoder family loads Qwen2 (`model_type` `qwen2`: gte-Qwen2, q/k/v biases),
+/// Llama (`llama`: `LlamaModel` or `LlamaForCausalLM`, biases when `attention_bias`) and
+/// Mistral (`mistral`: `MistralModel` as intfloat/e5-mistral-7b-instruct publishes it, or
+/// `MistralForCausalLM`; `sliding_window` on every layer) embedders, without Qwen3's q/k norms.
+///
 /// Each text is prefixed with its role's prompt, tokenized with the tokenizer's own special
 /// tokens (Qwen3-Embedding's appends `<|endoftext|>`, whose state is the embedding) and cut on
 /// the right to `max_seq_length` tokens, as sentence-transformers does. Texts are packed
@@ -81,15 +86,14 @@ impl Qwen3Embedder {
         let model_dir = ModelDir::open(&builder.dir)?;
         let dir = model_dir.path();
         let config_path = dir.join(CONFIG_FILE);
-        // A Qwen2 decoder (gte-Qwen2) is the same family with q/k/v biases.
-        let family = match model_dir
+        // Qwen2 (gte-Qwen2), Llama and Mistral (e5-mistral) decoders are the same family with
+        // other biases and norms.
+        let family = model_dir
             .config()?
             .get("model_type")
             .and_then(|v| v.as_str())
-        {
-            Some("qwen2") => DecoderFamily::Qwen2,
-            _ => DecoderFamily::Qwen3,
-        };
+            .and_then(DecoderFamily::from_model_type)
+            .unwrap_or(DecoderFamily::Qwen3);
         let config = Qwen3Config::from_file_for(&config_path, family)?;
         if config.sequence_classifier {
             return Err(Error::model(format!(

@@ -337,6 +337,16 @@ pub const MODELS: &[KnownModel] = &[
         128,
         "Apache-2.0",
     ),
+    // Mistral-7B (MistralModel, a 4096-token sliding window on every layer), last token,
+    // normalized; its task prompts are in its own config_sentence_transformers.json.
+    embedder(
+        "intfloat/e5-mistral-7b-instruct",
+        "mistral",
+        LastToken,
+        4096,
+        32768,
+        "MIT",
+    ),
     // Mean pooling, a 768 -> 768 Dense without bias, Normalize; a T5-base encoder whose
     // config.json says relu (d_ff 3072).
     embedder(

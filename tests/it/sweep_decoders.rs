@@ -1,8 +1,9 @@
-//! Parity over the Qwen decoders' configuration space: the tiny random Qwen3 and Qwen2
-//! embedders of tests/fixtures/sweep_decoders (made by the make.py there, one folder per config
+//! Parity over the decoders' configuration space: the tiny random Qwen3, Qwen2, Llama and
+//! Mistral embedders of tests/fixtures/sweep_decoders (made by the make.py there, one folder per config
 //! variant: grouped-query ratios, head sizes wider and narrower than the hidden size, tied and
 //! untied embeddings, the `model.` prefix, norm epsilons, RoPE thetas and scalings, attention
-//! biases, sliding windows), each through `load_embedder` against sentence-transformers, in one
+//! biases (Llama's on q/k/v/o), sliding windows (Qwen2's chosen layers, Mistral's every
+//! layer), `LlamaModel` / `MistralModel` as e5-mistral publishes it), each through `load_embedder` against sentence-transformers, in one
 //! call and one text at a time. Every variant is checked, and every one that differs or is
 //! refused is named, before the test fails. The sliding-window variants (`sliding*`) have
 //! texts longer than their windows, so a layer that attends past its window fails them.
@@ -57,5 +58,23 @@ fn every_decoder_variant_matches_sentence_transformers() {
     assert!(
         failed.is_empty(),
         "variants that differ or are refused: {failed:?}"
+    );
+}
+
+#[test]
+fn every_architecture_of_the_sweep_is_there_and_the_registry_knows_e5_mistral() {
+    let variants = sweep_variants("sweep_decoders");
+    for arch in ["llama", "mistral", "qwen2", "qwen3"] {
+        assert!(variants.iter().any(|(a, _)| a == arch), "no {arch} variant");
+    }
+    let m = rerank::models::registry::find("intfloat/e5-mistral-7b-instruct").unwrap();
+    assert_eq!(
+        (m.model_type, m.pooling, m.dim, m.max_length),
+        (
+            "mistral",
+            Some(rerank::embed::PoolingMode::LastToken),
+            Some(4096),
+            32768
+        )
     );
 }

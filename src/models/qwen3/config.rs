@@ -6,7 +6,10 @@
 //! Qwen2 is the same decoder as Qwen3 but for two points, which [`DecoderFamily`] records:
 //! its q/k/v projections always have biases (its `o_proj` never has one), and it has no
 //! per-head q/k RMSNorm. Its `head_dim` is `hidden_size / num_attention_heads` unless the
-//! config says otherwise, as in Qwen3.
+//! config says otherwise, as in Qwen3. Llama and Mistral are the same decoder again, without
+//! q/k norms: Llama's q/k/v/o projections have biases when `attention_bias` says so (its MLP
+//! biases, `mlp_bias`, are refused), Mistral's never; Mistral's `sliding_window`, when set,
+//! applies to every layer (or to those `layer_types` marks).
 
 use std::path::Path;
 
@@ -15,13 +18,18 @@ use serde::Deserialize;
 use crate::models::layers::rope::{RopeParameters, RopeScaling};
 use crate::{Error, Result};
 
-/// Which of the two decoders of the Qwen family a checkpoint is.
+/// Which decoder of the Qwen / Llama family a checkpoint is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecoderFamily {
     /// `Qwen3ForCausalLM`: per-head q/k RMSNorm; biases on q/k/v/o when `attention_bias`.
     Qwen3,
     /// `Qwen2ForCausalLM`: biases on q/k/v (never on o), no q/k norm.
     Qwen2,
+    /// `LlamaForCausalLM`: no q/k norm; biases on q/k/v/o when `attention_bias`.
+    Llama,
+    /// `MistralForCausalLM`: no q/k norm, no biases; a sliding window when `sliding_window`
+    /// is set.
+    Mistral,
 }
 
 impl DecoderFamily {
@@ -30,7 +38,33 @@ impl DecoderFamily {
         match self {
             DecoderFamily::Qwen3 => ARCHITECTURE,
             DecoderFamily::Qwen2 => QWEN2_ARCHITECTURE,
+            DecoderFamily::Llama => "LlamaForCausalLM",
+            DecoderFamily::Mistral => "MistralForCausalLM",
         }
+    }
+
+    /// The architecture name of the decoder saved without its output head (an embedding
+    /// model: Qwen3-Embedding's `Qwen3Model`, e5-mistral's `MistralModel`), when the family
+    /// loads one.
+    pub fn bare_architecture(self) -> Option<&'static str> {
+        match self {
+            DecoderFamily::Qwen3 => Some(BARE_ARCHITECTURE),
+            DecoderFamily::Qwen2 => None,
+            DecoderFamily::Llama => Some("LlamaModel"),
+            DecoderFamily::Mistral => Some("MistralModel"),
+        }
+    }
+
+    /// The family whose `model_type` is `model_type` (`qwen3`, `qwen2`, `llama`, `mistral`).
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        [
+            DecoderFamily::Qwen3,
+            DecoderFamily::Qwen2,
+            DecoderFamily::Llama,
+            DecoderFamily::Mistral,
+        ]
+        .into_iter()
+        .find(|f| f.model_type() == model_type)
     }
 
     /// The architecture name of the family's sequence classifier (the decoder with a `score`
@@ -39,6 +73,8 @@ impl DecoderFamily {
         match self {
             DecoderFamily::Qwen3 => CLASSIFIER_ARCHITECTURE,
             DecoderFamily::Qwen2 => QWEN2_CLASSIFIER_ARCHITECTURE,
+            DecoderFamily::Llama => "LlamaForSequenceClassification",
+            DecoderFamily::Mistral => "MistralForSequenceClassification",
         }
     }
 
@@ -47,6 +83,8 @@ impl DecoderFamily {
         match self {
             DecoderFamily::Qwen3 => "qwen3",
             DecoderFamily::Qwen2 => "qwen2",
+            DecoderFamily::Llama => "llama",
+            DecoderFamily::Mistral => "mistral",
         }
     }
 }
@@ -81,15 +119,17 @@ pub struct Qwen3Config {
     /// ([`DecoderFamily::classifier_architecture`]): its head is `score.weight`, one row per
     /// label, read at the last token, instead of the language-model head.
     pub sequence_classifier: bool,
-    /// Whether the attention projections have biases: q/k/v/o in Qwen3 (`attention_bias`),
-    /// q/k/v only in Qwen2 (always true there; see [`Qwen3Config::o_bias`]).
+    /// Whether the attention projections have biases: q/k/v/o in Qwen3 and Llama
+    /// (`attention_bias`), q/k/v only in Qwen2 (always true there; see
+    /// [`Qwen3Config::o_bias`]), none in Mistral.
     pub attention_bias: bool,
     /// The vocabulary size the config announces (the weights decide the real row count).
     pub vocab_size: Option<usize>,
     /// The longest sequence the model was trained for, when the config says.
     pub max_position_embeddings: Option<usize>,
     /// How many keys a query of a sliding layer sees, itself included (`sliding_window` when
-    /// `use_sliding_window` is true; `None` when no layer slides).
+    /// `use_sliding_window` is true, or, in Mistral, when it is set; `None` when no layer
+    /// slides).
     pub sliding_window: Option<usize>,
     /// Which layers attend within [`Qwen3Config::sliding_window`] (see
     /// [`Qwen3Config::window`]).
@@ -134,6 +174,8 @@ struct RawConfig {
     #[serde(default)]
     attention_bias: Option<bool>,
     #[serde(default)]
+    mlp_bias: Option<bool>,
+    #[serde(default)]
     hidden_act: Option<String>,
     #[serde(default)]
     use_sliding_window: Option<bool>,
@@ -155,17 +197,25 @@ struct RawConfig {
 /// present, say which layers slide, else the layers from `max_window_layers` (default 28) on
 /// do. A `"sliding_attention"` layer without a window, or a layer type the crate does not
 /// know, is an error naming the key.
-fn sliding(raw: &RawConfig) -> Result<(Option<usize>, SlidingLayers)> {
+///
+/// Mistral has no `use_sliding_window`: its `sliding_window`, when set, is the window of every
+/// layer (of those `layer_types` marks sliding, when it lists them); Llama has none.
+fn sliding(raw: &RawConfig, family: DecoderFamily) -> Result<(Option<usize>, SlidingLayers)> {
     let layers = raw.num_hidden_layers;
-    let window = match (raw.use_sliding_window, raw.sliding_window) {
-        (Some(true), Some(0)) => {
+    let switched_on = match family {
+        DecoderFamily::Qwen3 | DecoderFamily::Qwen2 => raw.use_sliding_window == Some(true),
+        DecoderFamily::Mistral => raw.sliding_window.is_some(),
+        DecoderFamily::Llama => false,
+    };
+    let window = match (switched_on, raw.sliding_window) {
+        (true, Some(0)) => {
             return Err(Error::model(
                 "sliding_window 0: a sliding layer must see at least its own token",
             ))
         }
         // transformers' default window.
-        (Some(true), w) => Some(w.unwrap_or(4096)),
-        _ => None,
+        (true, w) => Some(w.unwrap_or(4096)),
+        (false, _) => None,
     };
     let sliding_layers = match &raw.layer_types {
         Some(types) => {
@@ -183,7 +233,7 @@ fn sliding(raw: &RawConfig) -> Result<(Option<usize>, SlidingLayers)> {
                     "sliding_attention" => {
                         return Err(Error::model(format!(
                             "layer_types[{i}] is \"sliding_attention\" but sliding_window is \
-                             off (use_sliding_window is not true)"
+                             off (use_sliding_window is not true, or no sliding_window)"
                         )))
                     }
                     other => {
@@ -196,6 +246,7 @@ fn sliding(raw: &RawConfig) -> Result<(Option<usize>, SlidingLayers)> {
             }
             SlidingLayers::Listed(kinds)
         }
+        None if family == DecoderFamily::Mistral => SlidingLayers::From(0),
         None => SlidingLayers::From(raw.max_window_layers.unwrap_or(28)),
     };
     let any = match &sliding_layers {
@@ -262,10 +313,7 @@ impl Qwen3Config {
         let raw: RawConfig =
             serde_json::from_str(text).map_err(|e| Error::parse("config.json", e))?;
         let architecture = family.architecture();
-        let bare = match family {
-            DecoderFamily::Qwen3 => Some(BARE_ARCHITECTURE),
-            DecoderFamily::Qwen2 => None,
-        };
+        let bare = family.bare_architecture();
         let sequence_classifier = raw
             .architectures
             .iter()
@@ -354,10 +402,16 @@ impl Qwen3Config {
                 "rms_norm_eps {rms_norm_eps} must be finite and non-negative"
             )));
         }
-        let (sliding_window, sliding_layers) = sliding(&raw)?;
+        if raw.mlp_bias == Some(true) {
+            return Err(Error::model(
+                "mlp_bias true: biases on the MLP's projections are not supported",
+            ));
+        }
+        let (sliding_window, sliding_layers) = sliding(&raw, family)?;
         let attention_bias = match family {
-            DecoderFamily::Qwen3 => raw.attention_bias.unwrap_or(false),
+            DecoderFamily::Qwen3 | DecoderFamily::Llama => raw.attention_bias.unwrap_or(false),
             DecoderFamily::Qwen2 => true,
+            DecoderFamily::Mistral => false,
         };
         Ok(Qwen3Config {
             family,
@@ -395,9 +449,10 @@ impl Qwen3Config {
         self.attention_bias
     }
 
-    /// Whether the output projection `o_proj` has a bias (Qwen3 with `attention_bias` only).
+    /// Whether the output projection `o_proj` has a bias (Qwen3 and Llama with
+    /// `attention_bias`; never Qwen2).
     pub fn o_bias(&self) -> bool {
-        self.attention_bias && self.family == DecoderFamily::Qwen3
+        self.attention_bias && self.family != DecoderFamily::Qwen2
     }
 
     /// Whether every query and key head goes through its own RMSNorm (`q_norm`, `k_norm`)
@@ -568,5 +623,45 @@ mod tests {
                 .to_string();
             assert!(e.contains(key), "{key}: {e}");
         }
+    }
+
+    const MISTRAL: &str = r#"{"architectures": ["MistralModel"], "model_type": "mistral",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0,
+        "sliding_window": 4096, "hidden_act": "silu"}"#;
+
+    #[test]
+    fn reads_llama_and_mistral_configs() {
+        let m = Qwen3Config::from_json_str_for(MISTRAL, DecoderFamily::Mistral).unwrap();
+        assert!(!m.qkv_bias() && !m.o_bias() && !m.qk_norm());
+        // Mistral's window is every layer's, without use_sliding_window.
+        assert_eq!((m.window(0), m.window(1)), (Some(4096), Some(4096)));
+        let off = MISTRAL.replace("\"sliding_window\": 4096", "\"sliding_window\": null");
+        let m = Qwen3Config::from_json_str_for(&off, DecoderFamily::Mistral).unwrap();
+        assert_eq!((m.window(0), m.window(1)), (None, None));
+        let llama = MISTRAL
+            .replace("MistralModel", "LlamaForCausalLM")
+            .replace("\"mistral\"", "\"llama\"")
+            .replace("\"sliding_window\": 4096", "\"attention_bias\": true");
+        let l = Qwen3Config::from_json_str_for(&llama, DecoderFamily::Llama).unwrap();
+        assert!(l.qkv_bias() && l.o_bias() && !l.qk_norm());
+        assert_eq!(l.window(0), None);
+        assert_eq!(
+            DecoderFamily::from_model_type("llama"),
+            Some(DecoderFamily::Llama)
+        );
+        assert_eq!(DecoderFamily::from_model_type("gemma"), None);
+        let e = Qwen3Config::from_json_str_for(
+            &llama.replace("\"hidden_act\"", "\"mlp_bias\": true, \"hidden_act\""),
+            DecoderFamily::Llama,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("mlp_bias"), "{e}");
+        // Each family refuses the other's checkpoints.
+        let e = Qwen3Config::from_json_str_for(MISTRAL, DecoderFamily::Llama)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not LlamaForCausalLM"), "{e}");
     }
 }

@@ -9,6 +9,7 @@ use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::check_f32_or_int8;
 use crate::models::layers::weights::Weights;
 use crate::models::{packed_starts, ModelDir, Precision};
+use crate::simd::dot::dot_f32;
 use crate::Result;
 
 /// The output head's name when it is not tied to the embeddings (T5 v1.1, mT5).
@@ -78,12 +79,12 @@ impl T5Scorer {
         let starts = packed_starts(&lens);
         let states = self.decoder.first_step(&enc, &lens, &starts);
         let h = self.config().hidden;
-        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f32>();
+        let (yes, no) = self.head.split_at(h);
         Ok(states
             .chunks_exact(h)
             .map(|s| AnswerLogits {
-                yes: dot(s, &self.head[..h]),
-                no: dot(s, &self.head[h..]),
+                yes: dot_f32(s, yes),
+                no: dot_f32(s, no),
             })
             .collect())
     }
