@@ -6,6 +6,8 @@
 #   bash scripts/gpu_check.sh            # on the GPU machine (at most 8 minutes; every step has a timeout):
 #                                        # the device tool's run with command "bash scripts/gpu_check.sh",
 #                                        # carry [".gpu"], timeout_s 600 (the script stops starting steps at 450 s)
+#   bash scripts/gpu_slim.sh             # before it, here, when the working tree and .gpu pass the 64 MiB
+#                                        # a run carries (--restore afterwards)
 #   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh   # here, no GPU: the peer on CPU at --tiny sizes; the Rust
 #                                               # binaries on candle-cpu if they run here, else skipped
 #
