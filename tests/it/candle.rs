@@ -266,7 +266,10 @@ fn sliding_window_decoders_match_sentence_transformers() {
         println!("{name}: candle smallest cosine {worst:.9}");
         checked += 1;
     }
-    assert_eq!(checked, 5, "the five sliding-window variants (Qwen3, Qwen2, Mistral)");
+    assert_eq!(
+        checked, 5,
+        "the five sliding-window variants (Qwen3, Qwen2, Mistral)"
+    );
 }
 
 #[test]

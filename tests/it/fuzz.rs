@@ -259,7 +259,8 @@ fn config_value() -> impl Strategy<Value = serde_json::Value> {
 
 /// Copies of cross-encoders (BERT, ELECTRA with projected embeddings, DistilBERT), a Qwen3
 /// reranker, an mT5 monoT5 reranker and sentence-transformers embedders (BERT, ModernBERT,
-/// MPNet, DistilBERT, Gemma3, T5), whose `config.json` each case rewrites: `(copy, original config, whether a reranker)`.
+/// MPNet, DistilBERT, Gemma3, T5, Mistral, Llama), whose `config.json` each case rewrites:
+/// `(copy, original config, whether a reranker)`.
 fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value, bool)>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let shared = root.join("../shared/fixtures");
@@ -279,6 +280,14 @@ fn model_copies(tag: &str) -> Option<Vec<(std::path::PathBuf, serde_json::Value,
         ),
         (root.join("tests/fixtures/t5_tiny/st_gtr_gated"), false),
         (root.join("tests/fixtures/t5_tiny/mt5_gated"), true),
+        (
+            root.join("tests/fixtures/sweep_decoders/mistral/sliding"),
+            false,
+        ),
+        (
+            root.join("tests/fixtures/sweep_decoders/llama/attention_bias"),
+            false,
+        ),
         (
             root.join("tests/fixtures/sweep/electra/small_shape_project"),
             true,
@@ -332,7 +341,7 @@ fn corpus_line() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    // A case loads eleven models: fewer cases than the other properties by default.
+    // A case loads thirteen models: fewer cases than the other properties by default.
     #![proptest_config(config_or(64))]
 
     /// A model directory whose `config.json` has keys deleted or set to any value loads or
