@@ -169,6 +169,26 @@ impl ModelDir {
         Ok(tokenizer)
     }
 
+    /// The tokenizer at `path` when given (a builder's `tokenizer(path)`), else the
+    /// directory's ([`ModelDir::tokenizer`]), with its own truncation and padding turned off,
+    /// and the file it came from (for errors about its tokens).
+    pub fn tokenizer_or(&self, path: Option<&Path>) -> Result<(tokenizers::Tokenizer, PathBuf)> {
+        let (mut tokenizer, path) = match path {
+            Some(path) => {
+                let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| {
+                    Error::tokenizer(format!("cannot load {}: {e}", path.display()))
+                })?;
+                (tokenizer, path.to_path_buf())
+            }
+            None => (self.tokenizer()?, self.root.join(TOKENIZER_FILE)),
+        };
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| Error::tokenizer(e.to_string()))?;
+        tokenizer.with_padding(None);
+        Ok((tokenizer, path))
+    }
+
     /// Loads `tokenizer.json` as is, refusing a tokenizer with more tokens than the model's
     /// `vocab_size` (it would produce ids outside the embedding matrix).
     pub fn tokenizer_within(&self, vocab_size: usize) -> Result<tokenizers::Tokenizer> {

@@ -367,19 +367,7 @@ impl MonoT5RerankerBuilder {
         let config_file = dir.path().join(crate::models::CONFIG_FILE);
         let value = dir.config()?;
         let config = T5Config::from_value(&value, &config_file)?;
-        let (mut tokenizer, tokenizer_path) = match &self.tokenizer {
-            Some(path) => {
-                let tokenizer = Tokenizer::from_file(path).map_err(|e| {
-                    Error::tokenizer(format!("cannot load {}: {e}", path.display()))
-                })?;
-                (tokenizer, path.clone())
-            }
-            None => (dir.tokenizer()?, dir.path().join("tokenizer.json")),
-        };
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| Error::tokenizer(e.to_string()))?;
-        tokenizer.with_padding(None);
+        let (mut tokenizer, tokenizer_path) = dir.tokenizer_or(self.tokenizer.as_deref())?;
         let plain = tokenizer.clone();
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         tokenizer

@@ -574,15 +574,7 @@ impl MxbaiRerankerBuilder {
         let model_max_length = config
             .max_position_embeddings
             .unwrap_or(DEFAULT_MODEL_MAX_LENGTH);
-        let (tokenizer, tokenizer_path) = match &self.tokenizer {
-            Some(path) => {
-                let tokenizer = Tokenizer::from_file(path).map_err(|e| {
-                    Error::tokenizer(format!("cannot load {}: {e}", path.display()))
-                })?;
-                (tokenizer, path.clone())
-            }
-            None => (dir.tokenizer()?, dir.path().join("tokenizer.json")),
-        };
+        let (tokenizer, tokenizer_path) = dir.tokenizer_or(self.tokenizer.as_deref())?;
         let max_length = self.options.max_length.unwrap_or(DEFAULT_MAX_LENGTH);
         let encoder = PromptEncoder::new(tokenizer, &tokenizer_path, max_length, model_max_length)?;
         let max_positions = encoder.max_prompt_len();
