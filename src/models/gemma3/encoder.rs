@@ -32,7 +32,7 @@ use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::layers::attention::{attention, Heads};
 use crate::models::layers::dense::{Dense, Output};
 use crate::models::layers::encoder::{check_f32_or_int8, check_ids};
-use crate::models::layers::kernels::{Linear, Then, Weight};
+use crate::models::layers::kernels::Then;
 use crate::models::layers::quant::QuantRows;
 use crate::models::layers::rms::{norm_rope_rows, rms_norm_rows, QkvLayout};
 use crate::models::layers::rope::Rope;
@@ -115,22 +115,7 @@ impl Gemma3Encoder {
             Ok(w.into_iter().map(|w| 1.0 + w).collect())
         };
         let linear = |parts: &[(&str, usize)], inputs: usize, bias: bool| -> Result<Dense> {
-            let outputs = parts.iter().map(|p| p.1).sum();
-            let mut weight = Vec::with_capacity(outputs * inputs);
-            let mut biases = Vec::with_capacity(outputs);
-            for (part, rows) in parts {
-                weight.extend(weights.f32(&name(&format!("{part}.weight")), &[*rows, inputs])?);
-                match bias {
-                    true => biases.extend(weights.f32(&name(&format!("{part}.bias")), &[*rows])?),
-                    false => biases.extend(std::iter::repeat_n(0.0, *rows)),
-                }
-            }
-            let linear = Linear {
-                weight: Weight::F32(weight),
-                bias: biases,
-                inputs,
-                outputs,
-            };
+            let linear = weights.stacked_linear(prefix, parts, inputs, bias)?;
             Ok(Dense::new(linear, precision))
         };
         // The shared attention scales scores by 1/sqrt(head_dim); Gemma3 by

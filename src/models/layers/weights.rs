@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use safetensors::tensor::{Dtype, SafeTensors};
 
+use super::kernels::{Linear, Weight};
 use crate::simd::mmap::FileMap;
 use crate::{Error, Result};
 
@@ -259,6 +260,34 @@ impl Weights {
             self.config_path().display(),
             self.label()
         )))
+    }
+
+    /// One linear layer of `inputs` inputs stacked from the `{prefix}{part}.weight` of each
+    /// `(part, rows)` of `parts`, in order (fused projections: `[q | k | v]`, `[gate | up]`),
+    /// with their `{prefix}{part}.bias` when `bias` (zeros otherwise).
+    pub fn stacked_linear(
+        &self,
+        prefix: &str,
+        parts: &[(&str, usize)],
+        inputs: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        let outputs = parts.iter().map(|p| p.1).sum();
+        let mut weight = Vec::with_capacity(outputs * inputs);
+        let mut biases = Vec::with_capacity(outputs);
+        for (part, rows) in parts {
+            weight.extend(self.f32(&format!("{prefix}{part}.weight"), &[*rows, inputs])?);
+            match bias {
+                true => biases.extend(self.f32(&format!("{prefix}{part}.bias"), &[*rows])?),
+                false => biases.extend(std::iter::repeat_n(0.0, *rows)),
+            }
+        }
+        Ok(Linear {
+            weight: Weight::F32(weight),
+            bias: biases,
+            inputs,
+            outputs,
+        })
     }
 
     /// Reads `name` as `f32` after checking that its shape is `expected`. The shape is checked

@@ -19,7 +19,7 @@ use super::config::{FeedForward, T5Config};
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
 use crate::models::layers::dense::{Dense, Output};
 use crate::models::layers::encoder::{check_f32_or_int8, check_ids, feed_forward};
-use crate::models::layers::kernels::{Linear, Then, Weight};
+use crate::models::layers::kernels::Then;
 use crate::models::layers::quant::QuantRows;
 use crate::models::layers::relative::{biased_attention, BiasedBatch, PositionBias};
 use crate::models::layers::rms::rms_norm_rows;
@@ -32,26 +32,18 @@ use crate::{Error, Result};
 /// `T5ForConditionalGeneration` tie them; a checkpoint keeps at least one).
 const EMBEDDINGS: [&str; 2] = ["shared.weight", "encoder.embed_tokens.weight"];
 
-/// A bias-free linear layer of the checkpoint: the `{name}.weight` of each of `parts`
-/// (`(name, rows)`) stacked into one product with `inputs` inputs, in `precision`.
+/// A bias-free linear layer of the checkpoint (T5 has no biases): the `{name}.weight` of each
+/// of `parts` (`(name, rows)`) stacked into one product with `inputs` inputs, in `precision`.
 pub(super) fn linear(
     w: &Weights,
     parts: &[(&str, usize)],
     inputs: usize,
     precision: Precision,
 ) -> Result<Dense> {
-    let outputs = parts.iter().map(|p| p.1).sum();
-    let mut weight = Vec::with_capacity(outputs * inputs);
-    for (name, rows) in parts {
-        weight.extend(w.f32(&format!("{name}.weight"), &[*rows, inputs])?);
-    }
-    let linear = Linear {
-        weight: Weight::F32(weight),
-        bias: vec![0.0; outputs],
-        inputs,
-        outputs,
-    };
-    Ok(Dense::new(linear, precision))
+    Ok(Dense::new(
+        w.stacked_linear("", parts, inputs, false)?,
+        precision,
+    ))
 }
 
 /// A T5 norm's weight (`{name}.weight`, `width` values).
@@ -121,7 +113,7 @@ pub(crate) struct T5Encoder {
 }
 
 /// The name the shared embedding has in `w`: the first of [`EMBEDDINGS`] it holds.
-pub(super) fn embeddings_name(w: &Weights, dir: &ModelDir) -> Result<&'static str> {
+fn embeddings_name(w: &Weights, dir: &ModelDir) -> Result<&'static str> {
     EMBEDDINGS.into_iter().find(|n| w.has(n)).ok_or_else(|| {
         Error::model(format!(
             "{}: no T5 embeddings (expected {} or {})",
@@ -135,7 +127,7 @@ pub(super) fn embeddings_name(w: &Weights, dir: &ModelDir) -> Result<&'static st
 /// Checks every size `config.json` gives for the encoder against the safetensors header
 /// before any of them sizes an allocation: a mismatch is an [`Error::Model`] naming
 /// `config.json` and the key.
-pub(super) fn check_config(w: &Weights, cfg: &T5Config, embeddings: &str) -> Result<()> {
+fn check_config(w: &Weights, cfg: &T5Config, embeddings: &str) -> Result<()> {
     w.check_config_size("d_model", cfg.hidden, embeddings, 1)?;
     w.check_config_size("vocab_size", cfg.vocab, embeddings, 0)?;
     let last = format!(
@@ -213,6 +205,16 @@ impl T5Encoder {
     /// The configuration.
     pub fn config(&self) -> &T5Config {
         &self.cfg
+    }
+
+    /// The mapped checkpoint (the decoder and the output head are read from the same file).
+    pub(super) fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// The shared embedding's name in the checkpoint.
+    pub(super) fn embeddings_name(&self) -> &str {
+        &self.embeddings
     }
 
     /// Runs the encoder on `seqs` packed together. Returns the last hidden states (after the

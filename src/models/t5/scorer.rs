@@ -3,7 +3,7 @@
 
 use super::config::T5Config;
 use super::decoder::T5Decoder;
-use super::encoder::{check_config, embeddings_name, T5Encoder};
+use super::encoder::T5Encoder;
 use crate::models::layers::batch::plan_packed_batches;
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::check_f32_or_int8;
@@ -45,9 +45,10 @@ impl T5Scorer {
         precision: Precision,
     ) -> Result<Self> {
         check_f32_or_int8(precision, "T5 reranker")?;
-        let weights = Weights::open(dir.path())?;
-        let embeddings = embeddings_name(&weights, dir)?;
-        check_config(&weights, &cfg, embeddings)?;
+        // The encoder first: its sizes are checked against the header before the decoder's.
+        let encoder = T5Encoder::from_weights(Weights::open(dir.path())?, dir, cfg, precision)?;
+        let (weights, cfg) = (encoder.weights(), encoder.config());
+        let embeddings = encoder.embeddings_name();
         let head_name = if weights.has(LM_HEAD) {
             LM_HEAD
         } else {
@@ -55,8 +56,7 @@ impl T5Scorer {
         };
         weights.check_config_size("d_model", cfg.hidden, head_name, 1)?;
         let head = weights.rows(head_name, cfg.hidden, &[yes, no])?;
-        let decoder = T5Decoder::load(&weights, &cfg, embeddings, precision)?;
-        let encoder = T5Encoder::from_weights(weights, dir, cfg, precision)?;
+        let decoder = T5Decoder::load(weights, cfg, embeddings, precision)?;
         Ok(T5Scorer {
             encoder,
             decoder,
