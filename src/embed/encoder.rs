@@ -272,8 +272,20 @@ macro_rules! encoder_embedder {
 pub(crate) use encoder_embedder;
 
 /// [`PackedEncoder`] for an encoder of single texts whose `forward` takes
-/// [`Sequence`](crate::models::layers::encoder::Sequence)s: every token of type 0.
+/// [`Sequence`](crate::models::layers::encoder::Sequence)s: every token of type 0; `ids $ty`
+/// for one whose `forward` takes the token ids themselves (no token types: Gemma3, T5).
 macro_rules! single_text_encoder {
+    (ids $ty:ty) => {
+        impl PackedEncoder for $ty {
+            fn hidden(&self) -> usize {
+                self.config().hidden
+            }
+
+            fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
+                self.forward(rows, output)
+            }
+        }
+    };
     ($ty:ty) => {
         impl PackedEncoder for $ty {
             fn hidden(&self) -> usize {

@@ -3,7 +3,9 @@
 //! (the text side is the BERT embedders', `packed`).
 
 use super::builder::EmbedderBuilder;
-use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec};
+use super::encoder::{
+    config_path, encoder_embedder, single_text_encoder, EncoderEmbedder, EncoderSpec,
+};
 use super::{Embedder, Role};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::gemma3::config::Gemma3Config;
@@ -51,6 +53,7 @@ use crate::Result;
 pub struct Gemma3Embedder(EncoderEmbedder);
 
 encoder_embedder!(Gemma3Embedder, Gemma3EmbedderBuilder, "gemma3", read);
+single_text_encoder!(ids Gemma3Encoder);
 
 /// The Gemma3 encoder of `model_dir`, whose parsed `config.json` is `value`: its shape, and
 /// its native loader in `precision`.
@@ -70,16 +73,6 @@ fn read(
     Ok((spec, move |dir: &ModelDir| {
         Gemma3Encoder::load(dir, config, precision)
     }))
-}
-
-impl PackedEncoder for Gemma3Encoder {
-    fn hidden(&self) -> usize {
-        self.config().hidden
-    }
-
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        self.forward(rows, output)
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! (the text side is the BERT embedders', `packed`).
 
 use super::builder::EmbedderBuilder;
-use super::encoder::{config_path, encoder_embedder, EncoderEmbedder, EncoderSpec};
+use super::encoder::{
+    config_path, encoder_embedder, single_text_encoder, EncoderEmbedder, EncoderSpec,
+};
 use super::{Embedder, Role};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::layers::dense::Output;
@@ -49,6 +51,7 @@ use crate::Result;
 pub struct T5Embedder(EncoderEmbedder);
 
 encoder_embedder!(T5Embedder, T5EmbedderBuilder, "t5", read);
+single_text_encoder!(ids T5Encoder);
 
 /// The T5 encoder of `model_dir`, whose parsed `config.json` is `value`: its shape, and its
 /// native loader in `precision`.
@@ -69,16 +72,6 @@ fn read(
     Ok((spec, move |dir: &ModelDir| {
         T5Encoder::load(dir, config, precision)
     }))
-}
-
-impl PackedEncoder for T5Encoder {
-    fn hidden(&self) -> usize {
-        self.config().hidden
-    }
-
-    fn encode(&self, rows: &[&[u32]], output: Output) -> Result<Vec<f32>> {
-        self.forward(rows, output)
-    }
 }
 
 #[cfg(test)]
