@@ -109,7 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cache.path = Some(db.clone());
     }
     if let Some(model) = args.model {
-        config.generator = Some(GeneratorConfig::Qwen3Chat {
+        config.generator = Some(GeneratorConfig::LocalChat {
             model,
             precision: None,
         });

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side generation: rerank's Qwen3Chat (`rerank generate`) vs transformers, same machine, threads, run.
+"""Side-by-side generation: rerank's LocalChat (`rerank generate`) vs transformers, same machine, threads, run.
 
 The random 0.6B-shaped model of scripts/make_qwen3_bench_model.py (made on first use), a raw prompt of
 --prompt-tokens tokens (default 170, cut from SciFact text), --new-tokens greedy tokens (default 64, end of

@@ -102,10 +102,10 @@ pub use pipeline::{
 
 // The concrete stages a host builds.
 pub use answer::Extractive;
+#[cfg(feature = "models")]
+pub use answer::LocalChat;
 #[cfg(feature = "http")]
 pub use answer::OpenAiCompatible;
-#[cfg(feature = "models")]
-pub use answer::Qwen3Chat;
 pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]

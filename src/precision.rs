@@ -30,7 +30,7 @@ pub enum Precision {
     /// [`Qwen3Reranker`]: crate::rerankers::qwen3::Qwen3Reranker
     Int8,
     /// `bfloat16` linear layers for Qwen3, scoring ([`Qwen3Reranker`]) and generation
-    /// ([`Qwen3Chat`]): every matrix of the decoder rounded to bf16 at load (half the memory,
+    /// ([`LocalChat`]): every matrix of the decoder rounded to bf16 at load (half the memory,
     /// and half the bytes a decode step streams), and every product of a decoder matrix
     /// rounding its inputs to bf16 and summing in f32, as PyTorch's bf16 matrix multiply does.
     /// On CPUs with AVX-512 bf16 (`vdpbf16ps`: AMD Zen 4, Intel Cooper Lake and Sapphire
@@ -40,7 +40,7 @@ pub enum Precision {
     /// (`docs/benchmarks.md` gives the agreement). The encoders refuse it at `build()`.
     ///
     /// [`Qwen3Reranker`]: crate::rerankers::qwen3::Qwen3Reranker
-    /// [`Qwen3Chat`]: crate::answer::Qwen3Chat
+    /// [`LocalChat`]: crate::answer::LocalChat
     Bf16,
     /// `float16` weights and activations, on a device through candle only
     /// ([`ModelOptions::device`] other than `cpu`): what GPUs run fastest. The crate's own

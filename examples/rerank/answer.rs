@@ -75,7 +75,7 @@ fn qwen3(args: &Args) -> CliResult<Arc<dyn Generator>> {
         .generator_model
         .as_ref()
         .ok_or("--generator qwen3 needs --generator-model MODEL (the Qwen3 chat model)")?;
-    let mut builder = rerank::answer::Qwen3Chat::builder(dir);
+    let mut builder = rerank::answer::LocalChat::builder(dir);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
     }

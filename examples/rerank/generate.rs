@@ -7,7 +7,7 @@
 //!  "decode_seconds": 4.1, "decode_steps": 63, "decode_tokens_per_second": 15.4}
 //! ```
 //!
-//! `load_seconds` is `Qwen3Chat::build` (files read, weights laid out); `prefill_seconds` the
+//! `load_seconds` is `LocalChat::build` (files read, weights laid out); `prefill_seconds` the
 //! prompt's forward pass and the first token; `decode_tokens_per_second` the decode steps after
 //! it (each a forward pass of one token) over their time. All three are measured inside the
 //! process, so with tokenization and start-up they add up to the wall time.
@@ -82,7 +82,7 @@ pub enum WeightsArg {
 
 #[cfg(feature = "models")]
 pub fn run(args: Args) -> CliResult {
-    use rerank::answer::{DecodeParams, Qwen3Chat};
+    use rerank::answer::{DecodeParams, LocalChat};
     use rerank::answer::{Message, Role};
 
     use rerank::models::{ModelOptions, Precision};
@@ -97,7 +97,7 @@ pub fn run(args: Args) -> CliResult {
         },
         ..Default::default()
     };
-    let mut builder = Qwen3Chat::builder(&args.generator_model).options(options);
+    let mut builder = LocalChat::builder(&args.generator_model).options(options);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
     }
@@ -112,7 +112,7 @@ pub fn run(args: Args) -> CliResult {
             messages.push(Message::new(Role::System, s.clone()));
         }
         messages.push(Message::new(Role::User, args.prompt.clone()));
-        Qwen3Chat::chat_prompt(&messages)
+        LocalChat::chat_prompt(&messages)
     };
     let prompt_ids = model.encode(&text, false)?;
     let params = DecodeParams {

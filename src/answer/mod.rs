@@ -1,7 +1,7 @@
 //! Step 9: answers. The [`Generator`] trait with the request and result it works with;
 //! generators; prompts with numbered, labelled context; citations; the grounding check.
 //!
-//! - generators: [`Extractive`] (`extractive`, model-free), `Qwen3Chat` (`qwen3_chat`, feature
+//! - generators: [`Extractive`] (`extractive`, model-free), `LocalChat` (`local_chat`, feature
 //!   `models`), `OpenAiCompatible` (`openai`, feature `http`);
 //! - [`PromptBuilder`] (`prompt`): the context block with `[Source: file, Page N]` labels under a
 //!   token budget;
@@ -10,16 +10,18 @@
 //!
 //! [`Pipeline::answer`](crate::Pipeline::answer) puts these together.
 
+#[cfg(feature = "models")]
+mod chat_format;
 mod citation;
 mod confidence;
 mod extractive;
 mod grounding;
+#[cfg(feature = "models")]
+mod local_chat;
 #[cfg(feature = "http")]
 mod openai;
 mod output;
 mod prompt;
-#[cfg(feature = "models")]
-mod qwen3_chat;
 
 use std::sync::Arc;
 
@@ -33,6 +35,8 @@ pub use grounding::{
     EmbeddingSupport, GroundingChecker, GroundingReport, LexicalSupport, RerankerSupport,
     SentenceCheck, SentenceStatus, SupportScorer, DEFAULT_META_PREFIXES,
 };
+#[cfg(feature = "models")]
+pub use local_chat::{DecodeParams, DecodeTimings, Decoded, LocalChat, LocalChatBuilder};
 #[cfg(feature = "http")]
 pub use openai::{OpenAiCompatible, OpenAiCompatibleBuilder};
 pub use output::{distinct_citations, is_not_enough_information, strip_thinking};
@@ -40,8 +44,6 @@ pub use prompt::{
     parse_prompt, ApproxTokenCounter, ContextBudget, ContextSource, ParsedBlock, ParsedPrompt,
     Prompt, PromptBuilder, TokenCounter, NOT_ENOUGH_INFORMATION, SYSTEM_PROMPT,
 };
-#[cfg(feature = "models")]
-pub use qwen3_chat::{DecodeParams, DecodeTimings, Decoded, Qwen3Chat, Qwen3ChatBuilder};
 
 use serde::{Deserialize, Serialize};
 

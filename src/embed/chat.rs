@@ -26,19 +26,14 @@
 
 use std::collections::BTreeMap;
 
-use minijinja::value::{Kwargs, Value};
-use minijinja::{Environment, ErrorKind};
+use minijinja::value::Value;
 use serde_json::{Map, Value as Json};
 use tokenizers::Tokenizer;
 
 use super::Role;
+use crate::models::chat_template::{self, Template, TEMPLATE_FILE};
 use crate::models::ModelDir;
 use crate::{Error, Result};
-
-/// The file sentence-transformers and transformers 5 save a chat template in.
-const TEMPLATE_FILE: &str = "chat_template.jinja";
-/// The name the template is registered under.
-const NAME: &str = "chat_template";
 
 /// What `sentence_bert_config.json` says of the `message` modality, read with the layout.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,27 +87,10 @@ impl ChatSettings {
     }
 }
 
-/// The chat template of `dir`: `chat_template.jinja`, else `chat_template` of
-/// `tokenizer_config.json` (a string, or a list of named templates of which `default` is
-/// used).
+/// The chat template of `dir` (`chat_template.jinja`, else `tokenizer_config.json`'s), which a
+/// `message` modality needs (`file` names the config that asks for it).
 fn template_source(dir: &ModelDir, file: &std::path::Path) -> Result<String> {
-    let path = dir.path().join(TEMPLATE_FILE);
-    if path.is_file() {
-        return std::fs::read_to_string(&path)
-            .map_err(|e| Error::model(format!("{}: {e}", path.display())));
-    }
-    let config = dir.optional_json("tokenizer_config.json")?;
-    let found = match config.as_ref().and_then(|c| c.get("chat_template")) {
-        Some(Json::String(s)) => Some(s.clone()),
-        Some(Json::Array(named)) => named
-            .iter()
-            .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
-            .and_then(|t| t.get("template"))
-            .and_then(Json::as_str)
-            .map(str::to_string),
-        _ => None,
-    };
-    found.ok_or_else(|| {
+    chat_template::template_source(dir)?.ok_or_else(|| {
         Error::model(format!(
             "{}: key \"modality_config.message\": sentence-transformers formats every text with \
              the tokenizer's chat template, but there is no {TEMPLATE_FILE} and \
@@ -131,7 +109,7 @@ enum Format {
 
 /// The chat template of a model, ready to render and tokenize texts.
 pub(crate) struct ChatTemplate {
-    env: Environment<'static>,
+    template: Template,
     format: Format,
     /// Whether the template reads `task`.
     declares_task: bool,
@@ -169,32 +147,16 @@ impl ChatTemplate {
         tokenizer: &Tokenizer,
         prompts: [Option<String>; 2],
     ) -> Result<Self> {
-        let mut env = environment();
-        env.add_template_owned(NAME, settings.template.clone())
-            .map_err(|e| template_error(dir, &e))?;
-        let template = env
-            .get_template(NAME)
-            .map_err(|e| template_error(dir, &e))?;
-        let declares_task = template.undeclared_variables(false).contains("task");
+        let template =
+            Template::new(settings.template.clone()).map_err(|e| template_error(dir, &e))?;
+        let declares_task = template.declares("task");
         let format = match settings.format.as_deref() {
             Some("flat") => Format::Flat,
             Some("structured") => Format::Structured,
             _ => auto_format(&settings.template),
         };
         let tokenizer_config = dir.optional_json("tokenizer_config.json")?;
-        let mut globals = BTreeMap::new();
-        if let Some(Json::Object(config)) = &tokenizer_config {
-            for (key, value) in config {
-                let token = match value {
-                    Json::String(s) => Some(s.as_str()),
-                    Json::Object(o) => o.get("content").and_then(Json::as_str),
-                    _ => None,
-                };
-                if let (true, Some(token)) = (key.ends_with("_token"), token) {
-                    globals.insert(key.clone(), Value::from(token));
-                }
-            }
-        }
+        let mut globals = chat_template::special_tokens(tokenizer_config.as_ref());
         let truncate_left = tokenizer_config
             .as_ref()
             .and_then(|c| c.get("truncation_side"))
@@ -220,7 +182,7 @@ impl ChatTemplate {
             .with_truncation(None)
             .map_err(|e| Error::tokenizer(format!("{}: {e}", dir.path().display())))?;
         let mut chat = ChatTemplate {
-            env,
+            template,
             format,
             declares_task,
             globals,
@@ -253,11 +215,7 @@ impl ChatTemplate {
         if self.declares_task {
             context.insert("task".into(), Value::from(role.as_str()));
         }
-        let template = self
-            .env
-            .get_template(NAME)
-            .map_err(|e| Error::tokenizer(format!("chat template: {e}")))?;
-        template
+        self.template
             .render(Value::from(context))
             .map_err(|e| Error::tokenizer(format!("chat template: {e:#}")))
     }
@@ -351,183 +309,9 @@ fn template_error(dir: &ModelDir, e: &minijinja::Error) -> Error {
     Error::model(format!("{}: chat template: {e:#}", dir.path().display()))
 }
 
-/// An environment set up as transformers sets up Jinja for chat templates.
-fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_keep_trailing_newline(false);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function(
-        "raise_exception",
-        |message: String| -> std::result::Result<Value, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-        },
-    );
-    env.add_function("strftime_now", strftime_now);
-    env.add_filter("tojson", tojson);
-    env
-}
-
-/// transformers' `strftime_now(format)`: the current UTC time in `format` (`%Y %m %d %B %b
-/// %H %M %S %%`; other directives are kept as written).
-fn strftime_now(format: String) -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    let name = MONTHS[(month - 1) as usize];
-    let mut out = String::new();
-    let mut chars = format.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('B') => out.push_str(name),
-            Some('b') => out.push_str(&name[..3]),
-            Some('H') => out.push_str(&format!("{:02}", rest / 3600)),
-            Some('M') => out.push_str(&format!("{:02}", rest / 60 % 60)),
-            Some('S') => out.push_str(&format!("{:02}", rest % 60)),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// transformers' `tojson`: `json.dumps(value, ensure_ascii=False, indent=indent)` (Python's
-/// separators: `", "` and `": "` on one line, `","` and `": "` when indented).
-fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
-    kwargs.assert_all_used()?;
-    let json = serde_json::to_value(&value)
-        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
-    let mut out = String::new();
-    python_json(&json, indent, 0, &mut out);
-    Ok(Value::from_safe_string(out))
-}
-
-/// `value` as Python's `json.dumps` writes it with `ensure_ascii=False`.
-fn python_json(value: &Json, indent: Option<usize>, depth: usize, out: &mut String) {
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(n) = indent {
-            out.push('\n');
-            out.push_str(&" ".repeat(n * depth));
-        }
-    };
-    let comma = if indent.is_some() { "," } else { ", " };
-    match value {
-        Json::Array(items) if !items.is_empty() => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(comma);
-                }
-                newline(out, depth + 1);
-                python_json(item, indent, depth + 1, out);
-            }
-            newline(out, depth);
-            out.push(']');
-        }
-        Json::Object(map) if !map.is_empty() => {
-            out.push('{');
-            for (i, (key, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(comma);
-                }
-                newline(out, depth + 1);
-                python_string(key, out);
-                out.push_str(": ");
-                python_json(item, indent, depth + 1, out);
-            }
-            newline(out, depth);
-            out.push('}');
-        }
-        Json::String(s) => python_string(s, out),
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-/// A JSON string as Python writes it with `ensure_ascii=False`.
-fn python_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tojson_writes_what_python_writes() {
-        let v: Json = serde_json::json!({"a": [1, "é\n"], "b": {}, "c": null});
-        let mut out = String::new();
-        python_json(&v, None, 0, &mut out);
-        assert_eq!(out, r#"{"a": [1, "é\n"], "b": {}, "c": null}"#);
-        let mut out = String::new();
-        python_json(&v, Some(2), 0, &mut out);
-        assert_eq!(
-            out,
-            "{\n  \"a\": [\n    1,\n    \"é\\n\"\n  ],\n  \"b\": {},\n  \"c\": null\n}"
-        );
-    }
-
-    #[test]
-    fn strftime_now_fills_the_directives() {
-        let s = strftime_now("%Y-%m-%d %b %% %q".into());
-        let parts: Vec<&str> = s.split(' ').collect();
-        assert_eq!(parts.len(), 4, "{s}");
-        assert_eq!(parts[0].len(), 10, "{s}");
-        assert_eq!(parts[1].len(), 3, "{s}");
-        assert_eq!(&parts[2..], ["%", "%q"]);
-    }
 
     #[test]
     fn the_format_is_structured_when_the_template_reads_parts() {

@@ -45,6 +45,7 @@
 //! and the memory map are in `crate::simd`.
 
 pub(crate) mod bert;
+pub(crate) mod chat_template;
 mod config;
 pub(crate) mod deberta;
 mod device;

@@ -8,7 +8,7 @@ use crate::{Error, Precision, Result};
 
 /// Options shared by every model builder ([`CrossEncoder`](crate::CrossEncoder),
 /// [`BertEmbedder`](crate::BertEmbedder), [`Qwen3Reranker`](crate::Qwen3Reranker),
-/// [`Qwen3Chat`](crate::answer::Qwen3Chat)): one name
+/// [`LocalChat`](crate::answer::LocalChat)): one name
 /// per option whatever the model. `None` means the model's own default, which each builder
 /// documents.
 ///

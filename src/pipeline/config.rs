@@ -329,7 +329,7 @@ impl PipelineConfig {
                 f(&format!("classifier.lexicons[{i}]"), p)?;
             }
         }
-        if let Some(GeneratorConfig::Qwen3Chat { model, .. }) = &mut self.generator {
+        if let Some(GeneratorConfig::LocalChat { model, .. }) = &mut self.generator {
             f("generator.model", model)?;
         }
         if let Some(ServeSection {

@@ -228,7 +228,7 @@ impl Pipeline {
             (_, None) => Some("no embedder for the hypothetical document".into()),
             (Some(g), _) if !g.writes_freely() => Some(format!(
                 "the {} generator only quotes its sources: it writes no hypothetical \
-                 document (configure a language model, e.g. qwen3_chat)",
+                 document (configure a language model, e.g. local_chat)",
                 g.name()
             )),
             _ => None,

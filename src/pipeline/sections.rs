@@ -784,8 +784,12 @@ pub enum GeneratorConfig {
         #[serde(default = "default_sentences")]
         max_sentences: usize,
     },
-    /// Qwen3 chat from a local directory (feature `models`).
-    Qwen3Chat {
+    /// A chat model from a local directory, run on the crate's CPU kernels (feature
+    /// `models`): Qwen3, Qwen2 / Qwen2.5, Llama and Mistral checkpoints
+    /// ([`LocalChat`](crate::answer::LocalChat)). `type: local_chat`; `qwen3_chat`, its
+    /// former name, is read as the same.
+    #[serde(alias = "qwen3_chat")]
+    LocalChat {
         /// The model directory.
         model: PathBuf,
         /// The number format of the decoder's matrices: `f32` (default) or `bf16`
@@ -823,8 +827,8 @@ impl GeneratorConfig {
             GeneratorConfig::Extractive { max_sentences } => Ok(Arc::new(
                 crate::Extractive::new().max_sentences(*max_sentences)?,
             )),
-            GeneratorConfig::Qwen3Chat { model, precision } => {
-                qwen3_chat(model, precision.unwrap_or_default())
+            GeneratorConfig::LocalChat { model, precision } => {
+                local_chat(model, precision.unwrap_or_default())
             }
             GeneratorConfig::Openai {
                 base_url,
@@ -837,17 +841,17 @@ impl GeneratorConfig {
 }
 
 #[cfg(feature = "models")]
-fn qwen3_chat(model: &Path, precision: Precision) -> Result<Arc<dyn Generator>> {
+fn local_chat(model: &Path, precision: Precision) -> Result<Arc<dyn Generator>> {
     let options = crate::models::ModelOptions::default().precision(precision);
     Ok(Arc::new(
-        crate::Qwen3Chat::builder(model).options(options).build()?,
+        crate::LocalChat::builder(model).options(options).build()?,
     ))
 }
 
 #[cfg(not(feature = "models"))]
-fn qwen3_chat(_model: &Path, _precision: Precision) -> Result<Arc<dyn Generator>> {
+fn local_chat(_model: &Path, _precision: Precision) -> Result<Arc<dyn Generator>> {
     Err(Error::Config(
-        "generator: qwen3_chat needs the `models` feature of rerank".into(),
+        "generator: local_chat needs the `models` feature of rerank".into(),
     ))
 }
 

@@ -576,7 +576,7 @@ fn what_the_candle_engine_does_not_run_is_refused_at_build() {
             "{e}"
         );
     }
-    let chat = rerank::answer::Qwen3Chat::builder(local("mxbai_v2_tiny/model"))
+    let chat = rerank::answer::LocalChat::builder(local("mxbai_v2_tiny/model"))
         .options(candle())
         .build()
         .unwrap_err()

@@ -35,6 +35,7 @@ mod hyde;
 mod ingest;
 mod int8;
 mod load_reranker;
+mod local_chat;
 mod milvus;
 mod model_fixtures;
 mod modernbert;

@@ -1,11 +1,11 @@
-//! Qwen3Chat parity with the transformers reference (`qwen3_tiny_a/greedy.json`): prompt
+//! LocalChat parity with the transformers reference (`qwen3_tiny_a/greedy.json`): prompt
 //! tokenization, first-step logits, 24 greedy ids per prompt; KV cache vs none; seeded sampling;
 //! stop tokens; the chat template.
 #![cfg(feature = "models")]
 
 use std::path::Path;
 
-use rerank::answer::{DecodeParams, Qwen3Chat};
+use rerank::answer::{DecodeParams, LocalChat};
 use rerank::answer::{GenerationRequest, Message, Role};
 use rerank::models::{ModelOptions, Precision};
 use rerank::Generator;
@@ -25,13 +25,13 @@ struct Case {
     top5_logits: Vec<f32>,
 }
 
-fn load() -> Option<(Qwen3Chat, Vec<Case>)> {
+fn load() -> Option<(LocalChat, Vec<Case>)> {
     let dir = Path::new(FIXTURE);
     if !dir.join("model/model.safetensors").is_file() || !dir.join("greedy.json").is_file() {
         crate::common::skip(&format!("skipping: {FIXTURE} is absent"));
         return None;
     }
-    let model = Qwen3Chat::from_dir(dir.join("model")).unwrap();
+    let model = LocalChat::from_dir(dir.join("model")).unwrap();
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("greedy.json")).unwrap()).unwrap();
     let u32s = |v: &Value| -> Vec<u32> {
@@ -159,7 +159,7 @@ fn a_sliding_window_decodes_the_same_with_and_without_the_cache() {
     config["max_window_layers"] = Value::from(1);
     config.as_object_mut().unwrap().remove("layer_types");
     std::fs::write(&path, config.to_string()).unwrap();
-    let sliding = Qwen3Chat::from_dir(&dir).unwrap();
+    let sliding = LocalChat::from_dir(&dir).unwrap();
     let mut changed = 0;
     for c in &cases {
         let cached = sliding.generate_ids(&c.prompt_ids, &greedy(24)).unwrap();
@@ -231,7 +231,7 @@ fn the_generator_uses_the_chat_template_without_thinking() {
     let Some((model, cases)) = load() else { return };
     // Case 0 is the chat template applied to one user message; case 1 to system + user.
     let user_only = [Message::new(Role::User, "What is Taylor's KTN?")];
-    assert_eq!(Qwen3Chat::chat_prompt(&user_only), cases[0].prompt);
+    assert_eq!(LocalChat::chat_prompt(&user_only), cases[0].prompt);
     let with_system = [
         Message::new(Role::System, "Answer only from the context."),
         Message::new(
@@ -239,7 +239,7 @@ fn the_generator_uses_the_chat_template_without_thinking() {
             "Context:\n[1] report.pdf p.3: Revenue was $5M in 2023.\n\nQuestion: What was the revenue?",
         ),
     ];
-    assert_eq!(Qwen3Chat::chat_prompt(&with_system), cases[1].prompt);
+    assert_eq!(LocalChat::chat_prompt(&with_system), cases[1].prompt);
 
     let request = GenerationRequest {
         messages: with_system.to_vec(),
@@ -282,7 +282,7 @@ fn bf16_weights_track_f32() {
     let Some((f32_model, cases)) = load() else {
         return;
     };
-    let bf16 = Qwen3Chat::builder(Path::new(FIXTURE).join("model"))
+    let bf16 = LocalChat::builder(Path::new(FIXTURE).join("model"))
         .options(ModelOptions::default().precision(Precision::Bf16))
         .build()
         .unwrap();
@@ -315,7 +315,7 @@ fn precisions_other_than_f32_and_bf16_are_refused() {
         crate::common::skip(&format!("skipping: {FIXTURE} is absent"));
         return;
     }
-    let e = Qwen3Chat::builder(&dir)
+    let e = LocalChat::builder(&dir)
         .options(ModelOptions::default().precision(Precision::Int8))
         .build()
         .unwrap_err()

@@ -365,7 +365,7 @@ fn hostile_sizes_in_a_cross_encoder_config_are_model_errors_naming_the_key() {
 #[cfg(feature = "models")]
 #[test]
 fn hostile_sizes_in_a_qwen3_config_are_model_errors_naming_the_key() {
-    use rerank::answer::Qwen3Chat;
+    use rerank::answer::LocalChat;
     use rerank::models::ModelOptions;
     use rerank::rerankers::{load_reranker, Qwen3Reranker};
     let cases: [(&str, u64); 8] = [
@@ -394,7 +394,7 @@ fn hostile_sizes_in_a_qwen3_config_are_model_errors_naming_the_key() {
         let errors = [
             Qwen3Reranker::from_dir(&dir).err(),
             load_reranker(&dir, &ModelOptions::default()).err(),
-            Qwen3Chat::builder(&dir).build().err(),
+            LocalChat::builder(&dir).build().err(),
         ];
         for e in errors {
             let e = e.unwrap_or_else(|| panic!("{key} {value} was accepted"));

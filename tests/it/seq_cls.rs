@@ -259,8 +259,8 @@ fn a_sequence_classifier_is_not_an_embedder_or_a_generator() {
     let m = model_error(rerank::load_embedder(&dir, &options()), "load_embedder");
     assert!(m.contains("Qwen3ForSequenceClassification"), "{m}");
     let m = model_error(
-        rerank::answer::Qwen3Chat::builder(&dir).build(),
-        "Qwen3Chat",
+        rerank::answer::LocalChat::builder(&dir).build(),
+        "LocalChat",
     );
     assert!(
         m.contains("sequence classifier") && m.contains("load_reranker"),

@@ -557,7 +557,7 @@ fn legal_router_routes_caches_by_act_and_persists() {
     assert!(!p.hyde);
     let off = p.hyde_off.as_deref().unwrap();
     assert!(
-        off.contains("extractive") && off.contains("qwen3_chat"),
+        off.contains("extractive") && off.contains("local_chat"),
         "{off}"
     );
     assert!(p.answer_cache);
@@ -1363,10 +1363,10 @@ fn two_phase_kb_falls_back_to_embedding_cosine_when_qwen3_fails() {
 /// Issue 53, legal router: HyDE runs in the shipped system with a generator that writes (the
 /// tiny random Qwen3 chat model): a complex question is searched with a hypothetical answer.
 #[test]
-fn the_legal_router_runs_hyde_with_a_qwen3_chat_model() {
+fn the_legal_router_runs_hyde_with_a_local_chat_model() {
     let db = TempDb::new("hyde-qwen3");
     let mut config = legal(&db);
-    config.generator = Some(rerank::pipeline::GeneratorConfig::Qwen3Chat {
+    config.generator = Some(rerank::pipeline::GeneratorConfig::LocalChat {
         model: PathBuf::from(QWEN3_TINY),
         precision: None,
     });

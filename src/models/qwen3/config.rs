@@ -55,16 +55,38 @@ impl DecoderFamily {
         }
     }
 
+    /// Every family.
+    pub const ALL: [DecoderFamily; 4] = [
+        DecoderFamily::Qwen3,
+        DecoderFamily::Qwen2,
+        DecoderFamily::Llama,
+        DecoderFamily::Mistral,
+    ];
+
     /// The family whose `model_type` is `model_type` (`qwen3`, `qwen2`, `llama`, `mistral`).
     pub fn from_model_type(model_type: &str) -> Option<Self> {
-        [
-            DecoderFamily::Qwen3,
-            DecoderFamily::Qwen2,
-            DecoderFamily::Llama,
-            DecoderFamily::Mistral,
-        ]
-        .into_iter()
-        .find(|f| f.model_type() == model_type)
+        Self::ALL.into_iter().find(|f| f.model_type() == model_type)
+    }
+
+    /// The family of a causal language model's `config.json` text: the first of its
+    /// `architectures` that is a family's `*ForCausalLM`, or, when it names no architecture, its
+    /// `model_type`. `None` for anything else (a sequence classifier, a bare decoder, another
+    /// architecture, text that is not JSON).
+    pub fn of_causal_lm(text: &str) -> Option<Self> {
+        #[derive(Deserialize)]
+        struct Names {
+            #[serde(default)]
+            architectures: Vec<String>,
+            model_type: Option<String>,
+        }
+        let names: Names = serde_json::from_str(text).ok()?;
+        if names.architectures.is_empty() {
+            return names.model_type.as_deref().and_then(Self::from_model_type);
+        }
+        names
+            .architectures
+            .iter()
+            .find_map(|a| Self::ALL.into_iter().find(|f| f.architecture() == a))
     }
 
     /// The architecture name of the family's sequence classifier (the decoder with a `score`
@@ -663,5 +685,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("is not LlamaForCausalLM"), "{e}");
+    }
+
+    #[test]
+    fn the_family_of_a_causal_lm_is_its_architecture_or_model_type() {
+        let of = DecoderFamily::of_causal_lm;
+        assert_eq!(of(TINY), Some(DecoderFamily::Qwen3));
+        assert_eq!(
+            of(r#"{"architectures": ["LlamaForCausalLM"], "model_type": "mistral"}"#),
+            Some(DecoderFamily::Llama)
+        );
+        assert_eq!(
+            of(r#"{"architectures": ["MistralForCausalLM"]}"#),
+            Some(DecoderFamily::Mistral)
+        );
+        assert_eq!(of(r#"{"model_type": "qwen2"}"#), Some(DecoderFamily::Qwen2));
+        for none in [
+            r#"{"architectures": ["Qwen3ForSequenceClassification"], "model_type": "qwen3"}"#,
+            r#"{"architectures": ["MistralModel"], "model_type": "mistral"}"#,
+            r#"{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}"#,
+            r#"{"model_type": "gpt2"}"#,
+            "not json",
+        ] {
+            assert_eq!(of(none), None, "{none}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Qwen3 decoders (`Qwen3ForCausalLM`) on the shared CPU kernels: one home for the Qwen3 model
 //! family, used by the reranker (`rerankers::qwen3`) and the chat generator
-//! (`answer::qwen3_chat`). The same code runs Qwen2 decoders (`Qwen2ForCausalLM`, for
+//! (`answer::local_chat`). The same code runs Qwen2 decoders (`Qwen2ForCausalLM`, for
 //! mxbai-rerank-v2 in `rerankers::mxbai`): [`DecoderFamily`] says which, and the two differ
 //! only in q/k/v biases (Qwen2) and per-head q/k norms (Qwen3).
 //!

@@ -1,25 +1,34 @@
-//! [`Qwen3Chat`]: a Qwen3 causal language model as a [`Generator`]: the chat template, the
-//! stop rules and sampling. The model itself (the packed prefill, the KV cache, the decode
-//! step) is `models::qwen3::generate`, on the same kernels as the Qwen3 reranker.
+//! [`LocalChat`]: a decoder-only chat model (Qwen3, Qwen2 / Qwen2.5, Llama 2 / 3, Mistral) as a
+//! [`Generator`]: the prompt, the stop rules and sampling. The model itself (the packed
+//! prefill, the KV cache, the decode step) is `models::qwen3::generate`, on the same kernels
+//! as the Qwen3 reranker and the decoder embedders.
 //!
-//! Weights load from a local directory (`config.json`, `model.safetensors` or a sharded
-//! `model.safetensors.index.json`, `tokenizer.json`), in f32 or, opt-in, bf16
-//! ([`Precision::Bf16`]). Decoding keeps a KV cache (the prompt is run once, then one token per
-//! step), and is greedy when the temperature is 0, else temperature plus top-p sampling with a
-//! seed. Prompts use the Qwen3 chat template with thinking disabled.
+//! Weights load from a local directory (`config.json` naming `Qwen3ForCausalLM`,
+//! `Qwen2ForCausalLM`, `LlamaForCausalLM` or `MistralForCausalLM`; `model.safetensors` or a
+//! sharded `model.safetensors.index.json`; `tokenizer.json`), in f32 or, opt-in, bf16
+//! ([`Precision::Bf16`]). Prompts are the model's chat template (`chat_template.jinja`, else
+//! `tokenizer_config.json`'s `chat_template`) rendered as transformers renders it, with
+//! `add_generation_prompt` and, for Qwen3, thinking off (`chat_format`); a Qwen checkpoint
+//! without a template gets ChatML. Decoding stops at the config's, `generation_config.json`'s
+//! and the tokenizer's end-of-sequence tokens; it keeps a KV cache (the prompt is run once,
+//! then one token per step), and is greedy when the temperature is 0, else temperature plus
+//! top-p sampling with a seed.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use minijinja::value::Value;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokenizers::Tokenizer;
 
-use super::{Generation, GenerationRequest, Generator, Message, Role, TokenCounter};
+use super::chat_format::{chat_ml, ChatFormat};
+use super::{Generation, GenerationRequest, Generator, Message, TokenCounter};
+use crate::models::chat_template::{self, Template};
 use crate::models::qwen3::generate::{CausalLm, DecodeState};
-use crate::models::qwen3::Qwen3Config;
-use crate::models::{ModelOptions, ModelPool, Precision};
+use crate::models::qwen3::{DecoderFamily, Qwen3Config};
+use crate::models::{ModelDir, ModelOptions, ModelPool, Precision};
 use crate::{Error, Result};
 
 /// How to decode one sequence.
@@ -57,7 +66,7 @@ impl Default for DecodeParams {
     }
 }
 
-/// The result of [`Qwen3Chat::generate_ids`].
+/// The result of [`LocalChat::generate_ids`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {
     /// The new token ids (a stop token that ended decoding is not included).
@@ -68,7 +77,7 @@ pub struct Decoded {
     pub timings: DecodeTimings,
 }
 
-/// Time spent in one [`Qwen3Chat::generate_ids`] call, measured inside it.
+/// Time spent in one [`LocalChat::generate_ids`] call, measured inside it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct DecodeTimings {
     /// The prompt's forward pass (up to the first new token's logits).
@@ -92,16 +101,19 @@ impl DecodeTimings {
     }
 }
 
-/// A Qwen3 chat model.
+/// A chat model on the crate's CPU kernels: Qwen3, Qwen2 / Qwen2.5, Llama and Mistral
+/// checkpoints (see the [module](self) for what it reads).
 ///
 /// One model holds one decode state (the KV cache and step buffers, reused from call to
 /// call), so calls on the same instance run one at a time (a mutex serializes them); share it
 /// behind an `Arc` and load a second instance for parallel decoding.
-pub struct Qwen3Chat {
+pub struct LocalChat {
     model: CausalLm,
     state: Mutex<DecodeState>,
     pool: ModelPool,
     tokenizer: Tokenizer,
+    format: ChatFormat,
+    family: DecoderFamily,
     max_positions: usize,
     vocab_size: usize,
     stop_ids: Vec<u32>,
@@ -109,9 +121,10 @@ pub struct Qwen3Chat {
     precision: Precision,
 }
 
-impl std::fmt::Debug for Qwen3Chat {
+impl std::fmt::Debug for LocalChat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Qwen3Chat")
+        f.debug_struct("LocalChat")
+            .field("family", &self.family)
             .field("vocab_size", &self.vocab_size)
             .field("max_positions", &self.max_positions)
             .field("stop_ids", &self.stop_ids)
@@ -121,20 +134,23 @@ impl std::fmt::Debug for Qwen3Chat {
     }
 }
 
-/// Loads a [`Qwen3Chat`]; [`Qwen3ChatBuilder::build`] checks the files.
+/// Loads a [`LocalChat`]; [`LocalChatBuilder::build`] checks the files.
 #[derive(Debug, Clone)]
-pub struct Qwen3ChatBuilder {
+pub struct LocalChatBuilder {
     dir: PathBuf,
     tokenizer: Option<PathBuf>,
     use_kv_cache: bool,
     extra_stop_tokens: Vec<String>,
     options: ModelOptions,
+    chat_template: Option<String>,
+    thinking: bool,
+    template_variables: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Positions a model is loaded for when its config names no `max_position_embeddings`.
 const DEFAULT_MAX_POSITIONS: usize = 32_768;
 
-impl Qwen3ChatBuilder {
+impl LocalChatBuilder {
     /// Reads `tokenizer.json` from `path` instead of the model directory.
     pub fn tokenizer(mut self, path: impl Into<PathBuf>) -> Self {
         self.tokenizer = Some(path.into());
@@ -144,6 +160,29 @@ impl Qwen3ChatBuilder {
     /// Decode with a KV cache (default true).
     pub fn use_kv_cache(mut self, on: bool) -> Self {
         self.use_kv_cache = on;
+        self
+    }
+
+    /// Renders prompts with this chat template (Jinja source, as `chat_template.jinja` holds)
+    /// instead of the model directory's; needed for a Llama or Mistral checkpoint saved
+    /// without one.
+    pub fn chat_template(mut self, source: impl Into<String>) -> Self {
+        self.chat_template = Some(source.into());
+        self
+    }
+
+    /// Lets a model that can think before answering (Qwen3) do so: the template gets
+    /// `enable_thinking` true (default false: answers come without a `<think>` block, as
+    /// the answer prompts expect).
+    pub fn thinking(mut self, on: bool) -> Self {
+        self.thinking = on;
+        self
+    }
+
+    /// Passes a variable to the chat template besides `messages` (for example Llama 3's
+    /// `date_string`, or a template's own switches); the last value given for a name wins.
+    pub fn template_variable(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
+        self.template_variables.insert(name.into(), value);
         self
     }
 
@@ -163,47 +202,46 @@ impl Qwen3ChatBuilder {
     }
 
     /// Loads the model on the CPU.
-    pub fn build(self) -> Result<Qwen3Chat> {
+    pub fn build(self) -> Result<LocalChat> {
         let dir = &self.dir;
-        self.options.validate("Qwen3Chat", 1)?;
+        self.options.validate("LocalChat", 1)?;
         let precision = self.options.precision;
         if self.options.device.uses_candle() {
             return Err(Error::Config(format!(
-                "Qwen3Chat: generation runs on the crate's own CPU kernels only (device cpu, \
+                "LocalChat: generation runs on the crate's own CPU kernels only (device cpu, \
                  not {})",
                 self.options.device
             )));
         }
         if !matches!(precision, Precision::F32 | Precision::Bf16) {
             return Err(Error::Config(format!(
-                "Qwen3Chat: precision {precision} is not supported (f32 or bf16)"
+                "LocalChat: precision {precision} is not supported (f32 or bf16)"
             )));
         }
         // Says whether the directory does not exist, is not one, or has no config.json.
-        let config_path = crate::models::ModelDir::open(dir)?
-            .path()
-            .join("config.json");
-        let config = Qwen3Config::from_file(&config_path)?;
-        if config.sequence_classifier {
-            return Err(Error::model(format!(
-                "{}: a sequence classifier (Qwen3ForSequenceClassification) has no language-model \
-                 head to generate with; it loads as a reranker (load_reranker)",
-                config_path.display()
-            )));
-        }
+        let model_dir = ModelDir::open(dir)?;
+        let config_path = model_dir.path().join("config.json");
         let config_text =
             std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
         let raw: serde_json::Value = serde_json::from_str(&config_text)
             .map_err(|e| Error::parse(config_path.display().to_string(), e))?;
+        let family = causal_lm_family(&config_path, &config_text, &raw)?;
+        let config = Qwen3Config::from_file_for(&config_path, family)?;
+        let format = self.chat_format(&model_dir, family)?;
 
         let tokenizer_path = self
             .tokenizer
             .clone()
             .unwrap_or_else(|| dir.join("tokenizer.json"));
         if !tokenizer_path.is_file() {
+            let hint = match family {
+                DecoderFamily::Qwen3 => {
+                    " (Qwen3's can be fetched with scripts/fetch_qwen3_tokenizer.sh)"
+                }
+                _ => "",
+            };
             return Err(Error::tokenizer(format!(
-                "{} not found: pass a Qwen3 tokenizer.json explicitly (the official one can be \
-                 fetched with scripts/fetch_qwen3_tokenizer.sh)",
+                "{} not found: pass the model's tokenizer.json explicitly{hint}",
                 tokenizer_path.display()
             )));
         }
@@ -222,7 +260,7 @@ impl Qwen3ChatBuilder {
             .max_length
             .or(config.max_position_embeddings)
             .unwrap_or(DEFAULT_MAX_POSITIONS);
-        let pool = self.options.thread_pool("qwen3-chat")?;
+        let pool = self.options.thread_pool("local-chat")?;
         // The tokenizer (about 0.35 s for Qwen3's) loads while the layers do.
         let (model, tokenizer) = pool.install(|| {
             rayon::join(
@@ -245,20 +283,19 @@ impl Qwen3ChatBuilder {
                 add(id);
             }
         }
-        match raw.get("eos_token_id") {
-            Some(serde_json::Value::Number(n)) => {
-                if let Some(id) = n.as_u64().and_then(|v| u32::try_from(v).ok()) {
-                    add(id);
-                }
+        let generation = model_dir.optional_json("generation_config.json")?;
+        for config in [Some(&raw), generation.as_ref()].into_iter().flatten() {
+            for id in eos_ids(config.get("eos_token_id")) {
+                add(id);
             }
-            Some(serde_json::Value::Array(ids)) => {
-                for id in ids.iter().filter_map(|v| v.as_u64()) {
-                    if let Ok(id) = u32::try_from(id) {
-                        add(id);
-                    }
-                }
-            }
-            _ => {}
+        }
+        let tokenizer_config = model_dir.optional_json("tokenizer_config.json")?;
+        if let Some(eos) = chat_template::special_tokens(tokenizer_config.as_ref())
+            .get("eos_token")
+            .and_then(|t| t.as_str())
+            .and_then(|t| tokenizer.token_to_id(t))
+        {
+            add(eos);
         }
         for token in &self.extra_stop_tokens {
             let id = tokenizer.token_to_id(token).ok_or_else(|| {
@@ -267,29 +304,121 @@ impl Qwen3ChatBuilder {
             add(id);
         }
 
-        Ok(Qwen3Chat {
+        Ok(LocalChat {
             vocab_size: model.input_vocab().min(model.vocab_size()),
             max_positions: model.max_positions(),
             model,
             state: Mutex::new(state),
             pool,
             tokenizer,
+            format,
+            family,
             stop_ids,
             use_kv_cache: self.use_kv_cache,
             precision,
         })
     }
+
+    /// The prompt format: the builder's template, else the directory's, else the family's
+    /// built-in one; a Llama or Mistral checkpoint without a template is an error.
+    fn chat_format(&self, dir: &ModelDir, family: DecoderFamily) -> Result<ChatFormat> {
+        let source = match &self.chat_template {
+            Some(source) => Some(source.clone()),
+            None => chat_template::template_source(dir)?,
+        };
+        let Some(source) = source else {
+            return ChatFormat::builtin(family, self.thinking).ok_or_else(|| {
+                Error::model(format!(
+                    "{}: no chat template (no {} and no chat_template in tokenizer_config.json); \
+                     a {} checkpoint needs one to write prompts: pass it with \
+                     LocalChatBuilder::chat_template",
+                    dir.path().display(),
+                    chat_template::TEMPLATE_FILE,
+                    family.architecture()
+                ))
+            });
+        };
+        let template = Template::new(source)
+            .map_err(|e| Error::model(format!("{}: chat template: {e:#}", dir.path().display())))?;
+        let tokenizer_config = dir.optional_json("tokenizer_config.json")?;
+        let mut variables = chat_template::special_tokens(tokenizer_config.as_ref());
+        variables.insert("add_generation_prompt".into(), Value::from(true));
+        variables.insert("tools".into(), Value::from(()));
+        variables.insert("documents".into(), Value::from(()));
+        variables.insert("enable_thinking".into(), Value::from(self.thinking));
+        for (name, value) in &self.template_variables {
+            variables.insert(name.clone(), Value::from_serialize(value));
+        }
+        Ok(ChatFormat::Template {
+            template: Box::new(template),
+            variables,
+        })
+    }
 }
 
-impl Qwen3Chat {
+/// The family of the causal LM `config.json` describes, or an error naming what it is.
+fn causal_lm_family(
+    path: &std::path::Path,
+    text: &str,
+    raw: &serde_json::Value,
+) -> Result<DecoderFamily> {
+    if let Some(family) = DecoderFamily::of_causal_lm(text) {
+        return Ok(family);
+    }
+    let architectures = raw.get("architectures").cloned().unwrap_or_default();
+    let names: Vec<&str> = architectures
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str())
+        .collect();
+    if let Some(classifier) = names
+        .iter()
+        .find(|a| a.ends_with("ForSequenceClassification"))
+    {
+        return Err(Error::model(format!(
+            "{}: a sequence classifier ({classifier}) has no language-model head to generate \
+             with; it loads as a reranker (load_reranker)",
+            path.display()
+        )));
+    }
+    let supported: Vec<&str> = DecoderFamily::ALL
+        .iter()
+        .map(|f| f.architecture())
+        .collect();
+    Err(Error::model(format!(
+        "{}: architectures {names:?} (model_type {}): LocalChat generates with {}",
+        path.display(),
+        raw.get("model_type").unwrap_or(&serde_json::Value::Null),
+        supported.join(", ")
+    )))
+}
+
+/// The ids of an `eos_token_id` entry (a number or a list of numbers).
+fn eos_ids(value: Option<&serde_json::Value>) -> Vec<u32> {
+    let ids: Vec<&serde_json::Value> = match value {
+        Some(serde_json::Value::Array(ids)) => ids.iter().collect(),
+        Some(id) => vec![id],
+        None => Vec::new(),
+    };
+    ids.into_iter()
+        .filter_map(|v| v.as_u64())
+        .filter_map(|v| u32::try_from(v).ok())
+        .collect()
+}
+
+impl LocalChat {
     /// A builder for the model in `dir`.
-    pub fn builder(dir: impl Into<PathBuf>) -> Qwen3ChatBuilder {
-        Qwen3ChatBuilder {
+    pub fn builder(dir: impl Into<PathBuf>) -> LocalChatBuilder {
+        LocalChatBuilder {
             dir: dir.into(),
             tokenizer: None,
             use_kv_cache: true,
             extra_stop_tokens: Vec::new(),
             options: ModelOptions::default(),
+            chat_template: None,
+            thinking: false,
+            template_variables: serde_json::Map::new(),
         }
     }
 
@@ -298,34 +427,33 @@ impl Qwen3Chat {
         Self::builder(dir).build()
     }
 
-    /// The Qwen3 chat template with thinking disabled: each message (content trimmed) as
+    /// Qwen3's built-in prompt (used for a Qwen3 checkpoint saved without a chat template),
+    /// thinking disabled: each message (content trimmed) as
     /// `<|im_start|>{role}\n{content}<|im_end|>\n`, then
-    /// `<|im_start|>assistant\n<think>\n\n</think>\n\n`.
+    /// `<|im_start|>assistant\n<think>\n\n</think>\n\n`. [`LocalChat::prompt`] is what a
+    /// loaded model writes.
     ///
     /// ```
-    /// use rerank::answer::Qwen3Chat;
+    /// use rerank::answer::LocalChat;
     /// use rerank::answer::{Message, Role};
     /// assert_eq!(
-    ///     Qwen3Chat::chat_prompt(&[Message::new(Role::User, "Hi")]),
+    ///     LocalChat::chat_prompt(&[Message::new(Role::User, "Hi")]),
     ///     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     /// );
     /// ```
     pub fn chat_prompt(messages: &[Message]) -> String {
-        let mut out = String::new();
-        for m in messages {
-            let role = match m.role {
-                Role::System => "system",
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            out.push_str("<|im_start|>");
-            out.push_str(role);
-            out.push('\n');
-            out.push_str(m.content.trim());
-            out.push_str("<|im_end|>\n");
+        chat_ml(messages, true, false)
+    }
+
+    /// The prompt this model is given for `messages`: its chat template rendered with the
+    /// generation prompt (or the built-in ChatML of a Qwen checkpoint without one); a system
+    /// message the template refuses is folded into the first user message. An error when the
+    /// template raises one for these messages.
+    pub fn prompt(&self, messages: &[Message]) -> Result<String> {
+        if messages.is_empty() {
+            return Err(Error::InvalidInput("the request has no messages".into()));
         }
-        out.push_str("<|im_start|>assistant\n<think>\n\n</think>\n\n");
-        out
+        self.format.prompt(messages)
     }
 
     /// The token ids of `text`. Special-token strings in the text (`<|im_start|>`) become their
@@ -345,7 +473,9 @@ impl Qwen3Chat {
             .map_err(|e| Error::tokenizer(format!("decoding failed: {e}")))
     }
 
-    /// The default stop token ids (`<|im_end|>`, `<|endoftext|>`, the config's EOS).
+    /// The default stop token ids: `<|im_end|>` and `<|endoftext|>` where the vocabulary has
+    /// them, the `eos_token_id` of `config.json` and `generation_config.json`, the
+    /// tokenizer's `eos_token`, and the builder's [`stop_token`](LocalChatBuilder::stop_token)s.
     pub fn stop_ids(&self) -> &[u32] {
         &self.stop_ids
     }
@@ -564,12 +694,9 @@ impl Sampler {
     }
 }
 
-impl Generator for Qwen3Chat {
+impl Generator for LocalChat {
     fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
-        if request.messages.is_empty() {
-            return Err(Error::InvalidInput("the request has no messages".into()));
-        }
-        let prompt = Self::chat_prompt(&request.messages);
+        let prompt = self.prompt(&request.messages)?;
         let ids = self.encode(&prompt, false)?;
         let params = self.params_for(request);
         let out = self.generate_ids(&ids, &params)?;
@@ -592,11 +719,11 @@ impl Generator for Qwen3Chat {
     }
 
     fn name(&self) -> &str {
-        "qwen3-chat"
+        "local-chat"
     }
 }
 
-impl TokenCounter for Qwen3Chat {
+impl TokenCounter for LocalChat {
     fn count_tokens(&self, text: &str) -> usize {
         match self.encode(text, false) {
             Ok(ids) => ids.len(),
