@@ -16,8 +16,10 @@ use crate::CliResult;
 enum GeneratorKind {
     /// Model-free: quotes the best-matching sentences.
     Extractive,
-    /// A Qwen3 chat model from --generator-model (needs the `models` feature).
-    Qwen3,
+    /// A local chat model (Qwen3, Qwen2.5, Llama, Mistral) from --generator-model, on the
+    /// CPU (needs the `models` feature); `qwen3` is its former name.
+    #[value(alias = "qwen3")]
+    Local,
     /// An OpenAI-compatible server at --base-url serving --generator-model (needs the `http`
     /// feature).
     Openai,
@@ -30,11 +32,11 @@ pub struct Args {
     /// Which generator writes the answer.
     #[arg(long, value_enum, default_value = "extractive")]
     generator: GeneratorKind,
-    /// The generator's model. qwen3: the Qwen3 chat model's directory (it runs on cpu, in
-    /// f32). openai: the model name the server knows.
+    /// The generator's model. local: the chat model's directory (it runs on cpu, in f32).
+    /// openai: the model name the server knows.
     #[arg(long, value_name = "MODEL")]
     generator_model: Option<String>,
-    /// qwen3: a tokenizer.json to use instead of the one in the model directory.
+    /// local: a tokenizer.json to use instead of the one in the model directory.
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
     /// openai: the API root (the key comes from OPENAI_API_KEY).
@@ -64,17 +66,17 @@ pub struct Args {
 fn generator(args: &Args) -> CliResult<Arc<dyn Generator>> {
     match args.generator {
         GeneratorKind::Extractive => Ok(Arc::new(Extractive::default())),
-        GeneratorKind::Qwen3 => qwen3(args),
+        GeneratorKind::Local => local(args),
         GeneratorKind::Openai => openai(args),
     }
 }
 
 #[cfg(feature = "models")]
-fn qwen3(args: &Args) -> CliResult<Arc<dyn Generator>> {
+fn local(args: &Args) -> CliResult<Arc<dyn Generator>> {
     let dir = args
         .generator_model
         .as_ref()
-        .ok_or("--generator qwen3 needs --generator-model MODEL (the Qwen3 chat model)")?;
+        .ok_or("--generator local needs --generator-model MODEL (the chat model's directory)")?;
     let mut builder = rerank::answer::LocalChat::builder(dir);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
@@ -83,8 +85,8 @@ fn qwen3(args: &Args) -> CliResult<Arc<dyn Generator>> {
 }
 
 #[cfg(not(feature = "models"))]
-fn qwen3(_args: &Args) -> CliResult<Arc<dyn Generator>> {
-    Err("--generator qwen3 needs the `models` feature".into())
+fn local(_args: &Args) -> CliResult<Arc<dyn Generator>> {
+    Err("--generator local needs the `models` feature".into())
 }
 
 #[cfg(feature = "http")]

@@ -1,4 +1,4 @@
-//! `rerank generate`: run the Qwen3 chat model on one prompt and print the new text, or with
+//! `rerank generate`: run a local chat model (Qwen3, Qwen2.5, Llama, Mistral) on one prompt and print the new text, or with
 //! `--json` the new ids, the text and where the time went:
 //!
 //! ```text
@@ -18,8 +18,10 @@ use crate::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The Qwen3 chat model's directory (config.json, model.safetensors, tokenizer.json), as
-    /// `answer --generator qwen3 --generator-model` takes it.
+    /// The chat model's directory (config.json naming Qwen3ForCausalLM, Qwen2ForCausalLM,
+    /// LlamaForCausalLM or MistralForCausalLM; model.safetensors; tokenizer.json; the chat
+    /// template in tokenizer_config.json or chat_template.jinja), as `answer --generator local
+    /// --generator-model` takes it.
     #[arg(long, value_name = "MODEL", alias = "model")]
     generator_model: PathBuf,
     /// A tokenizer.json to use instead of the one in the model directory.
@@ -31,6 +33,12 @@ pub struct Args {
     /// A system message (chat template only).
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// Let a model that can think first (Qwen3) do so (default: thinking off).
+    #[arg(long)]
+    thinking: bool,
+    /// A chat template (a Jinja file) to use instead of the model's.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
     /// Tokenize the prompt as given: no chat template, no special tokens added.
     #[arg(long)]
     raw_prompt: bool,
@@ -69,7 +77,7 @@ pub struct Args {
     log: crate::flags::LogArgs,
 }
 
-/// `--precision` of `generate`: the two formats Qwen3 generation runs in.
+/// `--precision` of `generate`: the two formats generation runs in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum WeightsArg {
     /// 32-bit float weights: exact to the reference model.
@@ -97,9 +105,16 @@ pub fn run(args: Args) -> CliResult {
         },
         ..Default::default()
     };
-    let mut builder = LocalChat::builder(&args.generator_model).options(options);
+    let mut builder = LocalChat::builder(&args.generator_model)
+        .options(options)
+        .thinking(args.thinking);
     if let Some(t) = &args.tokenizer {
         builder = builder.tokenizer(t);
+    }
+    if let Some(path) = &args.chat_template {
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| format!("--chat-template {}: {e}", path.display()))?;
+        builder = builder.chat_template(source);
     }
     let loading = Instant::now();
     let model = builder.build()?;
@@ -112,7 +127,7 @@ pub fn run(args: Args) -> CliResult {
             messages.push(Message::new(Role::System, s.clone()));
         }
         messages.push(Message::new(Role::User, args.prompt.clone()));
-        LocalChat::chat_prompt(&messages)
+        model.prompt(&messages)?
     };
     let prompt_ids = model.encode(&text, false)?;
     let params = DecodeParams {

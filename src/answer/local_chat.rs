@@ -101,8 +101,16 @@ impl DecodeTimings {
     }
 }
 
-/// A chat model on the crate's CPU kernels: Qwen3, Qwen2 / Qwen2.5, Llama and Mistral
-/// checkpoints (see the [module](self) for what it reads).
+/// A chat model on the crate's CPU kernels: a directory whose `config.json` names
+/// `Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM` or `MistralForCausalLM`, with
+/// `model.safetensors` (or its shards) and `tokenizer.json`, in f32 or bf16.
+///
+/// Its prompts are the model's chat template (`chat_template.jinja`, else `chat_template` in
+/// `tokenizer_config.json`, or [`LocalChatBuilder::chat_template`]) rendered as transformers'
+/// `apply_chat_template(messages, add_generation_prompt=True)` renders it, thinking off for
+/// Qwen3 ([`LocalChatBuilder::thinking`]); a system message the template refuses (Mistral
+/// v0.1 / v0.2) is folded into the first user message; a Qwen checkpoint without a template
+/// gets ChatML. Decoding stops at the [`stop_ids`](LocalChat::stop_ids).
 ///
 /// One model holds one decode state (the KV cache and step buffers, reused from call to
 /// call), so calls on the same instance run one at a time (a mutex serializes them); share it

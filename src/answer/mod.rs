@@ -37,6 +37,16 @@ pub use grounding::{
 };
 #[cfg(feature = "models")]
 pub use local_chat::{DecodeParams, DecodeTimings, Decoded, LocalChat, LocalChatBuilder};
+
+/// The former name of [`LocalChat`], which now loads Qwen2, Llama and Mistral chat models too.
+#[cfg(feature = "models")]
+#[deprecated(since = "0.1.0", note = "renamed LocalChat")]
+pub type Qwen3Chat = LocalChat;
+
+/// The former name of [`LocalChatBuilder`].
+#[cfg(feature = "models")]
+#[deprecated(since = "0.1.0", note = "renamed LocalChatBuilder")]
+pub type Qwen3ChatBuilder = LocalChatBuilder;
 #[cfg(feature = "http")]
 pub use openai::{OpenAiCompatible, OpenAiCompatibleBuilder};
 pub use output::{distinct_citations, is_not_enough_information, strip_thinking};

@@ -33,7 +33,8 @@
 //! - `engine/`: the one place that chooses the crate's kernels or candle: an embedder's
 //!   `EncoderEngine`, a cross-encoder's `Classifier` (`load_classifier`);
 //! - `pair`: (query, document) tokenization as sentence-transformers does it; `pooling`: the
-//!   pooling modes; `dir`, `options`, `device`, `hub`, `registry`: finding, opening and
+//!   pooling modes; `chat_template`: a model's chat template rendered as transformers renders
+//!   it (the chat generator's prompts, the embedders' `message` modality); `dir`, `options`, `device`, `hub`, `registry`: finding, opening and
 //!   configuring a model.
 //!
 //! No architecture folder imports a sibling, and nothing here imports `embed` or `rerankers`

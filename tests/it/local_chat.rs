@@ -380,3 +380,50 @@ fn a_pipeline_config_names_the_local_chat_generator() {
     }
     assert_eq!(load("mistral").name(), "local-chat");
 }
+
+#[test]
+fn the_cli_generates_with_a_mistral_model_and_a_system_message() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let e = expected("mistral");
+    for c in conversations(&e) {
+        let asked = messages(&c["messages"]);
+        let (system, user) = match asked.as_slice() {
+            [user] => (None, user),
+            [system, user] if system.role == Role::System => (Some(system), user),
+            _ => continue,
+        };
+        let model = dir("mistral");
+        let mut args = vec![
+            "generate",
+            "--generator-model",
+            model.to_str().unwrap(),
+            "--prompt",
+            &user.content,
+            "--greedy",
+            "--ignore-eos",
+            "--max-new-tokens",
+            "20",
+            "--json",
+        ];
+        if let Some(system) = system {
+            args.extend(["--system", &system.content]);
+        }
+        let out = std::process::Command::new(&bin)
+            .args(&args)
+            .output()
+            .unwrap();
+        let json = crate::common::json_output(&out);
+        assert_eq!(
+            u32s(&json["ids"]),
+            u32s(&c["greedy_new_ids"]),
+            "{}",
+            c["name"]
+        );
+        assert_eq!(
+            json["prompt_tokens"].as_u64(),
+            Some(u32s(&c["prompt_ids"]).len() as u64)
+        );
+    }
+}
