@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side generation: rerank's LocalChat (`rerank generate`) vs transformers, same machine, threads, run.
 
-The random 0.6B-shaped model of scripts/make_qwen3_bench_model.py (made on first use), a raw prompt of
+The random 0.6B-shaped model of scripts/make_qwen3_bench_model.py (made on first use; --model takes any
+directory it writes, e.g. --shape llama-3.2-1b or mxbai-rerank-base-v2, Qwen2.5-0.5B's shape), a raw prompt of
 --prompt-tokens tokens (default 170, cut from SciFact text), --new-tokens greedy tokens (default 64, end of
 turn ignored), --threads threads on both sides. Each round runs, in turn:
   - transformers: the model loaded once and warmed up by one untimed call; prefill = one forward pass over the prompt with a KV cache

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Writes a random Qwen3ForCausalLM checkpoint with the shape of Qwen3-Reranker-0.6B, for benchmarks
-(or, with --shape mxbai-rerank-base-v2, a Qwen2ForCausalLM with the shape of mxbai-rerank-base-v2).
+(or, with --shape mxbai-rerank-base-v2, a Qwen2ForCausalLM with the shape of mxbai-rerank-base-v2, which
+is Qwen2.5-0.5B-Instruct's; with --shape llama-3.2-1b, a LlamaForCausalLM with Llama-3.2-1B-Instruct's).
 
 Shape: 28 layers, hidden 1024, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 151936, tied
 embeddings, float32 (about 2.4 GB). mxbai-rerank-base-v2 (Qwen2-0.5B): 24 layers, hidden 896, 14 heads,
 2 kv heads, head_dim 64, ffn 4864, vocab 151936, tied embeddings, q/k/v biases, no q/k norms, float32
-(about 2.0 GB). Weights are seeded normal noise (std 0.02; RMSNorm weights 1 + small
+(about 2.0 GB). Llama-3.2-1B: 16 layers, hidden 2048, 32 heads, 8 kv heads, head_dim 64, ffn 8192, vocab
+128256, tied embeddings, no biases, rope_theta 5e5 with the llama3 scaling, float32 (about 4.9 GB); its
+tokenizer is Qwen3's (the bench feeds raw prompts whose ids are all below 128256), so only the cost is
+Llama's. Weights are seeded normal noise (std 0.02; RMSNorm weights 1 + small
 noise): the model is meaningless as a ranker but costs exactly what the real one costs to run.
 
 The safetensors file is streamed tensor by tensor, so memory stays low. The tokenizer files are copied
@@ -13,6 +17,7 @@ from --tokenizer-dir (default: ../shared/fixtures/qwen3_tiny_a/model, the offici
 
 Usage: python scripts/make_qwen3_bench_model.py [--out models/qwen3-0.6b-shape] [--seed 0]
        python scripts/make_qwen3_bench_model.py --shape mxbai-rerank-base-v2 [--out models/mxbai-base-v2-shape]
+       python scripts/make_qwen3_bench_model.py --shape llama-3.2-1b [--out models/llama-3.2-1b-shape]
 Needs numpy.
 """
 import argparse
@@ -43,8 +48,21 @@ MXBAI_BASE_V2 = {
     "num_key_value_heads": 2,
 }
 
-SHAPES = {"qwen3-reranker-0.6b": ("qwen3", SHAPE), "mxbai-rerank-base-v2": ("qwen2", MXBAI_BASE_V2)}
-DEFAULT_OUT = {"qwen3-reranker-0.6b": "models/qwen3-0.6b-shape", "mxbai-rerank-base-v2": "models/mxbai-base-v2-shape"}
+# Llama-3.2-1B(-Instruct): GQA 4, head_dim 64, tied embeddings, no biases, no q/k norms.
+LLAMA_3_2_1B = {
+    "vocab_size": 128256,
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+}
+
+SHAPES = {"qwen3-reranker-0.6b": ("qwen3", SHAPE), "mxbai-rerank-base-v2": ("qwen2", MXBAI_BASE_V2),
+          "llama-3.2-1b": ("llama", LLAMA_3_2_1B)}
+DEFAULT_OUT = {"qwen3-reranker-0.6b": "models/qwen3-0.6b-shape", "mxbai-rerank-base-v2": "models/mxbai-base-v2-shape",
+               "llama-3.2-1b": "models/llama-3.2-1b-shape"}
 
 
 def tensors(cfg, family="qwen3"):
@@ -65,6 +83,8 @@ def tensors(cfg, family="qwen3"):
         ]
         if family == "qwen2":
             out += [(p + f"self_attn.{x}_proj.bias", (n,), "matrix") for x, n in [("q", q), ("k", kv), ("v", kv)]]
+        elif family == "llama":
+            pass
         else:
             out += [(p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm")]
         out += [
@@ -114,6 +134,15 @@ def main():
         del config["attention_bias"]
         config.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
                        "max_position_embeddings": 32768, "max_window_layers": 24})
+    if family == "llama":
+        # As Llama-3.2-1B-Instruct's config.json (its RoPE scaled with rope_type llama3).
+        for key in ("max_window_layers", "sliding_window", "use_sliding_window"):
+            del config[key]
+        config.update({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "bos_token_id": 128000,
+                       "eos_token_id": [128001, 128008, 128009], "max_position_embeddings": 131072,
+                       "mlp_bias": False, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+                       "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
     specs = tensors(shape, family)

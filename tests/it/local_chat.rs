@@ -64,6 +64,17 @@ fn conversations(e: &Value) -> &Vec<Value> {
     e["conversations"].as_array().unwrap()
 }
 
+/// Runs `check` on every conversation of every variant, with the variant's model and the
+/// conversation's name.
+fn each_conversation(mut check: impl FnMut(&LocalChat, &Value, &str)) {
+    for variant in VARIANTS {
+        let (chat, e) = (load(variant), expected(variant));
+        for c in conversations(&e) {
+            check(&chat, c, &format!("{variant}/{}", c["name"]));
+        }
+    }
+}
+
 /// The messages the reference rendered: the conversation's, or the folded ones where its
 /// template refused a system message.
 fn rendered_messages(c: &Value) -> Vec<Message> {
@@ -72,19 +83,15 @@ fn rendered_messages(c: &Value) -> Vec<Message> {
 
 #[test]
 fn prompts_are_the_models_chat_template_rendered_as_transformers_does() {
-    for variant in VARIANTS {
-        let (chat, e) = (load(variant), expected(variant));
-        for c in conversations(&e) {
-            let name = format!("{variant}/{}", c["name"]);
-            let prompt = chat.prompt(&messages(&c["messages"])).unwrap();
-            assert_eq!(prompt, c["rendered"].as_str().unwrap(), "{name}");
-            assert_eq!(
-                chat.encode(&prompt, false).unwrap(),
-                u32s(&c["prompt_ids"]),
-                "{name}"
-            );
-        }
-    }
+    each_conversation(|chat, c, name| {
+        let prompt = chat.prompt(&messages(&c["messages"])).unwrap();
+        assert_eq!(prompt, c["rendered"].as_str().unwrap(), "{name}");
+        assert_eq!(
+            chat.encode(&prompt, false).unwrap(),
+            u32s(&c["prompt_ids"]),
+            "{name}"
+        );
+    });
 }
 
 #[test]
@@ -137,49 +144,41 @@ fn llama_templates_get_todays_date_from_strftime_now() {
 
 #[test]
 fn first_step_logits_match_transformers() {
-    for variant in VARIANTS {
-        let (chat, e) = (load(variant), expected(variant));
-        for c in conversations(&e) {
-            let name = format!("{variant}/{}", c["name"]);
-            let logits = chat.next_token_logits(&u32s(&c["prompt_ids"])).unwrap();
-            let reference = f64s(&c["first_step_logits"]);
-            assert_eq!(logits.len(), reference.len(), "{name}");
-            let worst = logits
-                .iter()
-                .zip(&reference)
-                .map(|(&a, &b)| (a as f64 - b).abs() / (1.0 + b.abs()))
-                .fold(0.0, f64::max);
-            assert!(worst < 2e-5, "{name}: relative error {worst:e}");
-            let mut order: Vec<usize> = (0..logits.len()).collect();
-            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-            let top5: Vec<u32> = order[..5].iter().map(|&i| i as u32).collect();
-            assert_eq!(top5, u32s(&c["first_step_top5_ids"]), "{name}");
-        }
-    }
+    each_conversation(|chat, c, name| {
+        let logits = chat.next_token_logits(&u32s(&c["prompt_ids"])).unwrap();
+        let reference = f64s(&c["first_step_logits"]);
+        assert_eq!(logits.len(), reference.len(), "{name}");
+        let worst = logits
+            .iter()
+            .zip(&reference)
+            .map(|(&a, &b)| (a as f64 - b).abs() / (1.0 + b.abs()))
+            .fold(0.0, f64::max);
+        assert!(worst < 2e-5, "{name}: relative error {worst:e}");
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let top5: Vec<u32> = order[..5].iter().map(|&i| i as u32).collect();
+        assert_eq!(top5, u32s(&c["first_step_top5_ids"]), "{name}");
+    });
 }
 
 #[test]
 fn greedy_decoding_reproduces_transformers_with_and_without_the_cache() {
-    for variant in VARIANTS {
-        let (chat, e) = (load(variant), expected(variant));
-        for c in conversations(&e) {
-            let name = format!("{variant}/{}", c["name"]);
-            let reference = u32s(&c["greedy_new_ids"]);
-            let margins = f64s(&c["step_top1_top2_margin"]);
-            assert!(margins.iter().all(|&m| m > 1e-3), "{name}: {margins:?}");
-            let prompt = u32s(&c["prompt_ids"]);
-            for use_kv_cache in [true, false] {
-                let params = DecodeParams {
-                    max_new_tokens: reference.len(),
-                    use_kv_cache,
-                    ..Default::default()
-                };
-                let out = chat.generate_ids(&prompt, &params).unwrap();
-                assert_eq!(out.ids, reference, "{name}, cache {use_kv_cache}");
-                assert!(!out.stopped);
-            }
+    each_conversation(|chat, c, name| {
+        let reference = u32s(&c["greedy_new_ids"]);
+        let margins = f64s(&c["step_top1_top2_margin"]);
+        assert!(margins.iter().all(|&m| m > 1e-3), "{name}: {margins:?}");
+        let prompt = u32s(&c["prompt_ids"]);
+        for use_kv_cache in [true, false] {
+            let params = DecodeParams {
+                max_new_tokens: reference.len(),
+                use_kv_cache,
+                ..Default::default()
+            };
+            let out = chat.generate_ids(&prompt, &params).unwrap();
+            assert_eq!(out.ids, reference, "{name}, cache {use_kv_cache}");
+            assert!(!out.stopped);
         }
-    }
+    });
 }
 
 #[test]
@@ -203,27 +202,22 @@ fn the_generator_writes_until_the_turn_ends() {
     // Conversations whose greedy reference reaches a stop token: the generator's text is what
     // came before it, and it says it stopped.
     let mut seen = 0;
-    for variant in VARIANTS {
-        let (chat, e) = (load(variant), expected(variant));
-        let stops = u32s(&e["stop_ids"]);
-        for c in conversations(&e) {
-            let reference = u32s(&c["greedy_new_ids"]);
-            let Some(end) = reference.iter().position(|id| stops.contains(id)) else {
-                continue;
-            };
-            seen += 1;
-            let request = GenerationRequest {
-                messages: messages(&c["messages"]),
-                max_new_tokens: reference.len(),
-                temperature: 0.0,
-                ..GenerationRequest::default()
-            };
-            let out = chat.generate(&request).unwrap();
-            let name = format!("{variant}/{}", c["name"]);
-            assert_eq!(out.text, chat.decode(&reference[..end]).unwrap(), "{name}");
-            assert_eq!(out.finish_reason.as_deref(), Some("stop"), "{name}");
-        }
-    }
+    each_conversation(|chat, c, name| {
+        let reference = u32s(&c["greedy_new_ids"]);
+        let Some(end) = reference.iter().position(|id| chat.stop_ids().contains(id)) else {
+            return;
+        };
+        seen += 1;
+        let request = GenerationRequest {
+            messages: messages(&c["messages"]),
+            max_new_tokens: reference.len(),
+            temperature: 0.0,
+            ..GenerationRequest::default()
+        };
+        let out = chat.generate(&request).unwrap();
+        assert_eq!(out.text, chat.decode(&reference[..end]).unwrap(), "{name}");
+        assert_eq!(out.finish_reason.as_deref(), Some("stop"), "{name}");
+    });
     assert!(
         seen >= 2,
         "the fixtures reach a stop token in {seen} conversations"
