@@ -156,6 +156,7 @@ impl Generator for Extractive {
         Ok(Generation {
             text: self.answer(&parsed.question, &parsed.blocks),
             finish_reason: Some("stop".into()),
+            usage: None,
         })
     }
 

@@ -14,6 +14,7 @@
 //! then one token per step), and is greedy when the temperature is 0, else temperature plus
 //! top-p sampling with a seed.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use tokenizers::Tokenizer;
 
 use super::chat_format::{chat_ml, ChatFormat};
-use super::{Generation, GenerationRequest, Generator, Message, TokenCounter};
+use super::{Generation, GenerationRequest, Generator, Message, TokenCounter, TokenUsage};
 use crate::models::chat_template::{self, Template};
 use crate::models::qwen3::generate::{CausalLm, DecodeState};
 use crate::models::qwen3::{DecoderFamily, Qwen3Config};
@@ -538,6 +539,17 @@ impl LocalChat {
 
     /// Decodes after `prompt_ids` and returns the new ids.
     pub fn generate_ids(&self, prompt_ids: &[u32], params: &DecodeParams) -> Result<Decoded> {
+        self.decode_with(prompt_ids, params, &mut |_| Ok(ControlFlow::Continue(())))
+    }
+
+    /// [`generate_ids`](Self::generate_ids) calling `on_token` with the new ids after each one
+    /// that does not end decoding (`Break` stops it there).
+    fn decode_with(
+        &self,
+        prompt_ids: &[u32],
+        params: &DecodeParams,
+        on_token: &mut (dyn FnMut(&[u32]) -> Result<ControlFlow<()>> + Send),
+    ) -> Result<Decoded> {
         if prompt_ids.is_empty() {
             return Err(Error::InvalidInput("the prompt has no tokens".into()));
         }
@@ -560,8 +572,9 @@ impl LocalChat {
         let mut sampler = Sampler::new(params);
         let mut guard = self.lock()?;
         let state: &mut DecodeState = &mut guard;
-        self.pool
-            .install(|| self.decode_loop(prompt_ids, params, max_new, &mut sampler, state))
+        self.pool.install(|| {
+            self.decode_loop(prompt_ids, params, max_new, &mut sampler, state, on_token)
+        })
     }
 
     fn decode_loop(
@@ -571,6 +584,7 @@ impl LocalChat {
         max_new: usize,
         sampler: &mut Sampler,
         state: &mut DecodeState,
+        on_token: &mut (dyn FnMut(&[u32]) -> Result<ControlFlow<()>> + Send),
     ) -> Result<Decoded> {
         let mut timings = DecodeTimings::default();
         let started = Instant::now();
@@ -601,7 +615,7 @@ impl LocalChat {
                     break;
                 }
             }
-            if new_ids.len() == max_new {
+            if new_ids.len() == max_new || on_token(&new_ids)?.is_break() {
                 break;
             }
             let logits = if params.use_kv_cache {
@@ -702,12 +716,18 @@ impl Sampler {
     }
 }
 
-impl Generator for LocalChat {
-    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+impl LocalChat {
+    /// What [`Generator::generate`] and [`Generator::generate_stream`] share: the prompt,
+    /// decoding (`on_token` sees the new ids after each token), the text cut at the first stop
+    /// string, and the usage.
+    fn reply(
+        &self,
+        request: &GenerationRequest,
+        on_token: &mut (dyn FnMut(&[u32]) -> Result<ControlFlow<()>> + Send),
+    ) -> Result<Generation> {
         let prompt = self.prompt(&request.messages)?;
         let ids = self.encode(&prompt, false)?;
-        let params = self.params_for(request);
-        let out = self.generate_ids(&ids, &params)?;
+        let out = self.decode_with(&ids, &self.params_for(request), on_token)?;
         let mut text = self.decode(&out.ids)?;
         let mut stopped = out.stopped;
         if let Some(cut) = request
@@ -723,7 +743,53 @@ impl Generator for LocalChat {
         Ok(Generation {
             text,
             finish_reason: Some(if stopped { "stop" } else { "length" }.into()),
+            usage: Some(TokenUsage {
+                prompt_tokens: ids.len(),
+                completion_tokens: out.ids.len(),
+            }),
         })
+    }
+}
+
+impl Generator for LocalChat {
+    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+        self.reply(request, &mut |_| Ok(ControlFlow::Continue(())))
+    }
+
+    /// Streams the reply as it is decoded: after each token, the text decoded so far less
+    /// what may still change (an unfinished UTF-8 character, and the last bytes a stop string
+    /// could begin in) goes out, so the pieces always add up to the returned text.
+    fn generate_stream(
+        &self,
+        request: &GenerationRequest,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Generation> {
+        let hold = request
+            .stop
+            .iter()
+            .map(|s| s.len().saturating_sub(1))
+            .max()
+            .unwrap_or(0);
+        let mut sent = String::new();
+        let mut flow = ControlFlow::Continue(());
+        let generation = self.reply(request, &mut |ids| {
+            let text = self.decode(ids)?;
+            let mut end = text.len().saturating_sub(hold);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let ready = text[..end].trim_end_matches('\u{FFFD}');
+            if ready.len() > sent.len() && ready.starts_with(sent.as_str()) {
+                flow = on_text(&ready[sent.len()..]);
+                sent.push_str(&ready[sent.len()..]);
+            }
+            Ok(flow)
+        })?;
+        let rest = generation.text.strip_prefix(sent.as_str()).unwrap_or("");
+        if flow.is_continue() && !rest.is_empty() {
+            let _ = on_text(rest);
+        }
+        Ok(generation)
     }
 
     fn name(&self) -> &str {

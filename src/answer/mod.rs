@@ -23,6 +23,7 @@ mod openai;
 mod output;
 mod prompt;
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 pub use citation::Citation;
@@ -160,12 +161,42 @@ pub struct Generation {
     /// Why generation stopped (e.g. `"stop"`, `"length"`), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// The tokens the generation read and wrote, when the generator counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+}
+
+/// Tokens a generation used, in the model's own tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// The prompt: the rendered conversation, special tokens included.
+    pub prompt_tokens: usize,
+    /// The reply: the new tokens (a stop token that ended it not counted).
+    pub completion_tokens: usize,
 }
 
 /// Writes text from a chat request: answers, hypothetical documents (HyDE), query variants.
 pub trait Generator: Send + Sync {
     /// Generates a reply to `request`.
     fn generate(&self, request: &GenerationRequest) -> Result<Generation>;
+
+    /// Generates a reply to `request`, handing its text to `on_text` as it is written: the
+    /// pieces, in order, make the returned text. `on_text` returning `ControlFlow::Break` asks
+    /// the generator to stop early (a client that went away); what was written until then is
+    /// returned. By default the whole text is one piece, after [`generate`](Self::generate);
+    /// a model that decodes token by token ([`LocalChat`]) passes each piece as soon as no
+    /// stop string can still claim it, from the thread it decodes on (hence `Send`).
+    fn generate_stream(
+        &self,
+        request: &GenerationRequest,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Generation> {
+        let generation = self.generate(request)?;
+        if !generation.text.is_empty() {
+            let _ = on_text(&generation.text);
+        }
+        Ok(generation)
+    }
 
     /// A short name for responses (e.g. `"extractive"`).
     fn name(&self) -> &str {
@@ -186,6 +217,13 @@ macro_rules! forward_generator {
         impl<G: Generator + ?Sized> Generator for $pointer<G> {
             fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
                 (**self).generate(request)
+            }
+            fn generate_stream(
+                &self,
+                request: &GenerationRequest,
+                on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+            ) -> Result<Generation> {
+                (**self).generate_stream(request, on_text)
             }
             fn name(&self) -> &str {
                 (**self).name()

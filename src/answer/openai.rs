@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Generation, GenerationRequest, Generator};
+use super::{Generation, GenerationRequest, Generator, TokenUsage};
 use crate::http::{self, ApiClient, ApiSettings};
 use crate::{Error, Result};
 
@@ -128,12 +128,26 @@ fn parse_completion(text: &str) -> std::result::Result<Generation, String> {
         Value::Null => String::new(),
         _ => return Err("choices[0].message.content is not a string".into()),
     };
+    let count = |key: &str| {
+        v.get("usage")
+            .and_then(|u| u.get(key))
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+    };
+    let usage = match (count("prompt_tokens"), count("completion_tokens")) {
+        (Some(prompt_tokens), Some(completion_tokens)) => Some(TokenUsage {
+            prompt_tokens,
+            completion_tokens,
+        }),
+        _ => None,
+    };
     Ok(Generation {
         text,
         finish_reason: choice
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string),
+        usage,
     })
 }
 

@@ -5,6 +5,7 @@
 //! `build()`. The crate's own components do not panic on input; the wrappers are for the host's.
 
 use std::any::Any;
+use std::ops::ControlFlow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ndarray::Array2;
@@ -96,6 +97,16 @@ impl Generator for Guarded<dyn Generator> {
         catch(
             || format!("generator {}", self.0.name()),
             || self.0.generate(request),
+        )
+    }
+    fn generate_stream(
+        &self,
+        request: &GenerationRequest,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Generation> {
+        catch(
+            || format!("generator {}", self.0.name()),
+            || self.0.generate_stream(request, on_text),
         )
     }
     fn name(&self) -> &str {

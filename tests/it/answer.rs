@@ -77,6 +77,7 @@ impl Generator for Scripted {
         Ok(Generation {
             text: self.reply.clone(),
             finish_reason: Some("stop".into()),
+            usage: None,
         })
     }
     fn name(&self) -> &str {

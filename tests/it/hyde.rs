@@ -30,6 +30,7 @@ impl Generator for Scripted {
             Some(text) => Ok(Generation {
                 text: text.clone(),
                 finish_reason: Some("stop".into()),
+                usage: None,
             }),
             None => Err(Error::generation("model offline")),
         }

@@ -421,3 +421,60 @@ fn the_cli_generates_with_a_mistral_model_and_a_system_message() {
         );
     }
 }
+
+#[test]
+fn streamed_pieces_add_up_to_the_reply_and_a_break_stops_decoding() {
+    use std::ops::ControlFlow;
+    each_conversation(|chat, c, name| {
+        let request = GenerationRequest {
+            messages: messages(&c["messages"]),
+            max_new_tokens: 20,
+            ..GenerationRequest::default()
+        };
+        let whole = chat.generate(&request).unwrap();
+        let usage = whole.usage.unwrap();
+        assert_eq!(usage.prompt_tokens, u32s(&c["prompt_ids"]).len(), "{name}");
+        let mut pieces = Vec::new();
+        let streamed = chat
+            .generate_stream(&request, &mut |p| {
+                pieces.push(p.to_string());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(streamed, whole, "{name}");
+        assert_eq!(pieces.concat(), whole.text, "{name}");
+        assert!(pieces.iter().all(|p| !p.is_empty()), "{name}");
+        // The caller breaking after the first piece ends the generation there.
+        let mut calls = 0;
+        let broken = chat
+            .generate_stream(&request, &mut |_| {
+                calls += 1;
+                ControlFlow::Break(())
+            })
+            .unwrap();
+        assert_eq!(calls, 1, "{name}");
+        if pieces.len() > 1 {
+            assert!(
+                broken.usage.unwrap().completion_tokens < usage.completion_tokens,
+                "{name}"
+            );
+        }
+        // A stop string: no piece ever holds text past where the reply is cut.
+        let stop: String = whole.text.chars().skip(3).take(3).collect();
+        if stop.is_empty() {
+            return;
+        }
+        let request = GenerationRequest {
+            stop: vec![stop],
+            ..request
+        };
+        let cut = chat.generate(&request).unwrap();
+        let mut pieces = Vec::new();
+        chat.generate_stream(&request, &mut |p| {
+            pieces.push(p.to_string());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(pieces.concat(), cut.text, "{name}");
+    });
+}

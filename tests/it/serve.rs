@@ -1520,3 +1520,278 @@ fn answer_reads_include_sources_and_refuses_personal_data_with_400() {
     let (status, body) = post(addr, "/answer", &json!({"query": question}));
     assert_eq!(status, 200, "still serving: {body}");
 }
+
+const CHAT_MODEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/chat_decoders_tiny/mistral"
+);
+
+/// A server whose config's generator is the tiny Mistral chat model.
+fn chat_server(name: &str, flags: &[&str], envs: &[(&str, &str)]) -> Option<Server> {
+    let dir = std::env::temp_dir().join(format!("rerank-serve-{name}-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corpus = dir.join("corpus.jsonl");
+    std::fs::write(&corpus, json!({"id": "d0", "text": DOCS[0]}).to_string()).unwrap();
+    let path = dir.join("serve.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "corpus: {}\nretriever: {{ type: bm25 }}\ngenerator: {{ type: local_chat, model: {CHAT_MODEL} }}\n",
+            corpus.display()
+        ),
+    )
+    .unwrap();
+    let server = start_with(name, Some(&path), flags, envs);
+    let _ = std::fs::remove_dir_all(&dir);
+    server
+}
+
+/// A conversation with a system message (the Mistral template refuses one; the generator
+/// folds it into the user's turn).
+fn chat_messages() -> Vec<rerank::answer::Message> {
+    use rerank::answer::{Message, Role};
+    vec![
+        Message::new(Role::System, "You answer in one short sentence."),
+        Message::new(Role::User, "What does the borrow checker do in Rust?"),
+    ]
+}
+
+/// What the library writes for [`chat_messages`], greedily, in at most `max` new tokens.
+fn library_chat(max: usize, stop: &[&str]) -> rerank::answer::Generation {
+    use rerank::Generator;
+    let chat = rerank::answer::LocalChat::from_dir(CHAT_MODEL).unwrap();
+    chat.generate(&rerank::answer::GenerationRequest {
+        messages: chat_messages(),
+        max_new_tokens: max,
+        temperature: 0.0,
+        stop: stop.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The `data:` payloads of a server-sent-events body.
+fn sse_data(body: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn chat_completions_write_what_the_library_writes_whole_and_streamed() {
+    let Some(server) = chat_server("chat", &[], &[]) else {
+        return;
+    };
+    let reference = library_chat(24, &[]);
+    let usage = reference.usage.unwrap();
+    let request = json!({
+        "model": "tiny-mistral",
+        "messages": [
+            {"role": "system", "content": "You answer in one short sentence."},
+            {"role": "user", "content": [{"type": "text", "text": "What does the borrow checker do"}, {"type": "text", "text": " in Rust?"}]}
+        ],
+        "max_tokens": 24,
+        "temperature": 0,
+    });
+    let (status, body) = post(&server.addr, "/v1/chat/completions", &request);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "tiny-mistral");
+    assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let choice = &body["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["message"]["content"], reference.text.as_str());
+    assert_eq!(
+        choice["finish_reason"],
+        reference.finish_reason.as_deref().unwrap()
+    );
+    assert_eq!(body["usage"]["prompt_tokens"], usage.prompt_tokens);
+    assert_eq!(body["usage"]["completion_tokens"], usage.completion_tokens);
+    assert_eq!(
+        body["usage"]["total_tokens"],
+        usage.prompt_tokens + usage.completion_tokens
+    );
+
+    // Streamed: the role first, pieces that add up to the same text, the finish reason, the
+    // usage chunk asked for, then [DONE].
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let (status, head, raw) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &["Content-Type: application/json"],
+        streamed.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("text/event-stream"),
+        "{head}"
+    );
+    let data = sse_data(&raw);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(chunks.iter().all(|c| c["id"] == chunks[0]["id"]));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, reference.text);
+    let pieces = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .count();
+    assert!(pieces > 1, "the text came in {pieces} piece(s)");
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(
+        finish["choices"][0]["finish_reason"],
+        reference.finish_reason.as_deref().unwrap()
+    );
+    let last = &chunks[chunks.len() - 1];
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"]["completion_tokens"], usage.completion_tokens);
+
+    // A stop sequence cuts the text where it first appears, streamed or not.
+    let stop: String = reference.text.chars().skip(6).take(3).collect();
+    let cut = library_chat(24, &[&stop]);
+    assert!(cut.text.len() < reference.text.len());
+    let mut stopped = request.clone();
+    stopped["stop"] = json!(stop);
+    let (status, body) = post(&server.addr, "/v1/chat/completions", &stopped);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], cut.text.as_str());
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    stopped["stream"] = json!(true);
+    let (_, _, raw) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &["Content-Type: application/json"],
+        stopped.to_string().as_bytes(),
+    );
+    let text: String = sse_data(&raw)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, cut.text);
+
+    // What the server does not do is a 422 naming it, and it keeps serving.
+    let refused: [(Value, &str); 6] = [
+        (json!({"n": 2}), "n:"),
+        (json!({"tools": [{"type": "function"}]}), "tools"),
+        (json!({"messages": []}), "messages is empty"),
+        (
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            "role \"tool\"",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            "\"image_url\" content part",
+        ),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "json_object",
+        ),
+    ];
+    for (edit, wanted) in refused {
+        let mut bad = request.clone();
+        for (k, v) in edit.as_object().unwrap() {
+            bad[k] = v.clone();
+        }
+        let (status, body) = post(&server.addr, "/v1/chat/completions", &bad);
+        assert_eq!(status, 422, "{edit}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(wanted), "{edit}: {message}");
+    }
+    let (status, _) = post(&server.addr, "/v1/chat/completions", &request);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn chat_completions_need_a_generator_that_writes() {
+    let Some(server) = start("nochat", &[], &[]) else {
+        return;
+    };
+    let (status, body) = post(
+        &server.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(status, 501, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("generator"));
+}
+
+#[test]
+fn the_official_openai_sdk_chats_with_the_server() {
+    let Some(python) = clients_python() else {
+        return;
+    };
+    let Some(server) = chat_server(
+        "chat-sdk",
+        &["--api-key-env", "RERANK_TEST_KEY"],
+        &[("RERANK_TEST_KEY", "k")],
+    ) else {
+        return;
+    };
+    let reference = library_chat(20, &[]);
+    let stop: String = reference.text.chars().skip(4).take(2).collect();
+    let cut = library_chat(20, &[&stop]);
+    let request = server.dir.join("chat.json");
+    std::fs::create_dir_all(&server.dir).unwrap();
+    let messages: Vec<Value> = chat_messages()
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    std::fs::write(
+        &request,
+        json!({"messages": messages, "max_tokens": 20, "stop": [stop]}).to_string(),
+    )
+    .unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/chat_clients.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://{}", server.addr))
+        .arg("k")
+        .arg(&request)
+        .output()
+        .unwrap();
+    let got: Value = crate::common::json_output(&out);
+    let usage = reference.usage.unwrap();
+    let finish = reference.finish_reason.as_deref().unwrap();
+    assert_eq!(got["whole"]["content"], reference.text.as_str());
+    assert_eq!(got["whole"]["role"], "assistant");
+    assert_eq!(got["whole"]["finish_reason"], finish);
+    assert_eq!(got["whole"]["usage"]["prompt_tokens"], usage.prompt_tokens);
+    let pieces: Vec<String> = serde_json::from_value(got["streamed"]["pieces"].clone()).unwrap();
+    assert_eq!(pieces.concat(), reference.text);
+    assert!(pieces.len() > 1, "{pieces:?}");
+    assert_eq!(got["streamed"]["finish_reason"], finish);
+    assert_eq!(
+        got["streamed"]["usage"]["completion_tokens"],
+        usage.completion_tokens
+    );
+    assert_eq!(got["stopped"]["content"], cut.text.as_str());
+    assert_eq!(got["stopped"]["finish_reason"], "stop");
+}

@@ -1140,6 +1140,7 @@ impl rerank::Generator for Recorder {
         Ok(rerank::answer::Generation {
             text: "Section 439 of the Code of Criminal Procedure governs bail.".into(),
             finish_reason: Some("stop".into()),
+            usage: None,
         })
     }
     fn name(&self) -> &str {
@@ -1602,6 +1603,7 @@ impl rerank::Generator for WritingGenerator {
         Ok(rerank::answer::Generation {
             text: "Section 420 of the Penal Code punishes cheating.".into(),
             finish_reason: None,
+            usage: None,
         })
     }
 }

@@ -53,6 +53,11 @@ impl ApiError {
     }
 
     /// 500: the model or the pipeline failed.
+    /// 501: the config has no model for the route.
+    pub fn not_implemented(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_IMPLEMENTED, message)
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }

@@ -7,6 +7,7 @@
 //! | `POST /v1/embeddings` | OpenAI embeddings (`float` or `base64`, `dimensions`, `input_type`; Jina's and Voyage's too) | the config's embedder |
 //! | `POST /embed` | text-embeddings-inference | the config's embedder |
 //! | `POST /embed_sparse` | text-embeddings-inference (`[{index, value}]` per input) | `serve.sparse_model` or `--sparse-model` |
+//! | `POST /v1/chat/completions` | OpenAI chat completions, whole or streamed (`chat.rs`) | the config's generator |
 //! | `POST /search`, `POST /answer` | the pipeline's own request and response | the pipeline |
 //! | `GET /health`, `GET /metrics`, `GET /info` | readiness, Prometheus text, models and limits | |
 //!
@@ -32,6 +33,7 @@
 
 mod api;
 mod batcher;
+mod chat;
 mod error;
 mod metrics;
 
@@ -605,6 +607,7 @@ fn router(state: Shared) -> Router {
         .route("/v1/rerank", post(cohere_rerank))
         .route("/rerank", post(tei_rerank))
         .route("/v1/embeddings", post(openai_embeddings))
+        .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/embed", post(tei_embed))
         .route("/embed_sparse", post(tei_embed_sparse))
         .route("/search", post(search))
