@@ -276,4 +276,47 @@ mod tests {
         assert_eq!(parts[1].len(), 3, "{s}");
         assert_eq!(&parts[2..], ["%", "%q"]);
     }
+
+    /// The Jinja that published chat templates lean on beyond the Qwen3 one the parity tests
+    /// render (Mistral v0.3's `selectattr(.., "equalto", ..)`, Gemma's and Phi's string tests,
+    /// Llama 3.1's `trim` and `tojson`), with what Python's Jinja renders for each.
+    #[test]
+    fn templates_in_the_wild_render_as_jinja_does() {
+        let cases = [
+            (
+                "{%- set users = messages | selectattr('role', 'equalto', 'user') | list %}\
+                 {{ users | length }}:{{ users[-1]['content'] }}",
+                "2:b",
+            ),
+            (
+                "{%- for m in messages %}{%- if m.content is string %}s{% endif %}\
+                 {%- if m is mapping %}m{% endif %}{%- endfor %}",
+                "smsmsm",
+            ),
+            (
+                "{{ messages[0]['content'] | trim }}|{{ '  x  '.strip() }}|\
+                 {{ 'a-b'.split('-') | join(',') }}|{{ messages | map(attribute='role') | join(' ') }}",
+                "a|x|a,b|user assistant user",
+            ),
+            (
+                "{%- for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}\
+                 {{ m.role[0] }}{% if loop.last %}.{% endif %}{% endfor %}",
+                "uu.",
+            ),
+            (
+                "{{ {'name': 'f', 'x': [1, 2]} | tojson }}",
+                "{\"name\": \"f\", \"x\": [1, 2]}",
+            ),
+        ];
+        let messages = serde_json::json!([
+            {"role": "user", "content": " a "},
+            {"role": "assistant", "content": "z"},
+            {"role": "user", "content": "b"},
+        ]);
+        for (source, want) in cases {
+            let template = Template::new(source.to_string()).unwrap();
+            let context = Value::from_serialize(serde_json::json!({ "messages": messages }));
+            assert_eq!(template.render(context).unwrap(), want, "{source}");
+        }
+    }
 }
