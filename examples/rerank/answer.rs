@@ -122,12 +122,23 @@ pub fn run(args: Args) -> CliResult {
     if let Some(m) = args.min_score {
         options = options.min_score(m);
     }
-    let answer = pipeline.answer_with(&SearchRequest::new(&args.question), &options)?;
+    let request = SearchRequest::new(&args.question);
     if args.json {
+        let answer = pipeline.answer_with(&request, &options)?;
         println!("{}", serde_json::to_string(&answer)?);
         return Ok(());
     }
-    print_answer(&answer);
+    // The text as the generator writes it, then what needs the whole answer.
+    let answer = pipeline.answer_stream(&request, &options, &mut |piece| {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        match write!(out, "{piece}").and_then(|_| out.flush()) {
+            Ok(()) => std::ops::ControlFlow::Continue(()),
+            Err(_) => std::ops::ControlFlow::Break(()),
+        }
+    })?;
+    println!("\n");
+    print_details(&answer);
     Ok(())
 }
 
@@ -155,6 +166,11 @@ fn basis_name(basis: rerank::answer::RelevanceMeasure) -> &'static str {
 /// the grounding check found (`answer` and `query` without `--json`).
 pub fn print_answer(answer: &rerank::Answer) {
     println!("{}\n", answer.text);
+    print_details(answer);
+}
+
+/// What [`print_answer`] prints after the text.
+fn print_details(answer: &rerank::Answer) {
     // Grounding (`confidence`) and relevance, each with its band, and the answer's band (the
     // weaker of the two); the names are the JSON fields'.
     println!(

@@ -50,7 +50,7 @@ pub type Qwen3Chat = LocalChat;
 pub type Qwen3ChatBuilder = LocalChatBuilder;
 #[cfg(feature = "http")]
 pub use openai::{OpenAiCompatible, OpenAiCompatibleBuilder};
-pub use output::{distinct_citations, is_not_enough_information, strip_thinking};
+pub use output::{distinct_citations, is_not_enough_information, strip_thinking, ThinkingFilter};
 pub use prompt::{
     parse_prompt, ApproxTokenCounter, ContextBudget, ContextSource, ParsedBlock, ParsedPrompt,
     Prompt, PromptBuilder, TokenCounter, NOT_ENOUGH_INFORMATION, SYSTEM_PROMPT,

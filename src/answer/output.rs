@@ -44,6 +44,98 @@ pub fn strip_thinking(text: &str) -> String {
     out.trim().to_string()
 }
 
+/// [`strip_thinking`] over text that arrives in pieces (a streamed reply): each piece in goes
+/// out without `<think>...</think>` blocks and without the reply's leading and trailing
+/// whitespace, so what comes out, pieces and [`finish`](Self::finish) together, is
+/// `strip_thinking` of what went in. Text that may still turn out to be part of a tag, or
+/// whitespace that may end the reply, is held until the next piece says.
+#[derive(Debug, Clone, Default)]
+pub struct ThinkingFilter {
+    /// Text in, not yet known to be in or out of a block (a possible tag's beginning).
+    pending: String,
+    /// Inside a `<think>` block.
+    thinking: bool,
+    /// Whether anything but whitespace has gone out.
+    started: bool,
+    /// Whitespace held back: it goes out when more text follows it.
+    spaces: String,
+}
+
+const OPEN: &str = "<think>";
+const CLOSE: &str = "</think>";
+
+impl ThinkingFilter {
+    /// A filter at the start of a reply.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the next piece of the reply; returns what can go out now (maybe empty).
+    pub fn push(&mut self, piece: &str) -> String {
+        self.pending.push_str(piece);
+        let mut out = String::new();
+        loop {
+            let tag = if self.thinking { CLOSE } else { OPEN };
+            if let Some(i) = self.pending.find(tag) {
+                if !self.thinking {
+                    let before = self.pending[..i].to_string();
+                    self.emit(&before, &mut out);
+                }
+                self.pending.drain(..i + tag.len());
+                self.thinking = !self.thinking;
+                continue;
+            }
+            // Keep the longest tail that could begin the tag; the rest is settled.
+            let keep = (1..tag.len())
+                .rev()
+                .find(|&k| self.pending.ends_with(&tag[..k]))
+                .unwrap_or(0);
+            let settled = self.pending.len() - keep;
+            if !self.thinking {
+                let text = self.pending[..settled].to_string();
+                self.emit(&text, &mut out);
+            }
+            self.pending.drain(..settled);
+            return out;
+        }
+    }
+
+    /// The end of the reply: what was held that is not thinking (trailing whitespace
+    /// dropped).
+    pub fn finish(&mut self) -> String {
+        let mut out = String::new();
+        if !self.thinking {
+            let rest = std::mem::take(&mut self.pending);
+            self.emit(&rest, &mut out);
+        }
+        self.pending.clear();
+        self.spaces.clear();
+        out
+    }
+
+    /// Sends `text` (outside any block) to `out`, less leading whitespace of the reply, with
+    /// its trailing whitespace held.
+    fn emit(&mut self, text: &str, out: &mut String) {
+        let text = if self.started {
+            text
+        } else {
+            text.trim_start()
+        };
+        let body = text.trim_end();
+        if body.is_empty() {
+            if self.started {
+                self.spaces.push_str(text);
+            }
+            return;
+        }
+        out.push_str(&self.spaces);
+        self.spaces.clear();
+        out.push_str(body);
+        self.spaces.push_str(&text[body.len()..]);
+        self.started = true;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +167,37 @@ mod tests {
             distinct_citations(t),
             [Citation::new("x", None), Citation::new("y", Some(2))]
         );
+    }
+
+    /// Every way of cutting a reply into pieces gives what `strip_thinking` gives the whole.
+    #[test]
+    fn streamed_thinking_is_stripped_as_the_whole_is() {
+        let replies = [
+            "<think>\nhm\n</think>\n\nYes.",
+            "A <think>x</think>B<think>y",
+            " plain ",
+            "a < b <thin k> c </think> d",
+            "\n\n<think></think>  Answer  with  spaces \n ",
+            "x<think>a</thi</think>y",
+            "",
+        ];
+        for reply in replies {
+            let want = strip_thinking(reply);
+            let bytes: Vec<usize> = (0..=reply.len())
+                .filter(|&i| reply.is_char_boundary(i))
+                .collect();
+            // Cut after every character, and into two at every place.
+            let mut cuts: Vec<Vec<usize>> = vec![bytes.clone()];
+            cuts.extend(bytes.iter().map(|&i| vec![0, i, reply.len()]));
+            for cut in cuts {
+                let mut filter = ThinkingFilter::new();
+                let mut got = String::new();
+                for w in cut.windows(2) {
+                    got.push_str(&filter.push(&reply[w[0]..w[1]]));
+                }
+                got.push_str(&filter.finish());
+                assert_eq!(got, want, "{reply:?} cut at {cut:?}");
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! [`Pipeline::answer`]: search, build a cited prompt, generate, check grounding.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -8,8 +9,8 @@ use super::{canned_chitchat_reply, Answer, AnswerOptions, ChitchatMode, CHITCHAT
 use super::{ms, AnswerTimings, Pipeline, SearchRequest};
 use super::{CLARIFICATION_REPLY, OFF_TOPIC_REPLY};
 use crate::answer::{
-    distinct_citations, is_not_enough_information, strip_thinking, Extractive, GenerationRequest,
-    SourceScores, NOT_ENOUGH_INFORMATION,
+    distinct_citations, is_not_enough_information, strip_thinking, Extractive, Generation,
+    GenerationRequest, SourceScores, ThinkingFilter, NOT_ENOUGH_INFORMATION,
 };
 use crate::classify::Intent;
 use crate::parse;
@@ -66,6 +67,39 @@ impl Pipeline {
     ///    of the grounding band and the relevance band, so a faithful quote from sources that
     ///    are not about the question is not `high` ([`Answer::confidence_band`]).
     pub fn answer_with(&self, request: &SearchRequest, options: &AnswerOptions) -> Result<Answer> {
+        self.answer_stream(request, options, &mut |_| ControlFlow::Continue(()))
+    }
+
+    /// [`answer_with`](Self::answer_with), handing the answer's text to `on_text` as it is
+    /// written: the generator's reply piece by piece as it decodes (without its `<think>`
+    /// blocks and surrounding whitespace, [`ThinkingFilter`]), or a reply that is not generated
+    /// (a canned one, a cached answer, the not-enough-information sentence) in one piece. The
+    /// pieces make [`Answer::text`]; the returned answer then adds what needs the whole text
+    /// (citations, grounding, confidence). `on_text` returning `ControlFlow::Break` stops the
+    /// generation (a client that went away); the answer is then built from what was written.
+    pub fn answer_stream(
+        &self,
+        request: &SearchRequest,
+        options: &AnswerOptions,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Answer> {
+        let mut streamed = false;
+        let answer = self.answer_inner(request, options, &mut |piece| {
+            streamed = true;
+            on_text(piece)
+        })?;
+        if !streamed && !answer.text.is_empty() {
+            let _ = on_text(&answer.text);
+        }
+        Ok(answer)
+    }
+
+    fn answer_inner(
+        &self,
+        request: &SearchRequest,
+        options: &AnswerOptions,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Answer> {
         options.validate()?;
         let start = Instant::now();
         let query = request.query.trim();
@@ -81,7 +115,7 @@ impl Pipeline {
         let intent = classification.as_ref().map(|c| c.intent);
 
         if intent == Some(Intent::Chitchat) {
-            let mut answer = self.chitchat(query, options)?;
+            let mut answer = self.chitchat(query, options, on_text)?;
             answer.query = request.query.clone();
             answer.intent = intent;
             answer.classification = classification;
@@ -129,8 +163,14 @@ impl Pipeline {
             );
             return Ok(cached);
         }
-        let (answer, tags) =
-            self.answer_fresh(request, options, classification, classify_ms, start)?;
+        let (answer, tags) = self.answer_fresh(
+            request,
+            options,
+            classification,
+            classify_ms,
+            start,
+            on_text,
+        )?;
         self.answer_cache_store(probe, query, &answer, tags);
         Ok(answer)
     }
@@ -143,6 +183,7 @@ impl Pipeline {
         classification: Option<crate::classify::Classification>,
         classify_ms: Option<f64>,
         start: Instant,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
     ) -> Result<(Answer, Vec<String>)> {
         let query = request.query.trim();
         let intent = classification.as_ref().map(|c| c.intent);
@@ -187,7 +228,7 @@ impl Pipeline {
             None => Arc::new(Extractive::default()),
         };
         let t = Instant::now();
-        let generation = generator.generate(&generation_request)?;
+        let generation = generate_filtered(generator.as_ref(), &generation_request, on_text)?;
         answer.timings.generate_ms = Some(ms(t));
         let text = strip_thinking(&generation.text);
         if text.is_empty() {
@@ -251,7 +292,12 @@ impl Pipeline {
     }
 
     /// The reply to chitchat: canned, or from the generator when asked for and set.
-    fn chitchat(&self, query: &str, options: &AnswerOptions) -> Result<Answer> {
+    fn chitchat(
+        &self,
+        query: &str,
+        options: &AnswerOptions,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Answer> {
         let generator = match options.chitchat_mode() {
             ChitchatMode::Generator => self.generator(),
             ChitchatMode::Canned => None,
@@ -262,7 +308,7 @@ impl Pipeline {
                 let mut request = GenerationRequest::new(CHITCHAT_SYSTEM_PROMPT, query);
                 options.apply_to(&mut request);
                 let t = Instant::now();
-                let generation = g.generate(&request)?;
+                let generation = generate_filtered(g.as_ref(), &request, on_text)?;
                 let text = strip_thinking(&generation.text);
                 let text = if text.is_empty() {
                     canned_chitchat_reply(query).to_string()
@@ -279,6 +325,29 @@ impl Pipeline {
         answer.flags.chitchat = true;
         Ok(answer)
     }
+}
+
+/// The generator's reply to `request`, its text streamed to `on_text` without thinking
+/// blocks (the pieces add up to `strip_thinking` of the reply).
+fn generate_filtered(
+    generator: &dyn Generator,
+    request: &GenerationRequest,
+    on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+) -> Result<Generation> {
+    let mut filter = ThinkingFilter::new();
+    let mut flow = ControlFlow::Continue(());
+    let generation = generator.generate_stream(request, &mut |piece| {
+        let out = filter.push(piece);
+        if !out.is_empty() {
+            flow = on_text(&out);
+        }
+        flow
+    })?;
+    let rest = filter.finish();
+    if flow.is_continue() && !rest.is_empty() {
+        let _ = on_text(&rest);
+    }
+    Ok(generation)
 }
 
 /// The reply to a question of `intent` that is answered without a search: off-topic and

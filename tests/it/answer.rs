@@ -604,3 +604,117 @@ fn include_sources_false_leaves_the_sources_out() {
     .unwrap();
     assert!(!config.answer_options().unwrap().includes_sources());
 }
+
+/// Streams its fixed reply three characters at a time, stopping when asked to.
+struct Trickle(Scripted);
+impl Generator for Trickle {
+    fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
+        self.0.generate(request)
+    }
+    fn generate_stream(
+        &self,
+        request: &GenerationRequest,
+        on_text: &mut (dyn FnMut(&str) -> std::ops::ControlFlow<()> + Send),
+    ) -> Result<Generation> {
+        let whole = self.0.generate(request)?;
+        let chars: Vec<char> = whole.text.chars().collect();
+        let mut written = String::new();
+        for piece in chars.chunks(3) {
+            let piece: String = piece.iter().collect();
+            written.push_str(&piece);
+            if on_text(&piece).is_break() {
+                return Ok(Generation {
+                    text: written,
+                    ..whole
+                });
+            }
+        }
+        Ok(whole)
+    }
+    fn name(&self) -> &str {
+        "trickle"
+    }
+}
+
+#[test]
+fn answers_stream_their_text_without_thinking_and_add_up_to_the_answer() {
+    use std::ops::ControlFlow;
+    let reply = "<think>\nThe report says so.\n</think>\n\n Revenue was $5M in 2023 [Source: report.pdf, Page 3].\n";
+    let build = || {
+        Pipeline::builder()
+            .retriever(Fixed {
+                hits: corpus(),
+                calls: Arc::new(Mutex::new(0)),
+            })
+            .classifier(ToyClassifier)
+            .generator(Trickle(Scripted::new(reply)))
+            .build()
+            .unwrap()
+    };
+    let pipeline = build();
+    let request = rerank::pipeline::SearchRequest::new("What was the revenue in 2023?");
+    let options = AnswerOptions::default();
+    let mut pieces = Vec::new();
+    let streamed = pipeline
+        .answer_stream(&request, &options, &mut |p| {
+            pieces.push(p.to_string());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    let whole = build().answer_with(&request, &options).unwrap();
+    assert_eq!(
+        streamed.text,
+        "Revenue was $5M in 2023 [Source: report.pdf, Page 3]."
+    );
+    assert_eq!(pieces.concat(), streamed.text);
+    assert!(pieces.len() > 5, "{pieces:?}");
+    assert!(pieces.iter().all(|p| !p.contains("think") && !p.is_empty()));
+    assert_eq!(streamed.text, whole.text);
+    assert_eq!(streamed.citations, whole.citations);
+    assert_eq!(streamed.confidence, whole.confidence);
+
+    // Replies that are not generated come in one piece: chitchat, not enough information.
+    for (query, hits) in [("hello!", corpus()), ("What was the revenue?", Vec::new())] {
+        let (p, _) = pipeline_with(Trickle(Scripted::new(reply)), hits);
+        let mut pieces = Vec::new();
+        let answer = p
+            .answer_stream(
+                &rerank::pipeline::SearchRequest::new(query),
+                &options,
+                &mut |t| {
+                    pieces.push(t.to_string());
+                    ControlFlow::Continue(())
+                },
+            )
+            .unwrap();
+        assert_eq!(pieces, std::slice::from_ref(&answer.text), "{query}");
+    }
+
+    // Breaking after the first piece stops the generator there.
+    let mut calls = 0;
+    let cut = build()
+        .answer_stream(&request, &options, &mut |_| {
+            calls += 1;
+            ControlFlow::Break(())
+        })
+        .unwrap();
+    assert_eq!(calls, 1);
+    assert!(cut.text.len() < streamed.text.len(), "{}", cut.text);
+}
+
+fn pipeline_with(
+    generator: impl Generator + 'static,
+    hits: Vec<(Document, f32)>,
+) -> (Pipeline, Arc<Mutex<usize>>) {
+    let calls = Arc::new(Mutex::new(0));
+    let p = Pipeline::builder()
+        .retriever(Fixed {
+            hits,
+            calls: calls.clone(),
+        })
+        .classifier(ToyClassifier)
+        .generator(generator)
+        .build()
+        .unwrap();
+    (p, calls)
+}

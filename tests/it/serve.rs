@@ -1501,7 +1501,7 @@ fn answer_reads_include_sources_and_refuses_personal_data_with_400() {
         body["message"]
             .as_str()
             .unwrap()
-            .contains("include_sources is a field of /answer"),
+            .contains("include_sources and stream are fields of /answer"),
         "{body}"
     );
 
@@ -1794,4 +1794,64 @@ fn the_official_openai_sdk_chats_with_the_server() {
     );
     assert_eq!(got["stopped"]["content"], cut.text.as_str());
     assert_eq!(got["stopped"]["finish_reason"], "stop");
+}
+
+/// The `(event, data)` pairs of a server-sent-events body (`message` when unnamed).
+fn sse_events(body: &[u8]) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(body);
+    let mut events = Vec::new();
+    for block in text.split("\n\n") {
+        let mut name = "message".to_string();
+        let mut data = None;
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data = Some(d.trim_start().to_string());
+            }
+        }
+        if let Some(data) = data {
+            events.push((name, data));
+        }
+    }
+    events
+}
+
+#[test]
+fn answers_stream_as_server_sent_events_that_add_up_to_the_answer() {
+    let Some(server) = chat_server("answer-stream", &[], &[]) else {
+        return;
+    };
+    let (status, whole) = post(&server.addr, "/answer", &json!({"query": QUERY}));
+    assert_eq!(status, 200, "{whole}");
+    let (status, head, raw) = http(
+        &server.addr,
+        "POST",
+        "/answer",
+        &["Content-Type: application/json"],
+        json!({"query": QUERY, "stream": true})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("text/event-stream"),
+        "{head}"
+    );
+    let events = sse_events(&raw);
+    let (last, answer) = events.last().unwrap();
+    assert_eq!(last, "answer", "{events:?}");
+    let answer: Value = serde_json::from_str(answer).unwrap();
+    let deltas: Vec<String> = events[..events.len() - 1]
+        .iter()
+        .map(|(name, data)| {
+            assert_eq!(name, "delta");
+            let v: Value = serde_json::from_str(data).unwrap();
+            v["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert!(deltas.len() > 1, "{deltas:?}");
+    assert_eq!(deltas.concat(), answer["text"].as_str().unwrap());
+    assert_eq!(answer["text"], whole["text"]);
+    assert_eq!(answer["generator"], "local-chat");
 }

@@ -208,8 +208,8 @@ pub struct SparseValue {
     pub value: f32,
 }
 
-/// `POST /search` and `POST /answer`: the pipeline's request. `include_sources` is read by
-/// `/answer` only (`/search` refuses it).
+/// `POST /search` and `POST /answer`: the pipeline's request. `include_sources` and `stream`
+/// are read by `/answer` only (`/search` refuses them).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
@@ -232,6 +232,10 @@ pub struct SearchBody {
     /// as `AnswerOptions::include_sources`).
     #[serde(default)]
     pub include_sources: Option<bool>,
+    /// `/answer`: the answer's text as server-sent events while it is written (`delta`
+    /// events), then the whole answer (an `answer` event).
+    #[serde(default)]
+    pub stream: Option<bool>,
 }
 
 impl SearchBody {

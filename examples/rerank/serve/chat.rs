@@ -359,9 +359,7 @@ fn stream(
     chunks: Chunks,
     include_usage: bool,
 ) -> impl IntoResponse {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
-    tokio::task::spawn_blocking(move || {
-        let send = |event: Event| sender.blocking_send(Ok(event)).is_ok();
+    blocking_events(move |send| {
         if !send(chunks.delta(json!({"role": "assistant", "content": ""}), None)) {
             return;
         }
@@ -379,16 +377,27 @@ fn stream(
                 }
             }
             Err(e) => {
-                let error = ApiError::from(e);
-                send(
-                    Event::default().data(
-                        json!({"error": {"message": error.message, "type": "server_error"}})
-                            .to_string(),
-                    ),
-                );
+                send(Event::default().data(error_json(e).to_string()));
             }
         }
         send(Event::default().data("[DONE]"));
+    })
+}
+
+/// An error after the stream started, as the `error` object of the JSON error bodies.
+pub(super) fn error_json(e: rerank::Error) -> Value {
+    let error = ApiError::from(e);
+    json!({"error": {"message": error.message, "type": "server_error"}})
+}
+
+/// Server-sent events written by `produce` on a blocking thread: its `send` queues one event
+/// and says whether the client is still there.
+pub(super) fn blocking_events(
+    produce: impl FnOnce(&(dyn Fn(Event) -> bool + Sync)) + Send + 'static,
+) -> impl IntoResponse {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::task::spawn_blocking(move || {
+        produce(&|event: Event| sender.blocking_send(Ok(event)).is_ok());
     });
     Sse::new(tokio_stream::wrappers::ReceiverStream::new(receiver))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))

@@ -46,6 +46,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -1073,9 +1074,9 @@ async fn search(
     body: Result<Json<SearchBody>, JsonRejection>,
 ) -> Result<Json<rerank::pipeline::SearchResponse>, ApiError> {
     let Json(body) = body?;
-    if body.include_sources.is_some() {
+    if body.include_sources.is_some() || body.stream.is_some() {
         return Err(ApiError::unprocessable(
-            "include_sources is a field of /answer, not /search",
+            "include_sources and stream are fields of /answer, not /search",
         ));
     }
     state.limits.check(std::iter::once(body.query.as_str()))?;
@@ -1093,7 +1094,7 @@ async fn search(
 async fn answer(
     State(state): State<Shared>,
     body: Result<Json<SearchBody>, JsonRejection>,
-) -> Result<Json<rerank::pipeline::Answer>, ApiError> {
+) -> Result<Response, ApiError> {
     let Json(body) = body?;
     state.limits.check(std::iter::once(body.query.as_str()))?;
     // The config's `grounding.include_sources` unless the request says otherwise.
@@ -1101,7 +1102,32 @@ async fn answer(
     if let Some(include) = body.include_sources {
         options = options.include_sources(include);
     }
+    let stream = body.stream == Some(true);
     let request = body.request();
+    if stream {
+        let pipeline = state.ready()?.pipeline.clone();
+        return Ok(chat::blocking_events(move |send| {
+            let answer = pipeline.answer_stream(&request, &options, &mut |piece| {
+                let event = Event::default()
+                    .event("delta")
+                    .data(serde_json::json!({ "text": piece }).to_string());
+                match send(event) {
+                    true => std::ops::ControlFlow::Continue(()),
+                    false => std::ops::ControlFlow::Break(()),
+                }
+            });
+            let event = match answer {
+                Ok(answer) => Event::default()
+                    .event("answer")
+                    .data(serde_json::to_string(&answer).unwrap_or_default()),
+                Err(e) => Event::default()
+                    .event("error")
+                    .data(chat::error_json(e).to_string()),
+            };
+            send(event);
+        })
+        .into_response());
+    }
     let answer = with_pipeline(&state, move |p| p.answer_with(&request, &options)).await?;
-    Ok(Json(answer))
+    Ok(Json(answer).into_response())
 }
