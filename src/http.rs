@@ -214,6 +214,20 @@ pub(crate) fn post_json(
     read(response)
 }
 
+/// One POST of `body` as JSON to `url`; the response unread.
+fn send_json(
+    agent: &ureq::Agent,
+    url: &str,
+    bearer: Option<&str>,
+    body: &Value,
+) -> std::result::Result<ureq::http::Response<ureq::Body>, Transport> {
+    let mut call = agent.post(url).header("Content-Type", "application/json");
+    if let Some(key) = bearer {
+        call = call.header("Authorization", format!("Bearer {key}"));
+    }
+    call.send_json(body).map_err(transport)
+}
+
 /// One attempt of an API call: POST `body` to `url` with an optional bearer token, then sort
 /// the reply the same way for every OpenAI-style API: 2xx is parsed by `parse`; 401 and 403
 /// fail at once, saying to check `key_source`; 408, 429, 5xx and network failures are worth
@@ -244,13 +258,66 @@ pub(crate) fn api_attempt<T>(
         }
         Err(t) => return Attempt::Fail(error(None, t.message, Some(t.source))),
     };
+    match reply.status {
+        200..=299 => match parse(&reply.text) {
+            Ok(v) => Attempt::Done(v),
+            Err(m) => Attempt::Fail(error(Some(reply.status), m, None)),
+        },
+        _ => refused(&reply, key_source, error),
+    }
+}
+
+/// [`api_attempt`] for a reply read as it arrives: a 2xx body goes to `consume` unread (a
+/// server-sent-events stream); other replies are sorted as `api_attempt` sorts them. A failure
+/// while consuming is not retried: part of the reply may already have been used.
+pub(crate) fn api_attempt_streamed<T>(
+    agent: &ureq::Agent,
+    url: &str,
+    bearer: Option<&str>,
+    body: &Value,
+    key_source: &str,
+    consume: impl FnOnce(&mut dyn std::io::BufRead) -> std::result::Result<T, String>,
+    error: impl Fn(Option<u16>, String, Option<BoxError>) -> Error,
+) -> Attempt<T> {
+    let response = match send_json(agent, url, bearer, body) {
+        Ok(r) => r,
+        Err(t) if t.retryable => {
+            return Attempt::Retry {
+                reason: t.message,
+                status: None,
+                retry_after: None,
+            }
+        }
+        Err(t) => return Attempt::Fail(error(None, t.message, Some(t.source))),
+    };
+    let status = response.status().as_u16();
+    if (200..300).contains(&status) {
+        let mut reader = std::io::BufReader::new(response.into_body().into_reader());
+        return match consume(&mut reader) {
+            Ok(v) => Attempt::Done(v),
+            Err(m) => Attempt::Fail(error(Some(status), m, None)),
+        };
+    }
+    match read(response) {
+        Ok(reply) => refused(&reply, key_source, error),
+        Err(t) => Attempt::Retry {
+            reason: t.message,
+            status: Some(status),
+            retry_after: None,
+        },
+    }
+}
+
+/// A reply that is not a success: 401 and 403 fail at once, saying to check `key_source`;
+/// 408, 429 and 5xx are worth another try; any other status fails.
+fn refused<T>(
+    reply: &Reply,
+    key_source: &str,
+    error: impl Fn(Option<u16>, String, Option<BoxError>) -> Error,
+) -> Attempt<T> {
     let status = reply.status;
     let detail = || format!("{} ({})", status_line(status), server_message(&reply.text));
     match status {
-        200..=299 => match parse(&reply.text) {
-            Ok(v) => Attempt::Done(v),
-            Err(m) => Attempt::Fail(error(Some(status), m, None)),
-        },
         401 | 403 => Attempt::Fail(error(
             Some(status),
             format!("{}; check {key_source} (not retried)", detail()),
@@ -570,6 +637,35 @@ impl std::fmt::Debug for ApiClient {
 }
 
 impl ApiClient {
+    /// [`call`](Self::call) for a streamed reply: `consume` reads the body of the first
+    /// success as it arrives (failures before it are retried as `call` retries them).
+    pub fn call_streamed<T>(
+        &self,
+        body: &Value,
+        mut consume: impl FnMut(&mut dyn std::io::BufRead) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let error = |status, message, source| Error::Http {
+            url: self.url.clone(),
+            status,
+            message,
+            source,
+        };
+        self.retry.run(
+            || {
+                api_attempt_streamed(
+                    &self.agent,
+                    &self.url,
+                    self.api_key.as_deref(),
+                    body,
+                    &self.key_source,
+                    &mut consume,
+                    error,
+                )
+            },
+            |status, message| error(status, message, None),
+        )
+    }
+
     /// POSTs `body` until a reply parses (`parse`), fails, or the retries are spent; errors
     /// are [`Error::Http`] naming the URL.
     pub fn call<T>(

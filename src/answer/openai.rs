@@ -1,6 +1,8 @@
 //! [`OpenAiCompatible`]: chat completions over HTTP (OpenAI, vLLM, llama.cpp server, Ollama,
 //! ...), with timeouts and retries.
 
+use std::io::BufRead;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -128,33 +130,108 @@ fn parse_completion(text: &str) -> std::result::Result<Generation, String> {
         Value::Null => String::new(),
         _ => return Err("choices[0].message.content is not a string".into()),
     };
-    let count = |key: &str| {
-        v.get("usage")
-            .and_then(|u| u.get(key))
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-    };
-    let usage = match (count("prompt_tokens"), count("completion_tokens")) {
-        (Some(prompt_tokens), Some(completion_tokens)) => Some(TokenUsage {
-            prompt_tokens,
-            completion_tokens,
-        }),
-        _ => None,
-    };
     Ok(Generation {
         text,
         finish_reason: choice
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string),
-        usage,
+        usage: usage(&v),
     })
+}
+
+/// The `usage` of a completion (or of a stream's last chunk), when it has both counts.
+fn usage(v: &Value) -> Option<TokenUsage> {
+    let count = |key: &str| {
+        v.get("usage")
+            .and_then(|u| u.get(key))
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+    };
+    Some(TokenUsage {
+        prompt_tokens: count("prompt_tokens")?,
+        completion_tokens: count("completion_tokens")?,
+    })
+}
+
+/// A streamed completion (server-sent events, `data: {chunk}` lines until `data: [DONE]`):
+/// each chunk's `choices[0].delta.content` goes to `on_text` as it arrives; the finish reason
+/// and the usage (the last chunk's, with `stream_options.include_usage`) are kept. A chunk
+/// holding an `error` (a server failing after the stream began) ends it with that error;
+/// `ControlFlow::Break` from `on_text` stops reading (the connection is dropped, which stops a
+/// server that watches for it).
+fn read_stream(
+    reader: &mut dyn BufRead,
+    on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+) -> std::result::Result<Generation, String> {
+    let mut generation = Generation::default();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the stream: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        let Some(data) = line.trim_end().strip_prefix("data:") else {
+            continue;
+        };
+        let data = data.trim_start();
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|e| format!("a stream chunk is not JSON ({e})"))?;
+        if let Some(error) = chunk.get("error") {
+            return Err(format!(
+                "the server failed during the stream: {}",
+                error.get("message").and_then(Value::as_str).unwrap_or("")
+            ));
+        }
+        if let Some(u) = usage(&chunk) {
+            generation.usage = Some(u);
+        }
+        let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+            continue;
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            generation.finish_reason = Some(reason.to_string());
+        }
+        match choice.pointer("/delta/content").and_then(Value::as_str) {
+            Some(piece) if !piece.is_empty() => {
+                generation.text.push_str(piece);
+                if on_text(piece).is_break() {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(generation)
 }
 
 impl Generator for OpenAiCompatible {
     fn generate(&self, request: &GenerationRequest) -> Result<Generation> {
         self.client.call(&self.body(request), |text| {
             parse_completion(text).map_err(|m| format!("invalid chat-completions response: {m}"))
+        })
+    }
+
+    /// Asks the server to stream (`stream: true`, `stream_options.include_usage`) and passes
+    /// each piece on as it arrives. Failures before the first byte of the reply are retried as
+    /// [`generate`](Generator::generate)'s are; the whole exchange has the same timeout.
+    fn generate_stream(
+        &self,
+        request: &GenerationRequest,
+        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    ) -> Result<Generation> {
+        let mut body = self.body(request);
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        self.client.call_streamed(&body, |reader| {
+            read_stream(reader, on_text)
+                .map_err(|m| format!("invalid chat-completions stream: {m}"))
         })
     }
 

@@ -67,7 +67,7 @@ impl Pipeline {
     ///    of the grounding band and the relevance band, so a faithful quote from sources that
     ///    are not about the question is not `high` ([`Answer::confidence_band`]).
     pub fn answer_with(&self, request: &SearchRequest, options: &AnswerOptions) -> Result<Answer> {
-        self.answer_stream(request, options, &mut |_| ControlFlow::Continue(()))
+        self.answer_inner(request, options, &mut None)
     }
 
     /// [`answer_with`](Self::answer_with), handing the answer's text to `on_text` as it is
@@ -84,10 +84,11 @@ impl Pipeline {
         on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
     ) -> Result<Answer> {
         let mut streamed = false;
-        let answer = self.answer_inner(request, options, &mut |piece| {
+        let mut sink = |piece: &str| {
             streamed = true;
             on_text(piece)
-        })?;
+        };
+        let answer = self.answer_inner(request, options, &mut Some(&mut sink))?;
         if !streamed && !answer.text.is_empty() {
             let _ = on_text(&answer.text);
         }
@@ -98,7 +99,7 @@ impl Pipeline {
         &self,
         request: &SearchRequest,
         options: &AnswerOptions,
-        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+        on_text: &mut TextSink<'_>,
     ) -> Result<Answer> {
         options.validate()?;
         let start = Instant::now();
@@ -183,7 +184,7 @@ impl Pipeline {
         classification: Option<crate::classify::Classification>,
         classify_ms: Option<f64>,
         start: Instant,
-        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+        on_text: &mut TextSink<'_>,
     ) -> Result<(Answer, Vec<String>)> {
         let query = request.query.trim();
         let intent = classification.as_ref().map(|c| c.intent);
@@ -296,7 +297,7 @@ impl Pipeline {
         &self,
         query: &str,
         options: &AnswerOptions,
-        on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+        on_text: &mut TextSink<'_>,
     ) -> Result<Answer> {
         let generator = match options.chitchat_mode() {
             ChitchatMode::Generator => self.generator(),
@@ -327,13 +328,20 @@ impl Pipeline {
     }
 }
 
-/// The generator's reply to `request`, its text streamed to `on_text` without thinking
-/// blocks (the pieces add up to `strip_thinking` of the reply).
+/// Where an answer's text goes as it is written: nowhere (`None`: the generator is asked for
+/// the whole reply, as [`Pipeline::answer_with`] does), or to a caller's `on_text`.
+type TextSink<'a> = Option<&'a mut (dyn FnMut(&str) -> ControlFlow<()> + Send)>;
+
+/// The generator's reply to `request`: whole without a sink; with one, streamed to it without
+/// thinking blocks (the pieces add up to `strip_thinking` of the reply).
 fn generate_filtered(
     generator: &dyn Generator,
     request: &GenerationRequest,
-    on_text: &mut (dyn FnMut(&str) -> ControlFlow<()> + Send),
+    sink: &mut TextSink<'_>,
 ) -> Result<Generation> {
+    let Some(on_text) = sink else {
+        return generator.generate(request);
+    };
     let mut filter = ThinkingFilter::new();
     let mut flow = ControlFlow::Continue(());
     let generation = generator.generate_stream(request, &mut |piece| {

@@ -287,24 +287,19 @@ fn a_llama_checkpoint_without_a_template_needs_one_from_the_builder() {
     // The template given to the builder, or saved as chat_template.jinja, is used.
     let e = expected("llama");
     let c = &conversations(&e)[0];
-    let chat = LocalChat::builder(&to)
-        .chat_template(source.clone())
-        .template_variable("date_string", Value::from(DATE))
-        .build()
-        .unwrap();
-    assert_eq!(
-        chat.prompt(&messages(&c["messages"])).unwrap(),
-        c["rendered"].as_str().unwrap()
-    );
+    let renders = |builder: rerank::answer::LocalChatBuilder| {
+        let chat = builder
+            .template_variable("date_string", Value::from(DATE))
+            .build()
+            .unwrap();
+        assert_eq!(
+            chat.prompt(&messages(&c["messages"])).unwrap(),
+            c["rendered"].as_str().unwrap()
+        );
+    };
+    renders(LocalChat::builder(&to).chat_template(source.clone()));
     std::fs::write(to.join("chat_template.jinja"), &source).unwrap();
-    let chat = LocalChat::builder(&to)
-        .template_variable("date_string", Value::from(DATE))
-        .build()
-        .unwrap();
-    assert_eq!(
-        chat.prompt(&messages(&c["messages"])).unwrap(),
-        c["rendered"].as_str().unwrap()
-    );
+    renders(LocalChat::builder(&to));
     // A template that does not compile is refused at build, naming the directory.
     std::fs::write(to.join("chat_template.jinja"), "{% for m in messages %}").unwrap();
     let err = LocalChat::from_dir(&to).unwrap_err().to_string();

@@ -543,3 +543,86 @@ fn the_embedder_splits_large_inputs_into_batches_and_sends_dimensions() {
     assert!(seen[0].body.get("dimensions").is_none(), "{}", seen[0].body);
     assert_eq!(seen[0].body["input"], serde_json::json!(["a", "b"]));
 }
+
+/// A server-sent-events body of chat-completion chunks: `pieces` as deltas, the finish reason,
+/// a usage chunk, `[DONE]`.
+fn event_stream(pieces: &[&str]) -> String {
+    let chunk = |choices: serde_json::Value| {
+        format!(
+            "data: {}\n\n",
+            serde_json::json!({"id": "c", "object": "chat.completion.chunk", "choices": choices})
+        )
+    };
+    let mut body = chunk(serde_json::json!([{"index": 0, "delta": {"role": "assistant"}}]));
+    for p in pieces {
+        body.push_str(&chunk(
+            serde_json::json!([{"index": 0, "delta": {"content": p}, "finish_reason": null}]),
+        ));
+    }
+    body.push_str(&chunk(
+        serde_json::json!([{"index": 0, "delta": {}, "finish_reason": "length"}]),
+    ));
+    body.push_str(&format!(
+        "data: {}\n\n",
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}})
+    ));
+    body.push_str("data: [DONE]\n\n");
+    body
+}
+
+#[test]
+fn streams_the_reply_piece_by_piece_retrying_before_it_starts() {
+    use std::ops::ControlFlow;
+    let sse = vec![("Content-Type", "text/event-stream")];
+    let server = Server::start(vec![
+        Reply::Http(503, vec![], error_body("warming up")),
+        Reply::Http(200, sse.clone(), event_stream(&["Fo", "ur", "."])),
+    ]);
+    let (g, slept) = client(&server, 3);
+    let mut pieces = Vec::new();
+    let out = g
+        .generate_stream(&request(), &mut |p| {
+            pieces.push(p.to_string());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(pieces, ["Fo", "ur", "."]);
+    assert_eq!(out.text, "Four.");
+    assert_eq!(out.finish_reason.as_deref(), Some("length"));
+    let usage = out.usage.unwrap();
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (7, 3));
+    assert_eq!(slept.lock().unwrap().len(), 1);
+    let seen = server.finish();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].body["stream"], true);
+    assert_eq!(seen[1].body["stream_options"]["include_usage"], true);
+
+    // An error chunk after the stream began ends it with the server's message, not retried.
+    let failing = format!(
+        "data: {}\n\ndata: {}\n\n",
+        serde_json::json!({"choices": [{"index": 0, "delta": {"content": "Fo"}}]}),
+        error_body("out of memory")
+    );
+    let server = Server::start(vec![Reply::Http(200, sse.clone(), failing)]);
+    let (g, _) = client(&server, 3);
+    let err = g
+        .generate_stream(&request(), &mut |_| ControlFlow::Continue(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("out of memory"), "{err}");
+    assert_eq!(server.finish().len(), 1);
+
+    // A break stops reading: the pieces after it are not passed on.
+    let server = Server::start(vec![Reply::Http(200, sse, event_stream(&["a", "b", "c"]))]);
+    let (g, _) = client(&server, 0);
+    let mut pieces = Vec::new();
+    let out = g
+        .generate_stream(&request(), &mut |p| {
+            pieces.push(p.to_string());
+            ControlFlow::Break(())
+        })
+        .unwrap();
+    assert_eq!(pieces, ["a"]);
+    assert_eq!(out.text, "a");
+    server.finish();
+}

@@ -800,6 +800,22 @@ fn clients_python() -> Option<PathBuf> {
 
 /// `examples/configs/serve.yaml`: models by name (resolved in `$RERANK_MODELS_DIR`), no corpus
 /// and no retriever; the rerank and embedding routes answer as with the test's own config.
+/// What the client script `tests/clients/{script}` printed, run against `server` (whose API
+/// key is `k`) with the request file `request`.
+fn run_client(python: &Path, script: &str, server: &Server, request: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://{}", server.addr))
+        .arg("k")
+        .arg(request)
+        .output()
+        .unwrap();
+    crate::common::json_output(&out)
+}
+
 #[test]
 fn the_shipped_serve_config_names_its_models_and_needs_no_corpus() {
     let Some(minilm) = minilm() else { return };
@@ -879,15 +895,7 @@ fn the_official_cohere_and_openai_sdks_get_the_librarys_results() {
         json!({"query": QUERY, "documents": DOCS, "texts": DOCS}).to_string(),
     )
     .unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/sdk_clients.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(format!("http://{}", server.addr))
-        .arg("k")
-        .arg(&request)
-        .output()
-        .unwrap();
-    let got: Value = crate::common::json_output(&out);
+    let got = run_client(&python, "sdk_clients.py", &server, &request);
     let scores = library_scores();
     let v2 = got["cohere_v2"].as_array().unwrap();
     assert_eq!(v2.len(), DOCS.len());
@@ -1769,15 +1777,7 @@ fn the_official_openai_sdk_chats_with_the_server() {
         json!({"messages": messages, "max_tokens": 20, "stop": [stop]}).to_string(),
     )
     .unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/chat_clients.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(format!("http://{}", server.addr))
-        .arg("k")
-        .arg(&request)
-        .output()
-        .unwrap();
-    let got: Value = crate::common::json_output(&out);
+    let got = run_client(&python, "chat_clients.py", &server, &request);
     let usage = reference.usage.unwrap();
     let finish = reference.finish_reason.as_deref().unwrap();
     assert_eq!(got["whole"]["content"], reference.text.as_str());
@@ -1854,4 +1854,39 @@ fn answers_stream_as_server_sent_events_that_add_up_to_the_answer() {
     assert_eq!(deltas.concat(), answer["text"].as_str().unwrap());
     assert_eq!(answer["text"], whole["text"]);
     assert_eq!(answer["generator"], "local-chat");
+}
+
+#[cfg(feature = "http")]
+#[test]
+fn the_openai_compatible_generator_streams_from_the_server() {
+    use std::ops::ControlFlow;
+    let Some(server) = chat_server("chat-proxy", &[], &[]) else {
+        return;
+    };
+    let reference = library_chat(20, &[]);
+    let generator = rerank::answer::OpenAiCompatible::builder()
+        .base_url(format!("http://{}/v1", server.addr))
+        .model("tiny-mistral")
+        .api_key("unused")
+        .build()
+        .unwrap();
+    let request = rerank::answer::GenerationRequest {
+        messages: chat_messages(),
+        max_new_tokens: 20,
+        temperature: 0.0,
+        ..Default::default()
+    };
+    use rerank::Generator;
+    let whole = generator.generate(&request).unwrap();
+    assert_eq!(whole, reference);
+    let mut pieces = Vec::new();
+    let streamed = generator
+        .generate_stream(&request, &mut |p| {
+            pieces.push(p.to_string());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(streamed, reference);
+    assert_eq!(pieces.concat(), reference.text);
+    assert!(pieces.len() > 1, "{pieces:?}");
 }
