@@ -128,8 +128,17 @@ pub fn run(args: Args) -> CliResult {
         println!("{}", serde_json::to_string(&answer)?);
         return Ok(());
     }
-    // The text as the generator writes it, then what needs the whole answer.
-    let answer = pipeline.answer_stream(&request, &options, &mut |piece| {
+    print_streamed(&pipeline, &request, &options)
+}
+
+/// The answer in its human-readable form, its text printed as the generator writes it, then
+/// what needs the whole answer (`answer` and `query` without `--json`).
+pub fn print_streamed(
+    pipeline: &rerank::Pipeline,
+    request: &SearchRequest,
+    options: &AnswerOptions,
+) -> CliResult {
+    let answer = pipeline.answer_stream(request, options, &mut |piece| {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
         match write!(out, "{piece}").and_then(|_| out.flush()) {
@@ -162,14 +171,8 @@ fn basis_name(basis: rerank::answer::RelevanceMeasure) -> &'static str {
     }
 }
 
-/// The human-readable form of an answer: its text, confidence and numbered sources, then what
-/// the grounding check found (`answer` and `query` without `--json`).
-pub fn print_answer(answer: &rerank::Answer) {
-    println!("{}\n", answer.text);
-    print_details(answer);
-}
-
-/// What [`print_answer`] prints after the text.
+/// What follows an answer's text in its human-readable form (`answer` and `query` without
+/// `--json`): its confidence and numbered sources, then what the grounding check found.
 fn print_details(answer: &rerank::Answer) {
     // Grounding (`confidence`) and relevance, each with its band, and the answer's band (the
     // weaker of the two); the names are the JSON fields'.

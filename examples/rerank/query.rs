@@ -106,11 +106,12 @@ pub fn run(args: Args) -> CliResult {
         } else {
             let mut request = SearchRequest::new(question()?);
             request.mode = args.retriever.as_deref().map(recall_mode);
-            let answer = pipeline.answer_with(&request, &config.answer_options()?)?;
+            let options = config.answer_options()?;
             if !args.json {
-                crate::answer::print_answer(&answer);
+                crate::answer::print_streamed(&pipeline, &request, &options)?;
                 return Ok(());
             }
+            let answer = pipeline.answer_with(&request, &options)?;
             let classification = answer.classification.clone();
             json!({
                 "query": answer.query,

@@ -660,7 +660,9 @@ fn a_refused_querys_personal_data_never_reaches_a_log_line() {
     for s in secret {
         assert!(!text.contains(s), "{s} reached the log:\n{text}");
     }
-    for fragment in ["6789", "1111", "jane", "example.com"] {
+    // Fragments as they would appear if part of a value leaked; a digit run alone is not
+    // one (stage timings are floats such as `ms=0.1111`).
+    for fragment in ["45-6789", "4111 1111", "1111 1111", "jane", "example.com"] {
         assert!(
             !text.contains(fragment),
             "{fragment} reached the log:\n{text}"
