@@ -7,8 +7,8 @@ Usage: chat_clients.py BASE_URL API_KEY REQUEST_JSON
 REQUEST_JSON holds {"messages": [...], "max_tokens": N, "stop": [...]} . Prints one JSON object:
 what `client.chat.completions.create` returned greedily (temperature 0) whole (`whole`: the
 content, finish_reason and usage) and streamed (`streamed`: every content delta in order, the
-finish_reason, and the usage of the last chunk with stream_options include_usage), and with
-`stop` (`stopped`), for the Rust test to compare with the library's own generation. Needs
+finish_reason, and the usage of the last chunk with stream_options include_usage), with
+`stop` (`stopped`), and the ids of `client.models.list()` (`models`), for the Rust test to compare with the library's own generation. Needs
 `pip install openai`.
 """
 import json
@@ -37,12 +37,14 @@ def main() -> None:
             if c.finish_reason:
                 finish = c.finish_reason
     stopped = client.chat.completions.create(**common, stop=request["stop"])
+    models = [m.id for m in client.models.list()]
     out = {
         "whole": {"content": choice.message.content, "role": choice.message.role,
                   "finish_reason": choice.finish_reason, "usage": whole.usage.model_dump()},
         "streamed": {"pieces": pieces, "finish_reason": finish, "usage": usage},
         "stopped": {"content": stopped.choices[0].message.content,
                     "finish_reason": stopped.choices[0].finish_reason},
+        "models": models,
     }
     print(json.dumps(out))
 

@@ -1732,6 +1732,20 @@ fn chat_completions_write_what_the_library_writes_whole_and_streamed() {
     }
     let (status, _) = post(&server.addr, "/v1/chat/completions", &request);
     assert_eq!(status, 200);
+
+    // The model list clients read first names the generator by its directory.
+    let (status, _, list) = http(&server.addr, "GET", "/v1/models", &[], b"");
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_slice(&list).unwrap();
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["data"][0]["id"], "mistral");
+    assert_eq!(list["data"][0]["object"], "model");
+    let (status, _, one) = http(&server.addr, "GET", "/v1/models/mistral", &[], b"");
+    assert_eq!(status, 200);
+    let one: Value = serde_json::from_slice(&one).unwrap();
+    assert_eq!(one, list["data"][0]);
+    let (status, _, _) = http(&server.addr, "GET", "/v1/models/gpt-4", &[], b"");
+    assert_eq!(status, 404);
 }
 
 #[test]
@@ -1794,6 +1808,7 @@ fn the_official_openai_sdk_chats_with_the_server() {
     );
     assert_eq!(got["stopped"]["content"], cut.text.as_str());
     assert_eq!(got["stopped"]["finish_reason"], "stop");
+    assert_eq!(got["models"], json!(["mistral"]));
 }
 
 /// The `(event, data)` pairs of a server-sent-events body (`message` when unnamed).

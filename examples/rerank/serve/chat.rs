@@ -402,3 +402,68 @@ pub(super) fn blocking_events(
     Sse::new(tokio_stream::wrappers::ReceiverStream::new(receiver))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
+
+/// The models a config serves, as OpenAI's `GET /v1/models` lists them: the generator, the
+/// embedder and the reranker, each named by its model directory's name (or, for a generator
+/// behind another OpenAI-compatible server, the model it asks for). The server ignores a
+/// request's `model`, so any of these ids works for any route.
+pub(super) fn model_list(
+    config: &rerank::pipeline::PipelineConfig,
+    pipeline: &rerank::Pipeline,
+) -> Vec<Value> {
+    use rerank::pipeline::{EmbedderConfig, GeneratorConfig};
+    let dir_name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let mut ids: Vec<(String, &str)> = Vec::new();
+    match &config.generator {
+        Some(GeneratorConfig::LocalChat { model, .. }) => ids.push((dir_name(model), "generator")),
+        Some(GeneratorConfig::Openai { model, .. }) => ids.push((model.clone(), "generator")),
+        _ => {}
+    }
+    if let Some(EmbedderConfig::Bert { model, .. }) = &config.embedder {
+        ids.push((dir_name(model), "embedder"));
+    } else if let Some(e) = pipeline.embedder() {
+        ids.push((e.id().unwrap_or_else(|| "embedder".into()), "embedder"));
+    }
+    if let Some(model) = config.reranker.as_ref().and_then(|r| r.model.as_ref()) {
+        ids.push((dir_name(model), "reranker"));
+    } else if let Some(r) = pipeline.reranker() {
+        ids.push((r.name().to_string(), "reranker"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    ids.into_iter()
+        .filter(|(id, _)| seen.insert(id.clone()))
+        .map(|(id, role)| {
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "rerank", "role": role})
+        })
+        .collect()
+}
+
+/// `GET /v1/models`.
+pub async fn list_models(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let models = &state.ready()?.models;
+    Ok(Json(json!({"object": "list", "data": models})))
+}
+
+/// `GET /v1/models/{id}`: the model, or a 404.
+pub async fn get_model(
+    State(state): State<Shared>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    state
+        .ready()?
+        .models
+        .iter()
+        .find(|m| m["id"] == id.as_str())
+        .cloned()
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                format!("no model {id:?} (GET /v1/models lists them)"),
+            )
+        })
+}

@@ -8,6 +8,7 @@
 //! | `POST /embed` | text-embeddings-inference | the config's embedder |
 //! | `POST /embed_sparse` | text-embeddings-inference (`[{index, value}]` per input) | `serve.sparse_model` or `--sparse-model` |
 //! | `POST /v1/chat/completions` | OpenAI chat completions, whole or streamed (`chat.rs`) | the config's generator |
+//! | `GET /v1/models`, `GET /v1/models/{id}` | OpenAI's model list (clients that discover models first) | the config's models |
 //! | `POST /search`, `POST /answer` | the pipeline's own request and response | the pipeline |
 //! | `GET /health`, `GET /metrics`, `GET /info` | readiness, Prometheus text, models and limits | |
 //!
@@ -199,6 +200,8 @@ struct Ready {
     /// The config's `grounding` section, for `/answer`.
     answer_options: rerank::pipeline::AnswerOptions,
     info: serde_json::Value,
+    /// `GET /v1/models`: the models the config serves, as OpenAI lists them.
+    models: Vec<serde_json::Value>,
 }
 
 struct AppState {
@@ -430,6 +433,7 @@ fn load(config: &PipelineConfig, sparse_model: Option<&Path>, state: &Shared) ->
         "limits": state.limits,
         "version": env!("CARGO_PKG_VERSION"),
     });
+    let models = chat::model_list(config, &pipeline);
     let ready = Ready {
         pipeline,
         rerank,
@@ -440,6 +444,7 @@ fn load(config: &PipelineConfig, sparse_model: Option<&Path>, state: &Shared) ->
         dimensions,
         answer_options: config.answer_options()?,
         info,
+        models,
     };
     if state.ready.set(ready).is_err() {
         return Err("loaded twice".into());
@@ -609,6 +614,8 @@ fn router(state: Shared) -> Router {
         .route("/rerank", post(tei_rerank))
         .route("/v1/embeddings", post(openai_embeddings))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(chat::list_models))
+        .route("/v1/models/{id}", get(chat::get_model))
         .route("/embed", post(tei_embed))
         .route("/embed_sparse", post(tei_embed_sparse))
         .route("/search", post(search))
