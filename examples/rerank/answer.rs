@@ -16,7 +16,7 @@ use crate::CliResult;
 enum GeneratorKind {
     /// Model-free: quotes the best-matching sentences.
     Extractive,
-    /// A local chat model (Qwen3, Qwen2.5, Llama, Mistral) from --generator-model, on the
+    /// A local chat model (Qwen3, Qwen2.5, Llama, Mistral, Phi-3) from --generator-model, on the
     /// CPU (needs the `models` feature); `qwen3` is its former name.
     #[value(alias = "qwen3")]
     Local,

@@ -1,4 +1,5 @@
-//! `rerank generate`: run a local chat model (Qwen3, Qwen2.5, Llama, Mistral) on one prompt and print the new text, or with
+//! `rerank generate`: run a local chat model (Qwen3, Qwen2.5, Llama, Mistral, Phi-3) on one
+//! prompt and print the new text, or with
 //! `--json` the new ids, the text and where the time went:
 //!
 //! ```text
@@ -19,9 +20,9 @@ use crate::CliResult;
 #[derive(clap::Args)]
 pub struct Args {
     /// The chat model's directory (config.json naming Qwen3ForCausalLM, Qwen2ForCausalLM,
-    /// LlamaForCausalLM or MistralForCausalLM; model.safetensors; tokenizer.json; the chat
-    /// template in tokenizer_config.json or chat_template.jinja), as `answer --generator local
-    /// --generator-model` takes it.
+    /// LlamaForCausalLM, MistralForCausalLM or Phi3ForCausalLM; model.safetensors;
+    /// tokenizer.json; the chat template in tokenizer_config.json or chat_template.jinja), as
+    /// `answer --generator local --generator-model` takes it.
     #[arg(long, value_name = "MODEL", alias = "model")]
     generator_model: PathBuf,
     /// A tokenizer.json to use instead of the one in the model directory.

@@ -43,7 +43,7 @@ impl ChatFormat {
                 qwen3: false,
                 thinking,
             }),
-            DecoderFamily::Llama | DecoderFamily::Mistral => None,
+            DecoderFamily::Llama | DecoderFamily::Mistral | DecoderFamily::Phi3 => None,
         }
     }
 

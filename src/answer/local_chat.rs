@@ -1,10 +1,11 @@
-//! [`LocalChat`]: a decoder-only chat model (Qwen3, Qwen2 / Qwen2.5, Llama 2 / 3, Mistral) as a
+//! [`LocalChat`]: a decoder-only chat model (Qwen3, Qwen2 / Qwen2.5, Llama 2 / 3, Mistral, Phi-3) as a
 //! [`Generator`]: the prompt, the stop rules and sampling. The model itself (the packed
 //! prefill, the KV cache, the decode step) is `models::qwen3::generate`, on the same kernels
 //! as the Qwen3 reranker and the decoder embedders.
 //!
 //! Weights load from a local directory (`config.json` naming `Qwen3ForCausalLM`,
-//! `Qwen2ForCausalLM`, `LlamaForCausalLM` or `MistralForCausalLM`; `model.safetensors` or a
+//! `Qwen2ForCausalLM`, `LlamaForCausalLM`, `MistralForCausalLM` or `Phi3ForCausalLM`;
+//! `model.safetensors` or a
 //! sharded `model.safetensors.index.json`; `tokenizer.json`), in f32 or, opt-in, bf16
 //! ([`Precision::Bf16`]). Prompts are the model's chat template (`chat_template.jinja`, else
 //! `tokenizer_config.json`'s `chat_template`) rendered as transformers renders it, with
@@ -103,7 +104,8 @@ impl DecodeTimings {
 }
 
 /// A chat model on the crate's CPU kernels: a directory whose `config.json` names
-/// `Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM` or `MistralForCausalLM`, with
+/// `Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`, `MistralForCausalLM` or
+/// `Phi3ForCausalLM`, with
 /// `model.safetensors` (or its shards) and `tokenizer.json`, in f32 or bf16.
 ///
 /// Its prompts are the model's chat template (`chat_template.jinja`, else `chat_template` in

@@ -785,7 +785,7 @@ pub enum GeneratorConfig {
         max_sentences: usize,
     },
     /// A chat model from a local directory, run on the crate's CPU kernels (feature
-    /// `models`): Qwen3, Qwen2 / Qwen2.5, Llama and Mistral checkpoints
+    /// `models`): Qwen3, Qwen2 / Qwen2.5, Llama, Mistral and Phi-3 checkpoints
     /// ([`LocalChat`](crate::answer::LocalChat)). `type: local_chat`; `qwen3_chat`, its
     /// former name, is read as the same.
     #[serde(alias = "qwen3_chat")]

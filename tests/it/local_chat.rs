@@ -20,7 +20,7 @@ const QWEN3: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../shared/fixtures/qwen3_tiny_a/model"
 );
-const VARIANTS: [&str; 3] = ["qwen2", "llama", "mistral"];
+const VARIANTS: [&str; 4] = ["qwen2", "llama", "mistral", "phi3"];
 /// The date the Llama conversations were rendered with (`template_kwargs.date_string`).
 const DATE: &str = "26 Jul 2024";
 
@@ -472,4 +472,24 @@ fn streamed_pieces_add_up_to_the_reply_and_a_break_stops_decoding() {
         .unwrap();
         assert_eq!(pieces.concat(), cut.text, "{name}");
     });
+}
+
+#[test]
+fn a_phi3_config_is_checked_against_its_fused_projections() {
+    let to = scratch("phi3", "sizes");
+    for (key, value, wanted) in [
+        ("intermediate_size", 65, "intermediate_size x 2"),
+        ("num_key_value_heads", 1, "num_key_value_heads"),
+    ] {
+        let original = std::fs::read_to_string(to.join("config.json")).unwrap();
+        edit_json(&to.join("config.json"), |v| v[key] = Value::from(value));
+        let err = LocalChat::from_dir(&to).unwrap_err().to_string();
+        assert!(
+            err.contains(wanted) && err.contains("config.json"),
+            "{key}: {err}"
+        );
+        std::fs::write(to.join("config.json"), original).unwrap();
+    }
+    assert!(LocalChat::from_dir(&to).is_ok());
+    let _ = std::fs::remove_dir_all(&to);
 }

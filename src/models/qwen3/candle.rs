@@ -111,6 +111,11 @@ impl CandleDecoder {
         device: Device,
         precision: Precision,
     ) -> Result<Self> {
+        if cfg.family == super::config::DecoderFamily::Phi3 {
+            return Err(crate::Error::Config(
+                "Phi3ForCausalLM runs on the crate's own CPU kernels only (device cpu)".into(),
+            ));
+        }
         let weights = under_model(weights);
         check_config(&weights, &cfg)?;
         let vocab_rows = weights.shape(EMBED)?[0];

@@ -9,7 +9,8 @@
 //! config says otherwise, as in Qwen3. Llama and Mistral are the same decoder again, without
 //! q/k norms: Llama's q/k/v/o projections have biases when `attention_bias` says so (its MLP
 //! biases, `mlp_bias`, are refused), Mistral's never; Mistral's `sliding_window`, when set,
-//! applies to every layer (or to those `layer_types` marks).
+//! applies to every layer (or to those `layer_types` marks). Phi-3 is Mistral's decoder with
+//! fused projections (`qkv_proj`, `gate_up_proj`).
 
 use std::path::Path;
 
@@ -30,6 +31,11 @@ pub enum DecoderFamily {
     /// `MistralForCausalLM`: no q/k norm, no biases; a sliding window when `sliding_window`
     /// is set.
     Mistral,
+    /// `Phi3ForCausalLM` (Phi-3 / Phi-3.5-mini): Mistral's decoder with its q/k/v projections
+    /// saved as one `qkv_proj` and its gate and up projections as one `gate_up_proj`; a
+    /// sliding window on every layer when `sliding_window` is set; RoPE on the whole head only
+    /// (`partial_rotary_factor` 1).
+    Phi3,
 }
 
 impl DecoderFamily {
@@ -40,6 +46,7 @@ impl DecoderFamily {
             DecoderFamily::Qwen2 => QWEN2_ARCHITECTURE,
             DecoderFamily::Llama => "LlamaForCausalLM",
             DecoderFamily::Mistral => "MistralForCausalLM",
+            DecoderFamily::Phi3 => "Phi3ForCausalLM",
         }
     }
 
@@ -52,15 +59,17 @@ impl DecoderFamily {
             DecoderFamily::Qwen2 => None,
             DecoderFamily::Llama => Some("LlamaModel"),
             DecoderFamily::Mistral => Some("MistralModel"),
+            DecoderFamily::Phi3 => Some("Phi3Model"),
         }
     }
 
     /// Every family.
-    pub const ALL: [DecoderFamily; 4] = [
+    pub const ALL: [DecoderFamily; 5] = [
         DecoderFamily::Qwen3,
         DecoderFamily::Qwen2,
         DecoderFamily::Llama,
         DecoderFamily::Mistral,
+        DecoderFamily::Phi3,
     ];
 
     /// The family whose `model_type` is `model_type` (`qwen3`, `qwen2`, `llama`, `mistral`).
@@ -97,6 +106,7 @@ impl DecoderFamily {
             DecoderFamily::Qwen2 => QWEN2_CLASSIFIER_ARCHITECTURE,
             DecoderFamily::Llama => "LlamaForSequenceClassification",
             DecoderFamily::Mistral => "MistralForSequenceClassification",
+            DecoderFamily::Phi3 => "Phi3ForSequenceClassification",
         }
     }
 
@@ -107,6 +117,7 @@ impl DecoderFamily {
             DecoderFamily::Qwen2 => "qwen2",
             DecoderFamily::Llama => "llama",
             DecoderFamily::Mistral => "mistral",
+            DecoderFamily::Phi3 => "phi3",
         }
     }
 }
@@ -198,6 +209,8 @@ struct RawConfig {
     #[serde(default)]
     mlp_bias: Option<bool>,
     #[serde(default)]
+    partial_rotary_factor: Option<f64>,
+    #[serde(default)]
     hidden_act: Option<String>,
     #[serde(default)]
     use_sliding_window: Option<bool>,
@@ -226,7 +239,7 @@ fn sliding(raw: &RawConfig, family: DecoderFamily) -> Result<(Option<usize>, Sli
     let layers = raw.num_hidden_layers;
     let switched_on = match family {
         DecoderFamily::Qwen3 | DecoderFamily::Qwen2 => raw.use_sliding_window == Some(true),
-        DecoderFamily::Mistral => raw.sliding_window.is_some(),
+        DecoderFamily::Mistral | DecoderFamily::Phi3 => raw.sliding_window.is_some(),
         DecoderFamily::Llama => false,
     };
     let window = match (switched_on, raw.sliding_window) {
@@ -268,7 +281,9 @@ fn sliding(raw: &RawConfig, family: DecoderFamily) -> Result<(Option<usize>, Sli
             }
             SlidingLayers::Listed(kinds)
         }
-        None if family == DecoderFamily::Mistral => SlidingLayers::From(0),
+        None if matches!(family, DecoderFamily::Mistral | DecoderFamily::Phi3) => {
+            SlidingLayers::From(0)
+        }
         None => SlidingLayers::From(raw.max_window_layers.unwrap_or(28)),
     };
     let any = match &sliding_layers {
@@ -424,6 +439,12 @@ impl Qwen3Config {
                 "rms_norm_eps {rms_norm_eps} must be finite and non-negative"
             )));
         }
+        if let Some(f) = raw.partial_rotary_factor.filter(|&f| f != 1.0) {
+            return Err(Error::model(format!(
+                "partial_rotary_factor {f}: RoPE on part of each head (Phi-4-mini) is not \
+                 supported"
+            )));
+        }
         if raw.mlp_bias == Some(true) {
             return Err(Error::model(
                 "mlp_bias true: biases on the MLP's projections are not supported",
@@ -433,7 +454,7 @@ impl Qwen3Config {
         let attention_bias = match family {
             DecoderFamily::Qwen3 | DecoderFamily::Llama => raw.attention_bias.unwrap_or(false),
             DecoderFamily::Qwen2 => true,
-            DecoderFamily::Mistral => false,
+            DecoderFamily::Mistral | DecoderFamily::Phi3 => false,
         };
         Ok(Qwen3Config {
             family,
@@ -709,5 +730,35 @@ mod tests {
         ] {
             assert_eq!(of(none), None, "{none}");
         }
+    }
+
+    #[test]
+    fn reads_phi3_configs_and_refuses_partial_rotary() {
+        let phi3 = MISTRAL
+            .replace("MistralModel", "Phi3ForCausalLM")
+            .replace("\"mistral\"", "\"phi3\"")
+            .replace("\"sliding_window\": 4096", "\"sliding_window\": 2047");
+        let p = Qwen3Config::from_json_str_for(&phi3, DecoderFamily::Phi3).unwrap();
+        assert!(!p.qkv_bias() && !p.o_bias() && !p.qk_norm());
+        assert_eq!((p.window(0), p.window(1)), (Some(2047), Some(2047)));
+        assert_eq!(
+            DecoderFamily::of_causal_lm(&phi3),
+            Some(DecoderFamily::Phi3)
+        );
+        let one = phi3.replace(
+            "\"hidden_act\"",
+            "\"partial_rotary_factor\": 1.0, \"hidden_act\"",
+        );
+        assert!(Qwen3Config::from_json_str_for(&one, DecoderFamily::Phi3).is_ok());
+        let e = Qwen3Config::from_json_str_for(
+            &phi3.replace(
+                "\"hidden_act\"",
+                "\"partial_rotary_factor\": 0.75, \"hidden_act\"",
+            ),
+            DecoderFamily::Phi3,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("partial_rotary_factor 0.75"), "{e}");
     }
 }

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use super::config::Qwen3Config;
+use super::config::{DecoderFamily, Qwen3Config};
 use super::ops::{QkNormWeights, QkvLayout};
 use crate::models::layers::kernels::{with_scratch, Linear, Then, Weight};
 use crate::models::layers::panels::PanelLinear;
@@ -67,27 +67,24 @@ impl Layer {
         let layout = qkv_layout(cfg);
         let (q_out, kv_out) = (layout.q_width(), layout.kv_width());
         let attn = |name: &str| format!("{p}.self_attn.{name}");
-        let qkv = stacked(
-            w,
-            &[
-                (attn("q_proj"), q_out),
-                (attn("k_proj"), kv_out),
-                (attn("v_proj"), kv_out),
-            ],
-            h,
-            cfg.qkv_bias(),
-            format,
-            buffer,
-        )?;
         let mlp = |name: &str| format!("{p}.mlp.{name}");
-        let gate_up = stacked(
-            w,
-            &[(mlp("gate_proj"), ffn), (mlp("up_proj"), ffn)],
-            h,
-            false,
-            format,
-            buffer,
-        )?;
+        // Phi-3 saves both fused, in the order the kernels take them (q, k, v; gate, up).
+        let (qkv_parts, gate_up_parts) = match cfg.family {
+            DecoderFamily::Phi3 => (
+                vec![(attn("qkv_proj"), q_out + 2 * kv_out)],
+                vec![(mlp("gate_up_proj"), 2 * ffn)],
+            ),
+            _ => (
+                vec![
+                    (attn("q_proj"), q_out),
+                    (attn("k_proj"), kv_out),
+                    (attn("v_proj"), kv_out),
+                ],
+                vec![(mlp("gate_proj"), ffn), (mlp("up_proj"), ffn)],
+            ),
+        };
+        let qkv = stacked(w, &qkv_parts, h, cfg.qkv_bias(), format, buffer)?;
+        let gate_up = stacked(w, &gate_up_parts, h, false, format, buffer)?;
         let o = stacked(
             w,
             &[(attn("o_proj"), h)],
@@ -392,6 +389,9 @@ pub(crate) fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
     let last = cfg.num_hidden_layers - 1;
     let last_norm = layer(last, "input_layernorm.weight");
     w.check_config_tensor("num_hidden_layers", cfg.num_hidden_layers, &last_norm)?;
+    if cfg.family == DecoderFamily::Phi3 {
+        return check_fused_config(w, cfg);
+    }
     let gate = layer(0, "mlp.gate_proj.weight");
     w.check_config_size("intermediate_size", cfg.intermediate_size, &gate, 0)?;
     if cfg.qk_norm() {
@@ -414,6 +414,33 @@ pub(crate) fn check_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
         w.check_config_size(&format!("{key} x head_dim"), rows, &name, 0)?;
     }
     Ok(())
+}
+
+/// [`check_config`] for Phi-3's fused projections: `gate_up_proj` has `2 x intermediate_size`
+/// rows, `qkv_proj` `(heads + 2 x key/value heads) x head_dim`.
+fn check_fused_config(w: &Weights, cfg: &Qwen3Config) -> Result<()> {
+    let overflow = || {
+        Error::model(format!(
+            "{}: num_attention_heads, num_key_value_heads and head_dim overflow",
+            w.config_path().display()
+        ))
+    };
+    let ffn = cfg.intermediate_size.checked_mul(2).ok_or_else(overflow)?;
+    let gate_up = "model.layers.0.mlp.gate_up_proj.weight";
+    w.check_config_size("intermediate_size x 2", ffn, gate_up, 0)?;
+    let rows = cfg
+        .num_key_value_heads
+        .checked_mul(2)
+        .and_then(|kv| kv.checked_add(cfg.num_attention_heads))
+        .and_then(|n| n.checked_mul(cfg.head_dim))
+        .ok_or_else(overflow)?;
+    let qkv = "model.layers.0.self_attn.qkv_proj.weight";
+    w.check_config_size(
+        "(num_attention_heads + 2 x num_key_value_heads) x head_dim",
+        rows,
+        qkv,
+        0,
+    )
 }
 
 /// Checks that a sequence classifier's head, `score.weight`, is one row of `hidden_size`: the
