@@ -241,22 +241,9 @@ pub(crate) fn api_attempt<T>(
     parse: impl FnOnce(&str) -> std::result::Result<T, String>,
     error: impl Fn(Option<u16>, String, Option<BoxError>) -> Error,
 ) -> Attempt<T> {
-    let auth = bearer.map(|k| format!("Bearer {k}"));
-    let headers: Vec<(&str, &str)> = auth
-        .as_deref()
-        .map(|b| ("Authorization", b))
-        .into_iter()
-        .collect();
-    let reply = match post_json(agent, url, &headers, body) {
+    let reply = match send_json(agent, url, bearer, body).and_then(read) {
         Ok(r) => r,
-        Err(t) if t.retryable => {
-            return Attempt::Retry {
-                reason: t.message,
-                status: None,
-                retry_after: None,
-            }
-        }
-        Err(t) => return Attempt::Fail(error(None, t.message, Some(t.source))),
+        Err(t) => return transport_failure(t, &error),
     };
     match reply.status {
         200..=299 => match parse(&reply.text) {
@@ -281,14 +268,7 @@ pub(crate) fn api_attempt_streamed<T>(
 ) -> Attempt<T> {
     let response = match send_json(agent, url, bearer, body) {
         Ok(r) => r,
-        Err(t) if t.retryable => {
-            return Attempt::Retry {
-                reason: t.message,
-                status: None,
-                retry_after: None,
-            }
-        }
-        Err(t) => return Attempt::Fail(error(None, t.message, Some(t.source))),
+        Err(t) => return transport_failure(t, &error),
     };
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
@@ -305,6 +285,23 @@ pub(crate) fn api_attempt_streamed<T>(
             status: Some(status),
             retry_after: None,
         },
+    }
+}
+
+/// A failed exchange: worth another try when the transport says so (a connection, a timeout),
+/// else a failure.
+fn transport_failure<T>(
+    t: Transport,
+    error: &impl Fn(Option<u16>, String, Option<BoxError>) -> Error,
+) -> Attempt<T> {
+    if t.retryable {
+        Attempt::Retry {
+            reason: t.message,
+            status: None,
+            retry_after: None,
+        }
+    } else {
+        Attempt::Fail(error(None, t.message, Some(t.source)))
     }
 }
 
