@@ -634,6 +634,16 @@ impl std::fmt::Debug for ApiClient {
 }
 
 impl ApiClient {
+    /// The [`Error::Http`] of a failed call to this endpoint.
+    fn error(&self) -> impl Fn(Option<u16>, String, Option<BoxError>) -> Error + Copy + '_ {
+        |status, message, source| Error::Http {
+            url: self.url.clone(),
+            status,
+            message,
+            source,
+        }
+    }
+
     /// [`call`](Self::call) for a streamed reply: `consume` reads the body of the first
     /// success as it arrives (failures before it are retried as `call` retries them).
     pub fn call_streamed<T>(
@@ -641,12 +651,7 @@ impl ApiClient {
         body: &Value,
         mut consume: impl FnMut(&mut dyn std::io::BufRead) -> std::result::Result<T, String>,
     ) -> Result<T> {
-        let error = |status, message, source| Error::Http {
-            url: self.url.clone(),
-            status,
-            message,
-            source,
-        };
+        let error = self.error();
         self.retry.run(
             || {
                 api_attempt_streamed(
@@ -670,12 +675,7 @@ impl ApiClient {
         body: &Value,
         parse: impl Fn(&str) -> std::result::Result<T, String>,
     ) -> Result<T> {
-        let error = |status, message, source| Error::Http {
-            url: self.url.clone(),
-            status,
-            message,
-            source,
-        };
+        let error = self.error();
         self.retry.run(
             || {
                 api_attempt(
