@@ -67,7 +67,7 @@ DEFAULT_OUT = {"qwen3-reranker-0.6b": "models/qwen3-0.6b-shape", "mxbai-rerank-b
 
 def tensors(cfg, family="qwen3"):
     """(name, shape, kind) in file order; kind is 'norm' or 'matrix' (a bias counts as one). Qwen2
-    has q/k/v biases and no q/k norms."""
+    has q/k/v biases and no q/k norms; Qwen3 q/k norms and no biases; Llama neither."""
     h, v, f = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
     hd = cfg.get("head_dim") or h // cfg["num_attention_heads"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
@@ -83,9 +83,7 @@ def tensors(cfg, family="qwen3"):
         ]
         if family == "qwen2":
             out += [(p + f"self_attn.{x}_proj.bias", (n,), "matrix") for x, n in [("q", q), ("k", kv), ("v", kv)]]
-        elif family == "llama":
-            pass
-        else:
+        elif family == "qwen3":
             out += [(p + "self_attn.q_norm.weight", (hd,), "norm"), (p + "self_attn.k_norm.weight", (hd,), "norm")]
         out += [
             (p + "post_attention_layernorm.weight", (h,), "norm"),

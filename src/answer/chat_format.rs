@@ -71,19 +71,9 @@ fn render(
     variables: &BTreeMap<String, Value>,
     messages: &[Message],
 ) -> Result<String> {
-    let messages: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            let message: BTreeMap<&str, Value> = [
-                ("role", Value::from(role_name(m.role))),
-                ("content", Value::from(m.content.as_str())),
-            ]
-            .into();
-            Value::from_serialize(&message)
-        })
-        .collect();
     let mut context = variables.clone();
-    context.insert("messages".into(), Value::from(messages));
+    // A message serializes as `{"role": "user", "content": ...}`, what templates read.
+    context.insert("messages".into(), Value::from_serialize(messages));
     template
         .render(Value::from(context))
         .map_err(|e| Error::InvalidInput(format!("chat template: {e:#}")))

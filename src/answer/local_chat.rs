@@ -15,6 +15,7 @@
 //! then one token per step), and is greedy when the temperature is 0, else temperature plus
 //! top-p sampling with a seed.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -237,8 +238,10 @@ impl LocalChatBuilder {
         let raw: serde_json::Value = serde_json::from_str(&config_text)
             .map_err(|e| Error::parse(config_path.display().to_string(), e))?;
         let family = causal_lm_family(&config_path, &config_text, &raw)?;
-        let config = Qwen3Config::from_file_for(&config_path, family)?;
-        let format = self.chat_format(&model_dir, family)?;
+        let config = Qwen3Config::from_text_at(&config_path, &config_text, family)?;
+        let tokenizer_config = model_dir.optional_json("tokenizer_config.json")?;
+        let special_tokens = chat_template::special_tokens(tokenizer_config.as_ref());
+        let format = self.chat_format(&model_dir, family, &special_tokens)?;
 
         let tokenizer_path = self
             .tokenizer
@@ -300,8 +303,7 @@ impl LocalChatBuilder {
                 add(id);
             }
         }
-        let tokenizer_config = model_dir.optional_json("tokenizer_config.json")?;
-        if let Some(eos) = chat_template::special_tokens(tokenizer_config.as_ref())
+        if let Some(eos) = special_tokens
             .get("eos_token")
             .and_then(|t| t.as_str())
             .and_then(|t| tokenizer.token_to_id(t))
@@ -331,8 +333,14 @@ impl LocalChatBuilder {
     }
 
     /// The prompt format: the builder's template, else the directory's, else the family's
-    /// built-in one; a Llama or Mistral checkpoint without a template is an error.
-    fn chat_format(&self, dir: &ModelDir, family: DecoderFamily) -> Result<ChatFormat> {
+    /// built-in one; a Llama, Mistral or Phi-3 checkpoint without a template is an error. The
+    /// template sees `special_tokens` (`tokenizer_config.json`'s) by name.
+    fn chat_format(
+        &self,
+        dir: &ModelDir,
+        family: DecoderFamily,
+        special_tokens: &BTreeMap<String, Value>,
+    ) -> Result<ChatFormat> {
         let source = match &self.chat_template {
             Some(source) => Some(source.clone()),
             None => chat_template::template_source(dir)?,
@@ -351,8 +359,7 @@ impl LocalChatBuilder {
         };
         let template = Template::new(source)
             .map_err(|e| Error::model(format!("{}: chat template: {e:#}", dir.path().display())))?;
-        let tokenizer_config = dir.optional_json("tokenizer_config.json")?;
-        let mut variables = chat_template::special_tokens(tokenizer_config.as_ref());
+        let mut variables = special_tokens.clone();
         variables.insert("add_generation_prompt".into(), Value::from(true));
         variables.insert("tools".into(), Value::from(()));
         variables.insert("documents".into(), Value::from(()));

@@ -50,14 +50,6 @@ fn matrix(v: &Value) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 /// The smallest per-token cosine between `got` and `want` (which must have as many rows).
 fn smallest_cosine(name: &str, got: &Array2<f32>, want: &[Vec<f32>]) -> f64 {
     assert_eq!(got.nrows(), want.len(), "{name}: token count");
@@ -103,8 +95,14 @@ fn every_colbert_case_matches_pylate_single_and_batched() {
             for (i, item) in items.iter().enumerate() {
                 let name = format!("{case} {key}[{i}] {:?}", texts[i]);
                 let (got_ids, keys) = encoder.token_ids(texts[i], role).unwrap();
-                assert_eq!(got_ids, ids(&item["ids"]), "{name}: token ids");
-                let attended = ids(&item["attention_mask"]).iter().sum::<u32>() as usize;
+                assert_eq!(
+                    got_ids,
+                    crate::common::u32s(&item["ids"]),
+                    "{name}: token ids"
+                );
+                let attended = crate::common::u32s(&item["attention_mask"])
+                    .iter()
+                    .sum::<u32>() as usize;
                 assert_eq!(keys, attended, "{name}: attended tokens");
                 let single = encoder.encode(&texts[i..=i], role).unwrap().remove(0);
                 for (got, want_key) in [(&single, "vectors"), (&batched[i], "vectors_batched")] {

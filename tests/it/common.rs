@@ -183,6 +183,16 @@ impl rerank::Generator for CountingGenerator {
     }
 }
 
+/// A JSON list of token ids (a fixture's `input_ids`, `greedy_new_ids`, ...).
+#[allow(dead_code)]
+pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
 /// Copies the folder `from`, subfolders included, into `to` (a model directory a test edits).
 #[allow(dead_code)]
 pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {

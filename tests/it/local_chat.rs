@@ -12,6 +12,8 @@ use rerank::answer::{DecodeParams, GenerationRequest, LocalChat, Message, Role};
 use rerank::Generator;
 use serde_json::Value;
 
+use crate::common::u32s;
+
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/chat_decoders_tiny"
@@ -42,14 +44,6 @@ fn load(variant: &str) -> LocalChat {
 
 fn messages(v: &Value) -> Vec<Message> {
     serde_json::from_value(v.clone()).unwrap()
-}
-
-fn u32s(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 fn f64s(v: &Value) -> Vec<f64> {

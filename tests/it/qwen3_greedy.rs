@@ -34,13 +34,7 @@ fn load() -> Option<(LocalChat, Vec<Case>)> {
     let model = LocalChat::from_dir(dir.join("model")).unwrap();
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("greedy.json")).unwrap()).unwrap();
-    let u32s = |v: &Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
+    let u32s = crate::common::u32s;
     let cases = json["cases"]
         .as_array()
         .unwrap()

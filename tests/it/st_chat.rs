@@ -14,6 +14,8 @@ use rerank::models::ModelOptions;
 use rerank::{load_embedder, Embedder, Qwen3Embedder, Role};
 use serde_json::Value;
 
+use crate::common::u32s;
+
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_qwen3_chat")
 }
@@ -23,14 +25,6 @@ fn floats(v: &Value) -> Vec<f32> {
         .unwrap()
         .iter()
         .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
 
@@ -71,10 +65,10 @@ fn chat_formatted_texts_match_sentence_transformers() {
         for (role, key) in [(Role::Query, "query"), (Role::Document, "document")] {
             for (c, text) in cases.iter().zip(&texts) {
                 let got = e.token_ids_as(text, role).unwrap();
-                let want_ids = ids(&c[key]["input_ids"]);
+                let want_ids = u32s(&c[key]["input_ids"]);
                 assert_eq!(got, want_ids, "{case} {key}: {text:?}");
                 // Without the template the ids differ (the check above is not vacuous).
-                assert_ne!(got, ids(&c[key]["nochat_input_ids"]), "{case} {key}");
+                assert_ne!(got, u32s(&c[key]["nochat_input_ids"]), "{case} {key}");
             }
             for embedder in [&e as &dyn Embedder, loaded.as_ref()] {
                 let batch = embedder.embed_as(&texts, role).unwrap();

@@ -329,7 +329,13 @@ impl Qwen3Config {
     /// the file.
     pub fn from_file_for(path: &Path, family: DecoderFamily) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_json_str_for(&text, family).map_err(|e| match e {
+        Self::from_text_at(path, &text, family)
+    }
+
+    /// [`from_json_str_for`](Self::from_json_str_for) over `text`, the contents of the file at
+    /// `path` that the caller has read; errors name the file.
+    pub fn from_text_at(path: &Path, text: &str, family: DecoderFamily) -> Result<Self> {
+        Self::from_json_str_for(text, family).map_err(|e| match e {
             Error::Parse { source, .. } => Error::parse(path.display().to_string(), source),
             Error::Model { message, source } => Error::Model {
                 message: format!("{}: {message}", path.display()),
