@@ -16,17 +16,21 @@
 # "pytorch", with its "workload"), profile.md (each f16 kind's kernel time by kernel, Nsight
 # Compute, where the machine lets it count; profile_raw.csv, ncu's lines), gpu_check.log (all output).
 # Steps, in the order of what the issue needs most, each started only before DEADLINE_S: parity; the
-# table's rows in DTYPES; the A/B rows; the kernel profile; the rows in LATE_DTYPES; the larger shape;
-# the memory check; then the table.
+# table's rows in DTYPES; the A/B rows; the memory check; the kernel profile; the rows in LATE_DTYPES;
+# the larger shape; then the table.
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16"), LATE_DTYPES (bf16: the same rows once the
-# A/B rows and the profile are in; empty to leave them out), KINDS ("cross-encoder embedder
+# A/B rows and the profile are in; empty to leave them out; LATE_KINDS and LATE_WORKLOADS, the kinds and
+# workloads they run, KINDS and WORKLOADS unless set), KINDS ("cross-encoder embedder
 # qwen3-reranker"), WARMUP_BATCHES (4: both sides warm up on that many batches' worth of the items),
-# RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
+# THREADS_REPEAT (10: the threads test's runs in each of three configurations, after the parity
+# tests), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
 # FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder qwen3-reranker: each kind once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "KIND-unfused"; either empty to leave
 # them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to
-# leave it out), PROFILE (1: the kernel profile), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
+# leave it out), HEADS_AB_DTYPES (f32 f16: the cross-encoder once more at every workload with
+# RERANK_CUDA_HEADS_IN_PLACE=0, the rows "cross-encoder-heads-copied"; empty to leave them out),
+# PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on two parity
 # tests), GPU_DIR (.gpu), MODELS (/tmp/peer_models), PY (python3), DEADLINE_S (450: steps that would
 # start later are skipped), IT_SKIP (libtest --skip arguments for the parity tests; default skips the
@@ -160,6 +164,24 @@ if runs_here "$IT"; then
       RERANK_REQUIRE_FIXTURES=1 step 180 "$IT" candle:: --test-threads=1 --nocapture $IT_SKIP
     echo "parity tests without the fused linear layers exit: $?"
   fi
+  # --- 2a. the threads test (four threads scoring at once on the device's one stream) THREADS_REPEAT
+  # (10) times as built, with the heuristic asked for every product (RERANK_CUDA_ALGO_CACHE=0) and
+  # with the cuBLASLt products off: a failure that comes and goes, told apart by configuration.
+  for cfg in "" RERANK_CUDA_ALGO_CACHE=0 RERANK_CUDA_FUSED_LINEAR=0; do
+    [ "${THREADS_REPEAT:-10}" -gt 0 ] || break
+    failed=0
+    for _ in $(seq "${THREADS_REPEAT:-10}"); do
+      (
+        [ -n "$cfg" ] && export "${cfg?}"
+        export RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1
+        step 60 "$IT" candle::models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads --exact
+      ) >"$OUT/.threads" 2>&1
+      rc=$?
+      [ "$rc" -eq 99 ] && break
+      [ "$rc" -ne 0 ] && failed=$((failed + 1)) && grep -m3 -E 'panicked|thread [0-9], call|left|right' "$OUT/.threads"
+    done
+    say "threads test ${cfg:-as built}: $failed of ${THREADS_REPEAT:-10} runs failed"
+  done
 else
   say "SKIPPED parity tests: $IT absent or does not run here"
 fi
@@ -262,12 +284,13 @@ peer() {
   tag "$OUT/.peer.out" "$wl" >>"$PEER"
 }
 
-# rows DTYPES: the table's rows in DTYPES at every workload: ours (3), then PyTorch (4), each kind.
+# rows DTYPES [KINDS [WORKLOADS]]: the table's rows in DTYPES at every workload (WORKLOADS), ours (3),
+# then PyTorch (4), each kind (KINDS).
 rows() {
-  local dtypes=$1 wl kind dt
-  for wl in $WORKLOADS; do
+  local dtypes=$1 kinds=${2:-$KINDS} workloads=${3:-$WORKLOADS} wl kind dt
+  for wl in $workloads; do
     if runs_here "$BENCH"; then
-      for kind in $KINDS; do
+      for kind in $kinds; do
         for dt in $dtypes; do
           ours "$kind" "$kind" "$MODELS/$kind" "$dt" "$wl"
         done
@@ -275,7 +298,7 @@ rows() {
     else
       say "SKIPPED device_bench: $BENCH absent or does not run here"
     fi
-    for kind in $KINDS; do
+    for kind in $kinds; do
       peer "$kind" "$dtypes" "$wl"
     done
   done
@@ -302,13 +325,39 @@ fi
 if [ "${TF32_AB:-1}" = 1 ] && runs_here "$BENCH"; then
   ours cross-encoder-tf32 cross-encoder "$MODELS/cross-encoder" f32 "${WORKLOADS%% *}" --tf32
 fi
+# --- 4a''. the cross-encoder with the heads copied into place (RERANK_CUDA_HEADS_IN_PLACE=0: one copy
+# of Q, K and V per layer and one of the context, then batched products), HEADS_AB_DTYPES (f32 f16)
+# at every workload, the rows "cross-encoder-heads-copied": what reading them in place gives.
+HEADS_AB_DTYPES=${HEADS_AB_DTYPES-f32 f16}
+if [ -n "$HEADS_AB_DTYPES" ] && runs_here "$BENCH"; then
+  for wl in $WORKLOADS; do
+    for dt in $HEADS_AB_DTYPES; do
+      ours cross-encoder-heads-copied cross-encoder "$MODELS/cross-encoder" "$dt" "$wl" RERANK_CUDA_HEADS_IN_PLACE=0
+    done
+  done
+fi
 
-# --- 4b. where the device's time goes: Nsight Compute's duration of every kernel of ours in f16
+# --- 4b. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
+# runtime lets it read the device): the cross-encoders', the embedders' and Qwen3-Reranker's parity
+# tests, whose BERT, DeBERTa, ModernBERT and decoder run every kind of fused product (linear layers;
+# scores with a key mask, with DeBERTa's c2p term, with a decoder's mask; BERT's per-head products read
+# in place, all tokens and the first alone). SANITIZE (1).
+if [ "$DRY" != 1 ] && [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && runs_here "$IT"; then
+  say "compute-sanitizer memcheck: three parity tests on $TEST_DEVICE"
+  RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
+    step 120 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    "$IT" candle::cross_encoders_match_the_references candle::embedders_match_sentence_transformers \
+    candle::qwen3_reranker_matches_the_reference \
+    --test-threads=1 --exact
+  echo "memcheck exit: $? (0: no error found; 3: errors above)"
+fi
+
+# --- 4c. where the device's time goes: Nsight Compute's duration of every kernel of ours in f16
 # (cross-encoder and embedder at the second workload's batch and length, Qwen3 at the first's),
 # summed by kernel into profile.md, for the next change to start from. PROFILE (1).
 if [ "$DRY" != 1 ] && [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null 2>&1 && runs_here "$BENCH"; then
   : >"$OUT/profile_raw.csv"
-  for spec in cross-encoder:256:128:190 embedder:256:128:190 qwen3-reranker:64:32:120; do
+  for spec in ${PROFILE_SPECS:-cross-encoder:256:128:190 embedder:256:128:190 qwen3-reranker:64:32:120}; do
     IFS=: read -r kind items batch words <<<"$spec"
     say "ncu: $kind f16, $items items in batches of $batch, $words-word documents"
     step 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
@@ -321,10 +370,10 @@ if [ "$DRY" != 1 ] && [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null 2>&1 
   "$PY" scripts/gpu_profile.py "$OUT/profile_raw.csv" "$OUT/profile.md"
 fi
 
-# --- 4c. the table's rows in LATE_DTYPES (bf16), both sides, both workloads, once the rest is in.
-[ -n "$LATE_DTYPES" ] && rows "$LATE_DTYPES"
+# --- 4d. the table's rows in LATE_DTYPES (bf16), both sides, both workloads, once the rest is in.
+[ -n "$LATE_DTYPES" ] && rows "$LATE_DTYPES" "${LATE_KINDS:-$KINDS}" "${LATE_WORKLOADS:-$WORKLOADS}"
 
-# --- 4d. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload: the
+# --- 4e. the larger shape (bge-reranker-v2-m3's), LARGE_DTYPES (f16) at the first workload: the
 # deadline skips it when the rest took the time.
 LARGE_DTYPES=${LARGE_DTYPES-f16}  # set and empty: the larger shape is left out
 if [ -n "$LARGE_DTYPES" ]; then
@@ -337,19 +386,6 @@ if [ -n "$LARGE_DTYPES" ]; then
     done
   fi
   peer cross-encoder-large "$LARGE_DTYPES" "$wl"
-fi
-
-# --- 4e. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
-# runtime lets it read the device): the cross-encoders' and Qwen3-Reranker's parity tests, whose BERT,
-# DeBERTa, ModernBERT and decoder run every kind of fused product (linear layers; scores with a key
-# mask, with DeBERTa's c2p term, with a decoder's mask). SANITIZE (1).
-if [ "$DRY" != 1 ] && [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && runs_here "$IT"; then
-  say "compute-sanitizer memcheck: two parity tests on $TEST_DEVICE"
-  RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
-    step 120 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
-    "$IT" candle::cross_encoders_match_the_references candle::qwen3_reranker_matches_the_reference \
-    --test-threads=1 --exact
-  echo "memcheck exit: $? (0: no error found; 3: errors above)"
 fi
 
 # --- 5. the table.
@@ -378,12 +414,12 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-unfused", "cross-encoder-tf32", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
     # The unfused and TF32 rows (4a) against the same PyTorch run as their kind's.
-    base = str(k[1]).removesuffix("-unfused").removesuffix("-tf32")
+    base = str(k[1]).removesuffix("-unfused").removesuffix("-tf32").removesuffix("-heads-copied")
     a, b = o.get(k, {}), p.get(k) or p.get((k[0], base, k[2]), {})
     x, y = a.get("items_per_s"), b.get("items_per_s")
     ratio = f"{x / y:.2f}" if x and y else "n/a"
@@ -394,5 +430,5 @@ for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.ge
 open(f"{out}/gpu_table.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
-rm -f "$OURS" "$PEER" "$OUT/.bench.out" "$OUT/.peer.out" "$OUT/.last" "$OUT/.busy" "$OUT/.ncu.out"
+rm -f "$OURS" "$PEER" "$OUT/.threads" "$OUT/.bench.out" "$OUT/.peer.out" "$OUT/.last" "$OUT/.busy" "$OUT/.ncu.out"
 say "done"

@@ -20,31 +20,44 @@
 //! does a product for which cuBLASLt offers no algorithm (nothing is queued then).
 //! `RERANK_CUDA_FUSED_LINEAR=0` turns the path off for the process.
 //!
+//! Each kind of product (layout, format, epilogue, alignments) asks cuBLASLt's heuristic for
+//! its algorithm once per handle; the answer is kept (`RERANK_CUDA_ALGO_CACHE=0` asks every
+//! time). BERT's and XLM-R's attention runs one product per head for its scores and one for
+//! its context ([`Gemm::head_scores`], [`Gemm::head_context`]), reading Q, K and V where
+//! their stacked projection wrote them (`RERANK_CUDA_HEADS_IN_PLACE=0` copies the heads into
+//! place instead, then runs one batched product for each).
+//!
 //! The layout of a product (which operand is read transposed, the leading dimensions, the
 //! batch strides) is [`Gemm`], tested in every build against a column-major product written
 //! from the BLAS definition; the device calls themselves run only on a GPU
 //! (`scripts/gpu_check.sh`).
 
 /// How a row-major product `y = x · Wᵀ (+ b) (+ r)` is put to a column-major BLAS
-/// (`D = op(A) · op(B) + C`, A `m x k`, B `k x n`, D `m x n`): a row-major matrix is its
+/// (`D = op(A) · B + C`, A `m x k`, B `k x n`, D `m x n`): a row-major matrix is its
 /// transpose in column-major order, so `yᵀ = W · xᵀ`, with A the weight read transposed
 /// (`(inputs, outputs)` column-major, `ld = inputs`), B the rows as they are (`(inputs,
 /// rows)` column-major, `ld = inputs`) and D the output (`(outputs, rows)`, `ld = outputs`);
-/// a bias of `m` entries is added to every column of D, i.e. to every output row. A is always
-/// read transposed (`CUBLAS_OP_T`, stored `k x m`), B never.
+/// a bias of `m` entries is added to every column of D, i.e. to every output row. A is read
+/// transposed (`CUBLAS_OP_T`, stored `k x m`) unless `trans_a` is false (stored `m x k`); B
+/// never.
 ///
 /// A batch of `batch` such products lies one after the other: product `i` reads A, B, the
-/// bias and C, and writes D, `i` strides (in elements) from the first. The attention's scores
-/// are one: `q · kᵀ + mask` is `x · Wᵀ + b` with the queries as the rows, the keys as the
-/// weight and the mask as the bias, for each (row, head).
+/// bias and C, and writes D, `i` strides (in elements) from the first, and the first of each
+/// `offset` elements from the start of its operand. The attention's scores are one: `q · kᵀ +
+/// mask` is `x · Wᵀ + b` with the queries as the rows, the keys as the weight and the mask as
+/// the bias, for each (row, head); so is one head's attention over a batch read where the
+/// stacked Q, K, V projection wrote it ([`Gemm::head_scores`], [`Gemm::head_context`]).
 ///
 /// Read by the `cuda` build's product; its test runs in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Gemm {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    /// A read transposed (stored `k x m`, the linear layers' weights and the keys) or as it
+    /// is (stored `m x k`, the values of [`Gemm::head_context`]).
+    pub trans_a: bool,
     pub lda: usize,
     pub ldb: usize,
     pub ldd: usize,
@@ -55,6 +68,10 @@ pub(crate) struct Gemm {
     /// D's stride, and C's (C is laid out as D).
     pub stride_d: usize,
     pub stride_bias: usize,
+    /// Where the first product's A, B and D (and C) start in their operands, in elements.
+    pub offset_a: usize,
+    pub offset_b: usize,
+    pub offset_d: usize,
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -65,6 +82,7 @@ impl Gemm {
             m: outputs,
             n: rows,
             k: inputs,
+            trans_a: true,
             lda: inputs,
             ldb: inputs,
             ldd: outputs,
@@ -73,6 +91,9 @@ impl Gemm {
             stride_b: rows * inputs,
             stride_d: rows * outputs,
             stride_bias: outputs,
+            offset_a: 0,
+            offset_b: 0,
+            offset_d: 0,
         }
     }
 
@@ -89,14 +110,109 @@ impl Gemm {
             ..self
         }
     }
+
+    /// Head `h`'s scores over a batch, read where a stacked Q, K, V projection wrote them:
+    /// `qkv` `(rows · t, 3 · hidden)` row-major (each row's `t` tokens, Q, K and V side by
+    /// side, `heads` heads of `d` in each, `hidden = heads · d`), the scores of the first
+    /// `queries` tokens of each row against its `t` keys, plus the row's additive key mask
+    /// (a bias `(rows, width)`), written as head `h` of `(rows, heads, queries, t)`. A batch
+    /// of `rows` products, one per row: A the keys, B the queries, no copy of either.
+    pub fn head_scores(
+        (rows, t): (usize, usize),
+        (heads, d): (usize, usize),
+        queries: usize,
+        width: usize,
+        h: usize,
+    ) -> Self {
+        let (hidden, line) = (heads * d, 3 * heads * d);
+        Gemm {
+            m: t,
+            n: queries,
+            k: d,
+            trans_a: true,
+            lda: line,
+            ldb: line,
+            ldd: t,
+            batch: rows,
+            stride_a: t * line,
+            stride_b: t * line,
+            stride_d: heads * queries * t,
+            stride_bias: width,
+            offset_a: hidden + h * d,
+            offset_b: h * d,
+            offset_d: h * queries * t,
+        }
+    }
+
+    /// Head `h`'s context over a batch: its probabilities, head `h` of `(rows, heads,
+    /// queries, t)`, times its values, read where the stacked projection `(rows · t, 3 ·
+    /// hidden)` wrote them, written in place as columns `h · d ..` of the context `(rows ·
+    /// queries, hidden)` that the output projection reads. A batch of `rows` products: A the
+    /// values (as they are), B the probabilities.
+    pub fn head_context(
+        (rows, t): (usize, usize),
+        (heads, d): (usize, usize),
+        queries: usize,
+        h: usize,
+    ) -> Self {
+        let (hidden, line) = (heads * d, 3 * heads * d);
+        Gemm {
+            m: d,
+            n: queries,
+            k: t,
+            trans_a: false,
+            lda: line,
+            ldb: t,
+            ldd: hidden,
+            batch: rows,
+            stride_a: t * line,
+            stride_b: heads * queries * t,
+            stride_d: queries * hidden,
+            stride_bias: 0,
+            offset_a: 2 * hidden + h * d,
+            offset_b: h * queries * t,
+            offset_d: h * d,
+        }
+    }
+
+    /// How far into each operand the products reach, in elements from its start: what each
+    /// operand must hold at least.
+    pub fn spans(&self) -> Spans {
+        let last = self.batch.saturating_sub(1);
+        let reach = |offset: usize, stride: usize, rows: usize, cols: usize, ld: usize| {
+            offset + last * stride + cols.saturating_sub(1) * ld + rows
+        };
+        let (a_rows, a_cols) = match self.trans_a {
+            true => (self.k, self.m),
+            false => (self.m, self.k),
+        };
+        Spans {
+            a: reach(self.offset_a, self.stride_a, a_rows, a_cols, self.lda),
+            b: reach(self.offset_b, self.stride_b, self.k, self.n, self.ldb),
+            d: reach(self.offset_d, self.stride_d, self.m, self.n, self.ldd),
+            bias: last * self.stride_bias + self.m,
+        }
+    }
+}
+
+/// How many elements of each operand a [`Gemm`] reads or writes, from the operand's start
+/// ([`Gemm::spans`]); C is laid out as D.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spans {
+    pub a: usize,
+    pub b: usize,
+    pub d: usize,
+    pub bias: usize,
 }
 
 #[cfg(feature = "cuda")]
-pub(crate) use device::{handle, linear, open_device, scores, Handle};
+pub(crate) use device::{handle, head_context, head_scores, linear, open_device, scores, Handle};
 
 /// The product on the device: cuBLASLt through cudarc (candle's copy of it).
 #[cfg(feature = "cuda")]
 mod device {
+    use std::collections::HashMap;
     use std::ffi::c_void;
     use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -116,6 +232,9 @@ mod device {
     /// cuBLASLt's workspace: 32 MiB, NVIDIA's recommendation for Hopper (more than enough
     /// before it).
     const WORKSPACE_BYTES: usize = 32 << 20;
+
+    /// The most algorithms a handle remembers ([`Lt::algos`]) before it forgets them all.
+    const MAX_ALGOS: usize = 4096;
 
     /// A cuBLASLt handle and its workspace for one candle CUDA device (one stream), shared by
     /// every layer on it and released with the last of them.
@@ -188,7 +307,7 @@ mod device {
         }
         let op = Fused {
             lt: lt.0.clone(),
-            gemm: Gemm::row_major(rows, inputs, outputs),
+            products: vec![Gemm::row_major(rows, inputs, outputs)],
             shape: Shape::from((rows, outputs)),
             bias: bias.cloned(),
             residual: residual.cloned(),
@@ -233,14 +352,112 @@ mod device {
         }
         let op = Fused {
             lt: lt.0.clone(),
-            gemm: Gemm::row_major(queries, d, keys)
+            products: vec![Gemm::row_major(queries, d, keys)
                 .batched(matrices)
-                .bias_stride(width),
+                .bias_stride(width)],
             shape: Shape::from(shape),
             bias: mask.cloned(),
             residual: plus.cloned(),
         };
         op.apply(q, k)
+    }
+
+    /// Whether a handle remembers the heuristic's algorithms ([`Lt::algos`]): unless
+    /// `RERANK_CUDA_ALGO_CACHE` is `0` (read once), which asks the heuristic for every product,
+    /// as a check of the cache.
+    fn cache_algos() -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        *ON.get_or_init(|| {
+            std::env::var("RERANK_CUDA_ALGO_CACHE").map_or(true, |v| v.trim() != "0")
+        })
+    }
+
+    /// Whether one head's products per batch run in place ([`head_scores`], [`head_context`]):
+    /// unless `RERANK_CUDA_HEADS_IN_PLACE` is `0` (read once), which leaves the attention to
+    /// the copy of the heads and the batched products.
+    pub(crate) fn heads_in_place() -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        *ON.get_or_init(|| {
+            std::env::var("RERANK_CUDA_HEADS_IN_PLACE").map_or(true, |v| v.trim() != "0")
+        })
+    }
+
+    /// The scores of every head, `(rows, heads, queries, t)`, read where the stacked Q, K, V
+    /// projection `qkv` `(rows · t, 3 · hidden)` wrote them, plus each row's additive key
+    /// `mask` `(rows, width)` (`width >= t`): one product per head ([`Gemm::head_scores`]),
+    /// no copy of the heads. `None` when the operands are not as the module says, or the
+    /// path is off ([`heads_in_place`]).
+    pub(crate) fn head_scores(
+        lt: &Handle,
+        qkv: &Tensor,
+        mask: &Tensor,
+        (rows, t): (usize, usize),
+        heads: usize,
+        queries: usize,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let (Ok((lines, line)), Ok((mask_rows, width))) = (qkv.dims2(), mask.dims2()) else {
+            return Ok(None);
+        };
+        let d = line / (3 * heads).max(1);
+        let fits = heads_in_place()
+            && heads > 0
+            && line == 3 * heads * d
+            && d > 0
+            && lines == rows * t
+            && (1..=t).contains(&queries)
+            && mask_rows == rows
+            && width >= t
+            && dense(qkv, qkv)
+            && whole(mask, qkv);
+        if !fits {
+            return Ok(None);
+        }
+        let op = Fused {
+            lt: lt.0.clone(),
+            products: (0..heads)
+                .map(|h| Gemm::head_scores((rows, t), (heads, d), queries, width, h))
+                .collect(),
+            shape: Shape::from((rows, heads, queries, t)),
+            bias: Some(mask.clone()),
+            residual: None,
+        };
+        op.apply(qkv, qkv)
+    }
+
+    /// The context `(rows · queries, hidden)` of every head: the probabilities `probs` `(rows,
+    /// heads, queries, t)` times the values, read where the stacked projection `qkv` `(rows ·
+    /// t, 3 · hidden)` wrote them, each head's written in place ([`Gemm::head_context`]).
+    /// `None` when the operands are not as the module says, or the path is off.
+    pub(crate) fn head_context(
+        lt: &Handle,
+        probs: &Tensor,
+        qkv: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let (Ok((rows, heads, queries, t)), Ok((lines, line))) = (probs.dims4(), qkv.dims2())
+        else {
+            return Ok(None);
+        };
+        let d = line / (3 * heads).max(1);
+        let fits = heads_in_place()
+            && heads > 0
+            && d > 0
+            && line == 3 * heads * d
+            && lines == rows * t
+            && dense(probs, qkv)
+            && dense(qkv, qkv);
+        if !fits {
+            return Ok(None);
+        }
+        let op = Fused {
+            lt: lt.0.clone(),
+            products: (0..heads)
+                .map(|h| Gemm::head_context((rows, t), (heads, d), queries, h))
+                .collect(),
+            shape: Shape::from((rows * queries, heads * d)),
+            bias: None,
+            residual: None,
+        };
+        op.apply(probs, qkv)
     }
 
     /// Whether `t` can be an operand of a product in `like`'s format on its CUDA device:
@@ -260,13 +477,13 @@ mod device {
         dense(t, like) && t.layout().start_offset() == 0
     }
 
-    /// One product `x · weightᵀ (+ bias) (+ residual)` as `gemm` lays it out (a batch of them
-    /// when `gemm.batch > 1`), its output of `shape`. The bias and the residual ride along,
-    /// read under their own storage locks (shared locks, like the two candle takes for `x` and
-    /// `weight`).
+    /// Products `x · weightᵀ (+ bias) (+ residual)` as each of `products` lays it out (a batch
+    /// of them when its `batch > 1`), writing parts of one output of `shape`: one product, or
+    /// one per head. The bias and the residual ride along, read under their own storage locks
+    /// (shared locks, like the two candle takes for `x` and `weight`).
     struct Fused {
         lt: Arc<Lt>,
-        gemm: Gemm,
+        products: Vec<Gemm>,
         shape: Shape,
         bias: Option<Tensor>,
         residual: Option<Tensor>,
@@ -281,7 +498,7 @@ mod device {
                 Err(e) if unplanned(&e) => {
                     tracing::debug!(
                         target: "rerank::device",
-                        gemm = ?self.gemm,
+                        gemm = ?self.products.first(),
                         dtype = ?x.dtype(),
                         "cuBLASLt has no algorithm for this product; candle's operations run it: {e}"
                     );
@@ -322,17 +539,30 @@ mod device {
                 bias: bias.as_ref().map(operand).transpose()?,
                 residual: residual.as_ref().map(operand).transpose()?,
             };
-            let (lt, gemm) = (&self.lt, self.gemm);
+            let (lt, products) = (&self.lt, self.products.as_slice());
+            let len = self.shape.elem_count();
             let out = match x.dtype() {
-                DType::F32 => {
-                    lt.run::<f32>(&x.device, gemm, &operands, sys::cudaDataType::CUDA_R_32F)
-                }
-                DType::F16 => {
-                    lt.run::<f16>(&x.device, gemm, &operands, sys::cudaDataType::CUDA_R_16F)
-                }
-                DType::BF16 => {
-                    lt.run::<bf16>(&x.device, gemm, &operands, sys::cudaDataType::CUDA_R_16BF)
-                }
+                DType::F32 => lt.run::<f32>(
+                    &x.device,
+                    products,
+                    len,
+                    &operands,
+                    sys::cudaDataType::CUDA_R_32F,
+                ),
+                DType::F16 => lt.run::<f16>(
+                    &x.device,
+                    products,
+                    len,
+                    &operands,
+                    sys::cudaDataType::CUDA_R_16F,
+                ),
+                DType::BF16 => lt.run::<bf16>(
+                    &x.device,
+                    products,
+                    len,
+                    &operands,
+                    sys::cudaDataType::CUDA_R_16BF,
+                ),
                 other => candle_core::bail!("cuBLASLt product: none for {other:?}"),
             }?;
             Ok((out, self.shape.clone()))
@@ -407,6 +637,21 @@ mod device {
     struct Lt {
         handle: sys::cublasLtHandle_t,
         workspace: CudaSlice<u8>,
+        /// The algorithm the heuristic picked for each kind of product planned on this handle
+        /// ([`Key`]): asked once, not once per product (a layer's products repeat every batch).
+        algos: Mutex<HashMap<Key, sys::cublasLtMatmulAlgo_t>>,
+    }
+
+    /// What the heuristic's choice depends on: the layout, the format, TF32 or not, the
+    /// epilogue, whether C is read, and the alignments of the four matrices and the bias.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+    struct Key {
+        gemm: Gemm,
+        ty: sys::cudaDataType,
+        tf32: bool,
+        bias: bool,
+        c: bool,
+        align: [u32; 5],
     }
 
     // SAFETY: cuBLASLt's functions may be called from any host thread with the same handle;
@@ -458,17 +703,25 @@ mod device {
             // SAFETY: the workspace is only ever handed to cuBLASLt as scratch space.
             let workspace = unsafe { device.alloc::<u8>(WORKSPACE_BYTES)? };
             let handle = result::create_handle().map_err(cublas_error)?;
-            let lt = Arc::new(Lt { handle, workspace });
+            let lt = Arc::new(Lt {
+                handle,
+                workspace,
+                algos: Mutex::new(HashMap::new()),
+            });
             live.push((device.id(), Arc::downgrade(&lt)));
             Ok(Handle(lt))
         }
 
-        /// One product (or batch of products) in `T` (`ty`, its cuBLASLt name) on `device`: a
-        /// new output, `gemm.batch · gemm.m · gemm.n` long.
+        /// `products` (each a batch of products when its `batch > 1`) in `T` (`ty`, its
+        /// cuBLASLt name) on `device`, writing one new output of `len` elements, which together
+        /// they write whole. Every product is planned before any is queued, so that an
+        /// [`Unplanned`] error leaves nothing queued; one that would reach past an operand is
+        /// refused.
         fn run<T: CudaDType + DeviceRepr>(
             &self,
             device: &CudaDevice,
-            gemm: Gemm,
+            products: &[Gemm],
+            len: usize,
             ops: &Operands,
             ty: sys::cudaDataType,
         ) -> candle_core::Result<CudaStorage> {
@@ -476,48 +729,71 @@ mod device {
             let (x, w) = (view::<T>(ops.x)?, view::<T>(ops.w)?);
             let bias = ops.bias.map(view::<T>).transpose()?;
             let residual = ops.residual.map(view::<T>).transpose()?;
-            // SAFETY: every element is written by the product before it is read.
-            let mut out = unsafe { device.alloc::<T>(gemm.batch * gemm.m * gemm.n)? };
+            for g in products {
+                let spans = g.spans();
+                let within = spans.a <= w.len()
+                    && spans.b <= x.len()
+                    && spans.d <= len
+                    && bias.as_ref().is_none_or(|b| spans.bias <= b.len())
+                    && residual.as_ref().is_none_or(|r| spans.d <= r.len());
+                if !within {
+                    candle_core::bail!("cuBLASLt product {g:?} reaches past its operands");
+                }
+            }
+            // SAFETY: every element is written by the products before it is read.
+            let mut out = unsafe { device.alloc::<T>(len)? };
             {
                 let (w_ptr, _w) = w.device_ptr(&stream);
                 let (x_ptr, _x) = x.device_ptr(&stream);
                 let bias = bias.as_ref().map(|b| b.device_ptr(&stream));
                 let residual = residual.as_ref().map(|r| r.device_ptr(&stream));
                 let (out_ptr, _out) = out.device_ptr_mut(&stream);
-                let pointers = Pointers {
-                    a: w_ptr,
-                    b: x_ptr,
-                    bias: bias.as_ref().map(|(p, _)| *p),
-                    c: residual.as_ref().map(|(p, _)| *p),
-                    d: out_ptr,
-                };
-                // SAFETY: every pointer is a live allocation of `T` of the size `gemm` reads or
-                // writes (shapes and contiguity checked by `linear` and `scores`), on `stream`,
-                // which orders this product after the operations that wrote them, as candle's
-                // own products are ordered; the guards above keep them alive until it is queued.
-                unsafe { self.matmul(gemm, ty, &pointers, &stream) }?;
+                let size = std::mem::size_of::<T>() as u64;
+                let at = |base: u64, offset: usize| base + offset as u64 * size;
+                let pointers: Vec<Pointers> = products
+                    .iter()
+                    .map(|g| Pointers {
+                        a: at(w_ptr, g.offset_a),
+                        b: at(x_ptr, g.offset_b),
+                        bias: bias.as_ref().map(|(p, _)| *p),
+                        c: residual.as_ref().map(|(p, _)| at(*p, g.offset_d)),
+                        d: at(out_ptr, g.offset_d),
+                    })
+                    .collect();
+                // A failure to bind shows as the products' own errors below.
+                let _ = stream.context().bind_to_thread();
+                let unplanned = |e| candle_core::Error::Cuda(Box::new(Unplanned(e)));
+                let plans = products
+                    .iter()
+                    .zip(&pointers)
+                    // SAFETY: the pointers are live allocations of `T`, each product within
+                    // them (checked above).
+                    .map(|(g, p)| unsafe { self.plan(*g, ty, p) })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(unplanned)?;
+                for (plan, p) in plans.iter().zip(&pointers) {
+                    // SAFETY: every pointer is a live allocation of `T` that the product stays
+                    // within (checked above), on `stream`, which orders this product after the
+                    // operations that wrote them, as candle's own products are ordered; the
+                    // guards above keep them alive until it is queued.
+                    unsafe { self.matmul(plan, p, &stream) }?;
+                }
             }
             Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
         }
 
-        /// `D = op(A) · B (+ C) (+ bias)` as `gemm` lays it out, in `ty` with f32
-        /// accumulation, queued on `stream`. An error before the product is queued (a
-        /// descriptor or the heuristic refused it) is [`Unplanned`].
+        /// `D = op(A) · B (+ C) (+ bias)` as `plan` lays it out, on the operands at `p`, with
+        /// f32 accumulation, queued on `stream`.
         ///
         /// # Safety
-        /// The pointers must be live device allocations of `ty` large enough for `gemm`,
+        /// The pointers must be live device allocations large enough for the planned product,
         /// ordered on `stream`.
         unsafe fn matmul(
             &self,
-            gemm: Gemm,
-            ty: sys::cudaDataType,
+            plan: &Plan,
             p: &Pointers,
             stream: &Arc<CudaStream>,
         ) -> candle_core::Result<()> {
-            // A failure to bind shows as the product's own error below.
-            let _ = stream.context().bind_to_thread();
-            let unplanned = |e| candle_core::Error::Cuda(Box::new(Unplanned(e)));
-            let plan = self.plan(gemm, ty, p).map_err(unplanned)?;
             let (alpha, beta) = (1f32, if p.c.is_some() { 1f32 } else { 0f32 });
             let (workspace_ptr, _w) = self.workspace.device_ptr(stream);
             result::matmul(
@@ -542,7 +818,8 @@ mod device {
         }
 
         /// The descriptors of the product `gemm` in `ty` on the operands at `p`, and the
-        /// algorithm cuBLASLt's heuristic picks for them. Queues nothing.
+        /// algorithm cuBLASLt's heuristic picks for them (asked once per [`Key`]). Queues
+        /// nothing.
         ///
         /// # Safety
         /// The pointers must be live device allocations of `ty` large enough for `gemm`
@@ -571,8 +848,8 @@ mod device {
             let set = |attr: Desc, value: *const c_void, size: usize| {
                 result::set_matmul_desc_attribute(desc.0, attr, value, size)
             };
-            // A (the weight) read transposed, B (the rows) as it is.
-            let (transa, transb) = (1i32, 0i32);
+            // A (the weight, the keys) read transposed unless `trans_a` is off; B as it is.
+            let (transa, transb) = (i32::from(gemm.trans_a), 0i32);
             set(Desc::CUBLASLT_MATMUL_DESC_TRANSA, ptr(&transa), 4)?;
             set(Desc::CUBLASLT_MATMUL_DESC_TRANSB, ptr(&transb), 4)?;
             let epilogue = match &p.bias {
@@ -609,11 +886,12 @@ mod device {
                     }
                     Ok(l)
                 };
-            let a = layout(gemm.k, gemm.m, gemm.lda, gemm.stride_a)?;
+            let a = match gemm.trans_a {
+                true => layout(gemm.k, gemm.m, gemm.lda, gemm.stride_a)?,
+                false => layout(gemm.m, gemm.k, gemm.lda, gemm.stride_a)?,
+            };
             let b = layout(gemm.k, gemm.n, gemm.ldb, gemm.stride_b)?;
             let d = layout(gemm.m, gemm.n, gemm.ldd, gemm.stride_d)?;
-            let pref = Owned(result::create_matmul_pref()?, result::destroy_matmul_pref);
-            let workspace = WORKSPACE_BYTES as u64;
             // What an algorithm may assume of every matrix of an operand: its first address
             // and, in a batch, each stride from it.
             let size = element_bytes(ty);
@@ -625,6 +903,40 @@ mod device {
             let align_b = alignment(p.b, batched(gemm.stride_b));
             let align_c = alignment(p.c.unwrap_or(p.d), batched(gemm.stride_d));
             let align_d = alignment(p.d, batched(gemm.stride_d));
+            let key = Key {
+                gemm,
+                ty,
+                tf32,
+                bias: p.bias.is_some(),
+                c: p.c.is_some(),
+                align: [
+                    align_a,
+                    align_b,
+                    align_c,
+                    align_d,
+                    alignment(p.bias.unwrap_or(0), 0),
+                ],
+            };
+            let known = match cache_algos() {
+                true => self
+                    .algos
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&key)
+                    .copied(),
+                false => None,
+            };
+            if let Some(algo) = known {
+                return Ok(Plan {
+                    desc,
+                    a,
+                    b,
+                    d,
+                    algo,
+                });
+            }
+            let pref = Owned(result::create_matmul_pref()?, result::destroy_matmul_pref);
+            let workspace = WORKSPACE_BYTES as u64;
             let prefs: [(Pref, *const c_void, usize); 5] = [
                 (
                     Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -657,12 +969,19 @@ mod device {
             }
             let heuristic =
                 result::get_matmul_algo_heuristic(self.handle, desc.0, a.0, b.0, d.0, d.0, pref.0)?;
+            let algo = heuristic.algo;
+            let mut algos = self.algos.lock().unwrap_or_else(|e| e.into_inner());
+            // Every batch length makes new kinds; a server that saw many keeps the latest.
+            if algos.len() >= MAX_ALGOS {
+                algos.clear();
+            }
+            algos.insert(key, algo);
             Ok(Plan {
                 desc,
                 a,
                 b,
                 d,
-                algo: heuristic.algo,
+                algo,
             })
         }
     }
@@ -695,26 +1014,43 @@ mod tests {
     use super::*;
 
     /// A batch of column-major BLAS products as cuBLASLt's documentation defines them, with A
-    /// read transposed (stored `k x m`) as the product reads it: for each product `i` of
-    /// `g.batch`, its operands `i` strides on, `D = Aᵀ · B + C` (`alpha = beta = 1`), then the
-    /// bias epilogue `D[r, j] += bias[r]`.
-    fn blas(g: Gemm, a: &[f32], b: &[f32], c: Option<&[f32]>, bias: Option<&[f32]>) -> Vec<f32> {
-        let last = g.batch - 1;
-        assert!(g.lda >= g.k && a.len() >= last * g.stride_a + g.lda * (g.m - 1) + g.k);
-        assert!(g.ldb >= g.k && b.len() >= last * g.stride_b + g.ldb * (g.n - 1) + g.k);
-        let mut d = vec![0f32; last * g.stride_d + g.ldd * g.n];
+    /// read transposed (stored `k x m`) or as it is (stored `m x k`) as `g.trans_a` says: for
+    /// each product `i` of `g.batch`, its operands `i` strides on from their offsets, `D =
+    /// op(A) · B + C` (`alpha = beta = 1`), then the bias epilogue `D[r, j] += bias[r]`, written
+    /// into `d` (C read from `d` as it was).
+    fn blas_into(g: Gemm, a: &[f32], b: &[f32], c: bool, bias: Option<&[f32]>, d: &mut [f32]) {
+        let spans = g.spans();
+        assert!(a.len() >= spans.a && b.len() >= spans.b && d.len() >= spans.d);
+        assert!(bias.is_none_or(|bias| bias.len() >= spans.bias));
+        assert!(g.ldb >= g.k && g.ldd >= g.m);
+        assert!(g.lda >= if g.trans_a { g.k } else { g.m });
         for i in 0..g.batch {
-            let (a, b) = (&a[i * g.stride_a..], &b[i * g.stride_b..]);
-            let op_a = |r: usize, p: usize| a[p + r * g.lda];
+            let (a, b) = (
+                &a[g.offset_a + i * g.stride_a..],
+                &b[g.offset_b + i * g.stride_b..],
+            );
+            let op_a = |r: usize, p: usize| match g.trans_a {
+                true => a[p + r * g.lda],
+                false => a[r + p * g.lda],
+            };
             for j in 0..g.n {
                 for r in 0..g.m {
                     let dot: f32 = (0..g.k).map(|p| op_a(r, p) * b[p + j * g.ldb]).sum();
-                    let at = i * g.stride_d + r + j * g.ldd;
-                    let c = c.map_or(0.0, |c| c[at]);
+                    let at = g.offset_d + i * g.stride_d + r + j * g.ldd;
+                    let c = if c { d[at] } else { 0.0 };
                     d[at] = dot + c + bias.map_or(0.0, |b| b[i * g.stride_bias + r]);
                 }
             }
         }
+    }
+
+    /// [`blas_into`] a new output, as long as the products reach, C given apart.
+    fn blas(g: Gemm, a: &[f32], b: &[f32], c: Option<&[f32]>, bias: Option<&[f32]>) -> Vec<f32> {
+        let mut d = match c {
+            Some(c) => c[..g.spans().d].to_vec(),
+            None => vec![0f32; g.spans().d],
+        };
+        blas_into(g, a, b, c.is_some(), bias, &mut d);
         d
     }
 
@@ -791,6 +1127,56 @@ mod tests {
                             "{matrices}x{queries}x{keys}x{d}: {m} {i} {j}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// One head's products over a batch as `head_scores` and `head_context` plan them, read
+    /// where a stacked Q, K, V projection wrote them: every head's scores (plus its row's key
+    /// mask) and context equal those computed from their definitions, and together the
+    /// products write every element of their outputs (which the device allocates without
+    /// initializing) once.
+    #[test]
+    fn the_per_head_plans_read_the_stacked_projection_in_place_and_fill_their_outputs() {
+        for (rows, t, heads, d, queries) in [(2, 5, 3, 2, 5), (3, 4, 2, 3, 1), (1, 1, 1, 1, 1)] {
+            let (hidden, line) = (heads * d, 3 * heads * d);
+            let qkv: Vec<f32> = (0..rows * t * line).map(|i| value(i, 0.25)).collect();
+            let width = t.next_multiple_of(4);
+            let mask: Vec<f32> = (0..rows * width)
+                .map(|i| match (i / width, i % width) {
+                    (_, j) if j >= t => f32::NAN,
+                    (r, j) if (r + j) % 3 == 2 => -100.0,
+                    _ => 0.0,
+                })
+                .collect();
+            // Q, K, V of row r, token i, head h, component p.
+            let at = |part: usize, r: usize, i: usize, h: usize, p: usize| {
+                qkv[(r * t + i) * line + part * hidden + h * d + p]
+            };
+            let mut scores = vec![f32::NAN; rows * heads * queries * t];
+            for h in 0..heads {
+                let g = Gemm::head_scores((rows, t), (heads, d), queries, width, h);
+                blas_into(g, &qkv, &qkv, false, Some(&mask), &mut scores);
+            }
+            let mut context = vec![f32::NAN; rows * queries * hidden];
+            for h in 0..heads {
+                let g = Gemm::head_context((rows, t), (heads, d), queries, h);
+                blas_into(g, &qkv, &scores, false, None, &mut context);
+            }
+            let case = format!("{rows}x{t}, {heads} heads of {d}, {queries} queries");
+            for (r, h, i) in (0..rows * heads * queries)
+                .map(|x| (x / (heads * queries), x / queries % heads, x % queries))
+            {
+                let row = &scores[((r * heads + h) * queries + i) * t..][..t];
+                for (j, &got) in row.iter().enumerate() {
+                    let dot: f32 = (0..d).map(|p| at(0, r, i, h, p) * at(1, r, j, h, p)).sum();
+                    assert_eq!(got, dot + mask[r * width + j], "{case}: {r} {h} {i} {j}");
+                }
+                for p in 0..d {
+                    let want: f32 = (0..t).map(|j| row[j] * at(2, r, j, h, p)).sum();
+                    let got = context[(r * queries + i) * hidden + h * d + p];
+                    assert_eq!(got, want, "{case}: context {r} {h} {i} {p}");
                 }
             }
         }

@@ -596,32 +596,37 @@ fn what_the_candle_engine_does_not_run_is_refused_at_build() {
 /// (at most 3 a batch) run on the model's own pool of two threads, gives every thread, every
 /// time, the scores of one call alone: on a GPU, the weights the loading thread copied and
 /// the work (and the products' workspace) of threads scoring at once are ordered on the
-/// device's one stream.
+/// device's one stream. DeBERTa (its scores one batched product with the position terms as C)
+/// and BERT (on a CUDA device, one product per head, read in place).
 #[test]
 fn models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads() {
-    let dir = local("deberta_ce_tiny/v3");
-    let model = CrossEncoder::builder(&dir)
-        .options(candle().max_batch_size(3))
-        .build()
-        .unwrap();
-    let q = RerankQuery::new("what is rust");
-    let docs = uneven_texts();
-    let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
-    let score = || model.score(&q, &docs).unwrap();
-    let runs: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| (0..3).map(|_| score()).collect::<Vec<_>>()))
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let want = score();
-    assert!(
-        want.iter().any(|s| (s - want[0]).abs() > 1e-4),
-        "every document scored alike: a mix-up would go unnoticed"
-    );
-    for (t, thread) in runs.iter().enumerate() {
-        for (r, got) in thread.iter().enumerate() {
-            assert_eq!(got, &want, "thread {t}, call {r}");
+    let mut dirs = vec![local("deberta_ce_tiny/v3")];
+    dirs.extend(shared("ce_tiny_a").map(|dir| dir.join("model")));
+    for dir in dirs {
+        let model = CrossEncoder::builder(&dir)
+            .options(candle().max_batch_size(3))
+            .build()
+            .unwrap();
+        let q = RerankQuery::new("what is rust");
+        let docs = uneven_texts();
+        let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let score = || model.score(&q, &docs).unwrap();
+        let runs: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..3).map(|_| score()).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let want = score();
+        let name = dir.display();
+        assert!(
+            want.iter().any(|s| (s - want[0]).abs() > 1e-4),
+            "{name}: every document scored alike: a mix-up would go unnoticed"
+        );
+        for (t, thread) in runs.iter().enumerate() {
+            for (r, got) in thread.iter().enumerate() {
+                assert_eq!(got, &want, "{name}: thread {t}, call {r}");
+            }
         }
     }
 }

@@ -6,8 +6,10 @@
 //!   product over the whole batch (not one per row);
 //! - Q, K and V are one product: their weights are stacked at load, the query's scaled by
 //!   `1 / sqrt(head_dim)` as they are read (in f32) instead of dividing the scores;
-//! - one copy puts the heads of Q, K and V in place; keys enter the scores transposed by
-//!   their strides;
+//! - on a CUDA device each head's scores and context are one cuBLASLt product over the batch,
+//!   reading Q, K and V where their product wrote them and writing the context in place
+//!   (`KeyMask::attend`); elsewhere one copy puts the heads of Q, K and V in place, and keys
+//!   enter the scores transposed by their strides;
 //! - the padding mask is built once per batch, additive, in the activations' format, and
 //!   added by the scores' product on a CUDA device (`layers::candle::KeyMask`); the softmax
 //!   is candle's fused kernel over the last dimension; so are the layer norms;
@@ -24,7 +26,7 @@ use candle_nn::VarBuilder;
 
 use super::encoder::EncoderConfig;
 use crate::models::layers::candle::{
-    err, heads_of, softmax, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear, Norm, PostNorm,
+    err, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear, Norm, PostNorm,
 };
 use crate::models::layers::kernels::Act;
 use crate::Result;
@@ -136,22 +138,12 @@ impl Bert {
         (b, t): (usize, usize),
         first: bool,
     ) -> candle_core::Result<Tensor> {
-        let h = self.hidden;
-        let (q, k, v) = heads_of(&layer.qkv, x, (b, t), self.heads)?;
-        let (q, residual) = match first {
-            true => (
-                q.narrow(2, 0, 1)?.contiguous()?,
-                x.reshape((b, t, h))?.i((.., 0, ..))?,
-            ),
-            false => (q, x.clone()),
+        let qkv = layer.qkv.forward(x)?;
+        let context = mask.attend(&qkv, (b, t), self.heads, first, self.softmax_in_f32)?;
+        let residual = match first {
+            true => x.reshape((b, t, self.hidden))?.i((.., 0, ..))?,
+            false => x.clone(),
         };
-        let queries = q.dim(2)?;
-        let scores = mask.scores(&q, &k, None)?;
-        let probs = softmax(&scores, self.softmax_in_f32)?;
-        let context = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .reshape((b * queries, h))?;
         layer.rest.forward(&context, &residual, self.act)
     }
 }

@@ -31,6 +31,18 @@ fn additive_mask(mask: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
         .reshape((b, 1, 1, t))
 }
 
+/// The additive mask `(b, 1, 1, t)` as rows `(b, width)`, zeros after each row's `t` keys,
+/// `width` the multiple of [`ROW_ALIGN`] at or above `t`: what one head's scores over the
+/// batch take ([`KeyMask::attend`]).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn per_row(additive: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, _, _, t) = additive.dims4()?;
+    additive
+        .reshape((b, t))?
+        .pad_with_zeros(1, 0, t.next_multiple_of(ROW_ALIGN) - t)?
+        .contiguous()
+}
+
 /// The mask rows handed to cuBLASLt start this many elements apart (256 bytes in f16): its
 /// heuristic reads the bias's alignment from the first row's address alone.
 const ROW_ALIGN: usize = 128;
@@ -59,6 +71,10 @@ pub(crate) struct KeyMask {
     /// what the product's epilogue takes (`None` elsewhere).
     #[cfg(feature = "cuda")]
     fused: Option<(crate::simd::cublaslt::Handle, Tensor)>,
+    /// On a CUDA device, the mask once per row, `(b, width)` ([`per_row`]): what one head's
+    /// scores over the batch take ([`KeyMask::attend`]).
+    #[cfg(feature = "cuda")]
+    rows: Option<Tensor>,
 }
 
 impl KeyMask {
@@ -67,9 +83,12 @@ impl KeyMask {
     pub fn new(mask: &Tensor, dtype: DType, heads: usize) -> candle_core::Result<Self> {
         let additive = additive_mask(mask, dtype)?;
         #[cfg(feature = "cuda")]
-        let fused = match crate::simd::cublaslt::handle(&additive)? {
-            Some(lt) => Some((lt, per_head(&additive, heads)?)),
-            None => None,
+        let (fused, rows) = match crate::simd::cublaslt::handle(&additive)? {
+            Some(lt) => (
+                Some((lt, per_head(&additive, heads)?)),
+                Some(per_row(&additive)?),
+            ),
+            None => (None, None),
         };
         #[cfg(not(feature = "cuda"))]
         let _ = heads;
@@ -77,6 +96,8 @@ impl KeyMask {
             additive,
             #[cfg(feature = "cuda")]
             fused,
+            #[cfg(feature = "cuda")]
+            rows,
         })
     }
 
@@ -106,6 +127,52 @@ impl KeyMask {
             None => scores,
         };
         scores.broadcast_add(&self.additive)
+    }
+}
+
+impl KeyMask {
+    /// Self-attention of `heads` heads over the output `qkv` `(b · t, 3 · hidden)` of a stacked
+    /// Q, K, V projection ([`stacked_qkv`](super::stacked_qkv); the query's rows carry the
+    /// attention scale): `softmax(q · kᵀ + mask) · v` for every head, as the context `(b ·
+    /// queries, hidden)` that the output projection reads, `queries` each row's `t` tokens or,
+    /// with `first_only`, its first token alone.
+    ///
+    /// On a CUDA device each head's scores and context are one cuBLASLt product over the batch
+    /// that reads Q, K and V where the projection wrote them and writes the context in place
+    /// (`simd::cublaslt::head_scores` / `head_context`): no copy puts the heads in place, and
+    /// none puts them back. Elsewhere (or when cuBLASLt declines), one copy puts the heads in
+    /// place ([`split_heads`](super::split_heads)), then batched products and a copy back.
+    pub fn attend(
+        &self,
+        qkv: &Tensor,
+        (b, t): (usize, usize),
+        heads: usize,
+        first_only: bool,
+        softmax_in_f32: bool,
+    ) -> candle_core::Result<Tensor> {
+        let queries = if first_only { 1 } else { t };
+        #[cfg(feature = "cuda")]
+        if let (Some((lt, _)), Some(rows)) = (&self.fused, &self.rows) {
+            use crate::simd::cublaslt::{head_context, head_scores};
+            if let Some(scores) = head_scores(lt, qkv, rows, (b, t), heads, queries)? {
+                let probs = super::softmax(&scores, softmax_in_f32)?;
+                if let Some(context) = head_context(lt, &probs, qkv)? {
+                    return Ok(context);
+                }
+            }
+        }
+        let (q, k, v) = super::split_heads(qkv, (b, t), heads)?;
+        let q = match first_only {
+            true => q.narrow(2, 0, 1)?.contiguous()?,
+            false => q,
+        };
+        let scores = self.scores(&q, &k, None)?;
+        let probs = super::softmax(&scores, softmax_in_f32)?;
+        let hidden = qkv.dim(1)? / 3;
+        probs
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .reshape((b * queries, hidden))
     }
 }
 

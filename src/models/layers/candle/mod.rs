@@ -411,9 +411,18 @@ pub(crate) fn heads_of(
     (b, t): (usize, usize),
     heads: usize,
 ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-    let d = x.dim(1)? / heads;
+    split_heads(&qkv.forward(x)?, (b, t), heads)
+}
+
+/// The output `(b · t, 3 · hidden)` of a stacked Q, K, V layer ([`stacked_qkv`]) as Q, K and V
+/// of `(b, heads, t, d)` each: one copy puts every head in place.
+pub(crate) fn split_heads(
+    qkv: &Tensor,
+    (b, t): (usize, usize),
+    heads: usize,
+) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+    let d = qkv.dim(1)? / (3 * heads);
     let all = qkv
-        .forward(x)?
         .reshape((b, t, 3, heads, d))?
         .permute((2, 0, 3, 1, 4))?
         .contiguous()?;
