@@ -61,7 +61,8 @@ enum Command {
     /// Embed JSONL texts with an embedding model: one {"embedding": [...]} line per input line
     /// ({"token_embeddings": ...} for ColBERT, {"indices", "values"} for a SPLADE encoder).
     Embed(embed::Args),
-    /// Run the Qwen3 chat model on one prompt and print the new text (--json: ids and timings).
+    /// Run a local chat model (Qwen3, Qwen2.5, Llama, Mistral, Phi-3) on one prompt and print the
+    /// new text (--json: ids and timings).
     Generate(generate::Args),
     /// Turn a directory of PDF files into a JSONL corpus of chunks (feature `pdf`).
     Ingest(ingest::Args),
