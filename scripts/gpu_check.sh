@@ -23,7 +23,7 @@
 # A/B rows and the profile are in; empty to leave them out; LATE_KINDS and LATE_WORKLOADS, the kinds and
 # workloads they run, KINDS and WORKLOADS unless set), KINDS ("cross-encoder embedder
 # qwen3-reranker"), WARMUP_BATCHES (4: both sides warm up on that many batches' worth of the items),
-# THREADS_REPEAT (10: the threads test's runs in each of three configurations, after the parity
+# THREADS_REPEAT (10: the threads test's runs in each of four configurations, after the parity
 # tests), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
 # FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder qwen3-reranker: each kind once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "KIND-unfused"; either empty to leave
@@ -165,9 +165,10 @@ if runs_here "$IT"; then
     echo "parity tests without the fused linear layers exit: $?"
   fi
   # --- 2a. the threads test (four threads scoring at once on the device's one stream) THREADS_REPEAT
-  # (10) times as built, with the heuristic asked for every product (RERANK_CUDA_ALGO_CACHE=0) and
-  # with the cuBLASLt products off: a failure that comes and goes, told apart by configuration.
-  for cfg in "" RERANK_CUDA_ALGO_CACHE=0 RERANK_CUDA_FUSED_LINEAR=0; do
+  # (10) times as built, with the heuristic asked for every product (RERANK_CUDA_ALGO_CACHE=0), with
+  # every batch's copies to and from the host waited for (RERANK_CUDA_SYNC_COPIES=1) and with the
+  # cuBLASLt products off: a failure that comes and goes, told apart by configuration.
+  for cfg in "" RERANK_CUDA_ALGO_CACHE=0 RERANK_CUDA_SYNC_COPIES=1 RERANK_CUDA_FUSED_LINEAR=0; do
     [ "${THREADS_REPEAT:-10}" -gt 0 ] || break
     failed=0
     for _ in $(seq "${THREADS_REPEAT:-10}"); do

@@ -19,8 +19,8 @@ use candle_nn::VarBuilder;
 
 use super::config::DebertaConfig;
 use crate::models::layers::candle::{
-    err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear, Norm,
-    PostNorm,
+    err, heads_of, linear, settle, softmax, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear,
+    Norm, PostNorm,
 };
 use crate::Result;
 
@@ -185,6 +185,7 @@ impl Deberta {
             index.extend(by_delta[i..i + t].iter().rev());
         }
         let by_query = Tensor::from_vec(index, (t, t), device)?;
+        settle(device)?;
         let by_key = by_query.t()?.contiguous()?;
         let full = |index: &Tensor| index.broadcast_as((b, self.cfg.heads, t, t))?.contiguous();
         let index = Index {

@@ -29,7 +29,7 @@ use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
+    candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, settle, softmax,
     softmax_in_f32, var_builder, Fold, Linear, QueryMask,
 };
 use crate::models::layers::weights::Weights;
@@ -320,6 +320,7 @@ impl CandleDecoder {
             None => None,
             Some(p) => {
                 let ids = Tensor::from_vec(p.ids, p.shape, &self.device)?;
+                settle(&self.device)?;
                 Some(
                     self.layers_over(&ids, p.positions, p.masks, None, Pass::KeysValues)?
                         .1,
@@ -328,6 +329,7 @@ impl CandleDecoder {
         };
         let rest = host.rest;
         let ids = Tensor::from_vec(rest.ids, rest.shape, &self.device)?;
+        settle(&self.device)?;
         let (last, _) = self.layers_over(
             &ids,
             rest.positions,
@@ -374,6 +376,7 @@ impl CandleDecoder {
         );
         let width = masks[0].len() / (b * t);
         let positions = Tensor::from_vec(positions, b * t, &self.device)?;
+        settle(&self.device)?;
         let cos = self
             .cos
             .index_select(&positions, 0)?
@@ -389,6 +392,7 @@ impl CandleDecoder {
             .into_iter()
             .map(|m| {
                 let m = Tensor::from_vec(m, (b, 1, 1, t, width), &self.device)?;
+                settle(&self.device)?;
                 QueryMask::new(m.to_dtype(self.dtype)?, kv, group)
             })
             .collect::<candle_core::Result<Vec<_>>>()?;

@@ -194,12 +194,14 @@ impl HostBatch {
     pub fn upload(self, device: &candle_core::Device) -> Result<Padded> {
         let shape = (self.rows, self.len);
         let to = |v: Vec<u32>| Tensor::from_vec(v, shape, device).map_err(err("a padded batch"));
-        Ok(Padded {
+        let padded = Padded {
             ids: to(self.ids)?,
             mask: to(self.mask)?,
             types: self.types.map(to).transpose()?,
             len: self.len,
-        })
+        };
+        settle(device).map_err(err("waiting for the device's copies"))?;
+        Ok(padded)
     }
 }
 
@@ -291,7 +293,24 @@ pub(crate) fn flat_f32(t: &Tensor) -> candle_core::Result<Tensor> {
 
 /// The values of a flat f32 tensor ([`flat_f32`]) on the host: waits for the device.
 pub(crate) fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
-    t.to_vec1::<f32>().map_err(err("reading results back"))
+    let values = t.to_vec1::<f32>().map_err(err("reading results back"))?;
+    settle(t.device()).map_err(err("waiting for the device's copies"))?;
+    Ok(values)
+}
+
+/// With `RERANK_CUDA_SYNC_COPIES=1` (read once), waits until `device` has run everything
+/// queued on it; otherwise returns at once. A check for the GPU runs (`gpu_check.sh`): the
+/// copies of a batch to and from the host's own (pageable) memory are asynchronous calls that
+/// CUDA documents as "might be synchronous", and this makes each upload and each read return
+/// only once its copy is done, so that a failure that goes away with it points at them.
+pub(crate) fn settle(device: &candle_core::Device) -> candle_core::Result<()> {
+    static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let sync = *SYNC
+        .get_or_init(|| std::env::var("RERANK_CUDA_SYNC_COPIES").is_ok_and(|v| v.trim() == "1"));
+    match sync {
+        true => device.synchronize(),
+        false => Ok(()),
+    }
 }
 
 /// The CPU path's RoPE tables (`layers::rope::Rope`: the same angles, rounded as transformers
