@@ -280,9 +280,12 @@ mod device {
     /// Whether the path is on: unless `RERANK_CUDA_FUSED_LINEAR` is `0` (read once).
     fn enabled() -> bool {
         static ON: OnceLock<bool> = OnceLock::new();
-        *ON.get_or_init(|| {
-            std::env::var("RERANK_CUDA_FUSED_LINEAR").map_or(true, |v| v.trim() != "0")
-        })
+        on_unless_zero(&ON, "RERANK_CUDA_FUSED_LINEAR")
+    }
+
+    /// Whether the switch `name` is on: unless that variable is `0`, read once into `cell`.
+    fn on_unless_zero(cell: &OnceLock<bool>, name: &str) -> bool {
+        *cell.get_or_init(|| std::env::var(name).map_or(true, |v| v.trim() != "0"))
     }
 
     /// `x · weightᵀ + bias + residual` on cuBLASLt through `lt`, or `None` when the operands
@@ -367,19 +370,15 @@ mod device {
     /// as a check of the cache.
     fn cache_algos() -> bool {
         static ON: OnceLock<bool> = OnceLock::new();
-        *ON.get_or_init(|| {
-            std::env::var("RERANK_CUDA_ALGO_CACHE").map_or(true, |v| v.trim() != "0")
-        })
+        on_unless_zero(&ON, "RERANK_CUDA_ALGO_CACHE")
     }
 
     /// Whether one head's products per batch run in place ([`head_scores`], [`head_context`]):
     /// unless `RERANK_CUDA_HEADS_IN_PLACE` is `0` (read once), which leaves the attention to
     /// the copy of the heads and the batched products.
-    pub(crate) fn heads_in_place() -> bool {
+    fn heads_in_place() -> bool {
         static ON: OnceLock<bool> = OnceLock::new();
-        *ON.get_or_init(|| {
-            std::env::var("RERANK_CUDA_HEADS_IN_PLACE").map_or(true, |v| v.trim() != "0")
-        })
+        on_unless_zero(&ON, "RERANK_CUDA_HEADS_IN_PLACE")
     }
 
     /// The scores of every head, `(rows, heads, queries, t)`, read where the stacked Q, K, V
