@@ -232,11 +232,7 @@ impl LocalChatBuilder {
         }
         // Says whether the directory does not exist, is not one, or has no config.json.
         let model_dir = ModelDir::open(dir)?;
-        let config_path = model_dir.path().join("config.json");
-        let config_text =
-            std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-        let raw: serde_json::Value = serde_json::from_str(&config_text)
-            .map_err(|e| Error::parse(config_path.display().to_string(), e))?;
+        let (config_path, config_text, raw) = model_dir.config_text()?;
         let family = causal_lm_family(&config_path, &config_text, &raw)?;
         let config = Qwen3Config::from_text_at(&config_path, &config_text, family)?;
         let tokenizer_config = model_dir.optional_json("tokenizer_config.json")?;

@@ -12,7 +12,7 @@ use super::layout::{Layout, PoolingMode};
 use super::{Embedder, Role, DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET};
 use crate::models::engine::DecoderEngine;
 use crate::models::qwen3::{DecoderFamily, Qwen3Config};
-use crate::models::{plan_packed_batches, ModelDir, ModelPool, Precision, CONFIG_FILE};
+use crate::models::{plan_packed_batches, ModelDir, ModelPool, Precision};
 use crate::{Error, Result};
 
 /// A Qwen3 embedding model (Qwen3-Embedding-0.6B / 4B / 8B) loaded from a local
@@ -85,16 +85,15 @@ impl Qwen3Embedder {
         let options = &builder.options;
         let model_dir = ModelDir::open(&builder.dir)?;
         let dir = model_dir.path();
-        let config_path = dir.join(CONFIG_FILE);
+        let (config_path, config_text, raw) = model_dir.config_text()?;
         // Qwen2 (gte-Qwen2), Llama and Mistral (e5-mistral) decoders are the same family with
         // other biases and norms.
-        let family = model_dir
-            .config()?
+        let family = raw
             .get("model_type")
             .and_then(|v| v.as_str())
             .and_then(DecoderFamily::from_model_type)
             .unwrap_or(DecoderFamily::Qwen3);
-        let config = Qwen3Config::from_file_for(&config_path, family)?;
+        let config = Qwen3Config::from_text_at(&config_path, &config_text, family)?;
         if config.sequence_classifier {
             return Err(Error::model(format!(
                 "{}: {} is a sequence classifier (an LLM reranker converted to sequence \

@@ -84,11 +84,25 @@ impl ModelDir {
         self.json(CONFIG_FILE)
     }
 
+    /// `config.json` read once: its path, its text (for a typed configuration parsed from it,
+    /// whose errors name the file) and its parsed value.
+    pub fn config_text(&self) -> Result<(PathBuf, String, Value)> {
+        let (path, text) = self.text(CONFIG_FILE)?;
+        let value = parse_json(&path, &text)?;
+        Ok((path, text, value))
+    }
+
     /// Parses a JSON file of the directory.
     pub fn json(&self, name: &str) -> Result<Value> {
+        let (path, text) = self.text(name)?;
+        parse_json(&path, &text)
+    }
+
+    /// The path and the text of the file `name` of the directory.
+    fn text(&self, name: &str) -> Result<(PathBuf, String)> {
         let path = self.file(name)?;
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        serde_json::from_str(&text).map_err(|e| Error::parse(path.display().to_string(), e))
+        Ok((path, text))
     }
 
     /// Parses an optional JSON file: `None` when it does not exist.
@@ -254,6 +268,11 @@ fn rebuild_as_transformers(tokenizer: &mut tokenizers::Tokenizer, class: &str) -
         PreTokenizerWrapper::Metaspace(Metaspace::new('▁', PrependScheme::Always, true)),
     ]))));
     Ok(())
+}
+
+/// `text`, the contents of the JSON file at `path`, parsed; errors name the file.
+fn parse_json(path: &Path, text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| Error::parse(path.display().to_string(), e))
 }
 
 #[cfg(test)]
