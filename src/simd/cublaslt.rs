@@ -538,30 +538,17 @@ mod device {
                 bias: bias.as_ref().map(operand).transpose()?,
                 residual: residual.as_ref().map(operand).transpose()?,
             };
-            let (lt, products) = (&self.lt, self.products.as_slice());
-            let len = self.shape.elem_count();
+            let job = Job {
+                device: &x.device,
+                products: &self.products,
+                len: self.shape.elem_count(),
+                ops: &operands,
+            };
+            let lt = &self.lt;
             let out = match x.dtype() {
-                DType::F32 => lt.run::<f32>(
-                    &x.device,
-                    products,
-                    len,
-                    &operands,
-                    sys::cudaDataType::CUDA_R_32F,
-                ),
-                DType::F16 => lt.run::<f16>(
-                    &x.device,
-                    products,
-                    len,
-                    &operands,
-                    sys::cudaDataType::CUDA_R_16F,
-                ),
-                DType::BF16 => lt.run::<bf16>(
-                    &x.device,
-                    products,
-                    len,
-                    &operands,
-                    sys::cudaDataType::CUDA_R_16BF,
-                ),
+                DType::F32 => lt.run::<f32>(&job, sys::cudaDataType::CUDA_R_32F),
+                DType::F16 => lt.run::<f16>(&job, sys::cudaDataType::CUDA_R_16F),
+                DType::BF16 => lt.run::<bf16>(&job, sys::cudaDataType::CUDA_R_16BF),
                 other => candle_core::bail!("cuBLASLt product: none for {other:?}"),
             }?;
             Ok((out, self.shape.clone()))
@@ -606,6 +593,15 @@ mod device {
         (storage, offset): (&CudaStorage, usize),
     ) -> candle_core::Result<CudaView<'_, T>> {
         Ok(storage.as_cuda_slice::<T>()?.slice(offset..))
+    }
+
+    /// What [`Lt::run`] runs: `products` on `device`, writing one output of `len` elements, on
+    /// `ops`.
+    struct Job<'a> {
+        device: &'a CudaDevice,
+        products: &'a [Gemm],
+        len: usize,
+        ops: &'a Operands<'a>,
     }
 
     /// The operands' storages and their layouts' offsets, in elements (each contiguous from
@@ -711,19 +707,22 @@ mod device {
             Ok(Handle(lt))
         }
 
-        /// `products` (each a batch of products when its `batch > 1`) in `T` (`ty`, its
-        /// cuBLASLt name) on `device`, writing one new output of `len` elements, which together
-        /// they write whole. Every product is planned before any is queued, so that an
+        /// The job's products (each a batch of products when its `batch > 1`) in `T` (`ty`, its
+        /// cuBLASLt name) on its device, writing one new output of its `len` elements, which
+        /// together they write whole. Every product is planned before any is queued, so that an
         /// [`Unplanned`] error leaves nothing queued; one that would reach past an operand is
         /// refused.
         fn run<T: CudaDType + DeviceRepr>(
             &self,
-            device: &CudaDevice,
-            products: &[Gemm],
-            len: usize,
-            ops: &Operands,
+            job: &Job,
             ty: sys::cudaDataType,
         ) -> candle_core::Result<CudaStorage> {
+            let Job {
+                device,
+                products,
+                len,
+                ops,
+            } = *job;
             let stream = device.cuda_stream();
             let (x, w) = (view::<T>(ops.x)?, view::<T>(ops.w)?);
             let bias = ops.bias.map(view::<T>).transpose()?;
