@@ -128,9 +128,7 @@ impl KeyMask {
         };
         scores.broadcast_add(&self.additive)
     }
-}
 
-impl KeyMask {
     /// Self-attention of `heads` heads over the output `qkv` `(b · t, 3 · hidden)` of a stacked
     /// Q, K, V projection ([`stacked_qkv`](super::stacked_qkv); the query's rows carry the
     /// attention scale): `softmax(q · kᵀ + mask) · v` for every head, as the context `(b ·
