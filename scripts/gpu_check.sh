@@ -179,7 +179,7 @@ if runs_here "$IT"; then
       ) >"$OUT/.threads" 2>&1
       rc=$?
       [ "$rc" -eq 99 ] && break
-      [ "$rc" -ne 0 ] && failed=$((failed + 1)) && grep -m3 -E 'panicked|thread [0-9], call|left|right' "$OUT/.threads"
+      [ "$rc" -ne 0 ] && failed=$((failed + 1)) && grep -m8 -E 'panicked|calls differ|thread [0-9], call' "$OUT/.threads"
     done
     say "threads test ${cfg:-as built}: $failed of ${THREADS_REPEAT:-10} runs failed"
   done

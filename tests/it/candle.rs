@@ -623,11 +623,28 @@ fn models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads() {
             want.iter().any(|s| (s - want[0]).abs() > 1e-4),
             "{name}: every document scored alike: a mix-up would go unnoticed"
         );
-        for (t, thread) in runs.iter().enumerate() {
-            for (r, got) in thread.iter().enumerate() {
-                assert_eq!(got, &want, "{name}: thread {t}, call {r}");
-            }
-        }
+        // Every call that differs, with the items that differ, so that a failure says how
+        // often and where.
+        let failures: Vec<String> = runs
+            .iter()
+            .enumerate()
+            .flat_map(|(t, thread)| thread.iter().enumerate().map(move |(r, got)| (t, r, got)))
+            .filter(|(_, _, got)| *got != &want)
+            .map(|(t, r, got)| {
+                let items: Vec<String> = (0..want.len().max(got.len()))
+                    .filter(|&i| got.get(i) != want.get(i))
+                    .map(|i| format!("{i}: {:?} against {:?}", got.get(i), want.get(i)))
+                    .collect();
+                format!("thread {t}, call {r}: {}", items.join(", "))
+            })
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{name}: {} of {} calls differ from one call alone:\n{}",
+            failures.len(),
+            runs.len() * 3,
+            failures.join("\n")
+        );
     }
 }
 
