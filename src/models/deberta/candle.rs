@@ -19,7 +19,7 @@ use candle_nn::VarBuilder;
 
 use super::config::DebertaConfig;
 use crate::models::layers::candle::{
-    err, heads_of, linear, settle, softmax, softmax_in_f32, stacked_qkv, Fold, KeyMask, Linear,
+    err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, upload, Fold, KeyMask, Linear,
     Norm, PostNorm,
 };
 use crate::Result;
@@ -184,8 +184,7 @@ impl Deberta {
             // delta = i - j for j = 0..t sits at by_delta[i - j + t - 1].
             index.extend(by_delta[i..i + t].iter().rev());
         }
-        let by_query = Tensor::from_vec(index, (t, t), device)?;
-        settle(device)?;
+        let by_query = upload(index, (t, t), device)?;
         let by_key = by_query.t()?.contiguous()?;
         let full = |index: &Tensor| index.broadcast_as((b, self.cfg.heads, t, t))?.contiguous();
         let index = Index {

@@ -16,7 +16,7 @@ use crate::models::deberta::config::DebertaConfig;
 use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    activate, candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, settle, var_builder,
+    activate, candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, upload, var_builder,
     HostBatch, Linear, Norm, Padded,
 };
 use crate::models::layers::dense::Output;
@@ -274,9 +274,8 @@ impl CandleEncoder {
         let batch = host.upload(&self.device)?;
         let states = self.states(&batch, false)?;
         let means = (|| {
-            let weights = Tensor::from_vec(pool.weights, (b, 1, t), &self.device)?;
-            let counts = Tensor::from_vec(pool.counts, (b, 1, 1), &self.device)?;
-            settle(&self.device)?;
+            let weights = upload(pool.weights, (b, 1, t), &self.device)?;
+            let counts = upload(pool.counts, (b, 1, 1), &self.device)?;
             let states = states.to_dtype(DType::F32)?.contiguous()?;
             weights
                 .matmul(&states)?

@@ -21,7 +21,7 @@ use candle_nn::{Embedding, VarBuilder};
 
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
-    activate, err, heads_of, linear, mask_value, rope_tables, settle, softmax, softmax_in_f32,
+    activate, err, heads_of, linear, mask_value, rope_tables, softmax, softmax_in_f32, upload,
     Fold, KeyMask, Linear, Norm, QueryMask,
 };
 use crate::models::layers::kernels::Act;
@@ -127,9 +127,7 @@ impl ModernBert {
                         (0..t as i64).map(move |k| if (q - k).abs() <= w { 0.0 } else { masked })
                     })
                     .collect();
-                let reach = Tensor::from_vec(reach, (1, 1, t, t), device)?;
-                settle(device)?;
-                let reach = reach.to_dtype(dtype)?;
+                let reach = upload(reach, (1, 1, t, t), device)?.to_dtype(dtype)?;
                 let local = padding.additive().broadcast_add(&reach)?;
                 Some(QueryMask::new(
                     local.reshape((b, 1, 1, t, t))?,

@@ -29,8 +29,8 @@ use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, settle, softmax,
-    softmax_in_f32, var_builder, Fold, Linear, QueryMask,
+    candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
+    softmax_in_f32, upload, var_builder, Fold, Linear, QueryMask,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -319,8 +319,7 @@ impl CandleDecoder {
         let prefix = match host.prefix {
             None => None,
             Some(p) => {
-                let ids = Tensor::from_vec(p.ids, p.shape, &self.device)?;
-                settle(&self.device)?;
+                let ids = upload(p.ids, p.shape, &self.device)?;
                 Some(
                     self.layers_over(&ids, p.positions, p.masks, None, Pass::KeysValues)?
                         .1,
@@ -328,8 +327,7 @@ impl CandleDecoder {
             }
         };
         let rest = host.rest;
-        let ids = Tensor::from_vec(rest.ids, rest.shape, &self.device)?;
-        settle(&self.device)?;
+        let ids = upload(rest.ids, rest.shape, &self.device)?;
         let (last, _) = self.layers_over(
             &ids,
             rest.positions,
@@ -375,8 +373,7 @@ impl CandleDecoder {
             self.cfg.head_dim,
         );
         let width = masks[0].len() / (b * t);
-        let positions = Tensor::from_vec(positions, b * t, &self.device)?;
-        settle(&self.device)?;
+        let positions = upload(positions, b * t, &self.device)?;
         let cos = self
             .cos
             .index_select(&positions, 0)?
@@ -391,8 +388,7 @@ impl CandleDecoder {
         let masks = masks
             .into_iter()
             .map(|m| {
-                let m = Tensor::from_vec(m, (b, 1, 1, t, width), &self.device)?;
-                settle(&self.device)?;
+                let m = upload(m, (b, 1, 1, t, width), &self.device)?;
                 QueryMask::new(m.to_dtype(self.dtype)?, kv, group)
             })
             .collect::<candle_core::Result<Vec<_>>>()?;

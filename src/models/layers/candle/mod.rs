@@ -193,15 +193,13 @@ impl HostBatch {
     /// The batch on `device`: one host-to-device copy per tensor.
     pub fn upload(self, device: &candle_core::Device) -> Result<Padded> {
         let shape = (self.rows, self.len);
-        let to = |v: Vec<u32>| Tensor::from_vec(v, shape, device).map_err(err("a padded batch"));
-        let padded = Padded {
+        let to = |v: Vec<u32>| upload(v, shape, device).map_err(err("a padded batch"));
+        Ok(Padded {
             ids: to(self.ids)?,
             mask: to(self.mask)?,
             types: self.types.map(to).transpose()?,
             len: self.len,
-        };
-        settle(device).map_err(err("waiting for the device's copies"))?;
-        Ok(padded)
+        })
     }
 }
 
@@ -298,12 +296,25 @@ pub(crate) fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
     Ok(values)
 }
 
+/// `values` as a tensor of `shape` on `device`: one copy from the host, waited for under
+/// `RERANK_CUDA_SYNC_COPIES=1` ([`settle`]). What every upload of a batch's values goes
+/// through.
+pub(crate) fn upload<D: candle_core::WithDType>(
+    values: Vec<D>,
+    shape: impl Into<candle_core::Shape>,
+    device: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    let tensor = Tensor::from_vec(values, shape, device)?;
+    settle(device)?;
+    Ok(tensor)
+}
+
 /// With `RERANK_CUDA_SYNC_COPIES=1` (read once), waits until `device` has run everything
 /// queued on it; otherwise returns at once. A check for the GPU runs (`gpu_check.sh`): the
 /// copies of a batch to and from the host's own (pageable) memory are asynchronous calls that
 /// CUDA documents as "might be synchronous", and this makes each upload and each read return
 /// only once its copy is done, so that a failure that goes away with it points at them.
-pub(crate) fn settle(device: &candle_core::Device) -> candle_core::Result<()> {
+fn settle(device: &candle_core::Device) -> candle_core::Result<()> {
     static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let sync = *SYNC
         .get_or_init(|| std::env::var("RERANK_CUDA_SYNC_COPIES").is_ok_and(|v| v.trim() == "1"));
