@@ -394,20 +394,14 @@ mod device {
         heads: usize,
         queries: usize,
     ) -> candle_core::Result<Option<Tensor>> {
-        let (Ok((lines, line)), Ok((mask_rows, width))) = (qkv.dims2(), mask.dims2()) else {
+        let Ok((mask_rows, width)) = mask.dims2() else {
             return Ok(None);
         };
-        let d = line / (3 * heads).max(1);
-        let fits = heads_in_place()
-            && heads > 0
-            && line == 3 * heads * d
-            && d > 0
-            && lines == rows * t
-            && (1..=t).contains(&queries)
-            && mask_rows == rows
-            && width >= t
-            && dense(qkv, qkv)
-            && whole(mask, qkv);
+        let Some(d) = head_dim(qkv, (rows, t), heads) else {
+            return Ok(None);
+        };
+        let fits =
+            (1..=t).contains(&queries) && mask_rows == rows && width >= t && whole(mask, qkv);
         if !fits {
             return Ok(None);
         }
@@ -432,19 +426,13 @@ mod device {
         probs: &Tensor,
         qkv: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let (Ok((rows, heads, queries, t)), Ok((lines, line))) = (probs.dims4(), qkv.dims2())
-        else {
+        let Ok((rows, heads, queries, t)) = probs.dims4() else {
             return Ok(None);
         };
-        let d = line / (3 * heads).max(1);
-        let fits = heads_in_place()
-            && heads > 0
-            && d > 0
-            && line == 3 * heads * d
-            && lines == rows * t
-            && dense(probs, qkv)
-            && dense(qkv, qkv);
-        if !fits {
+        let Some(d) = head_dim(qkv, (rows, t), heads) else {
+            return Ok(None);
+        };
+        if !dense(probs, qkv) {
             return Ok(None);
         }
         let op = Fused {
@@ -457,6 +445,22 @@ mod device {
             residual: None,
         };
         op.apply(probs, qkv)
+    }
+
+    /// The head size `d` of `qkv` when it is the output `(rows · t, 3 · heads · d)` of a stacked
+    /// Q, K, V projection, dense on its CUDA device, and the per-head products are on
+    /// ([`heads_in_place`]); `None` otherwise. What [`head_scores`] and [`head_context`] both
+    /// check of it.
+    fn head_dim(qkv: &Tensor, (rows, t): (usize, usize), heads: usize) -> Option<usize> {
+        let (lines, line) = qkv.dims2().ok()?;
+        let d = line / (3 * heads).max(1);
+        let fits = heads_in_place()
+            && heads > 0
+            && d > 0
+            && line == 3 * heads * d
+            && lines == rows * t
+            && dense(qkv, qkv);
+        fits.then_some(d)
     }
 
     /// Whether `t` can be an operand of a product in `like`'s format on its CUDA device:
@@ -1052,6 +1056,20 @@ mod tests {
         d
     }
 
+    /// `count` additive key masks of `keys` keys, a different one each: 0 for a key, -100 for
+    /// padding, in rows padded to `width` (a multiple of 4) with values no key may read (NaN).
+    fn masks(count: usize, keys: usize) -> (usize, Vec<f32>) {
+        let width = keys.next_multiple_of(4);
+        let mask = (0..count * width)
+            .map(|i| match (i / width, i % width) {
+                (_, j) if j >= keys => f32::NAN,
+                (m, j) if (m + j) % 3 == 2 => -100.0,
+                _ => 0.0,
+            })
+            .collect();
+        (width, mask)
+    }
+
     fn value(i: usize, s: f32) -> f32 {
         ((i * 7 + 3) % 11) as f32 * s - 1.0
     }
@@ -1094,16 +1112,7 @@ mod tests {
                 .map(|i| value(i, 0.25))
                 .collect();
             let k: Vec<f32> = (0..matrices * keys * d).map(|i| value(i, 0.5)).collect();
-            // A different mask for every matrix: 0 for a key, -100 for padding, in rows padded
-            // to a multiple of 4 with values no key may read.
-            let width = keys.next_multiple_of(4);
-            let mask: Vec<f32> = (0..matrices * width)
-                .map(|i| match (i / width, i % width) {
-                    (_, j) if j >= keys => f32::NAN,
-                    (m, j) if (m + j) % 3 == 2 => -100.0,
-                    _ => 0.0,
-                })
-                .collect();
+            let (width, mask) = masks(matrices, keys);
             let plus: Vec<f32> = (0..matrices * queries * keys)
                 .map(|i| value(i, 0.125))
                 .collect();
@@ -1140,14 +1149,7 @@ mod tests {
         for (rows, t, heads, d, queries) in [(2, 5, 3, 2, 5), (3, 4, 2, 3, 1), (1, 1, 1, 1, 1)] {
             let (hidden, line) = (heads * d, 3 * heads * d);
             let qkv: Vec<f32> = (0..rows * t * line).map(|i| value(i, 0.25)).collect();
-            let width = t.next_multiple_of(4);
-            let mask: Vec<f32> = (0..rows * width)
-                .map(|i| match (i / width, i % width) {
-                    (_, j) if j >= t => f32::NAN,
-                    (r, j) if (r + j) % 3 == 2 => -100.0,
-                    _ => 0.0,
-                })
-                .collect();
+            let (width, mask) = masks(rows, t);
             // Q, K, V of row r, token i, head h, component p.
             let at = |part: usize, r: usize, i: usize, h: usize, p: usize| {
                 qkv[(r * t + i) * line + part * hidden + h * d + p]
