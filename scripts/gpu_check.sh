@@ -16,7 +16,7 @@
 # "pytorch", with its "workload"), profile.md (each f16 kind's kernel time by kernel, Nsight
 # Compute, where the machine lets it count; profile_raw.csv, ncu's lines), gpu_check.log (all output).
 # Steps, in the order of what the issue needs most, each started only before DEADLINE_S: parity; the
-# table's rows in DTYPES; the A/B rows; the memory check; the kernel profile; the rows in LATE_DTYPES;
+# threads test repeated, then under initcheck; the table's rows in DTYPES; the A/B rows; the memory check; the kernel profile; the rows in LATE_DTYPES;
 # the larger shape; then the table.
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16"), LATE_DTYPES (bf16: the same rows once the
@@ -24,14 +24,14 @@
 # workloads they run, KINDS and WORKLOADS unless set), KINDS ("cross-encoder embedder
 # qwen3-reranker"), WARMUP_BATCHES (4: both sides warm up on that many batches' worth of the items),
 # THREADS_REPEAT (10: the threads test's runs in each of four configurations, after the parity
-# tests), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
+# tests), INITCHECK (1: compute-sanitizer's initcheck on the threads test, after them), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
 # FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder qwen3-reranker: each kind once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "KIND-unfused"; either empty to leave
 # them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to
 # leave it out), HEADS_AB_DTYPES (f32 f16: the cross-encoder once more at every workload with
 # RERANK_CUDA_HEADS_IN_PLACE=0, the rows "cross-encoder-heads-copied"; empty to leave them out),
 # PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
-# first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on two parity
+# first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on three parity
 # tests), GPU_DIR (.gpu), MODELS (/tmp/peer_models), PY (python3), DEADLINE_S (450: steps that would
 # start later are skipped), IT_SKIP (libtest --skip arguments for the parity tests; default skips the
 # real-MiniLM test, whose model does not travel), GPU_CHECK_DRY.
@@ -183,6 +183,18 @@ if runs_here "$IT"; then
     done
     say "threads test ${cfg:-as built}: $failed of ${THREADS_REPEAT:-10} runs failed"
   done
+  # --- 2b. reads of device memory nothing wrote (compute-sanitizer's initcheck) in the threads test:
+  # a kernel reading an output's unwritten part, or a buffer before its copy landed, would read what
+  # the allocator left there, the same bytes when one call runs alone and other threads' when four
+  # do, which is how the test fails. INITCHECK (1).
+  if [ "$DRY" != 1 ] && [ "${INITCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    say "compute-sanitizer initcheck: the threads test on $TEST_DEVICE"
+    RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
+      step 150 compute-sanitizer --tool initcheck --track-unused-memory no --error-exitcode 3 \
+      --print-limit 20 "$IT" candle::models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads \
+      --exact
+    echo "initcheck exit: $? (0: no read of unwritten memory; 3: reads above)"
+  fi
 else
   say "SKIPPED parity tests: $IT absent or does not run here"
 fi
