@@ -91,6 +91,7 @@ pub(super) fn read(
             Family::Roberta => EncoderFamily::Roberta,
         },
         id_prefix: family.id_prefix(),
+        tasks: None,
     };
     Ok((spec, move |dir: &ModelDir| {
         let weights = EncoderWeights::open(dir, &[family.prefix()])?;

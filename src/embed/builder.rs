@@ -26,6 +26,8 @@ pub struct EmbedderBuilder<M> {
     prompts: Vec<(Role, String)>,
     /// Prompts used where the model's directory has none for the role (a registry entry's).
     default_prompts: Vec<(Role, String)>,
+    /// Task adapters chosen by the host, by role ([`EmbedderBuilder::task`]).
+    pub(crate) tasks: Vec<(Role, String)>,
     model: PhantomData<fn() -> M>,
 }
 
@@ -37,6 +39,7 @@ impl<M> EmbedderBuilder<M> {
             options: ModelOptions::default(),
             prompts: Vec::new(),
             default_prompts: Vec::new(),
+            tasks: Vec::new(),
             model: PhantomData,
         }
     }
@@ -75,6 +78,54 @@ impl<M> EmbedderBuilder<M> {
     pub fn default_prompt(mut self, role: Role, prompt: impl Into<String>) -> Self {
         self.default_prompts.push((role, prompt.into()));
         self
+    }
+
+    /// Runs texts of `role` through the model's task adapter `task`, for a model that has
+    /// them (jina-embeddings-v3's LoRA adapters: `retrieval.query`, `retrieval.passage`,
+    /// `separation`, `classification`, `text-matching`), with that task's instruction as the
+    /// role's prompt unless [`prompt`](Self::prompt) sets one. By default queries run through
+    /// `retrieval.query` and documents through `retrieval.passage`; a symmetric task (say
+    /// `text-matching`) set for both roles loads the model once, two tasks load it twice (once
+    /// per adapter merged into the weights). A model without task adapters, or a task it does
+    /// not have, is an [`Error::Config`](crate::Error::Config) at build time.
+    ///
+    /// ```no_run
+    /// use rerank::{GteEmbedder, Role};
+    /// let sts = GteEmbedder::builder("models/jina-embeddings-v3")
+    ///     .task(Role::Query, "text-matching")
+    ///     .task(Role::Document, "text-matching")
+    ///     .build()?;
+    /// # Ok::<(), rerank::Error>(())
+    /// ```
+    pub fn task(mut self, role: Role, task: impl Into<String>) -> Self {
+        self.tasks.push((role, task.into()));
+        self
+    }
+
+    /// The same options with `prompts` used first where the directory declares no prompt (a
+    /// task-adapted model's instructions).
+    pub(crate) fn with_default_prompts(&self, prompts: &[(Role, String)]) -> Self {
+        EmbedderBuilder {
+            dir: self.dir.clone(),
+            options: self.options.clone(),
+            prompts: self.prompts.clone(),
+            default_prompts: prompts
+                .iter()
+                .chain(&self.default_prompts)
+                .cloned()
+                .collect(),
+            tasks: self.tasks.clone(),
+            model: PhantomData,
+        }
+    }
+
+    /// The task the host chose for `role` (the last one set).
+    pub(crate) fn task_for(&self, role: Role) -> Option<&str> {
+        self.tasks
+            .iter()
+            .rev()
+            .find(|(r, _)| *r == role)
+            .map(|(_, t)| t.as_str())
     }
 
     /// Applies the prompts and the `max_length` option to the directory's `layout`.

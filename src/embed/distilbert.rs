@@ -76,6 +76,7 @@ fn read(
         vocab: config.vocab,
         family: EncoderFamily::DistilBert,
         id_prefix: "distilbert",
+        tasks: None,
     };
     Ok((spec, move |dir: &ModelDir| {
         let weights = EncoderWeights::open(dir, PREFIXES)?;

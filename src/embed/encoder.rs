@@ -17,7 +17,7 @@ use super::packed::PackedTexts;
 use super::Role;
 use crate::models::engine::{EncoderEngine, EncoderFamily, PackedEncoder};
 use crate::models::{ModelDir, ModelPool, Precision};
-use crate::Result;
+use crate::{Error, Result};
 
 /// What an architecture's file tells the shared embedder about its encoder.
 pub(crate) struct EncoderSpec {
@@ -31,11 +31,34 @@ pub(crate) struct EncoderSpec {
     pub family: EncoderFamily,
     /// The prefix of [`Embedder::id`](super::Embedder::id) (`bert`, `xlmr`, `gte`, ...).
     pub id_prefix: &'static str,
+    /// The model's tasks for each role ([`EmbedderBuilder::task`]): their instructions as
+    /// default prompts, the tasks' names (part of the id), and, when queries run through
+    /// another task's weights than documents, the loader of the queries' encoder. `None` for a
+    /// model without task adapters.
+    pub tasks: Option<RoleTasks>,
 }
+
+/// A task-adapted model's tasks by role ([`EncoderSpec::tasks`]).
+pub(crate) struct RoleTasks {
+    /// `(query task, document task)`.
+    pub names: (String, String),
+    /// Each role's task instruction, used where the directory declares no prompt.
+    pub prompts: Vec<(Role, String)>,
+    /// The queries' encoder (its task's adapter merged), when it is not the documents' one.
+    pub query_encoder: Option<QueryLoader>,
+}
+
+/// Loads the encoder queries run through, from the model directory.
+pub(crate) type QueryLoader = Box<dyn FnOnce(&ModelDir) -> Result<Box<dyn PackedEncoder>>>;
 
 /// A sentence-transformers embedder over a packed encoder.
 pub(crate) struct EncoderEmbedder {
     pub encoder: EncoderEngine<Box<dyn PackedEncoder>>,
+    /// The encoder of queries, where it is not `encoder` (a task-adapted model whose query
+    /// task is not its document task).
+    query_encoder: Option<EncoderEngine<Box<dyn PackedEncoder>>>,
+    /// The tasks by role (`query / document`), part of the id; empty without adapters.
+    tasks: String,
     /// The layout, tokenizer and batching.
     pub text: PackedTexts,
     pool: ModelPool,
@@ -63,7 +86,23 @@ impl EncoderEmbedder {
         let options = &builder.options;
         let model_dir = ModelDir::open(&builder.dir)?;
         let value = model_dir.config()?;
-        let (spec, native) = read(&model_dir, &value)?;
+        let (mut spec, native) = read(&model_dir, &value)?;
+        let tasks = spec.tasks.take();
+        if tasks.is_none() && !builder.tasks.is_empty() {
+            return Err(Error::Config(format!(
+                "{}: the model has no task adapters (lora_adaptations in config.json), so a \
+                 task cannot be chosen for it",
+                model_dir.path().display()
+            )));
+        }
+        let with_prompts;
+        let builder = match &tasks {
+            Some(t) => {
+                with_prompts = builder.with_default_prompts(&t.prompts);
+                &with_prompts
+            }
+            None => builder,
+        };
         let text = PackedTexts::load(
             builder,
             &model_dir,
@@ -74,8 +113,25 @@ impl EncoderEmbedder {
         let encoder = EncoderEngine::load(options, &model_dir, spec.family, || {
             native(&model_dir).map(|e| Box::new(e) as Box<dyn PackedEncoder>)
         })?;
+        let (query_encoder, tasks) = match tasks {
+            None => (None, String::new()),
+            Some(t) => {
+                let query = match t.query_encoder {
+                    Some(load) => Some(EncoderEngine::load(
+                        options,
+                        &model_dir,
+                        spec.family,
+                        || load(&model_dir),
+                    )?),
+                    None => None,
+                };
+                (query, format!("{} / {}", t.names.0, t.names.1))
+            }
+        };
         Ok(EncoderEmbedder {
             encoder,
+            query_encoder,
+            tasks,
             text,
             pool: options.thread_pool(pool_name)?,
             dir: model_dir.path().to_path_buf(),
@@ -96,15 +152,27 @@ impl EncoderEmbedder {
 
     /// The texts' vectors, in the dedicated pool if there is one.
     pub fn embed_as(&self, texts: &[&str], role: Role) -> Result<Array2<f32>> {
-        self.pool
-            .install(|| self.text.embed(&self.encoder, texts, role))
+        let encoder = match (role, &self.query_encoder) {
+            (Role::Query, Some(query)) => query,
+            _ => &self.encoder,
+        };
+        self.pool.install(|| self.text.embed(encoder, texts, role))
+    }
+
+    /// The task adapters queries and documents run through, `"query task / document task"`
+    /// (`None` for a model without task adapters).
+    pub fn tasks(&self) -> Option<&str> {
+        Some(self.tasks.as_str()).filter(|t| !t.is_empty())
     }
 
     /// [`Embedder::id`](super::Embedder::id): the prefix and a hash of the model's files and
     /// settings (`PackedTexts::id`).
     pub fn id(&self) -> Option<String> {
         self.id
-            .get_or_init(|| self.text.id(self.id_prefix, &self.dir, self.precision()))
+            .get_or_init(|| {
+                let (dir, precision) = (&self.dir, self.precision());
+                self.text.id(self.id_prefix, dir, precision, &self.tasks)
+            })
             .clone()
     }
 
@@ -134,19 +202,26 @@ impl EncoderEmbedder {
 /// its builder alias `$builder`): the constructors, the accessors, [`Embedder`] and `Debug`,
 /// written once for every encoder architecture. The architecture's file documents the type
 /// and gives `$read(model_dir, config, precision)`, which reads its encoder's shape and
-/// returns its native loader; `$pool` names the thread pool.
+/// returns its native loader (`$read(model_dir, config, &builder)` with a last argument
+/// `builder`: for a model whose loading depends on the builder's task choices); `$pool` names
+/// the thread pool.
 ///
 /// [`Embedder`]: super::Embedder
 macro_rules! encoder_embedder {
-    ($name:ident, $builder:ident, $pool:literal, $read:path) => {
+    (@read $read:path, $builder:ident, $model_dir:ident, $value:ident) => {
+        $read($model_dir, $value, $builder.options.precision)
+    };
+    (@read $read:path, $builder:ident, $model_dir:ident, $value:ident, builder) => {
+        $read($model_dir, $value, &$builder)
+    };
+    ($name:ident, $builder:ident, $pool:literal, $read:path $(, $with:ident)?) => {
         /// Options for the embedder; checked by [`build`](EmbedderBuilder::build).
         pub type $builder = EmbedderBuilder<$name>;
 
         impl $name {
             fn load(builder: $builder) -> Result<Self> {
-                let precision = builder.options.precision;
                 EncoderEmbedder::load(&builder, $pool, |model_dir, value| {
-                    $read(model_dir, value, precision)
+                    encoder_embedder!(@read $read, builder, model_dir, value $(, $with)?)
                 })
                 .map($name)
             }
@@ -214,6 +289,13 @@ macro_rules! encoder_embedder {
             /// Whether the directory is a sentence-transformers one (has `modules.json`).
             pub fn is_sentence_transformers(&self) -> bool {
                 self.0.is_sentence_transformers()
+            }
+
+            /// The task adapters queries and documents run through, as
+            /// `"query task / document task"` (`None`: the model has none;
+            /// [`EmbedderBuilder::task`]).
+            pub fn tasks(&self) -> Option<&str> {
+                self.0.tasks()
             }
 
             /// The token ids the model sees for `text` as a document (special tokens

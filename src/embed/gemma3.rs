@@ -69,6 +69,7 @@ fn read(
         vocab: config.vocab,
         family: EncoderFamily::Gemma3,
         id_prefix: "gemma3",
+        tasks: None,
     };
     Ok((spec, move |dir: &ModelDir| {
         Gemma3Encoder::load(dir, config, precision)

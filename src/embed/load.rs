@@ -27,7 +27,9 @@ use crate::{Error, Result};
 ///
 /// The family comes from `model_type` in `config.json`: `bert`, `xlm-roberta`, `roberta` and
 /// `camembert` load as a [`BertEmbedder`], `modernbert` as a [`ModernBertEmbedder`], `new`,
-/// `gte` and `nomic_bert` as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
+/// `gte` and `nomic_bert` (and `xlm-roberta` with rotary positions: jina-embeddings-v3, its
+/// queries through the `retrieval.query` adapter and documents through `retrieval.passage`)
+/// as a [`GteEmbedder`], `mpnet` as an [`MpnetEmbedder`], `distilbert`
 /// as a [`DistilBertEmbedder`], `gemma3_text` as a [`Gemma3Embedder`], `t5` and `mt5` as a
 /// [`T5Embedder`], `qwen3`, `qwen2`, `llama` and `mistral` as a [`Qwen3Embedder`]; a directory whose `modules.json` starts with a `StaticEmbedding` loads
 /// as a [`StaticEmbedder`]; anything else is
@@ -72,7 +74,16 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         .get("model_type")
         .and_then(|v| v.as_str())
         .unwrap_or("bert");
+    // jina's XLM-RoBERTa with rotary positions (jina-embeddings-v3) is the rotary encoders'.
+    let rotary = config
+        .get("position_embedding_type")
+        .and_then(|v| v.as_str())
+        == Some("rotary");
     match model_type {
+        "xlm-roberta" if rotary => {
+            let builder = with_registry(GteEmbedder::builder(&dir), options, known);
+            Ok(Box::new(builder.build()?))
+        }
         "bert" | "xlm-roberta" | "roberta" | "camembert" => {
             let builder = with_registry(BertEmbedder::builder(&dir), options, known);
             Ok(Box::new(builder.build()?))

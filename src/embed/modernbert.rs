@@ -81,6 +81,7 @@ pub(super) fn read(
         vocab: config.vocab,
         family: EncoderFamily::ModernBert,
         id_prefix: "modernbert",
+        tasks: None,
     };
     Ok((spec, move |_: &ModelDir| {
         ModernBertEncoder::load(&weights, config, precision)

@@ -66,6 +66,7 @@ fn read(
         vocab: config.vocab,
         family: EncoderFamily::Mpnet,
         id_prefix: "mpnet",
+        tasks: None,
     };
     Ok((spec, move |dir: &ModelDir| {
         let weights = EncoderWeights::open(dir, PREFIXES)?;

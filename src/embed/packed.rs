@@ -185,7 +185,13 @@ impl PackedTexts {
     /// `precision`: `{family}-` and a hash of the model's files, `max_length`, the precision
     /// (unless f32) and the layout (unless mean pooling + normalization with no prompts, whose
     /// ids predate the layout's).
-    pub fn id(&self, family: &str, dir: &Path, precision: Precision) -> Option<String> {
+    pub fn id(
+        &self,
+        family: &str,
+        dir: &Path,
+        precision: Precision,
+        tasks: &str,
+    ) -> Option<String> {
         let length = (self.layout.max_seq_length as u64).to_le_bytes();
         let precision = match precision {
             Precision::F32 => "",
@@ -195,7 +201,12 @@ impl PackedTexts {
             true => String::new(),
             false => self.layout.describe(),
         };
-        let extra = [&length[..], precision.as_bytes(), layout.as_bytes()];
+        let extra = [
+            &length[..],
+            precision.as_bytes(),
+            layout.as_bytes(),
+            tasks.as_bytes(),
+        ];
         model_id(family, dir, &extra)
     }
 }

@@ -68,6 +68,7 @@ fn read(
         vocab: config.vocab,
         family: EncoderFamily::T5,
         id_prefix: "t5",
+        tasks: None,
     };
     Ok((spec, move |dir: &ModelDir| {
         T5Encoder::load(dir, config, precision)

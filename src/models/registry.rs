@@ -357,6 +357,18 @@ pub const MODELS: &[KnownModel] = &[
         512,
         "Apache-2.0",
     ),
+    // jina's XLM-R with rotary positions and a LoRA adapter per task: queries through
+    // retrieval.query, documents through retrieval.passage, each with its instruction (from
+    // config.json's task_instructions).
+    embedder(
+        "jinaai/jina-embeddings-v3",
+        "xlm-roberta",
+        Mean,
+        1024,
+        8194,
+        "CC-BY-NC-4.0",
+    )
+    .matryoshka(&[1024, 768, 512, 256, 128, 64, 32]),
     embedder(
         "jinaai/jina-embeddings-v2-base-en",
         "bert",

@@ -34,6 +34,7 @@ mod hyde;
 #[cfg(feature = "pdf")]
 mod ingest;
 mod int8;
+mod jina_v3;
 mod load_reranker;
 mod local_chat;
 mod milvus;

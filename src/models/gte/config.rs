@@ -16,10 +16,18 @@
 //! - NomicBERT as transformers 5 saves it (`model_type: "nomic_bert"` with `hidden_size`, ...,
 //!   `rope_parameters`); `NomicBertConfig`'s defaults.
 //!
+//! - jina's XLM-RoBERTa with rotary positions (`model_type: "xlm-roberta"`,
+//!   `position_embedding_type: "rotary"`: jina-embeddings-v3's remote code): `rotary_emb_base`
+//!   (10000 by default), BERT's other keys, and the task adapters (`lora_adaptations`,
+//!   `task_instructions`, `lora_alpha`, `lora_rank`: [`Adapters`]); its checkpoint is read
+//!   through `layers::encoder::read_flash_layout` under transformers' BERT names
+//!   ([`Layout::Bert`]), its MLP not gated.
+//!
 //! Refused, naming the key: absolute position embeddings, RMS norms, the log-n attention scale,
 //! NTK's `mixed_b`, unpacked q/k/v projections (`pack_qkv: false`), other RoPE types; for
 //! NomicBERT, biases (`qkv_proj_bias`, `mlp_fc1_bias`, `mlp_fc2_bias`), pre-norm, partial,
-//! interleaved or scaled rotary embeddings, and activations other than SwiGLU and GeGLU.
+//! interleaved or scaled rotary embeddings, and activations other than SwiGLU and GeGLU; for
+//! jina's, interleaved, partial or scaled rotary embeddings.
 
 use std::path::Path;
 
@@ -45,6 +53,9 @@ pub(crate) enum Spelling {
     NomicHub,
     /// `model_type: "nomic_bert"` in transformers 5's keys.
     Nomic,
+    /// `model_type: "xlm-roberta"` with `position_embedding_type: "rotary"`: jina's remote code
+    /// for XLM-RoBERTa (jina-embeddings-v3), in flash-attention's layout with LoRA adapters.
+    JinaRotary,
 }
 
 impl Spelling {
@@ -55,6 +66,14 @@ impl Spelling {
             "gte" => Some(Spelling::Gte),
             "nomic_bert" if config.get("n_embd").is_some() => Some(Spelling::NomicHub),
             "nomic_bert" => Some(Spelling::Nomic),
+            "xlm-roberta"
+                if config
+                    .get("position_embedding_type")
+                    .and_then(Value::as_str)
+                    == Some("rotary") =>
+            {
+                Some(Spelling::JinaRotary)
+            }
             _ => None,
         }
     }
@@ -69,6 +88,38 @@ pub(crate) enum Layout {
     /// NomicBERT: `encoder.layers.N.attn.Wqkv`, `attn.out_proj`, `norm1`, `mlp.fc11` (up),
     /// `mlp.fc12` (gate), `mlp.fc2`, `norm2`, `emb_ln`; no biases.
     Nomic,
+    /// transformers' BERT names (`encoder.layer.N.attention.self.query`, ...,
+    /// `intermediate.dense`, `output.dense`), as `layers::encoder::read_flash_layout` reads
+    /// jina's flash-attention layout (`mixer.Wqkv`, ..., `mlp.fc1`, `mlp.fc2`); biases
+    /// everywhere, and an MLP that is not gated (`output.dense · act(intermediate.dense · x)`).
+    Bert,
+}
+
+/// A checkpoint's task adapters (jina-embeddings-v3's `lora_adaptations`): the tasks in the
+/// order their LoRA factors are stacked, each one's instruction (`task_instructions`; empty
+/// for none), the factors' rank (`lora_rank`) and scale (`lora_alpha / lora_rank`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Adapters {
+    pub tasks: Vec<String>,
+    pub instructions: Vec<String>,
+    pub rank: usize,
+    pub scale: f32,
+}
+
+impl Adapters {
+    /// The index of `task`, or an error listing the tasks.
+    pub fn index(&self, task: &str, file: &Path) -> Result<usize> {
+        self.tasks.iter().position(|t| t == task).ok_or_else(|| {
+            bad(
+                file,
+                "lora_adaptations",
+                format!(
+                    "has no task {task:?} (its tasks: {})",
+                    self.tasks.join(", ")
+                ),
+            )
+        })
+    }
 }
 
 /// The shape and options of a GTE or NomicBERT encoder.
@@ -93,6 +144,8 @@ pub(crate) struct GteConfig {
     pub rope_theta: f64,
     /// What RoPE's inverse frequencies are divided by (1 unscaled).
     pub rope_divisor: f64,
+    /// The task adapters the checkpoint holds (`None`: none).
+    pub adapters: Option<Adapters>,
 }
 
 /// A positive finite number `key` of `obj`, `default` when absent.
@@ -197,6 +250,60 @@ fn rope_parameters(
         }
     };
     Ok((base, divisor))
+}
+
+/// jina's task adapters: `lora_adaptations` (a list of task names; absent, null or empty:
+/// none), `task_instructions` (an instruction per task; absent: none), `lora_alpha` (1) over
+/// `lora_rank` (4), the defaults of jina's config.
+fn adapters(obj: &Map<String, Value>, file: &Path) -> Result<Option<Adapters>> {
+    let tasks: Vec<String> = match get(obj, "lora_adaptations") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|t| t.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad(file, "lora_adaptations", "expected a list of task names"))?,
+        Some(v) => {
+            return Err(bad(
+                file,
+                "lora_adaptations",
+                format!("expected a list of task names, got {v}"),
+            ))
+        }
+    };
+    if tasks.is_empty() {
+        return Ok(None);
+    }
+    let instructions = match get(obj, "task_instructions") {
+        None | Some(Value::Null) => vec![String::new(); tasks.len()],
+        Some(Value::Object(map)) => tasks
+            .iter()
+            .map(|t| match map.get(t) {
+                None | Some(Value::Null) => Ok(String::new()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(v) => Err(bad(
+                    file,
+                    &format!("task_instructions.{t}"),
+                    format!("expected a string, got {v}"),
+                )),
+            })
+            .collect::<Result<_>>()?,
+        Some(v) => {
+            return Err(bad(
+                file,
+                "task_instructions",
+                format!("expected an object, got {v}"),
+            ))
+        }
+    };
+    let alpha = number(obj, "lora_alpha", 1.0, file)?;
+    let rank = positive(obj, "lora_rank", Some(4), file)?;
+    Ok(Some(Adapters {
+        tasks,
+        instructions,
+        rank,
+        scale: (alpha / rank as f64) as f32,
+    }))
 }
 
 /// The keys a spelling names the sizes with (errors name them as the file does).
@@ -324,6 +431,22 @@ impl GteConfig {
                 };
                 (Layout::Nomic, rope, act, 2048)
             }
+            Spelling::JinaRotary => {
+                if flag_or(obj, "rotary_emb_interleaved", false, file)? {
+                    return Err(bad(file, "rotary_emb_interleaved", "true is not supported"));
+                }
+                must_be(obj, "rotary_emb_fraction", &1.0.into(), file)?;
+                if let Some(v) = get(obj, "rotary_emb_scale_base") {
+                    return Err(bad(
+                        file,
+                        "rotary_emb_scale_base",
+                        format!("{v}: scaled rotary embeddings are not supported"),
+                    ));
+                }
+                let theta = number(obj, "rotary_emb_base", 10_000.0, file)?;
+                let act = activation(obj, "hidden_act", file)?;
+                (Layout::Bert, (theta, 1.0), act, 8194)
+            }
         };
         let eps = non_negative(obj, keys.eps, DEFAULT_EPS, file)?;
         let default_types = if layout == Layout::Nomic { 2 } else { 1 };
@@ -345,6 +468,10 @@ impl GteConfig {
             act,
             rope_theta,
             rope_divisor,
+            adapters: match spelling {
+                Spelling::JinaRotary => adapters(obj, file)?,
+                _ => None,
+            },
         })
     }
 
@@ -428,6 +555,51 @@ mod tests {
         assert_eq!((b.act, b.rope_theta, b.type_vocab), (Act::Silu, 1000.0, 2));
         assert_eq!(a.keys.intermediate, "n_inner");
         assert_eq!(b.keys.intermediate, "intermediate_size");
+    }
+
+    #[test]
+    fn jinas_rotary_xlm_roberta_reads_its_base_and_task_adapters() {
+        let mut v = base();
+        v["model_type"] = json!("xlm-roberta");
+        v["position_embedding_type"] = json!("rotary");
+        v["rotary_emb_base"] = json!(20000.0);
+        v["lora_adaptations"] = json!(["retrieval.query", "text-matching"]);
+        v["task_instructions"] = json!({"retrieval.query": "Q: ", "text-matching": null});
+        v["lora_alpha"] = json!(1);
+        v["lora_rank"] = json!(4);
+        assert_eq!(Spelling::of(&v), Some(Spelling::JinaRotary));
+        let c = parse(v.clone(), Spelling::JinaRotary).unwrap();
+        assert_eq!(
+            (c.layout, c.rope_theta, c.type_vocab),
+            (Layout::Bert, 20000.0, 1)
+        );
+        let a = c.adapters.unwrap();
+        assert_eq!(a.tasks, ["retrieval.query", "text-matching"]);
+        assert_eq!(a.instructions, ["Q: ", ""]);
+        assert_eq!((a.rank, a.scale), (4, 0.25));
+        assert_eq!(a.index("text-matching", Path::new("c")).unwrap(), 1);
+        assert!(a.index("separation", Path::new("c")).is_err());
+        // No adapters listed: none; an absolute XLM-R is not this spelling.
+        v["lora_adaptations"] = Value::Null;
+        assert_eq!(
+            parse(v.clone(), Spelling::JinaRotary).unwrap().adapters,
+            None
+        );
+        v["position_embedding_type"] = json!("absolute");
+        assert_eq!(Spelling::of(&v), None);
+        // What it cannot honour.
+        for (key, value) in [
+            ("rotary_emb_interleaved", json!(true)),
+            ("rotary_emb_scale_base", json!(512)),
+            ("lora_adaptations", json!("retrieval.query")),
+            ("task_instructions", json!(["Q: "])),
+        ] {
+            let mut v = base();
+            v["lora_adaptations"] = json!(["retrieval.query"]);
+            v[key] = value;
+            let e = parse(v, Spelling::JinaRotary).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
     }
 
     #[test]

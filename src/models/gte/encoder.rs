@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use super::config::{GteConfig, Layout};
 use crate::models::layers::dense::{Dense, Output};
 use crate::models::layers::encoder::{
-    check_f32_or_int8, check_sequences, EncoderWeights, Norm, Sequence, Workspace,
+    check_f32_or_int8, check_sequences, feed_forward, EncoderWeights, Norm, Sequence, Workspace,
 };
 use crate::models::layers::kernels::{layer_norm_row, Linear, Then, Weight};
 use crate::models::layers::rope::Rope;
@@ -33,12 +33,20 @@ struct Layer {
     qkv: Dense,
     out: Dense,
     attn_norm: Norm,
-    /// `[gate | up]` (`2 * intermediate` outputs, GTE's `up_gate_proj` with its halves swapped,
-    /// or NomicBERT's `fc12` over `fc11`), so that the gated pass activates the first half as
-    /// ModernBERT's does.
-    gate_up: Dense,
+    mlp: Mlp,
     down: Dense,
     mlp_norm: Norm,
+}
+
+/// A layer's MLP before its down projection.
+#[derive(Debug, Clone)]
+enum Mlp {
+    /// `[gate | up]` (`2 * intermediate` outputs, GTE's `up_gate_proj` with its halves swapped,
+    /// or NomicBERT's `fc12` over `fc11`), so that the gated pass activates the first half as
+    /// ModernBERT's does: `down · (act(gate · x) * (up · x))`.
+    Gated(Dense),
+    /// `intermediate.dense` (jina's `mlp.fc1`): `down · act(up · x + b)`.
+    Plain(Dense),
 }
 
 /// A GTE or NomicBERT encoder's weights, in f32 panels or int8 linear layers.
@@ -70,12 +78,13 @@ impl Layout {
         match self {
             Layout::Gte => &["new", "gte"],
             Layout::Nomic => &["nomic_bert"],
+            Layout::Bert => &["roberta"],
         }
     }
 
     fn embed_norm(self) -> &'static str {
         match self {
-            Layout::Gte => "embeddings.LayerNorm",
+            Layout::Gte | Layout::Bert => "embeddings.LayerNorm",
             Layout::Nomic => "emb_ln",
         }
     }
@@ -95,6 +104,17 @@ impl Layout {
             Layout::Nomic => (
                 format!("encoder.layers.{n}"),
                 ["attn.Wqkv", "attn.out_proj", "norm1", "mlp.fc2", "norm2"],
+            ),
+            // q, k and v are three tensors under `attention.self` (`qkv`'s prefix).
+            Layout::Bert => (
+                format!("encoder.layer.{n}"),
+                [
+                    "attention.self",
+                    "attention.output.dense",
+                    "attention.output.LayerNorm",
+                    "output.dense",
+                    "output.LayerNorm",
+                ],
             ),
         };
         let [qkv, out, attn_norm, down, mlp_norm] = names.map(|s| format!("{l}.{s}"));
@@ -118,7 +138,7 @@ fn linear(
     inputs: usize,
 ) -> Result<Linear> {
     match layout {
-        Layout::Gte => w.encoder_linear(name, outputs, inputs),
+        Layout::Gte | Layout::Bert => w.encoder_linear(name, outputs, inputs),
         Layout::Nomic => Ok(Linear {
             weight: Weight::F32(w.encoder(&format!("{name}.weight"), &[outputs, inputs])?),
             bias: vec![0.0; outputs],
@@ -128,10 +148,35 @@ fn linear(
     }
 }
 
-/// `[gate | up]` of layer `n`: GTE's `up_gate_proj` (`[up | gate]`, no bias) swapped, or
-/// NomicBERT's `fc12` and `fc11`.
-fn gate_up(w: &EncoderWeights, layout: Layout, n: usize, i: usize, h: usize) -> Result<Linear> {
+/// The stacked query, key and value projection of layer `n` (`names.qkv`).
+fn qkv(w: &EncoderWeights, layout: Layout, names: &Names, h: usize) -> Result<Linear> {
+    match layout {
+        Layout::Bert => {
+            let prefix = w.encoder_name(&format!("{}.", names.qkv));
+            let parts = [("query", h), ("key", h), ("value", h)];
+            w.weights().stacked_linear(&prefix, &parts, h, true)
+        }
+        _ => linear(w, layout, &names.qkv, 3 * h, h),
+    }
+}
+
+/// Layer `n`'s MLP before its down projection: `[gate | up]` (GTE's `up_gate_proj`, `[up |
+/// gate]` with no bias, swapped, or NomicBERT's `fc12` and `fc11`), or BERT's
+/// `intermediate.dense`.
+fn mlp(
+    w: &EncoderWeights,
+    layout: Layout,
+    (n, i, h): (usize, usize, usize),
+    precision: Precision,
+) -> Result<Mlp> {
     let weight = match layout {
+        Layout::Bert => {
+            let name = format!("encoder.layer.{n}.intermediate.dense");
+            return Ok(Mlp::Plain(Dense::new(
+                w.encoder_linear(&name, i, h)?,
+                precision,
+            )));
+        }
         Layout::Gte => {
             let up_gate = w.encoder(
                 &format!("encoder.layer.{n}.mlp.up_gate_proj.weight"),
@@ -147,12 +192,15 @@ fn gate_up(w: &EncoderWeights, layout: Layout, n: usize, i: usize, h: usize) -> 
             [gate, up].concat()
         }
     };
-    Ok(Linear {
-        weight: Weight::F32(weight),
-        bias: vec![0.0; 2 * i],
-        inputs: h,
-        outputs: 2 * i,
-    })
+    Ok(Mlp::Gated(Dense::new(
+        Linear {
+            weight: Weight::F32(weight),
+            bias: vec![0.0; 2 * i],
+            inputs: h,
+            outputs: 2 * i,
+        },
+        precision,
+    )))
 }
 
 impl GteEncoder {
@@ -169,7 +217,7 @@ impl GteEncoder {
         checks.check_config_size(keys.hidden, h, &word, 1)?;
         checks.check_config_size("vocab_size", cfg.vocab, &word, 0)?;
         let layout = cfg.layout;
-        let last = w.encoder_name(&format!("{}.weight", layout.layer(cfg.layers - 1).qkv));
+        let last = w.encoder_name(&format!("{}.weight", layout.layer(cfg.layers - 1).out));
         checks.check_config_tensor(keys.layers, cfg.layers, &last)?;
         let down = w.encoder_name(&format!("{}.weight", layout.layer(0).down));
         checks.check_config_size(keys.intermediate, i, &down, 1)?;
@@ -186,10 +234,10 @@ impl GteEncoder {
             .map(|n| {
                 let names = layout.layer(n);
                 Ok(Layer {
-                    qkv: dense(linear(w, layout, &names.qkv, 3 * h, h)?),
+                    qkv: dense(qkv(w, layout, &names, h)?),
                     out: dense(linear(w, layout, &names.out, h, h)?),
                     attn_norm: w.norm(&names.attn_norm, h)?,
-                    gate_up: dense(gate_up(w, layout, n, i, h)?),
+                    mlp: mlp(w, layout, (n, i, h), precision)?,
                     down: dense(linear(w, layout, &names.down, h, i)?),
                     mlp_norm: w.norm(&names.mlp_norm, h)?,
                 })
@@ -295,18 +343,13 @@ impl GteEncoder {
         let norm = l.attn_norm.after(x, cfg.eps);
         l.out.forward(&ws.ctx[..m], rows, proj, &mut ws.quant, norm);
         std::mem::swap(&mut ws.x, &mut ws.proj);
-        // x = LN(x + down (act(gate x) * up x)), the same way.
+        // x = LN(x + down (act(gate x) * up x)) (or LN(x + down act(up x))), the same way.
         let (x, norm) = (&ws.x[..m], l.mlp_norm.after(&ws.x[..m], cfg.eps));
-        gated_mlp(
-            &l.gate_up,
-            &l.down,
-            cfg.act,
-            None,
-            norm,
-            x,
-            rows,
-            &mut ws.proj[..m],
-        );
+        let out = &mut ws.proj[..m];
+        match &l.mlp {
+            Mlp::Gated(gate_up) => gated_mlp(gate_up, &l.down, cfg.act, None, norm, x, rows, out),
+            Mlp::Plain(up) => feed_forward(up, &l.down, cfg.act, norm, x, rows, out),
+        }
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }
 }

@@ -201,7 +201,32 @@ impl EncoderWeights {
     /// first of `prefixes` that has it, or at the root; weights with none are an
     /// [`Error::Model`] naming the file.
     pub fn open(dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
+        Self::read(Weights::open(dir.path())?, dir, prefixes)
+    }
+
+    /// [`EncoderWeights::open`] for a checkpoint whose weights carry task adapters (LoRA
+    /// factors of rank `rank`: [`Weights::merge_lora`]): task `adapter`'s merged in at `scale`,
+    /// or the original weights with `None`. A checkpoint without adapters is an
+    /// [`Error::Model`].
+    pub fn open_adapted(
+        dir: &ModelDir,
+        prefixes: &[&str],
+        adapter: Option<usize>,
+        (scale, rank): (f32, usize),
+    ) -> Result<Self> {
         let mut weights = Weights::open(dir.path())?;
+        if weights.merge_lora(adapter, scale, rank)? == 0 {
+            return Err(Error::model(format!(
+                "{}: config.json lists task adapters (lora_adaptations), but the checkpoint \
+                 holds no LoRA factors (NAME.parametrizations.weight.0.lora_A)",
+                dir.path().join(WEIGHTS_FILE).display()
+            )));
+        }
+        Self::read(weights, dir, prefixes)
+    }
+
+    /// The encoder of `weights` under the first of `prefixes` that has it.
+    fn read(mut weights: Weights, dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
         read_flash_layout(&mut weights, dir)?;
         const WORD: &str = "embeddings.word_embeddings.weight";
         let prefix = match prefixes

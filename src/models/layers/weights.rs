@@ -30,12 +30,38 @@ pub(crate) const SINGLE_FILE: &str = "model.safetensors";
 /// The index of a sharded checkpoint.
 pub(crate) const INDEX_FILE: &str = "model.safetensors.index.json";
 
-/// One mapped file.
+/// One mapped file, or the tensors computed at load ([`Weights::merge_lora`]).
 struct Mapped {
     path: PathBuf,
-    map: FileMap,
+    map: Source,
     /// Offset of the data section (after the 8-byte length and the JSON header).
     data_start: usize,
+}
+
+/// A checkpoint file's bytes: the file mapped, or bytes computed at load.
+enum Source {
+    Mapped(FileMap),
+    Owned(Vec<u8>),
+}
+
+impl Source {
+    /// Hands a mapped range back to the kernel ([`FileMap::release`]); computed bytes stay.
+    fn release(&self, offset: usize, len: usize) {
+        if let Source::Mapped(map) = self {
+            map.release(offset, len);
+        }
+    }
+}
+
+impl std::ops::Deref for Source {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Source::Mapped(map) => map,
+            Source::Owned(bytes) => bytes,
+        }
+    }
 }
 
 /// Where one tensor is: its file, dtype, shape and byte range in the file's data section.
@@ -166,6 +192,128 @@ impl Weights {
             self.tensors.insert(part.to_string(), entry);
         }
         Ok(())
+    }
+
+    /// Reads the weights stored as torch parametrizations with LoRA factors (jina-embeddings-v3:
+    /// `NAME.parametrizations.weight.original`, and every task's factors stacked in
+    /// `NAME.parametrizations.weight.0.lora_A` / `lora_B`) as plain `NAME.weight` tensors:
+    /// with `adapter` `Some(t)`, task `t`'s adapter merged in f32 (`scale` is `alpha / rank`),
+    /// as jina's remote code computes the weight it runs:
+    /// - an embedding table (a name with `embeddings.`) `(rows, dim)`:
+    ///   `original + scale · lora_A[t] · lora_B[t]`, `lora_A` `(tasks, rows, rank)`, `lora_B`
+    ///   `(tasks, rank, dim)`;
+    /// - a linear layer `(out, in)`: `original + scale · lora_B[t] · lora_A[t]`, `lora_A`
+    ///   `(tasks, rank, in)`, `lora_B` `(tasks, out, rank)`;
+    ///
+    /// with `None`, the original weights (no adapter). Every factor must be of rank `rank`
+    /// (`lora_rank`, which the scale divides by). The merged tensors are held in memory until
+    /// read. Returns how many weights were parametrized (0: none, nothing changes); a factor
+    /// missing or of another shape, or `t` past the tasks, is an [`Error::Model`] naming the
+    /// tensor.
+    pub fn merge_lora(&mut self, adapter: Option<usize>, scale: f32, rank: usize) -> Result<usize> {
+        const ORIGINAL: &str = ".parametrizations.weight.original";
+        let mut bases: Vec<String> = self
+            .names()
+            .filter_map(|n| n.strip_suffix(ORIGINAL))
+            .map(str::to_string)
+            .collect();
+        if bases.is_empty() {
+            return Ok(0);
+        }
+        bases.sort();
+        let file = self.files.len();
+        let mut bytes = Vec::new();
+        let mut merged = Vec::with_capacity(bases.len());
+        for base in &bases {
+            let name = format!("{base}{ORIGINAL}");
+            let factor = |f: &str| format!("{base}.parametrizations.weight.0.lora_{f}");
+            let shape = self.shape(&name)?.to_vec();
+            let &[rows, cols] = shape.as_slice() else {
+                return Err(self.bad_factor(&name, &shape, "a matrix"));
+            };
+            let mut w = self.f32(&name, &shape)?;
+            if let Some(t) = adapter {
+                let table = base.contains("embeddings.");
+                let (a, b) = (factor("A"), factor("B"));
+                let (a_shape, b_shape) = (self.shape(&a)?.to_vec(), self.shape(&b)?.to_vec());
+                let tasks = a_shape.first().copied().unwrap_or(0);
+                if t >= tasks || b_shape.first() != Some(&tasks) {
+                    let want = format!("task {t}'s factors (with lora_B {b_shape:?})");
+                    return Err(self.bad_factor(&a, &a_shape, &want));
+                }
+                let fits = match table {
+                    true => a_shape[1..] == [rows, rank] && b_shape[1..] == [rank, cols],
+                    false => a_shape[1..] == [rank, cols] && b_shape[1..] == [rows, rank],
+                };
+                if !fits {
+                    let want = match table {
+                        true => format!("(tasks, {rows}, {rank}) and (tasks, {rank}, {cols})"),
+                        false => format!("(tasks, {rank}, {cols}) and (tasks, {rows}, {rank})"),
+                    };
+                    let want = format!("with lora_B {b_shape:?}, factors of shapes {want}");
+                    return Err(self.bad_factor(&a, &a_shape, &want));
+                }
+                let (fa, fb) = (self.f32(&a, &a_shape)?, self.f32(&b, &b_shape)?);
+                // The delta is left (rows, rank) times right (rank, cols): A · B for a table,
+                // B · A for a linear layer.
+                let (left, right) = match table {
+                    true => (&fa, &fb),
+                    false => (&fb, &fa),
+                };
+                let left = &left[t * rows * rank..][..rows * rank];
+                let right = &right[t * rank * cols..][..rank * cols];
+                w.par_chunks_mut(cols).enumerate().for_each(|(i, row)| {
+                    for (k, &l) in left[i * rank..][..rank].iter().enumerate() {
+                        row.iter_mut()
+                            .zip(&right[k * cols..][..cols])
+                            .for_each(|(v, &r)| *v += scale * l * r);
+                    }
+                });
+            }
+            let start = bytes.len();
+            bytes.extend(w.iter().flat_map(|v| v.to_le_bytes()));
+            merged.push((
+                format!("{base}.weight"),
+                Entry {
+                    file,
+                    dtype: Dtype::F32,
+                    shape,
+                    start,
+                    end: bytes.len(),
+                },
+            ));
+        }
+        for base in &bases {
+            self.take(&format!("{base}{ORIGINAL}"))?;
+            for f in ["A", "B"] {
+                self.tensors
+                    .remove(&format!("{base}.parametrizations.weight.0.lora_{f}"));
+            }
+        }
+        for (name, _) in &merged {
+            self.check_free(name)?;
+        }
+        let path = self
+            .files
+            .first()
+            .map(|f| f.path.clone())
+            .unwrap_or_default();
+        self.files.push(Mapped {
+            path,
+            map: Source::Owned(bytes),
+            data_start: 0,
+        });
+        self.tensors.extend(merged);
+        Ok(bases.len())
+    }
+
+    /// An [`Error::Model`] for a parametrized weight or LoRA factor `name` of `shape` that is
+    /// not `want`.
+    fn bad_factor(&self, name: &str, shape: &[usize], want: &str) -> Error {
+        Error::model(format!(
+            "{}: tensor {name} has shape {shape:?}, expected {want}",
+            self.label()
+        ))
     }
 
     /// An [`Error::Model`] when `name` is already a tensor's.
@@ -506,7 +654,7 @@ fn map_file(path: &Path, file: usize) -> Result<(Mapped, Vec<(String, Entry)>)> 
         .collect();
     let mapped = Mapped {
         path: path.to_path_buf(),
-        map,
+        map: Source::Mapped(map),
         data_start: 8 + header,
     };
     Ok((mapped, entries))
@@ -860,6 +1008,119 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A checkpoint of one linear layer `(2, 3)` and one embedding table `(3, 2)` stored as
+    /// parametrizations with two tasks' rank-1 factors (jina-embeddings-v3's layout).
+    fn parametrized(dir: &Path, rank: usize) {
+        let p = |n: &str, f: &str| format!("{n}.parametrizations.weight.{f}");
+        let linear: Vec<f32> = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let table: Vec<f32> = vec![0.5, -0.5, 1.5, -1.5, 2.5, -2.5];
+        // Linear: A (tasks, rank, in), B (tasks, out, rank); task 1's A = [1, 0, -1], B = [2, 3].
+        let lin_a: Vec<f32> = [vec![9.0; 3 * rank], vec![1.0, 0.0, -1.0]].concat();
+        let lin_b: Vec<f32> = [vec![9.0; 2 * rank], vec![2.0, 3.0]].concat();
+        // Table: A (tasks, rows, rank), B (tasks, rank, dim); task 1's A = [1, 2, 3], B = [1, -1].
+        let tab_a: Vec<f32> = [vec![9.0; 3], vec![1.0, 2.0, 3.0]].concat();
+        let tab_b: Vec<f32> = [vec![9.0; 2], vec![1.0, -1.0]].concat();
+        let (lin, tab) = ("encoder.layers.0.mlp.fc1", "embeddings.word_embeddings");
+        write(
+            &dir.join(SINGLE_FILE),
+            &[
+                (
+                    &p(lin, "original"),
+                    Dtype::F32,
+                    vec![2, 3],
+                    f32_bytes(&linear),
+                ),
+                (
+                    &p(lin, "0.lora_A"),
+                    Dtype::F32,
+                    vec![2, rank, 3],
+                    f32_bytes(&lin_a),
+                ),
+                (
+                    &p(lin, "0.lora_B"),
+                    Dtype::F32,
+                    vec![2, 2, rank],
+                    f32_bytes(&lin_b),
+                ),
+                (
+                    &p(tab, "original"),
+                    Dtype::F32,
+                    vec![3, 2],
+                    f32_bytes(&table),
+                ),
+                (
+                    &p(tab, "0.lora_A"),
+                    Dtype::F32,
+                    vec![2, 3, 1],
+                    f32_bytes(&tab_a),
+                ),
+                (
+                    &p(tab, "0.lora_B"),
+                    Dtype::F32,
+                    vec![2, 1, 2],
+                    f32_bytes(&tab_b),
+                ),
+                (
+                    "encoder.layers.0.mlp.fc1.bias",
+                    Dtype::F32,
+                    vec![2],
+                    f32_bytes(&[0.0; 2]),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn lora_adapters_merge_into_their_weights_as_jinas_code_computes_them() {
+        let dir = temp_dir("lora");
+        parametrized(&dir, 1);
+        let (lin, tab) = (
+            "encoder.layers.0.mlp.fc1.weight",
+            "embeddings.word_embeddings.weight",
+        );
+        // Task 1 at scale 0.5: linear + 0.5 · B·A, table + 0.5 · A·B.
+        let mut w = Weights::open(&dir).unwrap();
+        assert_eq!(w.merge_lora(Some(1), 0.5, 1).unwrap(), 2);
+        let ba = [2.0, 0.0, -2.0, 3.0, 0.0, -3.0];
+        let want: Vec<f32> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .zip(ba)
+            .map(|(w, d)| w + 0.5 * d)
+            .collect();
+        assert_eq!(w.f32(lin, &[2, 3]).unwrap(), want);
+        let ab = [1.0, -1.0, 2.0, -2.0, 3.0, -3.0];
+        let want: Vec<f32> = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5]
+            .iter()
+            .zip(ab)
+            .map(|(w, d)| w + 0.5 * d)
+            .collect();
+        assert_eq!(w.f32(tab, &[3, 2]).unwrap(), want);
+        // The factors are gone; the bias is as it was.
+        assert!(!w.names().any(|n| n.contains("parametrizations")));
+        assert!(w.has("encoder.layers.0.mlp.fc1.bias"));
+        // No adapter: the original weights.
+        let mut w = Weights::open(&dir).unwrap();
+        w.merge_lora(None, 0.5, 1).unwrap();
+        assert_eq!(w.f32(lin, &[2, 3]).unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        // A task past the stacked ones, or factors of another rank, are refused by name.
+        let e = Weights::open(&dir).unwrap().merge_lora(Some(2), 0.5, 1);
+        assert!(e.unwrap_err().to_string().contains("lora_A"));
+        let e = Weights::open(&dir).unwrap().merge_lora(Some(0), 0.5, 4);
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("lora_A") && e.contains('4'), "{e}");
+        // A checkpoint without parametrizations is left as it is.
+        std::fs::remove_dir_all(&dir).unwrap();
+        let dir = temp_dir("lora-none");
+        write(
+            &dir.join(SINGLE_FILE),
+            &[("a", Dtype::F32, vec![1], f32_bytes(&[1.0]))],
+        );
+        let mut w = Weights::open(&dir).unwrap();
+        assert_eq!(w.merge_lora(Some(0), 1.0, 4).unwrap(), 0);
+        assert!(w.has("a"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
