@@ -43,7 +43,16 @@ sentence-transformers layout, under $RERANK_MODELS_DIR (default models/):
          distance 128, vocab 32128), mean pooling, Dense 768 -> 768 without bias (Identity),
          Normalize, max_seq_length 512 as gtr-t5-base's (the others are capped at 256); the
          tokenizer is bench_rerank_models.py's T5-style Unigram of 32,000 pieces trained on the
-         SciFact corpus (t5_tokenizer; A </s>).
+         SciFact corpus (t5_tokenizer; A </s>);
+  jina   bench-jina-embeddings-v3: jina's rotary XLM-RoBERTa with jina-embeddings-v3's shape (24
+         layers, hidden 1024, 16 heads, ffn 4096, rotary base 20000) and five rank-4 LoRA
+         adapters, saved as jina publishes it (tests/fixtures/jina_v3_tiny/make.py's
+         `write_checkpoint`), all-MiniLM-L6-v2's tokenizer; documents run through the
+         retrieval.passage adapter with its instruction. Its sentence-transformers module is
+         jina's remote code, which cannot be fetched here: the peer is transformers 5's
+         `JinaEmbeddingsV3Model` (the same architecture, in the library) on the weights with that
+         adapter merged, fed as sentence-transformers feeds a model (texts sorted by length,
+         batches of 32 padded to their longest, mean pooling, normalization).
 
 Both sides embed the same first N SciFact documents (`title + " " + text`) as documents, capped
 at 256 tokens (max_seq_length; t5 512), with the same thread count:
@@ -55,7 +64,7 @@ It first checks that both compute the same embeddings (cosine >= 0.9999 on the f
 then prints docs/s of each and the ratio, and the CPU's vector flags.
 
 Usage (torch + sentence-transformers in this Python):
-  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert gemma3 t5] [--threads 2] [--rounds 3]
+  python scripts/bench_embed_models.py [--arch xlmr qwen3 distilbert gemma3 t5 jina] [--threads 2] [--rounds 3]
 """
 import argparse
 import json
@@ -74,7 +83,7 @@ MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 BENCH_BIN = os.environ.get("RERANK_BENCH_BIN")
 MAX_SEQ = 256
 DOCS = {"minilm": 64, "xlmr": 64, "qwen3": 16, "modernbert": 32, "nomic": 32, "gte": 32,
-        "distilbert": 32, "gemma3": 32, "static": 2000, "t5": 32}
+        "distilbert": 32, "gemma3": 32, "static": 2000, "t5": 32, "jina": 16}
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -314,6 +323,89 @@ def make_t5(dest: Path):
         (dest / "tokenizer.json").write_bytes(clean)
 
 
+def jina_fixture():
+    """tests/fixtures/jina_v3_tiny/make.py as a module (its layout helpers)."""
+    import importlib.util
+
+    path = ROOT / "tests" / "fixtures" / "jina_v3_tiny" / "make.py"
+    spec = importlib.util.spec_from_file_location("jina_v3_make", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def jina_model():
+    """The seeded random JinaEmbeddingsV3Model of jina-embeddings-v3's shape, its tensors in
+    jina's names and its LoRA factors (scaled down: the adapters move the vectors, not swamp
+    them)."""
+    import torch
+    from transformers import JinaEmbeddingsV3Config, JinaEmbeddingsV3Model
+
+    fx = jina_fixture()
+    torch.manual_seed(0)
+    cfg = JinaEmbeddingsV3Config(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
+                                 num_attention_heads=16, intermediate_size=4096,
+                                 max_position_embeddings=8194, type_vocab_size=1, pad_token_id=0,
+                                 rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
+    model = JinaEmbeddingsV3Model(cfg).eval()
+    tensors = fx.jina_tensors(model, cfg.num_hidden_layers)
+    factors = {k: (0.1 * a, 0.1 * b) for k, (a, b) in
+               fx.lora_factors(tensors, 4, torch.Generator().manual_seed(1)).items()}
+    return fx, cfg, tensors, factors
+
+
+def make_jina(dest: Path):
+    import torch
+
+    fx, cfg, tensors, factors = jina_model()
+    dest.mkdir(parents=True, exist_ok=True)
+    fx.write_checkpoint(dest, cfg, tensors, factors, theta=20000.0, rank=4, alpha=1,
+                        dtype=torch.float32, max_seq_length=MAX_SEQ)
+    tok = MODELS / "all-MiniLM-L6-v2"  # scripts/fetch_minilm.sh
+    for f in ["tokenizer.json", "tokenizer_config.json"]:
+        (dest / f).write_bytes((tok / f).read_bytes())
+
+
+def jina_peer(texts, threads: int, rounds: int):
+    """transformers' JinaEmbeddingsV3Model with the retrieval.passage adapter merged, fed as
+    sentence-transformers feeds a model: `(embeddings in input order, median seconds)`."""
+    import torch
+    from transformers import AutoTokenizer, JinaEmbeddingsV3Model
+
+    fx, cfg, tensors, factors = jina_model()
+    weights = fx.merged(tensors, factors, "retrieval.passage", 1 / 4)
+    model = JinaEmbeddingsV3Model(cfg).eval()
+    model.load_state_dict(fx.to_transformers(weights, cfg.num_hidden_layers), strict=True)
+    del tensors, factors, weights
+    tokenizer = AutoTokenizer.from_pretrained(str(MODELS / "all-MiniLM-L6-v2"))
+    prefix = fx.INSTRUCTIONS["retrieval.passage"]
+    inputs = [prefix + t for t in texts]
+    torch.set_num_threads(threads)
+
+    def encode():
+        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
+        out = [None] * len(inputs)
+        for start in range(0, len(order), 32):
+            batch = order[start:start + 32]
+            enc = tokenizer([inputs[i] for i in batch], padding=True, truncation=True,
+                            max_length=MAX_SEQ, return_tensors="pt")
+            with torch.inference_mode():
+                states = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
+            mean = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=1)
+            for i, row in zip(batch, mean):
+                out[i] = row.numpy()
+        return out
+
+    ref = encode()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        encode()
+        times.append(time.perf_counter() - t)
+    return ref, statistics.median(times)
+
+
 def fetched(dest: Path):
     raise SystemExit(f"{dest}: run scripts/fetch_minilm.sh first")
 
@@ -329,6 +421,7 @@ MAKERS = {
     "gemma3": ("bench-embeddinggemma-300m", make_gemma3),
     "static": ("bench-static-retrieval-mrl-en-v1", make_static),
     "t5": ("bench-gtr-t5-base", make_t5),
+    "jina": ("bench-jina-embeddings-v3", make_jina),
 }
 
 
@@ -344,17 +437,20 @@ def bench(arch: str, threads: int, rounds: int):
         make(dest)
     texts = [t.replace("\n", " ") for t in scifact_documents(DOCS[arch])]
     torch.set_num_threads(threads)
-    st = SentenceTransformer(str(dest), device="cpu")
-    prompt = "document" if st.prompts.get("document") else None
-    encode = lambda: st.encode(texts, batch_size=32, prompt_name=prompt, convert_to_numpy=True)
-    ref = encode()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        encode()
-        times.append(time.perf_counter() - t)
-    st_seconds = statistics.median(times)
-    del st
+    if arch == "jina":
+        ref, st_seconds = jina_peer(texts, threads, rounds)
+    else:
+        st = SentenceTransformer(str(dest), device="cpu")
+        prompt = "document" if st.prompts.get("document") else None
+        encode = lambda: st.encode(texts, batch_size=32, prompt_name=prompt, convert_to_numpy=True)
+        ref = encode()
+        times = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            encode()
+            times.append(time.perf_counter() - t)
+        st_seconds = statistics.median(times)
+        del st
 
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(texts))
