@@ -119,6 +119,18 @@ impl<M> EmbedderBuilder<M> {
         }
     }
 
+    /// An [`Error::Config`] when the host chose a task for a kind of model that has no task
+    /// adapters (`what`).
+    pub(crate) fn no_tasks(&self, what: &str) -> Result<()> {
+        match self.tasks.first() {
+            None => Ok(()),
+            Some((_, task)) => Err(Error::Config(format!(
+                "{}: a {what} has no task adapters, so task {task:?} cannot be chosen for it",
+                self.dir.display()
+            ))),
+        }
+    }
+
     /// The task the host chose for `role` (the last one set).
     pub(crate) fn task_for(&self, role: Role) -> Option<&str> {
         self.tasks

@@ -45,10 +45,20 @@ use crate::{Error, Result};
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Embedder>> {
-    let (dir, known) = registry::locate(model.as_ref(), Task::Embedding)?;
+    load_embedder_for_tasks(model.as_ref(), options, &[])
+}
+
+/// [`load_embedder`] with the task adapters `tasks` chosen by role
+/// ([`EmbedderBuilder::task`]; a config's `query_task` / `document_task`).
+pub(crate) fn load_embedder_for_tasks(
+    model: &Path,
+    options: &ModelOptions,
+    tasks: &[(Role, String)],
+) -> Result<Box<dyn Embedder>> {
+    let (dir, known) = registry::locate(model, Task::Embedding)?;
     // A static-embedding model has no config.json: its modules.json says what it is.
     if ModelDir::folder(&dir)?.static_embedding_module()?.is_some() {
-        let builder = with_registry(StaticEmbedder::builder(&dir), options, known);
+        let builder = with_registry(StaticEmbedder::builder(&dir), options, known, tasks);
         return Ok(Box::new(builder.build()?));
     }
     let model_dir = ModelDir::open(&dir)?;
@@ -81,41 +91,41 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
         == Some("rotary");
     match model_type {
         "xlm-roberta" if rotary => {
-            let builder = with_registry(GteEmbedder::builder(&dir), options, known);
+            let builder = with_registry(GteEmbedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "bert" | "xlm-roberta" | "roberta" | "camembert" => {
-            let builder = with_registry(BertEmbedder::builder(&dir), options, known);
+            let builder = with_registry(BertEmbedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "modernbert" => {
-            let builder = with_registry(ModernBertEmbedder::builder(&dir), options, known);
+            let builder = with_registry(ModernBertEmbedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "new" | "gte" | "nomic_bert" => {
-            let builder = with_registry(GteEmbedder::builder(&dir), options, known);
+            let builder = with_registry(GteEmbedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "mpnet" => {
-            let builder = with_registry(MpnetEmbedder::builder(&dir), options, known);
+            let builder = with_registry(MpnetEmbedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "distilbert" => {
-            let builder = with_registry(DistilBertEmbedder::builder(&dir), options, known);
+            let builder = with_registry(DistilBertEmbedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "gemma3_text" => {
-            let builder = with_registry(Gemma3Embedder::builder(&dir), options, known);
+            let builder = with_registry(Gemma3Embedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         "t5" | "mt5" => {
-            let builder = with_registry(T5Embedder::builder(&dir), options, known);
+            let builder = with_registry(T5Embedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         // Qwen2 (gte-Qwen2), Llama and Mistral (e5-mistral) decoders are the Qwen3 decoder's
         // family (`DecoderFamily`).
         "qwen3" | "qwen2" | "llama" | "mistral" => {
-            let builder = with_registry(Qwen3Embedder::builder(&dir), options, known);
+            let builder = with_registry(Qwen3Embedder::builder(&dir), options, known, tasks);
             Ok(Box::new(builder.build()?))
         }
         other => Err(Error::model(format!(
@@ -167,8 +177,12 @@ fn with_registry<M>(
     builder: EmbedderBuilder<M>,
     options: &ModelOptions,
     known: Option<&KnownModel>,
+    tasks: &[(Role, String)],
 ) -> EmbedderBuilder<M> {
     let mut builder = builder.options(options.clone());
+    for (role, task) in tasks {
+        builder = builder.task(*role, task.clone());
+    }
     if let Some(known) = known {
         if let Some(p) = known.query_prompt {
             builder = builder.default_prompt(Role::Query, p);

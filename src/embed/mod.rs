@@ -103,6 +103,8 @@ pub use layout::PoolingMode;
 #[cfg(feature = "models")]
 pub use load::load_embedder;
 #[cfg(feature = "models")]
+pub(crate) use load::load_embedder_for_tasks;
+#[cfg(feature = "models")]
 pub use modernbert::{ModernBertEmbedder, ModernBertEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use mpnet::{MpnetEmbedder, MpnetEmbedderBuilder};

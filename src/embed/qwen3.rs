@@ -66,6 +66,7 @@ impl EmbedderBuilder<Qwen3Embedder> {
     /// Checks the options, then loads the model directory.
     pub fn build(self) -> Result<Qwen3Embedder> {
         self.options.validate("Qwen3Embedder", 1)?;
+        self.no_tasks("Qwen3Embedder")?;
         Qwen3Embedder::load(self)
     }
 }

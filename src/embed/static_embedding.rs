@@ -57,6 +57,7 @@ impl EmbedderBuilder<StaticEmbedder> {
     /// Checks the options, then loads the model directory.
     pub fn build(self) -> Result<StaticEmbedder> {
         self.options.validate("StaticEmbedder", 2)?;
+        self.no_tasks("StaticEmbedder")?;
         StaticEmbedder::load(self)
     }
 }

@@ -72,6 +72,16 @@ pub enum EmbedderConfig {
         /// the model's builder takes it ([`Precision`]; refused at load otherwise).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         precision: Option<Precision>,
+        /// The task adapter queries run through, for a model that has them
+        /// (jina-embeddings-v3: `retrieval.query` by default;
+        /// [`EmbedderBuilder::task`](crate::embed::EmbedderBuilder::task)); refused at load
+        /// for a model without.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        query_task: Option<String>,
+        /// The task adapter documents run through (jina-embeddings-v3: `retrieval.passage` by
+        /// default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        document_task: Option<String>,
     },
     /// An OpenAI-compatible `/embeddings` API (feature `http`): `OpenAiEmbedder`.
     Openai {
@@ -124,7 +134,21 @@ impl EmbedderConfig {
                 model,
                 dims,
                 precision,
-            } => (embedder(model, precision.unwrap_or_default())?, *dims),
+                query_task,
+                document_task,
+            } => {
+                let tasks: Vec<(crate::Role, String)> = [
+                    (crate::Role::Query, query_task),
+                    (crate::Role::Document, document_task),
+                ]
+                .into_iter()
+                .filter_map(|(role, t)| t.clone().map(|t| (role, t)))
+                .collect();
+                (
+                    embedder(model, precision.unwrap_or_default(), &tasks)?,
+                    *dims,
+                )
+            }
             EmbedderConfig::Openai { .. } => (self.openai()?, None),
         };
         Ok(match dims {
@@ -183,15 +207,23 @@ impl EmbedderConfig {
 }
 
 #[cfg(feature = "models")]
-fn embedder(model: &Path, precision: Precision) -> Result<Arc<dyn Embedder>> {
-    Ok(Arc::from(crate::load_embedder(
-        model,
-        &crate::models::ModelOptions::default().precision(precision),
+fn embedder(
+    model: &Path,
+    precision: Precision,
+    tasks: &[(crate::Role, String)],
+) -> Result<Arc<dyn Embedder>> {
+    let options = crate::models::ModelOptions::default().precision(precision);
+    Ok(Arc::from(crate::embed::load_embedder_for_tasks(
+        model, &options, tasks,
     )?))
 }
 
 #[cfg(not(feature = "models"))]
-fn embedder(_model: &Path, _precision: Precision) -> Result<Arc<dyn Embedder>> {
+fn embedder(
+    _model: &Path,
+    _precision: Precision,
+    _tasks: &[(crate::Role, String)],
+) -> Result<Arc<dyn Embedder>> {
     Err(Error::Config(
         "embedder: a BERT embedder needs the `models` feature of rerank".into(),
     ))
@@ -397,7 +429,7 @@ impl RerankerConfig {
         builder = match &fallback.embedding_model {
             None => builder.fallback(crate::rerankers::LexicalReranker),
             Some(model) => {
-                let embedder = embedder(model, Precision::F32)?;
+                let embedder = embedder(model, Precision::F32, &[])?;
                 builder.fallback(crate::rerankers::EmbeddingReranker::new(embedder))
             }
         };

@@ -209,6 +209,17 @@ fn jina_v3_task_choices_are_checked_and_part_of_the_id() {
         matches!(e, Error::Config(_)) && e.to_string().contains("no task adapters"),
         "{e}"
     );
+    // Nor on the embedders that are not encoders (static embeddings here).
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_static_tiny/retrieval");
+    let e = rerank::StaticEmbedder::builder(&root)
+        .task(Role::Document, "retrieval.passage")
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Config(_)) && e.to_string().contains("no task adapters"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -258,4 +269,94 @@ fn jina_v3_runs_in_int8_close_to_f32() {
         let cos: f32 = g.iter().zip(w).map(|(a, b)| a * b).sum();
         assert!(cos > 0.99, "int8 cosine {cos}");
     }
+}
+
+/// By hub id from a loopback hub in the hub's layout: the CLI fetches jina's files (its
+/// config, the checkpoint with the adapters, the sentence-transformers modules) and embeds
+/// queries through the retrieval.query adapter.
+#[cfg(feature = "hf-hub")]
+#[test]
+fn jina_v3_loads_by_hub_id_from_a_loopback_hub() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let expected = expected("v3");
+    let texts = texts(&expected);
+    let want = rows(&expected["tasks"]["retrieval.query"]["embeddings"]);
+    let (base, server) = crate::common::hub_server("test-org/tiny-jina-v3", fixture("v3"));
+    let tmp = std::env::temp_dir().join(format!("rerank-jina-hub-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let input = tmp.join("texts.jsonl");
+    let lines: Vec<String> = texts
+        .iter()
+        .map(|t| serde_json::json!({ "text": t }).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let cache = tmp.join("hub-cache");
+    let env = [
+        ("HF_ENDPOINT", base.as_str()),
+        ("HF_HUB_CACHE", cache.to_str().unwrap()),
+    ];
+    let got = crate::common::cli_embed(&bin, "test-org/tiny-jina-v3", &input, &env);
+    crate::common::stop_hub(&base);
+    server.join().unwrap();
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let c = rerank::embed::cosine(g, w);
+        assert!(c >= 0.999999, "text {i}: cosine {c}");
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// A config's embedder section chooses the tasks (`query_task`, `document_task`); a task on a
+/// model without adapters is refused when the pipeline is built.
+#[test]
+fn a_config_chooses_the_task_adapters() {
+    let expected = expected("v3");
+    let texts = texts(&expected);
+    let want = rows(&expected["tasks"]["text-matching"]["embeddings"]);
+    let yaml = format!(
+        "embedder: {{ type: model, model: {:?}, query_task: text-matching, document_task: \
+         text-matching }}\n",
+        fixture("v3").display().to_string()
+    );
+    let config = rerank::PipelineConfig::from_yaml_str(&yaml).unwrap();
+    assert_eq!(
+        rerank::PipelineConfig::from_yaml_str(&config.to_yaml_string().unwrap()).unwrap(),
+        config
+    );
+    let pipeline = config.build(Vec::new()).unwrap();
+    let embedder = pipeline.embedder().unwrap();
+    for (text, w) in texts.iter().zip(&want) {
+        for got in [
+            embedder.embed_query(text).unwrap(),
+            embedder
+                .embed_as(&[text], Role::Document)
+                .unwrap()
+                .row(0)
+                .to_vec(),
+        ] {
+            let d = got
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(d < 2e-6, "{text}: {d}");
+        }
+    }
+    let plain = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_gte_tiny/nomic_mean");
+    let yaml = format!(
+        "embedder: {{ type: model, model: {:?}, query_task: retrieval.query }}\n",
+        plain.display().to_string()
+    );
+    let e = rerank::PipelineConfig::from_yaml_str(&yaml)
+        .unwrap()
+        .build(Vec::new())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::Config(_)) && e.to_string().contains("no task adapters"),
+        "{e}"
+    );
 }
