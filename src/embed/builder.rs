@@ -85,9 +85,10 @@ impl<M> EmbedderBuilder<M> {
     /// `separation`, `classification`, `text-matching`), with that task's instruction as the
     /// role's prompt unless [`prompt`](Self::prompt) sets one. By default queries run through
     /// `retrieval.query` and documents through `retrieval.passage`; a symmetric task (say
-    /// `text-matching`) set for both roles loads the model once, two tasks load it twice (once
-    /// per adapter merged into the weights). A model without task adapters, or a task it does
-    /// not have, is an [`Error::Config`](crate::Error::Config) at build time.
+    /// `text-matching`) can be set for both. The documents' adapter is merged into the weights
+    /// and the queries' runs beside them, so the weights are held once. A model without task
+    /// adapters, or a task it does not have, is an [`Error::Config`](crate::Error::Config) at
+    /// build time.
     ///
     /// ```no_run
     /// use rerank::{GteEmbedder, Role};

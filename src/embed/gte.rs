@@ -4,6 +4,8 @@
 //! normalization and prompts their directory declares (the text side is the BERT embedders',
 //! `packed`).
 
+use std::sync::{Arc, Mutex};
+
 use super::builder::EmbedderBuilder;
 use super::encoder::{
     config_path, encoder_embedder, single_text_encoder, EncoderEmbedder, EncoderSpec, QueryLoader,
@@ -12,7 +14,7 @@ use super::encoder::{
 use super::{Embedder, Role};
 use crate::models::engine::{EncoderFamily, PackedEncoder};
 use crate::models::gte::config::{GteConfig, Spelling};
-use crate::models::gte::encoder::GteEncoder;
+use crate::models::gte::encoder::{AdaptedGte, Adapter, GteEncoder};
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{single_texts, EncoderWeights};
 use crate::models::ModelDir;
@@ -42,9 +44,12 @@ use crate::{Error, Result};
 /// per task (`lora_adaptations`) stored beside every linear layer's and embedding table's
 /// weight. The adapters are merged into the weights at load: queries run through the
 /// `retrieval.query` adapter and documents through `retrieval.passage` by default, each with
-/// its task's instruction (`task_instructions`) as its prompt; a symmetric task chosen for both
-/// roles ([`EmbedderBuilder::task`](super::EmbedderBuilder::task)) loads the model once, two
-/// tasks load it twice. [`tasks`](Self::tasks) says which run.
+/// its task's instruction (`task_instructions`) as its prompt
+/// ([`EmbedderBuilder::task`](super::EmbedderBuilder::task) picks others). The weights are
+/// held once whatever the tasks: the documents' adapter is merged into them, and queries of
+/// another task run on the same weights with the difference of the two adapters (a low-rank
+/// correction of twice the adapters' rank) added beside each product. [`tasks`](Self::tasks)
+/// says which run.
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once.
 ///
@@ -59,7 +64,11 @@ use crate::{Error, Result};
 pub struct GteEmbedder(EncoderEmbedder);
 
 encoder_embedder!(GteEmbedder, GteEmbedderBuilder, "gte", read, builder);
-single_text_encoder!(GteEncoder);
+/// A GTE encoder as the embedder holds it: shared with the queries' adapted encoder, if any.
+type SharedGte = Arc<GteEncoder>;
+
+single_text_encoder!(SharedGte);
+single_text_encoder!(AdaptedGte);
 
 /// The default task of each role for a model with task adapters, where it has it.
 const DEFAULT_TASKS: [(Role, &str); 2] = [
@@ -68,13 +77,15 @@ const DEFAULT_TASKS: [(Role, &str); 2] = [
 ];
 
 /// The GTE / NomicBERT / rotary XLM-R encoder of `model_dir`, whose parsed `config.json` is
-/// `value`: its shape and tasks, and its native loader in `builder`'s precision (with the
-/// documents' task adapter merged in, for a model that has adapters).
+/// `value`: its shape and tasks, and its native loader in `builder`'s precision. For a model
+/// with task adapters, the loader merges the documents' task into the weights, and, when
+/// queries run through another task, leaves the queries' encoder (the same weights with that
+/// task's corrections: `gte::encoder::AdaptedGte`) for the spec's query loader.
 fn read(
     model_dir: &ModelDir,
     value: &serde_json::Value,
     builder: &GteEmbedderBuilder,
-) -> Result<(EncoderSpec, impl FnOnce(&ModelDir) -> Result<GteEncoder>)> {
+) -> Result<(EncoderSpec, impl FnOnce(&ModelDir) -> Result<SharedGte>)> {
     let precision = builder.options.precision;
     let config_path = config_path(model_dir);
     let spelling = Spelling::of(value).ok_or_else(|| {
@@ -94,9 +105,12 @@ fn read(
         id_prefix: "gte",
         tasks: None,
     };
-    let mut document = None;
+    // (documents' task, queries' task where it differs, the adapters' scale and rank)
+    let mut tasks = None;
+    // The queries' encoder, left by the documents' loader for the query loader.
+    let queries: Arc<Mutex<Option<AdaptedGte>>> = Arc::default();
     if let Some(adapters) = config.adapters.clone() {
-        let mut chosen = [(Role::Query, None), (Role::Document, None)];
+        let mut chosen = [(Role::Query, 0), (Role::Document, 0)];
         for (role, task) in chosen.iter_mut() {
             let default = DEFAULT_TASKS
                 .iter()
@@ -115,23 +129,24 @@ fn read(
                     role.as_str()
                 ))
             })?;
-            let index = adapters
+            *task = adapters
                 .index(name, &config_path)
                 .map_err(|e| Error::Config(e.to_string()))?;
-            *task = Some(index);
         }
-        let [(_, Some(q)), (_, Some(d))] = chosen else {
-            unreachable!("both roles get a task above")
-        };
+        let [(_, q), (_, d)] = chosen;
         let query_encoder: Option<QueryLoader> = match q == d {
             true => None,
             false => {
-                let (config, lora) = (config.clone(), (adapters.scale, adapters.rank));
+                let queries = Arc::clone(&queries);
                 Some(Box::new(move |dir: &ModelDir| {
-                    let prefixes = config.layout.prefixes();
-                    let weights = EncoderWeights::open_adapted(dir, prefixes, Some(q), lora)?;
-                    let encoder = GteEncoder::load(&weights, config, precision)?;
-                    Ok(Box::new(encoder) as Box<dyn PackedEncoder>)
+                    let taken = queries.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    let adapted = taken.ok_or_else(|| {
+                        Error::model(format!(
+                            "{}: the queries' adapter was not read with the documents' encoder",
+                            dir.path().display()
+                        ))
+                    })?;
+                    Ok(Box::new(adapted) as Box<dyn PackedEncoder>)
                 }))
             }
         };
@@ -143,14 +158,24 @@ fn read(
             ],
             query_encoder,
         });
-        document = Some((d, (adapters.scale, adapters.rank)));
+        tasks = Some((d, (q != d).then_some(q), (adapters.scale, adapters.rank)));
     }
     Ok((spec, move |dir: &ModelDir| {
         let prefixes = config.layout.prefixes();
-        let weights = match document {
-            Some((task, lora)) => EncoderWeights::open_adapted(dir, prefixes, Some(task), lora)?,
-            None => EncoderWeights::open(dir, prefixes)?,
+        let Some((document, query, lora)) = tasks else {
+            let weights = EncoderWeights::open(dir, prefixes)?;
+            return GteEncoder::load(&weights, config, precision).map(Arc::new);
         };
-        GteEncoder::load(&weights, config, precision)
+        let weights = EncoderWeights::open_adapted(dir, prefixes, (document, query), lora)?;
+        let adapter = match query {
+            Some(_) => Some(Adapter::read(&weights, &config)?),
+            None => None,
+        };
+        let encoder = Arc::new(GteEncoder::load(&weights, config, precision)?);
+        if let Some(adapter) = adapter {
+            let base = Arc::clone(&encoder);
+            *queries.lock().unwrap_or_else(|e| e.into_inner()) = Some(AdaptedGte { base, adapter });
+        }
+        Ok(encoder)
     }))
 }

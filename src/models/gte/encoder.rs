@@ -21,10 +21,11 @@ use crate::models::layers::encoder::{
     check_f32_or_int8, check_sequences, feed_forward, EncoderWeights, Norm, Sequence, Workspace,
 };
 use crate::models::layers::kernels::{layer_norm_row, Linear, Then, Weight};
+use crate::models::layers::lora::LowRank;
 use crate::models::layers::rope::Rope;
 use crate::models::layers::rotary::{gated_mlp, grown, heads_of, Batch};
 use crate::models::Precision;
-use crate::Result;
+use crate::{Error, Result};
 
 /// One encoder layer.
 #[derive(Debug, Clone)]
@@ -61,6 +62,85 @@ pub(crate) struct GteEncoder {
     precision: Precision,
     /// Built for the longest sequence seen so far (never more than `max_position_embeddings`).
     rope: RwLock<Arc<Rope>>,
+}
+
+/// Another task's corrections to an encoder whose weights have one task's adapter merged
+/// (jina-embeddings-v3's queries beside its documents: `layers::lora`): the embedding tables'
+/// and, per layer, the stacked projection's, the output projection's and the MLP's.
+#[derive(Debug, Clone)]
+pub(crate) struct Adapter {
+    word: LowRank,
+    token_type: Option<LowRank>,
+    layers: Vec<LayerAdapter>,
+}
+
+/// One layer's corrections.
+#[derive(Debug, Clone)]
+struct LayerAdapter {
+    qkv: LowRank,
+    out: LowRank,
+    up: LowRank,
+    down: LowRank,
+}
+
+impl Adapter {
+    /// The corrections `w` holds (`EncoderWeights::open_adapted` with another task) for
+    /// `cfg`'s encoder, in jina's names (`Layout::Bert`, read from the flash-attention
+    /// layout); a missing one, or one of another shape, is an [`Error::Model`].
+    pub fn read(w: &EncoderWeights, cfg: &GteConfig) -> Result<Self> {
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let get = |name: &str, (outputs, inputs): (usize, usize)| -> Result<LowRank> {
+            let c = w.correction(&w.encoder_name(name))?;
+            match (c.outputs, c.inputs) == (outputs, inputs) {
+                true => Ok(c),
+                false => Err(Error::model(format!(
+                    "{}: the LoRA factors of {name} are for a ({}, {}) weight, not ({outputs}, \
+                     {inputs})",
+                    w.weights().config_path().display(),
+                    c.outputs,
+                    c.inputs
+                ))),
+            }
+        };
+        let layers = (0..cfg.layers)
+            .map(|n| {
+                let l = format!("encoder.layers.{n}");
+                Ok(LayerAdapter {
+                    qkv: get(&format!("{l}.mixer.Wqkv"), (3 * h, h))?,
+                    out: get(&format!("{l}.mixer.out_proj"), (h, h))?,
+                    up: get(&format!("{l}.mlp.fc1"), (i, h))?,
+                    down: get(&format!("{l}.mlp.fc2"), (h, i))?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Adapter {
+            word: get("embeddings.word_embeddings", (cfg.vocab, h))?,
+            token_type: match cfg.type_vocab {
+                0 => None,
+                n => Some(get("embeddings.token_type_embeddings", (n, h))?),
+            },
+            layers,
+        })
+    }
+}
+
+/// An encoder run with another task's [`Adapter`], its weights shared with the encoder whose
+/// task they have merged (`Send + Sync`).
+pub(crate) struct AdaptedGte {
+    pub base: Arc<GteEncoder>,
+    pub adapter: Adapter,
+}
+
+impl AdaptedGte {
+    /// The configuration.
+    pub fn config(&self) -> &GteConfig {
+        self.base.config()
+    }
+
+    /// [`GteEncoder::forward`] with the adapter's corrections.
+    pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
+        self.base.run(seqs, output, Some(&self.adapter))
+    }
 }
 
 /// The tensor names of a layout's layer `n` (relative to the encoder's root).
@@ -283,6 +363,17 @@ impl GteEncoder {
     /// row per token for [`Output::AllTokens`] (sequences in order), one row per sequence for
     /// [`Output::FirstToken`].
     pub fn forward(&self, seqs: &[Sequence<'_>], output: Output) -> Result<Vec<f32>> {
+        self.run(seqs, output, None)
+    }
+
+    /// [`GteEncoder::forward`] with `adapter`'s corrections added to every product and
+    /// embedding row (another task than the one merged into the weights).
+    fn run(
+        &self,
+        seqs: &[Sequence<'_>],
+        output: Output,
+        adapter: Option<&Adapter>,
+    ) -> Result<Vec<f32>> {
         let types = (self.cfg.type_vocab > 1).then_some(self.cfg.type_vocab);
         check_sequences(seqs, self.cfg.max_positions, self.cfg.vocab, types)?;
         if seqs.is_empty() {
@@ -292,17 +383,22 @@ impl GteEncoder {
         let batch = Batch::of(seqs.iter().map(|s| s.ids.len()).collect());
         let rope = self.rope(batch.longest());
         let mut ws = Workspace::new(batch.tokens(), h);
-        self.embed(seqs, &mut ws.x);
-        output.each_layer(&self.layers, |layer, first_only| {
-            self.layer(layer, &mut ws, &batch, &rope, first_only);
+        self.embed(seqs, &mut ws.x, adapter);
+        let layers: Vec<(&Layer, Option<&LayerAdapter>)> = match adapter {
+            Some(a) => self.layers.iter().zip(a.layers.iter().map(Some)).collect(),
+            None => self.layers.iter().map(|l| (l, None)).collect(),
+        };
+        output.each_layer(&layers, |&(layer, a), first_only| {
+            self.layer(layer, a, &mut ws, &batch, &rope, first_only);
         });
         // With first tokens only, the last layer left one row per sequence at the front.
         ws.x.truncate(output.rows(batch.tokens(), seqs.len()) * h);
         Ok(ws.x)
     }
 
-    /// Token (+ token type) embeddings, then layer norm, into `x`.
-    fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32]) {
+    /// Token (+ token type) embeddings (with `adapter`'s corrections of their rows), then layer
+    /// norm, into `x`.
+    fn embed(&self, seqs: &[Sequence<'_>], x: &mut [f32], adapter: Option<&Adapter>) {
         let h = self.cfg.hidden;
         let typed = self.cfg.type_vocab > 1;
         let rows: Vec<(u32, u32)> = seqs
@@ -313,10 +409,16 @@ impl GteEncoder {
             .zip(rows.par_iter())
             .for_each(|(row, &(id, t))| {
                 row.copy_from_slice(&self.word[id as usize * h..][..h]);
+                if let Some(a) = adapter {
+                    a.word.add_row(id as usize, row);
+                }
                 if !self.token_type.is_empty() {
                     let t = if typed { t as usize } else { 0 };
                     let tt = &self.token_type[t * h..][..h];
                     row.iter_mut().zip(tt).for_each(|(v, t)| *v += t);
+                    if let Some(tt) = adapter.and_then(|a| a.token_type.as_ref()) {
+                        tt.add_row(t, row);
+                    }
                 }
                 let norm = &self.embed_norm;
                 layer_norm_row(row, &norm.weight, &norm.bias, self.cfg.eps);
@@ -325,13 +427,26 @@ impl GteEncoder {
 
     /// One layer over the packed rows in `ws.x`. With `first_only`, only each sequence's first
     /// row is computed past the keys and values, and `ws.x` ends with one row per sequence.
-    fn layer(&self, l: &Layer, ws: &mut Workspace, batch: &Batch, rope: &Rope, first_only: bool) {
+    /// With `a`, the layer's products run unfused, each with its correction added before the
+    /// step after it (activation, residual and norm).
+    fn layer(
+        &self,
+        l: &Layer,
+        a: Option<&LayerAdapter>,
+        ws: &mut Workspace,
+        batch: &Batch,
+        rope: &Rope,
+        first_only: bool,
+    ) {
         let cfg = &self.cfg;
         let h = cfg.hidden;
         let total = batch.tokens();
         let qkv = &mut ws.qkv[..total * 3 * h];
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
+        if let Some(a) = a {
+            a.qkv.add_product(&ws.x[..total * h], total, qkv);
+        }
         let shape = heads_of(h, cfg.heads);
         let rows = batch.rotary_attention(qkv, &mut ws.ctx, shape, rope, None, first_only);
         if first_only {
@@ -341,14 +456,34 @@ impl GteEncoder {
         let m = rows * h;
         let (x, proj) = (&ws.x[..m], &mut ws.proj[..m]);
         let norm = l.attn_norm.after(x, cfg.eps);
-        l.out.forward(&ws.ctx[..m], rows, proj, &mut ws.quant, norm);
+        match a {
+            None => l.out.forward(&ws.ctx[..m], rows, proj, &mut ws.quant, norm),
+            Some(a) => {
+                let ctx = &ws.ctx[..m];
+                l.out.forward(ctx, rows, proj, &mut ws.quant, Then::Nothing);
+                a.out.add_product(ctx, rows, proj);
+                norm.run(proj, 0);
+            }
+        }
         std::mem::swap(&mut ws.x, &mut ws.proj);
         // x = LN(x + down (act(gate x) * up x)) (or LN(x + down act(up x))), the same way.
         let (x, norm) = (&ws.x[..m], l.mlp_norm.after(&ws.x[..m], cfg.eps));
         let out = &mut ws.proj[..m];
-        match &l.mlp {
-            Mlp::Gated(gate_up) => gated_mlp(gate_up, &l.down, cfg.act, None, norm, x, rows, out),
-            Mlp::Plain(up) => feed_forward(up, &l.down, cfg.act, norm, x, rows, out),
+        match (&l.mlp, a) {
+            (Mlp::Gated(gate_up), _) => {
+                gated_mlp(gate_up, &l.down, cfg.act, None, norm, x, rows, out)
+            }
+            (Mlp::Plain(up), None) => feed_forward(up, &l.down, cfg.act, norm, x, rows, out),
+            (Mlp::Plain(up), Some(a)) => {
+                let mut mid = vec![0.0; rows * up.outputs()];
+                up.forward(x, rows, &mut mid, &mut ws.quant, Then::Nothing);
+                a.up.add_product(x, rows, &mut mid);
+                Then::Activate(cfg.act).run(&mut mid, 0);
+                l.down
+                    .forward(&mid, rows, out, &mut ws.quant, Then::Nothing);
+                a.down.add_product(&mid, rows, out);
+                norm.run(out, 0);
+            }
         }
         std::mem::swap(&mut ws.x, &mut ws.proj);
     }

@@ -5,11 +5,13 @@
 //! buffers ([`Workspace`]).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use rayon::prelude::*;
 
 use super::dense::{Dense, Output};
 use super::kernels::{layer_norm_row, with_scratch, Act, Linear, Then, Weight};
+use super::lora::LowRank;
 use super::quant::QuantRows;
 use super::weights::Weights;
 use crate::models::dir::{ModelDir, WEIGHTS_FILE};
@@ -194,6 +196,9 @@ pub(crate) struct EncoderWeights {
     weights: Weights,
     /// `"bert."`, `"roberta."` or `""`: where the encoder's tensors are.
     prefix: String,
+    /// A second task's corrections to the merged weights, by the weight's name in the
+    /// checkpoint ([`EncoderWeights::open_adapted`]; empty otherwise).
+    corrections: HashMap<String, LowRank>,
 }
 
 impl EncoderWeights {
@@ -205,24 +210,42 @@ impl EncoderWeights {
     }
 
     /// [`EncoderWeights::open`] for a checkpoint whose weights carry task adapters (LoRA
-    /// factors of rank `rank`: [`Weights::merge_lora`]): task `adapter`'s merged in at `scale`,
-    /// or the original weights with `None`. A checkpoint without adapters is an
-    /// [`Error::Model`].
+    /// factors of rank `rank`: [`Weights::merge_lora`]): task `adapter`'s merged in at `scale`;
+    /// with `also` another task, its corrections to them too ([`Weights::lora_difference`],
+    /// [`EncoderWeights::correction`]). A checkpoint without adapters is an [`Error::Model`].
     pub fn open_adapted(
         dir: &ModelDir,
         prefixes: &[&str],
-        adapter: Option<usize>,
+        (adapter, also): (usize, Option<usize>),
         (scale, rank): (f32, usize),
     ) -> Result<Self> {
         let mut weights = Weights::open(dir.path())?;
-        if weights.merge_lora(adapter, scale, rank)? == 0 {
+        let corrections = match also {
+            Some(other) => weights.lora_difference((other, adapter), scale, rank)?,
+            None => HashMap::new(),
+        };
+        if weights.merge_lora(Some(adapter), scale, rank)? == 0 {
             return Err(Error::model(format!(
                 "{}: config.json lists task adapters (lora_adaptations), but the checkpoint \
                  holds no LoRA factors (NAME.parametrizations.weight.0.lora_A)",
                 dir.path().join(WEIGHTS_FILE).display()
             )));
         }
-        Self::read(weights, dir, prefixes)
+        let mut w = Self::read(weights, dir, prefixes)?;
+        w.corrections = corrections;
+        Ok(w)
+    }
+
+    /// The other task's correction of the weight `name` (its name in the checkpoint, without
+    /// `.parametrizations.weight.original`), when [`open_adapted`](Self::open_adapted) was
+    /// asked for one; an [`Error::Model`] naming it otherwise.
+    pub fn correction(&self, name: &str) -> Result<LowRank> {
+        self.corrections.get(name).cloned().ok_or_else(|| {
+            Error::model(format!(
+                "{}: no LoRA factors for {name}",
+                self.weights.config_path().display()
+            ))
+        })
     }
 
     /// The encoder of `weights` under the first of `prefixes` that has it.
@@ -243,7 +266,11 @@ impl EncoderWeights {
                 )))
             }
         };
-        let w = EncoderWeights { weights, prefix };
+        let w = EncoderWeights {
+            weights,
+            prefix,
+            corrections: HashMap::new(),
+        };
         w.check_layout(dir)?;
         Ok(w)
     }

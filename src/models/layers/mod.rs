@@ -15,7 +15,10 @@
 //! - `rope`: rotary tables and their scalings;
 //! - `rotary`: gated MLPs and the batches of the rotary encoders;
 //! - `rms`: RMSNorm of rows, and the per-head q/k RMSNorm and RoPE of fused QKV rows;
-//! - `weights`: the one safetensors loader;
+//! - `weights`: the one safetensors loader (and LoRA adapters stored beside a weight, merged
+//!   into it);
+//! - `lora`: low-rank corrections applied beside a product (a second adapter on merged
+//!   weights);
 //! - `batch`: length batching under one token budget;
 //! - `candle` (feature `candle`): the same building blocks on a candle device.
 
@@ -28,6 +31,7 @@ pub(crate) mod dense;
 pub(crate) mod encoder;
 pub(crate) mod head;
 pub(crate) mod kernels;
+pub(crate) mod lora;
 pub(crate) mod mlm;
 pub(crate) mod panels;
 pub(crate) mod quant;

@@ -226,42 +226,13 @@ impl Weights {
         let mut merged = Vec::with_capacity(bases.len());
         for base in &bases {
             let name = format!("{base}{ORIGINAL}");
-            let factor = |f: &str| format!("{base}.parametrizations.weight.0.lora_{f}");
             let shape = self.shape(&name)?.to_vec();
             let &[rows, cols] = shape.as_slice() else {
                 return Err(self.bad_factor(&name, &shape, "a matrix"));
             };
             let mut w = self.f32(&name, &shape)?;
             if let Some(t) = adapter {
-                let table = base.contains("embeddings.");
-                let (a, b) = (factor("A"), factor("B"));
-                let (a_shape, b_shape) = (self.shape(&a)?.to_vec(), self.shape(&b)?.to_vec());
-                let tasks = a_shape.first().copied().unwrap_or(0);
-                if t >= tasks || b_shape.first() != Some(&tasks) {
-                    let want = format!("task {t}'s factors (with lora_B {b_shape:?})");
-                    return Err(self.bad_factor(&a, &a_shape, &want));
-                }
-                let fits = match table {
-                    true => a_shape[1..] == [rows, rank] && b_shape[1..] == [rank, cols],
-                    false => a_shape[1..] == [rank, cols] && b_shape[1..] == [rows, rank],
-                };
-                if !fits {
-                    let want = match table {
-                        true => format!("(tasks, {rows}, {rank}) and (tasks, {rank}, {cols})"),
-                        false => format!("(tasks, {rank}, {cols}) and (tasks, {rows}, {rank})"),
-                    };
-                    let want = format!("with lora_B {b_shape:?}, factors of shapes {want}");
-                    return Err(self.bad_factor(&a, &a_shape, &want));
-                }
-                let (fa, fb) = (self.f32(&a, &a_shape)?, self.f32(&b, &b_shape)?);
-                // The delta is left (rows, rank) times right (rank, cols): A · B for a table,
-                // B · A for a linear layer.
-                let (left, right) = match table {
-                    true => (&fa, &fb),
-                    false => (&fb, &fa),
-                };
-                let left = &left[t * rows * rank..][..rows * rank];
-                let right = &right[t * rank * cols..][..rank * cols];
+                let (left, right) = self.lora_task(base, t, (rows, cols), rank)?;
                 w.par_chunks_mut(cols).enumerate().for_each(|(i, row)| {
                     for (k, &l) in left[i * rank..][..rank].iter().enumerate() {
                         row.iter_mut()
@@ -305,6 +276,100 @@ impl Weights {
         });
         self.tensors.extend(merged);
         Ok(bases.len())
+    }
+
+    /// Task `t`'s factors of the parametrized weight `base` `(rows, cols)` ([`merge_lora`]'s
+    /// layout), as `(left (rows, rank), right (rank, cols))`, its correction `left · right`
+    /// (unscaled): `lora_A[t] · lora_B[t]` for an embedding table (a name with `embeddings.`),
+    /// `lora_B[t] · lora_A[t]` for a linear layer.
+    ///
+    /// [`merge_lora`]: Weights::merge_lora
+    fn lora_task(
+        &self,
+        base: &str,
+        t: usize,
+        (rows, cols): (usize, usize),
+        rank: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let factor = |f: &str| format!("{base}.parametrizations.weight.0.lora_{f}");
+        let table = base.contains("embeddings.");
+        let (a, b) = (factor("A"), factor("B"));
+        let (a_shape, b_shape) = (self.shape(&a)?.to_vec(), self.shape(&b)?.to_vec());
+        let tasks = a_shape.first().copied().unwrap_or(0);
+        if t >= tasks || b_shape.first() != Some(&tasks) {
+            let want = format!("task {t}'s factors (with lora_B {b_shape:?})");
+            return Err(self.bad_factor(&a, &a_shape, &want));
+        }
+        let fits = match table {
+            true => a_shape[1..] == [rows, rank] && b_shape[1..] == [rank, cols],
+            false => a_shape[1..] == [rank, cols] && b_shape[1..] == [rows, rank],
+        };
+        if !fits {
+            let want = match table {
+                true => format!("(tasks, {rows}, {rank}) and (tasks, {rank}, {cols})"),
+                false => format!("(tasks, {rank}, {cols}) and (tasks, {rows}, {rank})"),
+            };
+            let want = format!("with lora_B {b_shape:?}, factors of shapes {want}");
+            return Err(self.bad_factor(&a, &a_shape, &want));
+        }
+        let (fa, fb) = (self.f32(&a, &a_shape)?, self.f32(&b, &b_shape)?);
+        let (left, right) = match table {
+            true => (fa, fb),
+            false => (fb, fa),
+        };
+        Ok((
+            left[t * rows * rank..][..rows * rank].to_vec(),
+            right[t * rank * cols..][..rank * cols].to_vec(),
+        ))
+    }
+
+    /// The difference between tasks `plus`' and `minus`' adapters of every parametrized weight
+    /// ([`merge_lora`]'s layout), at `scale`, by the weight's name without
+    /// `.parametrizations.weight.original`: `scale · (ΔW_plus - ΔW_minus)` as one [`LowRank`]
+    /// of rank `2 · rank`, what a forward pass on the weights with `minus` merged adds to run
+    /// as `plus`. Read before [`merge_lora`] drops the factors.
+    ///
+    /// [`merge_lora`]: Weights::merge_lora
+    /// [`LowRank`]: super::lora::LowRank
+    pub fn lora_difference(
+        &self,
+        (plus, minus): (usize, usize),
+        scale: f32,
+        rank: usize,
+    ) -> Result<std::collections::HashMap<String, super::lora::LowRank>> {
+        const ORIGINAL: &str = ".parametrizations.weight.original";
+        let bases: Vec<&str> = self
+            .names()
+            .filter_map(|n| n.strip_suffix(ORIGINAL))
+            .collect();
+        let mut out = std::collections::HashMap::with_capacity(bases.len());
+        for base in bases {
+            let name = format!("{base}{ORIGINAL}");
+            let shape = self.shape(&name)?.to_vec();
+            let &[rows, cols] = shape.as_slice() else {
+                return Err(self.bad_factor(&name, &shape, "a matrix"));
+            };
+            let (lp, rp) = self.lora_task(base, plus, (rows, cols), rank)?;
+            let (lm, rm) = self.lora_task(base, minus, (rows, cols), rank)?;
+            // [s · L_plus | -s · L_minus] · [R_plus ; R_minus].
+            let left = lp
+                .chunks_exact(rank)
+                .zip(lm.chunks_exact(rank))
+                .flat_map(|(p, m)| {
+                    let p = p.iter().map(|v| scale * v);
+                    p.chain(m.iter().map(|v| -scale * v)).collect::<Vec<_>>()
+                })
+                .collect();
+            let low = super::lora::LowRank {
+                outputs: rows,
+                inputs: cols,
+                rank: 2 * rank,
+                left,
+                right: [rp, rm].concat(),
+            };
+            out.insert(base.to_string(), low);
+        }
+        Ok(out)
     }
 
     /// An [`Error::Model`] for a parametrized weight or LoRA factor `name` of `shape` that is
@@ -1105,6 +1170,32 @@ mod tests {
         let mut w = Weights::open(&dir).unwrap();
         w.merge_lora(None, 0.5, 1).unwrap();
         assert_eq!(w.f32(lin, &[2, 3]).unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        // Task 0 merged plus the difference of task 1's adapter and task 0's is task 1 merged.
+        let raw = Weights::open(&dir).unwrap();
+        let diff = raw.lora_difference((1, 0), 0.5, 1).unwrap();
+        let mut base = Weights::open(&dir).unwrap();
+        base.merge_lora(Some(0), 0.5, 1).unwrap();
+        let mut want = Weights::open(&dir).unwrap();
+        want.merge_lora(Some(1), 0.5, 1).unwrap();
+        let c = &diff["encoder.layers.0.mlp.fc1"];
+        assert_eq!((c.outputs, c.inputs, c.rank), (2, 3, 2));
+        let eye = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+        let mut got = vec![0.0; 6];
+        // Row r of x · ΔWᵀ for x = I is column r of ΔW: the corrected weight, transposed.
+        c.add_product(&eye, 3, &mut got);
+        let merged0 = base.f32(lin, &[2, 3]).unwrap();
+        let merged1 = want.f32(lin, &[2, 3]).unwrap();
+        for o in 0..2 {
+            for i in 0..3 {
+                let v = merged0[o * 3 + i] + got[i * 2 + o];
+                assert!((v - merged1[o * 3 + i]).abs() < 1e-6, "({o}, {i})");
+            }
+        }
+        let t = &diff["embeddings.word_embeddings"];
+        let (mut row, table0) = (vec![0.0; 2], base.f32(tab, &[3, 2]).unwrap());
+        row.copy_from_slice(&table0[4..6]);
+        t.add_row(2, &mut row);
+        assert_eq!(row, want.f32(tab, &[3, 2]).unwrap()[4..6]);
         // A task past the stacked ones, or factors of another rank, are refused by name.
         let e = Weights::open(&dir).unwrap().merge_lora(Some(2), 0.5, 1);
         assert!(e.unwrap_err().to_string().contains("lora_A"));
