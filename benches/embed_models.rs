@@ -8,7 +8,8 @@
 //! (`RERANK_BENCH_TEXTS`), embedded as documents in one `embed` call per run;
 //! `RERANK_BENCH_THREADS` threads (default 2), `RERANK_BENCH_WARMUP` untimed runs (default
 //! 1), `RERANK_BENCH_REPEATS` timed ones (default 3), `RERANK_BENCH_PRECISION` (`f32`,
-//! `bf16`, `int8`; default f32). The line has the load time, the seconds of each timed run,
+//! `bf16`, `int8`; default f32), `RERANK_BENCH_ROLE` (`document`, the default, or `query`: the
+//! texts embedded as queries). The line has the load time, the seconds of each timed run,
 //! the token count, and the embeddings of the first four texts (for the parity check).
 
 #[cfg(feature = "models")]
@@ -34,6 +35,11 @@ fn main() {
         Some("int8") => Precision::Int8,
         Some(other) => panic!("RERANK_BENCH_PRECISION={other}: f32, bf16 or int8"),
     };
+    let role = match env("RERANK_BENCH_ROLE").as_deref() {
+        None | Some("document") => rerank::Role::Document,
+        Some("query") => rerank::Role::Query,
+        Some(other) => panic!("RERANK_BENCH_ROLE={other}: document or query"),
+    };
     let options = ModelOptions::default()
         .threads(threads)
         .precision(precision);
@@ -41,13 +47,13 @@ fn main() {
     let embedder = rerank::load_embedder(&model, &options).expect("the model loads");
     let load_seconds = start.elapsed().as_secs_f64();
     for _ in 0..count("RERANK_BENCH_WARMUP", 1) {
-        std::hint::black_box(embedder.embed(&texts).expect("embeds"));
+        std::hint::black_box(embedder.embed_as(&texts, role).expect("embeds"));
     }
     let mut seconds = Vec::new();
     let mut last = None;
     for _ in 0..count("RERANK_BENCH_REPEATS", 3).max(1) {
         let t = Instant::now();
-        let out = std::hint::black_box(embedder.embed(&texts).expect("embeds"));
+        let out = std::hint::black_box(embedder.embed_as(&texts, role).expect("embeds"));
         seconds.push(t.elapsed().as_secs_f64());
         last = Some(out);
     }
@@ -65,6 +71,7 @@ fn main() {
             "model": model,
             "threads": threads,
             "precision": precision.as_str(),
+            "role": role.as_str(),
             "texts": texts.len(),
             "load_seconds": load_seconds,
             "seconds": seconds,

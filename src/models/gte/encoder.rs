@@ -445,7 +445,8 @@ impl GteEncoder {
         l.qkv
             .forward(&ws.x[..total * h], total, qkv, &mut ws.quant, Then::Nothing);
         if let Some(a) = a {
-            a.qkv.add_product(&ws.x[..total * h], total, qkv);
+            a.qkv
+                .add_product(&ws.x[..total * h], total, qkv, Then::Nothing);
         }
         let shape = heads_of(h, cfg.heads);
         let rows = batch.rotary_attention(qkv, &mut ws.ctx, shape, rope, None, first_only);
@@ -461,8 +462,7 @@ impl GteEncoder {
             Some(a) => {
                 let ctx = &ws.ctx[..m];
                 l.out.forward(ctx, rows, proj, &mut ws.quant, Then::Nothing);
-                a.out.add_product(ctx, rows, proj);
-                norm.run(proj, 0);
+                a.out.add_product(ctx, rows, proj, norm);
             }
         }
         std::mem::swap(&mut ws.x, &mut ws.proj);
@@ -477,12 +477,10 @@ impl GteEncoder {
             (Mlp::Plain(up), Some(a)) => {
                 let mut mid = vec![0.0; rows * up.outputs()];
                 up.forward(x, rows, &mut mid, &mut ws.quant, Then::Nothing);
-                a.up.add_product(x, rows, &mut mid);
-                Then::Activate(cfg.act).run(&mut mid, 0);
+                a.up.add_product(x, rows, &mut mid, Then::Activate(cfg.act));
                 l.down
                     .forward(&mid, rows, out, &mut ws.quant, Then::Nothing);
-                a.down.add_product(&mid, rows, out);
-                norm.run(out, 0);
+                a.down.add_product(&mid, rows, out, norm);
             }
         }
         std::mem::swap(&mut ws.x, &mut ws.proj);

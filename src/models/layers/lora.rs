@@ -3,9 +3,14 @@
 //! the documents' adapter into the weights; a query's adapter differs from it by
 //! `s · (B_q · A_q - B_d · A_d)`, a [`LowRank`] of twice the adapters' rank
 //! (`Weights::lora_difference`), which the query's forward pass adds to each product
-//! ([`LowRank::add_product`]) and to each embedding row ([`LowRank::add_row`]).
+//! ([`LowRank::add_product`], with the step that would have followed the product: the
+//! activation, or the residual and the norm) and to each embedding row ([`LowRank::add_row`]).
 
 use rayon::prelude::*;
+
+use pulp::{Simd, WithSimd};
+
+use super::kernels::{simd, Then};
 
 /// `ΔW = left · right`, `left` `(outputs, rank)` and `right` `(rank, inputs)`, row-major: the
 /// correction of a linear layer's `(outputs, inputs)` weight, or of an embedding table's
@@ -15,31 +20,63 @@ pub(crate) struct LowRank {
     pub outputs: usize,
     pub inputs: usize,
     pub rank: usize,
-    pub left: Vec<f32>,
-    pub right: Vec<f32>,
+    left: Vec<f32>,
+    /// `left` transposed, `(rank, outputs)`: what a product adds, one contiguous row a rank.
+    left_t: Vec<f32>,
+    right: Vec<f32>,
 }
 
 /// Rows per task of [`LowRank::add_product`].
 const ROWS_PER_TASK: usize = 16;
 
+/// Partial sums of a dot product (the vector width the kernels assume).
+const LANES: usize = 16;
+
 impl LowRank {
-    /// `out += x · ΔWᵀ` for `rows` rows: `x` `(rows, inputs)`, `out` `(rows, outputs)`, as
-    /// `(x · rightᵀ) · leftᵀ` (`rank · (inputs + outputs)` multiply-adds a row).
-    pub fn add_product(&self, x: &[f32], rows: usize, out: &mut [f32]) {
-        let (i, o, r) = (self.inputs, self.outputs, self.rank);
+    /// `left · right` of `outputs x rank` and `rank x inputs` (row-major).
+    pub fn new(
+        outputs: usize,
+        inputs: usize,
+        rank: usize,
+        left: Vec<f32>,
+        right: Vec<f32>,
+    ) -> Self {
+        assert!(left.len() == outputs * rank && right.len() == rank * inputs);
+        let mut left_t = vec![0.0; rank * outputs];
+        for (o, row) in left.chunks_exact(rank).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                left_t[k * outputs + o] = v;
+            }
+        }
+        LowRank {
+            outputs,
+            inputs,
+            rank,
+            left,
+            left_t,
+            right,
+        }
+    }
+
+    /// `out += x · ΔWᵀ` for `rows` rows, then `then` on them: `x` `(rows, inputs)`, `out`
+    /// `(rows, outputs)` (the product's output, before the step that would have followed it),
+    /// as `(x · rightᵀ) · leftᵀ` (`rank · (inputs + outputs)` multiply-adds a row), block by
+    /// block of rows in parallel, each block's step while it is in cache.
+    pub fn add_product(&self, x: &[f32], rows: usize, out: &mut [f32], then: Then<'_>) {
+        let (i, o) = (self.inputs, self.outputs);
         out[..rows * o]
             .par_chunks_mut(ROWS_PER_TASK * o)
             .zip(x[..rows * i].par_chunks(ROWS_PER_TASK * i))
-            .for_each(|(out, x)| {
-                let mut t = vec![0.0f32; r];
-                for (out, x) in out.chunks_exact_mut(o).zip(x.chunks_exact(i)) {
-                    for (t, right) in t.iter_mut().zip(self.right.chunks_exact(i)) {
-                        *t = x.iter().zip(right).map(|(a, b)| a * b).sum();
-                    }
-                    for (v, left) in out.iter_mut().zip(self.left.chunks_exact(r)) {
-                        *v += left.iter().zip(&t).map(|(a, b)| a * b).sum::<f32>();
-                    }
-                }
+            .enumerate()
+            .for_each(|(b, (out, x))| {
+                let first = b * ROWS_PER_TASK * o;
+                simd(Correction {
+                    low: self,
+                    x,
+                    out,
+                    then,
+                    first,
+                })
             });
     }
 
@@ -56,19 +93,67 @@ impl LowRank {
     }
 }
 
+/// One block of [`LowRank::add_product`], compiled for the CPU's vector width.
+struct Correction<'a> {
+    low: &'a LowRank,
+    x: &'a [f32],
+    out: &'a mut [f32],
+    then: Then<'a>,
+    first: usize,
+}
+
+impl WithSimd for Correction<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _: S) {
+        let low = self.low;
+        let (i, o, r) = (low.inputs, low.outputs, low.rank);
+        let mut t = vec![0.0f32; r];
+        for (out, x) in self.out.chunks_exact_mut(o).zip(self.x.chunks_exact(i)) {
+            for (t, right) in t.iter_mut().zip(low.right.chunks_exact(i)) {
+                *t = dot(x, right);
+            }
+            for (&t, left) in t.iter().zip(low.left_t.chunks_exact(o)) {
+                out.iter_mut().zip(left).for_each(|(v, &l)| *v += t * l);
+            }
+        }
+        self.then.apply_here(self.out, self.first);
+    }
+}
+
+/// `a · b` in [`LANES`] partial sums.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn low_rank() -> LowRank {
         // ΔW (3 x 2) = left (3 x 2) · right (2 x 2).
-        LowRank {
-            outputs: 3,
-            inputs: 2,
-            rank: 2,
-            left: vec![1.0, 0.0, 0.0, 1.0, 1.0, -1.0],
-            right: vec![2.0, 3.0, -1.0, 0.5],
-        }
+        LowRank::new(
+            3,
+            2,
+            2,
+            vec![1.0, 0.0, 0.0, 1.0, 1.0, -1.0],
+            vec![2.0, 3.0, -1.0, 0.5],
+        )
     }
 
     #[test]
@@ -78,7 +163,7 @@ mod tests {
         let dw = [[2.0, 3.0], [-1.0, 0.5], [3.0, 2.5]];
         let x = [1.0, 2.0, -1.0, 0.0];
         let mut out = vec![1.0; 6];
-        c.add_product(&x, 2, &mut out);
+        c.add_product(&x, 2, &mut out, Then::Nothing);
         for (r, xr) in x.chunks(2).enumerate() {
             for (o, w) in dw.iter().enumerate() {
                 let want = 1.0 + xr[0] * w[0] + xr[1] * w[1];

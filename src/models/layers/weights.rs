@@ -360,13 +360,7 @@ impl Weights {
                     p.chain(m.iter().map(|v| -scale * v)).collect::<Vec<_>>()
                 })
                 .collect();
-            let low = super::lora::LowRank {
-                outputs: rows,
-                inputs: cols,
-                rank: 2 * rank,
-                left,
-                right: [rp, rm].concat(),
-            };
+            let low = super::lora::LowRank::new(rows, cols, 2 * rank, left, [rp, rm].concat());
             out.insert(base.to_string(), low);
         }
         Ok(out)
@@ -1182,7 +1176,12 @@ mod tests {
         let eye = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
         let mut got = vec![0.0; 6];
         // Row r of x · ΔWᵀ for x = I is column r of ΔW: the corrected weight, transposed.
-        c.add_product(&eye, 3, &mut got);
+        c.add_product(
+            &eye,
+            3,
+            &mut got,
+            crate::models::layers::kernels::Then::Nothing,
+        );
         let merged0 = base.f32(lin, &[2, 3]).unwrap();
         let merged1 = want.f32(lin, &[2, 3]).unwrap();
         for o in 0..2 {
