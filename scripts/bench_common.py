@@ -137,6 +137,18 @@ def median_seconds(call, rounds):
     return statistics.median(times)
 
 
+def first_and_median(call, rounds):
+    """`(the first call's result, the median time of `rounds` more calls)`: the warm-up call's
+    output is the reference the other side is checked against."""
+    first = call()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return first, statistics.median(times)
+
+
 def spearman(a, b):
     """Spearman's rank correlation of two lists without ties."""
     def ranks(v):

@@ -72,10 +72,9 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_common import CARGO_FEATURES, ROOT, cpu_flags, run, scifact_documents
+from bench_common import CARGO_FEATURES, ROOT, cpu_flags, first_and_median, run, scifact_documents
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # A bench executable built before (`cargo bench --bench embed_models --no-run` prints it), to
@@ -397,13 +396,7 @@ def jina_peer(texts, threads: int, rounds: int):
                 out[i] = row.numpy()
         return out
 
-    ref = encode()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        encode()
-        times.append(time.perf_counter() - t)
-    return ref, statistics.median(times)
+    return first_and_median(encode, rounds)
 
 
 def fetched(dest: Path):
@@ -443,13 +436,7 @@ def bench(arch: str, threads: int, rounds: int):
         st = SentenceTransformer(str(dest), device="cpu")
         prompt = "document" if st.prompts.get("document") else None
         encode = lambda: st.encode(texts, batch_size=32, prompt_name=prompt, convert_to_numpy=True)
-        ref = encode()
-        times = []
-        for _ in range(rounds):
-            t = time.perf_counter()
-            encode()
-            times.append(time.perf_counter() - t)
-        st_seconds = statistics.median(times)
+        ref, st_seconds = first_and_median(encode, rounds)
         del st
 
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:

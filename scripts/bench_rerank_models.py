@@ -80,10 +80,10 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_common import CARGO_FEATURES, ROOT, cpu_flags, run, scifact_documents, scifact_first_judged_query
+from bench_common import (CARGO_FEATURES, ROOT, cpu_flags, first_and_median, run, scifact_documents,
+                          scifact_first_judged_query)
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # A bench executable built before (`cargo bench --bench rerank_models --no-run` prints it), to
@@ -407,13 +407,7 @@ def bench(arch: str, threads: int, rounds: int, docs: int):
     torch.set_num_threads(threads)
     peer = monot5_peer if arch in GENERATIVE else cross_encoder_peer
     predict, peer_name = peer(peer_dir(dest, arch), pairs)
-    ref = predict()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        predict()
-        times.append(time.perf_counter() - t)
-    st_seconds = statistics.median(times)
+    ref, st_seconds = first_and_median(predict, rounds)
     del predict
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:

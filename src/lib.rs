@@ -110,8 +110,9 @@ pub use cache::SemanticCache;
 pub use classify::RuleClassifier;
 #[cfg(feature = "models")]
 pub use embed::{
-    load_embedder, BertEmbedder, ColbertEncoder, DistilBertEmbedder, Gemma3Embedder, GteEmbedder,
-    ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder, StaticEmbedder, T5Embedder,
+    load_embedder, load_embedder_with_tasks, BertEmbedder, ColbertEncoder, DistilBertEmbedder,
+    Gemma3Embedder, GteEmbedder, ModernBertEmbedder, MpnetEmbedder, Qwen3Embedder, SparseEncoder,
+    StaticEmbedder, T5Embedder,
 };
 pub use guard::PiiGuard;
 pub use recall::{Bm25Index, DenseIndex, Hybrid};

@@ -49,6 +49,11 @@ pub struct Args {
     /// Whether the texts are queries or documents (picks the model's prompt).
     #[arg(long, value_enum, default_value_t = RoleArg::Document)]
     role: RoleArg,
+    /// The task adapter the texts run through, for a model that has them (jina-embeddings-v3:
+    /// retrieval.query, retrieval.passage, separation, classification, text-matching; by
+    /// default retrieval.query for --role query and retrieval.passage for documents).
+    #[arg(long, value_name = "TASK")]
+    task: Option<String>,
     /// JSON output: one JSON line per input line. It is the only output of `embed` (vectors
     /// have no table form), so the flag changes nothing; every subcommand takes it.
     #[arg(long)]
@@ -176,14 +181,26 @@ pub fn run(args: Args) -> CliResult {
     };
     let texts = read_texts(&args.input)?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    if rerank::ColbertEncoder::is_colbert_dir(&args.embedder) {
+    let colbert_dir = rerank::ColbertEncoder::is_colbert_dir(&args.embedder);
+    let sparse = rerank::embed::sparse::is_sparse_encoder(&args.embedder);
+    if let (Some(task), true) = (&args.task, colbert_dir || sparse) {
+        return Err(rerank::Error::Config(format!(
+            "--task {task}: {} is a {} model, which has no task adapters",
+            args.embedder.display(),
+            if colbert_dir { "ColBERT" } else { "sparse" }
+        ))
+        .into());
+    }
+    if colbert_dir {
         return colbert(&args, &refs, options);
     }
-    if rerank::embed::sparse::is_sparse_encoder(&args.embedder) {
+    if sparse {
         return run_sparse(&args, options, &refs);
     }
-    let embedder = rerank::load_embedder(&args.embedder, &options)?;
-    let embeddings = embedder.embed_as(&refs, args.role.into())?;
+    let role: rerank::Role = args.role.into();
+    let tasks: Vec<(rerank::Role, &str)> = args.task.iter().map(|t| (role, t.as_str())).collect();
+    let embedder = rerank::load_embedder_with_tasks(&args.embedder, &options, &tasks)?;
+    let embeddings = embedder.embed_as(&refs, role)?;
     for (i, row) in embeddings.rows().into_iter().enumerate() {
         crate::flags::check_finite(row.iter(), i + 1, &args.models)?;
     }

@@ -48,8 +48,31 @@ pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<
     load_embedder_for_tasks(model.as_ref(), options, &[])
 }
 
-/// [`load_embedder`] with the task adapters `tasks` chosen by role
-/// ([`EmbedderBuilder::task`]; a config's `query_task` / `document_task`).
+/// [`load_embedder`] with a task adapter chosen for each role in `tasks`
+/// ([`EmbedderBuilder::task`]; a config's `query_task` / `document_task`, the CLI's `--task`),
+/// for a model that has them (jina-embeddings-v3); a model without task adapters, or a task
+/// the model does not have, is an [`Error::Config`].
+///
+/// ```no_run
+/// use rerank::models::ModelOptions;
+/// use rerank::{load_embedder_with_tasks, Role};
+/// let sts = load_embedder_with_tasks(
+///     "jinaai/jina-embeddings-v3",
+///     &ModelOptions::default(),
+///     &[(Role::Query, "text-matching"), (Role::Document, "text-matching")],
+/// )?;
+/// # Ok::<(), rerank::Error>(())
+/// ```
+pub fn load_embedder_with_tasks(
+    model: impl AsRef<Path>,
+    options: &ModelOptions,
+    tasks: &[(Role, &str)],
+) -> Result<Box<dyn Embedder>> {
+    let tasks: Vec<(Role, String)> = tasks.iter().map(|(r, t)| (*r, t.to_string())).collect();
+    load_embedder_for_tasks(model.as_ref(), options, &tasks)
+}
+
+/// [`load_embedder_with_tasks`] with owned task names.
 pub(crate) fn load_embedder_for_tasks(
     model: &Path,
     options: &ModelOptions,

@@ -260,6 +260,15 @@ pub fn cli_score(
 
 static SCRATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Writes `texts` to `path` as JSONL, one `{"text": ...}` a line (the CLI's `--input`).
+pub fn write_texts_jsonl(path: &std::path::Path, texts: &[impl AsRef<str>]) {
+    let lines: Vec<String> = texts
+        .iter()
+        .map(|t| serde_json::json!({ "text": t.as_ref() }).to_string())
+        .collect();
+    std::fs::write(path, lines.join("\n")).unwrap();
+}
+
 /// `rerank embed --model NAME --role query` with `env`, one JSON line per text.
 pub fn cli_embed(
     bin: &std::path::Path,

@@ -245,11 +245,7 @@ fn a_hub_name_downloads_loads_and_loads_again_without_the_server() {
     std::fs::create_dir_all(&tmp).unwrap();
     let input = tmp.join("texts.jsonl");
     let texts: Vec<&str> = want.cases().iter().map(|c| c.0).collect();
-    let lines: Vec<String> = texts
-        .iter()
-        .map(|t| serde_json::json!({ "text": t }).to_string())
-        .collect();
-    std::fs::write(&input, lines.join("\n")).unwrap();
+    crate::common::write_texts_jsonl(&input, &texts);
     let cache = tmp.join("hub-cache");
     let cache_s = cache.to_str().unwrap();
     let check = |got: Vec<Vec<f32>>, how: &str| {

@@ -215,11 +215,7 @@ fn the_cli_embeds_with_the_role_s_prompt() {
     let input =
         std::env::temp_dir().join(format!("rerank-cli-gemma3-{}.jsonl", std::process::id()));
     let texts: Vec<&str> = want.cases().iter().map(|(text, _)| *text).collect();
-    let lines: Vec<String> = texts
-        .iter()
-        .map(|t| serde_json::json!({ "text": t }).to_string())
-        .collect();
-    std::fs::write(&input, lines.join("\n")).unwrap();
+    crate::common::write_texts_jsonl(&input, &texts);
     let got = crate::common::cli_embed(&cli, dir.to_str().unwrap(), &input, &[]);
     assert_eq!(got.len(), texts.len());
     for (g, (text, query)) in got.iter().zip(want.cases()) {

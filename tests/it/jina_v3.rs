@@ -288,11 +288,7 @@ fn jina_v3_loads_by_hub_id_from_a_loopback_hub() {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
     let input = tmp.join("texts.jsonl");
-    let lines: Vec<String> = texts
-        .iter()
-        .map(|t| serde_json::json!({ "text": t }).to_string())
-        .collect();
-    std::fs::write(&input, lines.join("\n")).unwrap();
+    crate::common::write_texts_jsonl(&input, &texts);
     let cache = tmp.join("hub-cache");
     let env = [
         ("HF_ENDPOINT", base.as_str()),
@@ -359,4 +355,58 @@ fn a_config_chooses_the_task_adapters() {
         matches!(e, Error::Config(_)) && e.to_string().contains("no task adapters"),
         "{e}"
     );
+}
+
+/// `rerank embed --task` runs the texts through the task it names; a task on a model without
+/// adapters fails naming it.
+#[test]
+fn the_cli_embeds_through_the_task_it_is_given() {
+    let Some(bin) = crate::common::rerank_cli() else {
+        return;
+    };
+    let expected = expected("v3");
+    let texts = texts(&expected);
+    let input = std::env::temp_dir().join(format!("rerank-jina-cli-{}.jsonl", std::process::id()));
+    crate::common::write_texts_jsonl(&input, &texts);
+    let run = |model: &Path, task: &str| {
+        std::process::Command::new(&bin)
+            .args(["embed", "--threads", "1", "--role", "query", "--task", task])
+            .arg("--embedder")
+            .arg(model)
+            .arg("--input")
+            .arg(&input)
+            .output()
+            .unwrap()
+    };
+    let out = run(&fixture("v3"), "text-matching");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = rows(&expected["tasks"]["text-matching"]["embeddings"]);
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), want.len());
+    for (line, w) in lines.iter().zip(&want) {
+        let got: Vec<f32> = line["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let c = rerank::embed::cosine(&got, w);
+        assert!(c >= 0.999999, "cosine {c}");
+    }
+    let plain = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/st_gte_tiny/nomic_mean");
+    let out = run(&plain, "retrieval.query");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no task adapters"),
+        "{err}"
+    );
+    std::fs::remove_file(&input).unwrap();
 }
