@@ -49,7 +49,9 @@ use crate::{Error, Result};
 /// held once whatever the tasks: the documents' adapter is merged into them, and queries of
 /// another task run on the same weights with the difference of the two adapters (a low-rank
 /// correction of twice the adapters' rank) added beside each product. [`tasks`](Self::tasks)
-/// says which run.
+/// says which run. A checkpoint whose `config.json` lists adapters it does not hold (a
+/// fine-tune saved with its weights plain) is read as it is, without tasks (a warning is
+/// logged).
 ///
 /// One instance can be shared (`Arc`) and called from many threads at once.
 ///
@@ -109,7 +111,29 @@ fn read(
     let mut tasks = None;
     // The queries' encoder, left by the documents' loader for the query loader.
     let queries: Arc<Mutex<Option<AdaptedGte>>> = Arc::default();
-    if let Some(adapters) = config.adapters.clone() {
+    // Adapters listed in config.json but not stored (a fine-tune saved with one merged, say):
+    // the checkpoint is read as it is, with no tasks.
+    let stored = |dir: &ModelDir| -> Result<bool> {
+        let weights = crate::models::layers::weights::Weights::open(dir.path())?;
+        let any = weights
+            .names()
+            .any(|n| n.ends_with(".parametrizations.weight.original"));
+        Ok(any)
+    };
+    let adapters = match config.adapters.clone() {
+        Some(a) if stored(model_dir)? => Some(a),
+        Some(_) => {
+            tracing::warn!(
+                target: "rerank::models",
+                config = %config_path.display(),
+                "config.json lists task adapters (lora_adaptations) that the checkpoint does not \
+                 hold: read without tasks"
+            );
+            None
+        }
+        None => None,
+    };
+    if let Some(adapters) = adapters {
         let mut chosen = [(Role::Query, 0), (Role::Document, 0)];
         for (role, task) in chosen.iter_mut() {
             let default = DEFAULT_TASKS

@@ -410,3 +410,44 @@ fn the_cli_embeds_through_the_task_it_is_given() {
     );
     std::fs::remove_file(&input).unwrap();
 }
+
+/// A checkpoint whose config.json lists adapters it does not hold (a fine-tune saved with its
+/// weights plain): read as it is, without tasks or instructions (the original weights' vectors).
+#[test]
+fn adapters_listed_but_not_stored_are_read_without_tasks() {
+    use safetensors::tensor::{SafeTensors, TensorView};
+    let b = Broken::of(&fixture("v3"), "jina-plain");
+    let path = b.0.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let plain: Vec<(String, TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| !name.contains(".lora_"))
+        .map(|(name, view)| {
+            (
+                name.replace(".parametrizations.weight.original", ".weight"),
+                view,
+            )
+        })
+        .collect();
+    safetensors::tensor::serialize_to_file(plain, None, &path).unwrap();
+    // The instructions come from the sentence-transformers prompts' names, which no role uses.
+    let e = GteEmbedder::from_dir(&b.0).unwrap();
+    assert_eq!(e.tasks(), None);
+    assert_eq!(e.prompt(Role::Query), None);
+    let expected = expected("v3");
+    let texts = texts(&expected);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let got = e.embed_as(&refs, Role::Query).unwrap();
+    let d = worst(
+        &got,
+        &rows(&expected["tasks"]["none"]["embeddings_batched"]),
+    );
+    assert!(d < 2e-6, "{d}");
+    let err = GteEmbedder::builder(&b.0)
+        .task(Role::Query, "retrieval.query")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("no task adapters"), "{err}");
+}
