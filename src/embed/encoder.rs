@@ -17,7 +17,7 @@ use super::packed::PackedTexts;
 use super::Role;
 use crate::models::engine::{EncoderEngine, EncoderFamily, PackedEncoder};
 use crate::models::{ModelDir, ModelPool, Precision};
-use crate::{Error, Result};
+use crate::Result;
 
 /// What an architecture's file tells the shared embedder about its encoder.
 pub(crate) struct EncoderSpec {
@@ -88,12 +88,8 @@ impl EncoderEmbedder {
         let value = model_dir.config()?;
         let (mut spec, native) = read(&model_dir, &value)?;
         let tasks = spec.tasks.take();
-        if tasks.is_none() && !builder.tasks.is_empty() {
-            return Err(Error::Config(format!(
-                "{}: the model has no task adapters (lora_adaptations in config.json), so a \
-                 task cannot be chosen for it",
-                model_dir.path().display()
-            )));
+        if tasks.is_none() {
+            builder.no_tasks("model without LoRA adapters in its checkpoint")?;
         }
         let with_prompts;
         let builder = match &tasks {

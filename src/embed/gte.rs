@@ -17,6 +17,7 @@ use crate::models::gte::config::{GteConfig, Spelling};
 use crate::models::gte::encoder::{AdaptedGte, Adapter, GteEncoder};
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{single_texts, EncoderWeights};
+use crate::models::layers::weights::Weights;
 use crate::models::ModelDir;
 use crate::{Error, Result};
 
@@ -111,17 +112,15 @@ fn read(
     let mut tasks = None;
     // The queries' encoder, left by the documents' loader for the query loader.
     let queries: Arc<Mutex<Option<AdaptedGte>>> = Arc::default();
-    // Adapters listed in config.json but not stored (a fine-tune saved with one merged, say):
-    // the checkpoint is read as it is, with no tasks.
-    let stored = |dir: &ModelDir| -> Result<bool> {
-        let weights = crate::models::layers::weights::Weights::open(dir.path())?;
-        let any = weights
-            .names()
-            .any(|n| n.ends_with(".parametrizations.weight.original"));
-        Ok(any)
-    };
+    // A model with adapters in its config.json has its checkpoint opened here, once: whether
+    // it holds them decides its tasks, and its loader reads it. Adapters listed but not stored
+    // (a fine-tune saved with one merged, say): the checkpoint is read as it is, with no tasks.
+    let mut checkpoint = None;
+    if config.adapters.is_some() {
+        checkpoint = Some(Weights::open(model_dir.path())?);
+    }
     let adapters = match config.adapters.clone() {
-        Some(a) if stored(model_dir)? => Some(a),
+        Some(a) if checkpoint.as_ref().is_some_and(Weights::has_lora) => Some(a),
         Some(_) => {
             tracing::warn!(
                 target: "rerank::models",
@@ -186,13 +185,18 @@ fn read(
     }
     Ok((spec, move |dir: &ModelDir| {
         let prefixes = config.layout.prefixes();
+        let checkpoint = match checkpoint {
+            Some(opened) => opened,
+            None => Weights::open(dir.path())?,
+        };
         let Some((document, query, lora)) = tasks else {
-            let weights = EncoderWeights::open(dir, prefixes)?;
+            let weights = EncoderWeights::from_checkpoint(checkpoint, dir, prefixes)?;
             return GteEncoder::load(&weights, config, precision).map(Arc::new);
         };
-        let weights = EncoderWeights::open_adapted(dir, prefixes, (document, query), lora)?;
+        let tasks = (document, query);
+        let mut weights = EncoderWeights::adapted(checkpoint, dir, prefixes, tasks, lora)?;
         let adapter = match query {
-            Some(_) => Some(Adapter::read(&weights, &config)?),
+            Some(_) => Some(Adapter::take(&mut weights, &config)?),
             None => None,
         };
         let encoder = Arc::new(GteEncoder::load(&weights, config, precision)?);

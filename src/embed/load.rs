@@ -45,7 +45,7 @@ use crate::{Error, Result};
 /// # Ok::<(), rerank::Error>(())
 /// ```
 pub fn load_embedder(model: impl AsRef<Path>, options: &ModelOptions) -> Result<Box<dyn Embedder>> {
-    load_embedder_for_tasks(model.as_ref(), options, &[])
+    load_embedder_with_tasks(model, options, &[])
 }
 
 /// [`load_embedder`] with a task adapter chosen for each role in `tasks`
@@ -68,17 +68,7 @@ pub fn load_embedder_with_tasks(
     options: &ModelOptions,
     tasks: &[(Role, &str)],
 ) -> Result<Box<dyn Embedder>> {
-    let tasks: Vec<(Role, String)> = tasks.iter().map(|(r, t)| (*r, t.to_string())).collect();
-    load_embedder_for_tasks(model.as_ref(), options, &tasks)
-}
-
-/// [`load_embedder_with_tasks`] with owned task names.
-pub(crate) fn load_embedder_for_tasks(
-    model: &Path,
-    options: &ModelOptions,
-    tasks: &[(Role, String)],
-) -> Result<Box<dyn Embedder>> {
-    let (dir, known) = registry::locate(model, Task::Embedding)?;
+    let (dir, known) = registry::locate(model.as_ref(), Task::Embedding)?;
     // A static-embedding model has no config.json: its modules.json says what it is.
     if ModelDir::folder(&dir)?.static_embedding_module()?.is_some() {
         let builder = with_registry(StaticEmbedder::builder(&dir), options, known, tasks);
@@ -200,11 +190,11 @@ fn with_registry<M>(
     builder: EmbedderBuilder<M>,
     options: &ModelOptions,
     known: Option<&KnownModel>,
-    tasks: &[(Role, String)],
+    tasks: &[(Role, &str)],
 ) -> EmbedderBuilder<M> {
     let mut builder = builder.options(options.clone());
-    for (role, task) in tasks {
-        builder = builder.task(*role, task.clone());
+    for &(role, task) in tasks {
+        builder = builder.task(role, task);
     }
     if let Some(known) = known {
         if let Some(p) = known.query_prompt {

@@ -101,8 +101,6 @@ pub use gte::{GteEmbedder, GteEmbedderBuilder};
 #[cfg(feature = "models")]
 pub use layout::PoolingMode;
 #[cfg(feature = "models")]
-pub(crate) use load::load_embedder_for_tasks;
-#[cfg(feature = "models")]
 pub use load::{load_embedder, load_embedder_with_tasks};
 #[cfg(feature = "models")]
 pub use modernbert::{ModernBertEmbedder, ModernBertEmbedderBuilder};

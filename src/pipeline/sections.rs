@@ -137,12 +137,12 @@ impl EmbedderConfig {
                 query_task,
                 document_task,
             } => {
-                let tasks: Vec<(crate::Role, String)> = [
+                let tasks: Vec<(crate::Role, &str)> = [
                     (crate::Role::Query, query_task),
                     (crate::Role::Document, document_task),
                 ]
                 .into_iter()
-                .filter_map(|(role, t)| t.clone().map(|t| (role, t)))
+                .filter_map(|(role, t)| t.as_deref().map(|t| (role, t)))
                 .collect();
                 (
                     embedder(model, precision.unwrap_or_default(), &tasks)?,
@@ -210,10 +210,10 @@ impl EmbedderConfig {
 fn embedder(
     model: &Path,
     precision: Precision,
-    tasks: &[(crate::Role, String)],
+    tasks: &[(crate::Role, &str)],
 ) -> Result<Arc<dyn Embedder>> {
     let options = crate::models::ModelOptions::default().precision(precision);
-    Ok(Arc::from(crate::embed::load_embedder_for_tasks(
+    Ok(Arc::from(crate::load_embedder_with_tasks(
         model, &options, tasks,
     )?))
 }
@@ -222,7 +222,7 @@ fn embedder(
 fn embedder(
     _model: &Path,
     _precision: Precision,
-    _tasks: &[(crate::Role, String)],
+    _tasks: &[(crate::Role, &str)],
 ) -> Result<Arc<dyn Embedder>> {
     Err(Error::Config(
         "embedder: a BERT embedder needs the `models` feature of rerank".into(),

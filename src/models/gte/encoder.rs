@@ -84,13 +84,13 @@ struct LayerAdapter {
 }
 
 impl Adapter {
-    /// The corrections `w` holds (`EncoderWeights::open_adapted` with another task) for
-    /// `cfg`'s encoder, in jina's names (`Layout::Bert`, read from the flash-attention
-    /// layout); a missing one, or one of another shape, is an [`Error::Model`].
-    pub fn read(w: &EncoderWeights, cfg: &GteConfig) -> Result<Self> {
+    /// The corrections `w` holds (`EncoderWeights::adapted` with another task) for `cfg`'s
+    /// encoder, in jina's names (`Layout::Bert`, read from the flash-attention layout), taken
+    /// from it; a missing one, or one of another shape, is an [`Error::Model`].
+    pub fn take(w: &mut EncoderWeights, cfg: &GteConfig) -> Result<Self> {
         let (h, i) = (cfg.hidden, cfg.intermediate);
-        let get = |name: &str, (outputs, inputs): (usize, usize)| -> Result<LowRank> {
-            let c = w.correction(&w.encoder_name(name))?;
+        let mut get = |name: &str, (outputs, inputs): (usize, usize)| -> Result<LowRank> {
+            let c = w.take_correction(&w.encoder_name(name))?;
             match (c.outputs, c.inputs) == (outputs, inputs) {
                 true => Ok(c),
                 false => Err(Error::model(format!(

@@ -197,7 +197,7 @@ pub(crate) struct EncoderWeights {
     /// `"bert."`, `"roberta."` or `""`: where the encoder's tensors are.
     prefix: String,
     /// A second task's corrections to the merged weights, by the weight's name in the
-    /// checkpoint ([`EncoderWeights::open_adapted`]; empty otherwise).
+    /// checkpoint ([`EncoderWeights::adapted`]; empty otherwise).
     corrections: HashMap<String, LowRank>,
 }
 
@@ -206,20 +206,21 @@ impl EncoderWeights {
     /// first of `prefixes` that has it, or at the root; weights with none are an
     /// [`Error::Model`] naming the file.
     pub fn open(dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
-        Self::read(Weights::open(dir.path())?, dir, prefixes)
+        Self::from_checkpoint(Weights::open(dir.path())?, dir, prefixes)
     }
 
-    /// [`EncoderWeights::open`] for a checkpoint whose weights carry task adapters (LoRA
-    /// factors of rank `rank`: [`Weights::merge_lora`]): task `adapter`'s merged in at `scale`;
-    /// with `also` another task, its corrections to them too ([`Weights::lora_difference`],
-    /// [`EncoderWeights::correction`]). A checkpoint without adapters is an [`Error::Model`].
-    pub fn open_adapted(
+    /// The encoder of `weights` (the checkpoint of `dir`, opened by the caller), whose weights
+    /// carry task adapters (LoRA factors of rank `rank`: [`Weights::merge_lora`]): task
+    /// `adapter`'s merged in at `scale`; with `also` another task, its corrections to them too
+    /// ([`Weights::lora_difference`], [`EncoderWeights::take_correction`]). A checkpoint without
+    /// adapters is an [`Error::Model`].
+    pub fn adapted(
+        mut weights: Weights,
         dir: &ModelDir,
         prefixes: &[&str],
         (adapter, also): (usize, Option<usize>),
         (scale, rank): (f32, usize),
     ) -> Result<Self> {
-        let mut weights = Weights::open(dir.path())?;
         let corrections = match also {
             Some(other) => weights.lora_difference((other, adapter), scale, rank)?,
             None => HashMap::new(),
@@ -231,16 +232,16 @@ impl EncoderWeights {
                 dir.path().join(WEIGHTS_FILE).display()
             )));
         }
-        let mut w = Self::read(weights, dir, prefixes)?;
+        let mut w = Self::from_checkpoint(weights, dir, prefixes)?;
         w.corrections = corrections;
         Ok(w)
     }
 
     /// The other task's correction of the weight `name` (its name in the checkpoint, without
-    /// `.parametrizations.weight.original`), when [`open_adapted`](Self::open_adapted) was
-    /// asked for one; an [`Error::Model`] naming it otherwise.
-    pub fn correction(&self, name: &str) -> Result<LowRank> {
-        self.corrections.get(name).cloned().ok_or_else(|| {
+    /// `.parametrizations.weight.original`), handed over once, when
+    /// [`adapted`](Self::adapted) was asked for one; an [`Error::Model`] naming it otherwise.
+    pub fn take_correction(&mut self, name: &str) -> Result<LowRank> {
+        self.corrections.remove(name).ok_or_else(|| {
             Error::model(format!(
                 "{}: no LoRA factors for {name}",
                 self.weights.config_path().display()
@@ -248,8 +249,12 @@ impl EncoderWeights {
         })
     }
 
-    /// The encoder of `weights` under the first of `prefixes` that has it.
-    fn read(mut weights: Weights, dir: &ModelDir, prefixes: &[&str]) -> Result<Self> {
+    /// [`EncoderWeights::open`] of `weights`, the checkpoint of `dir` opened by the caller.
+    pub fn from_checkpoint(
+        mut weights: Weights,
+        dir: &ModelDir,
+        prefixes: &[&str],
+    ) -> Result<Self> {
         read_flash_layout(&mut weights, dir)?;
         const WORD: &str = "embeddings.word_embeddings.weight";
         let prefix = match prefixes

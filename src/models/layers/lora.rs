@@ -20,7 +20,6 @@ pub(crate) struct LowRank {
     pub outputs: usize,
     pub inputs: usize,
     pub rank: usize,
-    left: Vec<f32>,
     /// `left` transposed, `(rank, outputs)`: what a product adds, one contiguous row a rank.
     left_t: Vec<f32>,
     right: Vec<f32>,
@@ -52,7 +51,6 @@ impl LowRank {
             outputs,
             inputs,
             rank,
-            left,
             left_t,
             right,
         }
@@ -83,12 +81,10 @@ impl LowRank {
     /// `row += ΔW[id]`: the correction of an embedding table's row `id` (`row` has `inputs`
     /// values).
     pub fn add_row(&self, id: usize, row: &mut [f32]) {
-        let r = self.rank;
-        let left = &self.left[id * r..][..r];
-        for (k, &l) in left.iter().enumerate() {
-            row.iter_mut()
-                .zip(&self.right[k * self.inputs..][..self.inputs])
-                .for_each(|(v, &b)| *v += l * b);
+        let (i, o) = (self.inputs, self.outputs);
+        for (left, right) in self.left_t.chunks_exact(o).zip(self.right.chunks_exact(i)) {
+            let l = left[id];
+            row.iter_mut().zip(right).for_each(|(v, &b)| *v += l * b);
         }
     }
 }

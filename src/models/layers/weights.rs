@@ -30,6 +30,15 @@ pub(crate) const SINGLE_FILE: &str = "model.safetensors";
 /// The index of a sharded checkpoint.
 pub(crate) const INDEX_FILE: &str = "model.safetensors.index.json";
 
+/// What a weight stored as a torch parametrization with LoRA factors ends in
+/// ([`Weights::merge_lora`]); the name before it is the weight's.
+const LORA_ORIGINAL: &str = ".parametrizations.weight.original";
+
+/// The name of factor `f` (`"A"` or `"B"`) of the parametrized weight `base`.
+fn lora_factor(base: &str, f: &str) -> String {
+    format!("{base}.parametrizations.weight.0.lora_{f}")
+}
+
 /// One mapped file, or the tensors computed at load ([`Weights::merge_lora`]).
 struct Mapped {
     path: PathBuf,
@@ -211,25 +220,16 @@ impl Weights {
     /// missing or of another shape, or `t` past the tasks, is an [`Error::Model`] naming the
     /// tensor.
     pub fn merge_lora(&mut self, adapter: Option<usize>, scale: f32, rank: usize) -> Result<usize> {
-        const ORIGINAL: &str = ".parametrizations.weight.original";
-        let mut bases: Vec<String> = self
-            .names()
-            .filter_map(|n| n.strip_suffix(ORIGINAL))
-            .map(str::to_string)
-            .collect();
+        let bases = self.lora_weights()?;
         if bases.is_empty() {
             return Ok(0);
         }
-        bases.sort();
         let file = self.files.len();
         let mut bytes = Vec::new();
         let mut merged = Vec::with_capacity(bases.len());
-        for base in &bases {
-            let name = format!("{base}{ORIGINAL}");
-            let shape = self.shape(&name)?.to_vec();
-            let &[rows, cols] = shape.as_slice() else {
-                return Err(self.bad_factor(&name, &shape, "a matrix"));
-            };
+        for &(ref base, (rows, cols)) in &bases {
+            let name = format!("{base}{LORA_ORIGINAL}");
+            let shape = vec![rows, cols];
             let mut w = self.f32(&name, &shape)?;
             if let Some(t) = adapter {
                 let (left, right) = self.lora_task(base, t, (rows, cols), rank)?;
@@ -254,11 +254,10 @@ impl Weights {
                 },
             ));
         }
-        for base in &bases {
-            self.take(&format!("{base}{ORIGINAL}"))?;
+        for (base, _) in &bases {
+            self.take(&format!("{base}{LORA_ORIGINAL}"))?;
             for f in ["A", "B"] {
-                self.tensors
-                    .remove(&format!("{base}.parametrizations.weight.0.lora_{f}"));
+                self.tensors.remove(&lora_factor(base, f));
             }
         }
         for (name, _) in &merged {
@@ -291,9 +290,8 @@ impl Weights {
         (rows, cols): (usize, usize),
         rank: usize,
     ) -> Result<(Vec<f32>, Vec<f32>)> {
-        let factor = |f: &str| format!("{base}.parametrizations.weight.0.lora_{f}");
         let table = base.contains("embeddings.");
-        let (a, b) = (factor("A"), factor("B"));
+        let (a, b) = (lora_factor(base, "A"), lora_factor(base, "B"));
         let (a_shape, b_shape) = (self.shape(&a)?.to_vec(), self.shape(&b)?.to_vec());
         let tasks = a_shape.first().copied().unwrap_or(0);
         if t >= tasks || b_shape.first() != Some(&tasks) {
@@ -337,20 +335,11 @@ impl Weights {
         scale: f32,
         rank: usize,
     ) -> Result<std::collections::HashMap<String, super::lora::LowRank>> {
-        const ORIGINAL: &str = ".parametrizations.weight.original";
-        let bases: Vec<&str> = self
-            .names()
-            .filter_map(|n| n.strip_suffix(ORIGINAL))
-            .collect();
+        let bases = self.lora_weights()?;
         let mut out = std::collections::HashMap::with_capacity(bases.len());
-        for base in bases {
-            let name = format!("{base}{ORIGINAL}");
-            let shape = self.shape(&name)?.to_vec();
-            let &[rows, cols] = shape.as_slice() else {
-                return Err(self.bad_factor(&name, &shape, "a matrix"));
-            };
-            let (lp, rp) = self.lora_task(base, plus, (rows, cols), rank)?;
-            let (lm, rm) = self.lora_task(base, minus, (rows, cols), rank)?;
+        for (base, (rows, cols)) in bases {
+            let (lp, rp) = self.lora_task(&base, plus, (rows, cols), rank)?;
+            let (lm, rm) = self.lora_task(&base, minus, (rows, cols), rank)?;
             // [s · L_plus | -s · L_minus] · [R_plus ; R_minus].
             let left = lp
                 .chunks_exact(rank)
@@ -361,9 +350,36 @@ impl Weights {
                 })
                 .collect();
             let low = super::lora::LowRank::new(rows, cols, 2 * rank, left, [rp, rm].concat());
-            out.insert(base.to_string(), low);
+            out.insert(base, low);
         }
         Ok(out)
+    }
+
+    /// Whether any weight is stored as a parametrization with LoRA factors
+    /// ([`merge_lora`](Weights::merge_lora)).
+    pub fn has_lora(&self) -> bool {
+        self.names().any(|n| n.ends_with(LORA_ORIGINAL))
+    }
+
+    /// The parametrized weights, sorted by name: each weight's name (without
+    /// `.parametrizations.weight.original`) and its `(rows, cols)`; one that is not a matrix is
+    /// an [`Error::Model`].
+    fn lora_weights(&self) -> Result<Vec<(String, (usize, usize))>> {
+        let mut bases: Vec<&str> = self
+            .names()
+            .filter_map(|n| n.strip_suffix(LORA_ORIGINAL))
+            .collect();
+        bases.sort();
+        bases
+            .into_iter()
+            .map(|base| {
+                let name = format!("{base}{LORA_ORIGINAL}");
+                match *self.shape(&name)? {
+                    [rows, cols] => Ok((base.to_string(), (rows, cols))),
+                    ref shape => Err(self.bad_factor(&name, shape, "a matrix")),
+                }
+            })
+            .collect()
     }
 
     /// An [`Error::Model`] for a parametrized weight or LoRA factor `name` of `shape` that is
