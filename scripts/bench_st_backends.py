@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The crate against sentence-transformers on each of its backends (torch, ONNX, OpenVINO), f32.
+"""The crate against sentence-transformers on each of its backends (torch, ONNX, OpenVINO).
 
 sentence-transformers' `backend="onnx"` (onnxruntime, through optimum) and `backend="openvino"`
 (through optimum-intel) are what its users pick for speed on a CPU. Each backend exports the
@@ -15,9 +15,18 @@ torch's and the crate's, and should be the machine's core count):
          the first 32 documents: `CrossEncoder.predict`, batch size 32, against
          `cargo bench --bench rerank_models`.
 
-Each backend's output is checked against the crate's first (embeddings: cosine >= 0.9999;
-logits: within 1e-3), then the median of --rounds timed calls after a warm-up is reported, with
-the ratio (the crate's throughput over the backend's).
+OpenVINO runs at the precision its CPU plugin picks (`INFERENCE_PRECISION_HINT`): f32 on most
+CPUs, bf16 where the CPU has AVX-512 bf16 or AMX (Sapphire Rapids, Zen 4): what a user gets by
+default. So OpenVINO is timed twice: as it comes (`openvino`, its precision printed) and held
+to f32 (`openvino-f32`, `ov_config={"INFERENCE_PRECISION_HINT": "f32"}`). The crate is timed in
+f32 and, with --int8, in int8 (the reduced precision it offers), each ratio printed against
+both.
+
+Each f32 backend's output is checked against the crate's f32 first (embeddings: cosine >=
+0.9999; logits: within 1e-3); a reduced-precision side (OpenVINO's bf16, the crate's int8) only
+has its agreement printed, and fails below cosine 0.99 or beyond a logit difference of 0.1.
+Then the median of --rounds timed calls after a warm-up is reported, with the ratio (the
+crate's throughput over the backend's).
 
 sentence-transformers' ONNX and OpenVINO backends need optimum, which needs transformers 4.x:
 run this from a virtualenv of its own, e.g.
@@ -40,7 +49,25 @@ from bench_common import (CARGO_FEATURES, ROOT, cpu_flags, median_seconds, run, 
                           scifact_first_judged_query)
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
-BACKENDS = ["torch", "onnx", "openvino"]
+OPENVINO_F32 = {"ov_config": {"INFERENCE_PRECISION_HINT": "f32"}}
+# (label, sentence-transformers backend, model_kwargs)
+BACKENDS = [("torch", "torch", {}), ("onnx", "onnx", {}), ("openvino", "openvino", {}),
+            ("openvino-f32", "openvino", OPENVINO_F32)]
+# The least agreement a reduced-precision side may have (bf16, int8): a looser check than f32's.
+REDUCED_COSINE, REDUCED_LOGITS = 0.99, 0.1
+
+
+def openvino_default_precision() -> str:
+    """The precision OpenVINO's CPU plugin runs a model at unless told otherwise."""
+    try:
+        import openvino
+    except ImportError:
+        return "?"
+    return openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+
+
+def precision_of(label: str) -> str:
+    return openvino_default_precision() if label == "openvino" else "f32"
 
 
 def ours(bench: str, env: dict) -> dict:
@@ -50,7 +77,23 @@ def ours(bench: str, env: dict) -> dict:
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
-def embed(threads: int, rounds: int):
+def crate_sides(bench: str, env: dict, int8: bool) -> dict:
+    """`{precision: the bench's JSON line}`: f32, and int8 when asked."""
+    sides = {"f32": ours(bench, env)}
+    if int8:
+        sides["int8"] = ours(bench, dict(env, RERANK_BENCH_PRECISION="int8"))
+    return sides
+
+
+def ratios(rust: dict, peer: float) -> str:
+    return ", ".join(f"rerank {p} {r / peer:.2f}x" for p, r in rust.items())
+
+
+def cosines(a, b):
+    return [float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))) for x, y in zip(a, b)]
+
+
+def embed(threads: int, rounds: int, int8: bool):
     from sentence_transformers import SentenceTransformer
 
     model = MODELS / "all-MiniLM-L6-v2"
@@ -61,26 +104,33 @@ def embed(threads: int, rounds: int):
     env = dict(os.environ, RERANK_BENCH_EMBED_MODEL=str(model), RERANK_BENCH_TEXTS=texts_file,
                RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
                RERANK_BENCH_REPEATS=str(rounds))
-    line = ours("embed_models", env)
+    sides = crate_sides("embed_models", env, int8)
     os.unlink(texts_file)
-    first = np.array(line["first"])
-    rust = len(texts) / statistics.median(line["seconds"])
-    print(f"embed all-MiniLM-L6-v2, {len(texts)} docs, cpu [{cpu_flags()}]: rerank {rust:.2f} docs/s")
-    for backend in BACKENDS:
-        st = SentenceTransformer(str(model), device="cpu", backend=backend)
+    first = np.array(sides["f32"]["first"])
+    rust = {p: len(texts) / statistics.median(line["seconds"]) for p, line in sides.items()}
+    print(f"embed all-MiniLM-L6-v2, {len(texts)} docs, cpu [{cpu_flags()}]: "
+          + ", ".join(f"rerank {p} {r:.2f} docs/s" for p, r in rust.items()))
+    if "int8" in sides:
+        cos = min(cosines(first, np.array(sides["int8"]["first"])))
+        print(f"  rerank int8 against its f32: smallest cosine {cos:.7f}")
+        if cos < REDUCED_COSINE:
+            raise SystemExit(f"int8 embeddings differ from f32 (cosine {cos})")
+    for label, backend, kwargs in BACKENDS:
+        precision = precision_of(label)
+        st = SentenceTransformer(str(model), device="cpu", backend=backend, model_kwargs=kwargs or None)
         st.max_seq_length = 256
         got = st.encode(texts[: len(first)], convert_to_numpy=True)
-        cos = min(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(first, got))
-        if cos < 0.9999:
-            raise SystemExit(f"{backend}: embeddings differ from the crate's (cosine {cos})")
+        cos = min(cosines(first, got))
+        if cos < (0.9999 if precision == "f32" else REDUCED_COSINE):
+            raise SystemExit(f"{label} ({precision}): embeddings differ from the crate's (cosine {cos})")
         seconds = median_seconds(lambda: st.encode(texts, batch_size=32, convert_to_numpy=True), rounds)
         peer = len(texts) / seconds
-        print(f"  sentence-transformers backend={backend}: {peer:.2f} docs/s, rerank {rust / peer:.2f}x "
-              f"(smallest cosine {cos:.7f})")
+        print(f"  sentence-transformers backend={label} ({precision}): {peer:.2f} docs/s, "
+              f"{ratios(rust, peer)} (smallest cosine to the crate's f32 {cos:.7f})")
         del st
 
 
-def score(threads: int, rounds: int, model: Path):
+def score(threads: int, rounds: int, model: Path, int8: bool):
     import torch.nn as nn
     from sentence_transformers import CrossEncoder
 
@@ -93,22 +143,28 @@ def score(threads: int, rounds: int, model: Path):
     env = dict(os.environ, RERANK_BENCH_RERANK_MODEL=str(model), RERANK_BENCH_PAIRS=pairs_file,
                RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
                RERANK_BENCH_REPEATS=str(rounds))
-    line = ours("rerank_models", env)
+    sides = crate_sides("rerank_models", env, int8)
     os.unlink(pairs_file)
-    logits = np.array(line["logits"])
-    rust = len(pairs) / statistics.median(line["seconds"])
-    print(f"score {model.name}, {len(pairs)} pairs ({line['tokens']} tokens), cpu [{cpu_flags()}]: "
-          f"rerank {rust:.2f} pairs/s")
-    for backend in BACKENDS:
-        ce = CrossEncoder(str(model), device="cpu", backend=backend)
+    logits = np.array(sides["f32"]["logits"])
+    rust = {p: len(pairs) / statistics.median(line["seconds"]) for p, line in sides.items()}
+    print(f"score {model.name}, {len(pairs)} pairs ({sides['f32']['tokens']} tokens), cpu [{cpu_flags()}]: "
+          + ", ".join(f"rerank {p} {r:.2f} pairs/s" for p, r in rust.items()))
+    if "int8" in sides:
+        diff = float(np.abs(np.array(sides["int8"]["logits"]) - logits).max())
+        print(f"  rerank int8 against its f32: largest logit difference {diff:.1e}")
+        if diff > REDUCED_LOGITS:
+            raise SystemExit(f"int8 logits differ from f32 (largest difference {diff:.2e})")
+    for label, backend, kwargs in BACKENDS:
+        precision = precision_of(label)
+        ce = CrossEncoder(str(model), device="cpu", backend=backend, model_kwargs=kwargs or None)
         predict = lambda: ce.predict(pairs, batch_size=32, activation_fn=nn.Identity(),
                                      convert_to_numpy=True)
         diff = float(np.abs(predict() - logits).max())
-        if diff > 1e-3:
-            raise SystemExit(f"{backend}: logits differ from the crate's (largest difference {diff:.2e})")
+        if diff > (1e-3 if precision == "f32" else REDUCED_LOGITS):
+            raise SystemExit(f"{label} ({precision}): logits differ from the crate's (largest difference {diff:.2e})")
         peer = len(pairs) / median_seconds(predict, rounds)
-        print(f"  sentence-transformers backend={backend}: {peer:.2f} pairs/s, rerank {rust / peer:.2f}x "
-              f"(largest logit difference {diff:.1e})")
+        print(f"  sentence-transformers backend={label} ({precision}): {peer:.2f} pairs/s, "
+              f"{ratios(rust, peer)} (largest logit difference to the crate's f32 {diff:.1e})")
         del ce
 
 
@@ -118,6 +174,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cross-encoder", default=str(MODELS / "bench-ms-marco-electra-base"))
+    ap.add_argument("--int8", action="store_true", help="time the crate's int8 path beside its f32")
     args = ap.parse_args()
     import sentence_transformers
     import torch
@@ -127,9 +184,9 @@ def main():
     print(f"sentence-transformers {sentence_transformers.__version__}, transformers "
           f"{transformers.__version__}, torch {torch.__version__}")
     if "embed" in args.what:
-        embed(args.threads, args.rounds)
+        embed(args.threads, args.rounds, args.int8)
     if "score" in args.what:
-        score(args.threads, args.rounds, Path(args.cross_encoder))
+        score(args.threads, args.rounds, Path(args.cross_encoder), args.int8)
 
 
 if __name__ == "__main__":
