@@ -19,10 +19,11 @@
 //!   registers the kernel takes eight rows, so each weight load feeds twice the products.
 //! - AVX-512 VNNI on 512-bit vectors ([`Isa::Vnni512`]): a whole group (all 16 columns) in
 //!   one register, one `vpdpbusd` per row and group where the 256-bit kernel needs two. Intel's
-//!   server cores run a 512-bit `vpdpbusd` at the rate of a 256-bit one (two a cycle on the
-//!   Sapphire Rapids class Xeon measured), so it is twice the products there; AMD Zen 4 splits
-//!   512-bit vectors in two and measured it slower. [`Isa::detect`] times both once and keeps
-//!   the faster: their sums are the same integers, so the choice never changes a result.
+//!   server cores run a 512-bit `vpdpbusd` at about the rate of a 256-bit one (4.3 against 4.6
+//!   billion a second on one core of the Sapphire Rapids class Xeon measured, independent
+//!   chains on registers), so it is nearly twice the products there; AMD Zen 4 splits 512-bit
+//!   vectors in two and measured it slower. [`Isa::detect`] times both once and keeps the
+//!   faster: their sums are the same integers, so the choice never changes a result.
 //! - Anything else: [`tile_scalar`], the same sums in plain integer arithmetic (also the
 //!   reference the tests compare the vector kernels with, bit for bit).
 //!
@@ -273,7 +274,8 @@ macro_rules! row_loop {
 }
 
 // AVX2 and AVX-VNNI have 16 vector registers: four rows (8 accumulators, 2 weight vectors, a
-// broadcast). AVX-512 has 32: eight rows, so each weight load feeds twice the products.
+// broadcast). AVX-512 has 32: eight rows, so each weight load feeds twice the products (the
+// 512-bit kernel: 16 accumulators, each row's two groups of a step in sums of their own).
 row_loop!(tiles_avx2, tile_avx2, "avx2", 4, [1, 2, 3]);
 row_loop!(tiles_avx2_pairs, tile_avx2_pairs, "avx2", 4, [1, 2, 3]);
 row_loop!(tiles_avxvnni, tile_avxvnni, "avx2,avxvnni", 4, [1, 2, 3]);
@@ -284,41 +286,13 @@ row_loop!(
     8,
     [1, 2, 3, 4, 5, 6, 7]
 );
-
-/// Every row, eight at a time, then the remainder, on [`tile_vnni_zmm`].
-///
-/// # Safety
-/// The CPU must have AVX-512 VNNI; rows `0..rows` of `a` must hold `4 x panel.len()` readable
-/// bytes each at row stride `stride`; `out.len() >= rows`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn tiles_vnni_zmm(
-    a: *const u8,
-    stride: usize,
-    rows: usize,
-    panel: &[Group],
-    out: &mut [Sums],
-) {
-    let mut r = 0;
-    // SAFETY: every call reads rows r..r + R <= rows of `a` and writes out[r..r + R].
-    unsafe {
-        while r + MR <= rows {
-            tile_vnni_zmm::<MR>(a.add(r * stride), stride, panel, &mut out[r..r + MR]);
-            r += MR;
-        }
-        let rest = &mut out[r..rows];
-        match rows - r {
-            1 => tile_vnni_zmm::<1>(a.add(r * stride), stride, panel, rest),
-            2 => tile_vnni_zmm::<2>(a.add(r * stride), stride, panel, rest),
-            3 => tile_vnni_zmm::<3>(a.add(r * stride), stride, panel, rest),
-            4 => tile_vnni_zmm::<4>(a.add(r * stride), stride, panel, rest),
-            5 => tile_vnni_zmm::<5>(a.add(r * stride), stride, panel, rest),
-            6 => tile_vnni_zmm::<6>(a.add(r * stride), stride, panel, rest),
-            7 => tile_vnni_zmm::<7>(a.add(r * stride), stride, panel, rest),
-            _ => {}
-        }
-    }
-}
+row_loop!(
+    tiles_vnni_zmm,
+    tile_vnni_zmm,
+    "avx512f,avx512vnni",
+    8,
+    [1, 2, 3, 4, 5, 6, 7]
+);
 
 /// AVX-512 VNNI kernel on 512-bit vectors for `R` rows: a group's 64 bytes are one register
 /// (column `c`'s four weights in lane `c`), met by a broadcast of the row's four activations
