@@ -162,6 +162,20 @@ pub fn simd_isa() -> &'static str {
     FloatIsa::detect().name()
 }
 
+/// The shortest of `runs` timed calls of `call`: how the kernels chosen by timing at first use
+/// (the int8 products' vector width, the bf16 products' tiles) compare their candidates.
+#[cfg(feature = "models")]
+pub(crate) fn shortest_run(runs: usize, mut call: impl FnMut()) -> std::time::Duration {
+    (0..runs)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            call();
+            start.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -213,16 +213,11 @@ fn faster_vnni512() -> Isa {
         .collect();
     let mut out = vec![[0i32; NR]; rows];
     let mut best = |isa: Isa| {
-        (0..5)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                for p in panel.chunks_exact(groups) {
-                    tiles(isa, &a, k, rows, p, &mut out);
-                }
-                start.elapsed()
-            })
-            .min()
-            .unwrap_or_default()
+        super::shortest_run(5, || {
+            for p in panel.chunks_exact(groups) {
+                tiles(isa, &a, k, rows, p, &mut out);
+            }
+        })
     };
     let (narrow, wide) = (best(Isa::Vnni { evex: true }), best(Isa::Vnni512));
     let pays = wide.as_secs_f64() * 1.1 < narrow.as_secs_f64();

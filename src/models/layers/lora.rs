@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use pulp::{Simd, WithSimd};
 
 use super::kernels::{simd, Then};
+use crate::simd::dot::dot_f32_portable;
 
 /// `ΔW = left · right`, `left` `(outputs, rank)` and `right` `(rank, inputs)`, row-major: the
 /// correction of a linear layer's `(outputs, inputs)` weight, or of an embedding table's
@@ -27,9 +28,6 @@ pub(crate) struct LowRank {
 
 /// Rows per task of [`LowRank::add_product`].
 const ROWS_PER_TASK: usize = 16;
-
-/// Partial sums of a dot product (the vector width the kernels assume).
-const LANES: usize = 16;
 
 impl LowRank {
     /// `left · right` of `outputs x rank` and `rank x inputs` (row-major).
@@ -108,7 +106,7 @@ impl WithSimd for Correction<'_> {
         let mut t = vec![0.0f32; r];
         for (out, x) in self.out.chunks_exact_mut(o).zip(self.x.chunks_exact(i)) {
             for (t, right) in t.iter_mut().zip(low.right.chunks_exact(i)) {
-                *t = dot(x, right);
+                *t = dot_f32_portable(x, right);
             }
             for (&t, left) in t.iter().zip(low.left_t.chunks_exact(o)) {
                 out.iter_mut().zip(left).for_each(|(v, &l)| *v += t * l);
@@ -116,25 +114,6 @@ impl WithSimd for Correction<'_> {
         }
         self.then.apply_here(self.out, self.first);
     }
-}
-
-/// `a · b` in [`LANES`] partial sums.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for ((s, &x), &y) in acc.iter_mut().zip(x).zip(y) {
-            *s += x * y;
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

@@ -260,14 +260,9 @@ fn dot_tiles_pay(dot: Kernels, widening: Kernels) -> bool {
                 stride: k,
             };
             let mut best = |kernels: Kernels| {
-                (0..4)
-                    .map(|_| {
-                        let start = std::time::Instant::now();
-                        product(kernels, rows, &b, &mut out, n, &bias, false);
-                        start.elapsed()
-                    })
-                    .min()
-                    .unwrap_or_default()
+                crate::simd::shortest_run(4, || {
+                    product(kernels, rows, &b, &mut out, n, &bias, false)
+                })
             };
             Some((best(dot), best(widening)))
         })
