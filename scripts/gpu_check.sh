@@ -23,8 +23,9 @@
 # A/B rows and the profile are in; empty to leave them out; LATE_KINDS and LATE_WORKLOADS, the kinds and
 # workloads they run, KINDS and WORKLOADS unless set), KINDS ("cross-encoder embedder
 # qwen3-reranker"), WARMUP_BATCHES (4: both sides warm up on that many batches' worth of the items),
-# THREADS_REPEAT (10: the threads test's runs in each of four configurations, after the parity
-# tests), INITCHECK (1: compute-sanitizer's initcheck on the threads test, after them), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
+# THREADS_REPEAT (10: the threads test's runs in each configuration of THREADS_CONFIGS, after the
+# parity tests), SANITIZE_THREADS (initcheck memcheck: compute-sanitizer's tools on the threads test,
+# after them), TABLE (1; 0 stops after the threads test), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
 # FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder qwen3-reranker: each kind once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "KIND-unfused"; either empty to leave
 # them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to
@@ -145,12 +146,7 @@ if [ -f "$GPU_DIR/manifest_dir" ]; then
   fi
 fi
 
-# --- 1. the random peer model directories (float32), shared by both sides.
-say "writing the peer models to $MODELS"
-step 240 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --device "$PEER_DEVICE"
-du -sh "$MODELS"/* 2>/dev/null
-
-# --- 2. the candle parity tests on the device.
+# --- 1. the candle parity tests on the device (they need no peer model).
 if runs_here "$IT"; then
   say "parity tests: RERANK_TEST_DEVICE=$TEST_DEVICE"
   RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
@@ -164,18 +160,26 @@ if runs_here "$IT"; then
       RERANK_REQUIRE_FIXTURES=1 step 180 "$IT" candle:: --test-threads=1 --nocapture $IT_SKIP
     echo "parity tests without the fused linear layers exit: $?"
   fi
-  # --- 2a. the threads test (four threads scoring at once on the device's one stream) THREADS_REPEAT
-  # (10) times as built, with the heuristic asked for every product (RERANK_CUDA_ALGO_CACHE=0), with
-  # every batch's copies to and from the host waited for (RERANK_CUDA_SYNC_COPIES=1) and with the
-  # cuBLASLt products off: a failure that comes and goes, told apart by configuration.
-  for cfg in "" RERANK_CUDA_ALGO_CACHE=0 RERANK_CUDA_SYNC_COPIES=1 RERANK_CUDA_FUSED_LINEAR=0; do
+  # --- 1a. the threads test (four threads scoring at once on one model) THREADS_REPEAT (10) times in
+  # each configuration of THREADS_CONFIGS (each "-" for as built, or NAME=VALUE[,NAME=VALUE...]). As
+  # built, calls on one device take turns (layers::candle::Turns); RERANK_CUDA_CONCURRENT_CALLS=1
+  # lifts the turns, which is how DeBERTa's scores went wrong on an H200 (8 runs in 8 failed with the
+  # cuBLASLt products on, none in 8 with them off): the default configurations tell its cause apart:
+  # the attention's batched scores on candle with the linear layers fused (RERANK_CUDA_FUSED_SCORES=0),
+  # cuBLASLt without a workspace (RERANK_CUDA_LT_WORKSPACE=0), every launch waited for
+  # (CUDA_LAUNCH_BLOCKING=1), the cuBLASLt products off.
+  THREADS_TEST=candle::models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads
+  C=RERANK_CUDA_CONCURRENT_CALLS=1
+  for cfg in ${THREADS_CONFIGS:-- $C $C,RERANK_CUDA_FUSED_SCORES=0 $C,RERANK_CUDA_LT_WORKSPACE=0 $C,CUDA_LAUNCH_BLOCKING=1 $C,RERANK_CUDA_FUSED_LINEAR=0}; do
     [ "${THREADS_REPEAT:-10}" -gt 0 ] || break
+    [ "$cfg" = - ] && cfg=
     failed=0
     for _ in $(seq "${THREADS_REPEAT:-10}"); do
       (
-        [ -n "$cfg" ] && export "${cfg?}"
+        IFS=, read -ra vars <<<"$cfg"
+        for v in "${vars[@]}"; do export "${v?}"; done
         export RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1
-        step 60 "$IT" candle::models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads --exact
+        step 60 "$IT" "$THREADS_TEST" --exact
       ) >"$OUT/.threads" 2>&1
       rc=$?
       [ "$rc" -eq 99 ] && break
@@ -183,17 +187,23 @@ if runs_here "$IT"; then
     done
     say "threads test ${cfg:-as built}: $failed of ${THREADS_REPEAT:-10} runs failed"
   done
-  # --- 2b. reads of device memory nothing wrote (compute-sanitizer's initcheck) in the threads test:
-  # a kernel reading an output's unwritten part, or a buffer before its copy landed, would read what
-  # the allocator left there, the same bytes when one call runs alone and other threads' when four
-  # do, which is how the test fails. INITCHECK (1).
-  if [ "$DRY" != 1 ] && [ "${INITCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
-    say "compute-sanitizer initcheck: the threads test on $TEST_DEVICE"
-    RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
-      step 150 compute-sanitizer --tool initcheck --track-unused-memory no --error-exitcode 3 \
-      --print-limit 20 "$IT" candle::models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads \
-      --exact
-    echo "initcheck exit: $? (0: no read of unwritten memory; 3: reads above)"
+  # --- 1b. compute-sanitizer on the threads test with the turns lifted, SANITIZE_THREADS ("initcheck
+  # memcheck"): initcheck for reads of device memory nothing wrote (a kernel reading an output's
+  # unwritten part, or a buffer before its copy landed, reads what the allocator left there: the same
+  # bytes when one call runs alone and other threads' when four do), memcheck for reads of memory
+  # freed or out of bounds.
+  if [ "$DRY" != 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    for tool in ${SANITIZE_THREADS-initcheck memcheck}; do
+      say "compute-sanitizer $tool: the threads test on $TEST_DEVICE, $C"
+      RERANK_CUDA_CONCURRENT_CALLS=1 RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures \
+        RERANK_REQUIRE_FIXTURES=1 step 150 compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 \
+        "$IT" "$THREADS_TEST" --exact
+      echo "$tool exit: $? (0: nothing found; 3: errors above; 101: the test failed, nothing found)"
+    done
+  fi
+  if [ "${TABLE:-1}" != 1 ]; then
+    say "TABLE=${TABLE}: the table's steps left out; done"
+    exit 0
   fi
 else
   say "SKIPPED parity tests: $IT absent or does not run here"
@@ -316,6 +326,11 @@ rows() {
     done
   done
 }
+
+# --- 2. the random peer model directories (float32), shared by both sides of the table.
+say "writing the peer models to $MODELS"
+step 240 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --device "$PEER_DEVICE"
+du -sh "$MODELS"/* 2>/dev/null
 
 # --- 3 and 4. the table's rows in DTYPES (f32 f16): ours and PyTorch at both workloads.
 rows "$DTYPES"

@@ -323,7 +323,8 @@ mod device {
     /// same leading dimensions, `mask` `(matrices, width)` (one additive row per matrix, i.e.
     /// per (row, head): a bias per key, in its first `keys` columns; a row padded to a wider
     /// `width` keeps every row's start as aligned as the first's), `plus` of the scores' shape
-    /// `(.., queries, keys)`. `None` when the operands are not as the module says.
+    /// `(.., queries, keys)`. `None` when the operands are not as the module says, or the
+    /// path is off ([`fused_scores`]).
     pub(crate) fn scores(
         lt: &Handle,
         q: &Tensor,
@@ -345,7 +346,8 @@ mod device {
             Some(&[rows, width]) if rows == matrices && width >= keys => width,
             Some(_) => return Ok(None),
         };
-        let fits = kd[rank - 1] == d
+        let fits = fused_scores()
+            && kd[rank - 1] == d
             && dense(q, q)
             && dense(k, q)
             && mask.is_none_or(|m| whole(m, q))
@@ -371,6 +373,25 @@ mod device {
     fn cache_algos() -> bool {
         static ON: OnceLock<bool> = OnceLock::new();
         on_unless_zero(&ON, "RERANK_CUDA_ALGO_CACHE")
+    }
+
+    /// Whether the attention's batched scores run on cuBLASLt ([`scores`]): unless
+    /// `RERANK_CUDA_FUSED_SCORES` is `0` (read once), which leaves them to candle's product
+    /// and additions while the linear layers stay fused, a check for the GPU runs.
+    fn fused_scores() -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        on_unless_zero(&ON, "RERANK_CUDA_FUSED_SCORES")
+    }
+
+    /// The workspace every product may use: [`WORKSPACE_BYTES`], or none with
+    /// `RERANK_CUDA_LT_WORKSPACE=0` (read once), which keeps the heuristic to algorithms
+    /// without one (no split reductions through it), a check for the GPU runs.
+    fn workspace_bytes() -> usize {
+        static ON: OnceLock<bool> = OnceLock::new();
+        match on_unless_zero(&ON, "RERANK_CUDA_LT_WORKSPACE") {
+            true => WORKSPACE_BYTES,
+            false => 0,
+        }
     }
 
     /// Whether one head's products per batch run in place ([`head_scores`], [`head_context`]):
@@ -813,7 +834,7 @@ mod device {
                 plan.d.0,
                 &plan.algo,
                 workspace_ptr as *mut c_void,
-                WORKSPACE_BYTES,
+                workspace_bytes(),
                 stream.cu_stream() as sys::cudaStream_t,
             )
             .map_err(cublas_error)
@@ -938,7 +959,7 @@ mod device {
                 });
             }
             let pref = Owned(result::create_matmul_pref()?, result::destroy_matmul_pref);
-            let workspace = WORKSPACE_BYTES as u64;
+            let workspace = workspace_bytes() as u64;
             let prefs: [(Pref, *const c_void, usize); 5] = [
                 (
                     Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,

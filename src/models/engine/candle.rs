@@ -17,7 +17,7 @@ use crate::models::dir::{ModelDir, CONFIG_FILE};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     activate, candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, upload, var_builder,
-    HostBatch, Linear, Norm, Padded,
+    HostBatch, Linear, Norm, Padded, Turns,
 };
 use crate::models::layers::dense::Output;
 use crate::models::layers::encoder::{check_sequences, read_flash_layout, Sequence};
@@ -42,6 +42,9 @@ enum Body {
 pub(crate) struct CandleEncoder {
     body: Body,
     device: candle_core::Device,
+    /// One call at a time on the device's queue (the classifier on this encoder takes the
+    /// same turns).
+    turns: Turns,
     pad: u32,
     /// The longest input the position table covers.
     max_len: usize,
@@ -165,6 +168,7 @@ impl CandleEncoder {
         };
         let encoder = CandleEncoder {
             body,
+            turns: Turns::on(&device),
             device,
             pad,
             max_len,
@@ -252,6 +256,7 @@ impl CandleEncoder {
             .collect();
         let indexed: Vec<(usize, &Vec<&[u32]>)> = starts.into_iter().zip(batches).collect();
         pipeline(
+            &self.turns,
             &indexed,
             |(start, rows)| {
                 let keys = keys.map(|k| k.get(*start..).unwrap_or_default());
@@ -336,6 +341,7 @@ impl PackedEncoder for CandleEncoder {
         sink: BatchSink<'_>,
     ) -> Result<()> {
         pipeline(
+            &self.turns,
             batches,
             |rows| {
                 self.check(rows, None)?;
@@ -556,6 +562,7 @@ impl CandleClassifier {
     ) -> Result<()> {
         let labels = self.config.num_labels.max(1);
         pipeline(
+            &self.encoder.turns,
             batches,
             |encodings| {
                 let ids: Vec<&[u32]> = encodings.iter().map(|e| e.input_ids.as_slice()).collect();

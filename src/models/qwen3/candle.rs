@@ -30,7 +30,7 @@ use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
-    softmax_in_f32, upload, var_builder, Fold, Linear, QueryMask,
+    softmax_in_f32, upload, var_builder, Fold, Linear, QueryMask, Turns,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -77,6 +77,8 @@ pub(crate) struct CandleDecoder {
     cos: Tensor,
     sin: Tensor,
     device: candle_core::Device,
+    /// One call at a time on the device's queue.
+    turns: Turns,
     dtype: DType,
     vocab_rows: usize,
     max_positions: usize,
@@ -170,6 +172,7 @@ impl CandleDecoder {
             norm,
             cos,
             sin,
+            turns: Turns::on(&dev),
             device: dev,
             dtype: dt,
             vocab_rows,
@@ -216,6 +219,7 @@ impl CandleDecoder {
     /// batch is read back), `sink(n, rows)` called with batch `n`'s rows, batches in order.
     pub fn last_rows_batches(&self, batches: &[Vec<&[u32]>], sink: BatchSink<'_>) -> Result<()> {
         pipeline(
+            &self.turns,
             batches,
             |prompts| self.prepare(prompts),
             |host| match host {

@@ -213,6 +213,42 @@ pub(crate) struct Padded {
     pub len: usize,
 }
 
+/// One call at a time on a model's device queue: [`pipeline`] takes a turn for the whole of a
+/// call (every batch's upload, forward pass and read-back), so that calls from several host
+/// threads queue their batches one call after another instead of interleaved on the device's
+/// one stream. Sequential calls are what the parity tests check on a GPU; interleaved ones
+/// gave wrong DeBERTa scores on an H200 (the threads test failed 8 times in 8 with the
+/// cuBLASLt products on, none in 8 with them off; the cause is not established:
+/// `docs/devices.md`). The device runs one call's work at a time either way; what a caller
+/// waits for is the host's part of the call before its turn. On candle's CPU backend, whose
+/// operations run when they are called, there are no turns. `RERANK_CUDA_CONCURRENT_CALLS=1`
+/// (read once) lifts them on a device too, for the GPU checks that look for the cause.
+#[derive(Debug)]
+pub(crate) struct Turns(Option<std::sync::Mutex<()>>);
+
+impl Turns {
+    /// Turns on `device`'s queue (none on candle's CPU backend).
+    pub fn on(device: &candle_core::Device) -> Self {
+        static CONCURRENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let concurrent = *CONCURRENT.get_or_init(|| {
+            std::env::var("RERANK_CUDA_CONCURRENT_CALLS").is_ok_and(|v| v.trim() == "1")
+        });
+        match device.is_cpu() || concurrent {
+            true => Turns(None),
+            false => Turns(Some(std::sync::Mutex::new(()))),
+        }
+    }
+
+    /// Waits for this call's turn; the turn ends when the guard drops. A call that panicked
+    /// in its turn leaves nothing half-done on the device for the next one, which takes its
+    /// turn as usual.
+    fn take(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.0
+            .as_ref()
+            .map(|lock| lock.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Runs `batches` on a device with the host's work beside the device's: for each batch,
 /// `prepare` (host only: padding, masks), `launch` (copies it to the device and queues its
 /// forward pass), `read` (waits for its results and copies them back), then `finish(n, ..)`
@@ -224,8 +260,10 @@ pub(crate) struct Padded {
 /// operation queued before it, so batch n is read before batch n+1 is launched: reading it
 /// later would wait for batch n+1 too. On candle's CPU backend every operation runs when it
 /// is called, so the stages run one after the other, with the same results. `finish` sees
-/// the batches in order; the first error stops the run.
+/// the batches in order; the first error stops the run. The call holds its turn on the
+/// device's queue ([`Turns`]) throughout.
 pub(crate) fn pipeline<B, H, P, R>(
+    turns: &Turns,
     batches: &[B],
     prepare: impl Fn(&B) -> Result<H>,
     launch: impl Fn(H) -> Result<P>,
@@ -235,6 +273,7 @@ pub(crate) fn pipeline<B, H, P, R>(
     let Some((first, rest)) = batches.split_first() else {
         return Ok(());
     };
+    let _turn = turns.take();
     let mut time = StageTimes::default();
     let prepare = |b: &B, t: &mut StageTimes| t.time(0, || prepare(b));
     let launch = |h: H, t: &mut StageTimes| t.time(1, || launch(h));
@@ -589,6 +628,7 @@ mod tests {
         let log = RefCell::new(Vec::new());
         let mut results = Vec::new();
         pipeline(
+            &Turns::on(&candle_core::Device::Cpu),
             &[10, 20, 30],
             |&b| {
                 log.borrow_mut().push(format!("prepare {b}"));
@@ -628,11 +668,47 @@ mod tests {
     }
 
     #[test]
+    fn calls_on_a_device_queue_take_turns_and_calls_on_the_cpu_do_not() {
+        assert!(Turns::on(&candle_core::Device::Cpu).0.is_none());
+        // A device queue's turns: two threads' calls, each of three batches whose launches
+        // sleep (time for the other thread to come in), never interleave.
+        let turns = Turns(Some(std::sync::Mutex::new(())));
+        let log = std::sync::Mutex::new(Vec::new());
+        let call = |who: char| {
+            pipeline(
+                &turns,
+                &[0, 1, 2],
+                |&b| Ok(b),
+                |b| {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    log.lock().unwrap().push(who);
+                    Ok(b)
+                },
+                Ok,
+                |_, _| Ok(()),
+            )
+        };
+        std::thread::scope(|s| {
+            let a = s.spawn(|| call('a'));
+            let b = s.spawn(|| call('b'));
+            a.join().unwrap().unwrap();
+            b.join().unwrap().unwrap();
+        });
+        let log: String = log.into_inner().unwrap().into_iter().collect();
+        assert!(
+            log == "aaabbb" || log == "bbbaaa",
+            "calls interleaved: {log}"
+        );
+    }
+
+    #[test]
     fn the_pipeline_stops_at_the_first_error_and_runs_nothing_for_no_batches() {
         let finished = RefCell::new(Vec::new());
+        let turns = Turns::on(&candle_core::Device::Cpu);
         let run = |fail: usize| {
             finished.borrow_mut().clear();
             pipeline(
+                &turns,
                 &[0usize, 1, 2, 3],
                 |&b| match b == fail {
                     true => Err(Error::model("bad batch")),
@@ -652,6 +728,14 @@ mod tests {
         assert!(run(9).is_ok());
         assert_eq!(*finished.borrow(), [0, 1, 2, 3]);
         let none: [usize; 0] = [];
-        pipeline(&none, |_| Ok(()), Ok, Ok, |_, ()| panic!("no batch")).unwrap();
+        pipeline(
+            &turns,
+            &none,
+            |_| Ok(()),
+            Ok,
+            Ok,
+            |_, ()| panic!("no batch"),
+        )
+        .unwrap();
     }
 }
