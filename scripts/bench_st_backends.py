@@ -25,8 +25,12 @@ both.
 Each f32 backend's output is checked against the crate's f32 first (embeddings: cosine >=
 0.9999; logits: within 1e-3); a reduced-precision side (OpenVINO's bf16, the crate's int8) only
 has its agreement printed, and fails below cosine 0.99 or beyond a logit difference of 0.1.
-Then the median of --rounds timed calls after a warm-up is reported, with the ratio (the
-crate's throughput over the backend's).
+Then every side is timed in --rounds interleaved rounds: each round times one call of every
+side (the crate's a run of its bench binary, which loads and warms the model first; the
+backends' a call of the model loaded and warmed by its check), in an order that rotates from
+round to round, so that a slow moment of the machine falls on every side alike. Each side's
+median over the rounds is reported with its range, and the ratio of medians (the crate's
+throughput over the backend's).
 
 sentence-transformers' ONNX and OpenVINO backends need optimum, which needs transformers 4.x:
 run this from a virtualenv of its own, e.g.
@@ -41,11 +45,12 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
-from bench_common import (CARGO_FEATURES, ROOT, cpu_flags, median_seconds, run, scifact_documents,
+from bench_common import (CARGO_FEATURES, ROOT, cpu_flags, run, scifact_documents,
                           scifact_first_judged_query)
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
@@ -77,12 +82,43 @@ def ours(bench: str, env: dict) -> dict:
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
-def crate_sides(bench: str, env: dict, int8: bool) -> dict:
-    """`{precision: the bench's JSON line}`: f32, and int8 when asked."""
-    sides = {"f32": ours(bench, env)}
-    if int8:
-        sides["int8"] = ours(bench, dict(env, RERANK_BENCH_PRECISION="int8"))
-    return sides
+def crate_side(bench: str, env: dict, precision: str):
+    """The crate's side at `precision`: a call that runs its bench binary once (one timed call
+    after its warm-up) and gives `(seconds, the bench's JSON line)`."""
+    env = dict(env, RERANK_BENCH_REPEATS="1")
+    if precision != "f32":
+        env["RERANK_BENCH_PRECISION"] = precision
+    def call():
+        line = ours(bench, env)
+        return statistics.median(line["seconds"]), line
+    return call
+
+
+def timed(call):
+    """A side that times one call of `call()`: `(seconds, its result)`."""
+    def side():
+        start = time.perf_counter()
+        out = call()
+        return time.perf_counter() - start, out
+    return side
+
+
+def interleaved(sides: dict, rounds: int) -> dict:
+    """`{name: [seconds of each round]}` of `sides` (`{name: side}`, each side a call giving
+    `(seconds, result)`), every side once a round, the order rotated each round."""
+    names = list(sides)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            times[name].append(sides[name]()[0])
+    return times
+
+
+def spread(seconds: list, items: int) -> str:
+    """A side's median throughput over its rounds and the range of its rounds'."""
+    rates = sorted(items / s for s in seconds)
+    return f"{items / statistics.median(seconds):.2f} ({rates[0]:.2f}-{rates[-1]:.2f})"
 
 
 def ratios(rust: dict, peer: float) -> str:
@@ -91,6 +127,17 @@ def ratios(rust: dict, peer: float) -> str:
 
 def cosines(a, b):
     return [float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))) for x, y in zip(a, b)]
+
+
+def report(what: str, unit: str, items: int, crate: list, peers: list, times: dict):
+    """Prints each side's median throughput (its rounds' range) and the crate's ratios."""
+    rust = {p: items / statistics.median(times[f"rerank {p}"]) for p in crate}
+    print(f"{what}, cpu [{cpu_flags()}], {len(next(iter(times.values())))} interleaved rounds: "
+          + ", ".join(f"rerank {p} {spread(times[f'rerank {p}'], items)} {unit}/s" for p in crate))
+    for label, precision, agreement in peers:
+        peer = items / statistics.median(times[label])
+        print(f"  sentence-transformers backend={label} ({precision}): {spread(times[label], items)} "
+              f"{unit}/s, {ratios(rust, peer)} ({agreement})")
 
 
 def embed(threads: int, rounds: int, int8: bool):
@@ -102,32 +149,31 @@ def embed(threads: int, rounds: int, int8: bool):
         f.write("\n".join(texts))
         texts_file = f.name
     env = dict(os.environ, RERANK_BENCH_EMBED_MODEL=str(model), RERANK_BENCH_TEXTS=texts_file,
-               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
-               RERANK_BENCH_REPEATS=str(rounds))
-    sides = crate_sides("embed_models", env, int8)
-    os.unlink(texts_file)
-    first = np.array(sides["f32"]["first"])
-    rust = {p: len(texts) / statistics.median(line["seconds"]) for p, line in sides.items()}
-    print(f"embed all-MiniLM-L6-v2, {len(texts)} docs, cpu [{cpu_flags()}]: "
-          + ", ".join(f"rerank {p} {r:.2f} docs/s" for p, r in rust.items()))
-    if "int8" in sides:
-        cos = min(cosines(first, np.array(sides["int8"]["first"])))
-        print(f"  rerank int8 against its f32: smallest cosine {cos:.7f}")
+               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads))
+    crate = ["f32", "int8"] if int8 else ["f32"]
+    sides = {f"rerank {p}": crate_side("embed_models", env, p) for p in crate}
+    first = {p: np.array(sides[f"rerank {p}"]()[1]["first"]) for p in crate}
+    if int8:
+        cos = min(cosines(first["f32"], first["int8"]))
+        print(f"rerank int8 against its f32: smallest cosine {cos:.7f}")
         if cos < REDUCED_COSINE:
             raise SystemExit(f"int8 embeddings differ from f32 (cosine {cos})")
+    peers, models = [], []
     for label, backend, kwargs in BACKENDS:
         precision = precision_of(label)
         st = SentenceTransformer(str(model), device="cpu", backend=backend, model_kwargs=kwargs or None)
         st.max_seq_length = 256
-        got = st.encode(texts[: len(first)], convert_to_numpy=True)
-        cos = min(cosines(first, got))
+        got = st.encode(texts[: len(first["f32"])], convert_to_numpy=True)
+        cos = min(cosines(first["f32"], got))
         if cos < (0.9999 if precision == "f32" else REDUCED_COSINE):
             raise SystemExit(f"{label} ({precision}): embeddings differ from the crate's (cosine {cos})")
-        seconds = median_seconds(lambda: st.encode(texts, batch_size=32, convert_to_numpy=True), rounds)
-        peer = len(texts) / seconds
-        print(f"  sentence-transformers backend={label} ({precision}): {peer:.2f} docs/s, "
-              f"{ratios(rust, peer)} (smallest cosine to the crate's f32 {cos:.7f})")
-        del st
+        st.encode(texts, batch_size=32, convert_to_numpy=True)  # warm-up at the timed size
+        sides[label] = timed(lambda st=st: st.encode(texts, batch_size=32, convert_to_numpy=True))
+        peers.append((label, precision, f"smallest cosine to the crate's f32 {cos:.7f}"))
+        models.append(st)
+    times = interleaved(sides, rounds)
+    os.unlink(texts_file)
+    report(f"embed all-MiniLM-L6-v2, {len(texts)} docs", "docs", len(texts), crate, peers, times)
 
 
 def score(threads: int, rounds: int, model: Path, int8: bool):
@@ -141,31 +187,32 @@ def score(threads: int, rounds: int, model: Path, int8: bool):
             f.write(json.dumps({"query": q, "document": d}) + "\n")
         pairs_file = f.name
     env = dict(os.environ, RERANK_BENCH_RERANK_MODEL=str(model), RERANK_BENCH_PAIRS=pairs_file,
-               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads),
-               RERANK_BENCH_REPEATS=str(rounds))
-    sides = crate_sides("rerank_models", env, int8)
-    os.unlink(pairs_file)
-    logits = np.array(sides["f32"]["logits"])
-    rust = {p: len(pairs) / statistics.median(line["seconds"]) for p, line in sides.items()}
-    print(f"score {model.name}, {len(pairs)} pairs ({sides['f32']['tokens']} tokens), cpu [{cpu_flags()}]: "
-          + ", ".join(f"rerank {p} {r:.2f} pairs/s" for p, r in rust.items()))
-    if "int8" in sides:
-        diff = float(np.abs(np.array(sides["int8"]["logits"]) - logits).max())
-        print(f"  rerank int8 against its f32: largest logit difference {diff:.1e}")
+               RERANK_BENCH_THREADS=str(threads), RAYON_NUM_THREADS=str(threads))
+    crate = ["f32", "int8"] if int8 else ["f32"]
+    sides = {f"rerank {p}": crate_side("rerank_models", env, p) for p in crate}
+    lines = {p: sides[f"rerank {p}"]()[1] for p in crate}
+    logits = np.array(lines["f32"]["logits"])
+    if int8:
+        diff = float(np.abs(np.array(lines["int8"]["logits"]) - logits).max())
+        print(f"rerank int8 against its f32: largest logit difference {diff:.1e}")
         if diff > REDUCED_LOGITS:
             raise SystemExit(f"int8 logits differ from f32 (largest difference {diff:.2e})")
+    peers, models = [], []
     for label, backend, kwargs in BACKENDS:
         precision = precision_of(label)
         ce = CrossEncoder(str(model), device="cpu", backend=backend, model_kwargs=kwargs or None)
-        predict = lambda: ce.predict(pairs, batch_size=32, activation_fn=nn.Identity(),
-                                     convert_to_numpy=True)
+        predict = lambda ce=ce: ce.predict(pairs, batch_size=32, activation_fn=nn.Identity(),
+                                           convert_to_numpy=True)
         diff = float(np.abs(predict() - logits).max())
         if diff > (1e-3 if precision == "f32" else REDUCED_LOGITS):
             raise SystemExit(f"{label} ({precision}): logits differ from the crate's (largest difference {diff:.2e})")
-        peer = len(pairs) / median_seconds(predict, rounds)
-        print(f"  sentence-transformers backend={label} ({precision}): {peer:.2f} pairs/s, "
-              f"{ratios(rust, peer)} (largest logit difference to the crate's f32 {diff:.1e})")
-        del ce
+        sides[label] = timed(predict)
+        peers.append((label, precision, f"largest logit difference to the crate's f32 {diff:.1e}"))
+        models.append(ce)
+    times = interleaved(sides, rounds)
+    os.unlink(pairs_file)
+    report(f"score {model.name}, {len(pairs)} pairs ({lines['f32']['tokens']} tokens)", "pairs",
+           len(pairs), crate, peers, times)
 
 
 def main():
