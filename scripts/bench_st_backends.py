@@ -158,7 +158,7 @@ def embed(threads: int, rounds: int, int8: bool):
         print(f"rerank int8 against its f32: smallest cosine {cos:.7f}")
         if cos < REDUCED_COSINE:
             raise SystemExit(f"int8 embeddings differ from f32 (cosine {cos})")
-    peers, models = [], []
+    peers = []
     for label, backend, kwargs in BACKENDS:
         precision = precision_of(label)
         st = SentenceTransformer(str(model), device="cpu", backend=backend, model_kwargs=kwargs or None)
@@ -170,7 +170,6 @@ def embed(threads: int, rounds: int, int8: bool):
         st.encode(texts, batch_size=32, convert_to_numpy=True)  # warm-up at the timed size
         sides[label] = timed(lambda st=st: st.encode(texts, batch_size=32, convert_to_numpy=True))
         peers.append((label, precision, f"smallest cosine to the crate's f32 {cos:.7f}"))
-        models.append(st)
     times = interleaved(sides, rounds)
     os.unlink(texts_file)
     report(f"embed all-MiniLM-L6-v2, {len(texts)} docs", "docs", len(texts), crate, peers, times)
@@ -197,7 +196,7 @@ def score(threads: int, rounds: int, model: Path, int8: bool):
         print(f"rerank int8 against its f32: largest logit difference {diff:.1e}")
         if diff > REDUCED_LOGITS:
             raise SystemExit(f"int8 logits differ from f32 (largest difference {diff:.2e})")
-    peers, models = [], []
+    peers = []
     for label, backend, kwargs in BACKENDS:
         precision = precision_of(label)
         ce = CrossEncoder(str(model), device="cpu", backend=backend, model_kwargs=kwargs or None)
@@ -208,7 +207,6 @@ def score(threads: int, rounds: int, model: Path, int8: bool):
             raise SystemExit(f"{label} ({precision}): logits differ from the crate's (largest difference {diff:.2e})")
         sides[label] = timed(predict)
         peers.append((label, precision, f"largest logit difference to the crate's f32 {diff:.1e}"))
-        models.append(ce)
     times = interleaved(sides, rounds)
     os.unlink(pairs_file)
     report(f"score {model.name}, {len(pairs)} pairs ({lines['f32']['tokens']} tokens)", "pairs",

@@ -230,9 +230,7 @@ impl Turns {
     /// Turns on `device`'s queue (none on candle's CPU backend).
     pub fn on(device: &candle_core::Device) -> Self {
         static CONCURRENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let concurrent = *CONCURRENT.get_or_init(|| {
-            std::env::var("RERANK_CUDA_CONCURRENT_CALLS").is_ok_and(|v| v.trim() == "1")
-        });
+        let concurrent = set_to_one(&CONCURRENT, "RERANK_CUDA_CONCURRENT_CALLS");
         match device.is_cpu() || concurrent {
             true => Turns(None),
             false => Turns(Some(std::sync::Mutex::new(()))),
@@ -355,12 +353,16 @@ pub(crate) fn upload<D: candle_core::WithDType>(
 /// only once its copy is done, so that a failure that goes away with it points at them.
 fn settle(device: &candle_core::Device) -> candle_core::Result<()> {
     static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let sync = *SYNC
-        .get_or_init(|| std::env::var("RERANK_CUDA_SYNC_COPIES").is_ok_and(|v| v.trim() == "1"));
-    match sync {
+    match set_to_one(&SYNC, "RERANK_CUDA_SYNC_COPIES") {
         true => device.synchronize(),
         false => Ok(()),
     }
+}
+
+/// Whether the switch `name` is set to `1`, read once into `cell`: the opt-in switches of the
+/// GPU checks ([`Turns`], [`settle`]).
+fn set_to_one(cell: &std::sync::OnceLock<bool>, name: &str) -> bool {
+    *cell.get_or_init(|| std::env::var(name).is_ok_and(|v| v.trim() == "1"))
 }
 
 /// The CPU path's RoPE tables (`layers::rope::Rope`: the same angles, rounded as transformers
