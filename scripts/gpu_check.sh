@@ -31,6 +31,8 @@
 # them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to
 # leave it out), HEADS_AB_DTYPES (f32 f16: the cross-encoder once more at every workload with
 # RERANK_CUDA_HEADS_IN_PLACE=0, the rows "cross-encoder-heads-copied"; empty to leave them out),
+# POOL_AB_DTYPES (f16) and POOL_AB_KINDS (qwen3-reranker cross-encoder: each kind once more at the
+# first workload with RERANK_CUDA_POOL_KEEP=0, the rows "KIND-pool-trimmed"; empty to leave them out),
 # PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on three parity
 # tests), GPU_DIR (.gpu), MODELS (/tmp/peer_models), PY (python3), DEADLINE_S (450: steps that would
@@ -165,12 +167,14 @@ if runs_here "$IT"; then
   # built, calls on one device take turns (layers::candle::Turns); RERANK_CUDA_CONCURRENT_CALLS=1
   # lifts the turns, which is how DeBERTa's scores went wrong on an H200 (8 runs in 8 failed with the
   # cuBLASLt products on, none in 8 with them off): the default configurations tell its cause apart:
-  # the attention's batched scores on candle with the linear layers fused (RERANK_CUDA_FUSED_SCORES=0),
-  # cuBLASLt without a workspace (RERANK_CUDA_LT_WORKSPACE=0), every launch waited for
-  # (CUDA_LAUNCH_BLOCKING=1), the cuBLASLt products off.
+  # host threads calling cuBLASLt on one handle one at a time (as built) or at once
+  # (RERANK_CUDA_LT_LOCK=0, as on 1 December), the attention's batched scores on candle with the
+  # linear layers fused (RERANK_CUDA_FUSED_SCORES=0), cuBLASLt without a workspace
+  # (RERANK_CUDA_LT_WORKSPACE=0), every launch waited for (CUDA_LAUNCH_BLOCKING=1), the cuBLASLt
+  # products off.
   THREADS_TEST=candle::models_on_the_candle_engine_are_send_and_sync_and_agree_across_threads
   C=RERANK_CUDA_CONCURRENT_CALLS=1
-  for cfg in ${THREADS_CONFIGS:-- $C $C,RERANK_CUDA_FUSED_SCORES=0 $C,RERANK_CUDA_LT_WORKSPACE=0 $C,CUDA_LAUNCH_BLOCKING=1 $C,RERANK_CUDA_FUSED_LINEAR=0}; do
+  for cfg in ${THREADS_CONFIGS:-- $C $C,RERANK_CUDA_LT_LOCK=0 $C,RERANK_CUDA_FUSED_SCORES=0 $C,RERANK_CUDA_LT_WORKSPACE=0 $C,CUDA_LAUNCH_BLOCKING=1 $C,RERANK_CUDA_FUSED_LINEAR=0}; do
     [ "${THREADS_REPEAT:-10}" -gt 0 ] || break
     [ "$cfg" = - ] && cfg=
     failed=0
@@ -195,9 +199,11 @@ if runs_here "$IT"; then
   if [ "$DRY" != 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
     for tool in ${SANITIZE_THREADS-initcheck memcheck}; do
       say "compute-sanitizer $tool: the threads test on $TEST_DEVICE, $C"
-      RERANK_CUDA_CONCURRENT_CALLS=1 RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures \
-        RERANK_REQUIRE_FIXTURES=1 step 150 compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 \
-        "$IT" "$THREADS_TEST" --exact
+      (
+        export "${C?}"
+        RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
+          step 150 compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 "$IT" "$THREADS_TEST" --exact
+      )
       echo "$tool exit: $? (0: nothing found; 3: errors above; 101: the test failed, nothing found)"
     done
   fi
@@ -339,15 +345,20 @@ rows "$DTYPES"
 # candle's products, then the bias, the residual and the attention's mask as additions),
 # FUSED_AB_KINDS (cross-encoder qwen3-reranker) in FUSED_AB_DTYPES (f32 f16) at the first workload: what
 # adding them inside the products gives, in one run.
-FUSED_AB_DTYPES=${FUSED_AB_DTYPES-f32 f16}
-FUSED_AB_KINDS=${FUSED_AB_KINDS-cross-encoder qwen3-reranker}
-if [ -n "$FUSED_AB_DTYPES" ] && runs_here "$BENCH"; then
-  for kind in $FUSED_AB_KINDS; do
-    for dt in $FUSED_AB_DTYPES; do
-      ours "$kind-unfused" "$kind" "$MODELS/$kind" "$dt" "${WORKLOADS%% *}" RERANK_CUDA_FUSED_LINEAR=0
+# ab_rows SUFFIX KINDS DTYPES NAME=VALUE...: each kind of KINDS in each of DTYPES once more at the first
+# workload with the NAME=VALUE variables set, the rows "KIND-SUFFIX" (none when DTYPES is empty).
+ab_rows() {
+  local suffix=$1 kinds=$2 dtypes=$3 kind dt
+  shift 3
+  { [ -n "$dtypes" ] && runs_here "$BENCH"; } || return 0
+  for kind in $kinds; do
+    for dt in $dtypes; do
+      ours "$kind-$suffix" "$kind" "$MODELS/$kind" "$dt" "${WORKLOADS%% *}" "$@"
     done
   done
-fi
+}
+ab_rows unfused "${FUSED_AB_KINDS-cross-encoder qwen3-reranker}" "${FUSED_AB_DTYPES-f32 f16}" \
+  RERANK_CUDA_FUSED_LINEAR=0
 # --- 4a'. f32 on TF32 tensor cores (device_bench --tf32: models::allow_tf32), TF32_AB (1) at the
 # first workload, the row "cross-encoder-tf32", against PyTorch's exact f32.
 if [ "${TF32_AB:-1}" = 1 ] && runs_here "$BENCH"; then
@@ -364,6 +375,12 @@ if [ -n "$HEADS_AB_DTYPES" ] && runs_here "$BENCH"; then
     done
   done
 fi
+# --- 4a'''. the allocator's pool as the driver leaves it (RERANK_CUDA_POOL_KEEP=0: free memory handed
+# back at synchronizations; as built the pool keeps it for the next batches), POOL_AB_KINDS
+# (qwen3-reranker cross-encoder) in POOL_AB_DTYPES (f16) at the first workload, the rows
+# "KIND-pool-trimmed": what keeping it gives.
+ab_rows pool-trimmed "${POOL_AB_KINDS-qwen3-reranker cross-encoder}" "${POOL_AB_DTYPES-f16}" \
+  RERANK_CUDA_POOL_KEEP=0
 
 # --- 4b. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
 # runtime lets it read the device): the cross-encoders', the embedders' and Qwen3-Reranker's parity
@@ -442,12 +459,14 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "cross-encoder-pool-trimmed", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "qwen3-reranker-pool-trimmed", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
-    # The unfused and TF32 rows (4a) against the same PyTorch run as their kind's.
-    base = str(k[1]).removesuffix("-unfused").removesuffix("-tf32").removesuffix("-heads-copied")
+    # The A/B rows (4a) against the same PyTorch run as their kind's.
+    base = str(k[1])
+    for suffix in ("-unfused", "-tf32", "-heads-copied", "-pool-trimmed"):
+        base = base.removesuffix(suffix)
     a, b = o.get(k, {}), p.get(k) or p.get((k[0], base, k[2]), {})
     x, y = a.get("items_per_s"), b.get("items_per_s")
     ratio = f"{x / y:.2f}" if x and y else "n/a"

@@ -264,8 +264,36 @@ mod device {
             // cudarc's per-buffer events, which a stream of one's own turns on, would only add
             // driver calls to every operation.
             unsafe { cuda.disable_event_tracking() };
+            keep_freed_memory(cuda)?;
         }
         Ok(device)
+    }
+
+    /// Lets the stream-ordered allocator's pool on `device` keep the memory freed into it for
+    /// the allocations that follow (its release threshold at the maximum), as PyTorch's caching
+    /// allocator keeps its blocks: with the driver's default threshold of 0, the pool may hand
+    /// its free memory back at every synchronization, and the next batch's buffers are then
+    /// mapped anew. The process holds on to its peak use, as a PyTorch process does.
+    /// `RERANK_CUDA_POOL_KEEP=0` (read once) leaves the driver's default, a check for the GPU
+    /// runs; so does a device without stream-ordered allocation.
+    fn keep_freed_memory(device: &CudaDevice) -> candle_core::Result<()> {
+        use candle_core::cuda_backend::cudarc::driver::{result, sys};
+        static ON: OnceLock<bool> = OnceLock::new();
+        let context = device.cuda_stream().context().clone();
+        if !on_unless_zero(&ON, "RERANK_CUDA_POOL_KEEP") || !context.has_async_alloc() {
+            return Ok(());
+        }
+        let driver = |e: result::DriverError| candle_core::Error::Cuda(Box::new(e));
+        context.bind_to_thread().map_err(driver)?;
+        let attribute = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let mut threshold = u64::MAX;
+        // SAFETY: the device is the context's own, and the release threshold is a 64-bit
+        // unsigned integer, which `threshold` is.
+        unsafe {
+            let pool = result::device::get_default_mem_pool(context.cu_device()).map_err(driver)?;
+            result::mem_pool::set_attribute(pool, attribute, (&raw mut threshold).cast())
+                .map_err(driver)
+        }
     }
 
     /// The handle for the device `t` is on: `None` off CUDA devices or with
@@ -373,6 +401,15 @@ mod device {
     fn cache_algos() -> bool {
         static ON: OnceLock<bool> = OnceLock::new();
         on_unless_zero(&ON, "RERANK_CUDA_ALGO_CACHE")
+    }
+
+    /// Whether host threads take turns calling cuBLASLt on one handle ([`Lt::calls`]): unless
+    /// `RERANK_CUDA_LT_LOCK` is `0` (read once), which lets them call at once, as a check for
+    /// the GPU runs (cuBLAS documents its calls as thread-safe on one handle; the lock tells
+    /// whether concurrent calls are what mixes up the work of calls run at once).
+    fn lock_calls() -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        on_unless_zero(&ON, "RERANK_CUDA_LT_LOCK")
     }
 
     /// Whether the attention's batched scores run on cuBLASLt ([`scores`]): unless
@@ -660,6 +697,10 @@ mod device {
         /// The algorithm the heuristic picked for each kind of product planned on this handle
         /// ([`Key`]): asked once, not once per product (a layer's products repeat every batch).
         algos: Mutex<HashMap<Key, sys::cublasLtMatmulAlgo_t>>,
+        /// Held while a job's products are planned and queued ([`Lt::run`]), so that host
+        /// threads call cuBLASLt on this handle one at a time (unless `RERANK_CUDA_LT_LOCK=0`:
+        /// [`lock_calls`]). Queuing takes microseconds and waits for nothing on the device.
+        calls: Mutex<()>,
     }
 
     /// What the heuristic's choice depends on: the layout, the format, TF32 or not, the
@@ -727,6 +768,7 @@ mod device {
                 handle,
                 workspace,
                 algos: Mutex::new(HashMap::new()),
+                calls: Mutex::new(()),
             });
             live.push((device.id(), Arc::downgrade(&lt)));
             Ok(Handle(lt))
@@ -785,6 +827,8 @@ mod device {
                     .collect();
                 // A failure to bind shows as the products' own errors below.
                 let _ = stream.context().bind_to_thread();
+                let _calls =
+                    lock_calls().then(|| self.calls.lock().unwrap_or_else(|e| e.into_inner()));
                 let unplanned = |e| candle_core::Error::Cuda(Box::new(Unplanned(e)));
                 let plans = products
                     .iter()

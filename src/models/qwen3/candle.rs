@@ -12,12 +12,13 @@
 //!
 //! Written for a device, where every operation is a kernel launch and a pass over memory:
 //! - the hidden states stay one `(rows · len, hidden)` matrix, so every projection is one
-//!   product over the batch;
+//!   product over the batch, Q, K and V one product together (each head then put in place
+//!   by one copy, as the attention reads it);
 //! - the attention scale is folded into the queries' weights as they are read;
 //! - the scores stay in the activations' format (candle's fused softmax sums in f32 on a
 //!   GPU; on its CPU backend, half-precision scores go through the softmax in f32), and on a
 //!   CUDA device the mask is added by the scores' product (`layers::candle::QueryMask`);
-//! - the last layer runs its queries, and what follows them, for each prompt's last token
+//! - the last layer runs its attention, and what follows it, for each prompt's last token
 //!   only.
 
 use candle_core::{DType, Module, Tensor};
@@ -30,7 +31,7 @@ use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
     candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
-    softmax_in_f32, upload, var_builder, Fold, Linear, QueryMask, Turns,
+    softmax_in_f32, stacked, upload, var_builder, Fold, Linear, QueryMask, Turns,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -38,9 +39,8 @@ use crate::Result;
 
 struct Layer {
     input_norm: RmsNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// Q, K and V stacked (`(heads + 2 · kv heads) · head_dim` outputs): one product.
+    qkv: Linear,
     o: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -150,9 +150,16 @@ impl CandleDecoder {
             let qk = cfg.qk_norm();
             layers.push(Layer {
                 input_norm: rms(&l, h, eps, "input_layernorm")?,
-                q: linear(&a, h, heads * d, cfg.qkv_bias(), "q_proj")?,
-                k: linear(&a, h, kv * d, cfg.qkv_bias(), "k_proj")?,
-                v: linear(&a, h, kv * d, cfg.qkv_bias(), "v_proj")?,
+                qkv: stacked(
+                    &a,
+                    h,
+                    &[
+                        ("q_proj", heads * d),
+                        ("k_proj", kv * d),
+                        ("v_proj", kv * d),
+                    ],
+                    cfg.qkv_bias(),
+                )?,
                 o: linear(&a, heads * d, h, cfg.o_bias(), "o_proj")?,
                 q_norm: qk.then(|| rms(&a, d, eps, "q_norm")).transpose()?,
                 k_norm: qk.then(|| rms(&a, d, eps, "k_norm")).transpose()?,
@@ -355,7 +362,7 @@ impl CandleDecoder {
     /// `(b, t, prefix + t)` of [`Self::windows`] (a layer takes the one of its window), the
     /// keys and values of a shared prefix first when there is one. What comes back is what
     /// `pass` asks for: each row's last hidden state `(b, hidden)` (not final-normed; the
-    /// last layer runs its queries, attention output and feed-forward part for that token
+    /// last layer runs its attention, output projection and feed-forward part for that token
     /// only), or each layer's (keys, values) of these tokens (the last layer stops once it
     /// has them).
     ///
@@ -403,21 +410,19 @@ impl CandleDecoder {
         for (n, layer) in self.layers.iter().enumerate() {
             let mask = &masks[usize::from(self.cfg.window(n).is_some())];
             let y = layer.input_norm.forward(&x)?;
-            // `rows` `(b · tq, hidden)` through `proj` as `(b, n, tq, d)`, each head normed.
-            let split = |rows: &Tensor, tq, proj: &Linear, n, norm: Option<&RmsNorm>| {
-                let z = proj.forward(rows)?.reshape((b, tq, n, d))?;
-                let z = match norm {
-                    Some(norm) => norm.forward(&z)?,
-                    None => z,
-                };
-                z.transpose(1, 2)?.contiguous()
+            // Every head of Q, K and V from one product, `(b, t, heads + 2 kv, d)`.
+            let all = layer.qkv.forward(&y)?.reshape((b, t, heads + 2 * kv, d))?;
+            // The `n` heads from `first` of `all` `(b, tq, _, d)` as `(b, n, tq, d)`, each
+            // head normed.
+            let split = |all: &Tensor, first, n, norm: Option<&RmsNorm>| {
+                let z = all.narrow(2, first, n)?.transpose(1, 2)?.contiguous()?;
+                match norm {
+                    Some(norm) => norm.forward(&z),
+                    None => Ok(z),
+                }
             };
-            let k = rope(
-                &split(&y, t, &layer.k, kv, layer.k_norm.as_ref())?,
-                &cos,
-                &sin,
-            )?;
-            let v = split(&y, t, &layer.v, kv, None)?;
+            let k = rope(&split(&all, heads, kv, layer.k_norm.as_ref())?, &cos, &sin)?;
+            let v = split(&all, heads + kv, kv, None)?;
             if pass == Pass::KeysValues {
                 kept.push((k.clone(), v.clone()));
                 if n == last {
@@ -428,28 +433,22 @@ impl CandleDecoder {
             // residual only.
             let only_last = pass == Pass::LastRows && n == last;
             let tq = if only_last { 1 } else { t };
-            let at_last = |z: &Tensor| -> candle_core::Result<Tensor> {
-                let cols = z.dim(z.rank() - 1)?;
-                z.reshape((b, t, cols))?
-                    .narrow(1, t - 1, 1)?
-                    .reshape((b, cols))
-            };
             let last_query;
-            let (y, residual, mask, cos, sin) = match only_last {
+            let (all, residual, mask, cos, sin) = match only_last {
                 true => {
                     last_query = mask.last_query()?;
                     (
-                        at_last(&y)?,
-                        at_last(&x)?,
+                        all.narrow(1, t - 1, 1)?,
+                        x.reshape((b, t, h))?.narrow(1, t - 1, 1)?.reshape((b, h))?,
                         &last_query,
                         cos.narrow(1, t - 1, 1)?.contiguous()?,
                         sin.narrow(1, t - 1, 1)?.contiguous()?,
                     )
                 }
-                false => (y, x, mask, cos.clone(), sin.clone()),
+                false => (all, x, mask, cos.clone(), sin.clone()),
             };
             // Queries are scaled at load (`q_norm`'s or `q_proj`'s weight).
-            let q = split(&y, tq, &layer.q, heads, layer.q_norm.as_ref())?;
+            let q = split(&all, 0, heads, layer.q_norm.as_ref())?;
             let q = rope(&q, &cos, &sin)?;
             let (k, v) = match prefix {
                 None => (k, v),

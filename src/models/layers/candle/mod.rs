@@ -463,15 +463,36 @@ pub(crate) fn linear(
 /// into one linear layer of `3 · hidden` outputs: one product instead of three (the query's
 /// rows carry the attention scale when the weights were read with a [`Fold`]).
 pub(crate) fn stacked_qkv(vb: &VarBuilder, hidden: usize, [q, k, v]: [&str; 3]) -> Result<Linear> {
-    let stack = |kind: &str, shape: &[usize]| -> Result<Tensor> {
-        let get = |part: &str| vb.get(shape, &format!("{part}.{kind}"));
-        (|| Tensor::cat(&[&get(q)?, &get(k)?, &get(v)?], 0))().map_err(err(q))
+    stacked(vb, hidden, &[(q, hidden), (k, hidden), (v, hidden)], true)
+}
+
+/// The linear layers `parts` under `vb`, each `(name, outputs)` and all `inputs` wide, with
+/// their biases when `bias`, stacked in that order into one layer of all their outputs: one
+/// product instead of one per part, whose output holds each part's columns after the one
+/// before (the weights are read as `vb` reads them, a [`Fold`] included).
+pub(crate) fn stacked(
+    vb: &VarBuilder,
+    inputs: usize,
+    parts: &[(&str, usize)],
+    bias: bool,
+) -> Result<Linear> {
+    let first = parts.first().map_or("a stacked layer", |(name, _)| name);
+    let stack = |kind: &str, with_inputs: bool| -> Result<Tensor> {
+        let tensors = parts
+            .iter()
+            .map(|&(name, outputs)| match with_inputs {
+                true => vb.get((outputs, inputs), &format!("{name}.{kind}")),
+                false => vb.get(outputs, &format!("{name}.{kind}")),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(err(first))?;
+        Tensor::cat(&tensors, 0).map_err(err(first))
     };
-    Linear::new(
-        stack("weight", &[hidden, hidden])?,
-        Some(stack("bias", &[hidden])?),
-    )
-    .map_err(err(q))
+    let bias = match bias {
+        true => Some(stack("bias", false)?),
+        false => None,
+    };
+    Linear::new(stack("weight", true)?, bias).map_err(err(first))
 }
 
 /// `x` `(b · t, hidden)` through a stacked Q, K, V layer ([`stacked_qkv`]), as Q, K and V of
