@@ -30,8 +30,8 @@ use super::forward::{check_prompts, shared_prefix};
 use super::layers::{check_config, under_model, EMBED};
 use crate::models::layers::batch::BatchSink;
 use crate::models::layers::candle::{
-    candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors, softmax,
-    softmax_in_f32, stacked, upload, var_builder, Fold, Linear, QueryMask, Turns,
+    cached_params, candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors,
+    softmax, softmax_in_f32, stacked, upload, var_builder, Fold, Linear, QueryMask, Turns,
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
@@ -406,6 +406,8 @@ impl CandleDecoder {
         let mut kept = Vec::new();
         let h = self.cfg.hidden_size;
         let mut x = self.embed.forward(ids)?.reshape((b * t, h))?;
+        // Nothing is uploaded from here on (the ids, positions and masks are on the device).
+        let _params = cached_params(&self.device);
         let last = self.layers.len().saturating_sub(1);
         for (n, layer) in self.layers.iter().enumerate() {
             let mask = &masks[usize::from(self.cfg.window(n).is_some())];

@@ -359,8 +359,28 @@ fn settle(device: &candle_core::Device) -> candle_core::Result<()> {
     }
 }
 
+/// While what this returns lives, candle's kernels on a CUDA `device` that read strided
+/// operands (a transposed copy, a broadcast addition) take their shapes and strides from
+/// buffers uploaded once per layout and kept for the process (candle's parameter cache, made
+/// for CUDA graphs) instead of an allocation and a copy from the host for each operation; the
+/// thread must upload nothing else meanwhile (candle then also caches small uploads by
+/// content). Opt-in with `RERANK_CUDA_PARAM_CACHE=1` (read once), because the cache keeps one
+/// buffer for every layout it ever sees: a check for the GPU runs of what those copies cost
+/// the host. `None` otherwise, and off CUDA devices.
+pub(crate) fn cached_params(device: &candle_core::Device) -> Option<Box<dyn std::any::Any>> {
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(cuda) = device {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if set_to_one(&ON, "RERANK_CUDA_PARAM_CACHE") {
+            return Some(Box::new(cuda.enable_cuda_graph_htod_cache()));
+        }
+    }
+    let _ = device;
+    None
+}
+
 /// Whether the switch `name` is set to `1`, read once into `cell`: the opt-in switches of the
-/// GPU checks ([`Turns`], [`settle`]).
+/// GPU checks ([`Turns`], [`settle`], [`cached_params`]).
 fn set_to_one(cell: &std::sync::OnceLock<bool>, name: &str) -> bool {
     *cell.get_or_init(|| std::env::var(name).is_ok_and(|v| v.trim() == "1"))
 }
@@ -480,19 +500,22 @@ pub(crate) fn stacked(
     let stack = |kind: &str, with_inputs: bool| -> Result<Tensor> {
         let tensors = parts
             .iter()
-            .map(|&(name, outputs)| match with_inputs {
-                true => vb.get((outputs, inputs), &format!("{name}.{kind}")),
-                false => vb.get(outputs, &format!("{name}.{kind}")),
+            .map(|&(name, outputs)| {
+                let tensor = match with_inputs {
+                    true => vb.get((outputs, inputs), &format!("{name}.{kind}")),
+                    false => vb.get(outputs, &format!("{name}.{kind}")),
+                };
+                tensor.map_err(err(name))
             })
-            .collect::<candle_core::Result<Vec<_>>>()
-            .map_err(err(first))?;
+            .collect::<Result<Vec<_>>>()?;
         Tensor::cat(&tensors, 0).map_err(err(first))
     };
+    let weight = stack("weight", true)?;
     let bias = match bias {
         true => Some(stack("bias", false)?),
         false => None,
     };
-    Linear::new(stack("weight", true)?, bias).map_err(err(first))
+    Linear::new(weight, bias).map_err(err(first))
 }
 
 /// `x` `(b · t, hidden)` through a stacked Q, K, V layer ([`stacked_qkv`]), as Q, K and V of
@@ -626,6 +649,62 @@ mod tests {
         let mut bias = [2.0f32, 2.0, 2.0];
         first_row.apply("x.q.weight", &[3], &mut bias);
         assert_eq!(bias, [1.0, 2.0, 2.0]);
+    }
+
+    #[test]
+    fn a_stacked_layer_gives_each_parts_outputs_side_by_side_and_names_a_missing_one() {
+        let dev = candle_core::Device::Cpu;
+        let (rows, inputs) = (3, 4);
+        let parts = [("q", 4), ("k", 2), ("v", 2)];
+        let value = |i: usize, s: f32| ((i * 7 + 3) % 11) as f32 * s - 1.0;
+        let mut tensors = HashMap::new();
+        for (n, &(name, outputs)) in parts.iter().enumerate() {
+            let w: Vec<f32> = (0..outputs * inputs).map(|i| value(i + n, 0.25)).collect();
+            let b: Vec<f32> = (0..outputs).map(|i| value(i + 2 * n, 0.5)).collect();
+            let w = Tensor::from_vec(w, (outputs, inputs), &dev).unwrap();
+            tensors.insert(format!("{name}.weight"), w);
+            tensors.insert(
+                format!("{name}.bias"),
+                Tensor::from_vec(b, outputs, &dev).unwrap(),
+            );
+        }
+        let vb = VarBuilder::from_tensors(tensors.clone(), DType::F32, &dev);
+        let x: Vec<f32> = (0..rows * inputs).map(|i| value(i, 0.125)).collect();
+        let x = Tensor::from_vec(x, (rows, inputs), &dev).unwrap();
+        let all: Vec<Vec<f32>> = stacked(&vb, inputs, &parts, true)
+            .unwrap()
+            .forward(&x)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        let mut column = 0;
+        for &(name, outputs) in &parts {
+            let one: Vec<Vec<f32>> = linear(&vb, inputs, outputs, true, name)
+                .unwrap()
+                .forward(&x)
+                .unwrap()
+                .to_vec2()
+                .unwrap();
+            for r in 0..rows {
+                assert_eq!(
+                    all[r][column..column + outputs],
+                    one[r][..],
+                    "{name}, row {r}"
+                );
+            }
+            column += outputs;
+        }
+        assert_eq!(column, all[0].len());
+        // Without biases the products alone; a part that is missing is named.
+        let plain = stacked(&vb, inputs, &parts, false).unwrap();
+        assert!(plain.forward(&x).is_ok());
+        tensors.remove("k.weight");
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &dev);
+        let e = stacked(&vb, inputs, &parts, true).unwrap_err().to_string();
+        assert!(
+            e.starts_with("model error: k: ") && e.contains("k.weight"),
+            "{e}"
+        );
     }
 
     #[test]
