@@ -260,6 +260,10 @@ show_stages() {
   grep -v 'rerank::device' "$OUT/.stages" || true
   # A product cuBLASLt had no algorithm for (candle's operations ran it): once per kind of product.
   grep -o 'cuBLASLt has no algorithm.*' "$OUT/.stages" | sort | uniq -c | head -5 || true
+  # Decoder passes whose repeated mask passed its bound (candle's broadcast addition added it).
+  local over
+  over=$(grep -c "mask repeated for every head would pass" "$OUT/.stages" || true)
+  [ "${over:-0}" -gt 0 ] && echo "  decoder passes over the repeated mask's bound: $over"
   grep -o 'batches=.*' "$OUT/.stages" | tail -1 | sed 's/^/  stages of the timed call: /' || true
 }
 

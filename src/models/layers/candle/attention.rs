@@ -176,9 +176,11 @@ impl KeyMask {
 
 /// The largest decoder mask repeated for the scores' product ([`QueryMask`]): past it (very
 /// long prompts in large batches), candle's broadcast addition runs instead, so that the
-/// repeated mask never holds more memory than this beside one layer's scores.
+/// repeated mask never holds more memory than this beside one layer's scores (which are as
+/// large: 1 GiB is a batch of 128 prompts of about 500 tokens for Qwen3-Reranker-0.6B, whose
+/// scores and probabilities take as much each).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const QUERY_MASK_MAX_BYTES: usize = 256 << 20;
+const QUERY_MASK_MAX_BYTES: usize = 1 << 30;
 
 /// A decoder batch's additive mask per query and key (causal, padding, sliding window), built
 /// once and read by every layer's grouped-query scores, in which `group` query heads share
@@ -206,7 +208,15 @@ impl QueryMask {
                 let bytes = b * kv * group * queries * keys * additive.dtype().size_in_bytes();
                 match bytes <= QUERY_MASK_MAX_BYTES {
                     true => Some((lt, repeated(&additive, kv, group)?)),
-                    false => None,
+                    false => {
+                        tracing::debug!(
+                            target: "rerank::device",
+                            bytes,
+                            "the decoder's mask repeated for every head would pass its bound; \
+                             candle's broadcast addition adds it"
+                        );
+                        None
+                    }
                 }
             }
             None => None,
