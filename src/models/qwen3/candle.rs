@@ -57,7 +57,48 @@ struct HostTokens {
     /// `(rows, tokens)`.
     shape: (usize, usize),
     positions: Vec<u32>,
-    masks: Vec<Vec<f32>>,
+    masks: Vec<HostMask>,
+}
+
+/// An additive mask on the host, already in the activations' format (its values, 0 and -inf,
+/// are exact in each), so that the copy to the device is the only pass over it there, and a
+/// half-precision mask copies half the bytes.
+enum HostMask {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+    Bf16(Vec<half::bf16>),
+}
+
+impl HostMask {
+    /// `values` in `dtype` (f32 for any other).
+    fn new(values: Vec<f32>, dtype: DType) -> Self {
+        match dtype {
+            DType::F16 => HostMask::F16(values.into_iter().map(half::f16::from_f32).collect()),
+            DType::BF16 => HostMask::Bf16(values.into_iter().map(half::bf16::from_f32).collect()),
+            _ => HostMask::F32(values),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            HostMask::F32(v) => v.len(),
+            HostMask::F16(v) => v.len(),
+            HostMask::Bf16(v) => v.len(),
+        }
+    }
+
+    /// The mask as a tensor of `shape` on `device`: one copy.
+    fn upload(
+        self,
+        shape: impl Into<candle_core::Shape>,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<Tensor> {
+        match self {
+            HostMask::F32(v) => upload(v, shape, device),
+            HostMask::F16(v) => upload(v, shape, device),
+            HostMask::Bf16(v) => upload(v, shape, device),
+        }
+    }
 }
 
 /// A batch of prompts prepared on the host: the tokens they all share (run once), and the rest
@@ -259,9 +300,10 @@ impl CandleDecoder {
             p => {
                 let positions: Vec<u32> = (0..p as u32).collect();
                 let masks = windows.iter().map(|&w| {
-                    (0..p)
+                    let mask = (0..p)
                         .flat_map(|q| (0..p).map(move |k| visible(k, q, w)))
-                        .collect()
+                        .collect();
+                    HostMask::new(mask, self.dtype)
                 });
                 Some(HostTokens {
                     ids: prompts[0][..p].to_vec(),
@@ -310,7 +352,7 @@ impl CandleDecoder {
                     }
                 }
             }
-            mask
+            HostMask::new(mask, self.dtype)
         });
         Ok(Some(HostPrompts {
             prefix,
@@ -373,7 +415,7 @@ impl CandleDecoder {
         &self,
         ids: &Tensor,
         positions: Vec<u32>,
-        masks: Vec<Vec<f32>>,
+        masks: Vec<HostMask>,
         prefix: Option<&[(Tensor, Tensor)]>,
         pass: Pass,
     ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
@@ -393,15 +435,12 @@ impl CandleDecoder {
             .sin
             .index_select(&positions, 0)?
             .reshape((b, t, d / 2))?;
-        // The additive masks, for every head, in the activations' format (0 or -inf: exact in
-        // every format), added by the scores' product on a CUDA device (`QueryMask`).
+        // The additive masks (in the activations' format already: `HostMask`), for every
+        // head, added by the scores' product on a CUDA device (`QueryMask`).
         let group = heads / kv;
         let masks = masks
             .into_iter()
-            .map(|m| {
-                let m = upload(m, (b, 1, 1, t, width), &self.device)?;
-                QueryMask::new(m.to_dtype(self.dtype)?, kv, group)
-            })
+            .map(|m| QueryMask::new(m.upload((b, 1, 1, t, width), &self.device)?, kv, group))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let mut kept = Vec::new();
         let h = self.cfg.hidden_size;
