@@ -70,12 +70,12 @@ enum HostMask {
 }
 
 impl HostMask {
-    /// `values` in `dtype` (f32 for any other).
-    fn new(values: Vec<f32>, dtype: DType) -> Self {
+    /// The mask `build` makes, written in `dtype`'s format (f32 for any other).
+    fn of(dtype: DType, build: &impl BuildMask) -> Self {
         match dtype {
-            DType::F16 => HostMask::F16(values.into_iter().map(half::f16::from_f32).collect()),
-            DType::BF16 => HostMask::Bf16(values.into_iter().map(half::bf16::from_f32).collect()),
-            _ => HostMask::F32(values),
+            DType::F16 => HostMask::F16(build.build()),
+            DType::BF16 => HostMask::Bf16(build.build()),
+            _ => HostMask::F32(build.build()),
         }
     }
 
@@ -98,6 +98,87 @@ impl HostMask {
             HostMask::F16(v) => upload(v, shape, device),
             HostMask::Bf16(v) => upload(v, shape, device),
         }
+    }
+}
+
+/// What an additive mask holds, in each format it is built in: 0 where a query sees a key,
+/// -inf where it does not (both exact in every format).
+trait MaskValue: Copy {
+    const SEEN: Self;
+    const UNSEEN: Self;
+}
+
+impl MaskValue for f32 {
+    const SEEN: Self = 0.0;
+    const UNSEEN: Self = f32::NEG_INFINITY;
+}
+
+impl MaskValue for half::f16 {
+    const SEEN: Self = half::f16::ZERO;
+    const UNSEEN: Self = half::f16::NEG_INFINITY;
+}
+
+impl MaskValue for half::bf16 {
+    const SEEN: Self = half::bf16::ZERO;
+    const UNSEEN: Self = half::bf16::NEG_INFINITY;
+}
+
+/// A mask written straight in the format it is asked for ([`HostMask::of`]).
+trait BuildMask {
+    fn build<T: MaskValue>(&self) -> Vec<T>;
+}
+
+/// The causal mask `(len, len)` of a shared prefix's tokens, within `window`.
+struct PrefixMask {
+    len: usize,
+    window: Option<usize>,
+}
+
+impl BuildMask for PrefixMask {
+    fn build<T: MaskValue>(&self) -> Vec<T> {
+        let (p, w) = (self.len, self.window);
+        (0..p)
+            .flat_map(|q| (0..p).map(move |k| visible(k, q, w)))
+            .collect()
+    }
+}
+
+/// The mask `(rows, t, shared + t)` of the rest of each prompt after a `shared` prefix,
+/// left-padded to the longest (`t`): every token sees the prefix (within `window`), then its
+/// own prompt's real tokens up to itself; a padding row sees the prefix, or itself.
+struct RestMask<'a> {
+    rest: &'a [&'a [u32]],
+    shared: usize,
+    window: Option<usize>,
+}
+
+impl BuildMask for RestMask<'_> {
+    fn build<T: MaskValue>(&self) -> Vec<T> {
+        let (shared, w) = (self.shared, self.window);
+        let t = self.rest.iter().map(|r| r.len()).max().unwrap_or(0);
+        let width = shared + t;
+        let mut mask = vec![T::UNSEEN; self.rest.len() * t * width];
+        for (i, r) in self.rest.iter().enumerate() {
+            let pad = t - r.len();
+            for q in 0..t {
+                let row = &mut mask[(i * t + q) * width..(i * t + q + 1) * width];
+                let at = shared + q.saturating_sub(pad);
+                for (k, m) in row[..shared].iter_mut().enumerate() {
+                    *m = visible(k, at, w);
+                }
+                let own = &mut row[shared..];
+                match q < pad {
+                    true if shared == 0 => own[q] = T::SEEN,
+                    true => {}
+                    false => {
+                        for (j, m) in own.iter_mut().enumerate().take(q + 1).skip(pad) {
+                            *m = visible(shared + j - pad, at, w);
+                        }
+                    }
+                }
+            }
+        }
+        mask
     }
 }
 
@@ -299,12 +380,9 @@ impl CandleDecoder {
             0 => None,
             p => {
                 let positions: Vec<u32> = (0..p as u32).collect();
-                let masks = windows.iter().map(|&w| {
-                    let mask = (0..p)
-                        .flat_map(|q| (0..p).map(move |k| visible(k, q, w)))
-                        .collect();
-                    HostMask::new(mask, self.dtype)
-                });
+                let masks = windows
+                    .iter()
+                    .map(|&w| HostMask::of(self.dtype, &PrefixMask { len: p, window: w }));
                 Some(HostTokens {
                     ids: prompts[0][..p].to_vec(),
                     shape: (1, p),
@@ -321,38 +399,19 @@ impl CandleDecoder {
             .iter()
             .flat_map(|r| std::iter::repeat_n(0, t - r.len()).chain(r.iter().copied()))
             .collect();
-        // Positions after the shared prefix; every token sees the whole prefix (within its
-        // window), then its own prompt's real tokens up to itself (a padding row sees the
-        // prefix, or itself).
-        let width = shared + t;
+        // Positions after the shared prefix (what each token sees: `RestMask`).
         let mut positions = Vec::with_capacity(b * t);
         for r in &rest {
             let pad = t - r.len();
             positions.extend((0..t).map(|j| (shared + j.saturating_sub(pad)) as u32));
         }
         let masks = windows.iter().map(|&w| {
-            let mut mask = vec![f32::NEG_INFINITY; b * t * width];
-            for (i, r) in rest.iter().enumerate() {
-                let pad = t - r.len();
-                for q in 0..t {
-                    let row = &mut mask[(i * t + q) * width..(i * t + q + 1) * width];
-                    let at = shared + q.saturating_sub(pad);
-                    for (k, m) in row[..shared].iter_mut().enumerate() {
-                        *m = visible(k, at, w);
-                    }
-                    let own = &mut row[shared..];
-                    match q < pad {
-                        true if shared == 0 => own[q] = 0.0,
-                        true => {}
-                        false => {
-                            for (j, m) in own.iter_mut().enumerate().take(q + 1).skip(pad) {
-                                *m = visible(shared + j - pad, at, w);
-                            }
-                        }
-                    }
-                }
-            }
-            HostMask::new(mask, self.dtype)
+            let mask = RestMask {
+                rest: &rest,
+                shared,
+                window: w,
+            };
+            HostMask::of(self.dtype, &mask)
         });
         Ok(Some(HostPrompts {
             prefix,
@@ -549,12 +608,12 @@ fn fold(cfg: &Qwen3Config) -> Fold {
 
 /// The additive mask entry of the key at position `key` for the query at position `query`:
 /// 0 when the query sees it (causal, and within `window` when there is one), else -inf.
-fn visible(key: usize, query: usize, window: Option<usize>) -> f32 {
+fn visible<T: MaskValue>(key: usize, query: usize, window: Option<usize>) -> T {
     let near = window.is_none_or(|w| key + w > query);
     if key <= query && near {
-        0.0
+        T::SEEN
     } else {
-        f32::NEG_INFINITY
+        T::UNSEEN
     }
 }
 
@@ -573,6 +632,52 @@ fn shared_on_device(prompts: &[&[u32]]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mask_is_the_same_in_every_format_and_lets_each_token_see_what_it_should() {
+        let (a, b) = ([1u32, 2, 3], [4u32]);
+        let rest: [&[u32]; 2] = [&a, &b];
+        for (shared, window) in [(0, None), (2, None), (2, Some(2))] {
+            let mask = RestMask {
+                rest: &rest,
+                shared,
+                window,
+            };
+            let f32s: Vec<f32> = mask.build();
+            let f16s: Vec<half::f16> = mask.build();
+            let bf16s: Vec<half::bf16> = mask.build();
+            assert_eq!(f32s.len(), 2 * 3 * (shared + 3));
+            for (i, &v) in f32s.iter().enumerate() {
+                assert_eq!(f16s[i].to_f32(), v, "{shared} {window:?} {i}");
+                assert_eq!(bf16s[i].to_f32(), v, "{shared} {window:?} {i}");
+            }
+            let seen =
+                |row: usize, q: usize, k: usize| f32s[(row * 3 + q) * (shared + 3) + k] == 0.0;
+            // Row 0 (no padding): its last token sees itself and the tokens before it, within
+            // the window; row 1 (two padding columns): its one token sees itself, not the padding.
+            assert!(seen(0, 2, shared + 2) && seen(0, 2, shared + 1));
+            assert_eq!(seen(0, 2, shared), window.is_none());
+            assert!(!seen(0, 0, shared + 1), "no token sees a later one");
+            assert!(seen(1, 2, shared + 2) && !seen(1, 2, shared) && !seen(1, 2, shared + 1));
+            // A padding row sees the prefix (within the window: its last key at least), or
+            // itself without one.
+            match shared {
+                0 => assert!(seen(1, 0, 0)),
+                _ => assert!(seen(1, 0, shared - 1) && !seen(1, 0, shared)),
+            }
+            assert_eq!(seen(1, 0, 0) && shared > 0, window.is_none() && shared > 0);
+        }
+        let prefix: Vec<half::f16> = PrefixMask {
+            len: 3,
+            window: None,
+        }
+        .build();
+        let causal: Vec<bool> = prefix.iter().map(|v| v.to_f32() == 0.0).collect();
+        assert_eq!(
+            causal,
+            [true, false, false, true, true, false, true, true, true]
+        );
+    }
 
     #[test]
     fn a_shared_prefix_needs_two_prompts_and_leaves_each_a_token_of_its_own() {
