@@ -25,7 +25,8 @@
 # qwen3-reranker"), WARMUP_BATCHES (4: both sides warm up on that many batches' worth of the items),
 # THREADS_REPEAT (10: the threads test's runs in each configuration of THREADS_CONFIGS, after the
 # parity tests), SANITIZE_THREADS (initcheck memcheck: compute-sanitizer's tools on the threads test,
-# after them), TABLE (1; 0 stops after the threads test), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
+# after them, in SANITIZE_CONFIG: NAME=VALUE[,NAME=VALUE...], by default the turns lifted and no lock
+# on cuBLASLt's calls), TABLE (1; 0 stops after the threads test), RUNS (3: PyTorch's timed passes, the median reported) and RUNS_AT_SCALE (1: past 1024 items),
 # FUSED_AB_DTYPES (f32 f16) and FUSED_AB_KINDS (cross-encoder qwen3-reranker: each kind once more at
 # the first workload with RERANK_CUDA_FUSED_LINEAR=0, the rows "KIND-unfused"; either empty to leave
 # them out), TF32_AB (1: the f32 cross-encoder once more on TF32, the row "cross-encoder-tf32"; 0 to
@@ -193,16 +194,19 @@ if runs_here "$IT"; then
     done
     say "threads test ${cfg:-as built}: $failed of ${THREADS_REPEAT:-10} runs failed"
   done
-  # --- 1b. compute-sanitizer on the threads test with the turns lifted, SANITIZE_THREADS ("initcheck
+  # --- 1b. compute-sanitizer on the threads test as it failed (SANITIZE_CONFIG), SANITIZE_THREADS ("initcheck
   # memcheck"): initcheck for reads of device memory nothing wrote (a kernel reading an output's
   # unwritten part, or a buffer before its copy landed, reads what the allocator left there: the same
   # bytes when one call runs alone and other threads' when four do), memcheck for reads of memory
   # freed or out of bounds.
   if [ "$DRY" != 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    # The configuration that failed on 1 December: the turns lifted and no lock on cuBLASLt's calls.
+    sanitized=${SANITIZE_CONFIG:-$C,RERANK_CUDA_LT_LOCK=0}
     for tool in ${SANITIZE_THREADS-initcheck memcheck}; do
-      say "compute-sanitizer $tool: the threads test on $TEST_DEVICE, $C"
+      say "compute-sanitizer $tool: the threads test on $TEST_DEVICE, $sanitized"
       (
-        export "${C?}"
+        IFS=, read -ra vars <<<"$sanitized"
+        for v in "${vars[@]}"; do export "${v?}"; done
         RERANK_TEST_DEVICE=$TEST_DEVICE RERANK_SHARED_FIXTURES=$GPU_DIR/fixtures RERANK_REQUIRE_FIXTURES=1 \
           step 150 compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 "$IT" "$THREADS_TEST" --exact
       )
