@@ -70,12 +70,12 @@ enum HostMask {
 }
 
 impl HostMask {
-    /// The mask `build` makes, written in `dtype`'s format (f32 for any other).
-    fn of(dtype: DType, build: &impl BuildMask) -> Self {
+    /// `mask` written in `dtype`'s format (f32 for any other).
+    fn of(dtype: DType, mask: &PromptMask) -> Self {
         match dtype {
-            DType::F16 => HostMask::F16(build.build()),
-            DType::BF16 => HostMask::Bf16(build.build()),
-            _ => HostMask::F32(build.build()),
+            DType::F16 => HostMask::F16(mask.build()),
+            DType::BF16 => HostMask::Bf16(mask.build()),
+            _ => HostMask::F32(mask.build()),
         }
     }
 
@@ -123,36 +123,18 @@ impl MaskValue for half::bf16 {
     const UNSEEN: Self = half::bf16::NEG_INFINITY;
 }
 
-/// A mask written straight in the format it is asked for ([`HostMask::of`]).
-trait BuildMask {
-    fn build<T: MaskValue>(&self) -> Vec<T>;
-}
-
-/// The causal mask `(len, len)` of a shared prefix's tokens, within `window`.
-struct PrefixMask {
-    len: usize,
-    window: Option<usize>,
-}
-
-impl BuildMask for PrefixMask {
-    fn build<T: MaskValue>(&self) -> Vec<T> {
-        let (p, w) = (self.len, self.window);
-        (0..p)
-            .flat_map(|q| (0..p).map(move |k| visible(k, q, w)))
-            .collect()
-    }
-}
-
-/// The mask `(rows, t, shared + t)` of the rest of each prompt after a `shared` prefix,
-/// left-padded to the longest (`t`): every token sees the prefix (within `window`), then its
-/// own prompt's real tokens up to itself; a padding row sees the prefix, or itself.
-struct RestMask<'a> {
+/// The mask `(rows, t, shared + t)` of prompts (`rest`) after a prefix of `shared` tokens
+/// they all share (none for the prefix's own pass: one prompt, `shared` 0), left-padded to
+/// the longest (`t`): every token sees the prefix (within `window`), then its own prompt's
+/// real tokens up to itself; a padding row sees the prefix, or itself. Written straight in
+/// the format it is asked for ([`HostMask::of`]).
+struct PromptMask<'a> {
     rest: &'a [&'a [u32]],
     shared: usize,
     window: Option<usize>,
 }
 
-impl BuildMask for RestMask<'_> {
+impl PromptMask<'_> {
     fn build<T: MaskValue>(&self) -> Vec<T> {
         let (shared, w) = (self.shared, self.window);
         let t = self.rest.iter().map(|r| r.len()).max().unwrap_or(0);
@@ -380,11 +362,17 @@ impl CandleDecoder {
             0 => None,
             p => {
                 let positions: Vec<u32> = (0..p as u32).collect();
-                let masks = windows
-                    .iter()
-                    .map(|&w| HostMask::of(self.dtype, &PrefixMask { len: p, window: w }));
+                let tokens = &prompts[0][..p];
+                let masks = windows.iter().map(|&w| {
+                    let mask = PromptMask {
+                        rest: &[tokens],
+                        shared: 0,
+                        window: w,
+                    };
+                    HostMask::of(self.dtype, &mask)
+                });
                 Some(HostTokens {
-                    ids: prompts[0][..p].to_vec(),
+                    ids: tokens.to_vec(),
                     shape: (1, p),
                     positions,
                     masks: masks.collect(),
@@ -399,14 +387,14 @@ impl CandleDecoder {
             .iter()
             .flat_map(|r| std::iter::repeat_n(0, t - r.len()).chain(r.iter().copied()))
             .collect();
-        // Positions after the shared prefix (what each token sees: `RestMask`).
+        // Positions after the shared prefix (what each token sees: `PromptMask`).
         let mut positions = Vec::with_capacity(b * t);
         for r in &rest {
             let pad = t - r.len();
             positions.extend((0..t).map(|j| (shared + j.saturating_sub(pad)) as u32));
         }
         let masks = windows.iter().map(|&w| {
-            let mask = RestMask {
+            let mask = PromptMask {
                 rest: &rest,
                 shared,
                 window: w,
@@ -638,7 +626,7 @@ mod tests {
         let (a, b) = ([1u32, 2, 3], [4u32]);
         let rest: [&[u32]; 2] = [&a, &b];
         for (shared, window) in [(0, None), (2, None), (2, Some(2))] {
-            let mask = RestMask {
+            let mask = PromptMask {
                 rest: &rest,
                 shared,
                 window,
@@ -667,8 +655,10 @@ mod tests {
             }
             assert_eq!(seen(1, 0, 0) && shared > 0, window.is_none() && shared > 0);
         }
-        let prefix: Vec<half::f16> = PrefixMask {
-            len: 3,
+        // A shared prefix's own pass: one prompt, causal.
+        let prefix: Vec<half::f16> = PromptMask {
+            rest: &[&a],
+            shared: 0,
             window: None,
         }
         .build();
