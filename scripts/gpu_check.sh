@@ -36,6 +36,8 @@
 # first workload with RERANK_CUDA_POOL_KEEP=0, the rows "KIND-pool-trimmed"; empty to leave them out),
 # PARAM_AB_DTYPES (f16: the Qwen3 reranker once more at the first workload with
 # RERANK_CUDA_PARAM_CACHE=1, the rows "qwen3-reranker-params-cached"; empty to leave them out),
+# DECODER_AB_DTYPES (f16: the Qwen3 reranker once more at the first workload with
+# RERANK_CUDA_DECODER_KERNELS=0, the rows "qwen3-reranker-candle-ops"; empty to leave them out),
 # PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on three parity
 # tests), GPU_DIR (.gpu), MODELS (/tmp/peer_models), PY (python3), DEADLINE_S (450: steps that would
@@ -395,6 +397,12 @@ ab_rows pool-trimmed "${POOL_AB_KINDS-qwen3-reranker cross-encoder}" "${POOL_AB_
 # cache (RERANK_CUDA_PARAM_CACHE=1: uploaded once per layout; as built, one upload per operation),
 # PARAM_AB_DTYPES (f16) at the first workload, the rows "qwen3-reranker-params-cached".
 ab_rows params-cached qwen3-reranker "${PARAM_AB_DTYPES-f16}" RERANK_CUDA_PARAM_CACHE=1
+# --- 4a5. the decoder on candle's operations alone (RERANK_CUDA_DECODER_KERNELS=0: a strided copy of
+# Q, K and V each, two norms and two rotations, a copy of the context back, the gate and up
+# projections as two products, SiLU and the product as two passes, where the crate's kernels of
+# src/simd/decoder.cu make one pass of each and gate and up are one product), DECODER_AB_DTYPES (f16)
+# at the first workload, the rows "qwen3-reranker-candle-ops".
+ab_rows candle-ops qwen3-reranker "${DECODER_AB_DTYPES-f16}" RERANK_CUDA_DECODER_KERNELS=0
 
 # --- 4b. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
 # runtime lets it read the device): the cross-encoders', the embedders' and Qwen3-Reranker's parity
@@ -473,13 +481,13 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "cross-encoder-pool-trimmed", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "qwen3-reranker-pool-trimmed", "qwen3-reranker-params-cached", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "cross-encoder-pool-trimmed", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "qwen3-reranker-pool-trimmed", "qwen3-reranker-params-cached", "qwen3-reranker-candle-ops", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):
     # The A/B rows (4a) against the same PyTorch run as their kind's.
     base = str(k[1])
-    for suffix in ("-unfused", "-tf32", "-heads-copied", "-pool-trimmed", "-params-cached"):
+    for suffix in ("-unfused", "-tf32", "-heads-copied", "-pool-trimmed", "-params-cached", "-candle-ops"):
         base = base.removesuffix(suffix)
     a, b = o.get(k, {}), p.get(k) or p.get((k[0], base, k[2]), {})
     x, y = a.get("items_per_s"), b.get("items_per_s")

@@ -12,8 +12,10 @@
 //!
 //! Written for a device, where every operation is a kernel launch and a pass over memory:
 //! - the hidden states stay one `(rows · len, hidden)` matrix, so every projection is one
-//!   product over the batch, Q, K and V one product together (each head then put in place
-//!   by one copy, as the attention reads it);
+//!   product over the batch, Q, K and V one product together, then their heads split, normed
+//!   and rotated in one pass (`simd::decoder::split_heads`; on a CUDA device a kernel of our
+//!   own, where candle needs seven), the context's heads merged back in one, and gate and up
+//!   one product, then SwiGLU in one pass;
 //! - the attention scale is folded into the queries' weights as they are read;
 //! - the scores stay in the activations' format (candle's fused softmax sums in f32 on a
 //!   GPU; on its CPU backend, half-precision scores go through the softmax in f32), and on a
@@ -35,6 +37,7 @@ use crate::models::layers::candle::{
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
+use crate::simd::decoder::{self, merge_heads, split_heads, swiglu, HeadSizes};
 use crate::Result;
 
 struct Layer {
@@ -45,9 +48,29 @@ struct Layer {
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     post_norm: RmsNorm,
-    gate: Linear,
-    up: Linear,
+    mlp: GateUp,
     down: Linear,
+}
+
+/// The feed-forward part's gate and up projections.
+enum GateUp {
+    /// One product of both (`2 · intermediate` outputs, each row's gate, then its up), then
+    /// SwiGLU in one pass (`simd::decoder::swiglu`).
+    Stacked(Linear),
+    /// Two products, then candle's SiLU and product (`RERANK_CUDA_DECODER_KERNELS=0`).
+    Apart { gate: Linear, up: Linear },
+}
+
+impl GateUp {
+    /// `silu(gate · y) * (up · y)`.
+    fn forward(&self, y: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            GateUp::Stacked(both) => swiglu(&both.forward(y)?),
+            GateUp::Apart { gate, up } => {
+                candle_nn::ops::silu(&gate.forward(y)?)? * up.forward(y)?
+            }
+        }
+    }
 }
 
 /// Token ids on the host, with what the layers need beside them: a position per token and the
@@ -268,8 +291,21 @@ impl CandleDecoder {
                 q_norm: qk.then(|| rms(&a, d, eps, "q_norm")).transpose()?,
                 k_norm: qk.then(|| rms(&a, d, eps, "k_norm")).transpose()?,
                 post_norm: rms(&l, h, eps, "post_attention_layernorm")?,
-                gate: linear(&m, h, cfg.intermediate_size, false, "gate_proj")?,
-                up: linear(&m, h, cfg.intermediate_size, false, "up_proj")?,
+                mlp: match decoder::enabled() {
+                    true => GateUp::Stacked(stacked(
+                        &m,
+                        h,
+                        &[
+                            ("gate_proj", cfg.intermediate_size),
+                            ("up_proj", cfg.intermediate_size),
+                        ],
+                        false,
+                    )?),
+                    false => GateUp::Apart {
+                        gate: linear(&m, h, cfg.intermediate_size, false, "gate_proj")?,
+                        up: linear(&m, h, cfg.intermediate_size, false, "up_proj")?,
+                    },
+                },
                 down: linear(&m, cfg.intermediate_size, h, false, "down_proj")?,
             });
         }
@@ -494,79 +530,128 @@ impl CandleDecoder {
         let mut x = self.embed.forward(ids)?.reshape((b * t, h))?;
         // Nothing is uploaded from here on (the ids, positions and masks are on the device).
         let _params = cached_params(&self.device);
+        let fused_heads = decoder::enabled();
         let last = self.layers.len().saturating_sub(1);
         for (n, layer) in self.layers.iter().enumerate() {
             let mask = &masks[usize::from(self.cfg.window(n).is_some())];
             let y = layer.input_norm.forward(&x)?;
-            // Every head of Q, K and V from one product, `(b, t, heads + 2 kv, d)`.
-            let all = layer.qkv.forward(&y)?.reshape((b, t, heads + 2 * kv, d))?;
-            // The `n` heads from `first` of `all` `(b, tq, _, d)` as `(b, n, tq, d)`, each
-            // head normed.
-            let split = |all: &Tensor, first, n, norm: Option<&RmsNorm>| {
-                let z = all.narrow(2, first, n)?.transpose(1, 2)?.contiguous()?;
-                match norm {
-                    Some(norm) => norm.forward(&z),
-                    None => Ok(z),
+            // Every head of Q, K and V from one product, `(b · t, (heads + 2 kv) · d)`.
+            let all = layer.qkv.forward(&y)?;
+            // The last layer of a `LastRows` pass: the last token's query, mask row and
+            // residual only.
+            let only_last = pass == Pass::LastRows && n == last;
+            let tq = if only_last { 1 } else { t };
+            let (q, k, v) = match fused_heads {
+                true => {
+                    let sizes = HeadSizes {
+                        rows: b,
+                        tokens: t,
+                        heads,
+                        kv,
+                        d,
+                        queries: tq,
+                        prefix: prefix.map_or(Ok(0), |p| p[n].0.dim(2))?,
+                    };
+                    let norms = match (&layer.q_norm, &layer.k_norm) {
+                        (Some(q), Some(k)) => Some((q.weight(), k.weight())),
+                        _ => None,
+                    };
+                    let rope = Some((&cos, &sin));
+                    let prefix_kv = prefix.map(|p| (&p[n].0, &p[n].1));
+                    let eps = self.cfg.rms_norm_eps;
+                    split_heads(&all, sizes, norms, rope, prefix_kv, eps)?
+                }
+                false => {
+                    let prefix_kv = prefix.map(|p| (&p[n].0, &p[n].1));
+                    self.heads_by_candle(layer, &all, (b, t, tq), (&cos, &sin), prefix_kv)?
                 }
             };
-            let k = rope(&split(&all, heads, kv, layer.k_norm.as_ref())?, &cos, &sin)?;
-            let v = split(&all, heads + kv, kv, None)?;
             if pass == Pass::KeysValues {
                 kept.push((k.clone(), v.clone()));
                 if n == last {
                     break;
                 }
             }
-            // The last layer of a `LastRows` pass: the last token's query, mask row and
-            // residual only.
-            let only_last = pass == Pass::LastRows && n == last;
-            let tq = if only_last { 1 } else { t };
             let last_query;
-            let (all, residual, mask, cos, sin) = match only_last {
+            let (residual, mask) = match only_last {
                 true => {
                     last_query = mask.last_query()?;
                     (
-                        all.narrow(1, t - 1, 1)?,
                         x.reshape((b, t, h))?.narrow(1, t - 1, 1)?.reshape((b, h))?,
                         &last_query,
-                        cos.narrow(1, t - 1, 1)?.contiguous()?,
-                        sin.narrow(1, t - 1, 1)?.contiguous()?,
                     )
                 }
-                false => (all, x, mask, cos.clone(), sin.clone()),
-            };
-            // Queries are scaled at load (`q_norm`'s or `q_proj`'s weight).
-            let q = split(&all, 0, heads, layer.q_norm.as_ref())?;
-            let q = rope(&q, &cos, &sin)?;
-            let (k, v) = match prefix {
-                None => (k, v),
-                Some(prefix) => {
-                    let (pk, pv) = &prefix[n];
-                    let p = pk.dim(2)?;
-                    let (pk, pv) = (pk.expand((b, kv, p, d))?, pv.expand((b, kv, p, d))?);
-                    // (candle concatenates broadcast tensors in a transposed layout.)
-                    (
-                        Tensor::cat(&[&pk, &k], 2)?.contiguous()?,
-                        Tensor::cat(&[&pv, &v], 2)?.contiguous()?,
-                    )
-                }
+                false => (x, mask),
             };
             // Grouped-query attention without repeating keys and values: the `group` query
             // heads that share a key/value head are one `(group * tq)`-row matrix against it
             // (query head `h` reads key/value head `h / group`, as transformers' repeat_kv).
             let q = q.reshape((b, kv, group * tq, d))?;
             let probs = softmax(&mask.scores(&q, &k)?, self.softmax_in_f32)?;
-            let attn = probs
-                .matmul(&v)?
-                .reshape((b, heads, tq, d))?
-                .transpose(1, 2)?
-                .reshape((b * tq, heads * d))?;
+            let context = probs.matmul(&v)?.reshape((b, heads, tq, d))?;
+            let attn = match fused_heads {
+                true => merge_heads(&context)?,
+                false => context.transpose(1, 2)?.reshape((b * tq, heads * d))?,
+            };
             x = layer.o.forward_add(&attn, &residual)?;
             let y = layer.post_norm.forward(&x)?;
-            let mlp = (candle_nn::ops::silu(&layer.gate.forward(&y)?)? * layer.up.forward(&y)?)?;
-            x = layer.down.forward_add(&mlp, &x)?;
+            x = layer.down.forward_add(&layer.mlp.forward(&y)?, &x)?;
         }
         Ok((x, kept))
+    }
+}
+
+impl CandleDecoder {
+    /// Q `(b, heads, tq, d)` of the last `tq` tokens, K and V `(b, kv, p + t, d)` from the
+    /// stacked projection `all` `(b · t, (heads + 2 kv) · d)` on candle's operations: a
+    /// strided copy of each part, the per-head norms, RoPE, then a shared prefix's keys and
+    /// values `(1, kv, p, d)` concatenated before each prompt's when there is one. What
+    /// `decoder::split_heads` does in one pass; this runs under
+    /// `RERANK_CUDA_DECODER_KERNELS=0`.
+    fn heads_by_candle(
+        &self,
+        layer: &Layer,
+        all: &Tensor,
+        (b, t, tq): (usize, usize, usize),
+        (cos, sin): (&Tensor, &Tensor),
+        prefix_kv: Option<(&Tensor, &Tensor)>,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let (heads, kv, d) = (
+            self.cfg.num_attention_heads,
+            self.cfg.num_key_value_heads,
+            self.cfg.head_dim,
+        );
+        let all = all.reshape((b, t, heads + 2 * kv, d))?;
+        // The `n` heads from `first` of `all` `(b, tq, _, d)` as `(b, n, tq, d)`, each head
+        // normed.
+        let split = |all: &Tensor, first, n, norm: Option<&RmsNorm>| {
+            let z = all.narrow(2, first, n)?.transpose(1, 2)?.contiguous()?;
+            match norm {
+                Some(norm) => norm.forward(&z),
+                None => Ok(z),
+            }
+        };
+        let k = rope(&split(&all, heads, kv, layer.k_norm.as_ref())?, cos, sin)?;
+        let v = split(&all, heads + kv, kv, None)?;
+        let from = t - tq;
+        let (cos, sin) = (
+            cos.narrow(1, from, tq)?.contiguous()?,
+            sin.narrow(1, from, tq)?.contiguous()?,
+        );
+        let q = split(&all.narrow(1, from, tq)?, 0, heads, layer.q_norm.as_ref())?;
+        let (k, v) = match prefix_kv {
+            None => (k, v),
+            Some((pk, pv)) => {
+                let p = pk.dim(2)?;
+                let (pk, pv) = (pk.expand((b, kv, p, d))?, pv.expand((b, kv, p, d))?);
+                // (candle concatenates broadcast tensors in a transposed layout.)
+                (
+                    Tensor::cat(&[&pk, &k], 2)?.contiguous()?,
+                    Tensor::cat(&[&pv, &v], 2)?.contiguous()?,
+                )
+            }
+        };
+        Ok((rope(&q, &cos, &sin)?, k, v))
     }
 }
 
