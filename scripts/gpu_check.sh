@@ -34,9 +34,10 @@
 # RERANK_CUDA_HEADS_IN_PLACE=0, the rows "cross-encoder-heads-copied"; empty to leave them out),
 # POOL_AB_DTYPES (f16) and POOL_AB_KINDS (qwen3-reranker cross-encoder: each kind once more at the
 # first workload with RERANK_CUDA_POOL_KEEP=0, the rows "KIND-pool-trimmed"; empty to leave them out),
-# PARAM_AB_DTYPES (f16: the Qwen3 reranker once more at the first workload with
-# RERANK_CUDA_PARAM_CACHE=1, the rows "qwen3-reranker-params-cached"; empty to leave them out),
-# DECODER_AB_DTYPES (f16: the Qwen3 reranker once more at the first workload with
+# PARAM_AB_DTYPES (empty: the Qwen3 reranker once more at the first workload with
+# RERANK_CUDA_PARAM_CACHE=1 in each of these, the rows "qwen3-reranker-params-cached"; left out by
+# default since the decoder's own kernels replaced the strided copies whose uploads it caches),
+# DECODER_AB_DTYPES (f16: the Qwen3 reranker once more at every workload with
 # RERANK_CUDA_DECODER_KERNELS=0, the rows "qwen3-reranker-candle-ops"; empty to leave them out),
 # PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on three parity
@@ -395,14 +396,21 @@ ab_rows pool-trimmed "${POOL_AB_KINDS-qwen3-reranker cross-encoder}" "${POOL_AB_
   RERANK_CUDA_POOL_KEEP=0
 # --- 4a''''. the decoder's strided kernels reading their shapes and strides from candle's parameter
 # cache (RERANK_CUDA_PARAM_CACHE=1: uploaded once per layout; as built, one upload per operation),
-# PARAM_AB_DTYPES (f16) at the first workload, the rows "qwen3-reranker-params-cached".
-ab_rows params-cached qwen3-reranker "${PARAM_AB_DTYPES-f16}" RERANK_CUDA_PARAM_CACHE=1
+# PARAM_AB_DTYPES (none by default) at the first workload, the rows "qwen3-reranker-params-cached".
+ab_rows params-cached qwen3-reranker "${PARAM_AB_DTYPES-}" RERANK_CUDA_PARAM_CACHE=1
 # --- 4a5. the decoder on candle's operations alone (RERANK_CUDA_DECODER_KERNELS=0: a strided copy of
 # Q, K and V each, two norms and two rotations, a copy of the context back, the gate and up
 # projections as two products, SiLU and the product as two passes, where the crate's kernels of
 # src/simd/decoder.cu make one pass of each and gate and up are one product), DECODER_AB_DTYPES (f16)
-# at the first workload, the rows "qwen3-reranker-candle-ops".
-ab_rows candle-ops qwen3-reranker "${DECODER_AB_DTYPES-f16}" RERANK_CUDA_DECODER_KERNELS=0
+# at every workload (the strided copies grow with the batch), the rows "qwen3-reranker-candle-ops".
+DECODER_AB_DTYPES=${DECODER_AB_DTYPES-f16}
+if [ -n "$DECODER_AB_DTYPES" ] && runs_here "$BENCH"; then
+  for wl in $WORKLOADS; do
+    for dt in $DECODER_AB_DTYPES; do
+      ours qwen3-reranker-candle-ops qwen3-reranker "$MODELS/qwen3-reranker" "$dt" "$wl" RERANK_CUDA_DECODER_KERNELS=0
+    done
+  done
+fi
 
 # --- 4b. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
 # runtime lets it read the device): the cross-encoders', the embedders' and Qwen3-Reranker's parity
