@@ -358,18 +358,22 @@ rows "$DTYPES"
 # candle's products, then the bias, the residual and the attention's mask as additions),
 # FUSED_AB_KINDS (cross-encoder qwen3-reranker) in FUSED_AB_DTYPES (f32 f16) at the first workload: what
 # adding them inside the products gives, in one run.
-# ab_rows SUFFIX KINDS DTYPES NAME=VALUE...: each kind of KINDS in each of DTYPES once more at the first
-# workload with the NAME=VALUE variables set, the rows "KIND-SUFFIX" (none when DTYPES is empty).
-ab_rows() {
-  local suffix=$1 kinds=$2 dtypes=$3 kind dt
-  shift 3
+# ab_rows_at WORKLOADS SUFFIX KINDS DTYPES NAME=VALUE...: each kind of KINDS in each of DTYPES once more
+# at each of WORKLOADS with the NAME=VALUE variables set (or --flags for device_bench), the rows
+# "KIND-SUFFIX" (none when DTYPES is empty); ab_rows SUFFIX KINDS DTYPES ...: at the first workload.
+ab_rows_at() {
+  local wls=$1 suffix=$2 kinds=$3 dtypes=$4 wl kind dt
+  shift 4
   { [ -n "$dtypes" ] && runs_here "$BENCH"; } || return 0
-  for kind in $kinds; do
-    for dt in $dtypes; do
-      ours "$kind-$suffix" "$kind" "$MODELS/$kind" "$dt" "${WORKLOADS%% *}" "$@"
+  for wl in $wls; do
+    for kind in $kinds; do
+      for dt in $dtypes; do
+        ours "$kind-$suffix" "$kind" "$MODELS/$kind" "$dt" "$wl" "$@"
+      done
     done
   done
 }
+ab_rows() { ab_rows_at "${WORKLOADS%% *}" "$@"; }
 ab_rows unfused "${FUSED_AB_KINDS-cross-encoder qwen3-reranker}" "${FUSED_AB_DTYPES-f32 f16}" \
   RERANK_CUDA_FUSED_LINEAR=0
 # --- 4a'. f32 on TF32 tensor cores (device_bench --tf32: models::allow_tf32), TF32_AB (1) at the
@@ -380,14 +384,7 @@ fi
 # --- 4a''. the cross-encoder with the heads copied into place (RERANK_CUDA_HEADS_IN_PLACE=0: one copy
 # of Q, K and V per layer and one of the context, then batched products), HEADS_AB_DTYPES (f32 f16)
 # at every workload, the rows "cross-encoder-heads-copied": what reading them in place gives.
-HEADS_AB_DTYPES=${HEADS_AB_DTYPES-f32 f16}
-if [ -n "$HEADS_AB_DTYPES" ] && runs_here "$BENCH"; then
-  for wl in $WORKLOADS; do
-    for dt in $HEADS_AB_DTYPES; do
-      ours cross-encoder-heads-copied cross-encoder "$MODELS/cross-encoder" "$dt" "$wl" RERANK_CUDA_HEADS_IN_PLACE=0
-    done
-  done
-fi
+ab_rows_at "$WORKLOADS" heads-copied cross-encoder "${HEADS_AB_DTYPES-f32 f16}" RERANK_CUDA_HEADS_IN_PLACE=0
 # --- 4a'''. the allocator's pool as the driver leaves it (RERANK_CUDA_POOL_KEEP=0: free memory handed
 # back at synchronizations; as built the pool keeps it for the next batches), POOL_AB_KINDS
 # (qwen3-reranker cross-encoder) in POOL_AB_DTYPES (f16) at the first workload, the rows
@@ -403,14 +400,7 @@ ab_rows params-cached qwen3-reranker "${PARAM_AB_DTYPES-}" RERANK_CUDA_PARAM_CAC
 # projections as two products, SiLU and the product as two passes, where the crate's kernels of
 # src/simd/decoder.cu make one pass of each and gate and up are one product), DECODER_AB_DTYPES (f16)
 # at every workload (the strided copies grow with the batch), the rows "qwen3-reranker-candle-ops".
-DECODER_AB_DTYPES=${DECODER_AB_DTYPES-f16}
-if [ -n "$DECODER_AB_DTYPES" ] && runs_here "$BENCH"; then
-  for wl in $WORKLOADS; do
-    for dt in $DECODER_AB_DTYPES; do
-      ours qwen3-reranker-candle-ops qwen3-reranker "$MODELS/qwen3-reranker" "$dt" "$wl" RERANK_CUDA_DECODER_KERNELS=0
-    done
-  done
-fi
+ab_rows_at "$WORKLOADS" candle-ops qwen3-reranker "${DECODER_AB_DTYPES-f16}" RERANK_CUDA_DECODER_KERNELS=0
 
 # --- 4b. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
 # runtime lets it read the device): the cross-encoders', the embedders' and Qwen3-Reranker's parity

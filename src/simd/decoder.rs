@@ -166,9 +166,12 @@ pub(crate) fn swiglu(gate_up: &Tensor) -> candle_core::Result<Tensor> {
 /// [`swiglu`]'s operation.
 struct SwiGlu;
 
-impl SwiGlu {
+impl OnHost for SwiGlu {
+    const NAME: &'static str = "swiglu";
+
     /// The definition on the host: `g / (1 + exp(-g)) · u` in f32, rounded once.
-    fn on_host<T: WithDType>(x: &[T], inputs: usize) -> Vec<T> {
+    fn on_host<T: WithDType>(&self, x: &[T], layout: &Layout) -> candle_core::Result<Vec<T>> {
+        let inputs = layout.shape().dims2()?.1 / 2;
         let mut out = Vec::with_capacity(x.len() / 2);
         for row in x.chunks_exact(2 * inputs) {
             let (gate, up) = row.split_at(inputs);
@@ -177,7 +180,7 @@ impl SwiGlu {
                 T::from_f64(f64::from(g / (1.0 + (-g).exp()) * f32_of(u)))
             }));
         }
-        out
+        Ok(out)
     }
 }
 
@@ -192,17 +195,10 @@ impl CustomOp1 for SwiGlu {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, both) = layout.shape().dims2()?;
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("swiglu: the projection is not contiguous");
-        };
-        let inputs = both / 2;
-        let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(SwiGlu::on_host(&v[start..end], inputs)),
-            CpuStorage::F16(v) => CpuStorage::F16(SwiGlu::on_host(&v[start..end], inputs)),
-            CpuStorage::BF16(v) => CpuStorage::BF16(SwiGlu::on_host(&v[start..end], inputs)),
-            other => candle_core::bail!("swiglu: no kernel for {:?}", other.dtype()),
-        };
-        Ok((out, Shape::from((rows, inputs))))
+        Ok((
+            on_cpu(self, storage, layout)?,
+            Shape::from((rows, both / 2)),
+        ))
     }
 
     #[cfg(feature = "cuda")]
@@ -241,10 +237,12 @@ fn host<'a, T: WithDType>(storage: &'a Storage, layout: &Layout) -> candle_core:
     Ok(&cpu.as_slice::<T>()?[start..end])
 }
 
-impl Split {
+impl OnHost for Split {
+    const NAME: &'static str = "split_heads";
+
     /// The definition on the host: for each row of `all` (prompt, token, head), the head's
     /// `d` values in f32, normed and rotated as the module says, rounded once to `T`.
-    fn on_host<T: WithDType>(&self, all: &[T]) -> candle_core::Result<Vec<T>> {
+    fn on_host<T: WithDType>(&self, all: &[T], _: &Layout) -> candle_core::Result<Vec<T>> {
         let s = self.sizes;
         let (nq, nk) = s.parts();
         let half = s.d / 2;
@@ -329,6 +327,32 @@ fn pair_on_host<'a, T: WithDType>(
     }
 }
 
+/// An operation's definition on the host, over its input's elements in their own format.
+trait OnHost {
+    /// The operation's name in errors.
+    const NAME: &'static str;
+
+    /// The output's elements from the input's `x` (contiguous, of `layout`'s shape).
+    fn on_host<T: WithDType>(&self, x: &[T], layout: &Layout) -> candle_core::Result<Vec<T>>;
+}
+
+/// `op` on candle's CPU backend: its definition in the input's format (f32, f16 or bf16).
+fn on_cpu<P: OnHost>(
+    op: &P,
+    storage: &CpuStorage,
+    layout: &Layout,
+) -> candle_core::Result<CpuStorage> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{}: the input is not contiguous", P::NAME);
+    };
+    Ok(match storage {
+        CpuStorage::F32(v) => CpuStorage::F32(op.on_host(&v[start..end], layout)?),
+        CpuStorage::F16(v) => CpuStorage::F16(op.on_host(&v[start..end], layout)?),
+        CpuStorage::BF16(v) => CpuStorage::BF16(op.on_host(&v[start..end], layout)?),
+        other => candle_core::bail!("{}: no kernel for {:?}", P::NAME, other.dtype()),
+    })
+}
+
 /// A value in f32 (exact from f16 and bf16).
 fn f32_of<T: WithDType>(v: T) -> f32 {
     v.to_f64() as f32
@@ -350,16 +374,7 @@ impl CustomOp1 for Split {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("split_heads: the projection is not contiguous");
-        };
-        let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(self.on_host(&v[start..end])?),
-            CpuStorage::F16(v) => CpuStorage::F16(self.on_host(&v[start..end])?),
-            CpuStorage::BF16(v) => CpuStorage::BF16(self.on_host(&v[start..end])?),
-            other => candle_core::bail!("split_heads: no kernel for {:?}", other.dtype()),
-        };
-        Ok((out, flat_shape(&self.sizes)))
+        Ok((on_cpu(self, storage, layout)?, flat_shape(&self.sizes)))
     }
 
     #[cfg(feature = "cuda")]
@@ -373,9 +388,12 @@ impl CustomOp1 for Split {
     }
 }
 
-impl Merge {
+impl OnHost for Merge {
+    const NAME: &'static str = "merge_heads";
+
     /// The definition on the host: row `(b, h, q)` of `x` to row `(b, q, h)`.
-    fn on_host<T: WithDType>(x: &[T], (heads, queries, d): (usize, usize, usize)) -> Vec<T> {
+    fn on_host<T: WithDType>(&self, x: &[T], layout: &Layout) -> candle_core::Result<Vec<T>> {
+        let (_, heads, queries, d) = layout.shape().dims4()?;
         let mut out = vec![T::zero(); x.len()];
         for (row, src) in x.chunks_exact(d).enumerate() {
             let (q, bh) = (row % queries, row / queries);
@@ -383,7 +401,7 @@ impl Merge {
             let at = ((b * queries + q) * heads + h) * d;
             out[at..at + d].copy_from_slice(src);
         }
-        out
+        Ok(out)
     }
 }
 
@@ -398,16 +416,7 @@ impl CustomOp1 for Merge {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, heads, queries, d) = layout.shape().dims4()?;
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("merge_heads: the context is not contiguous");
-        };
-        let dims = (heads, queries, d);
-        let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(Merge::on_host(&v[start..end], dims)),
-            CpuStorage::F16(v) => CpuStorage::F16(Merge::on_host(&v[start..end], dims)),
-            CpuStorage::BF16(v) => CpuStorage::BF16(Merge::on_host(&v[start..end], dims)),
-            other => candle_core::bail!("merge_heads: no kernel for {:?}", other.dtype()),
-        };
+        let out = on_cpu(self, storage, layout)?;
         Ok((out, Shape::from((rows, queries, heads, d))))
     }
 
@@ -441,6 +450,31 @@ mod device {
     const MODULE: &str = "rerank_decoder";
     /// Head rows per block: one warp each (`WARPS_PER_BLOCK` in `decoder.cu`).
     const ROWS_PER_BLOCK: u64 = 4;
+
+    /// `$body` with `$t` the element type of `$dtype` and `$kernel` the name of `$name`'s
+    /// kernel for it (`$name` then `_f32`, `_f16` or `_bf16`); an error for other formats.
+    macro_rules! per_format {
+        ($dtype:expr, $name:literal, |$t:ident, $kernel:ident| $body:expr) => {
+            match $dtype {
+                DType::F32 => {
+                    type $t = f32;
+                    let $kernel = concat!($name, "_f32");
+                    $body
+                }
+                DType::F16 => {
+                    type $t = half::f16;
+                    let $kernel = concat!($name, "_f16");
+                    $body
+                }
+                DType::BF16 => {
+                    type $t = half::bf16;
+                    let $kernel = concat!($name, "_bf16");
+                    $body
+                }
+                other => candle_core::bail!("{}: no kernel for {other:?}", $name),
+            }
+        };
+    }
 
     /// The launch of `rows` warps, one per head row.
     fn blocks(rows: usize) -> candle_core::Result<LaunchConfig> {
@@ -502,12 +536,9 @@ mod device {
         layout: &Layout,
     ) -> candle_core::Result<CudaStorage> {
         let sides = [locked(&op.norms), locked(&op.rope), locked(&op.prefix_kv)];
-        match storage.dtype() {
-            DType::F32 => run::<f32>(op, storage, layout, &sides, "split_heads_f32"),
-            DType::F16 => run::<half::f16>(op, storage, layout, &sides, "split_heads_f16"),
-            DType::BF16 => run::<half::bf16>(op, storage, layout, &sides, "split_heads_bf16"),
-            other => candle_core::bail!("split_heads: no kernel for {other:?}"),
-        }
+        per_format!(storage.dtype(), "split_heads", |T, kernel| run::<T>(
+            op, storage, layout, &sides, kernel
+        ))
     }
 
     fn run<T: CudaDType + DeviceRepr>(
@@ -564,45 +595,51 @@ mod device {
     /// Threads per block of [`swiglu`]'s kernel (one block per row).
     const ROW_THREADS: u32 = 256;
 
+    /// `kernel` `(x, out, sizes...)` on `storage` at `layout` in `T`, writing a new output of
+    /// `len` elements.
+    ///
+    /// # Safety
+    /// `kernel` must take exactly those arguments, read only what `x` holds and write only
+    /// (and all of) the `len` elements of `out` when launched as `config`.
+    unsafe fn one_input<T: CudaDType + DeviceRepr>(
+        storage: &CudaStorage,
+        layout: &Layout,
+        (kernel, config, sizes): (&str, LaunchConfig, &[u32]),
+        len: usize,
+    ) -> candle_core::Result<CudaStorage> {
+        let device = storage.device();
+        let x = view::<T>(storage, layout)?;
+        // SAFETY: the kernel writes every element (the caller's promise).
+        let mut out: CudaSlice<T> = unsafe { device.alloc::<T>(len)? };
+        let func = device.get_or_load_custom_func(kernel, MODULE, PTX)?;
+        let mut builder = func.builder();
+        builder.arg(&x);
+        builder.arg(&mut out);
+        for n in sizes {
+            builder.arg(n);
+        }
+        // SAFETY: the arguments are the kernel's, in its order and types (the caller's
+        // promise); both buffers are on the device's one stream.
+        unsafe { builder.launch(config) }.w()?;
+        Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+    }
+
     pub(super) fn swiglu(
         storage: &CudaStorage,
         layout: &Layout,
         (rows, inputs): (usize, usize),
     ) -> candle_core::Result<CudaStorage> {
-        fn go<T: CudaDType + DeviceRepr>(
-            storage: &CudaStorage,
-            layout: &Layout,
-            (rows, inputs): (usize, usize),
-            kernel: &str,
-        ) -> candle_core::Result<CudaStorage> {
-            let device = storage.device();
-            let x = view::<T>(storage, layout)?;
-            // SAFETY: the kernel writes every element.
-            let mut out: CudaSlice<T> = unsafe { device.alloc::<T>(rows * inputs)? };
-            let func = device.get_or_load_custom_func(kernel, MODULE, PTX)?;
-            let inputs = u32_of(inputs)?;
-            let mut builder = func.builder();
-            builder.arg(&x);
-            builder.arg(&mut out);
-            builder.arg(&inputs);
-            let config = LaunchConfig {
-                grid_dim: (u32_of(rows)?.max(1), 1, 1),
-                block_dim: (ROW_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: the arguments are the kernel's, in its order and types; `x` holds `rows`
-            // rows of `2 · inputs` and `out` `rows` of `inputs`; both on the device's one
-            // stream.
-            unsafe { builder.launch(config) }.w()?;
-            Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
-        }
-        let dims = (rows, inputs);
-        match storage.dtype() {
-            DType::F32 => go::<f32>(storage, layout, dims, "swiglu_f32"),
-            DType::F16 => go::<half::f16>(storage, layout, dims, "swiglu_f16"),
-            DType::BF16 => go::<half::bf16>(storage, layout, dims, "swiglu_bf16"),
-            other => candle_core::bail!("swiglu: no kernel for {other:?}"),
-        }
+        let config = LaunchConfig {
+            grid_dim: (u32_of(rows)?.max(1), 1, 1),
+            block_dim: (ROW_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let sizes = [u32_of(inputs)?];
+        per_format!(storage.dtype(), "swiglu", |T, kernel| {
+            // SAFETY: `swiglu_*(x, out, inputs)`, one block per row: `x` holds `rows` rows of
+            // `2 · inputs` (`swiglu` checked), `out` gets `rows` of `inputs`.
+            unsafe { one_input::<T>(storage, layout, (kernel, config, &sizes), rows * inputs) }
+        })
     }
 
     pub(super) fn merge(
@@ -610,38 +647,14 @@ mod device {
         layout: &Layout,
         (rows, heads, queries, d): (usize, usize, usize, usize),
     ) -> candle_core::Result<CudaStorage> {
-        fn go<T: CudaDType + DeviceRepr>(
-            storage: &CudaStorage,
-            layout: &Layout,
-            dims: (usize, usize, usize, usize),
-            kernel: &str,
-        ) -> candle_core::Result<CudaStorage> {
-            let (rows, heads, queries, d) = dims;
-            let device = storage.device();
-            let x = view::<T>(storage, layout)?;
-            // SAFETY: the kernel writes every element.
-            let mut out: CudaSlice<T> = unsafe { device.alloc::<T>(x.len())? };
-            let func = device.get_or_load_custom_func(kernel, MODULE, PTX)?;
-            let (b, h, q, dd) = (u32_of(rows)?, u32_of(heads)?, u32_of(queries)?, u32_of(d)?);
-            let mut builder = func.builder();
-            builder.arg(&x);
-            builder.arg(&mut out);
-            for n in [&b, &h, &q, &dd] {
-                builder.arg(n);
-            }
-            let config = blocks(rows * heads * queries)?;
-            // SAFETY: the arguments are the kernel's, in its order and types; `x` holds the
-            // context and `out` as many elements; both on the device's one stream.
-            unsafe { builder.launch(config) }.w()?;
-            Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
-        }
-        let dims = (rows, heads, queries, d);
-        match storage.dtype() {
-            DType::F32 => go::<f32>(storage, layout, dims, "merge_heads_f32"),
-            DType::F16 => go::<half::f16>(storage, layout, dims, "merge_heads_f16"),
-            DType::BF16 => go::<half::bf16>(storage, layout, dims, "merge_heads_bf16"),
-            other => candle_core::bail!("merge_heads: no kernel for {other:?}"),
-        }
+        let config = blocks(rows * heads * queries)?;
+        let sizes = [u32_of(rows)?, u32_of(heads)?, u32_of(queries)?, u32_of(d)?];
+        let len = rows * heads * queries * d;
+        per_format!(storage.dtype(), "merge_heads", |T, kernel| {
+            // SAFETY: `merge_heads_*(x, out, b, heads, tq, d)`, a warp per row of `d`: `x` is
+            // the contiguous context of those sizes, `out` gets as many elements.
+            unsafe { one_input::<T>(storage, layout, (kernel, config, &sizes), len) }
+        })
     }
 }
 
