@@ -541,6 +541,8 @@ impl CandleDecoder {
             // residual only.
             let only_last = pass == Pass::LastRows && n == last;
             let tq = if only_last { 1 } else { t };
+            // A shared prefix's keys and values, put before each prompt's.
+            let prefix_kv = prefix.map(|p| (&p[n].0, &p[n].1));
             let (q, k, v) = match fused_heads {
                 true => {
                     let sizes = HeadSizes {
@@ -550,21 +552,16 @@ impl CandleDecoder {
                         kv,
                         d,
                         queries: tq,
-                        prefix: prefix.map_or(Ok(0), |p| p[n].0.dim(2))?,
+                        prefix: prefix_kv.map_or(Ok(0), |(pk, _)| pk.dim(2))?,
                     };
                     let norms = match (&layer.q_norm, &layer.k_norm) {
                         (Some(q), Some(k)) => Some((q.weight(), k.weight())),
                         _ => None,
                     };
                     let rope = Some((&cos, &sin));
-                    let prefix_kv = prefix.map(|p| (&p[n].0, &p[n].1));
-                    let eps = self.cfg.rms_norm_eps;
-                    split_heads(&all, sizes, norms, rope, prefix_kv, eps)?
+                    split_heads(&all, sizes, norms, rope, prefix_kv, self.cfg.rms_norm_eps)?
                 }
-                false => {
-                    let prefix_kv = prefix.map(|p| (&p[n].0, &p[n].1));
-                    self.heads_by_candle(layer, &all, (b, t, tq), (&cos, &sin), prefix_kv)?
-                }
+                false => self.heads_by_candle(layer, &all, (b, t, tq), (&cos, &sin), prefix_kv)?,
             };
             if pass == Pass::KeysValues {
                 kept.push((k.clone(), v.clone()));
