@@ -1,10 +1,11 @@
 //! The decoders' passes of our own, one pass each where candle takes several (feature
 //! `candle`; kernels of our own on a CUDA device with feature `cuda`, `decoder.cu`):
 //! - [`split_heads`]: the stacked Q, K, V projection `(b · t, (heads + 2 kv) · d)` into
-//!   Q `(b, heads, tq, d)`, K and V `(b, kv, t, d)`, each Q and K head RMS-normed (Qwen3's
-//!   `q_norm` / `k_norm`) and rotated (RoPE, rotate-half), in one pass: candle needs a strided
-//!   copy per part, then a norm and a rotation each for Q and K (seven kernels, the copies'
-//!   index arithmetic their slowest part on a GPU);
+//!   Q `(b, heads, tq, d)`, K and V `(b, kv, p + t, d)`, each Q and K head RMS-normed (Qwen3's
+//!   `q_norm` / `k_norm`) and rotated (RoPE, rotate-half), a shared prefix's `p` keys and
+//!   values in front of each prompt's, in one pass: candle needs a strided copy per part, then
+//!   a norm and a rotation each for Q and K, and with a prefix two concatenations (seven
+//!   kernels and more, the copies' index arithmetic their slowest part on a GPU);
 //! - [`merge_heads`]: the context `(b, heads, tq, d)` into the rows `(b · tq, heads · d)` that
 //!   the output projection reads: candle's strided copy, without its index arithmetic per
 //!   element and per dimension;
@@ -17,7 +18,8 @@
 //! `x · (1 / sqrt(mean(x²) + eps)) · w`, then `(a cos - b sin, b cos + a sin)` for the pair
 //! (`i`, `i + d/2`); for SwiGLU, `g / (1 + exp(-g)) · u`), rounded once to the activations'
 //! format. `RERANK_CUDA_DECODER_KERNELS=0` (read once) leaves the decoders to candle's
-//! operations on every backend ([`enabled`]), a check for the GPU runs.
+//! operations on every backend ([`enabled`]: [`split_heads`] and [`merge_heads`] then run
+//! them; the caller stacks gate and up or not), a check for the GPU runs.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, StorageRef, Tensor, WithDType};
@@ -68,86 +70,163 @@ impl HeadSizes {
     }
 }
 
-/// Q `(rows, heads, queries, d)`, K and V `(rows, kv, prefix + tokens, d)` from the stacked
-/// projection `all` `(rows · tokens, (heads + 2 kv) · d)`: Q and K each normed by their
-/// `norms` weights `(d)` when given, then rotated by `rope`'s `(cos, sin)`, each `(rows,
-/// tokens, d / 2)`, when given; V as it is. Q for the last `queries` tokens of each prompt
-/// only. Each prompt's keys and values start with the shared prefix's, `prefix_kv` `(1, kv,
-/// prefix, d)` each (already normed and rotated), when `sizes.prefix` is not 0. The three are
-/// contiguous parts of one new buffer.
-pub(crate) fn split_heads(
-    all: &Tensor,
-    sizes: HeadSizes,
-    norms: Option<(&Tensor, &Tensor)>,
-    rope: Option<(&Tensor, &Tensor)>,
-    prefix_kv: Option<(&Tensor, &Tensor)>,
-    eps: f64,
-) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-    let HeadSizes {
-        rows,
-        tokens,
-        heads,
-        kv,
-        d,
-        queries,
-        prefix,
-    } = sizes;
-    let line = (heads + 2 * kv) * d;
-    let like = |t: &Tensor, dims: &[usize]| {
-        t.dims() == dims
-            && t.dtype() == all.dtype()
-            && t.is_contiguous()
-            && t.device().same_device(all.device())
-    };
-    let fits = d > 0
-        && d % 2 == 0
-        && d <= MAX_HEAD_DIM
-        && heads > 0
-        && kv > 0
-        && (1..=tokens).contains(&queries)
-        && like(all, &[rows * tokens, line])
-        && norms.is_none_or(|(q, k)| like(q, &[d]) && like(k, &[d]))
-        && rope.is_none_or(|(c, s)| {
-            like(c, &[rows, tokens, d / 2]) && like(s, &[rows, tokens, d / 2])
-        })
-        && match prefix_kv {
-            None => prefix == 0,
-            Some((k, v)) => {
-                prefix > 0 && like(k, &[1, kv, prefix, d]) && like(v, &[1, kv, prefix, d])
+/// What [`split_heads`] takes: the stacked projection `all` `(rows · tokens, (heads + 2 kv) ·
+/// d)` of a batch of `sizes`, Q's and K's `norms` weights `(d)` and RoPE's `(cos, sin)`, each
+/// `(rows, tokens, d / 2)`, when there are, and a shared prefix's keys and values
+/// `prefix_kv`, `(1, kv, prefix, d)` each (already normed and rotated), when `sizes.prefix`
+/// is not 0.
+#[derive(Clone, Copy)]
+pub(crate) struct HeadSplit<'a> {
+    pub all: &'a Tensor,
+    pub sizes: HeadSizes,
+    pub norms: Option<(&'a Tensor, &'a Tensor)>,
+    pub rope: Option<(&'a Tensor, &'a Tensor)>,
+    pub prefix_kv: Option<(&'a Tensor, &'a Tensor)>,
+    pub eps: f64,
+}
+
+/// Q `(rows, heads, queries, d)`, K and V `(rows, kv, prefix + tokens, d)` of `split`: Q and
+/// K each normed, then rotated, when it says so; V as it is. Q for the last `queries` tokens
+/// of each prompt only; each prompt's keys and values start with the shared prefix's. In one
+/// pass, the three contiguous parts of one new buffer (candle's operations under
+/// `RERANK_CUDA_DECODER_KERNELS=0`).
+pub(crate) fn split_heads(split: HeadSplit) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+    split.check()?;
+    match enabled() {
+        true => split.in_one_pass(),
+        false => split.by_candle(),
+    }
+}
+
+impl HeadSplit<'_> {
+    /// An error unless every operand is as [`HeadSplit`] says, contiguous, in one format on
+    /// one device, with an even head size of at most [`MAX_HEAD_DIM`].
+    fn check(&self) -> candle_core::Result<()> {
+        let HeadSizes {
+            rows,
+            tokens,
+            heads,
+            kv,
+            d,
+            queries,
+            prefix,
+        } = self.sizes;
+        let all = self.all;
+        let like = |t: &Tensor, dims: &[usize]| {
+            t.dims() == dims
+                && t.dtype() == all.dtype()
+                && t.is_contiguous()
+                && t.device().same_device(all.device())
+        };
+        let pair = |p: Option<(&Tensor, &Tensor)>, dims: &[usize]| {
+            p.is_none_or(|(a, b)| like(a, dims) && like(b, dims))
+        };
+        let fits = d > 0
+            && d % 2 == 0
+            && d <= MAX_HEAD_DIM
+            && heads > 0
+            && kv > 0
+            && (1..=tokens).contains(&queries)
+            && like(all, &[rows * tokens, (heads + 2 * kv) * d])
+            && pair(self.norms, &[d])
+            && pair(self.rope, &[rows, tokens, d / 2])
+            && self.prefix_kv.is_some() == (prefix > 0)
+            && pair(self.prefix_kv, &[1, kv, prefix, d]);
+        if !fits {
+            candle_core::bail!(
+                "split_heads: the operands do not match {:?} (a stacked projection of {:?}, \
+                 contiguous, in one format on one device, an even head size of at most \
+                 {MAX_HEAD_DIM})",
+                self.sizes,
+                all.dims()
+            );
+        }
+        Ok(())
+    }
+
+    /// [`split_heads`] as one operation ([`Split`]), on checked operands.
+    fn in_one_pass(&self) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let s = self.sizes;
+        let owned = |p: Option<(&Tensor, &Tensor)>| p.map(|(a, b)| (a.clone(), b.clone()));
+        let flat = self.all.apply_op1_no_bwd(&Split {
+            sizes: s,
+            norms: owned(self.norms),
+            rope: owned(self.rope),
+            prefix_kv: owned(self.prefix_kv),
+            eps: self.eps as f32,
+        })?;
+        let ((nq, nk), keys) = (s.parts(), s.keys());
+        Ok((
+            flat.narrow(0, 0, nq)?
+                .reshape((s.rows, s.heads, s.queries, s.d))?,
+            flat.narrow(0, nq, nk)?.reshape((s.rows, s.kv, keys, s.d))?,
+            flat.narrow(0, nq + nk, nk)?
+                .reshape((s.rows, s.kv, keys, s.d))?,
+        ))
+    }
+
+    /// [`split_heads`] on candle's operations: a strided copy of each part, candle's RMS norm
+    /// and its RoPE kernel, then the prefix's keys and values concatenated before each
+    /// prompt's (what the decoder ran before [`Self::in_one_pass`]; what runs under
+    /// `RERANK_CUDA_DECODER_KERNELS=0`, and what the tests check the one pass against).
+    fn by_candle(&self) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let s = self.sizes;
+        let all = self
+            .all
+            .reshape((s.rows, s.tokens, s.heads + 2 * s.kv, s.d))?;
+        let part = |first: usize, n: usize, norm: Option<&Tensor>, from: usize| {
+            let z = all
+                .narrow(1, from, s.tokens - from)?
+                .narrow(2, first, n)?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let z = match norm {
+                Some(w) => candle_nn::ops::rms_norm(&z, w, self.eps as f32)?,
+                None => z,
+            };
+            match (first < s.heads + s.kv, self.rope) {
+                (true, Some((cos, sin))) => {
+                    let (c, si) = (
+                        cos.narrow(1, from, s.tokens - from)?.contiguous()?,
+                        sin.narrow(1, from, s.tokens - from)?.contiguous()?,
+                    );
+                    candle_nn::rotary_emb::rope(&z, &c, &si)
+                }
+                _ => Ok(z),
             }
         };
-    if !fits {
-        candle_core::bail!(
-            "split_heads: the operands do not match {sizes:?} (a stacked projection of {:?}, \
-             contiguous, in one format on one device, an even head size of at most {MAX_HEAD_DIM})",
-            all.dims()
+        let (k, v) = (
+            part(s.heads, s.kv, self.norms.map(|(_, k)| k), 0)?,
+            part(s.heads + s.kv, s.kv, None, 0)?,
         );
+        let (k, v) = match self.prefix_kv {
+            None => (k, v),
+            Some((pk, pv)) => {
+                let shape = (s.rows, s.kv, s.prefix, s.d);
+                (
+                    Tensor::cat(&[&pk.expand(shape)?, &k], 2)?.contiguous()?,
+                    Tensor::cat(&[&pv.expand(shape)?, &v], 2)?.contiguous()?,
+                )
+            }
+        };
+        let q = part(0, s.heads, self.norms.map(|(q, _)| q), s.q_from())?;
+        Ok((q, k, v))
     }
-    let (nq, nk) = sizes.parts();
-    let flat = all.apply_op1_no_bwd(&Split {
-        sizes,
-        norms: norms.map(|(q, k)| (q.clone(), k.clone())),
-        rope: rope.map(|(c, s)| (c.clone(), s.clone())),
-        prefix_kv: prefix_kv.map(|(k, v)| (k.clone(), v.clone())),
-        eps: eps as f32,
-    })?;
-    let keys = sizes.keys();
-    Ok((
-        flat.narrow(0, 0, nq)?.reshape((rows, heads, queries, d))?,
-        flat.narrow(0, nq, nk)?.reshape((rows, kv, keys, d))?,
-        flat.narrow(0, nq + nk, nk)?.reshape((rows, kv, keys, d))?,
-    ))
 }
 
 /// The context `x` `(rows, heads, queries, d)` (contiguous) as `(rows · queries, heads · d)`:
-/// each query's heads side by side.
+/// each query's heads side by side (candle's transposed copy under
+/// `RERANK_CUDA_DECODER_KERNELS=0`).
 pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
     let (rows, heads, queries, d) = x.dims4()?;
     if !x.is_contiguous() {
         candle_core::bail!("merge_heads: the context is not contiguous");
     }
-    x.apply_op1_no_bwd(&Merge)?
-        .reshape((rows * queries, heads * d))
+    let merged = match enabled() {
+        true => x.apply_op1_no_bwd(&Merge)?,
+        false => x.transpose(1, 2)?,
+    };
+    merged.reshape((rows * queries, heads * d))
 }
 
 /// `silu(gate) · up` `(rows, inputs)` of the stacked gate and up projection `gate_up`
@@ -675,56 +754,6 @@ mod tests {
             .collect()
     }
 
-    /// What the decoder ran before these operations, on candle's own: a strided copy of each
-    /// part, candle's RMS norm and its RoPE kernel, the prefix's keys and values concatenated
-    /// before each prompt's.
-    fn by_candle(
-        all: &Tensor,
-        s: HeadSizes,
-        norms: Option<(&Tensor, &Tensor)>,
-        rope: Option<(&Tensor, &Tensor)>,
-        prefix_kv: Option<(&Tensor, &Tensor)>,
-        eps: f64,
-    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        let all = all.reshape((s.rows, s.tokens, s.heads + 2 * s.kv, s.d))?;
-        let part = |first: usize, n: usize, norm: Option<&Tensor>, from: usize| {
-            let z = all
-                .narrow(1, from, s.tokens - from)?
-                .narrow(2, first, n)?
-                .transpose(1, 2)?
-                .contiguous()?;
-            let z = match norm {
-                Some(w) => candle_nn::ops::rms_norm(&z, w, eps as f32)?,
-                None => z,
-            };
-            match (first < s.heads + s.kv, rope) {
-                (true, Some((cos, sin))) => {
-                    let (c, si) = (
-                        cos.narrow(1, from, s.tokens - from)?.contiguous()?,
-                        sin.narrow(1, from, s.tokens - from)?.contiguous()?,
-                    );
-                    candle_nn::rotary_emb::rope(&z, &c, &si)
-                }
-                _ => Ok(z),
-            }
-        };
-        let (k, v) = (
-            part(s.heads, s.kv, norms.map(|(_, k)| k), 0)?,
-            part(s.heads + s.kv, s.kv, None, 0)?,
-        );
-        let (k, v) = match prefix_kv {
-            None => (k, v),
-            Some((pk, pv)) => {
-                let shape = (s.rows, s.kv, s.prefix, s.d);
-                (
-                    Tensor::cat(&[&pk.expand(shape)?, &k], 2)?.contiguous()?,
-                    Tensor::cat(&[&pv.expand(shape)?, &v], 2)?.contiguous()?,
-                )
-            }
-        };
-        Ok((part(0, s.heads, norms.map(|(q, _)| q), s.q_from())?, k, v))
-    }
-
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         assert_eq!(a.dims(), b.dims());
         let a = a.to_dtype(DType::F32).unwrap().flatten_all().unwrap();
@@ -786,8 +815,17 @@ mod tests {
                     (None, Some((&cos, &sin))),
                     (Some((&qn, &kn)), None),
                 ] {
-                    let ours = split_heads(&all, s, norms, rope, prefix_kv, 1e-6).unwrap();
-                    let theirs = by_candle(&all, s, norms, rope, prefix_kv, 1e-6).unwrap();
+                    let split = HeadSplit {
+                        all: &all,
+                        sizes: s,
+                        norms,
+                        rope,
+                        prefix_kv,
+                        eps: 1e-6,
+                    };
+                    split.check().unwrap();
+                    let ours = split.in_one_pass().unwrap();
+                    let theirs = split.by_candle().unwrap();
                     for (part, (a, b)) in [(&ours.0, &theirs.0), (&ours.1, &theirs.1)]
                         .into_iter()
                         .enumerate()
@@ -849,6 +887,16 @@ mod tests {
             prefix: 0,
         };
         let all = Tensor::zeros((6, 16), DType::F32, &dev).unwrap();
+        let split = |sizes, rope, prefix_kv| {
+            split_heads(HeadSplit {
+                all: &all,
+                sizes,
+                norms: None,
+                rope,
+                prefix_kv,
+                eps: 1e-6,
+            })
+        };
         for bad in [
             HeadSizes { d: 3, ..s },
             HeadSizes { queries: 0, ..s },
@@ -856,23 +904,24 @@ mod tests {
             HeadSizes { kv: 2, ..s },
             HeadSizes { prefix: 2, ..s },
         ] {
-            assert!(
-                split_heads(&all, bad, None, None, None, 1e-6).is_err(),
-                "{bad:?}"
-            );
+            assert!(split(bad, None, None).is_err(), "{bad:?}");
         }
         let wrong_rope = Tensor::zeros((2, 3, 3), DType::F32, &dev).unwrap();
         let rope = Some((&wrong_rope, &wrong_rope));
-        assert!(split_heads(&all, s, None, rope, None, 1e-6).is_err());
+        assert!(split(s, rope, None).is_err());
         let prefix = Tensor::zeros((1, 1, 2, 4), DType::F32, &dev).unwrap();
         let prefix_kv = Some((&prefix, &prefix));
-        assert!(split_heads(&all, s, None, None, prefix_kv, 1e-6).is_err());
+        assert!(split(s, None, prefix_kv).is_err());
         let with_prefix = HeadSizes { prefix: 2, ..s };
-        assert!(split_heads(&all, with_prefix, None, None, prefix_kv, 1e-6).is_ok());
-        assert!(split_heads(&all, s, None, None, None, 1e-6).is_ok());
+        assert!(split(with_prefix, None, prefix_kv).is_ok());
+        assert!(split(s, None, None).is_ok());
 
         let x = Tensor::from_vec(values(2 * 3 * 5 * 4, 3), (2, 3, 5, 4), &dev).unwrap();
-        let ours = merge_heads(&x).unwrap();
+        let ours = x
+            .apply_op1_no_bwd(&Merge)
+            .unwrap()
+            .reshape((10, 12))
+            .unwrap();
         let theirs = x.transpose(1, 2).unwrap().reshape((10, 12)).unwrap();
         assert_eq!(max_diff(&ours, &theirs), 0.0);
         assert!(merge_heads(&x.transpose(2, 3).unwrap()).is_err());

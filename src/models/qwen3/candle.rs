@@ -24,7 +24,6 @@
 //!   only.
 
 use candle_core::{DType, Module, Tensor};
-use candle_nn::rotary_emb::rope;
 use candle_nn::{Embedding, RmsNorm, VarBuilder};
 
 use super::config::Qwen3Config;
@@ -37,7 +36,7 @@ use crate::models::layers::candle::{
 };
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
-use crate::simd::decoder::{self, merge_heads, split_heads, swiglu, HeadSizes};
+use crate::simd::decoder::{self, merge_heads, split_heads, swiglu, HeadSizes, HeadSplit};
 use crate::Result;
 
 struct Layer {
@@ -530,7 +529,6 @@ impl CandleDecoder {
         let mut x = self.embed.forward(ids)?.reshape((b * t, h))?;
         // Nothing is uploaded from here on (the ids, positions and masks are on the device).
         let _params = cached_params(&self.device);
-        let fused_heads = decoder::enabled();
         let last = self.layers.len().saturating_sub(1);
         for (n, layer) in self.layers.iter().enumerate() {
             let mask = &masks[usize::from(self.cfg.window(n).is_some())];
@@ -543,26 +541,27 @@ impl CandleDecoder {
             let tq = if only_last { 1 } else { t };
             // A shared prefix's keys and values, put before each prompt's.
             let prefix_kv = prefix.map(|p| (&p[n].0, &p[n].1));
-            let (q, k, v) = match fused_heads {
-                true => {
-                    let sizes = HeadSizes {
-                        rows: b,
-                        tokens: t,
-                        heads,
-                        kv,
-                        d,
-                        queries: tq,
-                        prefix: prefix_kv.map_or(Ok(0), |(pk, _)| pk.dim(2))?,
-                    };
-                    let norms = match (&layer.q_norm, &layer.k_norm) {
-                        (Some(q), Some(k)) => Some((q.weight(), k.weight())),
-                        _ => None,
-                    };
-                    let rope = Some((&cos, &sin));
-                    split_heads(&all, sizes, norms, rope, prefix_kv, self.cfg.rms_norm_eps)?
-                }
-                false => self.heads_by_candle(layer, &all, (b, t, tq), (&cos, &sin), prefix_kv)?,
+            let sizes = HeadSizes {
+                rows: b,
+                tokens: t,
+                heads,
+                kv,
+                d,
+                queries: tq,
+                prefix: prefix_kv.map_or(Ok(0), |(pk, _)| pk.dim(2))?,
             };
+            let norms = match (&layer.q_norm, &layer.k_norm) {
+                (Some(q), Some(k)) => Some((q.weight(), k.weight())),
+                _ => None,
+            };
+            let (q, k, v) = split_heads(HeadSplit {
+                all: &all,
+                sizes,
+                norms,
+                rope: Some((&cos, &sin)),
+                prefix_kv,
+                eps: self.cfg.rms_norm_eps,
+            })?;
             if pass == Pass::KeysValues {
                 kept.push((k.clone(), v.clone()));
                 if n == last {
@@ -585,70 +584,12 @@ impl CandleDecoder {
             // (query head `h` reads key/value head `h / group`, as transformers' repeat_kv).
             let q = q.reshape((b, kv, group * tq, d))?;
             let probs = softmax(&mask.scores(&q, &k)?, self.softmax_in_f32)?;
-            let context = probs.matmul(&v)?.reshape((b, heads, tq, d))?;
-            let attn = match fused_heads {
-                true => merge_heads(&context)?,
-                false => context.transpose(1, 2)?.reshape((b * tq, heads * d))?,
-            };
+            let attn = merge_heads(&probs.matmul(&v)?.reshape((b, heads, tq, d))?)?;
             x = layer.o.forward_add(&attn, &residual)?;
             let y = layer.post_norm.forward(&x)?;
             x = layer.down.forward_add(&layer.mlp.forward(&y)?, &x)?;
         }
         Ok((x, kept))
-    }
-}
-
-impl CandleDecoder {
-    /// Q `(b, heads, tq, d)` of the last `tq` tokens, K and V `(b, kv, p + t, d)` from the
-    /// stacked projection `all` `(b · t, (heads + 2 kv) · d)` on candle's operations: a
-    /// strided copy of each part, the per-head norms, RoPE, then a shared prefix's keys and
-    /// values `(1, kv, p, d)` concatenated before each prompt's when there is one. What
-    /// `decoder::split_heads` does in one pass; this runs under
-    /// `RERANK_CUDA_DECODER_KERNELS=0`.
-    fn heads_by_candle(
-        &self,
-        layer: &Layer,
-        all: &Tensor,
-        (b, t, tq): (usize, usize, usize),
-        (cos, sin): (&Tensor, &Tensor),
-        prefix_kv: Option<(&Tensor, &Tensor)>,
-    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        let (heads, kv, d) = (
-            self.cfg.num_attention_heads,
-            self.cfg.num_key_value_heads,
-            self.cfg.head_dim,
-        );
-        let all = all.reshape((b, t, heads + 2 * kv, d))?;
-        // The `n` heads from `first` of `all` `(b, tq, _, d)` as `(b, n, tq, d)`, each head
-        // normed.
-        let split = |all: &Tensor, first, n, norm: Option<&RmsNorm>| {
-            let z = all.narrow(2, first, n)?.transpose(1, 2)?.contiguous()?;
-            match norm {
-                Some(norm) => norm.forward(&z),
-                None => Ok(z),
-            }
-        };
-        let k = rope(&split(&all, heads, kv, layer.k_norm.as_ref())?, cos, sin)?;
-        let v = split(&all, heads + kv, kv, None)?;
-        let from = t - tq;
-        let (cos, sin) = (
-            cos.narrow(1, from, tq)?.contiguous()?,
-            sin.narrow(1, from, tq)?.contiguous()?,
-        );
-        let q = split(&all.narrow(1, from, tq)?, 0, heads, layer.q_norm.as_ref())?;
-        let (k, v) = match prefix_kv {
-            None => (k, v),
-            Some((pk, pv)) => {
-                let p = pk.dim(2)?;
-                let (pk, pv) = (pk.expand((b, kv, p, d))?, pv.expand((b, kv, p, d))?);
-                // (candle concatenates broadcast tensors in a transposed layout.)
-                (
-                    Tensor::cat(&[&pk, &k], 2)?.contiguous()?,
-                    Tensor::cat(&[&pv, &v], 2)?.contiguous()?,
-                )
-            }
-        };
-        Ok((rope(&q, &cos, &sin)?, k, v))
     }
 }
 
