@@ -1,4 +1,4 @@
-//! With the `cuda` feature: compiles the crate's own CUDA kernels (`src/simd/decoder.cu`) to PTX
+//! With the `cuda` feature: compiles the crate's own CUDA kernels (`src/simd/fused.cu`) to PTX
 //! with the CUDA toolkit's `nvcc` (`$NVCC`, else `nvcc` on the `PATH`), for the virtual
 //! architecture `compute_$CUDA_COMPUTE_CAP` (candle's variable; 75 when unset: the oldest that
 //! CUDA 13 compiles for, and PTX runs on every later GPU). Without it, nothing.
@@ -11,7 +11,7 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
-    let source = "src/simd/decoder.cu";
+    let source = "src/simd/fused.cu";
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-env-changed=NVCC");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
@@ -19,7 +19,7 @@ fn main() {
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "75".to_string());
     let cap = cap.trim().replace('.', "");
     let out =
-        PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("decoder.ptx");
+        PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("fused.ptx");
     let status = Command::new(&nvcc)
         .args(["--ptx", "-O3", "-std=c++17"])
         .arg(format!("-arch=compute_{cap}"))

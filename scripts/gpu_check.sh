@@ -16,7 +16,8 @@
 # "pytorch", with its "workload"), profile.md (each f16 kind's kernel time by kernel, Nsight
 # Compute, where the machine lets it count; profile_raw.csv, ncu's lines), gpu_check.log (all output).
 # Steps, in the order of what the issue needs most, each started only before DEADLINE_S: parity; the
-# threads test repeated, then under initcheck; the table's rows in DTYPES; the A/B rows; the memory check; the kernel profile; the rows in LATE_DTYPES;
+# threads test repeated, then under initcheck; the table's rows in DTYPES; the A/B rows; the memory check; the kernel profile; the
+# other cross-encoder architectures; the rows in LATE_DTYPES;
 # the larger shape; then the table.
 # Environment: WORKLOADS (ITEMS:BATCH:DOC_WORDS each, run in order: "512:32:120 4096:128:190", the
 # two of issue 54), QUERY_WORDS (8), DTYPES ("f32 f16"), LATE_DTYPES (bf16: the same rows once the
@@ -38,8 +39,11 @@
 # RERANK_CUDA_PARAM_CACHE=1 in each of these, the rows "qwen3-reranker-params-cached"; left out by
 # default since the decoder's own kernels replaced the strided copies whose uploads it caches),
 # DECODER_AB_DTYPES (f16: the Qwen3 reranker once more at every workload with
-# RERANK_CUDA_DECODER_KERNELS=0, the rows "qwen3-reranker-candle-ops"; empty to leave them out),
-# PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
+# RERANK_CUDA_FUSED_KERNELS=0, the rows "qwen3-reranker-candle-ops"; empty to leave them out),
+# PROFILE (1: the kernel profile; PROFILE_SPECS, KIND:ITEMS:BATCH:DOC_WORDS each, what it profiles),
+# ARCH_DTYPES (f16) and ARCH_KINDS (cross-encoder-modernbert cross-encoder-deberta: the other
+# cross-encoder architectures at the first workload, ours, ours on candle's operations alone, PyTorch;
+# ARCH_DTYPES empty to leave them out), LARGE_DTYPES (f16: bge-reranker-v2-m3's shape at the
 # first workload; empty to leave it out), SANITIZE (1: compute-sanitizer's memcheck on three parity
 # tests), GPU_DIR (.gpu), MODELS (/tmp/peer_models), PY (python3), DEADLINE_S (450: steps that would
 # start later are skipped), IT_SKIP (libtest --skip arguments for the parity tests; default skips the
@@ -395,12 +399,12 @@ ab_rows pool-trimmed "${POOL_AB_KINDS-qwen3-reranker cross-encoder}" "${POOL_AB_
 # cache (RERANK_CUDA_PARAM_CACHE=1: uploaded once per layout; as built, one upload per operation),
 # PARAM_AB_DTYPES (none by default) at the first workload, the rows "qwen3-reranker-params-cached".
 ab_rows params-cached qwen3-reranker "${PARAM_AB_DTYPES-}" RERANK_CUDA_PARAM_CACHE=1
-# --- 4a5. the decoder on candle's operations alone (RERANK_CUDA_DECODER_KERNELS=0: a strided copy of
+# --- 4a5. the decoder on candle's operations alone (RERANK_CUDA_FUSED_KERNELS=0: a strided copy of
 # Q, K and V each, two norms and two rotations, a copy of the context back, the gate and up
 # projections as two products, SiLU and the product as two passes, where the crate's kernels of
-# src/simd/decoder.cu make one pass of each and gate and up are one product), DECODER_AB_DTYPES (f16)
+# src/simd/fused.cu make one pass of each and gate and up are one product), DECODER_AB_DTYPES (f16)
 # at every workload (the strided copies grow with the batch), the rows "qwen3-reranker-candle-ops".
-ab_rows_at "$WORKLOADS" candle-ops qwen3-reranker "${DECODER_AB_DTYPES-f16}" RERANK_CUDA_DECODER_KERNELS=0
+ab_rows_at "$WORKLOADS" candle-ops qwen3-reranker "${DECODER_AB_DTYPES-f16}" RERANK_CUDA_FUSED_KERNELS=0
 
 # --- 4b. memory checks of the cuBLASLt products (compute-sanitizer's memcheck, where the machine's
 # runtime lets it read the device): the cross-encoders', the embedders' and Qwen3-Reranker's parity
@@ -433,6 +437,29 @@ if [ "$DRY" != 1 ] && [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null 2>&1 
     grep '^"' "$OUT/.ncu.out" | sed "s/^/$kind,/" >>"$OUT/profile_raw.csv"
   done
   "$PY" scripts/gpu_profile.py "$OUT/profile_raw.csv" "$OUT/profile.md"
+fi
+
+# --- 4c'. the other cross-encoder architectures users pick, random models of gte-reranker-modernbert-
+# base's and mxbai-rerank-base-v1's shapes (ARCH_KINDS: cross-encoder-modernbert cross-encoder-deberta)
+# in ARCH_DTYPES (f16; empty to leave them out) at the first workload: ours, ours on candle's
+# operations alone (RERANK_CUDA_FUSED_KERNELS=0: the heads put in place and back by strided copies,
+# ModernBERT's rotations and GeGLU as candle's passes; the rows "KIND-candle-ops"), then PyTorch.
+ARCH_DTYPES=${ARCH_DTYPES-f16}
+if [ -n "$ARCH_DTYPES" ]; then
+  wl=${WORKLOADS%% *} arch_kinds=${ARCH_KINDS:-cross-encoder-modernbert cross-encoder-deberta}
+  say "writing $arch_kinds to $MODELS"
+  step 120 "$PY" scripts/gpu_peer.py --save "$MODELS" $TINY --kinds "${arch_kinds// /,}" --device "$PEER_DEVICE"
+  if runs_here "$BENCH"; then
+    for kind in $arch_kinds; do
+      for dt in $ARCH_DTYPES; do
+        ours "$kind" cross-encoder "$MODELS/$kind" "$dt" "$wl"
+        ours "$kind-candle-ops" cross-encoder "$MODELS/$kind" "$dt" "$wl" RERANK_CUDA_FUSED_KERNELS=0
+      done
+    done
+  fi
+  for kind in $arch_kinds; do
+    peer "$kind" "$ARCH_DTYPES" "$wl"
+  done
 fi
 
 # --- 4d. the table's rows in LATE_DTYPES (bf16), both sides, both workloads, once the rest is in.
@@ -479,7 +506,7 @@ lines = [f"ours on {dev_o}, PyTorch on {dev_p}; workload = items:batch:document 
          "higher is better; ratio = ours / PyTorch; busy = the device's utilization while ours ran.", "",
          "| workload | kind | dtype | ours items/s | PyTorch items/s | ratio | busy % | tokens/item | PyTorch peer |",
          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "cross-encoder-pool-trimmed", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "qwen3-reranker-pool-trimmed", "qwen3-reranker-params-cached", "qwen3-reranker-candle-ops", "cross-encoder-large",
+order = {n: i for i, n in enumerate(["cross-encoder", "cross-encoder-heads-copied", "cross-encoder-unfused", "cross-encoder-tf32", "cross-encoder-pool-trimmed", "embedder", "qwen3-reranker", "qwen3-reranker-unfused", "qwen3-reranker-pool-trimmed", "qwen3-reranker-params-cached", "qwen3-reranker-candle-ops", "cross-encoder-modernbert", "cross-encoder-modernbert-candle-ops", "cross-encoder-deberta", "cross-encoder-deberta-candle-ops", "cross-encoder-large",
                                       "f32", "f16", "bf16"])}
 workloads = {w: i for i, w in enumerate(dict.fromkeys(d.get("workload") for d in ours + peer))}
 for k in sorted(set(o) | set(p), key=lambda k: (workloads.get(k[0], 9), order.get(k[1], 9), str(k[1]), order.get(k[2], 9), str(k[2]))):

@@ -15,7 +15,15 @@ Three model shapes, randomly initialised by transformers with a fixed seed:
   with mean pooling and normalisation, through SentenceTransformer.encode;
 - cross-encoder-large (only when named in --kinds; "all" is the three above): bge-reranker-v2-m3's
   XLMRobertaForSequenceClassification (hidden 1024, 24 layers, 16 heads, ffn 4096, vocab 250002,
-  8194 positions), the larger shape, scored as the cross-encoder.
+  8194 positions), the larger shape, scored as the cross-encoder;
+- cross-encoder-modernbert (only when named): gte-reranker-modernbert-base's
+  ModernBertForSequenceClassification (hidden 768, 22 layers, 12 heads, GeGLU ffn 1152, a global
+  layer every 3rd and the others in 128-token windows, RoPE thetas 160,000 / 10,000, no biases but
+  the classifier's, mean pooling, vocab 50368), scored as the cross-encoder;
+- cross-encoder-deberta (only when named): mxbai-rerank-base-v1's DebertaV2ForSequenceClassification
+  (DeBERTa-v3-base: hidden 768, 12 layers, 12 heads, ffn 3072, position buckets 256, shared
+  relative-position projections, no absolute positions, no token types, vocab 128100), scored as the
+  cross-encoder.
 
 Each runs in every --dtypes entry (f32, f16, bf16) and prints one JSON line:
 {"impl": "pytorch", "kind", "device", "dtype", "items", "batch", "tokens_per_item", "seconds",
@@ -38,7 +46,9 @@ offline by transformers, sentence-transformers and the Rust crate):
   DIR/embedder/       the same plus modules.json, 1_Pooling/, 2_Normalize/, sentence_bert_config.json
 Tokenizer ids follow the real models where it matters: XLM-R <s>=0 <pad>=1 </s>=2 <unk>=3
 <mask>=250001 (RoBERTa post-processor `<s> q </s></s> d </s>`); BERT [PAD]=0 [UNK]=100 [CLS]=101
-[SEP]=102 [MASK]=103 (`[CLS] a [SEP] b [SEP]`); Qwen3 "no"=2152 "yes"=9693 <|endoftext|>=151643
+[SEP]=102 [MASK]=103 (`[CLS] a [SEP] b [SEP]`); ModernBERT [UNK]=50280 [CLS]=50281 [SEP]=50282
+[PAD]=50283 [MASK]=50284 (`[CLS] a [SEP] b [SEP]`, token types all 0); DeBERTa-v3 [PAD]=0 [CLS]=1
+[SEP]=2 [UNK]=3 [MASK]=128000 (`[CLS] a [SEP] b [SEP]`, token types 0 then 1); Qwen3 "no"=2152 "yes"=9693 <|endoftext|>=151643
 (pad) <|im_start|>=151644 <|im_end|>=151645 <think>=151667 </think>=151668 as special tokens, no
 post-processor. --models DIR then times those saved directories instead of fresh in-memory ones
 (so both sides run the identical weights).
@@ -68,13 +78,14 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 KINDS = ["cross-encoder", "embedder", "qwen3-reranker"]
-# Named in --kinds only (its float32 checkpoint is 2.3 GB).
-LARGE = ["cross-encoder-large"]
+# Named in --kinds only (the large one's float32 checkpoint is 2.3 GB; the other architectures are
+# gpu_check.sh's rows of their own).
+LARGE = ["cross-encoder-large", "cross-encoder-modernbert", "cross-encoder-deberta"]
 
 
 def family(kind):
-    """The kind whose tokenizer, model class and runner a kind shares."""
-    return "cross-encoder" if kind == "cross-encoder-large" else kind
+    """The kind whose runner a kind shares (every cross-encoder-* is scored as the cross-encoder)."""
+    return "cross-encoder" if kind.startswith("cross-encoder") else kind
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 # The Qwen3-Reranker prompt (model card; the same strings as src/rerankers/qwen3/template.rs).
@@ -113,6 +124,10 @@ SHAPES = {
                      vocab_size=30522, max_position_embeddings=512),
     "cross-encoder-large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                                 intermediate_size=4096, vocab_size=250002, max_position_embeddings=8194),
+    "cross-encoder-modernbert": dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
+                                     intermediate_size=1152, vocab_size=50368, max_position_embeddings=8192),
+    "cross-encoder-deberta": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                  intermediate_size=3072, vocab_size=128100, max_position_embeddings=512),
 }
 TINY = {
     "cross-encoder": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -123,6 +138,10 @@ TINY = {
                      vocab_size=1200, max_position_embeddings=512),
     "cross-encoder-large": dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
                                 vocab_size=1200, max_position_embeddings=514),
+    "cross-encoder-modernbert": dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                     intermediate_size=48, vocab_size=1200, max_position_embeddings=512),
+    "cross-encoder-deberta": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=1200, max_position_embeddings=512),
 }
 
 
@@ -165,7 +184,21 @@ def build_tokenizer(kind, vocab_size, tiny):
     """(tokenizers.Tokenizer, tokenizer_config dict) for a model kind."""
     from tokenizers import processors
 
-    if family(kind) == "cross-encoder":
+    if kind in ("cross-encoder-modernbert", "cross-encoder-deberta"):
+        if kind == "cross-encoder-modernbert":
+            first = 50280 if not tiny else vocab_size - 5
+            fixed = dict(zip(["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"], range(first, first + 5)))
+            pair = "[CLS] $A [SEP] $B [SEP]"
+        else:
+            fixed = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "[UNK]": 3, "[MASK]": 128000 if not tiny else vocab_size - 1}
+            pair = "[CLS] $A [SEP] $B:1 [SEP]:1"
+        tok = word_level_tokenizer(vocab_size, fixed, list(fixed))
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair=pair, special_tokens=[("[CLS]", fixed["[CLS]"]), ("[SEP]", fixed["[SEP]"])])
+        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512, "unk_token": "[UNK]",
+               "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+               "padding_side": "right"}
+    elif family(kind) == "cross-encoder":
         fixed = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": vocab_size - 1}
         tok = word_level_tokenizer(vocab_size, fixed, list(fixed))
         tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
@@ -200,9 +233,28 @@ def build_tokenizer(kind, vocab_size, tiny):
 # ---------------------------------------------------------------- models
 
 
-def make_config(kind, shape):
+def make_config(kind, shape, tiny):
     import transformers as tf
 
+    if kind == "cross-encoder-modernbert":
+        layers, v = shape["num_hidden_layers"], shape["vocab_size"]
+        specials = dict(zip(["cls", "sep", "pad"], range(50281, 50284) if not tiny else range(v - 4, v - 1)))
+        return tf.ModernBertConfig(
+            architectures=["ModernBertForSequenceClassification"], num_labels=1, local_attention=128,
+            layer_types=["full_attention" if i % 3 == 0 else "sliding_attention" for i in range(layers)],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            hidden_activation="gelu", classifier_activation="gelu", classifier_pooling="mean",
+            norm_bias=False, attention_bias=False, mlp_bias=False, classifier_bias=True,
+            pad_token_id=specials["pad"], cls_token_id=specials["cls"], sep_token_id=specials["sep"],
+            bos_token_id=specials["cls"], eos_token_id=specials["sep"], **shape)
+    if kind == "cross-encoder-deberta":
+        return tf.DebertaV2Config(
+            architectures=["DebertaV2ForSequenceClassification"], num_labels=1, hidden_act="gelu",
+            type_vocab_size=0, layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1,
+            position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+            position_biased_input=False, pooler_hidden_size=shape["hidden_size"], pooler_hidden_act="gelu",
+            pooler_dropout=0, pad_token_id=0, **shape)
     if family(kind) == "cross-encoder":
         return tf.XLMRobertaConfig(
             architectures=["XLMRobertaForSequenceClassification"], num_labels=1, id2label={0: "LABEL_0"},
@@ -223,8 +275,10 @@ def make_config(kind, shape):
 def model_class(kind):
     import transformers as tf
 
-    return {"cross-encoder": tf.XLMRobertaForSequenceClassification, "embedder": tf.BertModel,
-            "qwen3-reranker": tf.Qwen3ForCausalLM}[family(kind)]
+    own = {"cross-encoder-modernbert": tf.ModernBertForSequenceClassification,
+           "cross-encoder-deberta": tf.DebertaV2ForSequenceClassification}
+    return own.get(kind) or {"cross-encoder": tf.XLMRobertaForSequenceClassification, "embedder": tf.BertModel,
+                             "qwen3-reranker": tf.Qwen3ForCausalLM}[family(kind)]
 
 
 def random_model(kind, tiny, seed, init_device):
@@ -232,7 +286,7 @@ def random_model(kind, tiny, seed, init_device):
     shape = (TINY if tiny else SHAPES)[kind]
     torch.manual_seed(seed)
     with torch.device(init_device):
-        model = model_class(kind)(make_config(kind, shape))
+        model = model_class(kind)(make_config(kind, shape, tiny))
     if kind == "qwen3-reranker":
         # transformers initialises RMSNorm weights to exactly 1: perturb them so a norm bug shows.
         g = torch.Generator(device=init_device).manual_seed(seed + 1)
@@ -333,7 +387,7 @@ def cross_encoder_runner(d, device, dtype, args):
             return torch.cat(out).numpy()
 
         tokens = len(tok(queries[0], docs[0])["input_ids"])
-        peer = "transformers XLMRobertaForSequenceClassification"
+        peer = f"transformers {type(model).__name__}"
     return (lambda n=None: run(pairs[:n])), tokens, peer
 
 
@@ -420,7 +474,8 @@ def main():
     ap.add_argument("--save", metavar="DIR", help="write the three random model directories under DIR and exit")
     ap.add_argument("--models", metavar="DIR", help="time the directories under DIR (written there first if absent)")
     ap.add_argument("--kinds", default="all",
-                    help="comma list of cross-encoder,embedder,qwen3-reranker,cross-encoder-large, or all (the first three)")
+                    help="comma list of cross-encoder,embedder,qwen3-reranker,cross-encoder-large,"
+                         "cross-encoder-modernbert,cross-encoder-deberta, or all (the first three)")
     ap.add_argument("--dtypes", default="f32,f16", help="comma list of f32,f16,bf16")
     ap.add_argument("--device", default=None, help="cuda:0 (default when CUDA is there) or cpu")
     ap.add_argument("--items", type=int, default=512)

@@ -26,10 +26,11 @@
 //!   anything else (and any product cuBLASLt cannot plan) back to candle's own operations.
 //!   It also opens the crate's CUDA devices, each with one stream that every host thread
 //!   queues to (cudarc's per-buffer events off: one stream orders every use).
-//! - `decoder` (feature `candle`): the decoders' passes of our own (the heads split, normed
-//!   and rotated, then merged back; SwiGLU), one pass each; on a CUDA device the kernels of
-//!   `decoder.cu` (feature `cuda`, compiled to PTX by the build script), launched on raw device
-//!   addresses after every operand's shape, format and contiguity was checked.
+//! - `fused` (feature `candle`): the candle ports' passes of our own (the attention's heads
+//!   split, normed and rotated, then merged back; the gated activations), one pass each where
+//!   candle runs several; on a CUDA device the kernels of `fused.cu` (feature `cuda`, compiled
+//!   to PTX by the build script), launched on raw device addresses after every operand's
+//!   shape, format and contiguity was checked.
 //!
 //! Not here: the models' element-wise loops (layer norm, softmax, activations, the int8
 //! layers' row statistics), safe code that `pulp` compiles for the CPU's widest instructions.
@@ -50,10 +51,10 @@
 pub(crate) mod attention;
 #[cfg(feature = "candle")]
 pub(crate) mod cublaslt;
-#[cfg(feature = "candle")]
-pub(crate) mod decoder;
 pub(crate) mod dense;
 pub(crate) mod dot;
+#[cfg(feature = "candle")]
+pub(crate) mod fused;
 #[cfg(feature = "models")]
 pub(crate) mod gemm;
 #[cfg(feature = "models")]

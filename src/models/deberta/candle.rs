@@ -11,8 +11,9 @@
 //! and V are one product with the attention's scale folded into the query's weights as they
 //! are read, the
 //! padding mask is additive and built once per batch (added with the c2p term by the scores'
-//! product on a CUDA device: `layers::candle::KeyMask`), and softmax and norms are candle's
-//! fused kernels.
+//! product on a CUDA device: `layers::candle::KeyMask`), softmax and norms are candle's
+//! fused kernels, and the heads are put in place and back by one pass each of our own
+//! (`simd::fused`).
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
@@ -22,6 +23,7 @@ use crate::models::layers::candle::{
     err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, upload, Fold, KeyMask, Linear,
     Norm, PostNorm,
 };
+use crate::simd::fused::merge_heads;
 use crate::Result;
 
 struct Layer {
@@ -208,7 +210,7 @@ impl Deberta {
     ) -> candle_core::Result<Tensor> {
         let (h, heads) = (self.cfg.hidden, self.cfg.heads);
         let d = h / heads;
-        let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads)?;
+        let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads, None)?;
         // A position term: `x` (b, heads, t, d) against the rows `pos` (heads, d, 2 span),
         // each score's row gathered by `by`, as (b, heads, t, t).
         let term = |x: &Tensor, pos: &Tensor, by: &Tensor| -> candle_core::Result<Tensor> {
@@ -231,7 +233,7 @@ impl Deberta {
             scores = (scores + term(&k, pos, &index.by_key)?.t()?)?;
         }
         let probs = softmax(&scores, self.softmax_in_f32)?;
-        let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
+        let context = merge_heads(&probs.matmul(&v)?)?;
         layer.rest.forward(&context, x, self.cfg.act)
     }
 }

@@ -10,23 +10,24 @@
 //! at most `local_attention / 2` positions away; each kind of layer has its RoPE theta.
 //!
 //! Written for a device as `bert::candle` is: the hidden states stay one `(rows · len,
-//! hidden)` matrix (one product per linear layer), one copy puts Q, K and V in place, the
-//! attention scale is folded into `Wqkv`'s query rows as the weights are read, masks and
-//! scores stay in the activations' format (finite masks; half-precision scores go through the
-//! softmax in f32 on candle's CPU backend only), and every norm is candle's fused kernel
-//! (a zero bias where the checkpoint has none).
+//! hidden)` matrix (one product per linear layer), one pass of our own puts Q, K and V in
+//! place with Q and K rotated, and one puts the context back (`simd::fused`), the attention
+//! scale is folded into `Wqkv`'s query rows as the weights are read, masks and scores stay in
+//! the activations' format (finite masks; half-precision scores go through the softmax in f32
+//! on candle's CPU backend only), the GeGLU is one pass (`simd::fused::glu`), and every norm
+//! is candle's fused kernel (a zero bias where the checkpoint has none).
 
 use candle_core::{Module, Tensor, D};
 use candle_nn::{Embedding, VarBuilder};
 
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
-    activate, err, heads_of, linear, mask_value, rope_tables, softmax, softmax_in_f32, upload,
-    Fold, KeyMask, Linear, Norm, QueryMask,
+    activate, err, heads_of, linear, mask_value, rope_rows, rope_tables, softmax, softmax_in_f32,
+    upload, Fold, KeyMask, Linear, Norm, QueryMask,
 };
 use crate::models::layers::kernels::Act;
+use crate::simd::fused::{self, glu, merge_heads};
 use crate::Result;
-use candle_nn::rotary_emb::rope;
 
 struct Layer {
     attn_norm: Option<Norm>,
@@ -138,6 +139,13 @@ impl ModernBert {
             false => None,
         };
 
+        // Each kind of layer's RoPE tables for this batch's rows, as the heads' pass takes them.
+        let global_rope = rope_rows(&self.global_rope, (b, t))?;
+        let local_rope = match &local {
+            Some(_) => Some(rope_rows(&self.local_rope, (b, t))?),
+            None => None,
+        };
+
         // The hidden states stay one `(b · t, hidden)` matrix: one product per linear layer.
         let x = self.embed.forward(ids)?;
         let h = x.dim(D::Minus1)?;
@@ -147,13 +155,13 @@ impl ModernBert {
                 Some(norm) => norm.forward(&x)?,
                 None => x.clone(),
             };
-            // Q (scaled at load: `ModernBert::fold`), K, V in place with one copy.
-            let (q, k, v) = heads_of(&layer.qkv, &y, (b, t), self.heads)?;
-            let (cos, sin) = match layer.global {
-                true => &self.global_rope,
-                false => &self.local_rope,
+            // Q (scaled at load: `ModernBert::fold`), K, V in place, Q and K rotated, in one
+            // pass.
+            let (cos, sin) = match (&local_rope, layer.global) {
+                (Some(local), false) => local,
+                _ => &global_rope,
             };
-            let (q, k) = (rope(&q, cos, sin)?, rope(&k, cos, sin)?);
+            let (q, k, v) = heads_of(&layer.qkv, &y, (b, t), self.heads, Some((cos, sin)))?;
             // Either mask is added by the scores' product on a CUDA device: a global layer's is
             // the padding's alone (`KeyMask`), a sliding layer's the padding's and the window's
             // (`QueryMask`).
@@ -162,13 +170,18 @@ impl ModernBert {
                 _ => padding.scores(&q, &k, None)?,
             };
             let probs = softmax(&scores, self.softmax_in_f32)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, h))?;
+            let ctx = merge_heads(&probs.matmul(&v)?)?;
             x = layer.out.forward_add(&ctx, &x)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
-            let half = gated.dim(D::Minus1)? / 2;
-            let a = activate(&gated.narrow(D::Minus1, 0, half)?, self.act)?;
-            let g = gated.narrow(D::Minus1, half, half)?;
-            x = layer.wo.forward_add(&(a * g)?, &x)?;
+            let inner = match fused::enabled() {
+                true => glu(&gated, self.act)?,
+                false => {
+                    let half = gated.dim(D::Minus1)? / 2;
+                    let a = activate(&gated.narrow(D::Minus1, 0, half)?, self.act)?;
+                    (a * gated.narrow(D::Minus1, half, half)?)?
+                }
+            };
+            x = layer.wo.forward_add(&inner, &x)?;
         }
         self.final_norm.forward(&x)?.reshape((b, t, h))
     }

@@ -13,7 +13,7 @@
 //! Written for a device, where every operation is a kernel launch and a pass over memory:
 //! - the hidden states stay one `(rows · len, hidden)` matrix, so every projection is one
 //!   product over the batch, Q, K and V one product together, then their heads split, normed
-//!   and rotated in one pass (`simd::decoder::split_heads`; on a CUDA device a kernel of our
+//!   and rotated in one pass (`simd::fused::split_heads`; on a CUDA device a kernel of our
 //!   own, where candle needs seven), the context's heads merged back in one, and gate and up
 //!   one product, then SwiGLU in one pass;
 //! - the attention scale is folded into the queries' weights as they are read;
@@ -34,9 +34,10 @@ use crate::models::layers::candle::{
     cached_params, candle_device, dtype, err, flat_f32, linear, pipeline, read_f32, rope_tensors,
     softmax, softmax_in_f32, stacked, upload, var_builder, Fold, Linear, QueryMask, Turns,
 };
+use crate::models::layers::kernels::Act;
 use crate::models::layers::weights::Weights;
 use crate::models::{Device, Precision};
-use crate::simd::decoder::{self, merge_heads, split_heads, swiglu, HeadSizes, HeadSplit};
+use crate::simd::fused::{self, glu, merge_heads, split_heads, HeadSizes, HeadSplit};
 use crate::Result;
 
 struct Layer {
@@ -54,9 +55,9 @@ struct Layer {
 /// The feed-forward part's gate and up projections.
 enum GateUp {
     /// One product of both (`2 · intermediate` outputs, each row's gate, then its up), then
-    /// SwiGLU in one pass (`simd::decoder::swiglu`).
+    /// SwiGLU in one pass (`simd::fused::glu`).
     Stacked(Linear),
-    /// Two products, then candle's SiLU and product (`RERANK_CUDA_DECODER_KERNELS=0`).
+    /// Two products, then candle's SiLU and product (`RERANK_CUDA_FUSED_KERNELS=0`).
     Apart { gate: Linear, up: Linear },
 }
 
@@ -64,7 +65,7 @@ impl GateUp {
     /// `silu(gate · y) * (up · y)`.
     fn forward(&self, y: &Tensor) -> candle_core::Result<Tensor> {
         match self {
-            GateUp::Stacked(both) => swiglu(&both.forward(y)?),
+            GateUp::Stacked(both) => glu(&both.forward(y)?, Act::Silu),
             GateUp::Apart { gate, up } => {
                 candle_nn::ops::silu(&gate.forward(y)?)? * up.forward(y)?
             }
@@ -290,7 +291,7 @@ impl CandleDecoder {
                 q_norm: qk.then(|| rms(&a, d, eps, "q_norm")).transpose()?,
                 k_norm: qk.then(|| rms(&a, d, eps, "k_norm")).transpose()?,
                 post_norm: rms(&l, h, eps, "post_attention_layernorm")?,
-                mlp: match decoder::enabled() {
+                mlp: match fused::enabled() {
                     true => GateUp::Stacked(stacked(
                         &m,
                         h,

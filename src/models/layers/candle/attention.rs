@@ -138,8 +138,9 @@ impl KeyMask {
     /// On a CUDA device each head's scores and context are one cuBLASLt product over the batch
     /// that reads Q, K and V where the projection wrote them and writes the context in place
     /// (`simd::cublaslt::head_scores` / `head_context`): no copy puts the heads in place, and
-    /// none puts them back. Elsewhere (or when cuBLASLt declines), one copy puts the heads in
-    /// place ([`split_heads`](super::split_heads)), then batched products and a copy back.
+    /// none puts them back. Elsewhere (or when cuBLASLt declines), one pass puts the heads in
+    /// place ([`split_heads`](super::split_heads)), then batched products and one pass back
+    /// (`simd::fused::merge_heads`).
     pub fn attend(
         &self,
         qkv: &Tensor,
@@ -159,18 +160,14 @@ impl KeyMask {
                 }
             }
         }
-        let (q, k, v) = super::split_heads(qkv, (b, t), heads)?;
+        let (q, k, v) = super::split_heads(qkv, (b, t), heads, None)?;
         let q = match first_only {
             true => q.narrow(2, 0, 1)?.contiguous()?,
             false => q,
         };
         let scores = self.scores(&q, &k, None)?;
         let probs = super::softmax(&scores, softmax_in_f32)?;
-        let hidden = qkv.dim(1)? / 3;
-        probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .reshape((b * queries, hidden))
+        crate::simd::fused::merge_heads(&probs.matmul(&v)?)
     }
 }
 

@@ -31,6 +31,7 @@ pub(crate) use linear::Linear;
 use super::kernels::Act;
 use super::weights::Weights;
 use crate::models::{Device, Precision};
+use crate::simd::fused::{self, HeadSizes, HeadSplit};
 use crate::{Error, Result};
 
 /// An [`Error::Model`] for a candle failure, saying where it happened (candle's message
@@ -401,6 +402,24 @@ pub(crate) fn rope_tables(
     rope_tensors(&rope, d, positions, dtype, device)
 }
 
+/// RoPE's `(cos, sin)` tables `(positions, d / 2)` ([`rope_tables`]) for a batch of `b` rows
+/// of `t` tokens, each row's token `i` at position `i`: `(b, t, d / 2)` each, what
+/// [`split_heads`] rotates by.
+pub(crate) fn rope_rows(
+    (cos, sin): &(Tensor, Tensor),
+    (b, t): (usize, usize),
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let rows = |table: &Tensor| {
+        let half = table.dim(1)?;
+        table
+            .narrow(0, 0, t)?
+            .unsqueeze(0)?
+            .broadcast_as((b, t, half))?
+            .contiguous()
+    };
+    Ok((rows(cos)?, rows(sin)?))
+}
+
 /// `rope`'s tables (heads of `d`, `positions` positions) as candle tensors, as
 /// [`rope_tables`] gives them.
 pub(crate) fn rope_tensors(
@@ -519,24 +538,47 @@ pub(crate) fn stacked(
 }
 
 /// `x` `(b · t, hidden)` through a stacked Q, K, V layer ([`stacked_qkv`]), as Q, K and V of
-/// `(b, heads, t, d)` each: one copy puts every head in place.
+/// `(b, heads, t, d)` each, Q and K rotated by `rope` when given ([`split_heads`]).
 pub(crate) fn heads_of(
     qkv: &Linear,
     x: &Tensor,
     (b, t): (usize, usize),
     heads: usize,
+    rope: Option<(&Tensor, &Tensor)>,
 ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-    split_heads(&qkv.forward(x)?, (b, t), heads)
+    split_heads(&qkv.forward(x)?, (b, t), heads, rope)
 }
 
 /// The output `(b · t, 3 · hidden)` of a stacked Q, K, V layer ([`stacked_qkv`]) as Q, K and V
-/// of `(b, heads, t, d)` each: one copy puts every head in place.
+/// of `(b, heads, t, d)` each, rotated by RoPE's `(cos, sin)` tables `(b, t, d / 2)` when
+/// given: one pass of our own (`simd::fused::split_heads`), or for a head of an odd size,
+/// which that pass does not take (and RoPE does not rotate), one copy of candle's.
 pub(crate) fn split_heads(
     qkv: &Tensor,
     (b, t): (usize, usize),
     heads: usize,
+    rope: Option<(&Tensor, &Tensor)>,
 ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
     let d = qkv.dim(1)? / (3 * heads);
+    if d % 2 == 0 || rope.is_some() {
+        let sizes = HeadSizes {
+            rows: b,
+            tokens: t,
+            heads,
+            kv: heads,
+            d,
+            queries: t,
+            prefix: 0,
+        };
+        return fused::split_heads(HeadSplit {
+            all: qkv,
+            sizes,
+            norms: None,
+            rope,
+            prefix_kv: None,
+            eps: 0.0,
+        });
+    }
     let all = qkv
         .reshape((b, t, 3, heads, d))?
         .permute((2, 0, 3, 1, 4))?

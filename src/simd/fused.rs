@@ -1,5 +1,7 @@
-//! The decoders' passes of our own, one pass each where candle takes several (feature
-//! `candle`; kernels of our own on a CUDA device with feature `cuda`, `decoder.cu`):
+//! The candle ports' passes of our own, one pass each where candle takes several (feature
+//! `candle`; kernels of our own on a CUDA device with feature `cuda`, `fused.cu`), for the
+//! decoders (Qwen3, Qwen2) and the encoders (ModernBERT, DeBERTa, and BERT where cuBLASLt does
+//! not read its heads in place):
 //! - [`split_heads`]: the stacked Q, K, V projection `(b · t, (heads + 2 kv) · d)` into
 //!   Q `(b, heads, tq, d)`, K and V `(b, kv, p + t, d)`, each Q and K head RMS-normed (Qwen3's
 //!   `q_norm` / `k_norm`) and rotated (RoPE, rotate-half), a shared prefix's `p` keys and
@@ -9,31 +11,33 @@
 //! - [`merge_heads`]: the context `(b, heads, tq, d)` into the rows `(b · tq, heads · d)` that
 //!   the output projection reads: candle's strided copy, without its index arithmetic per
 //!   element and per dimension;
-//! - [`swiglu`]: `silu(gate) · up` from the stacked gate and up projection `(rows, 2 · I)`,
-//!   where candle runs SiLU and the product as two passes over two products' outputs.
+//! - [`glu`]: `act(gate) · up` from the stacked gate and up projection `(rows, 2 · I)`
+//!   (SwiGLU, GeGLU), where candle runs the activation and the product as two passes over two
+//!   products' outputs.
 //!
 //! Every backend runs the same definition: the CPU loops below (what candle's CPU backend
 //! runs, and what the parity tests check against the references), and on a CUDA device the
-//! kernels of `decoder.cu`, written to follow them: each value in f32 (for the heads,
+//! kernels of `fused.cu`, written to follow them: each value in f32 (for the heads,
 //! `x · (1 / sqrt(mean(x²) + eps)) · w`, then `(a cos - b sin, b cos + a sin)` for the pair
-//! (`i`, `i + d/2`); for SwiGLU, `g / (1 + exp(-g)) · u`), rounded once to the activations'
-//! format. `RERANK_CUDA_DECODER_KERNELS=0` (read once) leaves the decoders to candle's
+//! (`i`, `i + d/2`); for the gated activations, `act(g) · u`), rounded once to the activations'
+//! format. `RERANK_CUDA_FUSED_KERNELS=0` (read once) leaves the models to candle's
 //! operations on every backend ([`enabled`]: [`split_heads`] and [`merge_heads`] then run
-//! them; the caller stacks gate and up or not), a check for the GPU runs.
+//! them; the callers of [`glu`] run candle's instead, and the decoders keep gate and up
+//! apart), a check for the GPU runs.
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, StorageRef, Tensor, WithDType};
 
+use crate::models::layers::kernels::Act;
+
 /// The most a head may hold (the kernels keep a head row's pairs in registers).
 const MAX_HEAD_DIM: usize = 512;
 
-/// Whether the decoders run these operations: unless `RERANK_CUDA_DECODER_KERNELS` is `0`
+/// Whether the models run these operations: unless `RERANK_CUDA_FUSED_KERNELS` is `0`
 /// (read once).
 pub(crate) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("RERANK_CUDA_DECODER_KERNELS").map_or(true, |v| v.trim() != "0")
-    })
+    *ON.get_or_init(|| std::env::var("RERANK_CUDA_FUSED_KERNELS").map_or(true, |v| v.trim() != "0"))
 }
 
 /// The sizes of a batch's heads: `rows` prompts of `tokens` tokens, `heads` query heads and
@@ -68,6 +72,13 @@ impl HeadSizes {
     fn q_from(&self) -> usize {
         self.tokens - self.queries
     }
+
+    /// The warps `split_heads_*` runs: one for every row of the projection, and one for every
+    /// copy of a prefix's key or value row.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn warps(&self) -> usize {
+        self.rows * self.tokens * (self.heads + 2 * self.kv) + 2 * self.rows * self.kv * self.prefix
+    }
 }
 
 /// What [`split_heads`] takes: the stacked projection `all` `(rows · tokens, (heads + 2 kv) ·
@@ -89,7 +100,7 @@ pub(crate) struct HeadSplit<'a> {
 /// K each normed, then rotated, when it says so; V as it is. Q for the last `queries` tokens
 /// of each prompt only; each prompt's keys and values start with the shared prefix's. In one
 /// pass, the three contiguous parts of one new buffer (candle's operations under
-/// `RERANK_CUDA_DECODER_KERNELS=0`).
+/// `RERANK_CUDA_FUSED_KERNELS=0`).
 pub(crate) fn split_heads(split: HeadSplit) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
     split.check()?;
     match enabled() {
@@ -168,7 +179,7 @@ impl HeadSplit<'_> {
     /// [`split_heads`] on candle's operations: a strided copy of each part, candle's RMS norm
     /// and its RoPE kernel, then the prefix's keys and values concatenated before each
     /// prompt's (what the decoder ran before [`Self::in_one_pass`]; what runs under
-    /// `RERANK_CUDA_DECODER_KERNELS=0`, and what the tests check the one pass against).
+    /// `RERANK_CUDA_FUSED_KERNELS=0`, and what the tests check the one pass against).
     fn by_candle(&self) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         let s = self.sizes;
         let all = self
@@ -216,7 +227,7 @@ impl HeadSplit<'_> {
 
 /// The context `x` `(rows, heads, queries, d)` (contiguous) as `(rows · queries, heads · d)`:
 /// each query's heads side by side (candle's transposed copy under
-/// `RERANK_CUDA_DECODER_KERNELS=0`).
+/// `RERANK_CUDA_FUSED_KERNELS=0`).
 pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
     let (rows, heads, queries, d) = x.dims4()?;
     if !x.is_contiguous() {
@@ -229,43 +240,73 @@ pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
     merged.reshape((rows * queries, heads * d))
 }
 
-/// `silu(gate) · up` `(rows, inputs)` of the stacked gate and up projection `gate_up`
-/// `(rows, 2 · inputs)` (contiguous; each row's gate, then its up).
-pub(crate) fn swiglu(gate_up: &Tensor) -> candle_core::Result<Tensor> {
+/// `act(gate) · up` `(rows, inputs)` of the stacked gate and up projection `gate_up`
+/// `(rows, 2 · inputs)` (contiguous; each row's gate, then its up): Qwen3's SwiGLU (`act`
+/// SiLU), ModernBERT's GeGLU (GELU).
+pub(crate) fn glu(gate_up: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     let (_, both) = gate_up.dims2()?;
     if !gate_up.is_contiguous() || both % 2 != 0 {
         candle_core::bail!(
-            "swiglu: {:?} is not a contiguous stacked gate and up projection",
+            "glu: {:?} is not a contiguous stacked gate and up projection",
             gate_up.dims()
         );
     }
-    gate_up.apply_op1_no_bwd(&SwiGlu)
+    gate_up.apply_op1_no_bwd(&Glu(act))
 }
 
-/// [`swiglu`]'s operation.
-struct SwiGlu;
+/// [`glu`]'s operation.
+struct Glu(Act);
 
-impl OnHost for SwiGlu {
-    const NAME: &'static str = "swiglu";
+impl Glu {
+    /// The activation's code in `fused.cu` (`glu_T`'s `act`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn code(&self) -> u32 {
+        match self.0 {
+            Act::Gelu => 0,
+            Act::GeluTanh => 1,
+            Act::Relu => 2,
+            Act::Silu => 3,
+        }
+    }
+}
 
-    /// The definition on the host: `g / (1 + exp(-g)) · u` in f32, rounded once.
+impl OnHost for Glu {
+    const NAME: &'static str = "glu";
+
+    /// The definition on the host, in f32, rounded once: `g / (1 + exp(-g))` (SiLU),
+    /// `0.5 g (1 + tanh(√(2/π) (g + 0.044715 g³)))`, `max(g, 0)`, each with the platform's
+    /// `exp` / `tanh`; and for GELU `0.5 g (1 + erf(g / √2))` in f64 with candle's erf (Rust's
+    /// standard library has none), as candle's own GELU computes half-precision values. Then
+    /// times `u`.
     fn on_host<T: WithDType>(&self, x: &[T], layout: &Layout) -> candle_core::Result<Vec<T>> {
+        const C: f32 = 0.797_884_6; // √(2/π)
         let inputs = layout.shape().dims2()?.1 / 2;
         let mut out = Vec::with_capacity(x.len() / 2);
+        let act = |g: f32| match self.0 {
+            Act::Silu => g / (1.0 + (-g).exp()),
+            Act::GeluTanh => 0.5 * g * (1.0 + (C * (g + 0.044_715 * g * g * g)).tanh()),
+            Act::Relu => g.max(0.0),
+            Act::Gelu => {
+                let g = f64::from(g);
+                let erf = candle_core::cpu::erf::erf_f64(g * std::f64::consts::FRAC_1_SQRT_2);
+                (0.5 * g * (1.0 + erf)) as f32
+            }
+        };
         for row in x.chunks_exact(2 * inputs) {
             let (gate, up) = row.split_at(inputs);
-            out.extend(gate.iter().zip(up).map(|(&g, &u)| {
-                let g = f32_of(g);
-                T::from_f64(f64::from(g / (1.0 + (-g).exp()) * f32_of(u)))
-            }));
+            out.extend(
+                gate.iter()
+                    .zip(up)
+                    .map(|(&g, &u)| T::from_f64(f64::from(act(f32_of(g)) * f32_of(u)))),
+            );
         }
         Ok(out)
     }
 }
 
-impl CustomOp1 for SwiGlu {
+impl CustomOp1 for Glu {
     fn name(&self) -> &'static str {
-        "rerank-swiglu"
+        "rerank-glu"
     }
 
     fn cpu_fwd(
@@ -287,7 +328,7 @@ impl CustomOp1 for SwiGlu {
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let (rows, both) = layout.shape().dims2()?;
-        let out = device::swiglu(storage, layout, (rows, both / 2))?;
+        let out = device::glu(storage, layout, (rows, both / 2), self.code())?;
         Ok((out, Shape::from((rows, both / 2))))
     }
 }
@@ -511,7 +552,34 @@ impl CustomOp1 for Merge {
     }
 }
 
-/// The kernels of `decoder.cu` on a CUDA device.
+/// A launch's blocks and threads per block (1-D).
+type Grid = (u32, u32);
+
+/// Head rows per block: one warp each (`WARPS_PER_BLOCK` in `fused.cu`).
+const ROWS_PER_BLOCK: usize = 4;
+
+/// Threads per block of the kernels that give a block to each row ([`block_per_row`]).
+const ROW_THREADS: u32 = 256;
+
+/// The launch of `split_heads_*` and `merge_heads_*`: a warp for each of `rows` rows.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn warp_per_row(rows: usize) -> candle_core::Result<Grid> {
+    match u32::try_from(rows.div_ceil(ROWS_PER_BLOCK)) {
+        Ok(blocks) => Ok((blocks.max(1), 32 * ROWS_PER_BLOCK as u32)),
+        Err(_) => candle_core::bail!("fused kernel: {rows} rows are too many for one launch"),
+    }
+}
+
+/// The launch of `glu_*`: a block of [`ROW_THREADS`] for each of `rows` rows.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn block_per_row(rows: usize) -> candle_core::Result<Grid> {
+    match u32::try_from(rows) {
+        Ok(blocks) => Ok((blocks.max(1), ROW_THREADS)),
+        Err(_) => candle_core::bail!("fused kernel: {rows} rows are too many for one launch"),
+    }
+}
+
+/// The kernels of `fused.cu` on a CUDA device.
 #[cfg(feature = "cuda")]
 mod device {
     use candle_core::backend::BackendStorage;
@@ -521,14 +589,12 @@ mod device {
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CudaDevice, CudaStorage, DType, Layout, Storage, StorageRef};
 
-    use super::{locked, HeadSizes, Split};
+    use super::{block_per_row, locked, warp_per_row, Grid, HeadSizes, Split};
 
-    /// The PTX build.rs made of `decoder.cu`.
-    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decoder.ptx"));
+    /// The PTX build.rs made of `fused.cu`.
+    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
     /// The module's name among the device's loaded modules.
-    const MODULE: &str = "rerank_decoder";
-    /// Head rows per block: one warp each (`WARPS_PER_BLOCK` in `decoder.cu`).
-    const ROWS_PER_BLOCK: u64 = 4;
+    const MODULE: &str = "rerank_fused";
 
     /// `$body` with `$t` the element type of `$dtype` and `$kernel` the name of `$name`'s
     /// kernel for it (`$name` then `_f32`, `_f16` or `_bf16`); an error for other formats.
@@ -555,22 +621,18 @@ mod device {
         };
     }
 
-    /// The launch of `rows` warps, one per head row.
-    fn blocks(rows: usize) -> candle_core::Result<LaunchConfig> {
-        let blocks = (rows as u64).div_ceil(ROWS_PER_BLOCK);
-        let Ok(grid) = u32::try_from(blocks) else {
-            candle_core::bail!("decoder kernel: {rows} rows are too many for one launch");
-        };
-        Ok(LaunchConfig {
-            grid_dim: (grid.max(1), 1, 1),
-            block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
+    /// A launch of `(blocks, threads)` ([`Grid`]).
+    fn config((blocks, threads): Grid) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
-        })
+        }
     }
 
     /// A size as the kernels take it.
     fn u32_of(n: usize) -> candle_core::Result<u32> {
-        u32::try_from(n).map_err(|_| candle_core::Error::Msg(format!("decoder kernel: {n} > u32")))
+        u32::try_from(n).map_err(|_| candle_core::Error::Msg(format!("fused kernel: {n} > u32")))
     }
 
     /// `t`'s elements on the device from its offset (contiguous: checked by the callers).
@@ -579,7 +641,7 @@ mod device {
         layout: &Layout,
     ) -> candle_core::Result<CudaView<'a, T>> {
         let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("decoder kernel: an operand is not contiguous");
+            candle_core::bail!("fused kernel: an operand is not contiguous");
         };
         Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
     }
@@ -590,7 +652,7 @@ mod device {
     fn cuda<'a>(locked: &'a Locked<'_>) -> candle_core::Result<&'a CudaStorage> {
         match &*locked.0 {
             Storage::Cuda(s) => Ok(s),
-            _ => candle_core::bail!("decoder kernel: an operand is not on the CUDA device"),
+            _ => candle_core::bail!("fused kernel: an operand is not on the CUDA device"),
         }
     }
 
@@ -661,18 +723,13 @@ mod device {
             builder.arg(n);
         }
         builder.arg(&eps);
-        // A warp for every row of `all`, and for every copy of a prefix's key and value row.
-        let own = s.rows * s.tokens * (s.heads + 2 * s.kv);
-        let config = blocks(own + 2 * s.rows * s.kv * s.prefix)?;
+        let config = config(warp_per_row(s.warps())?);
         // SAFETY: the arguments are the kernel's, in its order and types; every operand holds
         // what the kernel reads of it (`split_heads` checked the shapes) and `out` what it
         // writes; all are on the device's one stream.
         unsafe { builder.launch(config) }.w()?;
         Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
     }
-
-    /// Threads per block of [`swiglu`]'s kernel (one block per row).
-    const ROW_THREADS: u32 = 256;
 
     /// `kernel` `(x, out, sizes...)` on `storage` at `layout` in `T`, writing a new output of
     /// `len` elements.
@@ -703,20 +760,18 @@ mod device {
         Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
     }
 
-    pub(super) fn swiglu(
+    pub(super) fn glu(
         storage: &CudaStorage,
         layout: &Layout,
         (rows, inputs): (usize, usize),
+        act: u32,
     ) -> candle_core::Result<CudaStorage> {
-        let config = LaunchConfig {
-            grid_dim: (u32_of(rows)?.max(1), 1, 1),
-            block_dim: (ROW_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let sizes = [u32_of(inputs)?];
-        per_format!(storage.dtype(), "swiglu", |T, kernel| {
-            // SAFETY: `swiglu_*(x, out, inputs)`, one block per row: `x` holds `rows` rows of
-            // `2 · inputs` (`swiglu` checked), `out` gets `rows` of `inputs`.
+        let config = config(block_per_row(rows)?);
+        let sizes = [u32_of(inputs)?, act];
+        per_format!(storage.dtype(), "glu", |T, kernel| {
+            // SAFETY: `glu_*(x, out, inputs, act)`, one block per row: `x` holds `rows` rows
+            // of `2 · inputs` (`glu` checked), `out` gets `rows` of `inputs`; `act` is one of
+            // the kernel's codes (`Glu::code`).
             unsafe { one_input::<T>(storage, layout, (kernel, config, &sizes), rows * inputs) }
         })
     }
@@ -726,7 +781,7 @@ mod device {
         layout: &Layout,
         (rows, heads, queries, d): (usize, usize, usize, usize),
     ) -> candle_core::Result<CudaStorage> {
-        let config = blocks(rows * heads * queries)?;
+        let config = config(warp_per_row(rows * heads * queries)?);
         let sizes = [u32_of(rows)?, u32_of(heads)?, u32_of(queries)?, u32_of(d)?];
         let len = rows * heads * queries * d;
         per_format!(storage.dtype(), "merge_heads", |T, kernel| {
@@ -842,36 +897,39 @@ mod tests {
     }
 
     #[test]
-    fn swiglu_is_candles_silu_times_up() {
+    fn glu_is_candles_activation_times_up() {
         let dev = Device::Cpu;
         let (rows, inputs) = (3, 70);
         let x = Tensor::from_vec(values(rows * 2 * inputs, 5), (rows, 2 * inputs), &dev).unwrap();
         let x = (x * 6.0).unwrap();
         // Relative to the value (up to about 36 here): each format's rounding, twice for
-        // candle's (SiLU, then the product).
-        for (dtype, bound) in [
-            (DType::F32, 1e-6),
-            (DType::F16, 2e-3),
-            (DType::BF16, 1.6e-2),
-        ] {
-            let x = x.to_dtype(dtype).unwrap();
-            let ours = swiglu(&x).unwrap();
-            let (gate, up) = (
-                x.narrow(1, 0, inputs).unwrap(),
-                x.narrow(1, inputs, inputs).unwrap(),
-            );
-            let theirs = (candle_nn::ops::silu(&gate.contiguous().unwrap()).unwrap()
-                * up.contiguous().unwrap())
-            .unwrap();
-            let e = max_diff(
-                &((&ours - &theirs).unwrap() / theirs.abs().unwrap().maximum(1.0).unwrap())
-                    .unwrap(),
-                &ours.zeros_like().unwrap(),
-            );
-            assert!(e <= bound, "{dtype:?}: {e}");
+        // candle's (the activation, then the product).
+        for act in [Act::Gelu, Act::GeluTanh, Act::Relu, Act::Silu] {
+            for (dtype, bound) in [
+                (DType::F32, 1e-6),
+                (DType::F16, 2e-3),
+                (DType::BF16, 1.6e-2),
+            ] {
+                let x = x.to_dtype(dtype).unwrap();
+                let ours = glu(&x, act).unwrap();
+                let (gate, up) = (
+                    x.narrow(1, 0, inputs).unwrap(),
+                    x.narrow(1, inputs, inputs).unwrap(),
+                );
+                let gate = gate.contiguous().unwrap();
+                let theirs = (crate::models::layers::candle::activate(&gate, act).unwrap()
+                    * up.contiguous().unwrap())
+                .unwrap();
+                let e = max_diff(
+                    &((&ours - &theirs).unwrap() / theirs.abs().unwrap().maximum(1.0).unwrap())
+                        .unwrap(),
+                    &ours.zeros_like().unwrap(),
+                );
+                assert!(e <= bound, "{act:?} {dtype:?}: {e}");
+            }
         }
-        assert!(swiglu(&x.narrow(1, 0, 3).unwrap()).is_err());
-        assert!(swiglu(&x.t().unwrap()).is_err());
+        assert!(glu(&x.narrow(1, 0, 3).unwrap(), Act::Silu).is_err());
+        assert!(glu(&x.t().unwrap(), Act::Silu).is_err());
     }
 
     #[test]
@@ -925,5 +983,363 @@ mod tests {
         let theirs = x.transpose(1, 2).unwrap().reshape((10, 12)).unwrap();
         assert_eq!(max_diff(&ours, &theirs), 0.0);
         assert!(merge_heads(&x.transpose(2, 3).unwrap()).is_err());
+    }
+
+    /// `fused.cu`'s kernels, compiled by g++ against `tests/cuda_host` (an emulation of the
+    /// CUDA built-ins they use: threads, warps and their shuffles, the half formats) and run
+    /// on the host with the launches `device` makes, against the host definitions above. No GPU
+    /// is needed to find a kernel that reads or writes the wrong element, reduces over the
+    /// wrong lanes or rounds differently; what this cannot check (the device's own arithmetic:
+    /// its fused multiply-adds, its `expf`) the parity tests on a device do.
+    mod kernels_on_the_host {
+        use super::*;
+        use std::path::{Path, PathBuf};
+        use std::sync::OnceLock;
+
+        /// The harness, built once per test process (`$CXX`, else g++).
+        fn harness() -> &'static Path {
+            static BUILT: OnceLock<PathBuf> = OnceLock::new();
+            BUILT.get_or_init(|| {
+                let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+                // Beside the build's own outputs (build.rs gives the crate an `OUT_DIR`),
+                // built under a name of this process's and then moved into place, so that
+                // test processes at once never run a half-written harness.
+                let dir = Path::new(env!("OUT_DIR")).join("cuda-host");
+                std::fs::create_dir_all(&dir).unwrap();
+                let exe = dir.join("fused_host");
+                let building = dir.join(format!("fused_host.{}", std::process::id()));
+                let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".to_string());
+                // No contraction into fused multiply-adds: the host definition rounds each
+                // product, and so must the emulation that is compared with it.
+                let out = std::process::Command::new(&cxx)
+                    .args(["-std=c++20", "-O1", "-pthread", "-ffp-contract=off"])
+                    .args(["-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas", "-I"])
+                    .arg(root.join("tests/cuda_host"))
+                    .arg(root.join("tests/cuda_host/fused_main.cpp"))
+                    .arg("-o")
+                    .arg(&building)
+                    .output()
+                    .unwrap_or_else(|e| panic!("`{cxx}` (a C++20 compiler) could not run: {e}"));
+                assert!(
+                    out.status.success(),
+                    "fused_main.cpp did not compile:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                std::fs::rename(&building, &exe).unwrap();
+                exe
+            })
+        }
+
+        /// A tensor's elements as the kernels read them (little-endian, in its format).
+        fn raw(t: &Tensor) -> Vec<u8> {
+            let t = t.flatten_all().unwrap();
+            match t.dtype() {
+                DType::F32 => t
+                    .to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                DType::F16 => t
+                    .to_vec1::<half::f16>()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_bits().to_le_bytes())
+                    .collect(),
+                DType::BF16 => t
+                    .to_vec1::<half::bf16>()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_bits().to_le_bytes())
+                    .collect(),
+                other => panic!("no kernel for {other:?}"),
+            }
+        }
+
+        /// The output of `kernel` (its name without the format) in `dtype`, launched as
+        /// `grid` with `args` (the sizes after `GRID BLOCK OUT_LEN`) on `inputs`, as a flat
+        /// tensor of `len` elements.
+        fn run(
+            kernel: &str,
+            dtype: DType,
+            (grid, len): (Grid, usize),
+            args: &str,
+            inputs: &[(&str, &Tensor)],
+        ) -> Tensor {
+            static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let exe = harness();
+            let dir = exe.with_file_name(format!("call-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let format = match dtype {
+                DType::F32 => "f32",
+                DType::F16 => "f16",
+                _ => "bf16",
+            };
+            let line = format!("{kernel}_{format} {} {} {len}\n{args}\n", grid.0, grid.1);
+            std::fs::write(dir.join("args"), line).unwrap();
+            for (name, t) in inputs {
+                assert_eq!(t.dtype(), dtype);
+                std::fs::write(dir.join(format!("{name}.bin")), raw(t)).unwrap();
+            }
+            let out = std::process::Command::new(exe).arg(&dir).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{kernel} ({format}) on the host: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bytes = std::fs::read(dir.join("out.bin")).unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            let dev = Device::Cpu;
+            let t = match dtype {
+                DType::F32 => {
+                    let v = bytes
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes(b.try_into().unwrap()));
+                    Tensor::from_vec(v.collect::<Vec<_>>(), len, &dev)
+                }
+                DType::F16 => {
+                    let v = bytes
+                        .chunks_exact(2)
+                        .map(|b| half::f16::from_le_bytes(b.try_into().unwrap()));
+                    Tensor::from_vec(v.collect::<Vec<_>>(), len, &dev)
+                }
+                _ => {
+                    let v = bytes
+                        .chunks_exact(2)
+                        .map(|b| half::bf16::from_le_bytes(b.try_into().unwrap()));
+                    Tensor::from_vec(v.collect::<Vec<_>>(), len, &dev)
+                }
+            };
+            t.unwrap()
+        }
+
+        /// The elements where `kernel` and `host` differ by more than `ulps` units in the last
+        /// place of `dtype` (at `host`'s magnitude) and the element's own `slack`: none when
+        /// they agree.
+        fn differences(
+            kernel: &Tensor,
+            host: &Tensor,
+            dtype: DType,
+            ulps: f32,
+            slack: &[f32],
+        ) -> Vec<(usize, f32, f32)> {
+            let mantissa = match dtype {
+                DType::F32 => 23,
+                DType::F16 => 10,
+                _ => 7,
+            };
+            let smallest_exponent = match dtype {
+                DType::F16 => -14,
+                _ => -126,
+            };
+            let f = |t: &Tensor| {
+                t.to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            };
+            let (k, h) = (f(kernel), f(host));
+            assert_eq!(k.len(), h.len());
+            k.iter()
+                .zip(&h)
+                .enumerate()
+                .filter(|&(i, (&a, &b))| {
+                    let exponent = (b.abs().log2().floor() as i32).max(smallest_exponent);
+                    let ulp = 2f32.powi(exponent - mantissa);
+                    let allowed = ulps * ulp + slack.get(i).copied().unwrap_or(0.0);
+                    (a - b).abs() > allowed || a.is_nan() != b.is_nan()
+                })
+                .map(|(i, (&a, &b))| (i, a, b))
+                .collect()
+        }
+
+        #[test]
+        fn split_heads_kernel_gives_the_host_definition() {
+            let dev = Device::Cpu;
+            // (rows, tokens, heads, kv, d, queries, prefix): grouped and not, queries for
+            // every token or the last ones only (whole warps leave), a prefix or none, a head
+            // of fewer pairs than a warp's lanes, one of several pairs per lane (160) and the
+            // largest (512), and a count of rows that leaves the last block part empty.
+            let cases = [
+                (2, 5, 4, 2, 8, 5, 0),
+                (3, 4, 2, 2, 6, 1, 0),
+                (1, 3, 6, 1, 160, 2, 0),
+                (3, 4, 4, 2, 8, 4, 3),
+                (2, 2, 2, 1, 70, 1, 5),
+                (1, 2, 1, 1, 512, 2, 1),
+            ];
+            for (n, &(rows, tokens, heads, kv, d, queries, prefix)) in cases.iter().enumerate() {
+                let s = HeadSizes {
+                    rows,
+                    tokens,
+                    heads,
+                    kv,
+                    d,
+                    queries,
+                    prefix,
+                };
+                let line = (heads + 2 * kv) * d;
+                let t = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev).unwrap();
+                let scaled = |v: Vec<f32>, by: f32| v.into_iter().map(|x| x * by).collect();
+                let all = t(
+                    scaled(values(rows * tokens * line, 20 + n as u32), 3.0),
+                    &[rows * tokens, line],
+                );
+                let qn = t(values(d, 7).iter().map(|v| 1.0 + v).collect(), &[d]);
+                let kn = t(values(d, 8).iter().map(|v| 1.0 - v / 2.0).collect(), &[d]);
+                let cos = t(values(rows * tokens * d / 2, 9), &[rows, tokens, d / 2]);
+                let sin = t(values(rows * tokens * d / 2, 10), &[rows, tokens, d / 2]);
+                let pk = t(values(kv * prefix * d, 11), &[1, kv, prefix, d]);
+                let pv = t(values(kv * prefix * d, 12), &[1, kv, prefix, d]);
+                for dtype in [DType::F32, DType::F16, DType::BF16] {
+                    let c = |x: &Tensor| x.to_dtype(dtype).unwrap();
+                    let (all, qn, kn, cos, sin) = (c(&all), c(&qn), c(&kn), c(&cos), c(&sin));
+                    let (pk, pv) = (c(&pk), c(&pv));
+                    let prefix_kv = (prefix > 0).then_some((&pk, &pv));
+                    for (norms, rope) in [
+                        (Some((&qn, &kn)), Some((&cos, &sin))),
+                        (None, Some((&cos, &sin))),
+                        (Some((&qn, &kn)), None),
+                        (None, None),
+                    ] {
+                        let split = HeadSplit {
+                            all: &all,
+                            sizes: s,
+                            norms,
+                            rope,
+                            prefix_kv,
+                            eps: 1e-6,
+                        };
+                        let (q, k, v) = split.in_one_pass().unwrap();
+                        let host = Tensor::cat(
+                            &[
+                                q.flatten_all().unwrap(),
+                                k.flatten_all().unwrap(),
+                                v.flatten_all().unwrap(),
+                            ],
+                            0,
+                        )
+                        .unwrap();
+                        let mut inputs = vec![("all", &all)];
+                        if let Some((a, b)) = norms {
+                            inputs.extend([("q_norm", a), ("k_norm", b)]);
+                        }
+                        if let Some((a, b)) = rope {
+                            inputs.extend([("cos", a), ("sin", b)]);
+                        }
+                        if let Some((a, b)) = prefix_kv {
+                            inputs.extend([("prefix_k", a), ("prefix_v", b)]);
+                        }
+                        let args = format!(
+                            "{rows} {tokens} {heads} {kv} {d} {} {prefix} {} {} 1e-6",
+                            tokens - queries,
+                            u32::from(norms.is_some()),
+                            u32::from(rope.is_some()),
+                        );
+                        let grid = warp_per_row(s.warps()).unwrap();
+                        let kernel = run(
+                            "split_heads",
+                            dtype,
+                            (grid, host.elem_count()),
+                            &args,
+                            &inputs,
+                        );
+                        // The norm sums a head's squares in another order (lanes, then a
+                        // warp's butterfly), so its scale may be an ulp or two of f32 apart,
+                        // which the rotation's difference of two products (each at most about
+                        // 3 here) can show in a smaller result: 2e-6 apart at most, and a
+                        // value rounded the other way to a half format; equal without a norm.
+                        let (ulps, slack) = match norms {
+                            Some(_) => (1.0, vec![2e-6; host.elem_count()]),
+                            None => (0.0, Vec::new()),
+                        };
+                        let wrong = differences(&kernel, &host, dtype, ulps, &slack);
+                        assert!(
+                            wrong.is_empty(),
+                            "case {n} {dtype:?} norms {} rope {}: {} of {} differ, first {:?}",
+                            norms.is_some(),
+                            rope.is_some(),
+                            wrong.len(),
+                            host.elem_count(),
+                            &wrong[..wrong.len().min(4)]
+                        );
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn merge_heads_and_glu_kernels_give_the_host_definitions() {
+            let dev = Device::Cpu;
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                for (rows, heads, queries, d) in [(2, 3, 5, 8), (1, 16, 7, 128), (3, 1, 1, 6)] {
+                    let x = Tensor::from_vec(
+                        values(rows * heads * queries * d, 4),
+                        (rows, heads, queries, d),
+                        &dev,
+                    )
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                    let host = x.apply_op1_no_bwd(&Merge).unwrap();
+                    let grid = warp_per_row(rows * heads * queries).unwrap();
+                    let args = format!("{rows} {heads} {queries} {d}");
+                    let kernel = run(
+                        "merge_heads",
+                        dtype,
+                        (grid, x.elem_count()),
+                        &args,
+                        &[("x", &x)],
+                    );
+                    assert!(
+                        differences(&kernel, &host, dtype, 0.0, &[]).is_empty(),
+                        "merge {dtype:?} {rows} {heads} {queries} {d}"
+                    );
+                }
+                for (rows, inputs) in [(3, 70), (2, 600), (1, 1)] {
+                    let x =
+                        Tensor::from_vec(values(rows * 2 * inputs, 5), (rows, 2 * inputs), &dev)
+                            .unwrap();
+                    let x = (x * 9.0).unwrap().to_dtype(dtype).unwrap();
+                    for act in [Act::Gelu, Act::GeluTanh, Act::Relu, Act::Silu] {
+                        let host = glu(&x, act).unwrap();
+                        let grid = block_per_row(rows).unwrap();
+                        let args = format!("{inputs} {}", Glu(act).code());
+                        let kernel = run("glu", dtype, (grid, rows * inputs), &args, &[("x", &x)]);
+                        // GELU: the kernel's erf is the platform's in f32 (erff) and its
+                        // products round in f32, the host's is candle's in f64: a few ulps of
+                        // f32 apart, at the scale of `g · u`.
+                        let slack = match act {
+                            Act::Gelu => {
+                                let (g, u) = (
+                                    x.narrow(1, 0, inputs).unwrap(),
+                                    x.narrow(1, inputs, inputs).unwrap(),
+                                );
+                                let gu = (g.to_dtype(DType::F32).unwrap()
+                                    * u.to_dtype(DType::F32).unwrap())
+                                .unwrap();
+                                let gu = gu.abs().unwrap().flatten_all().unwrap();
+                                gu.to_vec1::<f32>()
+                                    .unwrap()
+                                    .iter()
+                                    .map(|v| v * 2e-7)
+                                    .collect()
+                            }
+                            _ => vec![0.0; rows * inputs],
+                        };
+                        let ulps = if matches!(act, Act::Gelu) { 1.0 } else { 0.0 };
+                        let wrong = differences(&kernel, &host, dtype, ulps, &slack);
+                        assert!(
+                            wrong.is_empty(),
+                            "glu {act:?} {dtype:?} {rows}x{inputs}: {:?}",
+                            &wrong[..wrong.len().min(4)]
+                        );
+                    }
+                }
+            }
+        }
     }
 }

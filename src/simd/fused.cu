@@ -1,5 +1,5 @@
-// The decoders' passes of our own on a CUDA device (feature `cuda`; compiled to PTX by build.rs,
-// launched by src/simd/decoder.rs, whose CPU loops are the definition these kernels follow).
+// The candle ports' passes of our own on a CUDA device (feature `cuda`; compiled to PTX by build.rs,
+// launched by src/simd/fused.rs, whose CPU loops are the definition these kernels follow).
 //
 // split_heads_T: the stacked Q, K, V projection `all` `(b * t, (heads + 2 kv) * d)` row-major
 // into one buffer [Q (b, heads, tq, d) | K (b, kv, p + t, d) | V (b, kv, p + t, d)], each Q and
@@ -8,8 +8,8 @@
 // the first `p` keys and values of each row are a shared prefix's, `prefix_k` / `prefix_v`
 // `(kv, p, d)`, copied for every row.
 // merge_heads_T: the context `(b, heads, tq, d)` into `(b * tq, heads * d)`.
-// swiglu_T: `silu(gate) * up` `(rows, inputs)` from the stacked projection `(rows, 2 * inputs)`
-// (each row's gate, then its up): one block per row.
+// glu_T: `act(gate) * up` `(rows, inputs)` from the stacked projection `(rows, 2 * inputs)`
+// (each row's gate, then its up), `act` GELU (erf), GELU (tanh), ReLU or SiLU: one block per row.
 //
 // One warp per head row of `d` elements: lane `l` holds the pairs (i, i + d/2) for i = l, l + 32,
 // ... (at most MAX_PAIRS of them), so the norm's sum is a warp reduction and RoPE's partner is
@@ -151,19 +151,38 @@ __device__ void merge_heads(const T *x, T *out, unsigned int b, unsigned int hea
     }
 }
 
+// The gated activations' `act` (fused.rs's `Glu::code`).
+#define ACT_GELU 0u
+#define ACT_GELU_TANH 1u
+#define ACT_RELU 2u
+#define ACT_SILU 3u
+
+// `act(g)` in f32.
+__device__ __forceinline__ float activate(float g, unsigned int act) {
+    switch (act) {
+        case ACT_GELU:
+            return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
+        case ACT_GELU_TANH:
+            return 0.5f * g * (1.0f + tanhf(0.7978846f * (g + 0.044715f * g * g * g)));
+        case ACT_RELU:
+            return fmaxf(g, 0.0f);
+        default:
+            return g / (1.0f + expf(-g));
+    }
+}
+
 // `x` `(rows, 2 * inputs)` into `out` `(rows, inputs)`: block `r` does row `r`.
 template <typename T>
-__device__ void swiglu(const T *x, T *out, unsigned int inputs) {
+__device__ void glu(const T *x, T *out, unsigned int inputs, unsigned int act) {
     const T *gate = x + (unsigned long long)blockIdx.x * 2 * inputs;
     const T *up = gate + inputs;
     T *dst = out + (unsigned long long)blockIdx.x * inputs;
     for (unsigned int i = threadIdx.x; i < inputs; i += blockDim.x) {
-        const float g = to_f32(gate[i]);
-        dst[i] = from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up[i]));
+        dst[i] = from_f32<T>(activate(to_f32(gate[i]), act) * to_f32(up[i]));
     }
 }
 
-#define DECODER_KERNELS(NAME, T)                                                                 \
+#define FUSED_KERNELS(NAME, T)                                                                 \
     extern "C" __global__ void split_heads_##NAME(                                             \
         const T *all, const T *q_norm, const T *k_norm, const T *cos, const T *sin,            \
         const T *prefix_k, const T *prefix_v, T *out, unsigned int b, unsigned int t,          \
@@ -178,10 +197,11 @@ __device__ void swiglu(const T *x, T *out, unsigned int inputs) {
                                                   unsigned int d) {                            \
         merge_heads<T>(x, out, b, heads, tq, d);                                               \
     }                                                                                          \
-    extern "C" __global__ void swiglu_##NAME(const T *x, T *out, unsigned int inputs) {        \
-        swiglu<T>(x, out, inputs);                                                             \
+    extern "C" __global__ void glu_##NAME(const T *x, T *out, unsigned int inputs,             \
+                                          unsigned int act) {                                  \
+        glu<T>(x, out, inputs, act);                                                           \
     }
 
-DECODER_KERNELS(f32, float)
-DECODER_KERNELS(f16, __half)
-DECODER_KERNELS(bf16, __nv_bfloat16)
+FUSED_KERNELS(f32, float)
+FUSED_KERNELS(f16, __half)
+FUSED_KERNELS(bf16, __nv_bfloat16)
