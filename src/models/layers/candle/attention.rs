@@ -149,10 +149,10 @@ impl KeyMask {
         first_only: bool,
         softmax_in_f32: bool,
     ) -> candle_core::Result<Tensor> {
-        let queries = if first_only { 1 } else { t };
         #[cfg(feature = "cuda")]
         if let (Some((lt, _)), Some(rows)) = (&self.fused, &self.rows) {
             use crate::simd::cublaslt::{head_context, head_scores};
+            let queries = if first_only { 1 } else { t };
             if let Some(scores) = head_scores(lt, qkv, rows, (b, t), heads, queries)? {
                 let probs = super::softmax(&scores, softmax_in_f32)?;
                 if let Some(context) = head_context(lt, &probs, qkv)? {

@@ -560,7 +560,7 @@ pub(crate) fn split_heads(
     rope: Option<(&Tensor, &Tensor)>,
 ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
     let d = qkv.dim(1)? / (3 * heads);
-    if d % 2 == 0 || rope.is_some() {
+    if d.is_multiple_of(2) || rope.is_some() {
         let sizes = HeadSizes {
             rows: b,
             tokens: t,
