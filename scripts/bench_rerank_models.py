@@ -84,6 +84,7 @@ from pathlib import Path
 
 from bench_common import (CARGO_FEATURES, ROOT, cpu_flags, first_and_median, run, scifact_documents,
                           scifact_first_judged_query)
+from model_shapes import modernbert_reranker_config
 
 MODELS = Path(os.environ.get("RERANK_MODELS_DIR", ROOT / "models"))
 # A bench executable built before (`cargo bench --bench rerank_models --no-run` prints it), to
@@ -163,22 +164,14 @@ def modernbert_tokenizer(dest: Path) -> dict:
 
 def make_modernbert(dest: Path):
     import torch
-    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+    from transformers import ModernBertForSequenceClassification
 
     ids = modernbert_tokenizer(dest)
     torch.manual_seed(0)
     layers = 22
-    cfg = ModernBertConfig(
-        vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=layers,
-        num_attention_heads=12, max_position_embeddings=8192, local_attention=128,
-        layer_types=["full_attention" if i % 3 == 0 else "sliding_attention" for i in range(layers)],
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
-        hidden_activation="gelu", classifier_activation="gelu", classifier_pooling="mean",
-        norm_bias=False, attention_bias=False, mlp_bias=False, classifier_bias=True,
-        pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"],
-        bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"], num_labels=1)
-    cfg.architectures = ["ModernBertForSequenceClassification"]
+    cfg = modernbert_reranker_config(
+        layers, ids["[CLS]"], ids["[SEP]"], ids["[PAD]"], vocab_size=50368, hidden_size=768,
+        intermediate_size=1152, num_attention_heads=12, max_position_embeddings=8192)
     ModernBertForSequenceClassification(cfg).eval().save_pretrained(dest, safe_serialization=True)
 
 

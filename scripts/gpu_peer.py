@@ -237,17 +237,12 @@ def make_config(kind, shape, tiny):
     import transformers as tf
 
     if kind == "cross-encoder-modernbert":
-        layers, v = shape["num_hidden_layers"], shape["vocab_size"]
-        specials = dict(zip(["cls", "sep", "pad"], range(50281, 50284) if not tiny else range(v - 4, v - 1)))
-        return tf.ModernBertConfig(
-            architectures=["ModernBertForSequenceClassification"], num_labels=1, local_attention=128,
-            layer_types=["full_attention" if i % 3 == 0 else "sliding_attention" for i in range(layers)],
-            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
-            hidden_activation="gelu", classifier_activation="gelu", classifier_pooling="mean",
-            norm_bias=False, attention_bias=False, mlp_bias=False, classifier_bias=True,
-            pad_token_id=specials["pad"], cls_token_id=specials["cls"], sep_token_id=specials["sep"],
-            bos_token_id=specials["cls"], eos_token_id=specials["sep"], **shape)
+        from model_shapes import modernbert_reranker_config
+
+        shape = dict(shape)
+        layers, v = shape.pop("num_hidden_layers"), shape["vocab_size"]
+        cls, sep, pad = range(50281, 50284) if not tiny else range(v - 4, v - 1)
+        return modernbert_reranker_config(layers, cls, sep, pad, **shape)
     if kind == "cross-encoder-deberta":
         return tf.DebertaV2Config(
             architectures=["DebertaV2ForSequenceClassification"], num_labels=1, hidden_act="gelu",
