@@ -820,21 +820,27 @@ mod tests {
             .fold(0.0, f32::max)
     }
 
-    #[test]
-    fn split_heads_is_candles_copies_norms_and_rotations_in_one_pass() {
+    /// The head splits the tests run, `(rows, tokens, heads, kv, d, queries, prefix)`: grouped
+    /// and not, queries for every token or the last ones only (whole warps leave on a device),
+    /// a prefix or none, a head of fewer pairs than a warp's lanes, one of several pairs per
+    /// lane (160) and the largest (512), and a count of rows that leaves a device's last
+    /// block part empty.
+    const SPLITS: [(usize, usize, usize, usize, usize, usize, usize); 6] = [
+        (2, 5, 4, 2, 8, 5, 0),
+        (3, 4, 2, 2, 6, 1, 0),
+        (1, 3, 6, 1, 160, 2, 0),
+        (3, 4, 4, 2, 8, 4, 3),
+        (2, 2, 2, 1, 70, 1, 5),
+        (1, 2, 1, 1, 512, 2, 1),
+    ];
+
+    /// Calls `check(case, dtype, split)` for every case of [`SPLITS`] in f32, f16 and bf16,
+    /// with and without norms and rotation: the stacked rows are values seeded by
+    /// `seed + case`, times `scale`; norms near 1, rotation tables and prefix seeded apart.
+    fn each_split(scale: f32, seed: u32, mut check: impl FnMut(usize, DType, HeadSplit<'_>)) {
         let dev = Device::Cpu;
-        // (rows, tokens, heads, kv, d, queries, prefix): grouped and not, every query or the
-        // last one, with a shared prefix and without, a head smaller than a warp's pairs and
-        // one larger.
-        let cases = [
-            (2, 5, 4, 2, 8, 5, 0),
-            (3, 4, 2, 2, 6, 1, 0),
-            (1, 3, 6, 1, 160, 2, 0),
-            (3, 4, 4, 2, 8, 4, 3),
-            (2, 2, 2, 1, 70, 1, 5),
-        ];
-        for (n, &(rows, tokens, heads, kv, d, queries, prefix)) in cases.iter().enumerate() {
-            let s = HeadSizes {
+        for (n, &(rows, tokens, heads, kv, d, queries, prefix)) in SPLITS.iter().enumerate() {
+            let sizes = HeadSizes {
                 rows,
                 tokens,
                 heads,
@@ -845,8 +851,9 @@ mod tests {
             };
             let line = (heads + 2 * kv) * d;
             let t = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev).unwrap();
+            let rows_of = values(rows * tokens * line, seed + n as u32);
             let all = t(
-                values(rows * tokens * line, n as u32),
+                rows_of.into_iter().map(|x| x * scale).collect(),
                 &[rows * tokens, line],
             );
             let qn = t(values(d, 7).iter().map(|v| 1.0 + v).collect(), &[d]);
@@ -856,11 +863,6 @@ mod tests {
             let pk = t(values(kv * prefix * d, 11), &[1, kv, prefix, d]);
             let pv = t(values(kv * prefix * d, 12), &[1, kv, prefix, d]);
             for dtype in [DType::F32, DType::F16, DType::BF16] {
-                let bound = match dtype {
-                    DType::F32 => 1e-5,
-                    DType::F16 => 2e-2,
-                    _ => 1.2e-1,
-                };
                 let c = |x: &Tensor| x.to_dtype(dtype).unwrap();
                 let (all, qn, kn, cos, sin) = (c(&all), c(&qn), c(&kn), c(&cos), c(&sin));
                 let (pk, pv) = (c(&pk), c(&pv));
@@ -869,31 +871,44 @@ mod tests {
                     (Some((&qn, &kn)), Some((&cos, &sin))),
                     (None, Some((&cos, &sin))),
                     (Some((&qn, &kn)), None),
+                    (None, None),
                 ] {
                     let split = HeadSplit {
                         all: &all,
-                        sizes: s,
+                        sizes,
                         norms,
                         rope,
                         prefix_kv,
                         eps: 1e-6,
                     };
-                    split.check().unwrap();
-                    let ours = split.in_one_pass().unwrap();
-                    let theirs = split.by_candle().unwrap();
-                    for (part, (a, b)) in [(&ours.0, &theirs.0), (&ours.1, &theirs.1)]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        let e = max_diff(a, b);
-                        assert!(e <= bound, "case {n} {dtype:?} part {part}: {e}");
-                    }
-                    // V is copied, not computed.
-                    assert_eq!(max_diff(&ours.2, &theirs.2), 0.0, "case {n} {dtype:?} V");
-                    assert!(ours.0.is_contiguous() && ours.1.is_contiguous());
+                    check(n, dtype, split);
                 }
             }
         }
+    }
+
+    #[test]
+    fn split_heads_is_candles_copies_norms_and_rotations_in_one_pass() {
+        each_split(1.0, 0, |n, dtype, split| {
+            let bound = match dtype {
+                DType::F32 => 1e-5,
+                DType::F16 => 2e-2,
+                _ => 1.2e-1,
+            };
+            split.check().unwrap();
+            let ours = split.in_one_pass().unwrap();
+            let theirs = split.by_candle().unwrap();
+            for (part, (a, b)) in [(&ours.0, &theirs.0), (&ours.1, &theirs.1)]
+                .into_iter()
+                .enumerate()
+            {
+                let e = max_diff(a, b);
+                assert!(e <= bound, "case {n} {dtype:?} part {part}: {e}");
+            }
+            // V is copied, not computed.
+            assert_eq!(max_diff(&ours.2, &theirs.2), 0.0, "case {n} {dtype:?} V");
+            assert!(ours.0.is_contiguous() && ours.1.is_contiguous());
+        });
     }
 
     #[test]
@@ -1158,21 +1173,8 @@ mod tests {
 
         #[test]
         fn split_heads_kernel_gives_the_host_definition() {
-            let dev = Device::Cpu;
-            // (rows, tokens, heads, kv, d, queries, prefix): grouped and not, queries for
-            // every token or the last ones only (whole warps leave), a prefix or none, a head
-            // of fewer pairs than a warp's lanes, one of several pairs per lane (160) and the
-            // largest (512), and a count of rows that leaves the last block part empty.
-            let cases = [
-                (2, 5, 4, 2, 8, 5, 0),
-                (3, 4, 2, 2, 6, 1, 0),
-                (1, 3, 6, 1, 160, 2, 0),
-                (3, 4, 4, 2, 8, 4, 3),
-                (2, 2, 2, 1, 70, 1, 5),
-                (1, 2, 1, 1, 512, 2, 1),
-            ];
-            for (n, &(rows, tokens, heads, kv, d, queries, prefix)) in cases.iter().enumerate() {
-                let s = HeadSizes {
+            each_split(3.0, 20, |n, dtype, split| {
+                let HeadSizes {
                     rows,
                     tokens,
                     heads,
@@ -1180,95 +1182,63 @@ mod tests {
                     d,
                     queries,
                     prefix,
-                };
-                let line = (heads + 2 * kv) * d;
-                let t = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev).unwrap();
-                let scaled = |v: Vec<f32>, by: f32| v.into_iter().map(|x| x * by).collect();
-                let all = t(
-                    scaled(values(rows * tokens * line, 20 + n as u32), 3.0),
-                    &[rows * tokens, line],
-                );
-                let qn = t(values(d, 7).iter().map(|v| 1.0 + v).collect(), &[d]);
-                let kn = t(values(d, 8).iter().map(|v| 1.0 - v / 2.0).collect(), &[d]);
-                let cos = t(values(rows * tokens * d / 2, 9), &[rows, tokens, d / 2]);
-                let sin = t(values(rows * tokens * d / 2, 10), &[rows, tokens, d / 2]);
-                let pk = t(values(kv * prefix * d, 11), &[1, kv, prefix, d]);
-                let pv = t(values(kv * prefix * d, 12), &[1, kv, prefix, d]);
-                for dtype in [DType::F32, DType::F16, DType::BF16] {
-                    let c = |x: &Tensor| x.to_dtype(dtype).unwrap();
-                    let (all, qn, kn, cos, sin) = (c(&all), c(&qn), c(&kn), c(&cos), c(&sin));
-                    let (pk, pv) = (c(&pk), c(&pv));
-                    let prefix_kv = (prefix > 0).then_some((&pk, &pv));
-                    for (norms, rope) in [
-                        (Some((&qn, &kn)), Some((&cos, &sin))),
-                        (None, Some((&cos, &sin))),
-                        (Some((&qn, &kn)), None),
-                        (None, None),
-                    ] {
-                        let split = HeadSplit {
-                            all: &all,
-                            sizes: s,
-                            norms,
-                            rope,
-                            prefix_kv,
-                            eps: 1e-6,
-                        };
-                        let (q, k, v) = split.in_one_pass().unwrap();
-                        let host = Tensor::cat(
-                            &[
-                                q.flatten_all().unwrap(),
-                                k.flatten_all().unwrap(),
-                                v.flatten_all().unwrap(),
-                            ],
-                            0,
-                        )
-                        .unwrap();
-                        let mut inputs = vec![("all", &all)];
-                        if let Some((a, b)) = norms {
-                            inputs.extend([("q_norm", a), ("k_norm", b)]);
-                        }
-                        if let Some((a, b)) = rope {
-                            inputs.extend([("cos", a), ("sin", b)]);
-                        }
-                        if let Some((a, b)) = prefix_kv {
-                            inputs.extend([("prefix_k", a), ("prefix_v", b)]);
-                        }
-                        let args = format!(
-                            "{rows} {tokens} {heads} {kv} {d} {} {prefix} {} {} 1e-6",
-                            tokens - queries,
-                            u32::from(norms.is_some()),
-                            u32::from(rope.is_some()),
-                        );
-                        let grid = warp_per_row(s.warps()).unwrap();
-                        let kernel = run(
-                            "split_heads",
-                            dtype,
-                            (grid, host.elem_count()),
-                            &args,
-                            &inputs,
-                        );
-                        // The norm sums a head's squares in another order (lanes, then a
-                        // warp's butterfly), so its scale may be an ulp or two of f32 apart,
-                        // which the rotation's difference of two products (each at most about
-                        // 3 here) can show in a smaller result: 2e-6 apart at most, and a
-                        // value rounded the other way to a half format; equal without a norm.
-                        let (ulps, slack) = match norms {
-                            Some(_) => (1.0, vec![2e-6; host.elem_count()]),
-                            None => (0.0, Vec::new()),
-                        };
-                        let wrong = differences(&kernel, &host, dtype, ulps, &slack);
-                        assert!(
-                            wrong.is_empty(),
-                            "case {n} {dtype:?} norms {} rope {}: {} of {} differ, first {:?}",
-                            norms.is_some(),
-                            rope.is_some(),
-                            wrong.len(),
-                            host.elem_count(),
-                            &wrong[..wrong.len().min(4)]
-                        );
-                    }
+                } = split.sizes;
+                let (all, norms, rope, prefix_kv) =
+                    (split.all, split.norms, split.rope, split.prefix_kv);
+                let (q, k, v) = split.in_one_pass().unwrap();
+                let host = Tensor::cat(
+                    &[
+                        q.flatten_all().unwrap(),
+                        k.flatten_all().unwrap(),
+                        v.flatten_all().unwrap(),
+                    ],
+                    0,
+                )
+                .unwrap();
+                let mut inputs = vec![("all", all)];
+                if let Some((a, b)) = norms {
+                    inputs.extend([("q_norm", a), ("k_norm", b)]);
                 }
-            }
+                if let Some((a, b)) = rope {
+                    inputs.extend([("cos", a), ("sin", b)]);
+                }
+                if let Some((a, b)) = prefix_kv {
+                    inputs.extend([("prefix_k", a), ("prefix_v", b)]);
+                }
+                let args = format!(
+                    "{rows} {tokens} {heads} {kv} {d} {} {prefix} {} {} 1e-6",
+                    tokens - queries,
+                    u32::from(norms.is_some()),
+                    u32::from(rope.is_some()),
+                );
+                let grid = warp_per_row(split.sizes.warps()).unwrap();
+                let kernel = run(
+                    "split_heads",
+                    dtype,
+                    (grid, host.elem_count()),
+                    &args,
+                    &inputs,
+                );
+                // The norm sums a head's squares in another order (lanes, then a
+                // warp's butterfly), so its scale may be an ulp or two of f32 apart,
+                // which the rotation's difference of two products (each at most about
+                // 3 here) can show in a smaller result: 2e-6 apart at most, and a
+                // value rounded the other way to a half format; equal without a norm.
+                let (ulps, slack) = match norms {
+                    Some(_) => (1.0, vec![2e-6; host.elem_count()]),
+                    None => (0.0, Vec::new()),
+                };
+                let wrong = differences(&kernel, &host, dtype, ulps, &slack);
+                assert!(
+                    wrong.is_empty(),
+                    "case {n} {dtype:?} norms {} rope {}: {} of {} differ, first {:?}",
+                    norms.is_some(),
+                    rope.is_some(),
+                    wrong.len(),
+                    host.elem_count(),
+                    &wrong[..wrong.len().min(4)]
+                );
+            });
         }
 
         #[test]
