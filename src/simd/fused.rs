@@ -20,10 +20,10 @@
 //! kernels of `fused.cu`, written to follow them: each value in f32 (for the heads,
 //! `x · (1 / sqrt(mean(x²) + eps)) · w`, then `(a cos - b sin, b cos + a sin)` for the pair
 //! (`i`, `i + d/2`); for the gated activations, `act(g) · u`), rounded once to the activations'
-//! format. `RERANK_CUDA_FUSED_KERNELS=0` (read once) leaves the models to candle's
-//! operations on every backend ([`enabled`]: [`split_heads`] and [`merge_heads`] then run
-//! them; the callers of [`glu`] run candle's instead, and the decoders keep gate and up
-//! apart), a check for the GPU runs.
+//! format. A Metal device, which has no kernels of these, runs candle's operations, and so
+//! does every backend under `RERANK_CUDA_FUSED_KERNELS=0` (read once), a check for the GPU
+//! runs ([`runs_on`]: [`split_heads`] and [`merge_heads`] then run them; the callers of
+//! [`glu`] run candle's instead, and the decoders keep gate and up apart).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, StorageRef, Tensor, WithDType};
@@ -33,11 +33,15 @@ use crate::models::layers::kernels::Act;
 /// The most a head may hold (the kernels keep a head row's pairs in registers).
 const MAX_HEAD_DIM: usize = 512;
 
-/// Whether the models run these operations: unless `RERANK_CUDA_FUSED_KERNELS` is `0`
-/// (read once).
-pub(crate) fn enabled() -> bool {
+/// Whether the models run these operations on `device`: on the CPU and on CUDA devices
+/// (there are no Metal kernels: a Metal device runs candle's operations), unless
+/// `RERANK_CUDA_FUSED_KERNELS` is `0` (read once).
+pub(crate) fn runs_on(device: &candle_core::Device) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RERANK_CUDA_FUSED_KERNELS").map_or(true, |v| v.trim() != "0"))
+    let on = *ON.get_or_init(|| {
+        std::env::var("RERANK_CUDA_FUSED_KERNELS").map_or(true, |v| v.trim() != "0")
+    });
+    on && (device.is_cpu() || device.is_cuda())
 }
 
 /// The sizes of a batch's heads: `rows` prompts of `tokens` tokens, `heads` query heads and
@@ -103,7 +107,7 @@ pub(crate) struct HeadSplit<'a> {
 /// `RERANK_CUDA_FUSED_KERNELS=0`).
 pub(crate) fn split_heads(split: HeadSplit) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
     split.check()?;
-    match enabled() {
+    match runs_on(split.all.device()) {
         true => split.in_one_pass(),
         false => split.by_candle(),
     }
@@ -233,7 +237,7 @@ pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
     if !x.is_contiguous() {
         candle_core::bail!("merge_heads: the context is not contiguous");
     }
-    let merged = match enabled() {
+    let merged = match runs_on(x.device()) {
         true => x.apply_op1_no_bwd(&Merge)?,
         false => x.transpose(1, 2)?,
     };
@@ -242,7 +246,8 @@ pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// `act(gate) · up` `(rows, inputs)` of the stacked gate and up projection `gate_up`
 /// `(rows, 2 · inputs)` (contiguous; each row's gate, then its up): Qwen3's SwiGLU (`act`
-/// SiLU), ModernBERT's GeGLU (GELU).
+/// SiLU), ModernBERT's GeGLU (GELU). On the devices of [`runs_on`] only: the callers run
+/// candle's activation and product elsewhere.
 pub(crate) fn glu(gate_up: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     let (_, both) = gate_up.dims2()?;
     if !gate_up.is_contiguous() || both % 2 != 0 {

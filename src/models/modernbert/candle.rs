@@ -173,7 +173,7 @@ impl ModernBert {
             let ctx = merge_heads(&probs.matmul(&v)?)?;
             x = layer.out.forward_add(&ctx, &x)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
-            let inner = match fused::enabled() {
+            let inner = match fused::runs_on(gated.device()) {
                 true => glu(&gated, self.act)?,
                 false => {
                     let half = gated.dim(D::Minus1)? / 2;

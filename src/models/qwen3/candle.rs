@@ -291,7 +291,7 @@ impl CandleDecoder {
                 q_norm: qk.then(|| rms(&a, d, eps, "q_norm")).transpose()?,
                 k_norm: qk.then(|| rms(&a, d, eps, "k_norm")).transpose()?,
                 post_norm: rms(&l, h, eps, "post_attention_layernorm")?,
-                mlp: match fused::enabled() {
+                mlp: match fused::runs_on(&dev) {
                     true => GateUp::Stacked(stacked(
                         &m,
                         h,
