@@ -10,6 +10,9 @@
 // merge_heads_T: the context `(b, heads, tq, d)` into `(b * tq, heads * d)`.
 // glu_T: `act(gate) * up` `(rows, inputs)` from the stacked projection `(rows, 2 * inputs)`
 // (each row's gate, then its up), `act` GELU (erf), GELU (tanh), ReLU or SiLU: one block per row.
+// position_bias_T: DeBERTa's relative-position scores `(b, heads, t, t)`, for query i and key j
+// `c2p[h, bi t + i, index[i, j]] + p2c[h, bi t + j, index[i, j]]` (each term when told to read
+// it), `c2p` / `p2c` `(heads, b t, r)`, `index` `(t, t)` clamped to r - 1: a thread per score.
 //
 // One warp per head row of `d` elements: lane `l` holds the pairs (i, i + d/2) for i = l, l + 32,
 // ... (at most MAX_PAIRS of them), so the norm's sum is a warp reduction and RoPE's partner is
@@ -182,6 +185,25 @@ __device__ void glu(const T *x, T *out, unsigned int inputs, unsigned int act) {
     }
 }
 
+template <typename T>
+__device__ void position_bias(const T *c2p, const T *p2c, const unsigned int *index, T *out,
+                              unsigned int b, unsigned int heads, unsigned int t, unsigned int r,
+                              unsigned int has_c2p, unsigned int has_p2c) {
+    const unsigned long long e = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long tt = (unsigned long long)t * t;
+    if (e >= (unsigned long long)b * heads * tt) return;
+    const unsigned int ij = (unsigned int)(e % tt);
+    const unsigned int i = ij / t, j = ij % t;
+    const unsigned long long bh = e / tt;  // bi * heads + h
+    const unsigned int h = (unsigned int)(bh % heads), bi = (unsigned int)(bh / heads);
+    const unsigned int at = min(index[ij], r - 1);
+    const unsigned long long rows = ((unsigned long long)h * b + bi) * t;
+    float v = 0.0f;
+    if (has_c2p) v += to_f32(c2p[(rows + i) * r + at]);
+    if (has_p2c) v += to_f32(p2c[(rows + j) * r + at]);
+    out[e] = from_f32<T>(v);
+}
+
 #define FUSED_KERNELS(NAME, T)                                                                 \
     extern "C" __global__ void split_heads_##NAME(                                             \
         const T *all, const T *q_norm, const T *k_norm, const T *cos, const T *sin,            \
@@ -200,6 +222,12 @@ __device__ void glu(const T *x, T *out, unsigned int inputs, unsigned int act) {
     extern "C" __global__ void glu_##NAME(const T *x, T *out, unsigned int inputs,             \
                                           unsigned int act) {                                  \
         glu<T>(x, out, inputs, act);                                                           \
+    }                                                                                          \
+    extern "C" __global__ void position_bias_##NAME(                                           \
+        const T *c2p, const T *p2c, const unsigned int *index, T *out, unsigned int b,         \
+        unsigned int heads, unsigned int t, unsigned int r, unsigned int has_c2p,              \
+        unsigned int has_p2c) {                                                                \
+        position_bias<T>(c2p, p2c, index, out, b, heads, t, r, has_c2p, has_p2c);              \
     }
 
 FUSED_KERNELS(f32, float)

@@ -13,7 +13,10 @@
 //!   element and per dimension;
 //! - [`glu`]: `act(gate) · up` from the stacked gate and up projection `(rows, 2 · I)`
 //!   (SwiGLU, GeGLU), where candle runs the activation and the product as two passes over two
-//!   products' outputs.
+//!   products' outputs;
+//! - [`position_bias`]: DeBERTa's two relative-position terms of the attention's scores,
+//!   gathered and added in one pass, where candle copies each term into place, gathers it and
+//!   adds the second transposed.
 //!
 //! Every backend runs the same definition: the CPU loops below (what candle's CPU backend
 //! runs, and what the parity tests check against the references), and on a CUDA device the
@@ -259,6 +262,140 @@ pub(crate) fn glu(gate_up: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     gate_up.apply_op1_no_bwd(&Glu(act))
 }
 
+/// DeBERTa's relative-position scores of a batch of `b` rows of `t` tokens, `(b, heads, t, t)`:
+/// for query `i` and key `j` of row `bi`, head `h`, `c2p[h, bi · t + i, r_ij] + p2c[h, bi · t + j,
+/// r_ij]` with `r_ij = index[i, j]`, each term where given (at least one): `c2p`, the queries
+/// against the relative rows (content to position), and `p2c`, the keys against them (position
+/// to content), each `(heads, b · t, r)` contiguous; `index` `(t, t)` u32, the relative row of
+/// each (query, key), past `r - 1` read as `r - 1`. Summed in f32 and rounded once.
+pub(crate) fn position_bias(
+    c2p: Option<&Tensor>,
+    p2c: Option<&Tensor>,
+    index: &Tensor,
+    (b, heads, t): (usize, usize, usize),
+) -> candle_core::Result<Tensor> {
+    let Some(main) = c2p.or(p2c) else {
+        candle_core::bail!("position_bias: neither term is given");
+    };
+    let r = main.dims().last().copied().unwrap_or(0);
+    let fits = |x: &Tensor| {
+        x.dims() == [heads, b * t, r]
+            && x.dtype() == main.dtype()
+            && x.is_contiguous()
+            && x.device().same_device(main.device())
+    };
+    let index_fits = index.dims() == [t, t]
+        && index.dtype() == candle_core::DType::U32
+        && index.is_contiguous()
+        && index.device().same_device(main.device());
+    if r == 0 || !c2p.is_none_or(fits) || !p2c.is_none_or(fits) || !index_fits {
+        candle_core::bail!(
+            "position_bias: terms {:?} / {:?} and index {:?} do not fit {b} rows of {t} tokens, \
+             {heads} heads",
+            c2p.map(Tensor::dims),
+            p2c.map(Tensor::dims),
+            index.dims()
+        );
+    }
+    let op = Bias {
+        sizes: (b, heads, t),
+        c2p: c2p.is_some(),
+        p2c: match c2p {
+            Some(_) => p2c.cloned(),
+            None => None,
+        },
+        reads_p2c: p2c.is_some(),
+        index: index.clone(),
+    };
+    main.apply_op1_no_bwd(&op)
+}
+
+/// [`position_bias`]'s operation on its first term (`c2p`, else `p2c`).
+struct Bias {
+    /// `(b, heads, t)`.
+    sizes: (usize, usize, usize),
+    /// Whether the operation's input is `c2p` (else it is `p2c`).
+    c2p: bool,
+    /// `p2c` beside a `c2p` input.
+    p2c: Option<Tensor>,
+    /// Whether `p2c` is read (the input, or the side operand).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    reads_p2c: bool,
+    index: Tensor,
+}
+
+impl Bias {
+    fn shape(&self) -> Shape {
+        let (b, heads, t) = self.sizes;
+        Shape::from((b, heads, t, t))
+    }
+}
+
+impl OnHost for Bias {
+    const NAME: &'static str = "position_bias";
+
+    /// The definition on the host: each score's one or two gathered terms in f32, summed,
+    /// rounded once to `T`.
+    fn on_host<T: WithDType>(&self, x: &[T], layout: &Layout) -> candle_core::Result<Vec<T>> {
+        let (b, heads, t) = self.sizes;
+        let r = layout.shape().dims3()?.2;
+        let side = self.p2c.as_ref().map(Tensor::storage_and_layout);
+        let side = match &side {
+            Some((storage, layout)) => Some(host::<T>(storage, layout)?),
+            None => None,
+        };
+        let (index, index_layout) = self.index.storage_and_layout();
+        let index = host::<u32>(&index, index_layout)?;
+        let (c2p, p2c) = match self.c2p {
+            true => (Some(x), side),
+            false => (None, Some(x)),
+        };
+        let mut out = Vec::with_capacity(b * heads * t * t);
+        for bi in 0..b {
+            for h in 0..heads {
+                let rows = (h * b + bi) * t;
+                for i in 0..t {
+                    for j in 0..t {
+                        let at = (index[i * t + j] as usize).min(r - 1);
+                        let mut v = 0f32;
+                        if let Some(c2p) = c2p {
+                            v += f32_of(c2p[(rows + i) * r + at]);
+                        }
+                        if let Some(p2c) = p2c {
+                            v += f32_of(p2c[(rows + j) * r + at]);
+                        }
+                        out.push(T::from_f64(f64::from(v)));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl CustomOp1 for Bias {
+    fn name(&self) -> &'static str {
+        "rerank-position-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        Ok((on_cpu(self, storage, layout)?, self.shape()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((device::position_bias(self, storage, layout)?, self.shape()))
+    }
+}
+
 /// [`glu`]'s operation.
 struct Glu(Act);
 
@@ -354,10 +491,10 @@ struct Merge;
 /// callers).
 fn host<'a, T: WithDType>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<&'a [T]> {
     let Storage::Cpu(cpu) = storage else {
-        candle_core::bail!("split_heads: an operand is not on the CPU");
+        candle_core::bail!("fused pass: an operand is not on the CPU");
     };
     let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("split_heads: an operand is not contiguous");
+        candle_core::bail!("fused pass: an operand is not contiguous");
     };
     Ok(&cpu.as_slice::<T>()?[start..end])
 }
@@ -584,6 +721,16 @@ fn block_per_row(rows: usize) -> candle_core::Result<Grid> {
     }
 }
 
+/// The launch of `position_bias_*`: a thread for each of `n` elements, in blocks of
+/// [`ROW_THREADS`].
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn thread_per_element(n: usize) -> candle_core::Result<Grid> {
+    match u32::try_from(n.div_ceil(ROW_THREADS as usize)) {
+        Ok(blocks) => Ok((blocks.max(1), ROW_THREADS)),
+        Err(_) => candle_core::bail!("fused kernel: {n} elements are too many for one launch"),
+    }
+}
+
 /// The kernels of `fused.cu` on a CUDA device.
 #[cfg(feature = "cuda")]
 mod device {
@@ -594,7 +741,9 @@ mod device {
     use candle_core::cuda_backend::{CudaDType, WrapErr};
     use candle_core::{CudaDevice, CudaStorage, DType, Layout, Storage, StorageRef};
 
-    use super::{block_per_row, locked, warp_per_row, Grid, HeadSizes, Split};
+    use super::{
+        block_per_row, locked, thread_per_element, warp_per_row, Bias, Grid, HeadSizes, Split,
+    };
 
     /// The PTX build.rs made of `fused.cu`.
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/fused.ptx"));
@@ -781,6 +930,65 @@ mod device {
         })
     }
 
+    pub(super) fn position_bias(
+        op: &Bias,
+        storage: &CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<CudaStorage> {
+        per_format!(storage.dtype(), "position_bias", |T, kernel| {
+            bias::<T>(op, storage, layout, kernel)
+        })
+    }
+
+    fn bias<T: CudaDType + DeviceRepr>(
+        op: &Bias,
+        storage: &CudaStorage,
+        layout: &Layout,
+        kernel: &str,
+    ) -> candle_core::Result<CudaStorage> {
+        let (b, heads, t) = op.sizes;
+        let r = layout.shape().dims3()?.2;
+        let device: &CudaDevice = storage.device();
+        let main = view::<T>(storage, layout)?;
+        let side = op.p2c.as_ref().map(|p| p.storage_and_layout());
+        // An absent second term stands in with the input; the kernel is told not to read it.
+        let p2c = match &side {
+            Some(locked) => view::<T>(cuda(locked)?, locked.1)?,
+            None => view::<T>(storage, layout)?,
+        };
+        let (index, index_layout) = op.index.storage_and_layout();
+        let index = match &*index {
+            candle_core::Storage::Cuda(s) => view::<u32>(s, index_layout)?,
+            _ => candle_core::bail!("position_bias: the index is not on the CUDA device"),
+        };
+        let len = b * heads * t * t;
+        // SAFETY: the kernel writes every element, one thread each.
+        let mut out: CudaSlice<T> = unsafe { device.alloc::<T>(len)? };
+        let func = device.get_or_load_custom_func(kernel, MODULE, PTX)?;
+        let sizes = [
+            u32_of(b)?,
+            u32_of(heads)?,
+            u32_of(t)?,
+            u32_of(r)?,
+            u32::from(op.c2p),
+            u32::from(op.reads_p2c),
+        ];
+        let mut builder = func.builder();
+        builder.arg(&main);
+        builder.arg(&p2c);
+        builder.arg(&index);
+        builder.arg(&mut out);
+        for n in &sizes {
+            builder.arg(n);
+        }
+        // SAFETY: `position_bias_*(c2p, p2c, index, out, b, heads, t, r, has_c2p, has_p2c)`:
+        // the terms are `(heads, b · t, r)` and the index `(t, t)` (`position_bias` checked;
+        // the kernel clamps each index to `r - 1`), `out` gets `b · heads · t · t`, a thread
+        // each; all on the device's one stream.
+        unsafe { builder.launch(config(thread_per_element(len)?)) }.w()?;
+        Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+    }
+
     pub(super) fn merge(
         storage: &CudaStorage,
         layout: &Layout,
@@ -914,6 +1122,71 @@ mod tests {
             assert_eq!(max_diff(&ours.2, &theirs.2), 0.0, "case {n} {dtype:?} V");
             assert!(ours.0.is_contiguous() && ours.1.is_contiguous());
         });
+    }
+
+    /// DeBERTa's position terms of [`SPLITS`]-like sizes: `(b, heads, t, r)` each, terms
+    /// `(heads, b · t, r)` and an index `(t, t)` whose last rows reach past `r` (clamped).
+    const BIASES: [(usize, usize, usize, usize); 3] = [(2, 3, 5, 8), (1, 1, 1, 2), (3, 2, 7, 6)];
+
+    /// The terms and index of a [`BIASES`] case.
+    fn bias_inputs((b, heads, t, r): (usize, usize, usize, usize)) -> (Tensor, Tensor, Tensor) {
+        let dev = Device::Cpu;
+        let term = |seed| {
+            Tensor::from_vec(values(heads * b * t * r, seed), (heads, b * t, r), &dev).unwrap()
+        };
+        let index: Vec<u32> = (0..t * t)
+            .map(|e| ((e * 7 + e / t) % (r + 2)) as u32)
+            .collect();
+        let index = Tensor::from_vec(index, (t, t), &dev).unwrap();
+        (term(30), term(31), index)
+    }
+
+    #[test]
+    fn position_bias_is_candles_gathers_and_sum() {
+        for case in BIASES {
+            let (b, heads, t, r) = case;
+            let (c2p, p2c, index) = bias_inputs(case);
+            // candle's operations (`deberta::candle` without the fused passes), on an index
+            // clamped as the pass clamps it.
+            let clamped = index.clamp(0u32, (r - 1) as u32).unwrap();
+            let full = |i: &Tensor| i.broadcast_as((b, heads, t, t)).unwrap().contiguous();
+            let (by_query, by_key) = (
+                full(&clamped).unwrap(),
+                full(&clamped.t().unwrap()).unwrap(),
+            );
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let (c2p, p2c) = (c2p.to_dtype(dtype).unwrap(), p2c.to_dtype(dtype).unwrap());
+                let gathered = |x: &Tensor, by: &Tensor| {
+                    x.reshape((heads, b, t, r))
+                        .unwrap()
+                        .permute((1, 0, 2, 3))
+                        .unwrap()
+                        .contiguous()
+                        .unwrap()
+                        .gather(by, 3)
+                        .unwrap()
+                };
+                let c = gathered(&c2p, &by_query);
+                let p = gathered(&p2c, &by_key).t().unwrap();
+                for (terms, theirs) in [
+                    ((Some(&c2p), None), c.clone()),
+                    ((None, Some(&p2c)), p.contiguous().unwrap()),
+                    ((Some(&c2p), Some(&p2c)), (&c + &p).unwrap()),
+                ] {
+                    let ours = position_bias(terms.0, terms.1, &index, (b, heads, t)).unwrap();
+                    assert_eq!(ours.dims(), [b, heads, t, t]);
+                    // One addition at most, in f32 then rounded, as candle's: equal.
+                    assert_eq!(max_diff(&ours, &theirs), 0.0, "{case:?} {dtype:?}");
+                }
+            }
+            // What does not fit is refused.
+            assert!(position_bias(None, None, &index, (b, heads, t)).is_err());
+            assert!(position_bias(Some(&c2p), None, &index, (b + 1, heads, t)).is_err());
+            let wide = index.to_dtype(DType::F32).unwrap();
+            assert!(position_bias(Some(&c2p), None, &wide, (b, heads, t)).is_err());
+            let f16 = p2c.to_dtype(DType::F16).unwrap();
+            assert!(position_bias(Some(&c2p), Some(&f16), &index, (b, heads, t)).is_err());
+        }
     }
 
     #[test]
@@ -1072,6 +1345,12 @@ mod tests {
                     .iter()
                     .flat_map(|v| v.to_bits().to_le_bytes())
                     .collect(),
+                DType::U32 => t
+                    .to_vec1::<u32>()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
                 other => panic!("no kernel for {other:?}"),
             }
         }
@@ -1099,7 +1378,8 @@ mod tests {
             let line = format!("{kernel}_{format} {} {} {len}\n{args}\n", grid.0, grid.1);
             std::fs::write(dir.join("args"), line).unwrap();
             for (name, t) in inputs {
-                assert_eq!(t.dtype(), dtype);
+                // (Indices are u32 in every format.)
+                assert!(t.dtype() == dtype || t.dtype() == DType::U32, "{name}");
                 std::fs::write(dir.join(format!("{name}.bin")), raw(t)).unwrap();
             }
             let out = std::process::Command::new(exe).arg(&dir).output().unwrap();
@@ -1244,6 +1524,43 @@ mod tests {
                     &wrong[..wrong.len().min(4)]
                 );
             });
+        }
+
+        #[test]
+        fn position_bias_kernel_gives_the_host_definition() {
+            for case in BIASES {
+                let (b, heads, t, r) = case;
+                let (c2p, p2c, index) = bias_inputs(case);
+                for dtype in [DType::F32, DType::F16, DType::BF16] {
+                    let (c2p, p2c) = (c2p.to_dtype(dtype).unwrap(), p2c.to_dtype(dtype).unwrap());
+                    for (has_c2p, has_p2c) in [(true, false), (false, true), (true, true)] {
+                        let terms = (has_c2p.then_some(&c2p), has_p2c.then_some(&p2c));
+                        let host = position_bias(terms.0, terms.1, &index, (b, heads, t)).unwrap();
+                        // On a device the first term given is the input, the other stands
+                        // in with it when absent.
+                        let first = terms.0.or(terms.1).unwrap();
+                        let inputs = [
+                            ("c2p", first),
+                            ("p2c", terms.1.unwrap_or(first)),
+                            ("index", &index),
+                        ];
+                        let args = format!(
+                            "{b} {heads} {t} {r} {} {}",
+                            u32::from(has_c2p),
+                            u32::from(has_p2c)
+                        );
+                        let len = host.elem_count();
+                        let grid = thread_per_element(len).unwrap();
+                        let kernel = run("position_bias", dtype, (grid, len), &args, &inputs);
+                        let wrong = differences(&kernel, &host, dtype, 0.0, &[]);
+                        assert!(
+                            wrong.is_empty(),
+                            "{case:?} {dtype:?} c2p {has_c2p} p2c {has_p2c}: {:?}",
+                            &wrong[..wrong.len().min(4)]
+                        );
+                    }
+                }
+            }
         }
 
         #[test]

@@ -3,7 +3,7 @@
 // against the host definition it follows (the unit tests of src/simd/fused.rs do).
 //
 // What it emulates, and nothing more:
-// - `__global__`, `__device__`, `__forceinline__` (plain functions);
+// - `__global__`, `__device__`, `__forceinline__` (plain functions), and the device's `min`;
 // - `threadIdx`, `blockIdx`, `blockDim`, `gridDim` (x only: the kernels launch 1-D grids);
 // - `__shfl_xor_sync` on a full warp (a float), each of a warp's 32 lanes a host thread that
 //   meets the others at a barrier; a shuffle while a lane of the warp has returned is undefined
@@ -29,6 +29,8 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
+
+using std::min;
 
 struct Dim3 {
     unsigned int x = 1, y = 1, z = 1;

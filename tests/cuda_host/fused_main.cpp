@@ -5,8 +5,9 @@
 //
 // DIR/args holds `KERNEL GRID BLOCK OUT_LEN`, then the kernel's unsigned sizes in its order,
 // then (split_heads only) eps. The kernel's array operands are DIR/NAME.bin, raw elements of
-// the kernel's format (an absent side operand stands in for itself with the main operand, as
-// the launch on a device passes it); its output is written to DIR/out.bin.
+// the kernel's format (position_bias' index: u32; an absent side operand stands in for itself
+// with the main operand, as the launch on a device passes it); its output is written to
+// DIR/out.bin.
 
 #include "cuda_host.h"
 
@@ -51,9 +52,9 @@ struct Operands {
     }
 };
 
-template <typename T, typename Split, typename Merge, typename Glu>
+template <typename T, typename Split, typename Merge, typename Glu, typename Bias>
 void run(const std::string &dir, const std::string &name, std::istream &args, Split split,
-         Merge merge, Glu glu) {
+         Merge merge, Glu glu, Bias bias) {
     unsigned int grid, block;
     unsigned long long len;
     if (!(args >> grid >> block >> len)) fail("args: GRID BLOCK OUT_LEN");
@@ -83,6 +84,14 @@ void run(const std::string &dir, const std::string &name, std::istream &args, Sp
         if (!(args >> inputs >> act)) fail("args: glu's size and activation");
         const T *x = in.get(dir, "x", "x");
         launch(grid, block, [&] { glu(x, o, inputs, act); });
+    } else if (name.rfind("position_bias_", 0) == 0) {
+        unsigned int b, heads, t, r, has_c2p, has_p2c;
+        if (!(args >> b >> heads >> t >> r >> has_c2p >> has_p2c))
+            fail("args: position_bias' sizes");
+        const T *c2p = in.get(dir, "c2p", "c2p"), *p2c = in.get(dir, "p2c", "c2p");
+        Operands<unsigned int> indices;
+        const unsigned int *index = indices.get(dir, "index", "index");
+        launch(grid, block, [&] { bias(c2p, p2c, index, o, b, heads, t, r, has_c2p, has_p2c); });
     } else {
         fail("no kernel " + name);
     }
@@ -101,7 +110,9 @@ int main(int argc, char **argv) {
     std::string name;
     args >> name;
     const std::string format = name.substr(name.rfind('_') + 1);
-#define RUN(NAME, T) run<T>(dir, name, args, split_heads_##NAME, merge_heads_##NAME, glu_##NAME)
+#define RUN(NAME, T)                                                                    \
+    run<T>(dir, name, args, split_heads_##NAME, merge_heads_##NAME, glu_##NAME,         \
+           position_bias_##NAME)
     if (format == "f32") {
         RUN(f32, float);
     } else if (format == "f16") {

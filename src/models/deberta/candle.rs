@@ -6,14 +6,15 @@
 //! the (layer-normed) relative embeddings through the key / query projections (or their own,
 //! without `share_att_key`), computed once at load.
 //!
-//! On a device the terms are two batched products against the relative embeddings' rows and a
-//! gather of each score's row, by an index built once per batch; as in `bert::candle`, Q, K
+//! On a device the terms are two batched products against the relative embeddings' rows, then
+//! one pass of our own (`simd::fused::position_bias`) that gathers each score's row of both,
+//! by an index of `(t, t)` built once per batch, and adds them; as in `bert::candle`, Q, K
 //! and V are one product with the attention's scale folded into the query's weights as they
-//! are read, the
-//! padding mask is additive and built once per batch (added with the c2p term by the scores'
-//! product on a CUDA device: `layers::candle::KeyMask`), softmax and norms are candle's
-//! fused kernels, and the heads are put in place and back by one pass each of our own
-//! (`simd::fused`).
+//! are read, the padding mask is additive and built once per batch (added with the position
+//! terms by the scores' product on a CUDA device: `layers::candle::KeyMask`), softmax and
+//! norms are candle's fused kernels, and the heads are put in place and back by one pass each
+//! of our own (`simd::fused`). Under `RERANK_CUDA_FUSED_KERNELS=0` (and on Metal) the terms
+//! are candle's copies, gathers and additions instead.
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
@@ -23,7 +24,7 @@ use crate::models::layers::candle::{
     err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, upload, Fold, KeyMask, Linear,
     Norm, PostNorm,
 };
-use crate::simd::fused::merge_heads;
+use crate::simd::fused::{self, merge_heads, position_bias};
 use crate::Result;
 
 struct Layer {
@@ -186,12 +187,15 @@ impl Deberta {
             // delta = i - j for j = 0..t sits at by_delta[i - j + t - 1].
             index.extend(by_delta[i..i + t].iter().rev());
         }
-        let by_query = upload(index, (t, t), device)?;
-        let by_key = by_query.t()?.contiguous()?;
+        let pairs = upload(index, (t, t), device)?;
         let full = |index: &Tensor| index.broadcast_as((b, self.cfg.heads, t, t))?.contiguous();
         let index = Index {
-            by_query: full(&by_query)?,
-            by_key: full(&by_key)?,
+            // candle's gathers read an index of the scores' shape, in each term's order.
+            gathers: match fused::runs_on(device) {
+                true => None,
+                false => Some((full(&pairs)?, full(&pairs.t()?.contiguous()?)?)),
+            },
+            pairs,
         };
         for layer in &self.layers {
             x = self.layer(layer, &x, &mask, &index, (b, t))?;
@@ -211,36 +215,67 @@ impl Deberta {
         let (h, heads) = (self.cfg.hidden, self.cfg.heads);
         let d = h / heads;
         let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads, None)?;
-        // A position term: `x` (b, heads, t, d) against the rows `pos` (heads, d, 2 span),
-        // each score's row gathered by `by`, as (b, heads, t, t).
-        let term = |x: &Tensor, pos: &Tensor, by: &Tensor| -> candle_core::Result<Tensor> {
-            let by_head = x.permute((1, 0, 2, 3))?.reshape((heads, b * t, d))?;
-            by_head
-                .matmul(pos)?
-                .reshape((heads, b, t, pos.dim(2)?))?
-                .permute((1, 0, 2, 3))?
-                .contiguous()?
-                .gather(by, 3)
+        // `x` (b, heads, t, d) against the relative rows `pos` (heads, d, 2 span), head by
+        // head: (heads, b · t, 2 span).
+        let per_head = |x: &Tensor, pos: &Tensor| {
+            x.permute((1, 0, 2, 3))?
+                .reshape((heads, b * t, d))?
+                .matmul(pos)
         };
-        // The content scores, the c2p term and the mask in one product where the device
-        // allows it (`KeyMask::scores`), then the p2c term, read transposed.
-        let c2p = match &layer.pos_key {
-            Some(pos) => Some(term(&q, pos, &index.by_query)?),
-            None => None,
+        let c2p = layer
+            .pos_key
+            .as_ref()
+            .map(|pos| per_head(&q, pos))
+            .transpose()?;
+        let p2c = layer
+            .pos_query
+            .as_ref()
+            .map(|pos| per_head(&k, pos))
+            .transpose()?;
+        let scores = match &index.gathers {
+            // Both terms gathered and added in one pass (`simd::fused::position_bias`), then
+            // added to the content scores with the mask by their product where the device
+            // allows it (`KeyMask::scores`).
+            None => {
+                let bias = match c2p.is_some() || p2c.is_some() {
+                    true => Some(position_bias(
+                        c2p.as_ref(),
+                        p2c.as_ref(),
+                        &index.pairs,
+                        (b, heads, t),
+                    )?),
+                    false => None,
+                };
+                mask.scores(&q, &k, bias.as_ref())?
+            }
+            // candle's operations: each term as (b, heads, t, 2 span), each score's row
+            // gathered; c2p added by the scores' product, then p2c read transposed.
+            Some((by_query, by_key)) => {
+                let gathered = |x: Tensor, by: &Tensor| {
+                    let rows = x.dim(2)?;
+                    x.reshape((heads, b, t, rows))?
+                        .permute((1, 0, 2, 3))?
+                        .contiguous()?
+                        .gather(by, 3)
+                };
+                let c2p = c2p.map(|x| gathered(x, by_query)).transpose()?;
+                let scores = mask.scores(&q, &k, c2p.as_ref())?;
+                match p2c {
+                    Some(x) => (scores + gathered(x, by_key)?.t()?)?,
+                    None => scores,
+                }
+            }
         };
-        let mut scores = mask.scores(&q, &k, c2p.as_ref())?;
-        if let Some(pos) = &layer.pos_query {
-            scores = (scores + term(&k, pos, &index.by_key)?.t()?)?;
-        }
         let probs = softmax(&scores, self.softmax_in_f32)?;
         let context = merge_heads(&probs.matmul(&v)?)?;
         layer.rest.forward(&context, x, self.cfg.act)
     }
 }
 
-/// A batch's gather indices: `by_query[.., i, j]` and `by_key[.., j, i]` are the relative row
-/// of query `i` and key `j`, both `(b, heads, t, t)`.
+/// A batch's relative rows: `pairs[i, j]` is the row that query `i` and key `j` read, `(t, t)`;
+/// for candle's gathers (where the fused passes do not run), the same as `by_query[.., i, j]`
+/// and `by_key[.., j, i]`, both `(b, heads, t, t)`.
 struct Index {
-    by_query: Tensor,
-    by_key: Tensor,
+    pairs: Tensor,
+    gathers: Option<(Tensor, Tensor)>,
 }
