@@ -443,7 +443,8 @@ fi
 # base's and mxbai-rerank-base-v1's shapes (ARCH_KINDS: cross-encoder-modernbert cross-encoder-deberta)
 # in ARCH_DTYPES (f16; empty to leave them out) at the first workload: ours, ours on candle's
 # operations alone (RERANK_CUDA_FUSED_KERNELS=0: the heads put in place and back by strided copies,
-# ModernBERT's rotations and GeGLU as candle's passes; the rows "KIND-candle-ops"), then PyTorch.
+# ModernBERT's rotations and GeGLU and DeBERTa's position terms as candle's passes; the rows
+# "KIND-candle-ops"), then PyTorch.
 ARCH_DTYPES=${ARCH_DTYPES-f16}
 if [ -n "$ARCH_DTYPES" ]; then
   wl=${WORKLOADS%% *} arch_kinds=${ARCH_KINDS:-cross-encoder-modernbert cross-encoder-deberta}
