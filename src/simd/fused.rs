@@ -25,8 +25,8 @@
 //! (`i`, `i + d/2`); for the gated activations, `act(g) · u`), rounded once to the activations'
 //! format. A Metal device, which has no kernels of these, runs candle's operations, and so
 //! does every backend under `RERANK_CUDA_FUSED_KERNELS=0` (read once), a check for the GPU
-//! runs ([`runs_on`]: [`split_heads`] and [`merge_heads`] then run them; the callers of
-//! [`glu`] run candle's instead, and the decoders keep gate and up apart).
+//! runs ([`runs_on`]: [`split_heads`] and [`merge_heads`] then run them, `layers::candle::glu`
+//! runs candle's in place of [`glu`], and the decoders keep gate and up apart).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, StorageRef, Tensor, WithDType};
@@ -249,8 +249,8 @@ pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// `act(gate) · up` `(rows, inputs)` of the stacked gate and up projection `gate_up`
 /// `(rows, 2 · inputs)` (contiguous; each row's gate, then its up): Qwen3's SwiGLU (`act`
-/// SiLU), ModernBERT's GeGLU (GELU). On the devices of [`runs_on`] only: the callers run
-/// candle's activation and product elsewhere.
+/// SiLU), ModernBERT's GeGLU (GELU). On the devices of [`runs_on`] only:
+/// `layers::candle::glu` runs candle's activation and product elsewhere.
 pub(crate) fn glu(gate_up: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     let (_, both) = gate_up.dims2()?;
     if !gate_up.is_contiguous() || both % 2 != 0 {
@@ -300,11 +300,7 @@ pub(crate) fn position_bias(
     let op = Bias {
         sizes: (b, heads, t),
         c2p: c2p.is_some(),
-        p2c: match c2p {
-            Some(_) => p2c.cloned(),
-            None => None,
-        },
-        reads_p2c: p2c.is_some(),
+        p2c: c2p.and(p2c).cloned(),
         index: index.clone(),
     };
     main.apply_op1_no_bwd(&op)
@@ -318,9 +314,6 @@ struct Bias {
     c2p: bool,
     /// `p2c` beside a `c2p` input.
     p2c: Option<Tensor>,
-    /// Whether `p2c` is read (the input, or the side operand).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    reads_p2c: bool,
     index: Tensor,
 }
 
@@ -328,6 +321,12 @@ impl Bias {
     fn shape(&self) -> Shape {
         let (b, heads, t) = self.sizes;
         Shape::from((b, heads, t, t))
+    }
+
+    /// Whether `p2c` is read: as the input, or beside it.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn reads_p2c(&self) -> bool {
+        !self.c2p || self.p2c.is_some()
     }
 }
 
@@ -956,11 +955,8 @@ mod device {
             Some(locked) => view::<T>(cuda(locked)?, locked.1)?,
             None => view::<T>(storage, layout)?,
         };
-        let (index, index_layout) = op.index.storage_and_layout();
-        let index = match &*index {
-            candle_core::Storage::Cuda(s) => view::<u32>(s, index_layout)?,
-            _ => candle_core::bail!("position_bias: the index is not on the CUDA device"),
-        };
+        let index = op.index.storage_and_layout();
+        let index = view::<u32>(cuda(&index)?, index.1)?;
         let len = b * heads * t * t;
         // SAFETY: the kernel writes every element, one thread each.
         let mut out: CudaSlice<T> = unsafe { device.alloc::<T>(len)? };
@@ -971,7 +967,7 @@ mod device {
             u32_of(t)?,
             u32_of(r)?,
             u32::from(op.c2p),
-            u32::from(op.reads_p2c),
+            u32::from(op.reads_p2c()),
         ];
         let mut builder = func.builder();
         builder.arg(&main);
@@ -1205,14 +1201,7 @@ mod tests {
             ] {
                 let x = x.to_dtype(dtype).unwrap();
                 let ours = glu(&x, act).unwrap();
-                let (gate, up) = (
-                    x.narrow(1, 0, inputs).unwrap(),
-                    x.narrow(1, inputs, inputs).unwrap(),
-                );
-                let gate = gate.contiguous().unwrap();
-                let theirs = (crate::models::layers::candle::activate(&gate, act).unwrap()
-                    * up.contiguous().unwrap())
-                .unwrap();
+                let theirs = crate::models::layers::candle::glu_by_candle(&x, act).unwrap();
                 let e = max_diff(
                     &((&ours - &theirs).unwrap() / theirs.abs().unwrap().maximum(1.0).unwrap())
                         .unwrap(),

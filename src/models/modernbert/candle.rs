@@ -22,11 +22,11 @@ use candle_nn::{Embedding, VarBuilder};
 
 use super::config::ModernBertConfig;
 use crate::models::layers::candle::{
-    activate, err, heads_of, linear, mask_value, rope_rows, rope_tables, softmax, softmax_in_f32,
+    err, glu, heads_of, linear, mask_value, rope_rows, rope_tables, softmax, softmax_in_f32,
     upload, Fold, KeyMask, Linear, Norm, QueryMask,
 };
 use crate::models::layers::kernels::Act;
-use crate::simd::fused::{self, glu, merge_heads};
+use crate::simd::fused::merge_heads;
 use crate::Result;
 
 struct Layer {
@@ -120,7 +120,8 @@ impl ModernBert {
         let padding = KeyMask::new(mask, dtype, self.heads)?;
         // A sliding layer's mask differs by query: every head's scores take it as one
         // (`QueryMask`, one "group" per head). Built only when a layer slides.
-        let local = match self.layers.iter().any(|layer| !layer.global) {
+        let slides = self.layers.iter().any(|layer| !layer.global);
+        let local = match slides {
             true => {
                 let (w, masked) = (self.window as i64, mask_value(dtype));
                 let reach: Vec<f32> = (0..t as i64)
@@ -141,9 +142,9 @@ impl ModernBert {
 
         // Each kind of layer's RoPE tables for this batch's rows, as the heads' pass takes them.
         let global_rope = rope_rows(&self.global_rope, (b, t))?;
-        let local_rope = match &local {
-            Some(_) => Some(rope_rows(&self.local_rope, (b, t))?),
-            None => None,
+        let local_rope = match slides {
+            true => Some(rope_rows(&self.local_rope, (b, t))?),
+            false => None,
         };
 
         // The hidden states stay one `(b · t, hidden)` matrix: one product per linear layer.
@@ -173,15 +174,7 @@ impl ModernBert {
             let ctx = merge_heads(&probs.matmul(&v)?)?;
             x = layer.out.forward_add(&ctx, &x)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
-            let inner = match fused::runs_on(gated.device()) {
-                true => glu(&gated, self.act)?,
-                false => {
-                    let half = gated.dim(D::Minus1)? / 2;
-                    let a = activate(&gated.narrow(D::Minus1, 0, half)?, self.act)?;
-                    (a * gated.narrow(D::Minus1, half, half)?)?
-                }
-            };
-            x = layer.wo.forward_add(&inner, &x)?;
+            x = layer.wo.forward_add(&glu(&gated, self.act)?, &x)?;
         }
         self.final_norm.forward(&x)?.reshape((b, t, h))
     }

@@ -654,6 +654,25 @@ impl PostNorm {
     }
 }
 
+/// `act(gate) · up` `(rows, inputs)` of a stacked gate and up projection `gate_up`
+/// `(rows, 2 · inputs)` (each row's gate, then its up): one pass of our own
+/// (`simd::fused::glu`) on the devices it runs on, else [`glu_by_candle`].
+pub(crate) fn glu(gate_up: &Tensor, act: Act) -> candle_core::Result<Tensor> {
+    match fused::runs_on(gate_up.device()) {
+        true => fused::glu(gate_up, act),
+        false => glu_by_candle(gate_up, act),
+    }
+}
+
+/// [`glu`] on candle's operations: both halves narrowed, [`activate`] on the gate, then the
+/// product (what runs on Metal and under `RERANK_CUDA_FUSED_KERNELS=0`, and what the tests
+/// check the pass against).
+pub(crate) fn glu_by_candle(gate_up: &Tensor, act: Act) -> candle_core::Result<Tensor> {
+    let half = gate_up.dim(candle_core::D::Minus1)? / 2;
+    let gate = activate(&gate_up.narrow(candle_core::D::Minus1, 0, half)?, act)?;
+    gate * gate_up.narrow(candle_core::D::Minus1, half, half)?
+}
+
 /// `act` on candle: GELU exact (erf) or tanh-approximated, ReLU or SiLU.
 pub(crate) fn activate(x: &Tensor, act: Act) -> candle_core::Result<Tensor> {
     match act {
