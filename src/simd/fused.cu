@@ -7,7 +7,9 @@
 // halves of a head), V as it is; Q only for the last `tq` tokens of each row (q_from = t - tq);
 // the first `p` keys and values of each row are a shared prefix's, `prefix_k` / `prefix_v`
 // `(kv, p, d)`, copied for every row.
-// merge_heads_T: the context `(b, heads, tq, d)` into `(b * tq, heads * d)`.
+// swap_axes_T: `x` `(a, b, c, t, d)` into `(a, c, b, t, d)`, a warp per row of `d`: the context
+// `(rows, heads, tq, 1, d)` into `(rows, tq, heads, 1, d)` (merge_heads), or heads
+// `(1, rows, heads, t, d)` into `(1, heads, rows, t, d)` (heads_first).
 // glu_T: `act(gate) * up` `(rows, inputs)` from the stacked projection `(rows, 2 * inputs)`
 // (each row's gate, then its up), `act` GELU (erf), GELU (tanh), ReLU or SiLU: one block per row.
 // position_bias_T: DeBERTa's relative-position scores `(b, heads, t, t)`, for query i and key j
@@ -134,20 +136,22 @@ __device__ void split_heads(const T *all, const T *q_norm, const T *k_norm, cons
     }
 }
 
-// `x` `(b, heads, tq, d)` into `out` `(b, tq, heads, d)`: one warp per row of `d`.
+// `x` `(a, b, c, t, d)` into `out` `(a, c, b, t, d)`: one warp per row of `d`.
 template <typename T>
-__device__ void merge_heads(const T *x, T *out, unsigned int b, unsigned int heads,
-                            unsigned int tq, unsigned int d) {
+__device__ void swap_axes(const T *x, T *out, unsigned int a, unsigned int b, unsigned int c,
+                          unsigned int t, unsigned int d) {
     const unsigned int lane = threadIdx.x % 32;
-    const unsigned long long rows = (unsigned long long)b * heads * tq;
+    const unsigned long long rows = (unsigned long long)a * b * c * t;
     const unsigned long long row =
         (unsigned long long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;
-    const unsigned int q = (unsigned int)(row % tq);
-    const unsigned long long bh = row / tq;
-    const unsigned int h = (unsigned int)(bh % heads);
-    const unsigned long long bi = bh / heads;
-    const unsigned long long at = ((bi * tq + q) * heads + h) * d;
+    const unsigned int ti = (unsigned int)(row % t);
+    const unsigned long long abc = row / t;
+    const unsigned int ci = (unsigned int)(abc % c);
+    const unsigned long long ab = abc / c;
+    const unsigned int bi = (unsigned int)(ab % b);
+    const unsigned long long ai = ab / b;
+    const unsigned long long at = (((ai * c + ci) * b + bi) * t + ti) * d;
     const T *src = x + row * d;
     for (unsigned int i = lane; i < d; i += 32) {
         out[at + i] = src[i];
@@ -214,10 +218,10 @@ __device__ void position_bias(const T *c2p, const T *p2c, const unsigned int *in
                        has_rope ? cos : nullptr, sin, prefix_k, prefix_v, out, b, t, heads,    \
                        kv, d, q_from, p, eps);                                                 \
     }                                                                                          \
-    extern "C" __global__ void merge_heads_##NAME(const T *x, T *out, unsigned int b,          \
-                                                  unsigned int heads, unsigned int tq,         \
-                                                  unsigned int d) {                            \
-        merge_heads<T>(x, out, b, heads, tq, d);                                               \
+    extern "C" __global__ void swap_axes_##NAME(const T *x, T *out, unsigned int a,            \
+                                                unsigned int b, unsigned int c, unsigned int t, \
+                                                unsigned int d) {                              \
+        swap_axes<T>(x, out, a, b, c, t, d);                                                   \
     }                                                                                          \
     extern "C" __global__ void glu_##NAME(const T *x, T *out, unsigned int inputs,             \
                                           unsigned int act) {                                  \

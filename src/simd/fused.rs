@@ -9,8 +9,10 @@
 //!   a norm and a rotation each for Q and K, and with a prefix two concatenations (seven
 //!   kernels and more, the copies' index arithmetic their slowest part on a GPU);
 //! - [`merge_heads`]: the context `(b, heads, tq, d)` into the rows `(b · tq, heads · d)` that
-//!   the output projection reads: candle's strided copy, without its index arithmetic per
-//!   element and per dimension;
+//!   the output projection reads, and [`heads_first`]: heads `(b, heads, t, d)` as
+//!   `(heads, b, t, d)`, each head's rows together (DeBERTa's products with the relative
+//!   positions): candle's strided copies, without their index arithmetic per element and per
+//!   dimension (both are one pass, `swap_axes`);
 //! - [`glu`]: `act(gate) · up` from the stacked gate and up projection `(rows, 2 · I)`
 //!   (SwiGLU, GeGLU), where candle runs the activation and the product as two passes over two
 //!   products' outputs;
@@ -25,7 +27,8 @@
 //! (`i`, `i + d/2`); for the gated activations, `act(g) · u`), rounded once to the activations'
 //! format. A Metal device, which has no kernels of these, runs candle's operations, and so
 //! does every backend under `RERANK_CUDA_FUSED_KERNELS=0` (read once), a check for the GPU
-//! runs ([`runs_on`]: [`split_heads`] and [`merge_heads`] then run them, `layers::candle::glu`
+//! runs ([`runs_on`]: [`split_heads`], [`merge_heads`] and [`heads_first`] then run them,
+//! `layers::candle::glu`
 //! runs candle's in place of [`glu`], and the decoders keep gate and up apart).
 
 use candle_core::backend::BackendStorage;
@@ -241,10 +244,34 @@ pub(crate) fn merge_heads(x: &Tensor) -> candle_core::Result<Tensor> {
         candle_core::bail!("merge_heads: the context is not contiguous");
     }
     let merged = match runs_on(x.device()) {
-        true => x.apply_op1_no_bwd(&Merge)?,
+        true => x.apply_op1_no_bwd(&Swap {
+            outer: rows,
+            swapped: (heads, queries),
+            inner: 1,
+        })?,
         false => x.transpose(1, 2)?,
     };
     merged.reshape((rows * queries, heads * d))
+}
+
+/// The heads `x` `(b, heads, t, d)` (contiguous) as `(heads, b, t, d)`: each head's rows of
+/// every batch row together, as a product per head over the batch reads them (candle's
+/// transposed copy under `RERANK_CUDA_FUSED_KERNELS=0`).
+pub(crate) fn heads_first(x: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, heads, t, d) = x.dims4()?;
+    if !x.is_contiguous() {
+        candle_core::bail!("heads_first: the heads are not contiguous");
+    }
+    match runs_on(x.device()) {
+        true => x
+            .apply_op1_no_bwd(&Swap {
+                outer: 1,
+                swapped: (b, heads),
+                inner: t,
+            })?
+            .reshape((heads, b, t, d)),
+        false => x.transpose(0, 1)?.contiguous(),
+    }
 }
 
 /// `act(gate) · up` `(rows, inputs)` of the stacked gate and up projection `gate_up`
@@ -483,8 +510,33 @@ struct Split {
     eps: f32,
 }
 
-/// [`merge_heads`]'s operation on the context.
-struct Merge;
+/// [`merge_heads`]' and [`heads_first`]'s operation: a contiguous `x` seen as
+/// `(outer, b, c, inner, d)` (`swapped` = `(b, c)`), written as `(outer, c, b, inner, d)`,
+/// flat (the callers give it its shape). The input's shape is 4-D, its last axis `d`
+/// (`merge_heads`: `(rows, heads, queries, d)`, `inner` 1; `heads_first`: `(b, heads, t, d)`,
+/// `outer` 1).
+struct Swap {
+    outer: usize,
+    swapped: (usize, usize),
+    inner: usize,
+}
+
+impl Swap {
+    /// The head size `d` of an input of `layout`, checked against the sizes.
+    fn d(&self, layout: &Layout) -> candle_core::Result<usize> {
+        let (a, b, c, d) = layout.shape().dims4()?;
+        let (sb, sc) = self.swapped;
+        if a * b * c * d != self.outer * sb * sc * self.inner * d {
+            candle_core::bail!(
+                "swap_axes: {:?} is not ({}, {sb}, {sc}, {}, d)",
+                layout.dims(),
+                self.outer,
+                self.inner
+            );
+        }
+        Ok(d)
+    }
+}
 
 /// `t`'s elements of `T` on the host, from its layout's offset (contiguous: checked by the
 /// callers).
@@ -649,26 +701,31 @@ impl CustomOp1 for Split {
     }
 }
 
-impl OnHost for Merge {
-    const NAME: &'static str = "merge_heads";
+impl OnHost for Swap {
+    const NAME: &'static str = "swap_axes";
 
-    /// The definition on the host: row `(b, h, q)` of `x` to row `(b, q, h)`.
+    /// The definition on the host: row `(a, b, c, t)` of `x` to row `(a, c, b, t)`.
     fn on_host<T: WithDType>(&self, x: &[T], layout: &Layout) -> candle_core::Result<Vec<T>> {
-        let (_, heads, queries, d) = layout.shape().dims4()?;
+        let d = self.d(layout)?;
+        let ((sb, sc), inner) = (self.swapped, self.inner);
         let mut out = vec![T::zero(); x.len()];
+        if d == 0 {
+            return Ok(out);
+        }
         for (row, src) in x.chunks_exact(d).enumerate() {
-            let (q, bh) = (row % queries, row / queries);
-            let (h, b) = (bh % heads, bh / heads);
-            let at = ((b * queries + q) * heads + h) * d;
+            let (t, abc) = (row % inner, row / inner);
+            let (c, ab) = (abc % sc, abc / sc);
+            let (b, a) = (ab % sb, ab / sb);
+            let at = (((a * sc + c) * sb + b) * inner + t) * d;
             out[at..at + d].copy_from_slice(src);
         }
         Ok(out)
     }
 }
 
-impl CustomOp1 for Merge {
+impl CustomOp1 for Swap {
     fn name(&self) -> &'static str {
-        "rerank-merge-heads"
+        "rerank-swap-axes"
     }
 
     fn cpu_fwd(
@@ -676,9 +733,10 @@ impl CustomOp1 for Merge {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (rows, heads, queries, d) = layout.shape().dims4()?;
-        let out = on_cpu(self, storage, layout)?;
-        Ok((out, Shape::from((rows, queries, heads, d))))
+        Ok((
+            on_cpu(self, storage, layout)?,
+            layout.shape().elem_count().into(),
+        ))
     }
 
     #[cfg(feature = "cuda")]
@@ -687,9 +745,8 @@ impl CustomOp1 for Merge {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let (rows, heads, queries, d) = layout.shape().dims4()?;
-        let out = device::merge(storage, layout, (rows, heads, queries, d))?;
-        Ok((out, Shape::from((rows, queries, heads, d))))
+        let out = device::swap(self, storage, layout)?;
+        Ok((out, layout.shape().elem_count().into()))
     }
 }
 
@@ -702,7 +759,7 @@ const ROWS_PER_BLOCK: usize = 4;
 /// Threads per block of the kernels that give a block to each row ([`block_per_row`]).
 const ROW_THREADS: u32 = 256;
 
-/// The launch of `split_heads_*` and `merge_heads_*`: a warp for each of `rows` rows.
+/// The launch of `split_heads_*` and `swap_axes_*`: a warp for each of `rows` rows.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn warp_per_row(rows: usize) -> candle_core::Result<Grid> {
     match u32::try_from(rows.div_ceil(ROWS_PER_BLOCK)) {
@@ -741,7 +798,7 @@ mod device {
     use candle_core::{CudaDevice, CudaStorage, DType, Layout, Storage, StorageRef};
 
     use super::{
-        block_per_row, locked, thread_per_element, warp_per_row, Bias, Grid, HeadSizes, Split,
+        block_per_row, locked, thread_per_element, warp_per_row, Bias, Grid, HeadSizes, Split, Swap,
     };
 
     /// The PTX build.rs made of `fused.cu`.
@@ -985,17 +1042,26 @@ mod device {
         Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
     }
 
-    pub(super) fn merge(
+    pub(super) fn swap(
+        op: &Swap,
         storage: &CudaStorage,
         layout: &Layout,
-        (rows, heads, queries, d): (usize, usize, usize, usize),
     ) -> candle_core::Result<CudaStorage> {
-        let config = config(warp_per_row(rows * heads * queries)?);
-        let sizes = [u32_of(rows)?, u32_of(heads)?, u32_of(queries)?, u32_of(d)?];
-        let len = rows * heads * queries * d;
-        per_format!(storage.dtype(), "merge_heads", |T, kernel| {
-            // SAFETY: `merge_heads_*(x, out, b, heads, tq, d)`, a warp per row of `d`: `x` is
-            // the contiguous context of those sizes, `out` gets as many elements.
+        let d = op.d(layout)?;
+        let (b, c) = op.swapped;
+        let config = config(warp_per_row(op.outer * b * c * op.inner)?);
+        let sizes = [
+            u32_of(op.outer)?,
+            u32_of(b)?,
+            u32_of(c)?,
+            u32_of(op.inner)?,
+            u32_of(d)?,
+        ];
+        let len = layout.shape().elem_count();
+        per_format!(storage.dtype(), "swap_axes", |T, kernel| {
+            // SAFETY: `swap_axes_*(x, out, a, b, c, t, d)`, a warp per row of `d`: `x` is
+            // contiguous and holds `a · b · c · t` rows of `d` (`Swap::d` checked), `out`
+            // gets as many elements.
             unsafe { one_input::<T>(storage, layout, (kernel, config, &sizes), len) }
         })
     }
@@ -1215,7 +1281,7 @@ mod tests {
     }
 
     #[test]
-    fn split_heads_refuses_what_does_not_fit_and_merge_heads_is_a_transpose() {
+    fn split_heads_refuses_what_does_not_fit_and_merge_heads_and_heads_first_are_transposes() {
         let dev = Device::Cpu;
         let s = HeadSizes {
             rows: 2,
@@ -1256,15 +1322,24 @@ mod tests {
         assert!(split(with_prefix, None, prefix_kv).is_ok());
         assert!(split(s, None, None).is_ok());
 
-        let x = Tensor::from_vec(values(2 * 3 * 5 * 4, 3), (2, 3, 5, 4), &dev).unwrap();
-        let ours = x
-            .apply_op1_no_bwd(&Merge)
-            .unwrap()
-            .reshape((10, 12))
-            .unwrap();
-        let theirs = x.transpose(1, 2).unwrap().reshape((10, 12)).unwrap();
-        assert_eq!(max_diff(&ours, &theirs), 0.0);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for (b, heads, t, d) in [(2, 3, 5, 4), (1, 4, 3, 2), (3, 2, 1, 8), (2, 1, 4, 3)] {
+                let x = Tensor::from_vec(values(b * heads * t * d, 3), (b, heads, t, d), &dev)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                let ours = merge_heads(&x).unwrap();
+                let theirs = x.transpose(1, 2).unwrap().reshape((b * t, heads * d));
+                assert_eq!(max_diff(&ours, &theirs.unwrap()), 0.0);
+                let ours = heads_first(&x).unwrap();
+                assert_eq!(ours.dims(), &[heads, b, t, d]);
+                let theirs = x.transpose(0, 1).unwrap().contiguous().unwrap();
+                assert_eq!(max_diff(&ours, &theirs), 0.0);
+            }
+        }
+        let x = Tensor::zeros((2, 3, 5, 4), DType::F32, &dev).unwrap();
         assert!(merge_heads(&x.transpose(2, 3).unwrap()).is_err());
+        assert!(heads_first(&x.transpose(2, 3).unwrap()).is_err());
     }
 
     /// `fused.cu`'s kernels, compiled by g++ against `tests/cuda_host` (an emulation of the
@@ -1553,32 +1628,43 @@ mod tests {
         }
 
         #[test]
-        fn merge_heads_and_glu_kernels_give_the_host_definitions() {
+        fn swap_axes_and_glu_kernels_give_the_host_definitions() {
             let dev = Device::Cpu;
             for dtype in [DType::F32, DType::F16, DType::BF16] {
-                for (rows, heads, queries, d) in [(2, 3, 5, 8), (1, 16, 7, 128), (3, 1, 1, 6)] {
-                    let x = Tensor::from_vec(
-                        values(rows * heads * queries * d, 4),
-                        (rows, heads, queries, d),
-                        &dev,
-                    )
-                    .unwrap()
-                    .to_dtype(dtype)
-                    .unwrap();
-                    let host = x.apply_op1_no_bwd(&Merge).unwrap();
-                    let grid = warp_per_row(rows * heads * queries).unwrap();
-                    let args = format!("{rows} {heads} {queries} {d}");
-                    let kernel = run(
-                        "merge_heads",
-                        dtype,
-                        (grid, x.elem_count()),
-                        &args,
-                        &[("x", &x)],
-                    );
-                    assert!(
-                        differences(&kernel, &host, dtype, 0.0, &[]).is_empty(),
-                        "merge {dtype:?} {rows} {heads} {queries} {d}"
-                    );
+                // (b, heads, t, d): merge_heads swaps heads and t, heads_first b and heads.
+                for (b, heads, t, d) in [(2, 3, 5, 8), (1, 16, 7, 128), (3, 1, 1, 6), (5, 2, 3, 64)]
+                {
+                    let x = Tensor::from_vec(values(b * heads * t * d, 4), (b, heads, t, d), &dev)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap();
+                    let merge = Swap {
+                        outer: b,
+                        swapped: (heads, t),
+                        inner: 1,
+                    };
+                    let first = Swap {
+                        outer: 1,
+                        swapped: (b, heads),
+                        inner: t,
+                    };
+                    for op in [merge, first] {
+                        let host = x.apply_op1_no_bwd(&op).unwrap();
+                        let (sb, sc) = op.swapped;
+                        let grid = warp_per_row(op.outer * sb * sc * op.inner).unwrap();
+                        let args = format!("{} {sb} {sc} {} {d}", op.outer, op.inner);
+                        let kernel = run(
+                            "swap_axes",
+                            dtype,
+                            (grid, x.elem_count()),
+                            &args,
+                            &[("x", &x)],
+                        );
+                        assert!(
+                            differences(&kernel, &host, dtype, 0.0, &[]).is_empty(),
+                            "swap_axes {dtype:?} {args}"
+                        );
+                    }
                 }
                 for (rows, inputs) in [(3, 70), (2, 600), (1, 1)] {
                     let x =

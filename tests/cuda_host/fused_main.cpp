@@ -52,9 +52,9 @@ struct Operands {
     }
 };
 
-template <typename T, typename Split, typename Merge, typename Glu, typename Bias>
+template <typename T, typename Split, typename Swap, typename Glu, typename Bias>
 void run(const std::string &dir, const std::string &name, std::istream &args, Split split,
-         Merge merge, Glu glu, Bias bias) {
+         Swap swap, Glu glu, Bias bias) {
     unsigned int grid, block;
     unsigned long long len;
     if (!(args >> grid >> block >> len)) fail("args: GRID BLOCK OUT_LEN");
@@ -74,11 +74,11 @@ void run(const std::string &dir, const std::string &name, std::istream &args, Sp
             split(all, qn, kn, cos, sin, pk, pv, o, b, t, heads, kv, d, q_from, p, has_norm,
                   has_rope, eps);
         });
-    } else if (name.rfind("merge_heads_", 0) == 0) {
-        unsigned int b, heads, tq, d;
-        if (!(args >> b >> heads >> tq >> d)) fail("args: merge_heads' sizes");
+    } else if (name.rfind("swap_axes_", 0) == 0) {
+        unsigned int a, b, c, t, d;
+        if (!(args >> a >> b >> c >> t >> d)) fail("args: swap_axes' sizes");
         const T *x = in.get(dir, "x", "x");
-        launch(grid, block, [&] { merge(x, o, b, heads, tq, d); });
+        launch(grid, block, [&] { swap(x, o, a, b, c, t, d); });
     } else if (name.rfind("glu_", 0) == 0) {
         unsigned int inputs, act;
         if (!(args >> inputs >> act)) fail("args: glu's size and activation");
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     args >> name;
     const std::string format = name.substr(name.rfind('_') + 1);
 #define RUN(NAME, T)                                                                    \
-    run<T>(dir, name, args, split_heads_##NAME, merge_heads_##NAME, glu_##NAME,         \
+    run<T>(dir, name, args, split_heads_##NAME, swap_axes_##NAME, glu_##NAME,          \
            position_bias_##NAME)
     if (format == "f32") {
         RUN(f32, float);

@@ -13,7 +13,8 @@
 //! are read, the padding mask is additive and built once per batch (added with the position
 //! terms by the scores' product on a CUDA device: `layers::candle::KeyMask`), softmax and
 //! norms are candle's fused kernels, and the heads are put in place and back by one pass each
-//! of our own (`simd::fused`). Under `RERANK_CUDA_FUSED_KERNELS=0` (and on Metal) the terms
+//! of our own (`simd::fused`), as each head's rows are put together for the products with the
+//! relative rows (`heads_first`). Under `RERANK_CUDA_FUSED_KERNELS=0` (and on Metal) the terms
 //! are candle's copies, gathers and additions instead.
 
 use candle_core::Tensor;
@@ -24,7 +25,7 @@ use crate::models::layers::candle::{
     err, heads_of, linear, softmax, softmax_in_f32, stacked_qkv, upload, Fold, KeyMask, Linear,
     Norm, PostNorm,
 };
-use crate::simd::fused::{self, merge_heads, position_bias};
+use crate::simd::fused::{self, heads_first, merge_heads, position_bias};
 use crate::Result;
 
 struct Layer {
@@ -216,12 +217,9 @@ impl Deberta {
         let d = h / heads;
         let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads, None)?;
         // `x` (b, heads, t, d) against the relative rows `pos` (heads, d, 2 span), head by
-        // head: (heads, b · t, 2 span).
-        let per_head = |x: &Tensor, pos: &Tensor| {
-            x.permute((1, 0, 2, 3))?
-                .reshape((heads, b * t, d))?
-                .matmul(pos)
-        };
+        // head: (heads, b · t, 2 span), each head's rows put together by one pass.
+        let per_head =
+            |x: &Tensor, pos: &Tensor| heads_first(x)?.reshape((heads, b * t, d))?.matmul(pos);
         let c2p = layer
             .pos_key
             .as_ref()
