@@ -32,7 +32,7 @@ struct Layer {
     /// Q, K and V stacked (`3 · hidden` outputs), the query's rows scaled.
     qkv: Linear,
     rest: PostNorm,
-    /// `(heads, head_dim, 2 span)`: the relative embeddings through the key projection, for
+    /// `(heads, 2 span, head_dim)`: the relative embeddings through the key projection, for
     /// `c2p` (the query carries the scale).
     pos_key: Option<Tensor>,
     /// The same through the (scaled) query projection, for `p2c`.
@@ -87,12 +87,13 @@ impl Deberta {
                 .map_err(err("rel_embeddings' norm"))?,
             false => rel,
         };
-        // `(2 span, hidden)` through a projection, as `(heads, d, 2 span)`.
+        // `(2 span, hidden)` through a projection, as `(heads, 2 span, d)`: a batch's rows
+        // are a narrowing of each head's (`Index::rows`).
         let positions = |p: &Linear| -> Result<Tensor> {
             (|| {
                 p.forward(&rel)?
                     .reshape((span2, heads, d))?
-                    .permute((1, 2, 0))?
+                    .transpose(0, 1)?
                     .contiguous()
             })()
             .map_err(err("relative positions"))
@@ -178,11 +179,18 @@ impl Deberta {
         let keep = mask.to_dtype(x.dtype())?.reshape((b * t, 1))?;
         let mut x = x.broadcast_mul(&keep)?;
         let mask = KeyMask::new(mask, x.dtype(), self.cfg.heads)?;
-        // The relative row each (query i, key j) reads, and the same by (key j, query i).
+        // The relative row each (query i, key j) reads, and the same by (key j, query i),
+        // counted from the first row the batch reads: the terms are products with the rows
+        // `lo ..= hi` alone (as on the CPU path), not every row of the table.
         let n = t as i64;
-        let by_delta: Vec<u32> = (1 - n..n)
-            .map(|delta| self.cfg.relative.row(delta) as u32)
+        let rows: Vec<usize> = (1 - n..n)
+            .map(|delta| self.cfg.relative.row(delta))
             .collect();
+        let (lo, hi) = (
+            rows.iter().copied().min().unwrap_or(0),
+            rows.iter().copied().max().unwrap_or(0),
+        );
+        let by_delta: Vec<u32> = rows.iter().map(|&r| (r - lo) as u32).collect();
         let mut index: Vec<u32> = Vec::with_capacity(t * t);
         for i in 0..t {
             // delta = i - j for j = 0..t sits at by_delta[i - j + t - 1].
@@ -197,6 +205,7 @@ impl Deberta {
                 false => Some((full(&pairs)?, full(&pairs.t()?.contiguous()?)?)),
             },
             pairs,
+            rows: (lo, hi + 1 - lo),
         };
         for layer in &self.layers {
             x = self.layer(layer, &x, &mask, &index, (b, t))?;
@@ -216,10 +225,14 @@ impl Deberta {
         let (h, heads) = (self.cfg.hidden, self.cfg.heads);
         let d = h / heads;
         let (q, k, v) = heads_of(&layer.qkv, x, (b, t), heads, None)?;
-        // `x` (b, heads, t, d) against the relative rows `pos` (heads, d, 2 span), head by
-        // head: (heads, b · t, 2 span), each head's rows put together by one pass.
-        let per_head =
-            |x: &Tensor, pos: &Tensor| heads_first(x)?.reshape((heads, b * t, d))?.matmul(pos);
+        // `x` (b, heads, t, d) against the batch's relative rows of `pos` (heads, 2 span, d),
+        // head by head: (heads, b · t, rows), each head's rows put together by one pass.
+        let (lo, width) = index.rows;
+        let per_head = |x: &Tensor, pos: &Tensor| {
+            heads_first(x)?
+                .reshape((heads, b * t, d))?
+                .matmul(&pos.narrow(1, lo, width)?.t()?)
+        };
         let c2p = layer
             .pos_key
             .as_ref()
@@ -246,7 +259,7 @@ impl Deberta {
                 };
                 mask.scores(&q, &k, bias.as_ref())?
             }
-            // candle's operations: each term as (b, heads, t, 2 span), each score's row
+            // candle's operations: each term as (b, heads, t, rows), each score's row
             // gathered; c2p added by the scores' product, then p2c read transposed.
             Some((by_query, by_key)) => {
                 let gathered = |x: Tensor, by: &Tensor| {
@@ -270,10 +283,12 @@ impl Deberta {
     }
 }
 
-/// A batch's relative rows: `pairs[i, j]` is the row that query `i` and key `j` read, `(t, t)`;
-/// for candle's gathers (where the fused passes do not run), the same as `by_query[.., i, j]`
-/// and `by_key[.., j, i]`, both `(b, heads, t, t)`.
+/// A batch's relative rows: `pairs[i, j]` is the row that query `i` and key `j` read, `(t, t)`,
+/// counted from the first of the `rows` (`(first, count)`) the batch reads of the table; for
+/// candle's gathers (where the fused passes do not run), the same as `by_query[.., i, j]` and
+/// `by_key[.., j, i]`, both `(b, heads, t, t)`.
 struct Index {
     pairs: Tensor,
     gathers: Option<(Tensor, Tensor)>,
+    rows: (usize, usize),
 }
