@@ -28,8 +28,8 @@
 //! format. A Metal device, which has no kernels of these, runs candle's operations, and so
 //! does every backend under `RERANK_CUDA_FUSED_KERNELS=0` (read once), a check for the GPU
 //! runs ([`runs_on`]: [`split_heads`], [`merge_heads`] and [`heads_first`] then run them,
-//! `layers::candle::glu`
-//! runs candle's in place of [`glu`], and the decoders keep gate and up apart).
+//! `layers::candle::glu` runs candle's in place of [`glu`], and the decoders keep gate and up
+//! apart).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Storage, StorageRef, Tensor, WithDType};
