@@ -522,11 +522,17 @@ struct Swap {
 }
 
 impl Swap {
+    /// The rows of `d` it moves, one warp each on a device: `outer · b · c · inner`.
+    fn rows(&self) -> usize {
+        let (b, c) = self.swapped;
+        self.outer * b * c * self.inner
+    }
+
     /// The head size `d` of an input of `layout`, checked against the sizes.
     fn d(&self, layout: &Layout) -> candle_core::Result<usize> {
         let (a, b, c, d) = layout.shape().dims4()?;
         let (sb, sc) = self.swapped;
-        if a * b * c * d != self.outer * sb * sc * self.inner * d {
+        if a * b * c != self.rows() {
             candle_core::bail!(
                 "swap_axes: {:?} is not ({}, {sb}, {sc}, {}, d)",
                 layout.dims(),
@@ -1049,7 +1055,7 @@ mod device {
     ) -> candle_core::Result<CudaStorage> {
         let d = op.d(layout)?;
         let (b, c) = op.swapped;
-        let config = config(warp_per_row(op.outer * b * c * op.inner)?);
+        let config = config(warp_per_row(op.rows())?);
         let sizes = [
             u32_of(op.outer)?,
             u32_of(b)?,
@@ -1651,7 +1657,7 @@ mod tests {
                     for op in [merge, first] {
                         let host = x.apply_op1_no_bwd(&op).unwrap();
                         let (sb, sc) = op.swapped;
-                        let grid = warp_per_row(op.outer * sb * sc * op.inner).unwrap();
+                        let grid = warp_per_row(op.rows()).unwrap();
                         let args = format!("{} {sb} {sc} {} {d}", op.outer, op.inner);
                         let kernel = run(
                             "swap_axes",
