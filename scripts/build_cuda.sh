@@ -193,7 +193,9 @@ if [ $(( TREE + GPU )) -gt $(( BUDGET - 2 * 1048576 )) ]; then
 fi
 log ".gpu total $(mib "$GPU") MiB; with the working tree $(mib $(( TREE + GPU ))) MiB of $(( BUDGET / 1048576 )) MiB"
 if [ $(( TREE + GPU )) -gt "$BUDGET" ]; then
-  log "STILL TOO BIG to travel: see the sizes above"; exit 3
+  log "STILL TOO BIG to travel: see the sizes above; bash scripts/gpu_slim.sh moves the fixture"
+  log "folders the device checks never read aside (--restore puts them back), then the staged .gpu travels"
+  exit 3
 fi
 ls -la "$STAGE"
 log "done in $(( $(date +%s) - T0 ))s; on the GPU machine: run with carry [\".gpu\"]: bash scripts/gpu_check.sh"
